@@ -1,0 +1,19 @@
+//===- MoeAttrs.h - Attributes of the moe dialect ---------------*- C++ -*-===//
+//
+// Part of moec.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_DIALECT_MOE_IR_MOEATTRS_H
+#define MOEC_DIALECT_MOE_IR_MOEATTRS_H
+
+#include "mlir/IR/Attributes.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectImplementation.h"
+
+#include "moec/Dialect/Moe/IR/MoeEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "moec/Dialect/Moe/IR/MoeAttrs.h.inc"
+
+#endif // MOEC_DIALECT_MOE_IR_MOEATTRS_H

@@ -1,0 +1,460 @@
+//===- MoeOps.td - Operations of the moe dialect -----------*- tablegen -*-===//
+//
+// Part of moec. Every op has tensor semantics and a C++ verifier whose
+// diagnostics name the offending operand, result or attribute.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_DIALECT_MOE_IR_MOEOPS_TD
+#define MOEC_DIALECT_MOE_IR_MOEOPS_TD
+
+include "moec/Dialect/Moe/IR/MoeDialect.td"
+include "moec/Dialect/Moe/IR/MoeAttrs.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Routing
+//===----------------------------------------------------------------------===//
+
+def Moe_RouterTopKOp : Moe_Op<"router_topk", [Pure]> {
+  let summary = "Scores router logits and selects the top-k experts per token";
+  let description = [{
+    Turns router logits `[T, E]` into, for each token, the `k` selected expert
+    ids `[T, k]` (i32) and their routing weights `[T, k]` (f32). Ids of one
+    token are ordered by decreasing score; ties go to the lower expert id.
+
+    * `scoring = softmax` (default): `s = softmax(logits)` over the experts.
+      `scoring = sigmoid`: `s = sigmoid(logits)` element-wise.
+    * `order = softmax_then_topk` (default): weights are the selected scores.
+      `order = topk_then_softmax` (Mixtral): experts are selected on the raw
+      logits, and the weights are the softmax of the k selected logits
+      (requires `scoring = softmax`).
+    * `renormalize`: divide each token's k weights by their sum (Qwen3
+      `norm_topk_prob`, DeepSeek-V3).
+    * `bias(%b : tensor<Exf32>)`: a per-expert bias added to the scores for
+      *selection only*; weights still come from the unbiased scores
+      (DeepSeek-V3 `e_score_correction_bias`).
+    * `num_groups` / `topk_groups`: group-limited routing (DeepSeek-V3). The
+      E experts form `num_groups` equal groups; a group's score is the sum of
+      its two best (biased) scores (its best score when a group holds a single
+      expert); only experts of the `topk_groups` best groups may be selected.
+    * `scaling_factor`: multiplies the final weights (default 1.0;
+      DeepSeek-V3 `routed_scaling_factor`).
+
+    Example:
+
+    ```mlir
+    %weights, %ids = moe.router_topk %logits k = 8 {renormalize}
+        : tensor<?x128xbf16> -> tensor<?x8xf32>, tensor<?x8xi32>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$logits,
+    Optional<AnyTensor>:$selection_bias,
+    I64Attr:$k,
+    DefaultValuedAttr<Moe_ScoringAttr, "::moec::moe::Scoring::softmax">:$scoring,
+    DefaultValuedAttr<Moe_TopKOrderAttr,
+                      "::moec::moe::TopKOrder::softmax_then_topk">:$order,
+    UnitAttr:$renormalize,
+    OptionalAttr<I64Attr>:$num_groups,
+    OptionalAttr<I64Attr>:$topk_groups,
+    DefaultValuedAttr<F32Attr, "1.0f">:$scaling_factor
+  );
+  let results = (outs AnyTensor:$weights, AnyTensor:$ids);
+  let builders = [
+    // Default scoring (softmax, then top-k, no renormalization); results
+    // typed [T, k] f32 and [T, k] i32 from the logits.
+    OpBuilder<(ins "::mlir::Value":$logits, "int64_t":$k), [{
+      auto logitsType = ::llvm::cast<::mlir::RankedTensorType>(logits.getType());
+      ::llvm::SmallVector<int64_t> shape = {logitsType.getDimSize(0), k};
+      build($_builder, $_state,
+            ::mlir::RankedTensorType::get(shape, $_builder.getF32Type()),
+            ::mlir::RankedTensorType::get(shape, $_builder.getI32Type()),
+            logits, /*selection_bias=*/::mlir::Value(),
+            $_builder.getI64IntegerAttr(k), /*scoring=*/nullptr,
+            /*order=*/nullptr, /*renormalize=*/nullptr,
+            /*num_groups=*/nullptr, /*topk_groups=*/nullptr,
+            /*scaling_factor=*/nullptr);
+    }]>
+  ];
+  let assemblyFormat = [{
+    $logits (`bias` `(` $selection_bias^ `:` type($selection_bias) `)`)?
+    `k` `=` $k attr-dict `:` type($logits) `->` type($weights) `,` type($ids)
+  }];
+  let hasVerifier = 1;
+  let hasCanonicalizeMethod = 1;
+}
+
+def Moe_SortByExpertOp : Moe_Op<"sort_by_expert", [Pure]> {
+  let summary = "Orders token slots by expert and computes group offsets";
+  let description = [{
+    Takes the expert ids `[T, k]` chosen by the router and returns, for the
+    `T*k` slots sorted by expert (stable: equal experts keep slot order):
+
+    * `sorted_expert_ids` `[M]` (i32): the expert of each sorted row;
+    * `slots` `[M]` (i32): the slot (`t * k + j`) each sorted row came from;
+    * `offsets` `[E]` (i32): cumulative row counts per expert (group ends).
+
+    Without `align`, `M = T*k` and every row is a real slot. With
+    `align = a` (a power of two, as FP8 grouped GEMMs need), every group is
+    padded up to a multiple of `a` rows: `offsets` are the padded offsets,
+    padding rows have slot `-1` and the expert id of their group, and `M` is
+    the capacity `T*k + E*(a-1)`; rows at or past `offsets[E-1]` have slot
+    `-1` and expert id `-1`. Ids outside `[0, E)` are undefined behaviour at
+    run time (the runtime validates them where it can).
+
+    Example:
+
+    ```mlir
+    %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 128 align = 16
+        : tensor<?x8xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$ids,
+    I64Attr:$num_experts,
+    OptionalAttr<I64Attr>:$align
+  );
+  let results = (outs AnyTensor:$sorted_expert_ids, AnyTensor:$slots,
+                      AnyTensor:$offsets);
+  let assemblyFormat = [{
+    $ids `experts` `=` $num_experts (`align` `=` $align^)? attr-dict
+    `:` type($ids) `->` type($sorted_expert_ids) `,` type($slots) `,`
+    type($offsets)
+  }];
+  let hasVerifier = 1;
+  let hasCanonicalizeMethod = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Permutation
+//===----------------------------------------------------------------------===//
+
+def Moe_PermuteOp : Moe_Op<"permute", [Pure, AttrSizedOperandSegments,
+                                       AttrSizedResultSegments]> {
+  let summary = "Gathers token rows into expert-grouped order";
+  let description = [{
+    `rows[i] = tokens[slots[i] / k]` for every row `i` with `slots[i] >= 0`;
+    rows with slot `-1` (alignment padding) and rows at or past
+    `offsets[E-1]` are zero. `tokens` may be of any element type, FP8
+    included.
+
+    Optional passengers travel with the rows:
+
+    * `probs(%w : tensor<Txkxf32> -> tensor<Mxf32>)`: the routing weight of
+      each row's slot, `permuted_probs[i] = w[slots[i] / k, slots[i] % k]`
+      (0 for padding rows).
+    * `scales(%s : tensor<TxGxf32> -> tensor<MxGxf32>)`: per-token
+      quantization scales, `permuted_scales[i] = s[slots[i] / k]` (0 for
+      padding rows).
+
+    Example:
+
+    ```mlir
+    %rows, %probs = moe.permute %x, %slots, %offsets k = 8
+        probs(%weights : tensor<?x8xf32> -> tensor<?xf32>)
+        : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32>
+        -> tensor<?x2048xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$tokens,
+    AnyTensor:$slots,
+    AnyTensor:$offsets,
+    Optional<AnyTensor>:$probs,
+    Optional<AnyTensor>:$scales,
+    I64Attr:$k
+  );
+  let results = (outs AnyTensor:$rows, Optional<AnyTensor>:$permuted_probs,
+                      Optional<AnyTensor>:$permuted_scales);
+  let assemblyFormat = [{
+    $tokens `,` $slots `,` $offsets `k` `=` $k
+    (`probs` `(` $probs^ `:` type($probs) `->` type($permuted_probs) `)`)?
+    (`scales` `(` $scales^ `:` type($scales) `->` type($permuted_scales) `)`)?
+    attr-dict `:` type($tokens) `,` type($slots) `,` type($offsets) `->`
+    type($rows)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure]> {
+  let summary = "Scatters grouped rows back to token order and combines them";
+  let description = [{
+    The inverse of `moe.permute` followed by the combine of an MoE layer:
+
+    `out[t] = sum_j w[t, j] * rows[pos(t * k + j)]`
+
+    where `pos(s)` is the row whose slot is `s`. Padding rows (slot `-1`) are
+    dropped. Without `weights` every weight is 1 (for when the weights were
+    already applied, e.g. by a grouped matmul's `row_scale`). Sums are
+    accumulated in f32 and rounded once to the result element type.
+
+    Example:
+
+    ```mlir
+    %y = moe.unpermute %rows, %slots, %offsets k = 8
+        weights(%weights : tensor<?x8xf32>)
+        : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32>
+        -> tensor<?x2048xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$rows,
+    AnyTensor:$slots,
+    AnyTensor:$offsets,
+    Optional<AnyTensor>:$weights,
+    I64Attr:$k
+  );
+  let results = (outs AnyTensor:$out);
+  let assemblyFormat = [{
+    $rows `,` $slots `,` $offsets `k` `=` $k
+    (`weights` `(` $weights^ `:` type($weights) `)`)?
+    attr-dict `:` type($rows) `,` type($slots) `,` type($offsets) `->`
+    type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Grouped matmul
+//===----------------------------------------------------------------------===//
+
+def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
+                                 [Pure, AttrSizedOperandSegments]> {
+  let summary = "Multiplies each expert's group of rows by that expert's weights";
+  let description = [{
+    `mode = forward` (default). For every row `i` of expert group `e`
+    (`offsets[e-1] <= i < offsets[e]`), with `x_i` its lhs row:
+
+    `y_i = x_i · W_e + bias[e] + lora_scaling * (x_i · A_eᵀ) · B_eᵀ`
+
+    * `lhs` is `[M, K]`, rows already grouped; or, with
+      `gather(%slots : tensor<Mxi32>)` and `k`, `lhs` is the token matrix
+      `[T, K]` and row `i` is `lhs[slots[i] / k]` (zero for slot `-1`): the
+      permute fused into the matmul's prologue.
+    * `rhs` is `[E, K, N]`; with `transpose_rhs` it is `[E, N, K]` (the
+      `nn.Linear` layout of most checkpoints).
+    * `bias(%b : tensor<ExNx..>)`: per-expert bias.
+    * `lora(%A, %B : tensor<(E*r)xKx..>, tensor<Nx(E*r)x..>)`: a rank-`r` LoRA
+      adapter per expert; `A_e = A[e*r : (e+1)*r, :]` and
+      `B_e = B[:, e*r : (e+1)*r]`, scaled by `lora_scaling` (default 1.0).
+    * `activation = swiglu`: the epilogue applies `moe.swiglu` (halves
+      layout) to each row, so `N` must be even and the output is `N/2` wide.
+    * `row_scale(%s : tensor<Mxf32>)`: multiplies output row `i` by `s[i]`
+      (after the activation), e.g. the routing weights from `moe.permute`.
+    * Output: grouped `[M, N']`; or, with `scatter(%slots : tensor<Mxi32>)`
+      and `k`, combined in token order `[T, N']`:
+      `out[t] = sum over rows i with slots[i] / k == t of w * y_i`, where `w`
+      is `scatter_weights[t, slots[i] % k]` when
+      `scatter_weights(%w : tensor<Txkxf32>)` is given and 1 otherwise
+      (padding rows are dropped): the unpermute fused into the epilogue.
+
+    `mode = weight_grad`: the weight gradient. `lhs` is `[M, K]` (or gathered
+    as above), `rhs` is the output gradient `[M, N]` in the same grouped row
+    order, and the result is `[E, K, N]` with
+    `out[e] = sum over rows i of group e of lhs_iᵀ · rhs_i`. An expert with
+    no rows gets zeros. No bias, LoRA, activation, row scale, scatter or
+    `transpose_rhs` in this mode.
+
+    `lhs` and `rhs` share one element type (bf16, f16, f32 or FP8);
+    accumulation is f32; the result may be any float type.
+
+    Example:
+
+    ```mlir
+    %h = moe.grouped_matmul %x, %w_gate_up, %offsets
+        gather(%slots : tensor<?xi32>)
+        {k = 8 : i64, transpose_rhs, activation = #moe.activation<swiglu>}
+        : tensor<?x2048xbf16>, tensor<128x1536x2048xbf16>, tensor<128xi32>
+        -> tensor<?x768xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$lhs,
+    AnyTensor:$rhs,
+    AnyTensor:$offsets,
+    Optional<AnyTensor>:$gather_slots,
+    Optional<AnyTensor>:$bias,
+    Optional<AnyTensor>:$lora_a,
+    Optional<AnyTensor>:$lora_b,
+    Optional<AnyTensor>:$row_scale,
+    Optional<AnyTensor>:$scatter_slots,
+    Optional<AnyTensor>:$scatter_weights,
+    DefaultValuedAttr<Moe_MatmulModeAttr, "::moec::moe::MatmulMode::forward">:$mode,
+    UnitAttr:$transpose_rhs,
+    OptionalAttr<I64Attr>:$k,
+    DefaultValuedAttr<F32Attr, "1.0f">:$lora_scaling,
+    DefaultValuedAttr<Moe_ActivationAttr, "::moec::moe::Activation::none">:$activation
+  );
+  let results = (outs AnyTensor:$out);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $offsets
+    (`gather` `(` $gather_slots^ `:` type($gather_slots) `)`)?
+    (`bias` `(` $bias^ `:` type($bias) `)`)?
+    (`lora` `(` $lora_a^ `,` $lora_b `:` type($lora_a) `,` type($lora_b) `)`)?
+    (`row_scale` `(` $row_scale^ `:` type($row_scale) `)`)?
+    (`scatter` `(` $scatter_slots^ `:` type($scatter_slots) `)`)?
+    (`scatter_weights` `(` $scatter_weights^ `:` type($scatter_weights) `)`)?
+    attr-dict `:` type($lhs) `,` type($rhs) `,` type($offsets) `->` type($out)
+  }];
+  let hasVerifier = 1;
+  let hasCanonicalizeMethod = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Activation
+//===----------------------------------------------------------------------===//
+
+def Moe_SwigluOp : Moe_Op<"swiglu", [Pure]> {
+  let summary = "silu(gate) * up over rows holding gate and up values";
+  let description = [{
+    For an input row of width `2I` holding gate values `g` and up values `u`
+    (see `layout`: `halves`, the default, puts `g` in columns `[0, I)` and
+    `u` in `[I, 2I)`; `interleaved` puts `g` in even and `u` in odd
+    columns), the output row of width `I` is `g * sigmoid(g) * u`, computed
+    in f32.
+
+    Example:
+
+    ```mlir
+    %a = moe.swiglu %h : tensor<?x1536xbf16> -> tensor<?x768xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$input,
+    DefaultValuedAttr<Moe_GateUpLayoutAttr, "::moec::moe::GateUpLayout::halves">:$layout
+  );
+  let results = (outs AnyTensor:$output);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_SwigluGradOp : Moe_Op<"swiglu_grad", [Pure]> {
+  let summary = "Gradient of moe.swiglu with respect to its input";
+  let description = [{
+    Given the forward input `[M, 2I]` (gate `g`, up `u`, same `layout` as
+    `moe.swiglu`) and the gradient of the output `dy` `[M, I]`, returns the
+    gradient of the input `[M, 2I]` in the same layout:
+
+    `dg = dy * u * s * (1 + g * (1 - s))`, `du = dy * g * s`, with
+    `s = sigmoid(g)`, computed in f32.
+
+    Example:
+
+    ```mlir
+    %dh = moe.swiglu_grad %h, %da
+        : tensor<?x1536xbf16>, tensor<?x768xbf16> -> tensor<?x1536xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$input,
+    AnyTensor:$grad_output,
+    DefaultValuedAttr<Moe_GateUpLayoutAttr, "::moec::moe::GateUpLayout::halves">:$layout
+  );
+  let results = (outs AnyTensor:$grad_input);
+  let assemblyFormat = [{
+    $input `,` $grad_output attr-dict `:` type($input) `,` type($grad_output)
+    `->` type($grad_input)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Quantization
+//===----------------------------------------------------------------------===//
+
+def Moe_QuantizeOp : Moe_Op<"quantize", [Pure]> {
+  let summary = "Quantizes to FP8 with per-group scales";
+  let description = [{
+    Quantizes `input` `[M, K]` (bf16, f16 or f32) to `data` `[M, K]` of type
+    `f8E4M3FN` or `f8E5M2` (the result type chooses), with one f32 scale per
+    group so that `input ≈ data * scale`:
+
+    `scale = amax(|group|) / fmax` (`fmax` = 448 for e4m3, 57344 for e5m2; a
+    group of zeros gets scale 1), rounded up to a power of two with
+    `pow2_scale`; `data = saturate(round_to_nearest_even(x / scale))`.
+
+    * `axis = rowwise` (default): a group is `group_size` consecutive columns
+      of one row; `scales` is `[M, ceil(K / group_size)]`.
+    * `axis = colwise`, with `offsets(%o : tensor<Exi32>)`: a group is
+      `group_size` consecutive rows of one column *inside one expert group*
+      (a block never spans two experts; the last block of a group may be
+      short). Expert `e`'s blocks follow those of experts `< e`, so
+      `scales` is `[(M + min(E, M) * (group_size - 1)) / group_size, K]`, an upper
+      bound on the block count; unused trailing rows are 1.
+
+    Example:
+
+    ```mlir
+    %q, %s = moe.quantize %x group_size = 128
+        : tensor<?x2048xbf16> -> tensor<?x2048xf8E4M3FN>, tensor<?x16xf32>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$input,
+    Optional<AnyTensor>:$offsets,
+    I64Attr:$group_size,
+    DefaultValuedAttr<Moe_QuantAxisAttr, "::moec::moe::QuantAxis::rowwise">:$axis,
+    UnitAttr:$pow2_scale
+  );
+  let results = (outs AnyTensor:$data, AnyTensor:$scales);
+  let assemblyFormat = [{
+    $input (`offsets` `(` $offsets^ `:` type($offsets) `)`)?
+    `group_size` `=` $group_size attr-dict `:` type($input) `->` type($data)
+    `,` type($scales)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_DequantizeOp : Moe_Op<"dequantize", [Pure, AttrSizedOperandSegments]> {
+  let summary = "Dequantizes FP8 data with group scales, or NF4 expert weights";
+  let description = [{
+    Two formats, chosen by the element type of `data`:
+
+    **FP8** (`data` is `f8E4M3FN` or `f8E5M2`, `[M, K]`): the inverse of
+    `moe.quantize` with the same `group_size`, `axis` and (for `colwise`)
+    `offsets`: `output = data * scale`, `output` `[M, K]` of a float type.
+
+    **NF4** (`data` is `ui8`): 4-bit expert weights packed two per byte.
+    `data` is `[E, K, N/2]`; element `(e, r, c)` of the unpacked `[E, K, N]`
+    is the high nibble of byte `(e, r, c/2)` for even `c` and the low nibble
+    for odd `c`. The nibble indexes `codebook(%cb : tensor<16xf32>)` and is
+    multiplied by the absmax of its block: blocks are `group_size`
+    consecutive elements of one expert in row-major order, and `scales` is
+    `[E, K*N / group_size]` (f32). With `experts(%ids : tensor<Sxi32>)` only
+    those experts are dequantized, in that order, into `[S, K, N]`;
+    otherwise the output is `[E, K, N]`.
+
+    Example:
+
+    ```mlir
+    %w = moe.dequantize %packed, %absmax codebook(%nf4 : tensor<16xf32>)
+        experts(%active : tensor<8xi32>) group_size = 64
+        : tensor<128x2048x768xui8>, tensor<128x49152xf32>
+        -> tensor<8x2048x1536xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$data,
+    AnyTensor:$scales,
+    Optional<AnyTensor>:$offsets,
+    Optional<AnyTensor>:$codebook,
+    Optional<AnyTensor>:$experts,
+    I64Attr:$group_size,
+    DefaultValuedAttr<Moe_QuantAxisAttr, "::moec::moe::QuantAxis::rowwise">:$axis
+  );
+  let results = (outs AnyTensor:$output);
+  let assemblyFormat = [{
+    $data `,` $scales
+    (`offsets` `(` $offsets^ `:` type($offsets) `)`)?
+    (`codebook` `(` $codebook^ `:` type($codebook) `)`)?
+    (`experts` `(` $experts^ `:` type($experts) `)`)?
+    `group_size` `=` $group_size attr-dict
+    `:` type($data) `,` type($scales) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MOEC_DIALECT_MOE_IR_MOEOPS_TD

@@ -1,0 +1,46 @@
+//===- MoeShapes.h - Size arithmetic shared by compiler and runtime -*- C++ -*-===//
+//
+// Part of moec. Free of MLIR so that the runtime, which checks buffer sizes
+// before a launch, and the verifiers, which check tensor types, agree on one
+// definition of every derived size.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_SUPPORT_MOESHAPES_H
+#define MOEC_SUPPORT_MOESHAPES_H
+
+#include <cstdint>
+#include <limits>
+
+namespace moec {
+
+/// A size unknown at compile time. Equal to mlir::ShapedType::kDynamic.
+inline constexpr int64_t kDynamicSize = std::numeric_limits<int64_t>::min();
+
+inline bool isDynamicSize(int64_t size) { return size == kDynamicSize; }
+
+/// True for 1, 2, 4, 8, ...
+bool isPowerOfTwo(int64_t value);
+
+/// ceil(a / b) for a >= 0, b > 0; dynamic if a is.
+int64_t ceilDiv(int64_t a, int64_t b);
+
+/// Rows produced by sorting `tokens * topK` slots over `numExperts` experts
+/// when every group is padded to a multiple of `align` (align 1 = no padding):
+/// tokens*topK + numExperts*(align-1). Dynamic if `tokens` is.
+int64_t sortedCapacity(int64_t tokens, int64_t topK, int64_t numExperts,
+                       int64_t align);
+
+/// Columns of the scale tensor of row-wise quantization of `cols` columns in
+/// groups of `groupSize`: ceil(cols / groupSize).
+int64_t rowwiseScaleCols(int64_t cols, int64_t groupSize);
+
+/// Rows of the scale tensor of column-wise quantization of `rows` grouped
+/// rows over `numExperts` experts in blocks of `groupSize` rows that never
+/// span two experts: (rows + min(numExperts, rows)*(groupSize-1)) / groupSize,
+/// the most blocks any split of `rows` into `numExperts` groups can need.
+int64_t colwiseScaleRows(int64_t rows, int64_t numExperts, int64_t groupSize);
+
+} // namespace moec
+
+#endif // MOEC_SUPPORT_MOESHAPES_H

@@ -1,0 +1,1423 @@
+// RUN: moec-opt %s -split-input-file -verify-diagnostics
+// One case per verifier rule of the moe ops; every diagnostic names the
+// operand, result or attribute it is about.
+
+// logits must be 2-D float
+func.func @case0(%l: tensor<4x8xi32>) {
+  // expected-error @+1 {{operand 'logits' must be a 2-D tensor of floating-point values, got 'tensor<4x8xi32>'}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<4x8xi32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// logits rank
+func.func @case1(%l: tensor<8xf32>) {
+  // expected-error @+1 {{operand 'logits' must be a 2-D tensor of floating-point values}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// the expert dimension must be static
+func.func @case2(%l: tensor<4x?xf32>) {
+  // expected-error @+1 {{expert dimension (1) of operand 'logits' must be static}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<4x?xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// k must be positive
+func.func @case3(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'k' must be positive, got 0}}
+  %w, %i = moe.router_topk %l k = 0 : tensor<4x8xf32> -> tensor<4x0xf32>, tensor<4x0xi32>
+  return
+}
+
+// -----
+
+// k > E
+func.func @case4(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'k' (9) must not exceed the number of experts (8)}}
+  %w, %i = moe.router_topk %l k = 9 : tensor<4x8xf32> -> tensor<4x9xf32>, tensor<4x9xi32>
+  return
+}
+
+// -----
+
+// weights must be f32
+func.func @case5(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{result 'weights' must be a 2-D tensor of f32 values, got 'tensor<4x2xbf16>'}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<4x8xf32> -> tensor<4x2xbf16>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// ids must be i32
+func.func @case6(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{result 'ids' must be a 2-D tensor of i32 values, got 'tensor<4x2xi64>'}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi64>
+  return
+}
+
+// -----
+
+// token count of weights
+func.func @case7(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{dimension 0 of result 'weights' is 5 but must equal the number of tokens of 'logits' (4)}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<4x8xf32> -> tensor<5x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// k columns of ids
+func.func @case8(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{dimension 1 of result 'ids' is 3 but must equal attribute 'k' (2)}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x3xi32>
+  return
+}
+
+// -----
+
+// topk_then_softmax needs softmax scoring
+func.func @case9(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{order = topk_then_softmax requires scoring = softmax, got scoring = sigmoid}}
+  %w, %i = moe.router_topk %l k = 2 {scoring = #moe.scoring<sigmoid>, order = #moe.order<topk_then_softmax>} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// bias must be f32
+func.func @case10(%l: tensor<4x8xf32>, %b: tensor<8xbf16>) {
+  // expected-error @+1 {{operand 'bias' must be a 1-D tensor of f32 values}}
+  %w, %i = moe.router_topk %l bias(%b : tensor<8xbf16>) k = 2 : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// bias length
+func.func @case11(%l: tensor<4x8xf32>, %b: tensor<7xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'bias' is 7 but must equal the number of experts (8)}}
+  %w, %i = moe.router_topk %l bias(%b : tensor<7xf32>) k = 2 : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// num_groups without topk_groups
+func.func @case12(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attributes 'num_groups' and 'topk_groups' must be given together}}
+  %w, %i = moe.router_topk %l k = 2 {num_groups = 2 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// num_groups positive
+func.func @case13(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'num_groups' must be positive, got 0}}
+  %w, %i = moe.router_topk %l k = 2 {num_groups = 0 : i64, topk_groups = 1 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// topk_groups positive
+func.func @case14(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'topk_groups' must be positive, got 0}}
+  %w, %i = moe.router_topk %l k = 2 {num_groups = 2 : i64, topk_groups = 0 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// num_groups must divide E
+func.func @case15(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'num_groups' (3) must divide the number of experts (8)}}
+  %w, %i = moe.router_topk %l k = 2 {num_groups = 3 : i64, topk_groups = 1 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// topk_groups <= num_groups
+func.func @case16(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'topk_groups' (3) must not exceed 'num_groups' (2)}}
+  %w, %i = moe.router_topk %l k = 2 {num_groups = 2 : i64, topk_groups = 3 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// k must fit in the selected groups
+func.func @case17(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'k' (3) exceeds the 2 experts in the 'topk_groups' best groups}}
+  %w, %i = moe.router_topk %l k = 3 {num_groups = 4 : i64, topk_groups = 1 : i64} : tensor<4x8xf32> -> tensor<4x3xf32>, tensor<4x3xi32>
+  return
+}
+
+// -----
+
+// scaling_factor positive
+func.func @case18(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'scaling_factor' must be positive, got -1}}
+  %w, %i = moe.router_topk %l k = 2 {scaling_factor = -1.0 : f32} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// ids must be i32
+func.func @case19(%ids: tensor<4x2xi64>) {
+  // expected-error @+1 {{operand 'ids' must be a 2-D tensor of i32 values, got 'tensor<4x2xi64>'}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x2xi64> -> tensor<8xi32>, tensor<8xi32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// num_experts positive
+func.func @case20(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{attribute 'num_experts' must be positive, got 0}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 0 : tensor<4x2xi32> -> tensor<8xi32>, tensor<8xi32>, tensor<0xi32>
+  return
+}
+
+// -----
+
+// align must be a power of two
+func.func @case21(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{attribute 'align' must be a positive power of two, got 24}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 align = 24 : tensor<4x2xi32> -> tensor<192xi32>, tensor<192xi32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// align zero
+func.func @case22(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{attribute 'align' must be a positive power of two, got 0}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 align = 0 : tensor<4x2xi32> -> tensor<8xi32>, tensor<8xi32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// offsets type
+func.func @case23(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{result 'offsets' must be a 1-D tensor of i32 values}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x2xi32> -> tensor<8xi32>, tensor<8xi32>, tensor<8xi64>
+  return
+}
+
+// -----
+
+// sorted ids type
+func.func @case24(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{result 'sorted_expert_ids' must be a 1-D tensor of i32 values}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x2xi32> -> tensor<8x1xi32>, tensor<8xi32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// slots type
+func.func @case25(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{result 'slots' must be a 1-D tensor of i32 values}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x2xi32> -> tensor<8xi32>, tensor<8xf32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// offsets length
+func.func @case26(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{result 'offsets' must have static length 'num_experts' (8), got 'tensor<7xi32>'}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x2xi32> -> tensor<8xi32>, tensor<8xi32>, tensor<7xi32>
+  return
+}
+
+// -----
+
+// offsets static
+func.func @case27(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{result 'offsets' must have static length 'num_experts' (8)}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x2xi32> -> tensor<8xi32>, tensor<8xi32>, tensor<?xi32>
+  return
+}
+
+// -----
+
+// k static
+func.func @case28(%ids: tensor<4x?xi32>) {
+  // expected-error @+1 {{dimension 1 (k) of operand 'ids' must be static}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x?xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// unaligned capacity
+func.func @case29(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'sorted_expert_ids' is 9 but must equal tokens * k (8)}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x2xi32> -> tensor<9xi32>, tensor<9xi32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// aligned capacity
+func.func @case30(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'slots' is 8 but must equal the padded capacity tokens * k + num_experts * (align - 1) (32)}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 align = 4 : tensor<4x2xi32> -> tensor<32xi32>, tensor<8xi32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// tokens rank
+func.func @case31(%x: tensor<16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'tokens' must be a 2-D tensor of any values}}
+  %r = moe.permute %x, %slots, %o k = 2 : tensor<16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// slots must be i32
+func.func @case32(%x: tensor<4x16xbf16>, %slots: tensor<8xi64>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'slots' must be a 1-D tensor of i32 values}}
+  %r = moe.permute %x, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi64>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// offsets must be i32
+func.func @case33(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi64>) {
+  // expected-error @+1 {{operand 'offsets' must be a 1-D tensor of i32 values, got 'tensor<4xi64>'}}
+  %r = moe.permute %x, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi64> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// offsets length must be static
+func.func @case34(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<?xi32>) {
+  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<?xi32>'}}
+  %r = moe.permute %x, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<?xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// k positive
+func.func @case35(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'k' must be positive, got 0}}
+  %r = moe.permute %x, %slots, %o k = 0 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// every slot needs a row
+func.func @case36(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'slots' has 8 rows, fewer than the 12 slots of 4 tokens with k = 3}}
+  %r = moe.permute %x, %slots, %o k = 3 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// rows keep the token element type
+func.func @case37(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{element type of result 'rows' ('f32') must match operand 'tokens' ('bf16')}}
+  %r = moe.permute %x, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+// rows rank
+func.func @case38(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'rows' must be a 2-D tensor of any values}}
+  %r = moe.permute %x, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<128xbf16>
+  return
+}
+
+// -----
+
+// one row per slot entry
+func.func @case39(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'rows' is 9 but must equal the length of 'slots' (8)}}
+  %r = moe.permute %x, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<9x16xbf16>
+  return
+}
+
+// -----
+
+// hidden size kept
+func.func @case40(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'rows' is 32 but must equal the hidden size of 'tokens' (16)}}
+  %r = moe.permute %x, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// probs without its result (generic form)
+func.func @case41(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>) {
+  // expected-error @+1 {{operand 'probs' and result 'permuted_probs' must be given together}}
+  %r = "moe.permute"(%x, %slots, %o, %w) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0>, resultSegmentSizes = array<i32: 1, 0, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// probs must be f32
+func.func @case42(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xbf16>) {
+  // expected-error @+1 {{operand 'probs' must be a 2-D tensor of f32 values}}
+  %r, %p = moe.permute %x, %slots, %o k = 2 probs(%w : tensor<4x2xbf16> -> tensor<8xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// permuted probs must be 1-D f32
+func.func @case43(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>) {
+  // expected-error @+1 {{result 'permuted_probs' must be a 1-D tensor of f32 values}}
+  %r, %p = moe.permute %x, %slots, %o k = 2 probs(%w : tensor<4x2xf32> -> tensor<8x1xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// probs token count
+func.func @case44(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<5x2xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'probs' is 5 but must equal the number of tokens (4)}}
+  %r, %p = moe.permute %x, %slots, %o k = 2 probs(%w : tensor<5x2xf32> -> tensor<8xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// probs width k
+func.func @case45(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x3xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'probs' is 3 but must equal attribute 'k' (2)}}
+  %r, %p = moe.permute %x, %slots, %o k = 2 probs(%w : tensor<4x3xf32> -> tensor<8xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// permuted probs length
+func.func @case46(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>) {
+  // expected-error @+1 {{dimension 0 of result 'permuted_probs' is 7 but must equal the length of 'slots' (8)}}
+  %r, %p = moe.permute %x, %slots, %o k = 2 probs(%w : tensor<4x2xf32> -> tensor<7xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// scales without its result (generic form)
+func.func @case47(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{operand 'scales' and result 'permuted_scales' must be given together}}
+  %r = "moe.permute"(%x, %slots, %o, %s) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1>, resultSegmentSizes = array<i32: 1, 0, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x1xf32>) -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// scales must be f32
+func.func @case48(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %s: tensor<4x1xf16>) {
+  // expected-error @+1 {{operand 'scales' must be a 2-D tensor of f32 values}}
+  %r, %p = moe.permute %x, %slots, %o k = 2 scales(%s : tensor<4x1xf16> -> tensor<8x1xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// scales token count
+func.func @case49(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %s: tensor<3x1xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'scales' is 3 but must equal the number of tokens (4)}}
+  %r, %p = moe.permute %x, %slots, %o k = 2 scales(%s : tensor<3x1xf32> -> tensor<8x1xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// permuted scales rows
+func.func @case50(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{dimension 0 of result 'permuted_scales' is 6 but must equal the length of 'slots' (8)}}
+  %r, %p = moe.permute %x, %slots, %o k = 2 scales(%s : tensor<4x1xf32> -> tensor<6x1xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// permuted scales groups
+func.func @case51(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %s: tensor<4x2xf32>) {
+  // expected-error @+1 {{dimension 1 of result 'permuted_scales' is 1 but must equal the scale groups of 'scales' (2)}}
+  %r, %p = moe.permute %x, %slots, %o k = 2 scales(%s : tensor<4x2xf32> -> tensor<8x1xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// rows must be float
+func.func @case52(%r: tensor<8x16xi8>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'rows' must be a 2-D tensor of floating-point values}}
+  %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xi8>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// slots must be i32
+func.func @case53(%r: tensor<8x16xbf16>, %slots: tensor<8xf32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'slots' must be a 1-D tensor of i32 values}}
+  %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xf32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// out must be float
+func.func @case54(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'out' must be a 2-D tensor of floating-point values}}
+  %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xi32>
+  return
+}
+
+// -----
+
+// offsets rank
+func.func @case55(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4x1xi32>) {
+  // expected-error @+1 {{operand 'offsets' must be a 1-D tensor of i32 values}}
+  %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4x1xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// k positive
+func.func @case56(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'k' must be positive, got -1}}
+  %y = moe.unpermute %r, %slots, %o k = -1 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// one slot per row
+func.func @case57(%r: tensor<8x16xbf16>, %slots: tensor<6xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of operand 'slots' is 6 but must equal the number of rows of 'rows' (8)}}
+  %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<6xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// hidden size kept
+func.func @case58(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'out' is 8 but must equal the hidden size of 'rows' (16)}}
+  %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x8xbf16>
+  return
+}
+
+// -----
+
+// rows must cover every slot
+func.func @case59(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'rows' has 8 rows, fewer than the 10 slots of 5 tokens with k = 2}}
+  %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<5x16xbf16>
+  return
+}
+
+// -----
+
+// weights must be f32
+func.func @case60(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xbf16>) {
+  // expected-error @+1 {{operand 'weights' must be a 2-D tensor of f32 values}}
+  %y = moe.unpermute %r, %slots, %o k = 2 weights(%w : tensor<4x2xbf16>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// weights token count
+func.func @case61(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<3x2xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'weights' is 3 but must equal the number of tokens of result 'out' (4)}}
+  %y = moe.unpermute %r, %slots, %o k = 2 weights(%w : tensor<3x2xf32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// weights width k
+func.func @case62(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x1xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'weights' is 1 but must equal attribute 'k' (2)}}
+  %y = moe.unpermute %r, %slots, %o k = 2 weights(%w : tensor<4x1xf32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// lhs rank
+func.func @case63(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %l: tensor<8x16x1xbf16>) {
+  // expected-error @+1 {{operand 'lhs' must be a 2-D tensor of floating-point values}}
+  %y = moe.grouped_matmul %l, %w, %o : tensor<8x16x1xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// offsets must be i32
+func.func @case64(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi64>) {
+  // expected-error @+1 {{operand 'offsets' must be a 1-D tensor of i32 values}}
+  %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi64> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// gather needs k
+func.func @case65(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
+  // expected-error @+1 {{attribute 'k' is required with 'gather' or 'scatter' (slot / k is the token)}}
+  %y = moe.grouped_matmul %x, %w, %o gather(%s : tensor<8xi32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// k without gather or scatter
+func.func @case66(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'k' is only used with 'gather' or 'scatter'}}
+  %y = moe.grouped_matmul %x, %w, %o {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// k positive
+func.func @case67(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
+  // expected-error @+1 {{attribute 'k' must be positive, got 0}}
+  %y = moe.grouped_matmul %x, %w, %o gather(%s : tensor<8xi32>) {k = 0 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// gather slots must be i32
+func.func @case68(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi64>) {
+  // expected-error @+1 {{operand 'gather_slots' must be a 1-D tensor of i32 values}}
+  %y = moe.grouped_matmul %x, %w, %o gather(%s : tensor<8xi64>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// gathered rows come from the slots, not from lhs
+func.func @case69(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<6xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'out' is 8 but must equal the number of grouped rows (6)}}
+  %y = moe.grouped_matmul %x, %w, %o gather(%s : tensor<6xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// lhs and rhs element types
+func.func @case70(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<4x16x32xf16>) {
+  // expected-error @+1 {{element type of operand 'rhs' ('f16') must match operand 'lhs' ('bf16')}}
+  %y = moe.grouped_matmul %x, %h, %o : tensor<8x16xbf16>, tensor<4x16x32xf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// rhs rank
+func.func @case71(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<16x32xbf16>) {
+  // expected-error @+1 {{operand 'rhs' must be a 3-D tensor of floating-point values}}
+  %y = moe.grouped_matmul %x, %h, %o : tensor<8x16xbf16>, tensor<16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// one weight per expert
+func.func @case72(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<5x16x32xbf16>) {
+  // expected-error @+1 {{dimension 0 of operand 'rhs' is 5 but must equal the number of experts (4)}}
+  %y = moe.grouped_matmul %x, %h, %o : tensor<8x16xbf16>, tensor<5x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// reduction size
+func.func @case73(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<4x24x32xbf16>) {
+  // expected-error @+1 {{dimension 1 of operand 'rhs' is 24 but must equal K, the columns of 'lhs' (16)}}
+  %y = moe.grouped_matmul %x, %h, %o : tensor<8x16xbf16>, tensor<4x24x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// reduction size of a transposed rhs
+func.func @case74(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 2 of operand 'rhs' (transposed) is 32 but must equal K, the columns of 'lhs' (16)}}
+  %y = moe.grouped_matmul %x, %w, %o {transpose_rhs} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<16x32xbf16>
+  return
+}
+
+// -----
+
+// bias width
+func.func @case75(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x16xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'bias' is 16 but must equal N, the output columns of 'rhs' (32)}}
+  %y = moe.grouped_matmul %x, %w, %o bias(%b : tensor<4x16xf32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// bias per expert
+func.func @case76(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %b: tensor<3x32xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'bias' is 3 but must equal the number of experts (4)}}
+  %y = moe.grouped_matmul %x, %w, %o bias(%b : tensor<3x32xf32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// bias must be float
+func.func @case77(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x32xi32>) {
+  // expected-error @+1 {{operand 'bias' must be a 2-D tensor of floating-point values}}
+  %y = moe.grouped_matmul %x, %w, %o bias(%b : tensor<4x32xi32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// lora_a without lora_b (generic form)
+func.func @case78(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>) {
+  // expected-error @+1 {{operands 'lora_a' and 'lora_b' must be given together}}
+  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// LoRA rank per expert
+func.func @case79(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<6x16xbf16>, %b: tensor<32x6xbf16>) {
+  // expected-error @+1 {{dimension 0 of operand 'lora_a' must be a static multiple of the number of experts (4), got 'tensor<6x16xbf16>'}}
+  %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<6x16xbf16>, tensor<32x6xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// LoRA A reduction size
+func.func @case80(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x12xbf16>, %b: tensor<32x8xbf16>) {
+  // expected-error @+1 {{dimension 1 of operand 'lora_a' is 12 but must equal K, the columns of 'lhs' (16)}}
+  %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<8x12xbf16>, tensor<32x8xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// LoRA B output size
+func.func @case81(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<30x8xbf16>) {
+  // expected-error @+1 {{dimension 0 of operand 'lora_b' is 30 but must equal N, the output columns of 'rhs' (32)}}
+  %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<8x16xbf16>, tensor<30x8xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// LoRA ranks agree
+func.func @case82(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<32x4xbf16>) {
+  // expected-error @+1 {{dimension 1 of operand 'lora_b' is 4 but must equal dimension 0 of 'lora_a' (E * r) (8)}}
+  %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<8x16xbf16>, tensor<32x4xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// LoRA must be float
+func.func @case83(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xi8>, %b: tensor<32x8xbf16>) {
+  // expected-error @+1 {{operand 'lora_a' must be a 2-D tensor of floating-point values}}
+  %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<8x16xi8>, tensor<32x8xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// lora_scaling without LoRA
+func.func @case84(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'lora_scaling' requires operands 'lora_a' and 'lora_b'}}
+  %y = moe.grouped_matmul %x, %w, %o {lora_scaling = 2.0 : f32} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// swiglu halves the output
+func.func @case85(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'out' is 32 but must equal N / 2 (swiglu halves the output columns) (16)}}
+  %y = moe.grouped_matmul %x, %w, %o {activation = #moe.activation<swiglu>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// swiglu needs an even N
+func.func @case86(%x: tensor<8x16xbf16>, %w: tensor<4x16x31xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{activation = swiglu needs an even number of output columns in 'rhs', got 31}}
+  %y = moe.grouped_matmul %x, %w, %o {activation = #moe.activation<swiglu>} : tensor<8x16xbf16>, tensor<4x16x31xbf16>, tensor<4xi32> -> tensor<8x15xbf16>
+  return
+}
+
+// -----
+
+// row scale must be f32
+func.func @case87(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xbf16>) {
+  // expected-error @+1 {{operand 'row_scale' must be a 1-D tensor of f32 values}}
+  %y = moe.grouped_matmul %x, %w, %o row_scale(%s : tensor<8xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// one scale per row
+func.func @case88(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<7xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'row_scale' is 7 but must equal the number of grouped rows (8)}}
+  %y = moe.grouped_matmul %x, %w, %o row_scale(%s : tensor<7xf32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// out rank
+func.func @case89(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'out' must be a 2-D tensor of floating-point values}}
+  %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32x1xbf16>
+  return
+}
+
+// -----
+
+// out width
+func.func @case90(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'out' is 30 but must equal N, the output columns of 'rhs' (32)}}
+  %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x30xbf16>
+  return
+}
+
+// -----
+
+// out rows
+func.func @case91(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'out' is 9 but must equal the number of grouped rows (8)}}
+  %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<9x32xbf16>
+  return
+}
+
+// -----
+
+// scatter_weights without scatter (generic form)
+func.func @case92(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
+  // expected-error @+1 {{operand 'scatter_weights' requires operand 'scatter_slots'}}
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// scatter slots must be i32
+func.func @case93(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{operand 'scatter_slots' must be a 1-D tensor of i32 values}}
+  %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xf32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
+  return
+}
+
+// -----
+
+// one slot per row
+func.func @case94(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<6xi32>) {
+  // expected-error @+1 {{dimension 0 of operand 'scatter_slots' is 6 but must equal the number of grouped rows (8)}}
+  %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<6xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<3x32xbf16>
+  return
+}
+
+// -----
+
+// scatter rows cover every slot
+func.func @case95(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
+  // expected-error @+1 {{operand 'scatter_slots' has 8 rows, fewer than the 10 slots of 5 tokens with k = 2}}
+  %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<5x32xbf16>
+  return
+}
+
+// -----
+
+// scatter weights must be f32
+func.func @case96(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %sw: tensor<4x2xbf16>) {
+  // expected-error @+1 {{operand 'scatter_weights' must be a 2-D tensor of f32 values}}
+  %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) scatter_weights(%sw : tensor<4x2xbf16>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
+  return
+}
+
+// -----
+
+// scatter weights per token
+func.func @case97(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %sw: tensor<3x2xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'scatter_weights' is 3 but must equal the number of tokens of result 'out' (4)}}
+  %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) scatter_weights(%sw : tensor<3x2xf32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
+  return
+}
+
+// -----
+
+// scatter weights width k
+func.func @case98(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %sw: tensor<4x1xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'scatter_weights' is 1 but must equal attribute 'k' (2)}}
+  %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) scatter_weights(%sw : tensor<4x1xf32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
+  return
+}
+
+// -----
+
+// weight_grad rejects bias
+func.func @case99(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x32xf32>) {
+  // expected-error @+1 {{operand 'bias' is not supported with mode = weight_grad}}
+  %dw = moe.grouped_matmul %x, %dy, %o bias(%b : tensor<4x32xf32>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad rejects lora_a
+func.func @case100(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<32x8xbf16>) {
+  // expected-error @+1 {{operand 'lora_a' is not supported with mode = weight_grad}}
+  %dw = moe.grouped_matmul %x, %dy, %o lora(%a, %b : tensor<8x16xbf16>, tensor<32x8xbf16>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad rejects row_scale
+func.func @case101(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{operand 'row_scale' is not supported with mode = weight_grad}}
+  %dw = moe.grouped_matmul %x, %dy, %o row_scale(%s : tensor<8xf32>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad rejects scatter
+func.func @case102(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
+  // expected-error @+1 {{operand 'scatter_slots' is not supported with mode = weight_grad}}
+  %dw = moe.grouped_matmul %x, %dy, %o scatter(%s : tensor<8xi32>) {mode = #moe.mode<weight_grad>, k = 2 : i64} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad rejects scatter_weights (generic form)
+func.func @case103(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
+  // expected-error @+1 {{operand 'scatter_weights' is not supported with mode = weight_grad}}
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad rejects lora_b alone (generic form)
+func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<32x8xbf16>) {
+  // expected-error @+1 {{operand 'lora_b' is not supported with mode = weight_grad}}
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad rejects transpose_rhs
+func.func @case105(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'transpose_rhs' is not supported with mode = weight_grad}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad rejects activation
+func.func @case106(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'activation' is not supported with mode = weight_grad}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, activation = #moe.activation<swiglu>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad: rhs is the 2-D output gradient
+func.func @case107(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'rhs' (the output gradient) must be a 2-D tensor of floating-point values}}
+  %dw = moe.grouped_matmul %x, %w, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad element types
+func.func @case108(%x: tensor<8x16xbf16>, %dy: tensor<8x32xf32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{element type of operand 'rhs' ('f32') must match operand 'lhs' ('bf16')}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xf32>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad: gradient rows
+func.func @case109(%x: tensor<8x16xbf16>, %dy: tensor<9x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of operand 'rhs' is 9 but must equal the number of grouped rows (8)}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<9x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad out rank
+func.func @case110(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'out' must be a 3-D tensor of floating-point values}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32x1xf32>
+  return
+}
+
+// -----
+
+// weight_grad one gradient per expert
+func.func @case111(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'out' is 3 but must equal the number of experts (4)}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<3x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad K
+func.func @case112(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'out' is 15 but must equal K, the columns of 'lhs' (16)}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x15x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad N
+func.func @case113(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 2 of result 'out' is 31 but must equal N, the columns of 'rhs' (32)}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x31xf32>
+  return
+}
+
+// -----
+
+// swiglu input must be float
+func.func @case114(%h: tensor<4x6xi32>) {
+  // expected-error @+1 {{operand 'input' must be a 2-D tensor of floating-point values}}
+  %a = moe.swiglu %h : tensor<4x6xi32> -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+// swiglu output must be float
+func.func @case115(%h: tensor<4x6xf32>) {
+  // expected-error @+1 {{result 'output' must be a 2-D tensor of floating-point values}}
+  %a = moe.swiglu %h : tensor<4x6xf32> -> tensor<4x3xi32>
+  return
+}
+
+// -----
+
+// swiglu needs an even width
+func.func @case116(%h: tensor<4x7xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'input' must be even (gate and up halves), got 7}}
+  %a = moe.swiglu %h : tensor<4x7xf32> -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+// swiglu keeps the rows
+func.func @case117(%h: tensor<4x6xf32>) {
+  // expected-error @+1 {{dimension 0 of result 'output' is 5 but must equal the rows of operand 'input' (4)}}
+  %a = moe.swiglu %h : tensor<4x6xf32> -> tensor<5x3xf32>
+  return
+}
+
+// -----
+
+// swiglu halves the width
+func.func @case118(%h: tensor<4x6xf32>) {
+  // expected-error @+1 {{dimension 1 of result 'output' is 6 but must equal half the width of operand 'input' (3)}}
+  %a = moe.swiglu %h : tensor<4x6xf32> -> tensor<4x6xf32>
+  return
+}
+
+// -----
+
+// swiglu_grad output gradient shape
+func.func @case119(%h: tensor<4x6xf32>, %dy: tensor<4x6xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'grad_output' is 6 but must equal half the width of operand 'input' (3)}}
+  %dh = moe.swiglu_grad %h, %dy : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+  return
+}
+
+// -----
+
+// swiglu_grad input gradient shape
+func.func @case120(%h: tensor<4x6xf32>, %dy: tensor<4x3xf32>) {
+  // expected-error @+1 {{dimension 1 of result 'grad_input' is 3 but must equal operand 'input' (6)}}
+  %dh = moe.swiglu_grad %h, %dy : tensor<4x6xf32>, tensor<4x3xf32> -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+// swiglu_grad input gradient must be float
+func.func @case121(%h: tensor<4x6xf32>, %dy: tensor<4x3xf32>) {
+  // expected-error @+1 {{result 'grad_input' must be a 2-D tensor of floating-point values}}
+  %dh = moe.swiglu_grad %h, %dy : tensor<4x6xf32>, tensor<4x3xf32> -> tensor<4x6xi32>
+  return
+}
+
+// -----
+
+// quantize input must be bf16/f16/f32
+func.func @case122(%x: tensor<4x128xf8E4M3FN>) {
+  // expected-error @+1 {{operand 'input' must be a 2-D tensor of bf16, f16 or f32 values}}
+  %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xf8E4M3FN> -> tensor<4x128xf8E4M3FN>, tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// quantize data must be FP8
+func.func @case123(%x: tensor<4x128xbf16>) {
+  // expected-error @+1 {{result 'data' must be a 2-D tensor of f8E4M3FN or f8E5M2 values, got 'tensor<4x128xi8>'}}
+  %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xbf16> -> tensor<4x128xi8>, tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// quantize group_size positive
+func.func @case124(%x: tensor<4x128xbf16>) {
+  // expected-error @+1 {{attribute 'group_size' must be positive, got 0}}
+  %q, %s = moe.quantize %x group_size = 0 : tensor<4x128xbf16> -> tensor<4x128xf8E4M3FN>, tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// quantize keeps the shape
+func.func @case125(%x: tensor<4x128xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'data' is 64 but must equal operand 'input' (128)}}
+  %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xbf16> -> tensor<4x64xf8E4M3FN>, tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// quantize scales must be f32
+func.func @case126(%x: tensor<4x128xbf16>) {
+  // expected-error @+1 {{result 'scales' must be a 2-D tensor of f32 values}}
+  %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xbf16> -> tensor<4x128xf8E4M3FN>, tensor<4x1xbf16>
+  return
+}
+
+// -----
+
+// rowwise quantize takes no offsets
+func.func @case127(%x: tensor<4x128xbf16>, %o: tensor<2xi32>) {
+  // expected-error @+1 {{operand 'offsets' is only used with axis = colwise}}
+  %q, %s = moe.quantize %x offsets(%o : tensor<2xi32>) group_size = 128 : tensor<4x128xbf16> -> tensor<4x128xf8E4M3FN>, tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// rowwise scale rows
+func.func @case128(%x: tensor<4x128xbf16>) {
+  // expected-error @+1 {{dimension 0 of result 'scales' is 1 but must equal the number of rows (4)}}
+  %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xbf16> -> tensor<4x128xf8E4M3FN>, tensor<1x1xf32>
+  return
+}
+
+// -----
+
+// rowwise scale columns
+func.func @case129(%x: tensor<4x200xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'scales' is 1 but must equal ceil(columns / group_size) (2)}}
+  %q, %s = moe.quantize %x group_size = 128 : tensor<4x200xbf16> -> tensor<4x200xf8E4M3FN>, tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// colwise quantize needs offsets
+func.func @case130(%x: tensor<256x64xbf16>) {
+  // expected-error @+1 {{axis = colwise requires operand 'offsets' (the expert groups)}}
+  %q, %s = moe.quantize %x group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xbf16> -> tensor<256x64xf8E4M3FN>, tensor<2x64xf32>
+  return
+}
+
+// -----
+
+// colwise scale rows
+func.func @case131(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'scales' is 2 but must equal (rows + min(E, rows) * (group_size - 1)) / group_size (9)}}
+  %q, %s = moe.quantize %x offsets(%o : tensor<8xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xbf16> -> tensor<256x64xf8E4M3FN>, tensor<2x64xf32>
+  return
+}
+
+// -----
+
+// colwise scale columns
+func.func @case132(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'scales' is 32 but must equal the number of columns (64)}}
+  %q, %s = moe.quantize %x offsets(%o : tensor<8xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xbf16> -> tensor<256x64xf8E4M3FN>, tensor<9x32xf32>
+  return
+}
+
+// -----
+
+// dequantize group_size positive
+func.func @case133(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{attribute 'group_size' must be positive, got -2}}
+  %x = moe.dequantize %q, %s group_size = -2 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
+// FP8 dequantize takes no codebook
+func.func @case134(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{operand 'codebook' is only used with packed NF4 'data' (ui8)}}
+  %x = moe.dequantize %q, %s codebook(%cb : tensor<16xf32>) group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
+// FP8 dequantize takes no expert subset
+func.func @case135(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>, %e: tensor<2xi32>) {
+  // expected-error @+1 {{operand 'experts' is only used with packed NF4 'data' (ui8)}}
+  %x = moe.dequantize %q, %s experts(%e : tensor<2xi32>) group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
+// FP8 dequantize data rank
+func.func @case136(%q: tensor<2x4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{operand 'data' must be a 2-D tensor of f8E4M3FN or f8E5M2 values}}
+  %x = moe.dequantize %q, %s group_size = 128 : tensor<2x4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
+// FP8 dequantize output type
+func.func @case137(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{result 'output' must be a 2-D tensor of bf16, f16 or f32 values}}
+  %x = moe.dequantize %q, %s group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xf8E5M2>
+  return
+}
+
+// -----
+
+// FP8 dequantize keeps the shape
+func.func @case138(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{dimension 0 of result 'output' is 8 but must equal operand 'data' (4)}}
+  %x = moe.dequantize %q, %s group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<8x128xbf16>
+  return
+}
+
+// -----
+
+// FP8 dequantize scale columns
+func.func @case139(%q: tensor<4x256xf8E4M3FN>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'scales' is 1 but must equal ceil(columns / group_size) (2)}}
+  %x = moe.dequantize %q, %s group_size = 128 : tensor<4x256xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x256xbf16>
+  return
+}
+
+// -----
+
+// FP8 colwise dequantize needs offsets
+func.func @case140(%q: tensor<256x64xf8E4M3FN>, %s: tensor<9x64xf32>) {
+  // expected-error @+1 {{axis = colwise requires operand 'offsets' (the expert groups)}}
+  %x = moe.dequantize %q, %s group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xf8E4M3FN>, tensor<9x64xf32> -> tensor<256x64xbf16>
+  return
+}
+
+// -----
+
+// dequantize data must be FP8 or ui8
+func.func @case141(%q: tensor<4x128xi8>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{operand 'data' must be a tensor of FP8 (f8E4M3FN, f8E5M2) values, or of ui8 for packed NF4, got 'tensor<4x128xi8>'}}
+  %x = moe.dequantize %q, %s group_size = 128 : tensor<4x128xi8>, tensor<4x1xf32> -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
+// NF4 takes no offsets
+func.func @case142(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'offsets' is only used with FP8 'data'}}
+  %w = moe.dequantize %p, %a offsets(%o : tensor<4xi32>) codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// NF4 has no axis
+func.func @case143(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{attribute 'axis' applies to FP8 'data' only; NF4 blocks run along each expert's elements}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 {axis = #moe.axis<colwise>} : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// NF4 needs a codebook
+func.func @case144(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{packed NF4 'data' (ui8) requires operand 'codebook'}}
+  %w = moe.dequantize %p, %a group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// codebook has 16 entries
+func.func @case145(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %cb8: tensor<8xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'codebook' is 8 but must equal the 16 NF4 code values (16)}}
+  %w = moe.dequantize %p, %a codebook(%cb8 : tensor<8xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// codebook must be f32
+func.func @case146(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %cbh: tensor<16xbf16>) {
+  // expected-error @+1 {{operand 'codebook' must be a 1-D tensor of f32 values}}
+  %w = moe.dequantize %p, %a codebook(%cbh : tensor<16xbf16>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// NF4 data rank
+func.func @case147(%p: tensor<8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{operand 'data' must be a 3-D tensor of ui8 values (two NF4 codes per byte)}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// block size divides an expert
+func.func @case148(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{attribute 'group_size' (48) must divide the 128 elements of each expert}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 48 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// NF4 absmax blocks
+func.func @case149(%p: tensor<4x8x8xui8>, %a: tensor<4x4xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'scales' is 4 but must equal the blocks per expert (K * N / group_size) (2)}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x4xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// NF4 absmax experts
+func.func @case150(%p: tensor<4x8x8xui8>, %a: tensor<3x2xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'scales' is 3 but must equal the number of experts of 'data' (4)}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<3x2xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// NF4 absmax must be f32
+func.func @case151(%p: tensor<4x8x8xui8>, %a: tensor<4x2xbf16>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{operand 'scales' must be a 2-D tensor of f32 values}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xbf16> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// expert subset must be i32
+func.func @case152(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %e: tensor<2xi64>) {
+  // expected-error @+1 {{operand 'experts' must be a 1-D tensor of i32 values}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) experts(%e : tensor<2xi64>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<2x8x16xbf16>
+  return
+}
+
+// -----
+
+// one output per selected expert
+func.func @case153(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %e: tensor<2xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'output' is 4 but must equal the length of 'experts' (2)}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) experts(%e : tensor<2xi32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
+  return
+}
+
+// -----
+
+// one output per expert
+func.func @case154(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{dimension 0 of result 'output' is 3 but must equal the number of experts of 'data' (4)}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<3x8x16xbf16>
+  return
+}
+
+// -----
+
+// output rows
+func.func @case155(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{dimension 1 of result 'output' is 4 but must equal dimension 1 of 'data' (8)}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x4x16xbf16>
+  return
+}
+
+// -----
+
+// two codes per byte
+func.func @case156(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{dimension 2 of result 'output' is 8 but must equal twice dimension 2 of 'data' (two codes per byte) (16)}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x8xbf16>
+  return
+}
+
+// -----
+
+// NF4 output type
+func.func @case157(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+  // expected-error @+1 {{result 'output' must be a 3-D tensor of bf16, f16 or f32 values}}
+  %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xi32>
+  return
+}

@@ -1,0 +1,25 @@
+# -*- Python -*-
+# lit configuration of moec's regression tests (FileCheck-based).
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "MOEC"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.moec_obj_root, "test")
+# Unit/ is its own suite (GoogleTest format); lit.cfg.py files are not tests.
+config.excludes = ["Unit", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt"]
+
+llvm_config.use_default_substitutions()
+config.substitutions.append(("%moec_src", config.moec_src_root))
+config.substitutions.append(("%mlir_include", config.mlir_include_dir))
+
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+tool_dirs = [config.moec_tools_dir, config.llvm_tools_dir]
+tools = ["moec-opt", "mlir-tblgen", ToolSubst("FileCheck", unresolved="fatal")]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
