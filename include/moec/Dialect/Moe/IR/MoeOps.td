@@ -383,7 +383,8 @@ def Moe_QuantizeOp : Moe_Op<"quantize", [Pure]> {
       (a block never spans two experts; the last block of a group may be
       short). Expert `e`'s blocks follow those of experts `< e`, so
       `scales` is `[(M + min(E, M) * (group_size - 1)) / group_size, K]`, an upper
-      bound on the block count; unused trailing rows are 1.
+      bound on the block count; unused trailing rows are 1. Rows at or past
+      `offsets[E-1]` belong to no group and quantize to 0.
 
     Example:
 

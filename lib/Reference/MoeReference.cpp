@@ -1,0 +1,728 @@
+//===- MoeReference.cpp - Float64 reference semantics of the moe ops ------===//
+//
+// Part of moec. Written for obviousness, not speed: one loop nest per formula
+// of MoeOps.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Reference/MoeReference.h"
+#include "moec/Support/MoeShapes.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+namespace moec::ref {
+
+//===----------------------------------------------------------------------===//
+// Tensors and argument checks
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+int64_t product(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0)
+      throw std::invalid_argument("tensor shape has a negative dimension");
+    n *= d;
+  }
+  return n;
+}
+
+std::string shapeStr(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+[[noreturn]] void fail(const std::string &message) {
+  throw std::invalid_argument(message);
+}
+
+template <typename T>
+void expectRank(const Tensor<T> &t, const char *name, size_t rank) {
+  if (t.shape.size() != rank)
+    fail(std::string("'") + name + "' must have rank " + std::to_string(rank) +
+         ", got shape " + shapeStr(t.shape));
+}
+
+template <typename T>
+void expectDim(const Tensor<T> &t, const char *name, unsigned dim,
+               int64_t expected, const char *expectedDesc) {
+  if (t.shape.at(dim) != expected)
+    fail(std::string("dimension ") + std::to_string(dim) + " of '" + name +
+         "' is " + std::to_string(t.shape[dim]) + " but must equal " +
+         expectedDesc + " (" + std::to_string(expected) + ")");
+}
+
+/// Checks offsets [E]: non-decreasing group ends within [0, rows].
+void expectOffsets(const ITensor &offsets, int64_t rows) {
+  expectRank(offsets, "offsets", 1);
+  if (offsets.dim(0) < 1)
+    fail("'offsets' must hold at least one expert");
+  int32_t previous = 0;
+  for (int64_t e = 0; e < offsets.dim(0); ++e) {
+    int32_t end = offsets.data[e];
+    if (end < previous || end > rows)
+      fail("'offsets' must be non-decreasing group ends within [0, " +
+           std::to_string(rows) + "], got " + std::to_string(end) +
+           " for expert " + std::to_string(e));
+    previous = end;
+  }
+}
+
+int64_t groupStart(const ITensor &offsets, int64_t e) {
+  return e == 0 ? 0 : offsets.data[e - 1];
+}
+
+/// Checks a slot tensor [M] against T tokens with k slots each.
+void expectSlots(const ITensor &slots, const char *name, int64_t tokens,
+                 int64_t k) {
+  expectRank(slots, name, 1);
+  for (int32_t slot : slots.data)
+    if (slot < -1 || slot >= tokens * k)
+      fail(std::string("'") + name + "' holds slot " + std::to_string(slot) +
+           ", outside [-1, " + std::to_string(tokens * k) + ")");
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+} // namespace
+
+template <typename T>
+Tensor<T>::Tensor(std::vector<int64_t> shape, T fill)
+    : shape(std::move(shape)) {
+  data.assign(product(this->shape), fill);
+}
+
+template <typename T>
+Tensor<T>::Tensor(std::vector<int64_t> shape, std::vector<T> data)
+    : shape(std::move(shape)), data(std::move(data)) {
+  if (static_cast<int64_t>(this->data.size()) != product(this->shape))
+    fail("tensor data has " + std::to_string(this->data.size()) +
+         " elements, shape " + shapeStr(this->shape) + " needs " +
+         std::to_string(product(this->shape)));
+}
+
+template <typename T> int64_t Tensor<T>::numElements() const {
+  return product(shape);
+}
+
+template struct Tensor<double>;
+template struct Tensor<int32_t>;
+template struct Tensor<uint8_t>;
+
+double relativeError(const DTensor &out, const DTensor &ref) {
+  if (out.shape != ref.shape)
+    fail("relativeError: shapes " + shapeStr(out.shape) + " and " +
+         shapeStr(ref.shape) + " differ");
+  double diff = 0, norm = 0, outNorm = 0;
+  for (size_t i = 0; i < ref.data.size(); ++i) {
+    diff += (out.data[i] - ref.data[i]) * (out.data[i] - ref.data[i]);
+    norm += ref.data[i] * ref.data[i];
+    outNorm += out.data[i] * out.data[i];
+  }
+  if (norm == 0)
+    return std::sqrt(outNorm);
+  return std::sqrt(diff / norm);
+}
+
+//===----------------------------------------------------------------------===//
+// Routing
+//===----------------------------------------------------------------------===//
+
+RouterResult routerTopK(const DTensor &logits, const RouterOptions &options) {
+  expectRank(logits, "logits", 2);
+  const int64_t tokens = logits.dim(0), experts = logits.dim(1);
+  const int64_t k = options.k;
+  if (k < 1 || k > experts)
+    fail("'k' must be in [1, " + std::to_string(experts) + "], got " +
+         std::to_string(k));
+  if (!options.selectionBias.empty() &&
+      static_cast<int64_t>(options.selectionBias.size()) != experts)
+    fail("'selection_bias' must have one value per expert");
+  if (options.order == TopKOrder::TopKThenSoftmax &&
+      options.scoring != Scoring::Softmax)
+    fail("order = topk_then_softmax requires scoring = softmax");
+  const bool grouped = options.numGroups > 0;
+  if (grouped && (experts % options.numGroups != 0 || options.topkGroups < 1 ||
+                  options.topkGroups > options.numGroups ||
+                  k > options.topkGroups * (experts / options.numGroups)))
+    fail("'num_groups' / 'topk_groups' are inconsistent with E and k");
+
+  RouterResult result{DTensor({tokens, k}), ITensor({tokens, k})};
+  std::vector<double> scores(experts), select(experts);
+  std::vector<int64_t> order(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const double *row = &logits.data[t * experts];
+    if (options.scoring == Scoring::Softmax) {
+      double peak = *std::max_element(row, row + experts), sum = 0;
+      for (int64_t e = 0; e < experts; ++e)
+        sum += scores[e] = std::exp(row[e] - peak);
+      for (double &s : scores)
+        s /= sum;
+    } else {
+      for (int64_t e = 0; e < experts; ++e)
+        scores[e] = sigmoid(row[e]);
+    }
+    // Selection runs on the raw logits for topk_then_softmax, on the scores
+    // otherwise, plus the selection bias.
+    for (int64_t e = 0; e < experts; ++e)
+      select[e] = (options.order == TopKOrder::TopKThenSoftmax ? row[e]
+                                                               : scores[e]) +
+                  (options.selectionBias.empty() ? 0.0
+                                                 : options.selectionBias[e]);
+    std::vector<bool> allowed(experts, true);
+    if (grouped) {
+      const int64_t size = experts / options.numGroups;
+      std::vector<double> groupScore(options.numGroups);
+      for (int64_t g = 0; g < options.numGroups; ++g) {
+        std::vector<double> members(select.begin() + g * size,
+                                    select.begin() + (g + 1) * size);
+        std::sort(members.begin(), members.end(), std::greater<double>());
+        groupScore[g] = members[0] + (size > 1 ? members[1] : 0.0);
+      }
+      std::vector<int64_t> groups(options.numGroups);
+      std::iota(groups.begin(), groups.end(), 0);
+      std::stable_sort(groups.begin(), groups.end(), [&](int64_t a, int64_t b) {
+        return groupScore[a] > groupScore[b];
+      });
+      std::fill(allowed.begin(), allowed.end(), false);
+      for (int64_t i = 0; i < options.topkGroups; ++i)
+        for (int64_t e = groups[i] * size; e < (groups[i] + 1) * size; ++e)
+          allowed[e] = true;
+    }
+    std::iota(order.begin(), order.end(), 0);
+    // Decreasing selection score; ties (stable) keep the lower expert id.
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      if (allowed[a] != allowed[b])
+        return bool(allowed[a]);
+      return select[a] > select[b];
+    });
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t e = order[j];
+      result.ids.at(t, j) = static_cast<int32_t>(e);
+      double w = options.order == TopKOrder::TopKThenSoftmax ? row[e]
+                                                             : scores[e];
+      result.weights.at(t, j) = w;
+    }
+    if (options.order == TopKOrder::TopKThenSoftmax) {
+      double peak = result.weights.at(t, 0);
+      for (int64_t j = 0; j < k; ++j)
+        peak = std::max(peak, result.weights.at(t, j));
+      for (int64_t j = 0; j < k; ++j)
+        sum += result.weights.at(t, j) =
+            std::exp(result.weights.at(t, j) - peak);
+      for (int64_t j = 0; j < k; ++j)
+        result.weights.at(t, j) /= sum;
+    }
+    if (options.renormalize) {
+      sum = 0;
+      for (int64_t j = 0; j < k; ++j)
+        sum += result.weights.at(t, j);
+      for (int64_t j = 0; j < k; ++j)
+        result.weights.at(t, j) /= sum;
+    }
+    for (int64_t j = 0; j < k; ++j)
+      result.weights.at(t, j) *= options.scalingFactor;
+  }
+  return result;
+}
+
+SortResult sortByExpert(const ITensor &ids, int64_t numExperts,
+                        int64_t align) {
+  expectRank(ids, "ids", 2);
+  if (numExperts < 1)
+    fail("'num_experts' must be positive");
+  if (!isPowerOfTwo(align))
+    fail("'align' must be a positive power of two, got " +
+         std::to_string(align));
+  const int64_t tokens = ids.dim(0), k = ids.dim(1);
+  const int64_t capacity = sortedCapacity(tokens, k, numExperts, align);
+
+  std::vector<int64_t> counts(numExperts, 0);
+  for (int32_t e : ids.data) {
+    if (e < 0 || e >= numExperts)
+      fail("'ids' holds expert " + std::to_string(e) + ", outside [0, " +
+           std::to_string(numExperts) + ")");
+    ++counts[e];
+  }
+  SortResult result{ITensor({capacity}, -1), ITensor({capacity}, -1),
+                    ITensor({numExperts})};
+  std::vector<int64_t> next(numExperts);
+  int64_t end = 0;
+  for (int64_t e = 0; e < numExperts; ++e) {
+    next[e] = end;
+    int64_t padded = ceilDiv(counts[e], align) * align;
+    for (int64_t i = end; i < end + padded; ++i)
+      result.sortedExpertIds.data[i] = static_cast<int32_t>(e);
+    end += padded;
+    result.offsets.data[e] = static_cast<int32_t>(end);
+  }
+  // Slots in increasing order: a stable sort by expert.
+  for (int64_t slot = 0; slot < tokens * k; ++slot)
+    result.slots.data[next[ids.data[slot]]++] = static_cast<int32_t>(slot);
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Permutation
+//===----------------------------------------------------------------------===//
+
+PermuteResult permute(const DTensor &tokens, const ITensor &slots,
+                      const ITensor &offsets, int64_t k, const DTensor *probs,
+                      const DTensor *scales) {
+  expectRank(tokens, "tokens", 2);
+  if (k < 1)
+    fail("'k' must be positive");
+  const int64_t numTokens = tokens.dim(0), hidden = tokens.dim(1);
+  expectSlots(slots, "slots", numTokens, k);
+  const int64_t rows = slots.dim(0);
+  expectOffsets(offsets, rows);
+  const int64_t end = offsets.data.back();
+
+  PermuteResult result;
+  result.rows = DTensor({rows, hidden});
+  if (probs) {
+    expectRank(*probs, "probs", 2);
+    expectDim(*probs, "probs", 0, numTokens, "the number of tokens");
+    expectDim(*probs, "probs", 1, k, "k");
+    result.permutedProbs = DTensor({rows});
+  }
+  if (scales) {
+    expectRank(*scales, "scales", 2);
+    expectDim(*scales, "scales", 0, numTokens, "the number of tokens");
+    result.permutedScales = DTensor({rows, scales->dim(1)});
+  }
+  for (int64_t i = 0; i < std::min(rows, end); ++i) {
+    int32_t slot = slots.data[i];
+    if (slot < 0)
+      continue;
+    int64_t t = slot / k;
+    for (int64_t h = 0; h < hidden; ++h)
+      result.rows.at(i, h) = tokens.at(t, h);
+    if (probs)
+      result.permutedProbs.data[i] = probs->data[slot];
+    if (scales)
+      for (int64_t g = 0; g < scales->dim(1); ++g)
+        result.permutedScales.at(i, g) = scales->at(t, g);
+  }
+  return result;
+}
+
+DTensor unpermute(const DTensor &rows, const ITensor &slots,
+                  const ITensor &offsets, int64_t k, int64_t numTokens,
+                  const DTensor *weights) {
+  expectRank(rows, "rows", 2);
+  if (k < 1)
+    fail("'k' must be positive");
+  expectDim(slots, "slots", 0, rows.dim(0), "the number of rows");
+  expectSlots(slots, "slots", numTokens, k);
+  expectOffsets(offsets, rows.dim(0));
+  if (weights) {
+    expectRank(*weights, "weights", 2);
+    expectDim(*weights, "weights", 0, numTokens, "the number of tokens");
+    expectDim(*weights, "weights", 1, k, "k");
+  }
+  const int64_t hidden = rows.dim(1), end = offsets.data.back();
+  DTensor out({numTokens, hidden});
+  for (int64_t i = 0; i < end; ++i) {
+    int32_t slot = slots.data[i];
+    if (slot < 0)
+      continue;
+    double w = weights ? weights->data[slot] : 1.0;
+    for (int64_t h = 0; h < hidden; ++h)
+      out.at(slot / k, h) += w * rows.at(i, h);
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Grouped matmul
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The lhs rows of a grouped matmul: lhs itself, or lhs[slot / k] gathered.
+DTensor groupedRows(const DTensor &lhs, const ITensor *gatherSlots,
+                    int64_t k) {
+  expectRank(lhs, "lhs", 2);
+  if (!gatherSlots)
+    return lhs;
+  if (k < 1)
+    fail("'k' is required (positive) with 'gather_slots'");
+  expectSlots(*gatherSlots, "gather_slots", lhs.dim(0), k);
+  DTensor rows({gatherSlots->dim(0), lhs.dim(1)});
+  for (int64_t i = 0; i < rows.dim(0); ++i) {
+    int32_t slot = gatherSlots->data[i];
+    if (slot >= 0)
+      for (int64_t c = 0; c < lhs.dim(1); ++c)
+        rows.at(i, c) = lhs.at(slot / k, c);
+  }
+  return rows;
+}
+
+} // namespace
+
+DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
+                      const ITensor &offsets,
+                      const GroupedMatmulOptions &options) {
+  const DTensor x = groupedRows(lhs, options.gatherSlots, options.k);
+  const int64_t rows = x.dim(0), red = x.dim(1);
+  expectOffsets(offsets, rows);
+  const int64_t experts = offsets.dim(0);
+  expectRank(rhs, "rhs", 3);
+  expectDim(rhs, "rhs", 0, experts, "the number of experts");
+  const int64_t cols = options.transposeRhs ? rhs.dim(1) : rhs.dim(2);
+  expectDim(rhs, "rhs", options.transposeRhs ? 2 : 1, red,
+            "K, the columns of 'lhs'");
+  auto weight = [&](int64_t e, int64_t kk, int64_t n) {
+    return options.transposeRhs ? rhs.at(e, n, kk) : rhs.at(e, kk, n);
+  };
+  if (options.bias) {
+    expectRank(*options.bias, "bias", 2);
+    expectDim(*options.bias, "bias", 0, experts, "the number of experts");
+    expectDim(*options.bias, "bias", 1, cols, "N");
+  }
+  int64_t rank = 0;
+  if (bool(options.loraA) != bool(options.loraB))
+    fail("'lora_a' and 'lora_b' must be given together");
+  if (options.loraA) {
+    expectRank(*options.loraA, "lora_a", 2);
+    expectRank(*options.loraB, "lora_b", 2);
+    if (options.loraA->dim(0) % experts != 0)
+      fail("dimension 0 of 'lora_a' must be a multiple of the experts");
+    rank = options.loraA->dim(0) / experts;
+    expectDim(*options.loraA, "lora_a", 1, red, "K");
+    expectDim(*options.loraB, "lora_b", 0, cols, "N");
+    expectDim(*options.loraB, "lora_b", 1, experts * rank, "E * r");
+  }
+  if (options.swiglu && cols % 2 != 0)
+    fail("swiglu needs an even N, got " + std::to_string(cols));
+  const int64_t outCols = options.swiglu ? cols / 2 : cols;
+  if (options.rowScale)
+    expectDim(*options.rowScale, "row_scale", 0, rows, "the grouped rows");
+  if (options.scatterWeights && !options.scatterSlots)
+    fail("'scatter_weights' requires 'scatter_slots'");
+  const bool scatter = options.scatterSlots != nullptr;
+  if (scatter) {
+    if (options.k < 1)
+      fail("'k' is required (positive) with 'scatter_slots'");
+    expectDim(*options.scatterSlots, "scatter_slots", 0, rows,
+              "the grouped rows");
+    expectSlots(*options.scatterSlots, "scatter_slots", options.numTokens,
+                options.k);
+    if (options.scatterWeights) {
+      expectRank(*options.scatterWeights, "scatter_weights", 2);
+      expectDim(*options.scatterWeights, "scatter_weights", 0,
+                options.numTokens, "the number of tokens");
+      expectDim(*options.scatterWeights, "scatter_weights", 1, options.k, "k");
+    }
+  }
+
+  DTensor out(scatter ? std::vector<int64_t>{options.numTokens, outCols}
+                      : std::vector<int64_t>{rows, outCols});
+  std::vector<double> y(cols), down(rank);
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int64_t i = groupStart(offsets, e); i < offsets.data[e]; ++i) {
+      for (int64_t n = 0; n < cols; ++n) {
+        double acc = options.bias ? options.bias->at(e, n) : 0.0;
+        for (int64_t kk = 0; kk < red; ++kk)
+          acc += x.at(i, kk) * weight(e, kk, n);
+        y[n] = acc;
+      }
+      if (rank) {
+        for (int64_t r = 0; r < rank; ++r) {
+          double acc = 0;
+          for (int64_t kk = 0; kk < red; ++kk)
+            acc += x.at(i, kk) * options.loraA->at(e * rank + r, kk);
+          down[r] = acc;
+        }
+        for (int64_t n = 0; n < cols; ++n) {
+          double acc = 0;
+          for (int64_t r = 0; r < rank; ++r)
+            acc += down[r] * options.loraB->at(n, e * rank + r);
+          y[n] += options.loraScaling * acc;
+        }
+      }
+      if (options.swiglu)
+        for (int64_t n = 0; n < outCols; ++n)
+          y[n] = y[n] * sigmoid(y[n]) * y[n + outCols];
+      double scale = options.rowScale ? options.rowScale->data[i] : 1.0;
+      if (!scatter) {
+        for (int64_t n = 0; n < outCols; ++n)
+          out.at(i, n) = scale * y[n];
+        continue;
+      }
+      int32_t slot = options.scatterSlots->data[i];
+      if (slot < 0)
+        continue;
+      double w =
+          options.scatterWeights ? options.scatterWeights->data[slot] : 1.0;
+      for (int64_t n = 0; n < outCols; ++n)
+        out.at(slot / options.k, n) += w * scale * y[n];
+    }
+  }
+  return out;
+}
+
+DTensor groupedMatmulWeightGrad(const DTensor &lhs, const DTensor &grad,
+                                const ITensor &offsets,
+                                const ITensor *gatherSlots, int64_t k) {
+  const DTensor x = groupedRows(lhs, gatherSlots, k);
+  expectRank(grad, "grad", 2);
+  expectDim(grad, "grad", 0, x.dim(0), "the grouped rows");
+  expectOffsets(offsets, x.dim(0));
+  const int64_t experts = offsets.dim(0), red = x.dim(1), cols = grad.dim(1);
+  DTensor out({experts, red, cols});
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t i = groupStart(offsets, e); i < offsets.data[e]; ++i)
+      for (int64_t kk = 0; kk < red; ++kk)
+        for (int64_t n = 0; n < cols; ++n)
+          out.at(e, kk, n) += x.at(i, kk) * grad.at(i, n);
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Activation
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Column of the gate (up = false) or up value of output column `c`.
+int64_t gateUpColumn(GateUpLayout layout, int64_t half, int64_t c, bool up) {
+  if (layout == GateUpLayout::Halves)
+    return up ? half + c : c;
+  return up ? 2 * c + 1 : 2 * c;
+}
+
+} // namespace
+
+DTensor swiglu(const DTensor &input, GateUpLayout layout) {
+  expectRank(input, "input", 2);
+  if (input.dim(1) % 2 != 0)
+    fail("'input' must have an even number of columns");
+  const int64_t rows = input.dim(0), half = input.dim(1) / 2;
+  DTensor out({rows, half});
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < half; ++c) {
+      double g = input.at(i, gateUpColumn(layout, half, c, false));
+      double u = input.at(i, gateUpColumn(layout, half, c, true));
+      out.at(i, c) = g * sigmoid(g) * u;
+    }
+  return out;
+}
+
+DTensor swigluGrad(const DTensor &input, const DTensor &gradOutput,
+                   GateUpLayout layout) {
+  expectRank(input, "input", 2);
+  if (input.dim(1) % 2 != 0)
+    fail("'input' must have an even number of columns");
+  const int64_t rows = input.dim(0), half = input.dim(1) / 2;
+  expectRank(gradOutput, "grad_output", 2);
+  expectDim(gradOutput, "grad_output", 0, rows, "the rows of 'input'");
+  expectDim(gradOutput, "grad_output", 1, half, "half the width of 'input'");
+  DTensor grad({rows, 2 * half});
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < half; ++c) {
+      int64_t gc = gateUpColumn(layout, half, c, false);
+      int64_t uc = gateUpColumn(layout, half, c, true);
+      double g = input.at(i, gc), u = input.at(i, uc);
+      double dy = gradOutput.at(i, c), s = sigmoid(g);
+      grad.at(i, gc) = dy * u * s * (1 + g * (1 - s));
+      grad.at(i, uc) = dy * g * s;
+    }
+  return grad;
+}
+
+//===----------------------------------------------------------------------===//
+// Quantization
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct FP8Params {
+  int mantissaBits;
+  int minExponent; ///< exponent of the smallest normal value
+  double max;
+};
+
+FP8Params fp8Params(FP8Format format) {
+  if (format == FP8Format::E4M3FN)
+    return {3, -6, 448.0};
+  return {2, -14, 57344.0};
+}
+
+/// One scale from a group's absolute maximum.
+double groupScale(double amax, const QuantizeOptions &options) {
+  if (amax == 0)
+    return 1.0;
+  double scale = amax / fp8Max(options.format);
+  if (options.pow2Scale)
+    scale = std::exp2(std::ceil(std::log2(scale)));
+  return scale;
+}
+
+/// Checks a quantize / dequantize call's shapes and returns the number of
+/// scale rows and columns.
+std::pair<int64_t, int64_t> scaleShape(const DTensor &data,
+                                       const QuantizeOptions &options) {
+  expectRank(data, "input", 2);
+  if (options.groupSize < 1)
+    fail("'group_size' must be positive");
+  const int64_t rows = data.dim(0), cols = data.dim(1);
+  if (options.axis == QuantAxis::Rowwise) {
+    if (options.offsets)
+      fail("'offsets' is only used with axis = colwise");
+    return {rows, rowwiseScaleCols(cols, options.groupSize)};
+  }
+  if (!options.offsets)
+    fail("axis = colwise requires 'offsets'");
+  expectOffsets(*options.offsets, rows);
+  return {colwiseScaleRows(rows, options.offsets->dim(0), options.groupSize),
+          cols};
+}
+
+/// Calls visit(row, col, scaleRow, scaleCol) for every element that belongs
+/// to a quantization group.
+template <typename Visit>
+void forEachGroupedElement(int64_t rows, int64_t cols,
+                           const QuantizeOptions &options, Visit visit) {
+  const int64_t g = options.groupSize;
+  if (options.axis == QuantAxis::Rowwise) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < cols; ++c)
+        visit(i, c, i, c / g);
+    return;
+  }
+  const ITensor &offsets = *options.offsets;
+  int64_t block = 0;
+  for (int64_t e = 0; e < offsets.dim(0); ++e) {
+    int64_t start = groupStart(offsets, e), end = offsets.data[e];
+    for (int64_t i = start; i < end; ++i)
+      for (int64_t c = 0; c < cols; ++c)
+        visit(i, c, block + (i - start) / g, c);
+    block += ceilDiv(end - start, g);
+  }
+}
+
+} // namespace
+
+double fp8Max(FP8Format format) { return fp8Params(format).max; }
+
+double roundToFP8(double value, FP8Format format) {
+  if (std::isnan(value) || value == 0)
+    return value;
+  const FP8Params p = fp8Params(format);
+  double magnitude = std::fabs(value);
+  int exponent;
+  std::frexp(magnitude, &exponent); // magnitude = f * 2^exponent, f in [.5, 1)
+  int unbiased = std::max(exponent - 1, p.minExponent);
+  double quantum = std::ldexp(1.0, unbiased - p.mantissaBits);
+  double rounded = std::nearbyint(magnitude / quantum) * quantum;
+  rounded = std::min(rounded, p.max);
+  return std::copysign(rounded, value);
+}
+
+QuantizeResult quantize(const DTensor &input, const QuantizeOptions &options) {
+  auto [scaleRows, scaleCols] = scaleShape(input, options);
+  const int64_t rows = input.dim(0), cols = input.dim(1);
+  DTensor amax({scaleRows, scaleCols});
+  forEachGroupedElement(rows, cols, options,
+                        [&](int64_t i, int64_t c, int64_t si, int64_t sc) {
+                          amax.at(si, sc) = std::max(amax.at(si, sc),
+                                                     std::fabs(input.at(i, c)));
+                        });
+  QuantizeResult result{DTensor({rows, cols}), DTensor({scaleRows, scaleCols})};
+  for (int64_t i = 0; i < amax.numElements(); ++i)
+    result.scales.data[i] = groupScale(amax.data[i], options);
+  forEachGroupedElement(
+      rows, cols, options, [&](int64_t i, int64_t c, int64_t si, int64_t sc) {
+        result.data.at(i, c) =
+            roundToFP8(input.at(i, c) / result.scales.at(si, sc),
+                       options.format);
+      });
+  return result;
+}
+
+DTensor dequantizeFP8(const DTensor &data, const DTensor &scales,
+                      const QuantizeOptions &options) {
+  auto [scaleRows, scaleCols] = scaleShape(data, options);
+  expectRank(scales, "scales", 2);
+  expectDim(scales, "scales", 0, scaleRows, "the scale rows");
+  expectDim(scales, "scales", 1, scaleCols, "the scale columns");
+  DTensor out({data.dim(0), data.dim(1)});
+  forEachGroupedElement(data.dim(0), data.dim(1), options,
+                        [&](int64_t i, int64_t c, int64_t si, int64_t sc) {
+                          out.at(i, c) = data.at(i, c) * scales.at(si, sc);
+                        });
+  return out;
+}
+
+const std::vector<double> &nf4Codebook() {
+  // The NF4 data type of QLoRA (Dettmers et al., 2023), as published.
+  static const std::vector<double> codebook = {
+      -1.0,
+      -0.6961928009986877,
+      -0.5250730514526367,
+      -0.39491748809814453,
+      -0.28444138169288635,
+      -0.18477343022823334,
+      -0.09105003625154495,
+      0.0,
+      0.07958029955625534,
+      0.16093020141124725,
+      0.24611230194568634,
+      0.33791524171829224,
+      0.44070982933044434,
+      0.5626170039176941,
+      0.7229568362236023,
+      1.0};
+  return codebook;
+}
+
+DTensor dequantizeNF4(const Tensor<uint8_t> &packed, const DTensor &absmax,
+                      const std::vector<double> &codebook, int64_t groupSize,
+                      const ITensor *experts) {
+  expectRank(packed, "data", 3);
+  if (codebook.size() != 16)
+    fail("'codebook' must hold 16 values");
+  if (groupSize < 1)
+    fail("'group_size' must be positive");
+  const int64_t numExperts = packed.dim(0), rows = packed.dim(1);
+  const int64_t cols = 2 * packed.dim(2), perExpert = rows * cols;
+  if (perExpert % groupSize != 0)
+    fail("'group_size' must divide the elements of each expert");
+  expectRank(absmax, "scales", 2);
+  expectDim(absmax, "scales", 0, numExperts, "the number of experts");
+  expectDim(absmax, "scales", 1, perExpert / groupSize, "the blocks per expert");
+  std::vector<int32_t> selected(numExperts);
+  std::iota(selected.begin(), selected.end(), 0);
+  if (experts) {
+    expectRank(*experts, "experts", 1);
+    selected = experts->data;
+    for (int32_t e : selected)
+      if (e < 0 || e >= numExperts)
+        fail("'experts' holds expert " + std::to_string(e) + ", outside [0, " +
+             std::to_string(numExperts) + ")");
+  }
+  DTensor out({static_cast<int64_t>(selected.size()), rows, cols});
+  for (size_t s = 0; s < selected.size(); ++s) {
+    const int64_t e = selected[s];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        uint8_t byte = packed.at(e, r, c / 2);
+        int code = c % 2 == 0 ? byte >> 4 : byte & 0xF;
+        int64_t block = (r * cols + c) / groupSize;
+        out.at(s, r, c) = codebook[code] * absmax.at(e, block);
+      }
+  }
+  return out;
+}
+
+} // namespace moec::ref
