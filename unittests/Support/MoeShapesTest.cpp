@@ -66,3 +66,12 @@ TEST(MoeShapes, ColwiseBoundIsTight) {
             << "rows=" << rows << " experts=" << experts
             << " block=" << block;
 }
+
+TEST(MoeShapes, OverflowIsUnknownNotWrapped) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(ceilDiv(big, big), 1);
+  EXPECT_EQ(rowwiseScaleCols(4, big), 1);
+  EXPECT_TRUE(isDynamicSize(sortedCapacity(big / 2, 4, 8, 1)));
+  EXPECT_TRUE(isDynamicSize(sortedCapacity(8, 2, big / 2, 4)));
+  EXPECT_TRUE(isDynamicSize(colwiseScaleRows(big - 1, 8, 4)));
+}

@@ -14,7 +14,8 @@
 
 namespace moec {
 
-/// A size unknown at compile time. Equal to mlir::ShapedType::kDynamic.
+/// A size unknown at compile time. Equal to mlir::ShapedType::kDynamic. The
+/// functions below also return it when a size would overflow int64.
 inline constexpr int64_t kDynamicSize = std::numeric_limits<int64_t>::min();
 
 inline bool isDynamicSize(int64_t size) { return size == kDynamicSize; }

@@ -166,7 +166,7 @@ func.func @case17(%l: tensor<4x8xf32>) {
 
 // scaling_factor positive
 func.func @case18(%l: tensor<4x8xf32>) {
-  // expected-error @+1 {{attribute 'scaling_factor' must be positive, got -1}}
+  // expected-error @+1 {{attribute 'scaling_factor' must be finite and positive, got -1}}
   %w, %i = moe.router_topk %l k = 2 {scaling_factor = -1.0 : f32} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
   return
 }
@@ -472,7 +472,7 @@ func.func @case51(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32
 
 // rows must be float
 func.func @case52(%r: tensor<8x16xi8>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{operand 'rows' must be a 2-D tensor of floating-point values}}
+  // expected-error @+1 {{operand 'rows' must be a 2-D tensor of bf16, f16 or f32 values, got 'tensor<8x16xi8>'}}
   %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xi8>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
   return
 }
@@ -490,7 +490,7 @@ func.func @case53(%r: tensor<8x16xbf16>, %slots: tensor<8xf32>, %o: tensor<4xi32
 
 // out must be float
 func.func @case54(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{result 'out' must be a 2-D tensor of floating-point values}}
+  // expected-error @+1 {{result 'out' must be a 2-D tensor of bf16, f16 or f32 values}}
   %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xi32>
   return
 }
@@ -571,7 +571,7 @@ func.func @case62(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32
 
 // lhs rank
 func.func @case63(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %l: tensor<8x16x1xbf16>) {
-  // expected-error @+1 {{operand 'lhs' must be a 2-D tensor of floating-point values}}
+  // expected-error @+1 {{operand 'lhs' must be a 2-D tensor of bf16, f16, f32, f8E4M3FN or f8E5M2 values}}
   %y = moe.grouped_matmul %l, %w, %o : tensor<8x16x1xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
 }
@@ -623,17 +623,26 @@ func.func @case68(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 
 // -----
 
-// gathered rows come from the slots, not from lhs
+// gather slots must cover every slot of the lhs tokens
 func.func @case69(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<6xi32>) {
-  // expected-error @+1 {{dimension 0 of result 'out' is 8 but must equal the number of grouped rows (6)}}
-  %y = moe.grouped_matmul %x, %w, %o gather(%s : tensor<6xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  // expected-error @+1 {{operand 'gather_slots' has 6 rows, fewer than the 16 slots of 8 tokens with k = 2}}
+  %y = moe.grouped_matmul %x, %w, %o gather(%s : tensor<6xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<6x32xbf16>
+  return
+}
+
+// -----
+
+// gathered rows come from the slots, not from lhs
+func.func @case70(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<24xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'out' is 8 but must equal the number of grouped rows (24)}}
+  %y = moe.grouped_matmul %x, %w, %o gather(%s : tensor<24xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
 }
 
 // -----
 
 // lhs and rhs element types
-func.func @case70(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<4x16x32xf16>) {
+func.func @case71(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<4x16x32xf16>) {
   // expected-error @+1 {{element type of operand 'rhs' ('f16') must match operand 'lhs' ('bf16')}}
   %y = moe.grouped_matmul %x, %h, %o : tensor<8x16xbf16>, tensor<4x16x32xf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -642,8 +651,8 @@ func.func @case70(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // rhs rank
-func.func @case71(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<16x32xbf16>) {
-  // expected-error @+1 {{operand 'rhs' must be a 3-D tensor of floating-point values}}
+func.func @case72(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<16x32xbf16>) {
+  // expected-error @+1 {{operand 'rhs' must be a 3-D tensor of bf16, f16, f32, f8E4M3FN or f8E5M2 values}}
   %y = moe.grouped_matmul %x, %h, %o : tensor<8x16xbf16>, tensor<16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
 }
@@ -651,7 +660,7 @@ func.func @case71(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // one weight per expert
-func.func @case72(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<5x16x32xbf16>) {
+func.func @case73(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<5x16x32xbf16>) {
   // expected-error @+1 {{dimension 0 of operand 'rhs' is 5 but must equal the number of experts (4)}}
   %y = moe.grouped_matmul %x, %h, %o : tensor<8x16xbf16>, tensor<5x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -660,7 +669,7 @@ func.func @case72(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // reduction size
-func.func @case73(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<4x24x32xbf16>) {
+func.func @case74(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<4x24x32xbf16>) {
   // expected-error @+1 {{dimension 1 of operand 'rhs' is 24 but must equal K, the columns of 'lhs' (16)}}
   %y = moe.grouped_matmul %x, %h, %o : tensor<8x16xbf16>, tensor<4x24x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -669,7 +678,7 @@ func.func @case73(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // reduction size of a transposed rhs
-func.func @case74(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+func.func @case75(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 2 of operand 'rhs' (transposed) is 32 but must equal K, the columns of 'lhs' (16)}}
   %y = moe.grouped_matmul %x, %w, %o {transpose_rhs} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<16x32xbf16>
   return
@@ -678,7 +687,7 @@ func.func @case74(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // bias width
-func.func @case75(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x16xf32>) {
+func.func @case76(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x16xf32>) {
   // expected-error @+1 {{dimension 1 of operand 'bias' is 16 but must equal N, the output columns of 'rhs' (32)}}
   %y = moe.grouped_matmul %x, %w, %o bias(%b : tensor<4x16xf32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -687,7 +696,7 @@ func.func @case75(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // bias per expert
-func.func @case76(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %b: tensor<3x32xf32>) {
+func.func @case77(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %b: tensor<3x32xf32>) {
   // expected-error @+1 {{dimension 0 of operand 'bias' is 3 but must equal the number of experts (4)}}
   %y = moe.grouped_matmul %x, %w, %o bias(%b : tensor<3x32xf32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -696,7 +705,7 @@ func.func @case76(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // bias must be float
-func.func @case77(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x32xi32>) {
+func.func @case78(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x32xi32>) {
   // expected-error @+1 {{operand 'bias' must be a 2-D tensor of floating-point values}}
   %y = moe.grouped_matmul %x, %w, %o bias(%b : tensor<4x32xi32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -705,17 +714,17 @@ func.func @case77(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // lora_a without lora_b (generic form)
-func.func @case78(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>) {
+func.func @case79(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>) {
   // expected-error @+1 {{operands 'lora_a' and 'lora_b' must be given together}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
   return
 }
 
 // -----
 
 // LoRA rank per expert
-func.func @case79(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<6x16xbf16>, %b: tensor<32x6xbf16>) {
-  // expected-error @+1 {{dimension 0 of operand 'lora_a' must be a static multiple of the number of experts (4), got 'tensor<6x16xbf16>'}}
+func.func @case80(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<6x16xbf16>, %b: tensor<32x6xbf16>) {
+  // expected-error @+1 {{dimension 0 of operand 'lora_a' must be a static multiple of the number of experts (4) with a rank r >= 1, got 'tensor<6x16xbf16>'}}
   %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<6x16xbf16>, tensor<32x6xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
 }
@@ -723,7 +732,7 @@ func.func @case79(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // LoRA A reduction size
-func.func @case80(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x12xbf16>, %b: tensor<32x8xbf16>) {
+func.func @case81(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x12xbf16>, %b: tensor<32x8xbf16>) {
   // expected-error @+1 {{dimension 1 of operand 'lora_a' is 12 but must equal K, the columns of 'lhs' (16)}}
   %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<8x12xbf16>, tensor<32x8xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -732,7 +741,7 @@ func.func @case80(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // LoRA B output size
-func.func @case81(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<30x8xbf16>) {
+func.func @case82(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<30x8xbf16>) {
   // expected-error @+1 {{dimension 0 of operand 'lora_b' is 30 but must equal N, the output columns of 'rhs' (32)}}
   %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<8x16xbf16>, tensor<30x8xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -741,7 +750,7 @@ func.func @case81(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // LoRA ranks agree
-func.func @case82(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<32x4xbf16>) {
+func.func @case83(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<32x4xbf16>) {
   // expected-error @+1 {{dimension 1 of operand 'lora_b' is 4 but must equal dimension 0 of 'lora_a' (E * r) (8)}}
   %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<8x16xbf16>, tensor<32x4xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -750,7 +759,7 @@ func.func @case82(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // LoRA must be float
-func.func @case83(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xi8>, %b: tensor<32x8xbf16>) {
+func.func @case84(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xi8>, %b: tensor<32x8xbf16>) {
   // expected-error @+1 {{operand 'lora_a' must be a 2-D tensor of floating-point values}}
   %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<8x16xi8>, tensor<32x8xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -759,7 +768,7 @@ func.func @case83(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // lora_scaling without LoRA
-func.func @case84(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+func.func @case85(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{attribute 'lora_scaling' requires operands 'lora_a' and 'lora_b'}}
   %y = moe.grouped_matmul %x, %w, %o {lora_scaling = 2.0 : f32} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -768,7 +777,7 @@ func.func @case84(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // swiglu halves the output
-func.func @case85(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+func.func @case86(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 1 of result 'out' is 32 but must equal N / 2 (swiglu halves the output columns) (16)}}
   %y = moe.grouped_matmul %x, %w, %o {activation = #moe.activation<swiglu>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -777,7 +786,7 @@ func.func @case85(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // swiglu needs an even N
-func.func @case86(%x: tensor<8x16xbf16>, %w: tensor<4x16x31xbf16>, %o: tensor<4xi32>) {
+func.func @case87(%x: tensor<8x16xbf16>, %w: tensor<4x16x31xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{activation = swiglu needs an even number of output columns in 'rhs', got 31}}
   %y = moe.grouped_matmul %x, %w, %o {activation = #moe.activation<swiglu>} : tensor<8x16xbf16>, tensor<4x16x31xbf16>, tensor<4xi32> -> tensor<8x15xbf16>
   return
@@ -786,7 +795,7 @@ func.func @case86(%x: tensor<8x16xbf16>, %w: tensor<4x16x31xbf16>, %o: tensor<4x
 // -----
 
 // row scale must be f32
-func.func @case87(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xbf16>) {
+func.func @case88(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xbf16>) {
   // expected-error @+1 {{operand 'row_scale' must be a 1-D tensor of f32 values}}
   %y = moe.grouped_matmul %x, %w, %o row_scale(%s : tensor<8xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -795,7 +804,7 @@ func.func @case87(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // one scale per row
-func.func @case88(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<7xf32>) {
+func.func @case89(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<7xf32>) {
   // expected-error @+1 {{dimension 0 of operand 'row_scale' is 7 but must equal the number of grouped rows (8)}}
   %y = moe.grouped_matmul %x, %w, %o row_scale(%s : tensor<7xf32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
@@ -804,8 +813,8 @@ func.func @case88(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // out rank
-func.func @case89(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{result 'out' must be a 2-D tensor of floating-point values}}
+func.func @case90(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'out' must be a 2-D tensor of bf16, f16 or f32 values}}
   %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32x1xbf16>
   return
 }
@@ -813,7 +822,7 @@ func.func @case89(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // out width
-func.func @case90(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+func.func @case91(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 1 of result 'out' is 30 but must equal N, the output columns of 'rhs' (32)}}
   %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x30xbf16>
   return
@@ -822,7 +831,7 @@ func.func @case90(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // out rows
-func.func @case91(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+func.func @case92(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 0 of result 'out' is 9 but must equal the number of grouped rows (8)}}
   %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<9x32xbf16>
   return
@@ -831,16 +840,16 @@ func.func @case91(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // scatter_weights without scatter (generic form)
-func.func @case92(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
+func.func @case93(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'scatter_weights' requires operand 'scatter_slots'}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
   return
 }
 
 // -----
 
 // scatter slots must be i32
-func.func @case93(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xf32>) {
+func.func @case94(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xf32>) {
   // expected-error @+1 {{operand 'scatter_slots' must be a 1-D tensor of i32 values}}
   %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xf32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
   return
@@ -849,7 +858,7 @@ func.func @case93(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // one slot per row
-func.func @case94(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<6xi32>) {
+func.func @case95(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<6xi32>) {
   // expected-error @+1 {{dimension 0 of operand 'scatter_slots' is 6 but must equal the number of grouped rows (8)}}
   %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<6xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<3x32xbf16>
   return
@@ -858,7 +867,7 @@ func.func @case94(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // scatter rows cover every slot
-func.func @case95(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
+func.func @case96(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
   // expected-error @+1 {{operand 'scatter_slots' has 8 rows, fewer than the 10 slots of 5 tokens with k = 2}}
   %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<5x32xbf16>
   return
@@ -867,7 +876,7 @@ func.func @case95(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // scatter weights must be f32
-func.func @case96(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %sw: tensor<4x2xbf16>) {
+func.func @case97(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %sw: tensor<4x2xbf16>) {
   // expected-error @+1 {{operand 'scatter_weights' must be a 2-D tensor of f32 values}}
   %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) scatter_weights(%sw : tensor<4x2xbf16>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
   return
@@ -876,7 +885,7 @@ func.func @case96(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // scatter weights per token
-func.func @case97(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %sw: tensor<3x2xf32>) {
+func.func @case98(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %sw: tensor<3x2xf32>) {
   // expected-error @+1 {{dimension 0 of operand 'scatter_weights' is 3 but must equal the number of tokens of result 'out' (4)}}
   %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) scatter_weights(%sw : tensor<3x2xf32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
   return
@@ -885,7 +894,7 @@ func.func @case97(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // scatter weights width k
-func.func @case98(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %sw: tensor<4x1xf32>) {
+func.func @case99(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %sw: tensor<4x1xf32>) {
   // expected-error @+1 {{dimension 1 of operand 'scatter_weights' is 1 but must equal attribute 'k' (2)}}
   %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) scatter_weights(%sw : tensor<4x1xf32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
   return
@@ -894,7 +903,7 @@ func.func @case98(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // -----
 
 // weight_grad rejects bias
-func.func @case99(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x32xf32>) {
+func.func @case100(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x32xf32>) {
   // expected-error @+1 {{operand 'bias' is not supported with mode = weight_grad}}
   %dw = moe.grouped_matmul %x, %dy, %o bias(%b : tensor<4x32xf32>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
@@ -903,7 +912,7 @@ func.func @case99(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi3
 // -----
 
 // weight_grad rejects lora_a
-func.func @case100(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<32x8xbf16>) {
+func.func @case101(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<32x8xbf16>) {
   // expected-error @+1 {{operand 'lora_a' is not supported with mode = weight_grad}}
   %dw = moe.grouped_matmul %x, %dy, %o lora(%a, %b : tensor<8x16xbf16>, tensor<32x8xbf16>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
@@ -912,7 +921,7 @@ func.func @case100(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // -----
 
 // weight_grad rejects row_scale
-func.func @case101(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xf32>) {
+func.func @case102(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xf32>) {
   // expected-error @+1 {{operand 'row_scale' is not supported with mode = weight_grad}}
   %dw = moe.grouped_matmul %x, %dy, %o row_scale(%s : tensor<8xf32>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
@@ -921,7 +930,7 @@ func.func @case101(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // -----
 
 // weight_grad rejects scatter
-func.func @case102(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
+func.func @case103(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
   // expected-error @+1 {{operand 'scatter_slots' is not supported with mode = weight_grad}}
   %dw = moe.grouped_matmul %x, %dy, %o scatter(%s : tensor<8xi32>) {mode = #moe.mode<weight_grad>, k = 2 : i64} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
@@ -930,25 +939,25 @@ func.func @case102(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // -----
 
 // weight_grad rejects scatter_weights (generic form)
-func.func @case103(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
+func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'scatter_weights' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
   return
 }
 
 // -----
 
 // weight_grad rejects lora_b alone (generic form)
-func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<32x8xbf16>) {
+func.func @case105(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<32x8xbf16>) {
   // expected-error @+1 {{operand 'lora_b' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
   return
 }
 
 // -----
 
 // weight_grad rejects transpose_rhs
-func.func @case105(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+func.func @case106(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{attribute 'transpose_rhs' is not supported with mode = weight_grad}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
@@ -957,7 +966,7 @@ func.func @case105(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // -----
 
 // weight_grad rejects activation
-func.func @case106(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+func.func @case107(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{attribute 'activation' is not supported with mode = weight_grad}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, activation = #moe.activation<swiglu>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
@@ -966,7 +975,7 @@ func.func @case106(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // -----
 
 // weight_grad: rhs is the 2-D output gradient
-func.func @case107(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+func.func @case108(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{operand 'rhs' (the output gradient) must be a 2-D tensor of floating-point values}}
   %dw = moe.grouped_matmul %x, %w, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
@@ -975,7 +984,7 @@ func.func @case107(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4
 // -----
 
 // weight_grad element types
-func.func @case108(%x: tensor<8x16xbf16>, %dy: tensor<8x32xf32>, %o: tensor<4xi32>) {
+func.func @case109(%x: tensor<8x16xbf16>, %dy: tensor<8x32xf32>, %o: tensor<4xi32>) {
   // expected-error @+1 {{element type of operand 'rhs' ('f32') must match operand 'lhs' ('bf16')}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xf32>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
@@ -984,7 +993,7 @@ func.func @case108(%x: tensor<8x16xbf16>, %dy: tensor<8x32xf32>, %o: tensor<4xi3
 // -----
 
 // weight_grad: gradient rows
-func.func @case109(%x: tensor<8x16xbf16>, %dy: tensor<9x32xbf16>, %o: tensor<4xi32>) {
+func.func @case110(%x: tensor<8x16xbf16>, %dy: tensor<9x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 0 of operand 'rhs' is 9 but must equal the number of grouped rows (8)}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<9x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
@@ -993,8 +1002,8 @@ func.func @case109(%x: tensor<8x16xbf16>, %dy: tensor<9x32xbf16>, %o: tensor<4xi
 // -----
 
 // weight_grad out rank
-func.func @case110(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{result 'out' must be a 3-D tensor of floating-point values}}
+func.func @case111(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'out' must be a 3-D tensor of bf16, f16 or f32 values}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32x1xf32>
   return
 }
@@ -1002,7 +1011,7 @@ func.func @case110(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // -----
 
 // weight_grad one gradient per expert
-func.func @case111(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+func.func @case112(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 0 of result 'out' is 3 but must equal the number of experts (4)}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<3x16x32xf32>
   return
@@ -1011,7 +1020,7 @@ func.func @case111(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // -----
 
 // weight_grad K
-func.func @case112(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+func.func @case113(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 1 of result 'out' is 15 but must equal K, the columns of 'lhs' (16)}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x15x32xf32>
   return
@@ -1020,7 +1029,7 @@ func.func @case112(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // -----
 
 // weight_grad N
-func.func @case113(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+func.func @case114(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 2 of result 'out' is 31 but must equal N, the columns of 'rhs' (32)}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x31xf32>
   return
@@ -1029,7 +1038,7 @@ func.func @case113(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // -----
 
 // swiglu input must be float
-func.func @case114(%h: tensor<4x6xi32>) {
+func.func @case115(%h: tensor<4x6xi32>) {
   // expected-error @+1 {{operand 'input' must be a 2-D tensor of floating-point values}}
   %a = moe.swiglu %h : tensor<4x6xi32> -> tensor<4x3xf32>
   return
@@ -1038,7 +1047,7 @@ func.func @case114(%h: tensor<4x6xi32>) {
 // -----
 
 // swiglu output must be float
-func.func @case115(%h: tensor<4x6xf32>) {
+func.func @case116(%h: tensor<4x6xf32>) {
   // expected-error @+1 {{result 'output' must be a 2-D tensor of floating-point values}}
   %a = moe.swiglu %h : tensor<4x6xf32> -> tensor<4x3xi32>
   return
@@ -1047,7 +1056,7 @@ func.func @case115(%h: tensor<4x6xf32>) {
 // -----
 
 // swiglu needs an even width
-func.func @case116(%h: tensor<4x7xf32>) {
+func.func @case117(%h: tensor<4x7xf32>) {
   // expected-error @+1 {{dimension 1 of operand 'input' must be even (gate and up halves), got 7}}
   %a = moe.swiglu %h : tensor<4x7xf32> -> tensor<4x3xf32>
   return
@@ -1056,7 +1065,7 @@ func.func @case116(%h: tensor<4x7xf32>) {
 // -----
 
 // swiglu keeps the rows
-func.func @case117(%h: tensor<4x6xf32>) {
+func.func @case118(%h: tensor<4x6xf32>) {
   // expected-error @+1 {{dimension 0 of result 'output' is 5 but must equal the rows of operand 'input' (4)}}
   %a = moe.swiglu %h : tensor<4x6xf32> -> tensor<5x3xf32>
   return
@@ -1065,7 +1074,7 @@ func.func @case117(%h: tensor<4x6xf32>) {
 // -----
 
 // swiglu halves the width
-func.func @case118(%h: tensor<4x6xf32>) {
+func.func @case119(%h: tensor<4x6xf32>) {
   // expected-error @+1 {{dimension 1 of result 'output' is 6 but must equal half the width of operand 'input' (3)}}
   %a = moe.swiglu %h : tensor<4x6xf32> -> tensor<4x6xf32>
   return
@@ -1074,7 +1083,7 @@ func.func @case118(%h: tensor<4x6xf32>) {
 // -----
 
 // swiglu_grad output gradient shape
-func.func @case119(%h: tensor<4x6xf32>, %dy: tensor<4x6xf32>) {
+func.func @case120(%h: tensor<4x6xf32>, %dy: tensor<4x6xf32>) {
   // expected-error @+1 {{dimension 1 of operand 'grad_output' is 6 but must equal half the width of operand 'input' (3)}}
   %dh = moe.swiglu_grad %h, %dy : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
   return
@@ -1083,7 +1092,7 @@ func.func @case119(%h: tensor<4x6xf32>, %dy: tensor<4x6xf32>) {
 // -----
 
 // swiglu_grad input gradient shape
-func.func @case120(%h: tensor<4x6xf32>, %dy: tensor<4x3xf32>) {
+func.func @case121(%h: tensor<4x6xf32>, %dy: tensor<4x3xf32>) {
   // expected-error @+1 {{dimension 1 of result 'grad_input' is 3 but must equal operand 'input' (6)}}
   %dh = moe.swiglu_grad %h, %dy : tensor<4x6xf32>, tensor<4x3xf32> -> tensor<4x3xf32>
   return
@@ -1092,7 +1101,7 @@ func.func @case120(%h: tensor<4x6xf32>, %dy: tensor<4x3xf32>) {
 // -----
 
 // swiglu_grad input gradient must be float
-func.func @case121(%h: tensor<4x6xf32>, %dy: tensor<4x3xf32>) {
+func.func @case122(%h: tensor<4x6xf32>, %dy: tensor<4x3xf32>) {
   // expected-error @+1 {{result 'grad_input' must be a 2-D tensor of floating-point values}}
   %dh = moe.swiglu_grad %h, %dy : tensor<4x6xf32>, tensor<4x3xf32> -> tensor<4x6xi32>
   return
@@ -1101,7 +1110,7 @@ func.func @case121(%h: tensor<4x6xf32>, %dy: tensor<4x3xf32>) {
 // -----
 
 // quantize input must be bf16/f16/f32
-func.func @case122(%x: tensor<4x128xf8E4M3FN>) {
+func.func @case123(%x: tensor<4x128xf8E4M3FN>) {
   // expected-error @+1 {{operand 'input' must be a 2-D tensor of bf16, f16 or f32 values}}
   %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xf8E4M3FN> -> tensor<4x128xf8E4M3FN>, tensor<4x1xf32>
   return
@@ -1110,7 +1119,7 @@ func.func @case122(%x: tensor<4x128xf8E4M3FN>) {
 // -----
 
 // quantize data must be FP8
-func.func @case123(%x: tensor<4x128xbf16>) {
+func.func @case124(%x: tensor<4x128xbf16>) {
   // expected-error @+1 {{result 'data' must be a 2-D tensor of f8E4M3FN or f8E5M2 values, got 'tensor<4x128xi8>'}}
   %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xbf16> -> tensor<4x128xi8>, tensor<4x1xf32>
   return
@@ -1119,7 +1128,7 @@ func.func @case123(%x: tensor<4x128xbf16>) {
 // -----
 
 // quantize group_size positive
-func.func @case124(%x: tensor<4x128xbf16>) {
+func.func @case125(%x: tensor<4x128xbf16>) {
   // expected-error @+1 {{attribute 'group_size' must be positive, got 0}}
   %q, %s = moe.quantize %x group_size = 0 : tensor<4x128xbf16> -> tensor<4x128xf8E4M3FN>, tensor<4x1xf32>
   return
@@ -1128,7 +1137,7 @@ func.func @case124(%x: tensor<4x128xbf16>) {
 // -----
 
 // quantize keeps the shape
-func.func @case125(%x: tensor<4x128xbf16>) {
+func.func @case126(%x: tensor<4x128xbf16>) {
   // expected-error @+1 {{dimension 1 of result 'data' is 64 but must equal operand 'input' (128)}}
   %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xbf16> -> tensor<4x64xf8E4M3FN>, tensor<4x1xf32>
   return
@@ -1137,7 +1146,7 @@ func.func @case125(%x: tensor<4x128xbf16>) {
 // -----
 
 // quantize scales must be f32
-func.func @case126(%x: tensor<4x128xbf16>) {
+func.func @case127(%x: tensor<4x128xbf16>) {
   // expected-error @+1 {{result 'scales' must be a 2-D tensor of f32 values}}
   %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xbf16> -> tensor<4x128xf8E4M3FN>, tensor<4x1xbf16>
   return
@@ -1146,7 +1155,7 @@ func.func @case126(%x: tensor<4x128xbf16>) {
 // -----
 
 // rowwise quantize takes no offsets
-func.func @case127(%x: tensor<4x128xbf16>, %o: tensor<2xi32>) {
+func.func @case128(%x: tensor<4x128xbf16>, %o: tensor<2xi32>) {
   // expected-error @+1 {{operand 'offsets' is only used with axis = colwise}}
   %q, %s = moe.quantize %x offsets(%o : tensor<2xi32>) group_size = 128 : tensor<4x128xbf16> -> tensor<4x128xf8E4M3FN>, tensor<4x1xf32>
   return
@@ -1155,7 +1164,7 @@ func.func @case127(%x: tensor<4x128xbf16>, %o: tensor<2xi32>) {
 // -----
 
 // rowwise scale rows
-func.func @case128(%x: tensor<4x128xbf16>) {
+func.func @case129(%x: tensor<4x128xbf16>) {
   // expected-error @+1 {{dimension 0 of result 'scales' is 1 but must equal the number of rows (4)}}
   %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xbf16> -> tensor<4x128xf8E4M3FN>, tensor<1x1xf32>
   return
@@ -1164,7 +1173,7 @@ func.func @case128(%x: tensor<4x128xbf16>) {
 // -----
 
 // rowwise scale columns
-func.func @case129(%x: tensor<4x200xbf16>) {
+func.func @case130(%x: tensor<4x200xbf16>) {
   // expected-error @+1 {{dimension 1 of result 'scales' is 1 but must equal ceil(columns / group_size) (2)}}
   %q, %s = moe.quantize %x group_size = 128 : tensor<4x200xbf16> -> tensor<4x200xf8E4M3FN>, tensor<4x1xf32>
   return
@@ -1173,7 +1182,7 @@ func.func @case129(%x: tensor<4x200xbf16>) {
 // -----
 
 // colwise quantize needs offsets
-func.func @case130(%x: tensor<256x64xbf16>) {
+func.func @case131(%x: tensor<256x64xbf16>) {
   // expected-error @+1 {{axis = colwise requires operand 'offsets' (the expert groups)}}
   %q, %s = moe.quantize %x group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xbf16> -> tensor<256x64xf8E4M3FN>, tensor<2x64xf32>
   return
@@ -1182,7 +1191,7 @@ func.func @case130(%x: tensor<256x64xbf16>) {
 // -----
 
 // colwise scale rows
-func.func @case131(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
+func.func @case132(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
   // expected-error @+1 {{dimension 0 of result 'scales' is 2 but must equal (rows + min(E, rows) * (group_size - 1)) / group_size (9)}}
   %q, %s = moe.quantize %x offsets(%o : tensor<8xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xbf16> -> tensor<256x64xf8E4M3FN>, tensor<2x64xf32>
   return
@@ -1191,7 +1200,7 @@ func.func @case131(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
 // -----
 
 // colwise scale columns
-func.func @case132(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
+func.func @case133(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
   // expected-error @+1 {{dimension 1 of result 'scales' is 32 but must equal the number of columns (64)}}
   %q, %s = moe.quantize %x offsets(%o : tensor<8xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xbf16> -> tensor<256x64xf8E4M3FN>, tensor<9x32xf32>
   return
@@ -1200,7 +1209,7 @@ func.func @case132(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
 // -----
 
 // dequantize group_size positive
-func.func @case133(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+func.func @case134(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
   // expected-error @+1 {{attribute 'group_size' must be positive, got -2}}
   %x = moe.dequantize %q, %s group_size = -2 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
   return
@@ -1209,7 +1218,7 @@ func.func @case133(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
 // -----
 
 // FP8 dequantize takes no codebook
-func.func @case134(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>, %cb: tensor<16xf32>) {
+func.func @case135(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{operand 'codebook' is only used with packed NF4 'data' (ui8)}}
   %x = moe.dequantize %q, %s codebook(%cb : tensor<16xf32>) group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
   return
@@ -1218,7 +1227,7 @@ func.func @case134(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>, %cb: tensor<
 // -----
 
 // FP8 dequantize takes no expert subset
-func.func @case135(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>, %e: tensor<2xi32>) {
+func.func @case136(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>, %e: tensor<2xi32>) {
   // expected-error @+1 {{operand 'experts' is only used with packed NF4 'data' (ui8)}}
   %x = moe.dequantize %q, %s experts(%e : tensor<2xi32>) group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
   return
@@ -1227,7 +1236,7 @@ func.func @case135(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>, %e: tensor<2
 // -----
 
 // FP8 dequantize data rank
-func.func @case136(%q: tensor<2x4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+func.func @case137(%q: tensor<2x4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
   // expected-error @+1 {{operand 'data' must be a 2-D tensor of f8E4M3FN or f8E5M2 values}}
   %x = moe.dequantize %q, %s group_size = 128 : tensor<2x4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
   return
@@ -1236,7 +1245,7 @@ func.func @case136(%q: tensor<2x4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
 // -----
 
 // FP8 dequantize output type
-func.func @case137(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+func.func @case138(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
   // expected-error @+1 {{result 'output' must be a 2-D tensor of bf16, f16 or f32 values}}
   %x = moe.dequantize %q, %s group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xf8E5M2>
   return
@@ -1245,7 +1254,7 @@ func.func @case137(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
 // -----
 
 // FP8 dequantize keeps the shape
-func.func @case138(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+func.func @case139(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
   // expected-error @+1 {{dimension 0 of result 'output' is 8 but must equal operand 'data' (4)}}
   %x = moe.dequantize %q, %s group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<8x128xbf16>
   return
@@ -1254,7 +1263,7 @@ func.func @case138(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
 // -----
 
 // FP8 dequantize scale columns
-func.func @case139(%q: tensor<4x256xf8E4M3FN>, %s: tensor<4x1xf32>) {
+func.func @case140(%q: tensor<4x256xf8E4M3FN>, %s: tensor<4x1xf32>) {
   // expected-error @+1 {{dimension 1 of operand 'scales' is 1 but must equal ceil(columns / group_size) (2)}}
   %x = moe.dequantize %q, %s group_size = 128 : tensor<4x256xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x256xbf16>
   return
@@ -1263,7 +1272,7 @@ func.func @case139(%q: tensor<4x256xf8E4M3FN>, %s: tensor<4x1xf32>) {
 // -----
 
 // FP8 colwise dequantize needs offsets
-func.func @case140(%q: tensor<256x64xf8E4M3FN>, %s: tensor<9x64xf32>) {
+func.func @case141(%q: tensor<256x64xf8E4M3FN>, %s: tensor<9x64xf32>) {
   // expected-error @+1 {{axis = colwise requires operand 'offsets' (the expert groups)}}
   %x = moe.dequantize %q, %s group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xf8E4M3FN>, tensor<9x64xf32> -> tensor<256x64xbf16>
   return
@@ -1272,7 +1281,7 @@ func.func @case140(%q: tensor<256x64xf8E4M3FN>, %s: tensor<9x64xf32>) {
 // -----
 
 // dequantize data must be FP8 or ui8
-func.func @case141(%q: tensor<4x128xi8>, %s: tensor<4x1xf32>) {
+func.func @case142(%q: tensor<4x128xi8>, %s: tensor<4x1xf32>) {
   // expected-error @+1 {{operand 'data' must be a tensor of FP8 (f8E4M3FN, f8E5M2) values, or of ui8 for packed NF4, got 'tensor<4x128xi8>'}}
   %x = moe.dequantize %q, %s group_size = 128 : tensor<4x128xi8>, tensor<4x1xf32> -> tensor<4x128xbf16>
   return
@@ -1281,7 +1290,7 @@ func.func @case141(%q: tensor<4x128xi8>, %s: tensor<4x1xf32>) {
 // -----
 
 // NF4 takes no offsets
-func.func @case142(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %o: tensor<4xi32>) {
+func.func @case143(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %o: tensor<4xi32>) {
   // expected-error @+1 {{operand 'offsets' is only used with FP8 'data'}}
   %w = moe.dequantize %p, %a offsets(%o : tensor<4xi32>) codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
   return
@@ -1290,7 +1299,7 @@ func.func @case142(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // NF4 has no axis
-func.func @case143(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+func.func @case144(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{attribute 'axis' applies to FP8 'data' only; NF4 blocks run along each expert's elements}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 {axis = #moe.axis<colwise>} : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
   return
@@ -1299,7 +1308,7 @@ func.func @case143(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // NF4 needs a codebook
-func.func @case144(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+func.func @case145(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{packed NF4 'data' (ui8) requires operand 'codebook'}}
   %w = moe.dequantize %p, %a group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
   return
@@ -1308,7 +1317,7 @@ func.func @case144(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // codebook has 16 entries
-func.func @case145(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %cb8: tensor<8xf32>) {
+func.func @case146(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %cb8: tensor<8xf32>) {
   // expected-error @+1 {{dimension 0 of operand 'codebook' is 8 but must equal the 16 NF4 code values (16)}}
   %w = moe.dequantize %p, %a codebook(%cb8 : tensor<8xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
   return
@@ -1317,7 +1326,7 @@ func.func @case145(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // codebook must be f32
-func.func @case146(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %cbh: tensor<16xbf16>) {
+func.func @case147(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %cbh: tensor<16xbf16>) {
   // expected-error @+1 {{operand 'codebook' must be a 1-D tensor of f32 values}}
   %w = moe.dequantize %p, %a codebook(%cbh : tensor<16xbf16>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
   return
@@ -1326,7 +1335,7 @@ func.func @case146(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // NF4 data rank
-func.func @case147(%p: tensor<8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+func.func @case148(%p: tensor<8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{operand 'data' must be a 3-D tensor of ui8 values (two NF4 codes per byte)}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
   return
@@ -1335,7 +1344,7 @@ func.func @case147(%p: tensor<8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>
 // -----
 
 // block size divides an expert
-func.func @case148(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+func.func @case149(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{attribute 'group_size' (48) must divide the 128 elements of each expert}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 48 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
   return
@@ -1344,7 +1353,7 @@ func.func @case148(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // NF4 absmax blocks
-func.func @case149(%p: tensor<4x8x8xui8>, %a: tensor<4x4xf32>, %cb: tensor<16xf32>) {
+func.func @case150(%p: tensor<4x8x8xui8>, %a: tensor<4x4xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{dimension 1 of operand 'scales' is 4 but must equal the blocks per expert (K * N / group_size) (2)}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x4xf32> -> tensor<4x8x16xbf16>
   return
@@ -1353,7 +1362,7 @@ func.func @case149(%p: tensor<4x8x8xui8>, %a: tensor<4x4xf32>, %cb: tensor<16xf3
 // -----
 
 // NF4 absmax experts
-func.func @case150(%p: tensor<4x8x8xui8>, %a: tensor<3x2xf32>, %cb: tensor<16xf32>) {
+func.func @case151(%p: tensor<4x8x8xui8>, %a: tensor<3x2xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{dimension 0 of operand 'scales' is 3 but must equal the number of experts of 'data' (4)}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<3x2xf32> -> tensor<4x8x16xbf16>
   return
@@ -1362,7 +1371,7 @@ func.func @case150(%p: tensor<4x8x8xui8>, %a: tensor<3x2xf32>, %cb: tensor<16xf3
 // -----
 
 // NF4 absmax must be f32
-func.func @case151(%p: tensor<4x8x8xui8>, %a: tensor<4x2xbf16>, %cb: tensor<16xf32>) {
+func.func @case152(%p: tensor<4x8x8xui8>, %a: tensor<4x2xbf16>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{operand 'scales' must be a 2-D tensor of f32 values}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xbf16> -> tensor<4x8x16xbf16>
   return
@@ -1371,7 +1380,7 @@ func.func @case151(%p: tensor<4x8x8xui8>, %a: tensor<4x2xbf16>, %cb: tensor<16xf
 // -----
 
 // expert subset must be i32
-func.func @case152(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %e: tensor<2xi64>) {
+func.func @case153(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %e: tensor<2xi64>) {
   // expected-error @+1 {{operand 'experts' must be a 1-D tensor of i32 values}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) experts(%e : tensor<2xi64>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<2x8x16xbf16>
   return
@@ -1380,7 +1389,7 @@ func.func @case152(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // one output per selected expert
-func.func @case153(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %e: tensor<2xi32>) {
+func.func @case154(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>, %e: tensor<2xi32>) {
   // expected-error @+1 {{dimension 0 of result 'output' is 4 but must equal the length of 'experts' (2)}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) experts(%e : tensor<2xi32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xbf16>
   return
@@ -1389,7 +1398,7 @@ func.func @case153(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // one output per expert
-func.func @case154(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+func.func @case155(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{dimension 0 of result 'output' is 3 but must equal the number of experts of 'data' (4)}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<3x8x16xbf16>
   return
@@ -1398,7 +1407,7 @@ func.func @case154(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // output rows
-func.func @case155(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+func.func @case156(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{dimension 1 of result 'output' is 4 but must equal dimension 1 of 'data' (8)}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x4x16xbf16>
   return
@@ -1407,7 +1416,7 @@ func.func @case155(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // two codes per byte
-func.func @case156(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+func.func @case157(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{dimension 2 of result 'output' is 8 but must equal twice dimension 2 of 'data' (two codes per byte) (16)}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x8xbf16>
   return
@@ -1416,8 +1425,458 @@ func.func @case156(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf3
 // -----
 
 // NF4 output type
-func.func @case157(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
+func.func @case158(%p: tensor<4x8x8xui8>, %a: tensor<4x2xf32>, %cb: tensor<16xf32>) {
   // expected-error @+1 {{result 'output' must be a 3-D tensor of bf16, f16 or f32 values}}
   %w = moe.dequantize %p, %a codebook(%cb : tensor<16xf32>) group_size = 64 : tensor<4x8x8xui8>, tensor<4x2xf32> -> tensor<4x8x16xi32>
+  return
+}
+
+// -----
+
+// router_topk: k columns of weights
+func.func @case159(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{dimension 1 of result 'weights' is 3 but must equal attribute 'k' (2)}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<4x8xf32> -> tensor<4x3xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// router_topk: token count of ids
+func.func @case160(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{dimension 0 of result 'ids' is 5 but must equal the number of tokens of 'logits' (4)}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<5x2xi32>
+  return
+}
+
+// -----
+
+// router_topk: topk_groups without num_groups
+func.func @case161(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attributes 'num_groups' and 'topk_groups' must be given together}}
+  %w, %i = moe.router_topk %l k = 2 {topk_groups = 1 : i64} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// permute: permuted_scales must be 2-D f32
+func.func @case162(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %s: tensor<4x2xf32>) {
+  // expected-error @+1 {{result 'permuted_scales' must be a 2-D tensor of f32 values, got 'tensor<8x2xbf16>'}}
+  %r, %ps = moe.permute %x, %slots, %o k = 2 scales(%s : tensor<4x2xf32> -> tensor<8x2xbf16>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// unpermute: offsets length must be static
+func.func @case163(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<?xi32>) {
+  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<?xi32>'}}
+  %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<?xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// grouped_matmul: offsets length must be >= 1
+func.func @case164(%x: tensor<8x16xbf16>, %w: tensor<0x16x32xbf16>, %o: tensor<0xi32>) {
+  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<0xi32>'}}
+  %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<0x16x32xbf16>, tensor<0xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// grouped_matmul: lora_b must be 2-D float
+func.func @case165(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<32x8xi8>) {
+  // expected-error @+1 {{operand 'lora_b' must be a 2-D tensor of floating-point values, got 'tensor<32x8xi8>'}}
+  %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<8x16xbf16>, tensor<32x8xi8>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// grouped_matmul: lora_a rows must be static
+func.func @case166(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<?x16xbf16>, %b: tensor<32x8xbf16>) {
+  // expected-error @+1 {{dimension 0 of operand 'lora_a' must be a static multiple of the number of experts (4) with a rank r >= 1, got 'tensor<?x16xbf16>'}}
+  %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<?x16xbf16>, tensor<32x8xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// swiglu_grad: input must be 2-D float
+func.func @case167(%h: tensor<4x6xi32>, %dy: tensor<4x3xf32>) {
+  // expected-error @+1 {{operand 'input' must be a 2-D tensor of floating-point values, got 'tensor<4x6xi32>'}}
+  %dh = moe.swiglu_grad %h, %dy : tensor<4x6xi32>, tensor<4x3xf32> -> tensor<4x6xf32>
+  return
+}
+
+// -----
+
+// swiglu_grad: grad_output must be 2-D float
+func.func @case168(%h: tensor<4x6xf32>, %dy: tensor<12xf32>) {
+  // expected-error @+1 {{operand 'grad_output' must be a 2-D tensor of floating-point values, got 'tensor<12xf32>'}}
+  %dh = moe.swiglu_grad %h, %dy : tensor<4x6xf32>, tensor<12xf32> -> tensor<4x6xf32>
+  return
+}
+
+// -----
+
+// swiglu_grad: odd input width
+func.func @case169(%h: tensor<4x7xf32>, %dy: tensor<4x3xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'input' must be even (gate and up halves), got 7}}
+  %dh = moe.swiglu_grad %h, %dy : tensor<4x7xf32>, tensor<4x3xf32> -> tensor<4x7xf32>
+  return
+}
+
+// -----
+
+// swiglu_grad: grad_output rows
+func.func @case170(%h: tensor<4x6xf32>, %dy: tensor<5x3xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'grad_output' is 5 but must equal the rows of operand 'input' (4)}}
+  %dh = moe.swiglu_grad %h, %dy : tensor<4x6xf32>, tensor<5x3xf32> -> tensor<4x6xf32>
+  return
+}
+
+// -----
+
+// swiglu_grad: grad_input rows
+func.func @case171(%h: tensor<4x6xf32>, %dy: tensor<4x3xf32>) {
+  // expected-error @+1 {{dimension 0 of result 'grad_input' is 8 but must equal operand 'input' (4)}}
+  %dh = moe.swiglu_grad %h, %dy : tensor<4x6xf32>, tensor<4x3xf32> -> tensor<8x6xf32>
+  return
+}
+
+// -----
+
+// quantize: data rows
+func.func @case172(%x: tensor<4x128xbf16>) {
+  // expected-error @+1 {{dimension 0 of result 'data' is 8 but must equal operand 'input' (4)}}
+  %q, %s = moe.quantize %x group_size = 128 : tensor<4x128xbf16> -> tensor<8x128xf8E4M3FN>, tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// quantize colwise: offsets must be 1-D i32
+func.func @case173(%x: tensor<256x64xbf16>, %o: tensor<8xi64>) {
+  // expected-error @+1 {{operand 'offsets' must be a 1-D tensor of i32 values, got 'tensor<8xi64>'}}
+  %q, %s = moe.quantize %x offsets(%o : tensor<8xi64>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xbf16> -> tensor<256x64xf8E4M3FN>, tensor<9x64xf32>
+  return
+}
+
+// -----
+
+// quantize colwise: offsets length static
+func.func @case174(%x: tensor<256x64xbf16>, %o: tensor<?xi32>) {
+  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<?xi32>'}}
+  %q, %s = moe.quantize %x offsets(%o : tensor<?xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xbf16> -> tensor<256x64xf8E4M3FN>, tensor<9x64xf32>
+  return
+}
+
+// -----
+
+// FP8 dequantize: output columns
+func.func @case175(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{dimension 1 of result 'output' is 64 but must equal operand 'data' (128)}}
+  %x = moe.dequantize %q, %s group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+// FP8 dequantize: scales must be 2-D f32
+func.func @case176(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xbf16>) {
+  // expected-error @+1 {{operand 'scales' must be a 2-D tensor of f32 values, got 'tensor<4x1xbf16>'}}
+  %x = moe.dequantize %q, %s group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xbf16> -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
+// FP8 rowwise dequantize takes no offsets
+func.func @case177(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>, %o: tensor<2xi32>) {
+  // expected-error @+1 {{operand 'offsets' is only used with axis = colwise}}
+  %x = moe.dequantize %q, %s offsets(%o : tensor<2xi32>) group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
+// FP8 rowwise dequantize: scale rows
+func.func @case178(%q: tensor<4x128xf8E4M3FN>, %s: tensor<2x1xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'scales' is 2 but must equal the number of rows (4)}}
+  %x = moe.dequantize %q, %s group_size = 128 : tensor<4x128xf8E4M3FN>, tensor<2x1xf32> -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
+// FP8 colwise dequantize: offsets must be 1-D i32
+func.func @case179(%q: tensor<256x64xf8E4M3FN>, %s: tensor<9x64xf32>, %o: tensor<8x1xi32>) {
+  // expected-error @+1 {{operand 'offsets' must be a 1-D tensor of i32 values, got 'tensor<8x1xi32>'}}
+  %x = moe.dequantize %q, %s offsets(%o : tensor<8x1xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xf8E4M3FN>, tensor<9x64xf32> -> tensor<256x64xbf16>
+  return
+}
+
+// -----
+
+// FP8 colwise dequantize: offsets length >= 1
+func.func @case180(%q: tensor<256x64xf8E4M3FN>, %s: tensor<2x64xf32>, %o: tensor<0xi32>) {
+  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<0xi32>'}}
+  %x = moe.dequantize %q, %s offsets(%o : tensor<0xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xf8E4M3FN>, tensor<2x64xf32> -> tensor<256x64xbf16>
+  return
+}
+
+// -----
+
+// FP8 colwise dequantize: scale rows
+func.func @case181(%q: tensor<256x64xf8E4M3FN>, %s: tensor<2x64xf32>, %o: tensor<8xi32>) {
+  // expected-error @+1 {{dimension 0 of operand 'scales' is 2 but must equal (rows + min(E, rows) * (group_size - 1)) / group_size (9)}}
+  %x = moe.dequantize %q, %s offsets(%o : tensor<8xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xf8E4M3FN>, tensor<2x64xf32> -> tensor<256x64xbf16>
+  return
+}
+
+// -----
+
+// FP8 colwise dequantize: scale columns
+func.func @case182(%q: tensor<256x64xf8E4M3FN>, %s: tensor<9x32xf32>, %o: tensor<8xi32>) {
+  // expected-error @+1 {{dimension 1 of operand 'scales' is 32 but must equal the number of columns (64)}}
+  %x = moe.dequantize %q, %s offsets(%o : tensor<8xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xf8E4M3FN>, tensor<9x32xf32> -> tensor<256x64xbf16>
+  return
+}
+
+// -----
+
+// counts must fit in i32 (slots and offsets are i32)
+func.func @case183(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'k' must fit in i32, got 3000000000}}
+  %w, %i = moe.router_topk %l k = 3000000000 : tensor<4x8xf32> -> tensor<4x3000000000xf32>, tensor<4x3000000000xi32>
+  return
+}
+
+// -----
+
+// scaling_factor must be finite
+func.func @case184(%l: tensor<4x8xf32>) {
+  // expected-error @+1 {{attribute 'scaling_factor' must be finite and positive, got INF}}
+  %w, %i = moe.router_topk %l k = 2 {scaling_factor = 0x7F800000 : f32} : tensor<4x8xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+// sort needs k >= 1
+func.func @case185(%ids: tensor<4x0xi32>) {
+  // expected-error @+1 {{dimension 1 (k) of operand 'ids' must be in [1, num_experts = 8], got 0}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x0xi32> -> tensor<0xi32>, tensor<0xi32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// sort needs k <= num_experts
+func.func @case186(%ids: tensor<4x9xi32>) {
+  // expected-error @+1 {{dimension 1 (k) of operand 'ids' must be in [1, num_experts = 8], got 9}}
+  %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x9xi32> -> tensor<36xi32>, tensor<36xi32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// unpermute rows cannot be FP8 (no scales to combine with)
+func.func @case187(%r: tensor<8x16xf8E4M3FN>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'rows' must be a 2-D tensor of bf16, f16 or f32 values, got 'tensor<8x16xf8E4M3FN>'}}
+  %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xf8E4M3FN>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// grouped_matmul lhs element type
+func.func @case188(%x: tensor<8x16xf64>, %w: tensor<4x16x32xf64>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'lhs' must be a 2-D tensor of bf16, f16, f32, f8E4M3FN or f8E5M2 values, got 'tensor<8x16xf64>'}}
+  %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xf64>, tensor<4x16x32xf64>, tensor<4xi32> -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+// grouped_matmul result element type
+func.func @case189(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'out' must be a 2-D tensor of bf16, f16 or f32 values}}
+  %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xf8E4M3FN>
+  return
+}
+
+// -----
+
+// gather and scatter decode slots of the same tokens
+func.func @case190(%x: tensor<4x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'out' is 3 but must equal the tokens of the gathered 'lhs' (4)}}
+  %y = moe.grouped_matmul %x, %w, %o gather(%s : tensor<8xi32>) scatter(%s : tensor<8xi32>) {k = 2 : i64} : tensor<4x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<3x32xbf16>
+  return
+}
+
+// -----
+
+// LoRA rank must be at least one
+func.func @case191(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<0x16xbf16>, %b: tensor<32x0xbf16>) {
+  // expected-error @+1 {{dimension 0 of operand 'lora_a' must be a static multiple of the number of experts (4) with a rank r >= 1, got 'tensor<0x16xbf16>'}}
+  %y = moe.grouped_matmul %x, %w, %o lora(%a, %b : tensor<0x16xbf16>, tensor<32x0xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// lora_scaling without LoRA in weight_grad mode
+func.func @case192(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'lora_scaling' requires operands 'lora_a' and 'lora_b'}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, lora_scaling = 0.5 : f32} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// FP8 needs scales
+func.func @case193(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{FP8 'lhs' and 'rhs' require block scales: scales(%lhs_scales, %rhs_scales : ...)}}
+  %y = moe.grouped_matmul %x, %w, %o : tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// scales only with FP8
+func.func @case194(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %sx: tensor<8x1xf32>, %sw: tensor<4x1x1xf32>) {
+  // expected-error @+1 {{operand 'lhs_scales' is only used with FP8 'lhs' and 'rhs'}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x1xf32>, tensor<4x1x1xf32>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// scales come in pairs (generic form)
+func.func @case195(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>) {
+  // expected-error @+1 {{operands 'lhs_scales' and 'rhs_scales' must be given together}}
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sx) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32>, tensor<8x2xf32>) -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// lhs scales must be f32
+func.func @case196(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xbf16>, %sw: tensor<4x2x4xf32>) {
+  // expected-error @+1 {{operand 'lhs_scales' must be a 2-D tensor of f32 values}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x2xbf16>, tensor<4x2x4xf32>) : tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// rhs scales are 3-D
+func.func @case197(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>, %sw: tensor<4x8xf32>) {
+  // expected-error @+1 {{operand 'rhs_scales' must be a 3-D tensor of f32 values}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x2xf32>, tensor<4x8xf32>) : tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// one scale row per lhs row
+func.func @case198(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<4x2xf32>, %sw: tensor<4x2x4xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'lhs_scales' is 4 but must equal the rows of 'lhs' (8)}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<4x2xf32>, tensor<4x2x4xf32>) : tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// lhs scale blocks along K
+func.func @case199(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x1xf32>, %sw: tensor<4x2x4xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'lhs_scales' is 1 but must equal ceil(K / scale_group) (2)}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x1xf32>, tensor<4x2x4xf32>) : tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// rhs scales per expert
+func.func @case200(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>, %sw: tensor<2x2x4xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'rhs_scales' is 2 but must equal the number of experts (4)}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x2xf32>, tensor<2x2x4xf32>) : tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// rhs scale blocks along K
+func.func @case201(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>, %sw: tensor<4x4x4xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'rhs_scales' is 4 but must equal ceil(K / scale_group) (2)}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x2xf32>, tensor<4x4x4xf32>) : tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// rhs scale blocks along N
+func.func @case202(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>, %sw: tensor<4x2x2xf32>) {
+  // expected-error @+1 {{dimension 2 of operand 'rhs_scales' is 2 but must equal ceil(N / scale_group) (4)}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x2xf32>, tensor<4x2x2xf32>) : tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// transposed rhs scales follow the rhs layout
+func.func @case203(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x512x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>, %sw: tensor<4x2x4xf32>) {
+  // expected-error @+1 {{dimension 2 of operand 'rhs_scales' is 4 but must equal ceil(K / scale_group) (2)}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x2xf32>, tensor<4x2x4xf32>) {transpose_rhs} : tensor<8x256xf8E4M3FN>, tensor<4x512x256xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// scale_group positive
+func.func @case204(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>, %sw: tensor<4x2x4xf32>) {
+  // expected-error @+1 {{attribute 'scale_group' must be positive, got 0}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x2xf32>, tensor<4x2x4xf32>) {scale_group = 0 : i64} : tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32> -> tensor<8x512xbf16>
+  return
+}
+
+// -----
+
+// weight_grad takes no FP8
+func.func @case205(%x: tensor<8x16xf8E4M3FN>, %dy: tensor<8x32xf8E4M3FN>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{mode = weight_grad needs bf16, f16 or f32 operands, got 'lhs' of 'tensor<8x16xf8E4M3FN>'}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xf8E4M3FN>, tensor<8x32xf8E4M3FN>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad rejects lhs_scales (generic form)
+func.func @case206(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sx: tensor<8x1xf32>) {
+  // expected-error @+1 {{operand 'lhs_scales' is not supported with mode = weight_grad}}
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sx) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8x1xf32>) -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad rejects rhs_scales (generic form)
+func.func @case207(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x1x1xf32>) {
+  // expected-error @+1 {{operand 'rhs_scales' is not supported with mode = weight_grad}}
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x1x1xf32>) -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// dequantize data must be ranked
+func.func @case208(%q: tensor<*xf8E4M3FN>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{operand 'data' must be a ranked tensor, got 'tensor<*xf8E4M3FN>'}}
+  %x = moe.dequantize %q, %s group_size = 128 : tensor<*xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
   return
 }

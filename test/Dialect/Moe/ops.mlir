@@ -153,11 +153,14 @@ func.func @grouped_matmul_weight_grad(%x: tensor<?x2048xbf16>, %dy: tensor<?x768
 
 // -----
 
+// FP8 with DeepSeek-V3 block scales: 1x128 on activations, 128x128 on weights.
 // CHECK-LABEL: func @grouped_matmul_fp8
-func.func @grouped_matmul_fp8(%x: tensor<?x2048xf8E4M3FN>, %w: tensor<128x768x2048xf8E4M3FN>, %offsets: tensor<128xi32>) -> tensor<?x768xbf16> {
-  // CHECK: moe.grouped_matmul {{.*}} : tensor<?x2048xf8E4M3FN>, tensor<128x768x2048xf8E4M3FN>, tensor<128xi32> -> tensor<?x768xbf16>
-  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs} : tensor<?x2048xf8E4M3FN>, tensor<128x768x2048xf8E4M3FN>, tensor<128xi32> -> tensor<?x768xbf16>
-  return %y : tensor<?x768xbf16>
+func.func @grouped_matmul_fp8(%x: tensor<?x2048xf8E4M3FN>, %sx: tensor<?x16xf32>, %w: tensor<128x768x2048xf8E4M3FN>, %sw: tensor<128x6x16xf32>, %offsets: tensor<128xi32>, %wn: tensor<128x2048x768xf8E5M2>, %xn: tensor<?x2048xf8E5M2>, %swn: tensor<128x32x12xf32>, %sxn: tensor<?x32xf32>) -> (tensor<?x768xbf16>, tensor<?x768xf32>) {
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}} : tensor<?x16xf32>, tensor<128x6x16xf32>) {transpose_rhs} : tensor<?x2048xf8E4M3FN>, tensor<128x768x2048xf8E4M3FN>, tensor<128xi32> -> tensor<?x768xbf16>
+  %y = moe.grouped_matmul %x, %w, %offsets scales(%sx, %sw : tensor<?x16xf32>, tensor<128x6x16xf32>) {transpose_rhs} : tensor<?x2048xf8E4M3FN>, tensor<128x768x2048xf8E4M3FN>, tensor<128xi32> -> tensor<?x768xbf16>
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}} : tensor<?x32xf32>, tensor<128x32x12xf32>) {scale_group = 64 : i64} : tensor<?x2048xf8E5M2>, tensor<128x2048x768xf8E5M2>, tensor<128xi32> -> tensor<?x768xf32>
+  %z = moe.grouped_matmul %xn, %wn, %offsets scales(%sxn, %swn : tensor<?x32xf32>, tensor<128x32x12xf32>) {scale_group = 64 : i64} : tensor<?x2048xf8E5M2>, tensor<128x2048x768xf8E5M2>, tensor<128xi32> -> tensor<?x768xf32>
+  return %y, %z : tensor<?x768xbf16>, tensor<?x768xf32>
 }
 
 // -----

@@ -12,6 +12,9 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include <cmath>
+#include <limits>
+
 using namespace mlir;
 using namespace moec;
 using namespace moec::moe;
@@ -31,18 +34,16 @@ bool isWideFloat(Type t) {
   return isa<BFloat16Type, Float16Type, Float32Type>(t);
 }
 bool isFP8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
+bool isMatmulInput(Type t) { return isWideFloat(t) || isFP8(t); }
 bool isI32(Type t) { return t.isSignlessInteger(32); }
 bool isF32(Type t) { return t.isF32(); }
 bool isUI8(Type t) { return t.isUnsignedInteger(8); }
 
 const char *kAnyFloat = "floating-point values";
 const char *kWideFloat = "bf16, f16 or f32 values";
+const char *kMatmulInput = "bf16, f16, f32, f8E4M3FN or f8E5M2 values";
 const char *kI32 = "i32 values";
 const char *kF32 = "f32 values";
-
-std::string sizeStr(int64_t size) {
-  return ShapedType::isDynamic(size) ? std::string("?") : std::to_string(size);
-}
 
 /// Verifies that `value` is a ranked tensor of rank `rank` whose element type
 /// satisfies `isElement`; `what` names it ("operand 'logits'").
@@ -89,11 +90,16 @@ FailureOr<int64_t> expectOffsets(Operation *op, Value offsets) {
   return numExperts;
 }
 
+/// Counts (k, experts, group sizes, ...) are positive and index i32 slots and
+/// offsets, so they must fit in i32 as well.
 LogicalResult expectPositive(Operation *op, StringRef attrName, int64_t value) {
-  if (value >= 1)
-    return success();
-  return op->emitOpError() << "attribute '" << attrName
-                           << "' must be positive, got " << value;
+  if (value < 1)
+    return op->emitOpError() << "attribute '" << attrName
+                             << "' must be positive, got " << value;
+  if (value > std::numeric_limits<int32_t>::max())
+    return op->emitOpError() << "attribute '" << attrName
+                             << "' must fit in i32, got " << value;
+  return success();
 }
 
 LogicalResult expectSameElementType(Operation *op, StringRef what,
@@ -110,11 +116,12 @@ LogicalResult expectSameElementType(Operation *op, StringRef what,
 /// The rows of a permuted tensor must hold every one of the tokens*k slots.
 LogicalResult expectEnoughRows(Operation *op, StringRef what, int64_t rows,
                                int64_t tokens, int64_t topK) {
+  int64_t slots;
   if (ShapedType::isDynamic(rows) || ShapedType::isDynamic(tokens) ||
-      rows >= tokens * topK)
+      __builtin_mul_overflow(tokens, topK, &slots) || rows >= slots)
     return success();
   return op->emitOpError() << what << " has " << rows
-                           << " rows, fewer than the " << tokens * topK
+                           << " rows, fewer than the " << slots
                            << " slots of " << tokens << " tokens with k = "
                            << topK;
 }
@@ -241,8 +248,9 @@ LogicalResult RouterTopKOp::verify() {
   }
 
   float scale = getScalingFactor().convertToFloat();
-  if (!(scale > 0.0f))
-    return emitOpError() << "attribute 'scaling_factor' must be positive, got "
+  if (!(scale > 0.0f) || std::isinf(scale))
+    return emitOpError() << "attribute 'scaling_factor' must be finite and "
+                            "positive, got "
                          << scale;
   return success();
 }
@@ -293,6 +301,10 @@ LogicalResult SortByExpertOp::verify() {
   int64_t topK = idsType->getDimSize(1);
   if (ShapedType::isDynamic(topK))
     return emitOpError() << "dimension 1 (k) of operand 'ids' must be static";
+  if (topK < 1 || topK > numExperts)
+    return emitOpError() << "dimension 1 (k) of operand 'ids' must be in [1, "
+                            "num_experts = "
+                         << numExperts << "], got " << topK;
   int64_t capacity =
       sortedCapacity(idsType->getDimSize(0), topK, numExperts, align);
   const char *capacityDesc =
@@ -393,11 +405,11 @@ LogicalResult PermuteOp::verify() {
 LogicalResult UnpermuteOp::verify() {
   Operation *op = getOperation();
   auto rowsType =
-      expectTensor(op, "operand 'rows'", getRows(), 2, isAnyFloat, kAnyFloat);
+      expectTensor(op, "operand 'rows'", getRows(), 2, isWideFloat, kWideFloat);
   auto slotsType =
       expectTensor(op, "operand 'slots'", getSlots(), 1, isI32, kI32);
   auto outType =
-      expectTensor(op, "result 'out'", getOut(), 2, isAnyFloat, kAnyFloat);
+      expectTensor(op, "result 'out'", getOut(), 2, isWideFloat, kWideFloat);
   if (failed(rowsType) || failed(slotsType) || failed(outType) ||
       failed(expectOffsets(op, getOffsets())) ||
       failed(expectPositive(op, "k", getK())))
@@ -443,6 +455,13 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
       failed(rejectOperand(raw, op.getScatterWeights(), "scatter_weights",
                            reason)))
     return failure();
+  if (failed(rejectOperand(raw, op.getLhsScales(), "lhs_scales", reason)) ||
+      failed(rejectOperand(raw, op.getRhsScales(), "rhs_scales", reason)))
+    return failure();
+  if (!isWideFloat(lhsType.getElementType()))
+    return op.emitOpError() << "mode = weight_grad needs bf16, f16 or f32 "
+                               "operands, got 'lhs' of "
+                            << lhsType;
   if (op.getTransposeRhs())
     return op.emitOpError() << "attribute 'transpose_rhs' " << reason;
   if (op.getActivation() != Activation::none)
@@ -450,8 +469,8 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
 
   auto rhsType = expectTensor(raw, "operand 'rhs' (the output gradient)",
                               op.getRhs(), 2, isAnyFloat, kAnyFloat);
-  auto outType =
-      expectTensor(raw, "result 'out'", op.getOut(), 3, isAnyFloat, kAnyFloat);
+  auto outType = expectTensor(raw, "result 'out'", op.getOut(), 3,
+                              isWideFloat, kWideFloat);
   if (failed(rhsType) || failed(outType) ||
       failed(expectSameElementType(raw, "operand 'rhs'", *rhsType,
                                    "operand 'lhs'", lhsType)) ||
@@ -467,12 +486,54 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
   return success();
 }
 
+/// FP8 operands carry block scales (`scales(...)`); others must not.
+LogicalResult verifyMatmulScales(GroupedMatmulOp op, RankedTensorType lhsType,
+                              RankedTensorType rhsType, int64_t reduction,
+                              int64_t cols) {
+  Operation *raw = op.getOperation();
+  if (bool(op.getLhsScales()) != bool(op.getRhsScales()))
+    return op.emitOpError() << "operands 'lhs_scales' and 'rhs_scales' must "
+                               "be given together";
+  if (!isFP8(lhsType.getElementType())) {
+    const char *reason = "is only used with FP8 'lhs' and 'rhs'";
+    return failure(
+        failed(rejectOperand(raw, op.getLhsScales(), "lhs_scales", reason)) ||
+        failed(rejectOperand(raw, op.getRhsScales(), "rhs_scales", reason)));
+  }
+  if (!op.getLhsScales())
+    return op.emitOpError() << "FP8 'lhs' and 'rhs' require block scales: "
+                               "scales(%lhs_scales, %rhs_scales : ...)";
+  int64_t group = op.getScaleGroup();
+  if (failed(expectPositive(raw, "scale_group", group)))
+    return failure();
+  auto lhsScales = expectTensor(raw, "operand 'lhs_scales'", op.getLhsScales(),
+                                2, isF32, kF32);
+  auto rhsScales = expectTensor(raw, "operand 'rhs_scales'", op.getRhsScales(),
+                                3, isF32, kF32);
+  if (failed(lhsScales) || failed(rhsScales))
+    return failure();
+  int64_t kBlocks = ceilDiv(reduction, group), nBlocks = ceilDiv(cols, group);
+  bool transposed = op.getTransposeRhs();
+  if (failed(expectDim(raw, "operand 'lhs_scales'", *lhsScales, 0,
+                       lhsType.getDimSize(0), "the rows of 'lhs'")) ||
+      failed(expectDim(raw, "operand 'lhs_scales'", *lhsScales, 1, kBlocks,
+                       "ceil(K / scale_group)")) ||
+      failed(expectDim(raw, "operand 'rhs_scales'", *rhsScales, 0,
+                       rhsType.getDimSize(0), "the number of experts")) ||
+      failed(expectDim(raw, "operand 'rhs_scales'", *rhsScales,
+                       transposed ? 2 : 1, kBlocks, "ceil(K / scale_group)")) ||
+      failed(expectDim(raw, "operand 'rhs_scales'", *rhsScales,
+                       transposed ? 1 : 2, nBlocks, "ceil(N / scale_group)")))
+    return failure();
+  return success();
+}
+
 } // namespace
 
 LogicalResult GroupedMatmulOp::verify() {
   Operation *op = getOperation();
-  auto lhsType =
-      expectTensor(op, "operand 'lhs'", getLhs(), 2, isAnyFloat, kAnyFloat);
+  auto lhsType = expectTensor(op, "operand 'lhs'", getLhs(), 2, isMatmulInput,
+                              kMatmulInput);
   if (failed(lhsType))
     return failure();
   auto numExperts = expectOffsets(op, getOffsets());
@@ -497,13 +558,19 @@ LogicalResult GroupedMatmulOp::verify() {
     if (failed(slotsType))
       return failure();
     rows = slotsType->getDimSize(0);
+    if (failed(expectEnoughRows(op, "operand 'gather_slots'", rows,
+                                lhsType->getDimSize(0), *getK())))
+      return failure();
   }
+  if (!getLoraA() && getLoraScaling().convertToFloat() != 1.0f)
+    return emitOpError() << "attribute 'lora_scaling' requires operands "
+                            "'lora_a' and 'lora_b'";
 
   if (getMode() == MatmulMode::weight_grad)
     return verifyWeightGrad(*this, *lhsType, rows, *numExperts);
 
-  auto rhsType =
-      expectTensor(op, "operand 'rhs'", getRhs(), 3, isAnyFloat, kAnyFloat);
+  auto rhsType = expectTensor(op, "operand 'rhs'", getRhs(), 3, isMatmulInput,
+                              kMatmulInput);
   if (failed(rhsType) ||
       failed(expectSameElementType(op, "operand 'rhs'", *rhsType,
                                    "operand 'lhs'", *lhsType)) ||
@@ -541,11 +608,11 @@ LogicalResult GroupedMatmulOp::verify() {
     if (failed(aType) || failed(bType))
       return failure();
     int64_t rankTimesExperts = aType->getDimSize(0);
-    if (ShapedType::isDynamic(rankTimesExperts) ||
+    if (ShapedType::isDynamic(rankTimesExperts) || rankTimesExperts == 0 ||
         rankTimesExperts % *numExperts != 0)
       return emitOpError() << "dimension 0 of operand 'lora_a' must be a "
                               "static multiple of the number of experts ("
-                           << *numExperts << "), got "
+                           << *numExperts << ") with a rank r >= 1, got "
                            << getLoraA().getType();
     if (failed(expectDim(op, "operand 'lora_a'", *aType, 1, reduction,
                          "K, the columns of 'lhs'")) ||
@@ -554,10 +621,10 @@ LogicalResult GroupedMatmulOp::verify() {
         failed(expectDim(op, "operand 'lora_b'", *bType, 1, rankTimesExperts,
                          "dimension 0 of 'lora_a' (E * r)")))
       return failure();
-  } else if (getLoraScaling().convertToFloat() != 1.0f) {
-    return emitOpError() << "attribute 'lora_scaling' requires operands "
-                            "'lora_a' and 'lora_b'";
   }
+
+  if (failed(verifyMatmulScales(*this, *lhsType, *rhsType, reduction, cols)))
+    return failure();
 
   int64_t outCols = cols;
   if (getActivation() == Activation::swiglu && !ShapedType::isDynamic(cols)) {
@@ -578,7 +645,7 @@ LogicalResult GroupedMatmulOp::verify() {
   }
 
   auto outType =
-      expectTensor(op, "result 'out'", getOut(), 2, isAnyFloat, kAnyFloat);
+      expectTensor(op, "result 'out'", getOut(), 2, isWideFloat, kWideFloat);
   if (failed(outType) ||
       failed(expectDim(op, "result 'out'", *outType, 1, outCols,
                        getActivation() == Activation::swiglu
@@ -599,6 +666,12 @@ LogicalResult GroupedMatmulOp::verify() {
     int64_t tokens = outType->getDimSize(0);
     if (failed(expectEnoughRows(op, "operand 'scatter_slots'", rows, tokens,
                                 *getK())))
+      return failure();
+    // Gather and scatter both read slot / k as a token of the same layer.
+    if (getGatherSlots() &&
+        failed(expectDim(op, "result 'out'", *outType, 0,
+                         lhsType->getDimSize(0),
+                         "the tokens of the gathered 'lhs'")))
       return failure();
     if (Value weights = getScatterWeights()) {
       auto weightsType = expectTensor(op, "operand 'scatter_weights'", weights,
@@ -711,9 +784,12 @@ LogicalResult DequantizeOp::verify() {
   if (failed(expectPositive(op, "group_size", getGroupSize())))
     return failure();
   auto dataType = dyn_cast<RankedTensorType>(getData().getType());
-  Type element = dataType ? dataType.getElementType() : Type();
+  if (!dataType)
+    return emitOpError() << "operand 'data' must be a ranked tensor, got "
+                         << getData().getType();
+  Type element = dataType.getElementType();
 
-  if (dataType && isFP8(element)) {
+  if (isFP8(element)) {
     const char *reason = "is only used with packed NF4 'data' (ui8)";
     if (failed(rejectOperand(op, getCodebook(), "codebook", reason)) ||
         failed(rejectOperand(op, getExperts(), "experts", reason)))
@@ -732,7 +808,7 @@ LogicalResult DequantizeOp::verify() {
                            "operand 'scales'", getScales(), getOffsets());
   }
 
-  if (!dataType || !isUI8(element))
+  if (!isUI8(element))
     return emitOpError() << "operand 'data' must be a tensor of FP8 "
                             "(f8E4M3FN, f8E5M2) values, or of ui8 for packed "
                             "NF4, got "

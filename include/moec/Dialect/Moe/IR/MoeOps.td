@@ -21,7 +21,8 @@ def Moe_RouterTopKOp : Moe_Op<"router_topk", [Pure]> {
   let description = [{
     Turns router logits `[T, E]` into, for each token, the `k` selected expert
     ids `[T, k]` (i32) and their routing weights `[T, k]` (f32). Ids of one
-    token are ordered by decreasing score; ties go to the lower expert id.
+    token are ordered by decreasing selection value (below); ties go to the
+    lower expert id.
 
     * `scoring = softmax` (default): `s = softmax(logits)` over the experts.
       `scoring = sigmoid`: `s = sigmoid(logits)` element-wise.
@@ -29,17 +30,20 @@ def Moe_RouterTopKOp : Moe_Op<"router_topk", [Pure]> {
       `order = topk_then_softmax` (Mixtral): experts are selected on the raw
       logits, and the weights are the softmax of the k selected logits
       (requires `scoring = softmax`).
+    * Selection runs on *selection values*: the scores (`softmax_then_topk`)
+      or the logits (`topk_then_softmax`), plus `bias` when given.
     * `renormalize`: divide each token's k weights by their sum (Qwen3
       `norm_topk_prob`, DeepSeek-V3).
-    * `bias(%b : tensor<Exf32>)`: a per-expert bias added to the scores for
-      *selection only*; weights still come from the unbiased scores
-      (DeepSeek-V3 `e_score_correction_bias`).
+    * `bias(%b : tensor<Exf32>)`: a per-expert bias added to the selection
+      values only; weights still come from the unbiased scores (DeepSeek-V3
+      `e_score_correction_bias`).
     * `num_groups` / `topk_groups`: group-limited routing (DeepSeek-V3). The
-      E experts form `num_groups` equal groups; a group's score is the sum of
-      its two best (biased) scores (its best score when a group holds a single
-      expert); only experts of the `topk_groups` best groups may be selected.
-    * `scaling_factor`: multiplies the final weights (default 1.0;
-      DeepSeek-V3 `routed_scaling_factor`).
+      E experts form `num_groups` equal groups; a group's value is the sum of
+      its two best selection values (its best when a group holds a single
+      expert); only experts of the `topk_groups` best groups (ties: lower
+      group) may be selected.
+    * `scaling_factor`: multiplies the final weights (finite, positive;
+      default 1.0; DeepSeek-V3 `routed_scaling_factor`).
 
     Example:
 
@@ -65,8 +69,13 @@ def Moe_RouterTopKOp : Moe_Op<"router_topk", [Pure]> {
     // Default scoring (softmax, then top-k, no renormalization); results
     // typed [T, k] f32 and [T, k] i32 from the logits.
     OpBuilder<(ins "::mlir::Value":$logits, "int64_t":$k), [{
-      auto logitsType = ::llvm::cast<::mlir::RankedTensorType>(logits.getType());
-      ::llvm::SmallVector<int64_t> shape = {logitsType.getDimSize(0), k};
+      // An unranked or rank-0 `logits` gets a dynamic token count here and
+      // a diagnostic from the verifier.
+      int64_t tokens = ::mlir::ShapedType::kDynamic;
+      if (auto ranked = ::llvm::dyn_cast<::mlir::RankedTensorType>(logits.getType()))
+        if (ranked.getRank() >= 1)
+          tokens = ranked.getDimSize(0);
+      ::llvm::SmallVector<int64_t> shape = {tokens, k};
       build($_builder, $_state,
             ::mlir::RankedTensorType::get(shape, $_builder.getF32Type()),
             ::mlir::RankedTensorType::get(shape, $_builder.getI32Type()),
@@ -88,7 +97,8 @@ def Moe_RouterTopKOp : Moe_Op<"router_topk", [Pure]> {
 def Moe_SortByExpertOp : Moe_Op<"sort_by_expert", [Pure]> {
   let summary = "Orders token slots by expert and computes group offsets";
   let description = [{
-    Takes the expert ids `[T, k]` chosen by the router and returns, for the
+    Takes the expert ids `[T, k]` chosen by the router (`1 <= k <=
+    num_experts`, k static) and returns, for the
     `T*k` slots sorted by expert (stable: equal experts keep slot order):
 
     * `sorted_expert_ids` `[M]` (i32): the expert of each sorted row;
@@ -187,7 +197,8 @@ def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure]> {
     where `pos(s)` is the row whose slot is `s`. Padding rows (slot `-1`) are
     dropped. Without `weights` every weight is 1 (for when the weights were
     already applied, e.g. by a grouped matmul's `row_scale`). Sums are
-    accumulated in f32 and rounded once to the result element type.
+    accumulated in f32 and rounded once to the result element type. `rows`
+    and the result are bf16, f16 or f32.
 
     Example:
 
@@ -242,6 +253,15 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
       layout) to each row, so `N` must be even and the output is `N/2` wide.
     * `row_scale(%s : tensor<Mxf32>)`: multiplies output row `i` by `s[i]`
       (after the activation), e.g. the routing weights from `moe.permute`.
+    * `scales(%sx, %sw : tensor<Lx..xf32>, tensor<Ex..x..xf32>)`: required
+      when `lhs` and `rhs` are FP8 (and rejected otherwise). Blocks of
+      `scale_group` (default 128) along each dimension: `%sx` is
+      `[L, ceil(K/g)]` for the `L` rows of `lhs` as given (tokens when
+      gathered), the layout `moe.quantize` produces; `%sw` is
+      `[E, ceil(K/g), ceil(N/g)]`, or `[E, ceil(N/g), ceil(K/g)]` with
+      `transpose_rhs` (DeepSeek-V3's 1x128 activation and 128x128 weight
+      blocks). The product uses `lhs * sx` and `rhs * sw`, element-wise by
+      block.
     * Output: grouped `[M, N']`; or, with `scatter(%slots : tensor<Mxi32>)`
       and `k`, combined in token order `[T, N']`:
       `out[t] = sum over rows i with slots[i] / k == t of w * y_i`, where `w`
@@ -253,11 +273,13 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     as above), `rhs` is the output gradient `[M, N]` in the same grouped row
     order, and the result is `[E, K, N]` with
     `out[e] = sum over rows i of group e of lhs_iᵀ · rhs_i`. An expert with
-    no rows gets zeros. No bias, LoRA, activation, row scale, scatter or
-    `transpose_rhs` in this mode.
+    no rows gets zeros. No bias, LoRA, activation, row scale, scatter, FP8
+    or `transpose_rhs` in this mode.
 
-    `lhs` and `rhs` share one element type (bf16, f16, f32 or FP8);
-    accumulation is f32; the result may be any float type.
+    `lhs` and `rhs` share one element type (bf16, f16, f32, f8E4M3FN or
+    f8E5M2); accumulation is f32; the result is bf16, f16 or f32. With
+    `gather`, `slots` must hold all `T*k` slots of the `T` rows of `lhs`;
+    with both `gather` and `scatter`, the result has those `T` rows.
 
     Example:
 
@@ -280,11 +302,14 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Optional<AnyTensor>:$row_scale,
     Optional<AnyTensor>:$scatter_slots,
     Optional<AnyTensor>:$scatter_weights,
+    Optional<AnyTensor>:$lhs_scales,
+    Optional<AnyTensor>:$rhs_scales,
     DefaultValuedAttr<Moe_MatmulModeAttr, "::moec::moe::MatmulMode::forward">:$mode,
     UnitAttr:$transpose_rhs,
     OptionalAttr<I64Attr>:$k,
     DefaultValuedAttr<F32Attr, "1.0f">:$lora_scaling,
-    DefaultValuedAttr<Moe_ActivationAttr, "::moec::moe::Activation::none">:$activation
+    DefaultValuedAttr<Moe_ActivationAttr, "::moec::moe::Activation::none">:$activation,
+    DefaultValuedAttr<I64Attr, "128">:$scale_group
   );
   let results = (outs AnyTensor:$out);
   let assemblyFormat = [{
@@ -295,6 +320,8 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     (`row_scale` `(` $row_scale^ `:` type($row_scale) `)`)?
     (`scatter` `(` $scatter_slots^ `:` type($scatter_slots) `)`)?
     (`scatter_weights` `(` $scatter_weights^ `:` type($scatter_weights) `)`)?
+    (`scales` `(` $lhs_scales^ `,` $rhs_scales `:` type($lhs_scales) `,`
+                  type($rhs_scales) `)`)?
     attr-dict `:` type($lhs) `,` type($rhs) `,` type($offsets) `->` type($out)
   }];
   let hasVerifier = 1;
@@ -416,7 +443,8 @@ def Moe_DequantizeOp : Moe_Op<"dequantize", [Pure, AttrSizedOperandSegments]> {
 
     **FP8** (`data` is `f8E4M3FN` or `f8E5M2`, `[M, K]`): the inverse of
     `moe.quantize` with the same `group_size`, `axis` and (for `colwise`)
-    `offsets`: `output = data * scale`, `output` `[M, K]` of a float type.
+    `offsets`: `output = data * scale`, `output` `[M, K]` of bf16, f16 or
+    f32.
 
     **NF4** (`data` is `ui8`): 4-bit expert weights packed two per byte.
     `data` is `[E, K, N/2]`; element `(e, r, c)` of the unpacked `[E, K, N]`
