@@ -372,7 +372,24 @@ DTensor groupedRows(const DTensor &lhs, const ITensor *gatherSlots,
 DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
                       const ITensor &offsets,
                       const GroupedMatmulOptions &options) {
-  const DTensor x = groupedRows(lhs, options.gatherSlots, options.k);
+  if (bool(options.lhsScales) != bool(options.rhsScales))
+    fail("'lhs_scales' and 'rhs_scales' must be given together");
+  const int64_t g = options.scaleGroup;
+  if (options.lhsScales && g < 1)
+    fail("'scale_group' must be positive");
+  // Block scales apply to lhs as given (tokens, when gathered).
+  DTensor scaledLhs = lhs;
+  if (options.lhsScales) {
+    expectRank(lhs, "lhs", 2);
+    expectRank(*options.lhsScales, "lhs_scales", 2);
+    expectDim(*options.lhsScales, "lhs_scales", 0, lhs.dim(0), "the rows of 'lhs'");
+    expectDim(*options.lhsScales, "lhs_scales", 1, ceilDiv(lhs.dim(1), g),
+              "ceil(K / scale_group)");
+    for (int64_t i = 0; i < lhs.dim(0); ++i)
+      for (int64_t c = 0; c < lhs.dim(1); ++c)
+        scaledLhs.at(i, c) *= options.lhsScales->at(i, c / g);
+  }
+  const DTensor x = groupedRows(scaledLhs, options.gatherSlots, options.k);
   const int64_t rows = x.dim(0), red = x.dim(1);
   expectOffsets(offsets, rows);
   const int64_t experts = offsets.dim(0);
@@ -381,8 +398,21 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
   const int64_t cols = options.transposeRhs ? rhs.dim(1) : rhs.dim(2);
   expectDim(rhs, "rhs", options.transposeRhs ? 2 : 1, red,
             "K, the columns of 'lhs'");
+  const DTensor *rhsScales = options.rhsScales;
+  if (rhsScales) {
+    expectRank(*rhsScales, "rhs_scales", 3);
+    expectDim(*rhsScales, "rhs_scales", 0, experts, "the number of experts");
+    expectDim(*rhsScales, "rhs_scales", options.transposeRhs ? 2 : 1,
+              ceilDiv(red, g), "ceil(K / scale_group)");
+    expectDim(*rhsScales, "rhs_scales", options.transposeRhs ? 1 : 2,
+              ceilDiv(cols, g), "ceil(N / scale_group)");
+  }
   auto weight = [&](int64_t e, int64_t kk, int64_t n) {
-    return options.transposeRhs ? rhs.at(e, n, kk) : rhs.at(e, kk, n);
+    double w = options.transposeRhs ? rhs.at(e, n, kk) : rhs.at(e, kk, n);
+    if (!rhsScales)
+      return w;
+    return w * (options.transposeRhs ? rhsScales->at(e, n / g, kk / g)
+                                     : rhsScales->at(e, kk / g, n / g));
   };
   if (options.bias) {
     expectRank(*options.bias, "bias", 2);

@@ -323,6 +323,55 @@ TEST(Reference, GroupedMatmulLoRAEqualsMergedWeights) {
             1e-14);
 }
 
+TEST(Reference, GroupedMatmulFP8BlockScales) {
+  // FP8 codes times their block scales equal the dequantized product. K = 7
+  // and N = 6 are not multiples of the block size 4.
+  std::mt19937 rng(9);
+  GroupedProblem p = makeProblem(rng, 1);
+  const int64_t g = 4;
+  QuantizeOptions rowwise;
+  rowwise.groupSize = g;
+  QuantizeResult qx = quantize(p.x, rowwise);
+  DTensor sw = randomTensor({p.experts, 2, 2}, rng);
+  for (double &v : sw.data)
+    v = std::fabs(v) + 0.1;
+  DTensor qw = p.w, dw = p.w;
+  for (int64_t e = 0; e < p.experts; ++e)
+    for (int64_t kk = 0; kk < p.red; ++kk)
+      for (int64_t n = 0; n < p.cols; ++n) {
+        double s = sw.at(e, kk / g, n / g);
+        qw.at(e, kk, n) = roundToFP8(p.w.at(e, kk, n) / s, FP8Format::E4M3FN);
+        dw.at(e, kk, n) = qw.at(e, kk, n) * s;
+      }
+  GroupedMatmulOptions gather;
+  gather.gatherSlots = &p.sorted.slots;
+  gather.k = p.k;
+  DTensor expected = groupedMatmul(dequantizeFP8(qx.data, qx.scales, rowwise),
+                                   dw, p.sorted.offsets, gather);
+  GroupedMatmulOptions fp8 = gather;
+  fp8.lhsScales = &qx.scales;
+  fp8.rhsScales = &sw;
+  fp8.scaleGroup = g;
+  EXPECT_LT(relativeError(groupedMatmul(qx.data, qw, p.sorted.offsets, fp8),
+                          expected),
+            1e-14);
+  // The transposed layout transposes the scale blocks with the weights.
+  DTensor qwt({p.experts, p.cols, p.red}), swt({p.experts, 2, 2});
+  for (int64_t e = 0; e < p.experts; ++e) {
+    for (int64_t kk = 0; kk < p.red; ++kk)
+      for (int64_t n = 0; n < p.cols; ++n)
+        qwt.at(e, n, kk) = qw.at(e, kk, n);
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 2; ++b)
+        swt.at(e, b, a) = sw.at(e, a, b);
+  }
+  fp8.transposeRhs = true;
+  fp8.rhsScales = &swt;
+  EXPECT_LT(relativeError(groupedMatmul(qx.data, qwt, p.sorted.offsets, fp8),
+                          expected),
+            1e-14);
+}
+
 TEST(Reference, WeightGradIsTheAdjointOfTheForward) {
   // <groupedMatmul(x, W), G> == <W, weightGrad(x, G)> for any W and G.
   std::mt19937 rng(5);

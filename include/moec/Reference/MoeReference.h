@@ -122,6 +122,11 @@ struct GroupedMatmulOptions {
   const ITensor *scatterSlots = nullptr;   ///< [M]
   const DTensor *scatterWeights = nullptr; ///< [T, k]
   int64_t numTokens = 0;                   ///< T, the rows of a scattered output
+  /// FP8 block scales: lhs [L, ceil(K/g)] for the rows of lhs as given; rhs
+  /// [E, ceil(K/g), ceil(N/g)] ([E, ceil(N/g), ceil(K/g)] when transposed).
+  const DTensor *lhsScales = nullptr;
+  const DTensor *rhsScales = nullptr;
+  int64_t scaleGroup = 128;
 };
 
 /// moe.grouped_matmul, mode = forward.
