@@ -116,9 +116,11 @@ LogicalResult expectSameElementType(Operation *op, StringRef what,
 /// The rows of a permuted tensor must hold every one of the tokens*k slots.
 LogicalResult expectEnoughRows(Operation *op, StringRef what, int64_t rows,
                                int64_t tokens, int64_t topK) {
-  int64_t slots;
-  if (ShapedType::isDynamic(rows) || ShapedType::isDynamic(tokens) ||
-      __builtin_mul_overflow(tokens, topK, &slots) || rows >= slots)
+  // An unaligned sort's capacity is exactly the tokens*k slots (dynamic when
+  // unknown or overflowing).
+  int64_t slots = sortedCapacity(tokens, topK, /*numExperts=*/1, /*align=*/1);
+  if (ShapedType::isDynamic(rows) || ShapedType::isDynamic(slots) ||
+      rows >= slots)
     return success();
   return op->emitOpError() << what << " has " << rows
                            << " rows, fewer than the " << slots
@@ -453,9 +455,8 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
       failed(rejectOperand(raw, op.getScatterSlots(), "scatter_slots",
                            reason)) ||
       failed(rejectOperand(raw, op.getScatterWeights(), "scatter_weights",
-                           reason)))
-    return failure();
-  if (failed(rejectOperand(raw, op.getLhsScales(), "lhs_scales", reason)) ||
+                           reason)) ||
+      failed(rejectOperand(raw, op.getLhsScales(), "lhs_scales", reason)) ||
       failed(rejectOperand(raw, op.getRhsScales(), "rhs_scales", reason)))
     return failure();
   if (!isWideFloat(lhsType.getElementType()))
@@ -488,8 +489,8 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
 
 /// FP8 operands carry block scales (`scales(...)`); others must not.
 LogicalResult verifyMatmulScales(GroupedMatmulOp op, RankedTensorType lhsType,
-                              RankedTensorType rhsType, int64_t reduction,
-                              int64_t cols) {
+                                 RankedTensorType rhsType, int64_t reduction,
+                                 int64_t cols) {
   Operation *raw = op.getOperation();
   if (bool(op.getLhsScales()) != bool(op.getRhsScales()))
     return op.emitOpError() << "operands 'lhs_scales' and 'rhs_scales' must "
