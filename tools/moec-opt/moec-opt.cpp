@@ -5,6 +5,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Dialect/Moe/IR/MoeDialect.h"
+#include "moec/Conversion/Passes.h"
+#include "moec/Dialect/Moe/Transforms/Passes.h"
+#include "moec/Pipelines/Pipelines.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
@@ -14,6 +17,9 @@
 
 int main(int argc, char **argv) {
   mlir::registerAllPasses();
+  moec::moe::registerMoeTransformsPasses();
+  moec::registerMoecConversionPasses();
+  moec::registerMoecPipelines();
 
   mlir::DialectRegistry registry;
   mlir::registerAllDialects(registry);

@@ -1880,3 +1880,93 @@ func.func @case208(%q: tensor<*xf8E4M3FN>, %s: tensor<4x1xf32>) {
   %x = moe.dequantize %q, %s group_size = 128 : tensor<*xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
   return
 }
+
+// -----
+
+// tile m must be a power of two
+func.func @case209(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{tile parameter 'm' must be a power of two >= 1, got 3}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 3, n = 1, k = 1, threads = 256>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// tile m must be at least 1
+func.func @case210(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{tile parameter 'm' must be a power of two >= 1, got 0}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 0, n = 1, k = 1, threads = 256>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// tile n must be a power of two
+func.func @case211(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{tile parameter 'n' must be a power of two >= 1, got 12}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 16, n = 12, k = 32, threads = 256>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// tile k must be positive
+func.func @case212(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{tile parameter 'k' must be a power of two >= 1, got -32}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 16, n = 16, k = -32, threads = 256>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// tile threads must be whole warps
+func.func @case213(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{tile parameter 'threads' must be a multiple of 32 in [32, 1024], got 100}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 100>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// tile threads at least one warp
+func.func @case214(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{tile parameter 'threads' must be a multiple of 32 in [32, 1024], got 0}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 0>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// tile threads at most 1024 (the CUDA block limit)
+func.func @case215(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{tile parameter 'threads' must be a multiple of 32 in [32, 1024], got 2048}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 2048>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// tile outputs must split evenly over threads
+func.func @case216(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{tile of 16x16 outputs does not split evenly over 96 threads: one of m*n and 'threads' must divide the other}}
+  %y = moe.grouped_matmul %x, %w, %o {moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 96>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// the moe.tile attribute must be a tile
+func.func @case217(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{attribute 'moe.tile' must be a #moe.tile<...>, got 256 : i64}}
+  %a = moe.swiglu %x {moe.tile = 256 : i64} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// every tile parameter is required
+func.func @case218(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{expected ','}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 1, n = 1, k = 1>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}

@@ -229,3 +229,30 @@ func.func @dequantize_nf4(%packed: tensor<128x2048x384xui8>, %absmax: tensor<128
   %all = moe.dequantize %packed, %absmax codebook(%codebook : tensor<16xf32>) group_size = 64 : tensor<128x2048x384xui8>, tensor<128x24576xf32> -> tensor<128x2048x768xf16>
   return %w, %all : tensor<8x2048x768xbf16>, tensor<128x2048x768xf16>
 }
+
+// -----
+
+// A tile configuration rides on any op as the discardable attribute
+// `moe.tile`; its parameters parse in any order and print as m, n, k, threads.
+// CHECK-LABEL: func @tile_attr
+func.func @tile_attr(%x: tensor<?x64xbf16>, %w: tensor<8x64x64xbf16>, %o: tensor<8xi32>) -> tensor<?x32xbf16> {
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} {moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 256>} : tensor<?x64xbf16>, tensor<8x64x64xbf16>, tensor<8xi32> -> tensor<?x64xbf16>
+  %h = moe.grouped_matmul %x, %w, %o {moe.tile = #moe.tile<threads = 256, k = 32, m = 16, n = 16>} : tensor<?x64xbf16>, tensor<8x64x64xbf16>, tensor<8xi32> -> tensor<?x64xbf16>
+  // One row per block, 96 threads (m*n = 1 divides any thread count).
+  // CHECK: moe.swiglu %{{.*}} {moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 96>} : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  %a = moe.swiglu %h {moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 96>} : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  return %a : tensor<?x32xbf16>
+}
+
+// -----
+
+// Split reduction: more threads than outputs; and the largest block.
+// CHECK-LABEL: func @tile_attr_bounds
+func.func @tile_attr_bounds(%x: tensor<?x64xf32>, %w: tensor<8x64x64xf32>, %o: tensor<8xi32>) -> tensor<?x64xf32> {
+  // CHECK: moe.grouped_matmul {{.*}} {moe.tile = #moe.tile<m = 4, n = 8, k = 512, threads = 1024>}
+  %y = moe.grouped_matmul %x, %w, %o {moe.tile = #moe.tile<m = 4, n = 8, k = 512, threads = 1024>} : tensor<?x64xf32>, tensor<8x64x64xf32>, tensor<8xi32> -> tensor<?x64xf32>
+  // CHECK: moe.grouped_matmul {{.*}} {moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 32>}
+  %z = moe.grouped_matmul %x, %w, %o {moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 32>} : tensor<?x64xf32>, tensor<8x64x64xf32>, tensor<8xi32> -> tensor<?x64xf32>
+  %s = arith.addf %y, %z : tensor<?x64xf32>
+  return %s : tensor<?x64xf32>
+}

@@ -11,6 +11,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/CheckedArithmetic.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace moec::moe;
@@ -30,4 +32,47 @@ void MoeDialect::initialize() {
 #define GET_ATTRDEF_LIST
 #include "moec/Dialect/Moe/IR/MoeAttrs.cpp.inc"
       >();
+}
+
+//===----------------------------------------------------------------------===//
+// TileAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               int64_t m, int64_t n, int64_t k,
+                               int64_t threads) {
+  for (auto [name, value] : {std::make_pair("m", m), std::make_pair("n", n),
+                             std::make_pair("k", k)})
+    if (value < 1 || !llvm::isPowerOf2_64(value))
+      return emitError() << "tile parameter '" << name
+                         << "' must be a power of two >= 1, got " << value;
+  if (threads < 32 || threads > 1024 || threads % 32 != 0)
+    return emitError() << "tile parameter 'threads' must be a multiple of 32 "
+                          "in [32, 1024], got "
+                       << threads;
+  // m*n is a power of two; when it overflows int64 it is far above any
+  // thread count, which then divides it only if it is a power of two too.
+  std::optional<int64_t> outputs = llvm::checkedMul(m, n);
+  bool even = outputs ? (*outputs % threads == 0 || threads % *outputs == 0)
+                      : llvm::isPowerOf2_64(threads);
+  if (!even)
+    return emitError() << "tile of " << m << "x" << n
+                       << " outputs does not split evenly over " << threads
+                       << " threads: one of m*n and 'threads' must divide "
+                          "the other";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
+                                                   NamedAttribute attr) {
+  if (attr.getName() == kTileAttrName && !isa<TileAttr>(attr.getValue()))
+    return op->emitError() << "attribute '" << kTileAttrName
+                           << "' must be a #moe.tile<...>, got "
+                           << attr.getValue();
+  // Other `moe.*` attributes are left to the passes that set them.
+  return success();
 }

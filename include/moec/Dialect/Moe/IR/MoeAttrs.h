@@ -10,10 +10,19 @@
 #include "mlir/IR/Attributes.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringRef.h"
 
 #include "moec/Dialect/Moe/IR/MoeEnums.h.inc"
 
 #define GET_ATTRDEF_CLASSES
 #include "moec/Dialect/Moe/IR/MoeAttrs.h.inc"
+
+namespace moec::moe {
+
+/// Name of the discardable attribute that carries an op's `#moe.tile`
+/// configuration (see TileAttr). The dialect verifies that it is a TileAttr.
+constexpr llvm::StringLiteral kTileAttrName = "moe.tile";
+
+} // namespace moec::moe
 
 #endif // MOEC_DIALECT_MOE_IR_MOEATTRS_H

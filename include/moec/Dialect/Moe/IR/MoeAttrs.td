@@ -1,7 +1,8 @@
 //===- MoeAttrs.td - Attributes of the moe dialect ---------*- tablegen -*-===//
 //
 // Part of moec. Enumerations that select between variants of one op where the
-// math is shared (attributes rather than new ops).
+// math is shared (attributes rather than new ops), and the tile configuration
+// `#moe.tile` that the tiling pass attaches to ops.
 //
 //===----------------------------------------------------------------------===//
 
@@ -81,5 +82,54 @@ def Moe_QuantAxis : I32EnumAttr<"QuantAxis",
   let genSpecializedAttr = 0;
 }
 def Moe_QuantAxisAttr : Moe_EnumAttr<Moe_QuantAxis, "axis">;
+
+//===----------------------------------------------------------------------===//
+// Tile configuration
+//===----------------------------------------------------------------------===//
+
+def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
+  let mnemonic = "tile";
+  let summary = "How a kernel decomposes its work into thread blocks";
+  let description = [{
+    The work decomposition of the kernel an op lowers to. Attached to an op
+    as the discardable attribute `moe.tile` (by the `moe-tile` pass, or by
+    hand); ops without one get the tiling pass's cost model.
+
+    * Matmul-like ops (`moe.grouped_matmul`, `linalg.matmul`): a thread
+      block computes an `m`×`n` tile of the output, stepping `k` columns at
+      a time along the reduction, with `threads` threads. Each thread
+      computes `m*n/threads` outputs when `threads` divides `m*n`; when
+      `m*n` divides `threads`, `threads/(m*n)` threads share an output
+      (split reduction). With `mode = weight_grad` the output tile is `m`
+      rows of K by `n` columns of N of one expert, and `k` steps along the
+      grouped rows.
+    * Row-wise and element-wise ops (routing, sorting, permutation,
+      activation, quantization): a thread block handles `m` rows with
+      `threads` threads; `n` and `k` are 1 unless an op gives them a
+      meaning.
+
+    Constraints (checked by the verifier): `m`, `n` and `k` are powers of
+    two (1 included); `threads` is a multiple of 32 (a whole number of
+    warps) in `[32, 1024]`; and one of `m*n` and `threads` divides the
+    other, so that outputs split evenly over threads.
+
+    Example:
+
+    ```mlir
+    %y = moe.grouped_matmul %x, %w, %offsets
+        {moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 256>}
+        : tensor<?x2048xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32>
+        -> tensor<?x768xbf16>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$m,
+    "int64_t":$n,
+    "int64_t":$k,
+    "int64_t":$threads
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
 
 #endif // MOEC_DIALECT_MOE_IR_MOEATTRS_TD

@@ -41,6 +41,8 @@ def Moe_Dialect : Dialect {
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasCanonicalizer = 0;
+  // Checks discardable `moe.*` attributes (`moe.tile` must be a TileAttr).
+  let hasOperationAttrVerify = 1;
 }
 
 class Moe_Op<string mnemonic, list<Trait> traits = []>

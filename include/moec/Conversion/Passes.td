@@ -1,0 +1,60 @@
+//===- Passes.td - moec conversion passes ------------------*- tablegen -*-===//
+//
+// Part of moec. Passes that take the moe dialect down to kernels: tensors to
+// buffers and launches, and gpu kernels to host functions.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_CONVERSION_PASSES_TD
+#define MOEC_CONVERSION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ConvertMoeToKernels : Pass<"convert-moe-to-kernels", "mlir::ModuleOp"> {
+  let summary = "Turn moe functions on tensors into buffers, gpu kernels and "
+                "launches";
+  let description = [{
+    Every function of the module becomes a function on memrefs in
+    destination-passing style: tensor arguments become memref arguments and
+    each result becomes a trailing output memref argument. Each `moe` op (and
+    `linalg.matmul` on a zero-filled `tensor.empty`) becomes one or more
+    `gpu.func` kernels in a `gpu.module @<func>_kernels` and the
+    `gpu.launch_func` ops that run them, in program order; intermediates are
+    `memref.alloc`s. Kernels use the op's `#moe.tile` (or the cost-model
+    default) for their block size and work split.
+
+    Grouped matmuls walk a ragged tile schedule: a 1-D grid sized by an upper
+    bound on the number of (expert, m-tile, n-tile) tiles, each block finding
+    its expert from the offsets, so the host never reads token counts.
+
+    The pass records what the bundle writer needs as attributes: `moe.symbols`
+    and `moe.ref_ops` on the function, `moe.dims` (size expressions) on output
+    arguments and allocations, `moe.buffer` (buffer index) on allocations,
+    and `moe.grid` / `moe.scalars` on launches. Expressions are in the RPN of
+    docs/bundle.md over the symbols (dynamic input dimensions).
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect", "mlir::func::FuncDialect",
+    "mlir::gpu::GPUDialect", "mlir::math::MathDialect",
+    "mlir::memref::MemRefDialect", "mlir::scf::SCFDialect"
+  ];
+}
+
+def ConvertKernelsToHost : Pass<"convert-kernels-to-host", "mlir::ModuleOp"> {
+  let summary = "Turn gpu kernels into host functions that loop over the grid";
+  let description = [{
+    For the host CPU backend. Each `gpu.func` kernel (with a
+    `known_block_size`) of each `gpu.module` becomes a `func.func` of the same
+    name in the enclosing module whose first argument is the number of blocks
+    and whose body runs the kernel body for every (block, thread) pair in
+    order. Valid for kernels without barriers or shared memory, which is
+    checked. The gpu modules and the host functions that launched them are
+    removed: the runtime executes launches from the bundle's steps.
+  }];
+  let dependentDialects = [
+    "mlir::func::FuncDialect", "mlir::scf::SCFDialect",
+    "mlir::arith::ArithDialect"
+  ];
+}
+
+#endif // MOEC_CONVERSION_PASSES_TD

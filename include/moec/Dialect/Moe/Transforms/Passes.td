@@ -1,0 +1,144 @@
+//===- Passes.td - Tensor-level transforms of the moe dialect -*- tablegen -*-===//
+//
+// Part of moec. Fusion of moe ops into the prologue and epilogue of the
+// grouped matmul, and the choice of tile configurations. Every pass runs on
+// any op (a module or a function) and rewrites the moe ops nested in it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_DIALECT_MOE_TRANSFORMS_PASSES_TD
+#define MOEC_DIALECT_MOE_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def MoeFusePermutePass : Pass<"moe-fuse-permute"> {
+  let summary = "Fuses moe.permute into the prologue of moe.grouped_matmul";
+  let description = [{
+    Rewrites a forward `moe.grouped_matmul` whose `lhs` is the `rows` of a
+    `moe.permute` with the same `offsets` into a matmul that gathers the
+    token rows itself:
+
+    ```mlir
+    %rows = moe.permute %x, %slots, %offsets k = 8 : ...
+    %y = moe.grouped_matmul %rows, %w, %offsets : ...
+    // becomes
+    %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+        {k = 8 : i64} : ...
+    ```
+
+    Both read row `i` as `tokens[slots[i] / k]` and a padding slot (`-1`) as
+    a zero row, so the result is unchanged. Every other operand and
+    attribute of the matmul (bias, LoRA, `row_scale`, activation, scatter,
+    `moe.tile`, ...) is kept. The permute is erased once it has no users;
+    its other users keep it.
+
+    Left unfused: permutes carrying `probs(...)` or `scales(...)` (the
+    passengers would need a permute of their own), matmuls in
+    `weight_grad` mode, matmuls that already gather, matmuls with FP8
+    block scales (their `lhs_scales` are per permuted row, a gathered
+    matmul needs them per token), a permute with different `offsets`, and
+    a matmul whose `scatter` uses another `k` or another token count.
+  }];
+  let dependentDialects = ["::moec::moe::MoeDialect"];
+}
+
+def MoeFuseEpiloguePass : Pass<"moe-fuse-epilogue"> {
+  let summary = "Fuses SwiGLU and row scaling into the epilogue of "
+                "moe.grouped_matmul";
+  let description = [{
+    Folds element-wise work on a forward `moe.grouped_matmul`'s output into
+    the matmul. The matmul must have no other user and no `scatter`.
+
+    * `moe.swiglu` (`layout = halves`) of a matmul with `activation = none`
+      and no `row_scale` becomes the matmul with `activation = swiglu` and
+      the swiglu's result type `[M, N/2]`.
+    * A row scaling, a `linalg.generic` with all-parallel loops over the
+      matmul result `[M, N]` (identity map) and an f32 vector `[M]` (map
+      `(d0, d1) -> (d0)`) whose body is `mulf` of the two (the matrix
+      element optionally `extf`'d to f32 and the product optionally
+      `truncf`'d) and which does not read its init, becomes the matmul's
+      `row_scale` with the generic's result type. The scale applies after
+      the activation, as in the generic's place.
+
+    The fused epilogue rounds to the result type once, from f32, where the
+    unfused ops round the matmul's output first.
+
+    Left unfused: `layout = interleaved` (the matmul's swiglu reads halves),
+    swiglu of a matmul that already has an activation or a `row_scale`
+    (the scale would apply before the activation), a scaling of a matmul
+    that already has a `row_scale`, scaling in any other form (e.g.
+    `linalg.broadcast` + `linalg.mul`), and quantization (`moe.quantize` of
+    the output): the grouped matmul has no FP8 output form.
+  }];
+  let dependentDialects = ["::moec::moe::MoeDialect"];
+}
+
+def MoeFuseCombinePass : Pass<"moe-fuse-combine"> {
+  let summary = "Fuses moe.unpermute (the combine) into the epilogue of "
+                "moe.grouped_matmul";
+  let description = [{
+    Rewrites `moe.unpermute` of the output of a forward
+    `moe.grouped_matmul` with the same `offsets` into a matmul that
+    scatters its rows back to token order itself:
+
+    ```mlir
+    %d = moe.grouped_matmul %a, %w, %offsets : ...
+    %y = moe.unpermute %d, %slots, %offsets k = 8
+        weights(%weights : tensor<?x8xf32>) : ...
+    // becomes
+    %y = moe.grouped_matmul %a, %w, %offsets scatter(%slots : tensor<?xi32>)
+        scatter_weights(%weights : tensor<?x8xf32>) {k = 8 : i64} : ...
+    ```
+
+    Both compute `out[t] = sum over rows i with slots[i] / k == t of
+    w[t, slots[i] % k] * y_i` (weight 1 without `weights`), drop padding
+    rows and accumulate in f32; the fused form no longer rounds `y_i` to
+    the matmul's element type before the sum. The matmul is moved to just
+    before the unpermute so that the slots and weights dominate it.
+
+    Left unfused: matmuls in `weight_grad` mode, matmuls that already
+    scatter, with other users, in another block than the unpermute, with
+    different `offsets`, that gather with another `k`, or whose gathered
+    token count differs from the unpermute's.
+  }];
+  let dependentDialects = ["::moec::moe::MoeDialect"];
+}
+
+def MoeTilePass : Pass<"moe-tile"> {
+  let summary = "Attaches a #moe.tile configuration to every moe op";
+  let description = [{
+    Gives every `moe` op without a `moe.tile` attribute the tile of the cost
+    model `moec::moe::defaultTileFor` (include/moec/Dialect/Moe/Transforms/
+    Tiling.h), which the lowering also uses for ops without the attribute.
+    Ops that already carry a tile keep it.
+
+    The model targets the first, simple kernels: one thread per output
+    element of a tile.
+
+    * `moe.grouped_matmul`: `m = 16, n = 16, k = 32, threads = 256`; when
+      the output is at most 8 columns wide, `n = 8, threads = 128`.
+    * `moe.router_topk`, `moe.sort_by_expert`: one row per block, 128
+      threads.
+    * `moe.permute`, `moe.unpermute`, `moe.swiglu`, `moe.swiglu_grad`,
+      `moe.quantize`, `moe.dequantize`: one row per block, 256 threads.
+
+    The options `m`, `n`, `k` and `threads` override the matmul tile (each
+    one given replaces that field of the model's choice); a combination
+    that is not a valid `#moe.tile` fails the pass with the verifier's
+    message.
+  }];
+  let dependentDialects = ["::moec::moe::MoeDialect"];
+  let options = [
+    Option<"tileM", "m", "int64_t", /*default=*/"0",
+           "Matmul tile rows (a power of two; 0: cost model)">,
+    Option<"tileN", "n", "int64_t", /*default=*/"0",
+           "Matmul tile columns (a power of two; 0: cost model)">,
+    Option<"tileK", "k", "int64_t", /*default=*/"0",
+           "Matmul reduction step (a power of two; 0: cost model)">,
+    Option<"threads", "threads", "int64_t", /*default=*/"0",
+           "Matmul threads per block (a multiple of 32 in [32, 1024]; 0: "
+           "cost model)">
+  ];
+}
+
+#endif // MOEC_DIALECT_MOE_TRANSFORMS_PASSES_TD

@@ -1,0 +1,49 @@
+//===- Pipelines.h - The moec pass pipelines, assembled in one place -*- C++ -*-===//
+//
+// Part of moec. Every pass sequence the compiler runs is built here, and
+// moec-opt exposes each as a named pipeline:
+//
+//   moe-optimize     fusion (permute, epilogue, combine) then moe-tile
+//   moe-to-kernels   moe-optimize, then convert-moe-to-kernels
+//   moe-to-nvvm      moe-to-kernels, then gpu modules to NVVM and PTX
+//   moe-to-rocdl     moe-to-kernels, then gpu modules to ROCDL (LLVM dialect)
+//   moe-to-host      moe-to-kernels, then kernels to LLVM for the host CPU
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_PIPELINES_PIPELINES_H
+#define MOEC_PIPELINES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+
+#include <string>
+
+namespace moec {
+
+struct GpuTargetOptions {
+  std::string chip;     ///< "sm_90a", "gfx942"
+  std::string features; ///< "+ptx80" for sm_90a
+  unsigned optLevel = 3;
+};
+
+/// Fusion and tiling on tensors.
+void buildMoeOptimizePipeline(mlir::OpPassManager &pm);
+/// moe-optimize + convert-moe-to-kernels (+ cleanup).
+void buildMoeToKernelsPipeline(mlir::OpPassManager &pm);
+/// Kernels (gpu.module) to NVVM and PTX text in a gpu.binary (format=isa):
+/// works without the CUDA toolkit; ptxas runs afterwards (Target/).
+void buildKernelsToNVVMPipeline(mlir::OpPassManager &pm,
+                                const GpuTargetOptions &options);
+/// Kernels (gpu.module) to the LLVM dialect with ROCDL intrinsics; the
+/// AMDGPU backend takes it from there (Target/), without ROCm device libs.
+void buildKernelsToROCDLPipeline(mlir::OpPassManager &pm,
+                                 const GpuTargetOptions &options);
+/// Kernels to host functions in the LLVM dialect (ExecutionEngine-ready).
+void buildKernelsToHostPipeline(mlir::OpPassManager &pm);
+
+/// Registers the named pipelines above (moec-opt).
+void registerMoecPipelines();
+
+} // namespace moec
+
+#endif // MOEC_PIPELINES_PIPELINES_H

@@ -1,0 +1,82 @@
+//===- Executor.h - Run one bundle entry through a launcher -----*- C++ -*-===//
+//
+// Part of moec. Executes an entry's launch steps: binds the caller's input
+// and output arrays, derives the symbols from the input shapes, checks every
+// shape against the entry's expressions, allocates scratch buffers, computes
+// grids and scalar parameters, and hands each launch to a KernelLauncher. The
+// launcher is the only target-specific part: CUDA (CudaLauncher.h) or the
+// host CPU (supplied by whoever holds the host code, e.g. `moec run`).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_RUNTIME_EXECUTOR_H
+#define MOEC_RUNTIME_EXECUTOR_H
+
+#include "moec/Runtime/Bundle.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moec::rt {
+
+/// A dense row-major array in the launcher's memory space.
+struct ArrayRef {
+  void *data = nullptr;
+  ElemType elem = ElemType::F32;
+  std::vector<int64_t> shape;
+};
+
+class KernelLauncher {
+public:
+  virtual ~KernelLauncher() = default;
+  /// Called once per entry before its first launch (load the module, ...).
+  virtual Status prepare(const Entry &entry) = 0;
+  /// Launches `step` over `gridBlocks` blocks. `params[i]` points at the
+  /// value of parameter i (a device address or an int64), as cuLaunchKernel
+  /// takes them.
+  virtual Status launch(const Entry &entry, const LaunchStep &step,
+                        uint64_t gridBlocks, void **params) = 0;
+  /// Scratch memory in the launcher's memory space.
+  virtual Status allocate(size_t bytes, void **ptr) = 0;
+  virtual void release(void *ptr) = 0;
+  /// Sets `bytes` bytes at `ptr` to zero.
+  virtual Status zero(void *ptr, size_t bytes) = 0;
+};
+
+/// Bytes of a dense array of `shape` (InvalidArgument on a negative extent
+/// or when the size overflows size_t).
+Status arrayBytes(ElemType elem, const std::vector<int64_t> &shape,
+                  size_t &bytes);
+
+/// "[64, 2048]".
+std::string formatShape(const std::vector<int64_t> &shape);
+
+/// Values of the entry's symbols, read from the input shapes (checks ranks).
+Status bindSymbols(const Entry &entry, const std::vector<ArrayRef> &inputs,
+                   std::vector<int64_t> &symbols);
+
+/// Shape of every buffer of the entry for the given symbols.
+Status bufferShapes(const Entry &entry, const std::vector<int64_t> &symbols,
+                    std::vector<std::vector<int64_t>> &shapes);
+
+/// Runs the entry. `inputs` and `outputs` follow the order of the entry's
+/// Input and Output buffers; each must have the expected element type and
+/// shape (the message names the argument otherwise). Outputs are written in
+/// full. Scratch (Temp) buffers are allocated through the launcher, zeroed,
+/// and released before returning, on errors too.
+Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
+                const std::vector<ArrayRef> &outputs,
+                KernelLauncher &launcher);
+
+/// Runs the entry with every buffer supplied by the caller, scratch buffers
+/// included (`buffers[i]` is buffer i). Lets a checker read intermediates.
+/// Allocates and clears nothing.
+Status runEntryWithAllBuffers(const Entry &entry,
+                              const std::vector<ArrayRef> &buffers,
+                              KernelLauncher &launcher);
+
+} // namespace moec::rt
+
+#endif // MOEC_RUNTIME_EXECUTOR_H

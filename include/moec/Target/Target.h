@@ -1,0 +1,64 @@
+//===- Target.h - From moe functions to bundle entries -----------*- C++ -*-===//
+//
+// Part of moec. The compiler's back half: runs the pipelines of lib/Pipelines,
+// turns each lowered function into a bundle entry (buffers, symbols, launch
+// steps with their expanded memref parameters, reference op list) and each
+// of its gpu modules into a binary for a target:
+//   sm_90a  PTX from MLIR's NVPTX path, then ptxas (CUDA_HOME/bin, PATH,
+//           /usr/local/cuda/bin) to a cubin; PTX alone, with a note, without
+//           ptxas (the CUDA driver JIT-compiles PTX);
+//   gfx942  LLVM's AMDGPU backend to an object, then ld.lld to an HSACO;
+//   host    LLVM for the host CPU to a relocatable object (moec run JITs the
+//           same module with MLIR's ExecutionEngine).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_TARGET_TARGET_H
+#define MOEC_TARGET_TARGET_H
+
+#include "moec/Runtime/Bundle.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <string>
+#include <vector>
+
+namespace moec {
+
+struct CompileOptions {
+  std::vector<std::string> targets = {"host"};
+  /// Also keep each target's assembly (PTX, AMDGPU ISA) in `assembly`.
+  bool keepAssembly = false;
+};
+
+struct CompileResult {
+  rt::Bundle bundle;
+  /// Things a user should know that are not errors, e.g. "ptxas not found".
+  std::vector<std::string> notes;
+  /// (entry name, target) -> assembly text, when keepAssembly.
+  std::vector<std::pair<std::string, std::string>> assembly;
+};
+
+/// Compiles every function of `module` (moe dialect on tensors; the module
+/// is not modified) for every target. Failures are reported as diagnostics.
+mlir::LogicalResult compileModule(mlir::ModuleOp module,
+                                  const CompileOptions &options,
+                                  CompileResult &result);
+
+/// The host-lowered LLVM-dialect module of every function of `module`
+/// (kernels as host functions taking the block count first), for the
+/// ExecutionEngine; entries (without binaries) go to `entries`.
+mlir::OwningOpRef<mlir::ModuleOp>
+lowerForHost(mlir::ModuleOp module, std::vector<rt::Entry> &entries);
+
+/// Registers the LLVM IR translations the targets need (call once).
+void registerTargetTranslations(mlir::DialectRegistry &registry);
+
+/// Where ptxas is, or empty: $CUDA_HOME/bin, then PATH, then
+/// /usr/local/cuda/bin.
+std::string findPtxas();
+
+} // namespace moec
+
+#endif // MOEC_TARGET_TARGET_H

@@ -1,0 +1,452 @@
+//===- OpEval.cpp - Evaluate one RefOp with the float64 reference ---------===//
+//
+// Part of moec. Maps each op of Entry::refOps (operands in ODS order, -1 for
+// absent optional ones; textual attributes, ODS defaults when absent) onto
+// lib/Reference. Every value is a tensor of double; integer operands (ids,
+// slots, offsets, packed NF4 bytes) are converted back, checking that they
+// are integers in range.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CheckInternal.h"
+#include "moec/Check/Check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace moec::check::detail {
+
+using ref::DTensor;
+using ref::ITensor;
+
+namespace {
+
+template <typename T>
+ref::Tensor<T> toIntegers(const DTensor &t, const std::string &name) {
+  ref::Tensor<T> out;
+  out.shape = t.shape;
+  out.data.resize(t.data.size());
+  for (size_t i = 0; i < t.data.size(); ++i) {
+    double v = t.data[i];
+    if (!(v >= std::numeric_limits<T>::min() &&
+          v <= std::numeric_limits<T>::max()) ||
+        v != std::floor(v))
+      throw std::invalid_argument("'" + name + "' holds " +
+                                  std::to_string(v) + " at element " +
+                                  std::to_string(i) +
+                                  ", not an integer of its type");
+    out.data[i] = static_cast<T>(v);
+  }
+  return out;
+}
+
+DTensor toDoubles(const ITensor &t) {
+  DTensor out;
+  out.shape = t.shape;
+  out.data.assign(t.data.begin(), t.data.end());
+  return out;
+}
+
+/// Reads operands by slot with names for messages.
+class Operands {
+public:
+  explicit Operands(const OpInputs &in) : in_(in) {}
+
+  const DTensor *optional(size_t i) const {
+    return i < in_.operands.size() ? in_.operands[i] : nullptr;
+  }
+  const DTensor &required(size_t i, const char *name) const {
+    if (const DTensor *t = optional(i))
+      return *t;
+    throw std::invalid_argument(in_.op->name + " lacks its operand '" + name +
+                                "'");
+  }
+  ITensor ints(size_t i, const char *name) const {
+    return toIntegers<int32_t>(required(i, name), name);
+  }
+  std::optional<ITensor> optionalInts(size_t i, const char *name) const {
+    if (!optional(i))
+      return std::nullopt;
+    return toIntegers<int32_t>(*optional(i), name);
+  }
+  rt::ElemType operandElem(size_t i) const {
+    return in_.entry->buffers[in_.op->operands[i]].elem;
+  }
+  /// Type of result `i`; f32 when the result is absent.
+  rt::ElemType resultElem(size_t i) const {
+    int32_t b = resultAt(*in_.op, i);
+    return b >= 0 ? in_.entry->buffers[b].elem : rt::ElemType::F32;
+  }
+  /// Dimension `d` of result `i`'s buffer.
+  int64_t resultDim(size_t i, size_t d) const {
+    int32_t b = resultAt(*in_.op, i);
+    if (b < 0 || (*in_.shapes)[b].size() <= d)
+      throw std::invalid_argument(in_.op->name + ": result " +
+                                  std::to_string(i) + " has no dimension " +
+                                  std::to_string(d));
+    return (*in_.shapes)[b][d];
+  }
+
+private:
+  const OpInputs &in_;
+};
+
+[[noreturn]] void unsupported(const rt::RefOp &op, const std::string &what) {
+  throw UnsupportedError(op.name + ": " + what + " is not supported by the "
+                                                 "checker");
+}
+
+[[noreturn]] void badEnum(const rt::RefOp &op, const char *attr,
+                          const std::string &value) {
+  throw std::invalid_argument("attribute '" + std::string(attr) + "' of " +
+                              op.name + " has unknown value '" + value + "'");
+}
+
+ref::GateUpLayout layoutAttr(const rt::RefOp &op) {
+  std::string layout = enumAttr(op, "layout", "halves");
+  if (layout == "halves")
+    return ref::GateUpLayout::Halves;
+  if (layout == "interleaved")
+    return ref::GateUpLayout::Interleaved;
+  badEnum(op, "layout", layout);
+}
+
+ref::QuantAxis axisAttr(const rt::RefOp &op) {
+  std::string axis = enumAttr(op, "axis", "rowwise");
+  if (axis == "rowwise")
+    return ref::QuantAxis::Rowwise;
+  if (axis == "colwise")
+    return ref::QuantAxis::Colwise;
+  badEnum(op, "axis", axis);
+}
+
+ref::FP8Format fp8Format(rt::ElemType elem) {
+  return elem == rt::ElemType::F8E4M3FN ? ref::FP8Format::E4M3FN
+                                        : ref::FP8Format::E5M2;
+}
+
+//===----------------------------------------------------------------------===//
+// One function per op
+//===----------------------------------------------------------------------===//
+
+OpResults evalRouterTopK(const rt::RefOp &op, const Operands &x) {
+  ref::RouterResult r = ref::routerTopK(
+      x.required(0, "logits"), routerOptions(op, x.optional(1)));
+  return {std::move(r.weights), toDoubles(r.ids)};
+}
+
+OpResults evalSortByExpert(const rt::RefOp &op, const Operands &x) {
+  ref::SortResult r = ref::sortByExpert(x.ints(0, "ids"), sortExperts(op),
+                                        intAttr(op, "align", 1));
+  return {toDoubles(r.sortedExpertIds), toDoubles(r.slots),
+          toDoubles(r.offsets)};
+}
+
+OpResults evalPermute(const rt::RefOp &op, const Operands &x) {
+  const DTensor *probs = x.optional(3), *scales = x.optional(4);
+  ref::PermuteResult r =
+      ref::permute(x.required(0, "tokens"), x.ints(1, "slots"),
+                   x.ints(2, "offsets"), requiredIntAttr(op, "k"), probs,
+                   scales);
+  OpResults results{std::move(r.rows), std::nullopt, std::nullopt};
+  if (probs)
+    results[1] = std::move(r.permutedProbs);
+  if (scales)
+    results[2] = std::move(r.permutedScales);
+  return results;
+}
+
+OpResults evalUnpermute(const rt::RefOp &op, const Operands &x) {
+  return {ref::unpermute(x.required(0, "rows"), x.ints(1, "slots"),
+                         x.ints(2, "offsets"), requiredIntAttr(op, "k"),
+                         x.resultDim(0, 0), x.optional(3))};
+}
+
+OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
+  const DTensor &lhs = x.required(0, "lhs"), &rhs = x.required(1, "rhs");
+  const ITensor offsets = x.ints(2, "offsets");
+  const std::optional<ITensor> gather = x.optionalInts(3, "gather_slots");
+  const std::optional<ITensor> scatter = x.optionalInts(8, "scatter_slots");
+  const int64_t k = intAttr(op, "k", 0);
+  const std::string mode = enumAttr(op, "mode", "forward");
+  const std::string activation = enumAttr(op, "activation", "none");
+  if (activation != "none" && activation != "swiglu")
+    badEnum(op, "activation", activation);
+
+  if (mode == "weight_grad") {
+    static const char *const forwardOnly[] = {
+        nullptr, nullptr, nullptr, nullptr, "bias", "lora_a", "lora_b",
+        "row_scale", "scatter_slots", "scatter_weights", "lhs_scales",
+        "rhs_scales"};
+    for (size_t i = 4; i < 12; ++i)
+      if (x.optional(i))
+        unsupported(op, std::string("operand '") + forwardOnly[i] +
+                            "' with mode = weight_grad");
+    if (boolAttr(op, "transpose_rhs") || activation != "none")
+      unsupported(op, "transpose_rhs or an activation with mode = "
+                      "weight_grad");
+    return {ref::groupedMatmulWeightGrad(lhs, rhs, offsets,
+                                         gather ? &*gather : nullptr, k)};
+  }
+  if (mode != "forward")
+    badEnum(op, "mode", mode);
+
+  ref::GroupedMatmulOptions o;
+  o.transposeRhs = boolAttr(op, "transpose_rhs");
+  o.k = k;
+  o.gatherSlots = gather ? &*gather : nullptr;
+  o.bias = x.optional(4);
+  o.loraA = x.optional(5);
+  o.loraB = x.optional(6);
+  o.loraScaling = floatAttr(op, "lora_scaling", 1.0);
+  o.swiglu = activation == "swiglu";
+  o.rowScale = x.optional(7);
+  o.scatterSlots = scatter ? &*scatter : nullptr;
+  o.scatterWeights = x.optional(9);
+  if (scatter)
+    o.numTokens = x.resultDim(0, 0); // the result is [T, N']
+  o.lhsScales = x.optional(10);
+  o.rhsScales = x.optional(11);
+  o.scaleGroup = intAttr(op, "scale_group", 128);
+  return {ref::groupedMatmul(lhs, rhs, offsets, o)};
+}
+
+OpResults evalSwiglu(const rt::RefOp &op, const Operands &x) {
+  return {ref::swiglu(x.required(0, "input"), layoutAttr(op))};
+}
+
+OpResults evalSwigluGrad(const rt::RefOp &op, const Operands &x) {
+  return {ref::swigluGrad(x.required(0, "input"), x.required(1, "grad_output"),
+                          layoutAttr(op))};
+}
+
+OpResults evalQuantize(const rt::RefOp &op, const Operands &x) {
+  const rt::ElemType dataElem = x.resultElem(0);
+  if (!isFP8Type(dataElem))
+    unsupported(op, std::string("a ") + rt::elemTypeName(dataElem) +
+                        " data result (not FP8)");
+  const std::optional<ITensor> offsets = x.optionalInts(1, "offsets");
+  ref::QuantizeOptions o;
+  o.format = fp8Format(dataElem);
+  o.axis = axisAttr(op);
+  o.groupSize = requiredIntAttr(op, "group_size");
+  o.pow2Scale = boolAttr(op, "pow2_scale");
+  o.offsets = offsets ? &*offsets : nullptr;
+  ref::QuantizeResult r = ref::quantize(x.required(0, "input"), o);
+  return {std::move(r.data), std::move(r.scales)};
+}
+
+OpResults evalDequantize(const rt::RefOp &op, const Operands &x) {
+  const DTensor &data = x.required(0, "data");
+  const DTensor &scales = x.required(1, "scales");
+  const rt::ElemType dataElem = x.operandElem(0);
+  const int64_t groupSize = requiredIntAttr(op, "group_size");
+  if (isFP8Type(dataElem)) {
+    if (x.optional(3) || x.optional(4))
+      unsupported(op, "'codebook' or 'experts' with FP8 data");
+    const std::optional<ITensor> offsets = x.optionalInts(2, "offsets");
+    ref::QuantizeOptions o;
+    o.format = fp8Format(dataElem);
+    o.axis = axisAttr(op);
+    o.groupSize = groupSize;
+    o.offsets = offsets ? &*offsets : nullptr;
+    return {ref::dequantizeFP8(data, scales, o)};
+  }
+  if (dataElem == rt::ElemType::U8) {
+    if (x.optional(2))
+      unsupported(op, "'offsets' with NF4 data");
+    // Without a codebook operand, the standard NF4 table.
+    std::vector<double> codebook = ref::nf4Codebook();
+    if (const DTensor *cb = x.optional(3))
+      codebook = cb->data;
+    const std::optional<ITensor> experts = x.optionalInts(4, "experts");
+    return {ref::dequantizeNF4(toIntegers<uint8_t>(data, "data"), scales,
+                               codebook, groupSize,
+                               experts ? &*experts : nullptr)};
+  }
+  unsupported(op, std::string(rt::elemTypeName(dataElem)) + " data");
+}
+
+/// linalg.matmul [A, B] -> [C]: C = A·B, or A·Bᵀ with transpose_b.
+OpResults evalMatmul(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required(0, "A"), &b = x.required(1, "B");
+  const bool transposed = boolAttr(op, "transpose_b");
+  if (a.shape.size() != 2 || b.shape.size() != 2)
+    unsupported(op, "an operand of rank other than 2");
+  const int64_t m = a.dim(0), red = a.dim(1);
+  const int64_t n = transposed ? b.dim(0) : b.dim(1);
+  if ((transposed ? b.dim(1) : b.dim(0)) != red)
+    throw std::invalid_argument(
+        "linalg.matmul: shapes " + shapeString(a.shape) + " and " +
+        shapeString(b.shape) + " do not multiply" +
+        (transposed ? " (transpose_b)" : ""));
+  DTensor c({m, n});
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t l = 0; l < red; ++l)
+        acc += a.at(i, l) * (transposed ? b.at(j, l) : b.at(l, j));
+      c.at(i, j) = acc;
+    }
+  return {std::move(c)};
+}
+
+/// Softmax or sigmoid scores of one row of logits.
+void rowScores(const double *row, int64_t experts,
+               const ref::RouterOptions &o, std::vector<double> &scores) {
+  scores.resize(experts);
+  if (o.scoring == ref::Scoring::Sigmoid) {
+    for (int64_t e = 0; e < experts; ++e)
+      scores[e] = 1.0 / (1.0 + std::exp(-row[e]));
+    return;
+  }
+  double peak = *std::max_element(row, row + experts), sum = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    sum += scores[e] = std::exp(row[e] - peak);
+  for (double &s : scores)
+    s /= sum;
+}
+
+} // namespace
+
+ref::RouterOptions routerOptions(const rt::RefOp &op, const DTensor *bias) {
+  ref::RouterOptions o;
+  o.k = requiredIntAttr(op, "k");
+  const std::string scoring = enumAttr(op, "scoring", "softmax");
+  if (scoring == "softmax")
+    o.scoring = ref::Scoring::Softmax;
+  else if (scoring == "sigmoid")
+    o.scoring = ref::Scoring::Sigmoid;
+  else
+    badEnum(op, "scoring", scoring);
+  const std::string order = enumAttr(op, "order", "softmax_then_topk");
+  if (order == "softmax_then_topk")
+    o.order = ref::TopKOrder::SoftmaxThenTopK;
+  else if (order == "topk_then_softmax")
+    o.order = ref::TopKOrder::TopKThenSoftmax;
+  else
+    badEnum(op, "order", order);
+  o.renormalize = boolAttr(op, "renormalize");
+  if (bias) {
+    if (bias->shape.size() != 1)
+      throw std::invalid_argument("'selection_bias' must have rank 1, got " +
+                                  shapeString(bias->shape));
+    o.selectionBias = bias->data;
+  }
+  o.numGroups = intAttr(op, "num_groups", 0);
+  o.topkGroups = intAttr(op, "topk_groups", 0);
+  o.scalingFactor = floatAttr(op, "scaling_factor", 1.0);
+  return o;
+}
+
+int64_t excuseRouterTies(const rt::RefOp &op, const DTensor &logits,
+                         const DTensor *bias, const DTensor &kernelIds,
+                         double tolerance, DTensor &refWeights,
+                         DTensor &refIds) {
+  const ref::RouterOptions o = routerOptions(op, bias);
+  if (logits.shape.size() != 2 || kernelIds.shape != refIds.shape ||
+      refWeights.shape != refIds.shape || refIds.shape.size() != 2)
+    return 0;
+  const int64_t tokens = logits.dim(0), experts = logits.dim(1);
+  const int64_t k = refIds.dim(1);
+  const bool logitOrder = o.order == ref::TopKOrder::TopKThenSoftmax;
+  std::vector<double> scores, select(experts);
+  std::vector<int64_t> ids(k);
+  int64_t excused = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (std::equal(&kernelIds.data[t * k], &kernelIds.data[t * k] + k,
+                   &refIds.data[t * k]))
+      continue;
+    // The kernel's ids must be a valid selection: distinct, in range.
+    bool valid = true;
+    for (int64_t j = 0; j < k && valid; ++j) {
+      double id = kernelIds.at(t, j);
+      valid = id >= 0 && id < experts && id == std::floor(id);
+      ids[j] = valid ? static_cast<int64_t>(id) : 0;
+      for (int64_t i = 0; i < j && valid; ++i)
+        valid = ids[i] != ids[j];
+    }
+    if (!valid)
+      continue;
+    const double *row = &logits.data[t * experts];
+    rowScores(row, experts, o, scores);
+    double largest = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      select[e] = (logitOrder ? row[e] : scores[e]) +
+                  (o.selectionBias.empty() ? 0.0 : o.selectionBias[e]);
+      largest = std::max(largest, std::fabs(select[e]));
+    }
+    // Position by position, the kernel's expert must be as good as the
+    // reference's up to the tolerance (ids are ordered by selection value).
+    for (int64_t j = 0; j < k && valid; ++j) {
+      int64_t want = static_cast<int64_t>(refIds.at(t, j));
+      valid = std::fabs(select[ids[j]] - select[want]) <=
+              tolerance * std::max(largest, 1e-30);
+    }
+    if (!valid)
+      continue;
+    // The weights that go with the kernel's choice, as the reference makes
+    // them.
+    double sum = 0;
+    if (logitOrder) {
+      double peak = row[ids[0]];
+      for (int64_t j = 0; j < k; ++j)
+        peak = std::max(peak, row[ids[j]]);
+      for (int64_t j = 0; j < k; ++j)
+        sum += refWeights.at(t, j) = std::exp(row[ids[j]] - peak);
+      for (int64_t j = 0; j < k; ++j)
+        refWeights.at(t, j) /= sum;
+    } else {
+      for (int64_t j = 0; j < k; ++j)
+        refWeights.at(t, j) = scores[ids[j]];
+    }
+    if (o.renormalize) {
+      sum = 0;
+      for (int64_t j = 0; j < k; ++j)
+        sum += refWeights.at(t, j);
+      for (int64_t j = 0; j < k; ++j)
+        refWeights.at(t, j) /= sum;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      refWeights.at(t, j) *= o.scalingFactor;
+      refIds.at(t, j) = static_cast<double>(ids[j]);
+    }
+    ++excused;
+  }
+  return excused;
+}
+
+OpResults evaluate(const OpInputs &in) {
+  const rt::RefOp &op = *in.op;
+  const Operands x(in);
+  OpResults results;
+  if (op.name == "moe.router_topk")
+    results = evalRouterTopK(op, x);
+  else if (op.name == "moe.sort_by_expert")
+    results = evalSortByExpert(op, x);
+  else if (op.name == "moe.permute")
+    results = evalPermute(op, x);
+  else if (op.name == "moe.unpermute")
+    results = evalUnpermute(op, x);
+  else if (op.name == "moe.grouped_matmul")
+    results = evalGroupedMatmul(op, x);
+  else if (op.name == "moe.swiglu")
+    results = evalSwiglu(op, x);
+  else if (op.name == "moe.swiglu_grad")
+    results = evalSwigluGrad(op, x);
+  else if (op.name == "moe.quantize")
+    results = evalQuantize(op, x);
+  else if (op.name == "moe.dequantize")
+    results = evalDequantize(op, x);
+  else if (op.name == "linalg.matmul")
+    results = evalMatmul(op, x);
+  else
+    throw UnsupportedError("op '" + op.name +
+                           "' is not known to the checker");
+  // Results the op lists beyond those it produces stay empty.
+  results.resize(std::max(results.size(), op.results.size()));
+  return results;
+}
+
+} // namespace moec::check::detail

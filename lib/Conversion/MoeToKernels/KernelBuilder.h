@@ -1,0 +1,94 @@
+//===- KernelBuilder.h - Helpers to write naive GPU kernel bodies -*- C++ -*-===//
+//
+// Part of moec. The kernels of the compiler-pipeline issue are plain scalar
+// code (one thread per output element or per row): correct first, fast
+// later. This header is the small vocabulary they are written in: constants,
+// loads widened to f32, rounded stores, loops and conditionals on top of the
+// scf, arith, math and memref dialects, so each op's kernel reads like the
+// reference loop it mirrors.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_LIB_CONVERSION_MOETOKERNELS_KERNELBUILDER_H
+#define MOEC_LIB_CONVERSION_MOETOKERNELS_KERNELBUILDER_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+#include <functional>
+
+namespace moec::kernels {
+
+/// An ImplicitLocOpBuilder with the helpers kernel bodies need.
+class KernelBuilder : public mlir::ImplicitLocOpBuilder {
+public:
+  using ImplicitLocOpBuilder::ImplicitLocOpBuilder;
+
+  // Constants.
+  mlir::Value idx(int64_t v);
+  mlir::Value f32(double v);
+  mlir::Value i32(int64_t v);
+
+  // Index arithmetic.
+  mlir::Value add(mlir::Value a, mlir::Value b);
+  mlir::Value sub(mlir::Value a, mlir::Value b);
+  mlir::Value mul(mlir::Value a, mlir::Value b);
+  mlir::Value div(mlir::Value a, mlir::Value b); ///< unsigned floor
+  mlir::Value rem(mlir::Value a, mlir::Value b); ///< unsigned
+  mlir::Value ceilDiv(mlir::Value a, mlir::Value b);
+  mlir::Value minIdx(mlir::Value a, mlir::Value b);
+  mlir::Value ult(mlir::Value a, mlir::Value b);
+  mlir::Value ule(mlir::Value a, mlir::Value b);
+  mlir::Value eq(mlir::Value a, mlir::Value b);
+  mlir::Value land(mlir::Value a, mlir::Value b);
+  mlir::Value select(mlir::Value c, mlir::Value a, mlir::Value b);
+
+  // f32 arithmetic.
+  mlir::Value fadd(mlir::Value a, mlir::Value b);
+  mlir::Value fsub(mlir::Value a, mlir::Value b);
+  mlir::Value fmul(mlir::Value a, mlir::Value b);
+  mlir::Value fdiv(mlir::Value a, mlir::Value b);
+  mlir::Value fmax(mlir::Value a, mlir::Value b);
+  mlir::Value fgt(mlir::Value a, mlir::Value b);
+  /// e^x as 2^(x·log2 e): exp2 lowers to one hardware instruction on NVPTX
+  /// and AMDGPU without the vendors' device math libraries.
+  mlir::Value exp(mlir::Value x);
+  mlir::Value sigmoid(mlir::Value x);
+
+  // Memory. Loads of bf16/f16/f32 return f32; stores round to the element
+  // type. i32 loads/stores convert to and from index (signed).
+  mlir::Value loadF(mlir::Value memref, mlir::ValueRange indices);
+  void storeF(mlir::Value value, mlir::Value memref, mlir::ValueRange indices);
+  mlir::Value loadIdx(mlir::Value memref, mlir::ValueRange indices);
+  /// Loads an i32 and returns (value as index, value >= 0).
+  std::pair<mlir::Value, mlir::Value> loadSigned(mlir::Value memref,
+                                                 mlir::ValueRange indices);
+  void storeI32(mlir::Value indexValue, mlir::Value memref,
+                mlir::ValueRange indices);
+  void storeI32Const(int64_t v, mlir::Value memref, mlir::ValueRange indices);
+  mlir::Value dim(mlir::Value memref, int64_t d);
+
+  // Control flow.
+  using LoopBody =
+      std::function<llvm::SmallVector<mlir::Value>(mlir::Value iv,
+                                                   mlir::ValueRange iters)>;
+  /// scf.for from lb to ub (step 1) carrying `inits`; returns the results.
+  llvm::SmallVector<mlir::Value> loop(mlir::Value lb, mlir::Value ub,
+                                      mlir::ValueRange inits,
+                                      const LoopBody &body);
+  /// scf.for with no carried values.
+  void loop(mlir::Value lb, mlir::Value ub,
+            const std::function<void(mlir::Value iv)> &body);
+  void ifThen(mlir::Value cond, const std::function<void()> &then);
+  /// scf.if yielding one value of each branch.
+  mlir::Value ifElse(mlir::Value cond, mlir::Type type,
+                     const std::function<mlir::Value()> &then,
+                     const std::function<mlir::Value()> &otherwise);
+};
+
+} // namespace moec::kernels
+
+#endif // MOEC_LIB_CONVERSION_MOETOKERNELS_KERNELBUILDER_H

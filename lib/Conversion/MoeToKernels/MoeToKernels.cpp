@@ -1,0 +1,520 @@
+//===- MoeToKernels.cpp - convert-moe-to-kernels --------------------------===//
+//
+// Part of moec. Rewrites each function on tensors into a function on
+// buffers that launches one gpu kernel (or a few) per op, and records, as
+// attributes, everything the bundle writer needs: symbols, size expressions,
+// buffer indices, grids, scalar parameters and the op list for the float64
+// reference. The kernel bodies themselves are written in Kernels.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LoweringContext.h"
+
+#include "moec/Conversion/Passes.h"
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+#include "moec/Dialect/Moe/Transforms/Tiling.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Matchers.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+#include <cstdio>
+
+namespace moec {
+#define GEN_PASS_DEF_CONVERTMOETOKERNELS
+#include "moec/Conversion/Passes.h.inc"
+} // namespace moec
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+
+namespace {
+
+/// Textual form of an attribute for the reference op list: integers in
+/// decimal, floats with 17 digits, unit/bool as true/false, enums by keyword.
+std::string attrText(Attribute attr) {
+  if (auto b = dyn_cast<BoolAttr>(attr))
+    return b.getValue() ? "true" : "false";
+  if (auto i = dyn_cast<IntegerAttr>(attr)) {
+    if (i.getType().isInteger(1))
+      return i.getValue().isZero() ? "false" : "true";
+    return std::to_string(i.getValue().getSExtValue());
+  }
+  if (auto f = dyn_cast<FloatAttr>(attr)) {
+    char text[64];
+    std::snprintf(text, sizeof(text), "%.17g", f.getValueAsDouble());
+    return text;
+  }
+  if (isa<UnitAttr>(attr))
+    return "true";
+  // Enum attributes print as #moe.name<keyword>.
+  std::string printed;
+  llvm::raw_string_ostream os(printed);
+  attr.print(os);
+  size_t open = printed.find('<'), close = printed.rfind('>');
+  if (open != std::string::npos && close != std::string::npos && close > open)
+    return printed.substr(open + 1, close - open - 1);
+  return printed;
+}
+
+/// ODS operand counts of ops without an operandSegmentSizes attribute, so
+/// that absent trailing optional operands are listed as -1.
+unsigned odsOperandCount(Operation *op) {
+  return llvm::TypeSwitch<Operation *, unsigned>(op)
+      .Case<moe::RouterTopKOp>([](auto) { return 2; })
+      .Case<moe::UnpermuteOp>([](auto) { return 4; })
+      .Case<moe::QuantizeOp>([](auto) { return 2; })
+      .Default([](Operation *op) { return op->getNumOperands(); });
+}
+
+class FuncLowering : public LoweringContext {
+public:
+  FuncLowering(ModuleOp module, func::FuncOp func)
+      : module(module), oldFunc(func), hostBuilder(func.getLoc(), func) {}
+
+  LogicalResult run();
+
+  KernelBuilder &host() override { return hostBuilder; }
+  SmallVector<Value> sizes(Value buffer) override {
+    auto it = sizesOf.find(buffer);
+    assert(it != sizesOf.end() && "buffer without recorded sizes");
+    return it->second;
+  }
+  Value allocTemp(MemRefType type, ArrayRef<Value> sizes) override;
+  LogicalResult launch(StringRef suffix, Value gridBlocks, moe::TileAttr tile,
+                       ValueRange operands, const KernelBody &body) override;
+
+private:
+  /// Size expression (RPN) of a host index value, or failure.
+  FailureOr<std::string> expr(Value v);
+  ArrayAttr exprArray(ArrayRef<Value> sizes, Location loc, bool &ok);
+  Value newBuffer(Value tensor, ArrayRef<Value> sizes);
+  LogicalResult lowerOneOp(Operation *op);
+  void recordRefOp(Operation *op, StringRef name,
+                   ArrayRef<std::pair<StringRef, std::string>> extraAttrs);
+
+  ModuleOp module;
+  func::FuncOp oldFunc, newFunc;
+  gpu::GPUModuleOp gpuModule;
+  KernelBuilder hostBuilder;
+  Operation *currentOp = nullptr;
+  unsigned kernelCount = 0;
+
+  IRMapping scalars;                    ///< index/int constants and dims
+  DenseMap<Value, Value> bufferOf;      ///< tensor -> memref
+  DenseMap<Value, SmallVector<Value>> sizesOf; ///< memref -> host sizes
+  DenseMap<Value, int32_t> bufferIndex; ///< memref -> buffer index
+  int32_t numBuffers = 0;
+  DenseMap<Value, Value> outputFor;     ///< returned tensor -> output arg
+  DenseSet<Value> zeroFilled;           ///< linalg.fill 0 of tensor.empty
+  /// Symbol of each (input, dim) with a dynamic size.
+  DenseMap<std::pair<unsigned, unsigned>, unsigned> symbolOf;
+  SmallVector<Attribute> symbolAttrs;
+  DenseMap<Value, std::pair<unsigned, unsigned>> inputDim;
+  SmallVector<Value> temps;
+  SmallVector<Attribute> refOps;
+};
+
+Value FuncLowering::allocTemp(MemRefType type, ArrayRef<Value> sizes) {
+  SmallVector<Value> dynamic;
+  for (auto [i, size] : llvm::enumerate(sizes))
+    if (type.isDynamicDim(i))
+      dynamic.push_back(size);
+  auto alloc = memref::AllocOp::create(hostBuilder, type, dynamic);
+  bool ok = true;
+  alloc->setAttr("moe.dims", exprArray(sizes, alloc.getLoc(), ok));
+  alloc->setAttr("moe.buffer", hostBuilder.getI32IntegerAttr(numBuffers));
+  bufferIndex[alloc] = numBuffers++;
+  sizesOf[alloc] = SmallVector<Value>(sizes);
+  temps.push_back(alloc);
+  return alloc;
+}
+
+FailureOr<std::string> FuncLowering::expr(Value v) {
+  APInt constant;
+  if (matchPattern(v, m_ConstantInt(&constant)))
+    return std::to_string(constant.getSExtValue());
+  auto dimIt = inputDim.find(v);
+  if (dimIt != inputDim.end())
+    return "s" + std::to_string(symbolOf.lookup(dimIt->second));
+  Operation *def = v.getDefiningOp();
+  if (!def || def->getNumOperands() != 2)
+    return failure();
+  const char *op = llvm::TypeSwitch<Operation *, const char *>(def)
+                       .Case<arith::AddIOp>([](auto) { return "+"; })
+                       .Case<arith::SubIOp>([](auto) { return "-"; })
+                       .Case<arith::MulIOp>([](auto) { return "*"; })
+                       .Case<arith::DivUIOp>([](auto) { return "/"; })
+                       .Case<arith::CeilDivUIOp>([](auto) { return "cdiv"; })
+                       .Case<arith::MinUIOp>([](auto) { return "min"; })
+                       .Case<arith::MaxUIOp>([](auto) { return "max"; })
+                       .Default([](Operation *) { return nullptr; });
+  if (!op)
+    return failure();
+  FailureOr<std::string> lhs = expr(def->getOperand(0));
+  FailureOr<std::string> rhs = expr(def->getOperand(1));
+  if (failed(lhs) || failed(rhs))
+    return failure();
+  return *lhs + " " + *rhs + " " + op;
+}
+
+ArrayAttr FuncLowering::exprArray(ArrayRef<Value> sizes, Location loc,
+                                  bool &ok) {
+  SmallVector<Attribute> texts;
+  for (Value size : sizes) {
+    FailureOr<std::string> text = expr(size);
+    if (failed(text)) {
+      emitError(loc) << "a size is not an expression of the input sizes";
+      ok = false;
+      text = std::string("0");
+    }
+    texts.push_back(hostBuilder.getStringAttr(*text));
+  }
+  return hostBuilder.getArrayAttr(texts);
+}
+
+Value FuncLowering::newBuffer(Value tensor, ArrayRef<Value> sizes) {
+  auto type = cast<RankedTensorType>(tensor.getType());
+  auto memrefType = MemRefType::get(type.getShape(), type.getElementType());
+  Value output = outputFor.lookup(tensor);
+  if (!output) {
+    Value temp = allocTemp(memrefType, sizes);
+    bufferOf[tensor] = temp;
+    return temp;
+  }
+  bool ok = true;
+  unsigned argNo = cast<BlockArgument>(output).getArgNumber();
+  newFunc.setArgAttr(argNo, "moe.dims",
+                     exprArray(sizes, tensor.getLoc(), ok));
+  sizesOf[output] = SmallVector<Value>(sizes);
+  bufferOf[tensor] = output;
+  return output;
+}
+
+LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
+                                   moe::TileAttr tile, ValueRange operands,
+                                   const KernelBody &body) {
+  Location loc = currentOp->getLoc();
+  std::string opName =
+      currentOp->getName().stripDialect().str();
+  std::string name = (oldFunc.getName() + "_k" + Twine(kernelCount++) + "_" +
+                      opName + (suffix.empty() ? "" : "_") + suffix)
+                         .str();
+
+  SmallVector<Type> argTypes;
+  SmallVector<Attribute> scalarExprs;
+  for (Value operand : operands) {
+    argTypes.push_back(operand.getType());
+    if (isa<MemRefType>(operand.getType())) {
+      scalarExprs.push_back(hostBuilder.getStringAttr(""));
+      continue;
+    }
+    FailureOr<std::string> text = expr(operand);
+    if (failed(text))
+      return emitError(loc) << "kernel scalar is not an expression of the "
+                               "input sizes";
+    scalarExprs.push_back(hostBuilder.getStringAttr(*text));
+  }
+  FailureOr<std::string> gridText = expr(gridBlocks);
+  if (failed(gridText))
+    return emitError(loc) << "grid is not an expression of the input sizes";
+
+  int64_t threads = tile.getThreads();
+  // gpu.module has no terminator: kernels go at the end of its body.
+  OpBuilder moduleBuilder = OpBuilder::atBlockEnd(gpuModule.getBody());
+  auto kernel = gpu::GPUFuncOp::create(
+      moduleBuilder, loc, name, moduleBuilder.getFunctionType(argTypes, {}));
+  kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
+                  moduleBuilder.getUnitAttr());
+  kernel.setKnownBlockSizeAttr(moduleBuilder.getDenseI32ArrayAttr(
+      {static_cast<int32_t>(threads), 1, 1}));
+  {
+    Block *kernelEntry = &kernel.getBody().front();
+    KernelBuilder b(loc, kernelEntry, kernelEntry->end());
+    Value block = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    Value thread = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    body(b, kernel.getArguments(), block, thread);
+    gpu::ReturnOp::create(b);
+  }
+
+  Value one = hostBuilder.idx(1);
+  auto launchOp = gpu::LaunchFuncOp::create(
+      hostBuilder, kernel, gpu::KernelDim3{gridBlocks, one, one},
+      gpu::KernelDim3{hostBuilder.idx(threads), one, one},
+      /*dynamicSharedMemorySize=*/Value(), operands);
+  launchOp->setAttr("moe.grid", hostBuilder.getStringAttr(*gridText));
+  launchOp->setAttr("moe.scalars", hostBuilder.getArrayAttr(scalarExprs));
+  launchOp->setAttr(moe::kTileAttrName, tile);
+  return success();
+}
+
+void FuncLowering::recordRefOp(
+    Operation *op, StringRef name,
+    ArrayRef<std::pair<StringRef, std::string>> extraAttrs) {
+  auto index = [&](Value tensor) -> int32_t {
+    Value buffer = bufferOf.lookup(tensor);
+    return buffer ? bufferIndex.lookup(buffer) : -1;
+  };
+  SmallVector<int32_t> operands, results;
+  if (auto matmul = dyn_cast<linalg::MatmulOp>(op)) {
+    // A and B; the accumulator is the zero fill.
+    for (Value input : matmul.getInputs())
+      operands.push_back(index(input));
+  } else if (auto segments =
+                 op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")) {
+    unsigned next = 0;
+    for (int32_t length : segments.asArrayRef()) {
+      operands.push_back(length ? index(op->getOperand(next)) : -1);
+      next += length;
+    }
+  } else {
+    for (Value operand : op->getOperands())
+      operands.push_back(index(operand));
+    operands.resize(std::max<size_t>(operands.size(), odsOperandCount(op)),
+                    -1);
+  }
+  if (auto segments =
+          op->getAttrOfType<DenseI32ArrayAttr>("resultSegmentSizes")) {
+    unsigned next = 0;
+    for (int32_t length : segments.asArrayRef()) {
+      results.push_back(length ? index(op->getResult(next)) : -1);
+      next += length;
+    }
+  } else {
+    for (Value result : op->getResults())
+      results.push_back(index(result));
+  }
+
+  SmallVector<NamedAttribute> attrs;
+  for (NamedAttribute attr : op->getAttrs()) {
+    StringRef attrName = attr.getName().getValue();
+    if (attrName == "operandSegmentSizes" || attrName == "resultSegmentSizes" ||
+        attrName == moe::kTileAttrName || !name.starts_with("moe."))
+      continue;
+    attrs.push_back(hostBuilder.getNamedAttr(
+        attrName, hostBuilder.getStringAttr(attrText(attr.getValue()))));
+  }
+  for (auto [attrName, text] : extraAttrs)
+    attrs.push_back(hostBuilder.getNamedAttr(attrName,
+                                             hostBuilder.getStringAttr(text)));
+  refOps.push_back(hostBuilder.getDictionaryAttr({
+      hostBuilder.getNamedAttr("name", hostBuilder.getStringAttr(name)),
+      hostBuilder.getNamedAttr("attrs", hostBuilder.getDictionaryAttr(attrs)),
+      hostBuilder.getNamedAttr("operands",
+                               hostBuilder.getDenseI32ArrayAttr(operands)),
+      hostBuilder.getNamedAttr("results",
+                               hostBuilder.getDenseI32ArrayAttr(results)),
+  }));
+}
+
+/// Whether the indexing maps of a linalg.matmul read B transposed.
+FailureOr<bool> matmulTransposesB(linalg::MatmulOp matmul) {
+  SmallVector<AffineMap> maps = matmul.getIndexingMapsArray();
+  MLIRContext *ctx = matmul.getContext();
+  AffineExpr m, n, k;
+  bindDims(ctx, m, n, k);
+  auto map = [&](ArrayRef<AffineExpr> results) {
+    return AffineMap::get(3, 0, results, ctx);
+  };
+  if (maps.size() != 3 || maps[0] != map({m, k}) || maps[2] != map({m, n}))
+    return failure();
+  if (maps[1] == map({k, n}))
+    return false;
+  if (maps[1] == map({n, k}))
+    return true;
+  return failure();
+}
+
+LogicalResult FuncLowering::lowerOneOp(Operation *op) {
+  currentOp = op;
+  hostBuilder.setLoc(op->getLoc());
+  if (isa<arith::ConstantOp>(op)) {
+    if (isa<TensorType>(op->getResult(0).getType()))
+      return op->emitOpError("tensor constants are not supported in a "
+                             "function lowered to kernels");
+    hostBuilder.clone(*op, scalars);
+    return success();
+  }
+  if (auto dimOp = dyn_cast<tensor::DimOp>(op)) {
+    std::optional<int64_t> index = dimOp.getConstantIndex();
+    Value buffer = bufferOf.lookup(dimOp.getSource());
+    if (!index || !buffer)
+      return op->emitOpError("needs a constant index into a lowered tensor");
+    scalars.map(dimOp.getResult(), sizesOf[buffer][*index]);
+    return success();
+  }
+  if (isa<tensor::EmptyOp>(op))
+    return success();
+  if (auto fill = dyn_cast<linalg::FillOp>(op)) {
+    Value init = fill.getOutputs()[0];
+    if (!init.getDefiningOp<tensor::EmptyOp>() ||
+        !matchPattern(fill.getInputs()[0], m_AnyZeroFloat()))
+      return op->emitOpError("only a zero fill of tensor.empty (a matmul's "
+                             "accumulator) is supported");
+    zeroFilled.insert(fill.getResult(0));
+    return success();
+  }
+
+  moe::TileAttr tile = op->getAttrOfType<moe::TileAttr>(moe::kTileAttrName);
+  if (!tile)
+    tile = moe::defaultTileFor(op);
+
+  std::string refName = op->getName().getStringRef().str();
+  SmallVector<std::pair<StringRef, std::string>> extraAttrs;
+  if (auto matmul = dyn_cast<linalg::MatmulOp>(op)) {
+    if (!zeroFilled.contains(matmul.getOutputs()[0]))
+      return op->emitOpError("needs a zero-filled tensor.empty accumulator");
+    FailureOr<bool> transposeB = matmulTransposesB(matmul);
+    if (failed(transposeB))
+      return op->emitOpError("only plain or B-transposed indexing maps are "
+                             "supported");
+    extraAttrs.push_back({"transpose_b", *transposeB ? "true" : "false"});
+    tile = moe::TileAttr::get(op->getContext(), 16, 16, 32, 256);
+  } else if (op->getDialect()->getNamespace() != "moe") {
+    return op->emitOpError("is not supported in a function lowered to "
+                           "kernels (supported: moe ops, linalg.matmul with a "
+                           "zero-filled accumulator, tensor.dim, constants)");
+  }
+
+  auto buffer = [&](Value tensor) -> Value {
+    return tensor ? bufferOf.lookup(tensor) : Value();
+  };
+  SmallVector<Value> inputs = isa<linalg::MatmulOp>(op)
+                                  ? SmallVector<Value>(cast<linalg::MatmulOp>(
+                                                           op)
+                                                           .getInputs())
+                                  : SmallVector<Value>(op->getOperands());
+  for (Value operand : inputs)
+    if (!buffer(operand))
+      return op->emitOpError("operand is not produced by a lowered op or a "
+                             "function argument");
+
+  SmallVector<SmallVector<Value>> resultSizeValues;
+  if (failed(resultSizes(op, buffer, *this, resultSizeValues)))
+    return failure();
+  for (auto [result, sizes] : llvm::zip(op->getResults(), resultSizeValues))
+    newBuffer(result, sizes);
+  if (failed(lowerOp(op, tile, buffer, *this)))
+    return failure();
+  recordRefOp(op, refName, extraAttrs);
+  return success();
+}
+
+LogicalResult FuncLowering::run() {
+  FunctionType type = oldFunc.getFunctionType();
+  for (Type t : llvm::concat<const Type>(type.getInputs(), type.getResults()))
+    if (!isa<RankedTensorType>(t))
+      return oldFunc.emitOpError("arguments and results must be ranked "
+                                 "tensors to be lowered to kernels, got ")
+             << t;
+  SmallVector<Type> argTypes;
+  for (Type t : llvm::concat<const Type>(type.getInputs(), type.getResults())) {
+    auto tensor = cast<RankedTensorType>(t);
+    argTypes.push_back(
+        MemRefType::get(tensor.getShape(), tensor.getElementType()));
+  }
+
+  OpBuilder moduleBuilder(module.getBodyRegion());
+  moduleBuilder.setInsertionPointAfter(oldFunc);
+  std::string name = oldFunc.getName().str();
+  gpuModule = gpu::GPUModuleOp::create(moduleBuilder, oldFunc.getLoc(),
+                                       name + "_kernels");
+  newFunc = func::FuncOp::create(moduleBuilder, oldFunc.getLoc(),
+                                 name + ".lowered",
+                                 moduleBuilder.getFunctionType(argTypes, {}));
+  Block *entry = newFunc.addEntryBlock();
+  hostBuilder.setInsertionPointToStart(entry);
+
+  // Inputs: buffers, sizes and symbols. Every dynamic leading dimension is
+  // the token count T (one symbol; the runtime checks that they agree);
+  // other dynamic dimensions get a symbol each.
+  unsigned numInputs = type.getNumInputs();
+  for (unsigned i = 0; i < numInputs; ++i) {
+    Value arg = entry->getArgument(i);
+    auto memrefType = cast<MemRefType>(arg.getType());
+    bufferOf[oldFunc.getArgument(i)] = arg;
+    bufferIndex[arg] = numBuffers++;
+    SmallVector<Value> sizes;
+    for (unsigned d = 0; d < memrefType.getRank(); ++d) {
+      if (!memrefType.isDynamicDim(d)) {
+        sizes.push_back(hostBuilder.idx(memrefType.getDimSize(d)));
+        continue;
+      }
+      Value dim = hostBuilder.dim(arg, d);
+      unsigned symbol;
+      if (d == 0 && symbolOf.count({~0u, 0})) {
+        symbol = symbolOf.lookup({~0u, 0});
+      } else {
+        symbol = symbolAttrs.size();
+        std::string symbolName =
+            d == 0 ? "T" : ("arg" + Twine(i) + "_d" + Twine(d)).str();
+        symbolAttrs.push_back(hostBuilder.getArrayAttr(
+            {hostBuilder.getI64IntegerAttr(i), hostBuilder.getI64IntegerAttr(d),
+             hostBuilder.getStringAttr(symbolName)}));
+        if (d == 0)
+          symbolOf[{~0u, 0}] = symbol;
+      }
+      symbolOf[{i, d}] = symbol;
+      inputDim[dim] = {i, d};
+      sizes.push_back(dim);
+    }
+    sizesOf[arg] = sizes;
+  }
+
+  // Outputs: each returned tensor is written into its output argument.
+  auto returnOp = cast<func::ReturnOp>(oldFunc.getBody().front().back());
+  for (auto [r, value] : llvm::enumerate(returnOp.getOperands())) {
+    Value arg = entry->getArgument(numInputs + r);
+    bufferIndex[arg] = numBuffers++;
+    if (isa<BlockArgument>(value) || outputFor.count(value))
+      return returnOp.emitOpError("result ")
+             << r << " must be computed by the function and returned once";
+    outputFor[value] = arg;
+    newFunc.setArgAttr(numInputs + r, "moe.output",
+                       moduleBuilder.getUnitAttr());
+  }
+
+  if (!oldFunc.getBody().hasOneBlock())
+    return oldFunc.emitOpError("must have a single block to be lowered");
+  for (Operation &op : oldFunc.getBody().front().without_terminator())
+    if (failed(lowerOneOp(&op)))
+      return failure();
+
+  hostBuilder.setLoc(returnOp.getLoc());
+  for (Value temp : temps)
+    memref::DeallocOp::create(hostBuilder, temp);
+  func::ReturnOp::create(hostBuilder);
+
+  newFunc->setAttr("moe.symbols", hostBuilder.getArrayAttr(symbolAttrs));
+  newFunc->setAttr("moe.ref_ops", hostBuilder.getArrayAttr(refOps));
+  newFunc->setAttr("moe.num_buffers",
+                   hostBuilder.getI32IntegerAttr(numBuffers));
+  newFunc->setAttr("moe.entry", hostBuilder.getStringAttr(name));
+  oldFunc.erase();
+  newFunc.setName(name);
+  return success();
+}
+
+struct ConvertMoeToKernelsPass
+    : public moec::impl::ConvertMoeToKernelsBase<ConvertMoeToKernelsPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> funcs;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func.isExternal())
+        funcs.push_back(func);
+    for (func::FuncOp func : funcs) {
+      FuncLowering lowering(module, func);
+      if (failed(lowering.run()))
+        return signalPassFailure();
+    }
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    UnitAttr::get(module.getContext()));
+  }
+};
+
+} // namespace

@@ -1,0 +1,124 @@
+//===- Pipelines.cpp - The moec pass pipelines -----------------------------===//
+//
+// Part of moec. Upstream passes do all the target work: convert-gpu-to-nvvm
+// and gpu-module-to-binary (format=isa) for PTX, convert-gpu-to-rocdl for
+// AMDGPU, and the usual *-to-llvm conversions for the host.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Pipelines/Pipelines.h"
+
+#include "moec/Conversion/Passes.h"
+#include "moec/Dialect/Moe/Transforms/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+namespace moec {
+
+void buildMoeOptimizePipeline(OpPassManager &pm) {
+  pm.addPass(moe::createMoeFusePermutePass());
+  pm.addPass(moe::createMoeFuseEpiloguePass());
+  pm.addPass(moe::createMoeFuseCombinePass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(moe::createMoeTilePass());
+}
+
+void buildMoeToKernelsPipeline(OpPassManager &pm) {
+  buildMoeOptimizePipeline(pm);
+  pm.addPass(createConvertMoeToKernels());
+  pm.addPass(createCSEPass());
+}
+
+/// Structured control flow and the gpu dialect's index ops inside kernels,
+/// then the target conversion and cleanup.
+template <typename GpuToTarget>
+static void lowerGpuModules(OpPassManager &pm, GpuToTarget createTargetPass) {
+  OpPassManager &gpu = pm.nest<gpu::GPUModuleOp>();
+  gpu.addPass(createSCFToControlFlowPass());
+  gpu.addPass(createTargetPass());
+  gpu.addPass(createCanonicalizerPass());
+  gpu.addPass(createCSEPass());
+  gpu.addPass(createReconcileUnrealizedCastsPass());
+}
+
+void buildKernelsToNVVMPipeline(OpPassManager &pm,
+                                const GpuTargetOptions &options) {
+  GpuNVVMAttachTargetOptions attach;
+  attach.chip = options.chip;
+  attach.features = options.features;
+  attach.optLevel = options.optLevel;
+  pm.addPass(createGpuNVVMAttachTarget(attach));
+  lowerGpuModules(pm, [] { return createConvertGpuOpsToNVVMOps(); });
+  GpuModuleToBinaryPassOptions toBinary;
+  toBinary.compilationTarget = "isa";
+  pm.addPass(createGpuModuleToBinaryPass(toBinary));
+}
+
+void buildKernelsToROCDLPipeline(OpPassManager &pm,
+                                 const GpuTargetOptions &options) {
+  GpuROCDLAttachTargetOptions attach;
+  attach.chip = options.chip;
+  attach.optLevel = options.optLevel;
+  pm.addPass(createGpuROCDLAttachTarget(attach));
+  lowerGpuModules(pm, [&] {
+    ConvertGpuOpsToROCDLOpsOptions rocdl;
+    rocdl.chipset = options.chip;
+    return createConvertGpuOpsToROCDLOps(rocdl);
+  });
+}
+
+void buildKernelsToHostPipeline(OpPassManager &pm) {
+  pm.addPass(createConvertKernelsToHost());
+  pm.addPass(createSCFToControlFlowPass());
+  // bf16 conversions become integer ops: no soft-float helpers needed.
+  arith::ArithExpandOpsPassOptions expand;
+  expand.includeBf16 = true;
+  pm.addPass(arith::createArithExpandOpsPass(expand));
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
+void registerMoecPipelines() {
+  PassPipelineRegistration<>("moe-optimize",
+                             "Fuse moe ops and attach tile configurations",
+                             buildMoeOptimizePipeline);
+  PassPipelineRegistration<>(
+      "moe-to-kernels",
+      "moe-optimize, then buffers, gpu kernels and launches",
+      buildMoeToKernelsPipeline);
+  PassPipelineRegistration<>(
+      "moe-to-nvvm", "moe-to-kernels, then NVVM and PTX for sm_90a",
+      [](OpPassManager &pm) {
+        buildMoeToKernelsPipeline(pm);
+        buildKernelsToNVVMPipeline(pm, {"sm_90a", "+ptx80", 3});
+      });
+  PassPipelineRegistration<>(
+      "moe-to-rocdl", "moe-to-kernels, then ROCDL for gfx942",
+      [](OpPassManager &pm) {
+        buildMoeToKernelsPipeline(pm);
+        buildKernelsToROCDLPipeline(pm, {"gfx942", "", 3});
+      });
+  PassPipelineRegistration<>(
+      "moe-to-host", "moe-to-kernels, then LLVM for the host CPU",
+      [](OpPassManager &pm) {
+        buildMoeToKernelsPipeline(pm);
+        buildKernelsToHostPipeline(pm);
+      });
+}
+
+} // namespace moec

@@ -1,0 +1,504 @@
+//===- CudaLauncher.cpp - Launch bundle kernels with the CUDA driver ------===//
+//
+// Part of moec. Driver API only (libcuda), so the runtime builds and runs
+// wherever the driver is, with no toolkit runtime to match. Every CUresult is
+// checked and reported with the call and the kernel it concerned.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Runtime/CudaLauncher.h"
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+namespace moec::rt {
+
+namespace {
+
+/// "cuLaunchKernel (kernel 'foo'): CUDA_ERROR_INVALID_VALUE: invalid
+/// argument".
+Status cuStatus(CUresult result, const std::string &call) {
+  if (result == CUDA_SUCCESS)
+    return Status::ok();
+  const char *name = nullptr;
+  const char *text = nullptr;
+  if (cuGetErrorName(result, &name) != CUDA_SUCCESS || !name)
+    name = nullptr;
+  if (cuGetErrorString(result, &text) != CUDA_SUCCESS || !text)
+    text = nullptr;
+  std::string message = call + ": ";
+  if (name)
+    message += name;
+  else
+    message += "CUresult " + std::to_string(static_cast<int>(result));
+  if (text)
+    message += std::string(": ") + text;
+  return Status(ErrorCode::DeviceError, message);
+}
+
+#define MOEC_CU(call, what)                                                    \
+  do {                                                                         \
+    if (::moec::rt::Status moecStatus_ = cuStatus((call), (what));             \
+        !moecStatus_)                                                          \
+      return moecStatus_;                                                      \
+  } while (false)
+
+std::string kernelContext(const std::string &call, const std::string &kernel) {
+  return call + " (kernel '" + kernel + "')";
+}
+
+CUdeviceptr toDevice(const void *ptr) {
+  return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr));
+}
+
+void *fromDevice(CUdeviceptr ptr) {
+  return reinterpret_cast<void *>(static_cast<uintptr_t>(ptr));
+}
+
+// Process-wide driver state. cuInit's result is sticky: a machine without a
+// GPU answers the same way every time.
+std::mutex gMutex;
+bool gInitDone = false;
+CUresult gInitResult = CUDA_SUCCESS;
+CUcontext gPrimary = nullptr; // retained for the life of the process
+
+Status ensureContext(CUcontext *current = nullptr) {
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    if (!gInitDone) {
+      gInitResult = cuInit(0);
+      gInitDone = true;
+    }
+  }
+  MOEC_CU(gInitResult, "cuInit");
+  CUcontext ctx = nullptr;
+  MOEC_CU(cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  if (!ctx) {
+    // No context on this thread (a plain C++ runner): use the primary
+    // context of device 0, which PyTorch and cudart share.
+    std::lock_guard<std::mutex> lock(gMutex);
+    if (!gPrimary) {
+      CUdevice device;
+      MOEC_CU(cuDeviceGet(&device, 0), "cuDeviceGet(0)");
+      MOEC_CU(cuDevicePrimaryCtxRetain(&gPrimary, device),
+              "cuDevicePrimaryCtxRetain");
+    }
+    MOEC_CU(cuCtxSetCurrent(gPrimary), "cuCtxSetCurrent");
+    ctx = gPrimary;
+  }
+  if (current)
+    *current = ctx;
+  return Status::ok();
+}
+
+/// FNV-1a over the size and both ends of the binary: cheap enough to run on
+/// every prepare(), and tells apart two binaries that happen to live at the
+/// same address one after the other.
+uint64_t sampleHash(const std::vector<uint8_t> &binary) {
+  constexpr size_t kSample = 4096;
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint8_t byte) {
+    h ^= byte;
+    h *= 1099511628211ull;
+  };
+  for (int i = 0; i < 8; ++i)
+    mix(static_cast<uint8_t>(binary.size() >> (8 * i)));
+  size_t head = std::min(binary.size(), kSample);
+  for (size_t i = 0; i < head; ++i)
+    mix(binary[i]);
+  for (size_t i =
+           std::max(head, binary.size() - std::min(binary.size(), kSample));
+       i < binary.size(); ++i)
+    mix(binary[i]);
+  return h;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// CudaLauncher
+//===----------------------------------------------------------------------===//
+
+struct CudaLauncher::Impl {
+  struct Module {
+    CUcontext ctx = nullptr;
+    CUmodule module = nullptr;
+    std::unordered_map<std::string, CUfunction> functions;
+    /// Largest dynamic shared memory opted into, per function.
+    std::unordered_map<CUfunction, uint32_t> sharedLimit;
+  };
+  using Key =
+      std::tuple<const Entry *, const void *, size_t, uint64_t, CUcontext>;
+
+  CUstream stream = nullptr;
+  std::map<Key, Module> modules;
+  /// The module of the last prepare(), for launch()'s fast path.
+  const Entry *lastEntry = nullptr;
+  Module *last = nullptr;
+  /// Whether allocations are stream-ordered (cuMemAllocAsync): no implicit
+  /// device synchronization when runEntry frees its scratch. -1: not known.
+  int asyncAlloc = -1;
+
+  Status load(const Entry &entry, CUcontext ctx, Module &m);
+  Status function(Module &m, const LaunchStep &step, CUfunction &f);
+};
+
+Status CudaLauncher::Impl::load(const Entry &entry, CUcontext ctx, Module &m) {
+  std::string what =
+      "cuModuleLoadData (entry '" + entry.name + "', " + entry.target + ")";
+  if (entry.binaryKind != BinaryKind::Cubin &&
+      entry.binaryKind != BinaryKind::Ptx)
+    return Status(ErrorCode::Unsupported,
+                  "entry '" + entry.name + "' (" + entry.target +
+                      "): the CUDA launcher cannot load a " +
+                      binaryKindName(entry.binaryKind) + " binary");
+  if (entry.binary.empty())
+    return Status(ErrorCode::InvalidArgument, "entry '" + entry.name + "' (" +
+                                                  entry.target +
+                                                  "): empty binary");
+  // PTX is text the driver reads up to a NUL; the bundle stores no NUL.
+  std::vector<uint8_t> image;
+  const void *data = entry.binary.data();
+  if (entry.binaryKind == BinaryKind::Ptx) {
+    image.reserve(entry.binary.size() + 1);
+    image.assign(entry.binary.begin(), entry.binary.end());
+    image.push_back(0);
+    data = image.data();
+  }
+  // The JIT log says why PTX did not compile (wrong sm, bad syntax).
+  char log[8192] = {0};
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *values[] = {log, reinterpret_cast<void *>(uintptr_t(sizeof(log)))};
+  CUresult r = cuModuleLoadDataEx(&m.module, data, 2, options, values);
+  if (r != CUDA_SUCCESS) {
+    Status s = cuStatus(r, what);
+    log[sizeof(log) - 1] = 0;
+    if (log[0])
+      return Status(s.code(), s.message() + "\n" + log);
+    return s;
+  }
+  m.ctx = ctx;
+  return Status::ok();
+}
+
+Status CudaLauncher::Impl::function(Module &m, const LaunchStep &step,
+                                    CUfunction &f) {
+  auto it = m.functions.find(step.kernel);
+  if (it != m.functions.end()) {
+    f = it->second;
+  } else {
+    CUresult r = cuModuleGetFunction(&f, m.module, step.kernel.c_str());
+    if (r == CUDA_ERROR_NOT_FOUND)
+      return Status(ErrorCode::NotFound,
+                    "kernel '" + step.kernel + "' is not in the binary");
+    MOEC_CU(r, kernelContext("cuModuleGetFunction", step.kernel));
+    m.functions.emplace(step.kernel, f);
+  }
+  // Above 48 KiB of dynamic shared memory a kernel must opt in.
+  constexpr uint32_t kDefaultShared = 48 * 1024;
+  if (step.dynamicSharedBytes > kDefaultShared) {
+    uint32_t &limit = m.sharedLimit[f];
+    if (step.dynamicSharedBytes > limit) {
+      MOEC_CU(
+          cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                             static_cast<int>(step.dynamicSharedBytes)),
+          kernelContext("cuFuncSetAttribute(max dynamic shared " +
+                            std::to_string(step.dynamicSharedBytes) + ")",
+                        step.kernel));
+      limit = step.dynamicSharedBytes;
+    }
+  }
+  return Status::ok();
+}
+
+CudaLauncher::CudaLauncher(void *stream) : impl_(new Impl) {
+  impl_->stream = static_cast<CUstream>(stream);
+}
+
+CudaLauncher::~CudaLauncher() {
+  // Best effort: at process exit the driver may already be shut down.
+  for (auto &item : impl_->modules) {
+    Impl::Module &m = item.second;
+    if (!m.module)
+      continue;
+    if (cuCtxPushCurrent(m.ctx) != CUDA_SUCCESS)
+      continue;
+    (void)cuModuleUnload(m.module);
+    CUcontext popped;
+    (void)cuCtxPopCurrent(&popped);
+  }
+}
+
+void *CudaLauncher::stream() const { return impl_->stream; }
+
+Status CudaLauncher::prepare(const Entry &entry) {
+  CUcontext ctx;
+  if (Status s = ensureContext(&ctx); !s)
+    return s;
+  Impl::Key key(&entry, entry.binary.data(), entry.binary.size(),
+                sampleHash(entry.binary), ctx);
+  auto it = impl_->modules.find(key);
+  if (it == impl_->modules.end()) {
+    Impl::Module m;
+    if (Status s = impl_->load(entry, ctx, m); !s)
+      return s;
+    it = impl_->modules.emplace(key, std::move(m)).first;
+  }
+  Impl::Module &m = it->second;
+  // Resolve every kernel now, so a missing one fails before any launch.
+  for (const LaunchStep &step : entry.steps) {
+    CUfunction f;
+    if (Status s = impl_->function(m, step, f); !s)
+      return Status(s.code(), "entry '" + entry.name + "' (" + entry.target +
+                                  "): " + s.message());
+  }
+  impl_->lastEntry = &entry;
+  impl_->last = &m;
+  return Status::ok();
+}
+
+Status CudaLauncher::launch(const Entry &entry, const LaunchStep &step,
+                            uint64_t gridBlocks, void **params) {
+  if (gridBlocks == 0)
+    return Status::ok();
+  if (gridBlocks > 0x7fffffffull)
+    return Status(ErrorCode::InvalidArgument,
+                  "kernel '" + step.kernel + "': grid of " +
+                      std::to_string(gridBlocks) +
+                      " blocks exceeds the limit of 2^31-1");
+  if (impl_->lastEntry != &entry) {
+    if (Status s = prepare(entry); !s)
+      return s;
+  }
+  CUfunction f;
+  if (Status s = impl_->function(*impl_->last, step, f); !s)
+    return s;
+  MOEC_CU(cuLaunchKernel(f, static_cast<unsigned>(gridBlocks), 1, 1,
+                         step.blockSize, 1, 1, step.dynamicSharedBytes,
+                         impl_->stream, params, nullptr),
+          kernelContext("cuLaunchKernel", step.kernel) + " grid " +
+              std::to_string(gridBlocks) + " block " +
+              std::to_string(step.blockSize) + " shared " +
+              std::to_string(step.dynamicSharedBytes));
+  return Status::ok();
+}
+
+Status CudaLauncher::allocate(size_t bytes, void **ptr) {
+  *ptr = nullptr;
+  if (bytes == 0)
+    return Status::ok();
+  if (Status s = ensureContext(); !s)
+    return s;
+  if (impl_->asyncAlloc < 0) {
+    CUdevice device;
+    int pools = 0;
+    MOEC_CU(cuCtxGetDevice(&device), "cuCtxGetDevice");
+    MOEC_CU(cuDeviceGetAttribute(
+                &pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device),
+            "cuDeviceGetAttribute(memory pools supported)");
+    impl_->asyncAlloc = pools != 0;
+  }
+  CUdeviceptr p = 0;
+  std::string what = "cuMemAlloc(" + std::to_string(bytes) + " bytes)";
+  if (impl_->asyncAlloc)
+    MOEC_CU(cuMemAllocAsync(&p, bytes, impl_->stream), what);
+  else
+    MOEC_CU(cuMemAlloc(&p, bytes), what);
+  *ptr = fromDevice(p);
+  return Status::ok();
+}
+
+void CudaLauncher::release(void *ptr) {
+  if (!ptr)
+    return;
+  // Stream-ordered: freed once the kernels queued before it are done.
+  if (impl_->asyncAlloc > 0)
+    (void)cuMemFreeAsync(toDevice(ptr), impl_->stream);
+  else
+    (void)cuMemFree(toDevice(ptr));
+}
+
+Status CudaLauncher::zero(void *ptr, size_t bytes) {
+  if (bytes == 0)
+    return Status::ok();
+  MOEC_CU(cuMemsetD8Async(toDevice(ptr), 0, bytes, impl_->stream),
+          "cuMemsetD8Async(" + std::to_string(bytes) + " bytes)");
+  return Status::ok();
+}
+
+Status CudaLauncher::synchronize() {
+  if (Status s = ensureContext(); !s)
+    return s;
+  MOEC_CU(cuStreamSynchronize(impl_->stream), "cuStreamSynchronize");
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Helpers for runners
+//===----------------------------------------------------------------------===//
+
+Status cudaInit() { return ensureContext(); }
+
+Status cudaDeviceInfo(CudaDeviceInfo &info) {
+  if (Status s = ensureContext(); !s)
+    return s;
+  CUdevice device;
+  MOEC_CU(cuCtxGetDevice(&device), "cuCtxGetDevice");
+  char name[256] = {0};
+  MOEC_CU(cuDeviceGetName(name, sizeof(name) - 1, device), "cuDeviceGetName");
+  info.name = name;
+  auto attr = [&](CUdevice_attribute a, int &v, const char *what) {
+    return cuStatus(cuDeviceGetAttribute(&v, a, device),
+                    std::string("cuDeviceGetAttribute(") + what + ")");
+  };
+  int l2 = 0;
+  if (Status s = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, info.major,
+                      "compute capability major");
+      !s)
+    return s;
+  if (Status s = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, info.minor,
+                      "compute capability minor");
+      !s)
+    return s;
+  if (Status s = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                      info.multiprocessors, "multiprocessor count");
+      !s)
+    return s;
+  if (Status s = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, l2, "L2 cache size");
+      !s)
+    return s;
+  info.l2CacheBytes = static_cast<size_t>(l2);
+  size_t total = 0;
+  MOEC_CU(cuDeviceTotalMem(&total, device), "cuDeviceTotalMem");
+  info.totalMemory = total;
+  return Status::ok();
+}
+
+Status cudaAlloc(size_t bytes, void **ptr) {
+  *ptr = nullptr;
+  if (bytes == 0)
+    return Status::ok();
+  if (Status s = ensureContext(); !s)
+    return s;
+  CUdeviceptr p = 0;
+  MOEC_CU(cuMemAlloc(&p, bytes),
+          "cuMemAlloc(" + std::to_string(bytes) + " bytes)");
+  *ptr = fromDevice(p);
+  return Status::ok();
+}
+
+Status cudaFree(void *ptr) {
+  if (!ptr)
+    return Status::ok();
+  if (Status s = ensureContext(); !s)
+    return s;
+  MOEC_CU(cuMemFree(toDevice(ptr)), "cuMemFree");
+  return Status::ok();
+}
+
+Status cudaCopyToDevice(void *dst, const void *src, size_t bytes) {
+  if (bytes == 0)
+    return Status::ok();
+  if (Status s = ensureContext(); !s)
+    return s;
+  MOEC_CU(cuCtxSynchronize(), "cuCtxSynchronize");
+  MOEC_CU(cuMemcpyHtoD(toDevice(dst), src, bytes),
+          "cuMemcpyHtoD(" + std::to_string(bytes) + " bytes)");
+  return Status::ok();
+}
+
+Status cudaCopyToHost(void *dst, const void *src, size_t bytes) {
+  if (bytes == 0)
+    return Status::ok();
+  if (Status s = ensureContext(); !s)
+    return s;
+  MOEC_CU(cuCtxSynchronize(), "cuCtxSynchronize");
+  MOEC_CU(cuMemcpyDtoH(dst, toDevice(src), bytes),
+          "cuMemcpyDtoH(" + std::to_string(bytes) + " bytes)");
+  return Status::ok();
+}
+
+Status cudaSynchronize() {
+  if (Status s = ensureContext(); !s)
+    return s;
+  MOEC_CU(cuCtxSynchronize(), "cuCtxSynchronize");
+  return Status::ok();
+}
+
+namespace {
+
+/// Owns the events and the flush buffer of one cudaTimeLaunches call.
+struct TimingResources {
+  std::vector<CUevent> events;
+  CUdeviceptr flush = 0;
+  ~TimingResources() {
+    if (flush) {
+      (void)cuCtxSynchronize();
+      (void)cuMemFree(flush);
+    }
+    for (CUevent e : events)
+      (void)cuEventDestroy(e);
+  }
+};
+
+} // namespace
+
+Status cudaTimeLaunches(void *stream, const std::function<Status()> &fn,
+                        int warmup, int iters, std::vector<double> &msPerIter,
+                        bool flushL2) {
+  msPerIter.clear();
+  if (warmup < 0 || iters < 1)
+    return Status(ErrorCode::InvalidArgument,
+                  "timing needs warmup >= 0 and iters >= 1, got " +
+                      std::to_string(warmup) + " and " + std::to_string(iters));
+  if (Status s = ensureContext(); !s)
+    return s;
+  CUstream s = static_cast<CUstream>(stream);
+  TimingResources res;
+  size_t flushBytes = 0;
+  if (flushL2) {
+    CudaDeviceInfo info;
+    if (Status st = cudaDeviceInfo(info); !st)
+      return st;
+    flushBytes = std::max<size_t>(2 * info.l2CacheBytes, 1 << 20);
+    MOEC_CU(cuMemAlloc(&res.flush, flushBytes), "cuMemAlloc(L2 flush buffer)");
+  }
+  res.events.resize(2 * static_cast<size_t>(iters), nullptr);
+  for (CUevent &e : res.events)
+    MOEC_CU(cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+
+  for (int i = 0; i < warmup; ++i)
+    if (Status st = fn(); !st)
+      return st;
+  for (int i = 0; i < iters; ++i) {
+    if (flushL2)
+      MOEC_CU(cuMemsetD8Async(res.flush, static_cast<unsigned char>(i),
+                              flushBytes, s),
+              "cuMemsetD8Async(L2 flush buffer)");
+    MOEC_CU(cuEventRecord(res.events[2 * i], s), "cuEventRecord");
+    if (Status st = fn(); !st)
+      return st;
+    MOEC_CU(cuEventRecord(res.events[2 * i + 1], s), "cuEventRecord");
+  }
+  MOEC_CU(cuEventSynchronize(res.events.back()), "cuEventSynchronize");
+  msPerIter.resize(static_cast<size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    float ms = 0;
+    MOEC_CU(cuEventElapsedTime(&ms, res.events[2 * i], res.events[2 * i + 1]),
+            "cuEventElapsedTime");
+    msPerIter[i] = ms;
+  }
+  return Status::ok();
+}
+
+#undef MOEC_CU
+
+} // namespace moec::rt

@@ -1,0 +1,309 @@
+//===- Executor.cpp - Run one bundle entry through a launcher -------------===//
+//
+// Part of moec. Everything here runs on the host before each launch, so it
+// checks every index it uses even though readBundle already validated the
+// entry: entries built in memory (the JIT path) may not have been.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Runtime/Executor.h"
+#include "moec/Runtime/Expr.h"
+
+namespace moec::rt {
+
+namespace {
+
+std::string quoted(const std::string &name) { return "'" + name + "'"; }
+
+/// "input 2 ('arg2')".
+std::string describe(const char *kind, size_t index, const BufferDesc &b) {
+  return std::string(kind) + " " + std::to_string(index) + " (" +
+         quoted(b.name) + ")";
+}
+
+Status invalidArg(const std::string &message) {
+  return Status(ErrorCode::InvalidArgument, message);
+}
+
+size_t countRole(const Entry &entry, BufferRole role) {
+  size_t n = 0;
+  for (const BufferDesc &b : entry.buffers)
+    n += b.role == role;
+  return n;
+}
+
+/// Checks `array` against the expected element type and shape; `bytes` is
+/// its size. `what` names it in messages.
+Status checkArray(const std::string &what, const ArrayRef &array, ElemType elem,
+                  const std::vector<int64_t> &shape, size_t &bytes) {
+  if (array.elem != elem || array.shape != shape)
+    return invalidArg(what + ": expected shape " + formatShape(shape) + " (" +
+                      elemTypeName(elem) + "), got " +
+                      formatShape(array.shape) + " (" +
+                      elemTypeName(array.elem) + ")");
+  if (Status s = arrayBytes(elem, shape, bytes); !s)
+    return invalidArg(what + ": " + s.message());
+  if (!array.data && bytes != 0)
+    return invalidArg(what + ": null data pointer for " +
+                      std::to_string(bytes) + " bytes");
+  return Status::ok();
+}
+
+/// Evaluates the grids and parameters of every step and launches them in
+/// order. `addresses[i]` is buffer i in the launcher's memory space.
+Status runSteps(const Entry &entry, const std::vector<int64_t> &symbols,
+                const std::vector<void *> &addresses,
+                KernelLauncher &launcher) {
+  // One slot per parameter; the launcher reads them through `pointers`, so
+  // they must stay put until launch() returns.
+  union Slot {
+    void *address;
+    int64_t scalar;
+  };
+  std::vector<Slot> slots;
+  std::vector<void *> pointers;
+  for (size_t i = 0; i < entry.steps.size(); ++i) {
+    const LaunchStep &step = entry.steps[i];
+    std::string where =
+        "step " + std::to_string(i) + " (" + quoted(step.kernel) + "): ";
+    int64_t grid;
+    if (Status s = evalExpr(step.grid, symbols, grid); !s)
+      return Status(s.code(), where + "grid: " + s.message());
+    if (grid == 0)
+      continue; // e.g. no token routed to this kernel's experts
+
+    slots.assign(step.params.size(), Slot{nullptr});
+    pointers.assign(step.params.size(), nullptr);
+    for (size_t p = 0; p < step.params.size(); ++p) {
+      const ParamDesc &param = step.params[p];
+      if (param.kind == ParamDesc::Kind::Buffer) {
+        if (param.buffer >= addresses.size())
+          return invalidArg(where + "param " + std::to_string(p) +
+                            ": buffer index " + std::to_string(param.buffer) +
+                            " out of range");
+        slots[p].address = addresses[param.buffer];
+      } else {
+        int64_t value;
+        if (Status s = evalExpr(param.expr, symbols, value); !s)
+          return Status(s.code(), where + "param " + std::to_string(p) + ": " +
+                                      s.message());
+        slots[p].scalar = value;
+      }
+      pointers[p] = &slots[p];
+    }
+    Status s = launcher.launch(entry, step, static_cast<uint64_t>(grid),
+                               pointers.data());
+    if (!s)
+      return Status(s.code(), where + s.message());
+  }
+  return Status::ok();
+}
+
+/// Releases the scratch buffers it holds, whatever path leaves runEntry.
+class TempGuard {
+public:
+  explicit TempGuard(KernelLauncher &launcher) : launcher_(launcher) {}
+  TempGuard(const TempGuard &) = delete;
+  TempGuard &operator=(const TempGuard &) = delete;
+  ~TempGuard() {
+    for (auto it = held_.rbegin(); it != held_.rend(); ++it)
+      launcher_.release(*it);
+  }
+  void hold(void *ptr) { held_.push_back(ptr); }
+
+private:
+  KernelLauncher &launcher_;
+  std::vector<void *> held_;
+};
+
+} // namespace
+
+Status arrayBytes(ElemType elem, const std::vector<int64_t> &shape,
+                  size_t &bytes) {
+  uint64_t total = elemSize(elem);
+  for (int64_t extent : shape) {
+    if (extent < 0)
+      return invalidArg("negative extent in shape " + formatShape(shape));
+    if (__builtin_mul_overflow(total, static_cast<uint64_t>(extent), &total) ||
+        total > SIZE_MAX)
+      return invalidArg("shape " + formatShape(shape) + " (" +
+                        elemTypeName(elem) + ") overflows the address space");
+  }
+  bytes = static_cast<size_t>(total);
+  return Status::ok();
+}
+
+std::string formatShape(const std::vector<int64_t> &shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i)
+      out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+Status bindSymbols(const Entry &entry, const std::vector<ArrayRef> &inputs,
+                   std::vector<int64_t> &symbols) {
+  symbols.clear();
+  size_t numInputs = countRole(entry, BufferRole::Input);
+  if (inputs.size() != numInputs)
+    return invalidArg("entry " + quoted(entry.name) + " takes " +
+                      std::to_string(numInputs) + " inputs, got " +
+                      std::to_string(inputs.size()));
+  // Inputs come first among the buffers (validateBundle), so input i is
+  // buffer i.
+  for (size_t i = 0; i < numInputs; ++i) {
+    const BufferDesc &b = entry.buffers[i];
+    if (b.role != BufferRole::Input)
+      return invalidArg("entry " + quoted(entry.name) +
+                        ": inputs are not the first buffers");
+    if (inputs[i].shape.size() != b.dims.size())
+      return invalidArg(describe("input", i, b) + ": expected rank " +
+                        std::to_string(b.dims.size()) + ", got rank " +
+                        std::to_string(inputs[i].shape.size()) + " (shape " +
+                        formatShape(inputs[i].shape) + ")");
+    for (int64_t extent : inputs[i].shape)
+      if (extent < 0)
+        return invalidArg(describe("input", i, b) +
+                          ": negative extent in shape " +
+                          formatShape(inputs[i].shape));
+  }
+  symbols.resize(entry.symbols.size());
+  for (size_t i = 0; i < entry.symbols.size(); ++i) {
+    const SymbolDesc &sym = entry.symbols[i];
+    if (sym.buffer >= numInputs || sym.dim >= inputs[sym.buffer].shape.size()) {
+      symbols.clear();
+      return invalidArg("entry " + quoted(entry.name) + ": symbol " +
+                        std::to_string(i) + " (" + quoted(sym.name) +
+                        ") refers to a dimension of no input");
+    }
+    symbols[i] = inputs[sym.buffer].shape[sym.dim];
+  }
+  return Status::ok();
+}
+
+Status bufferShapes(const Entry &entry, const std::vector<int64_t> &symbols,
+                    std::vector<std::vector<int64_t>> &shapes) {
+  shapes.assign(entry.buffers.size(), {});
+  for (size_t i = 0; i < entry.buffers.size(); ++i) {
+    const BufferDesc &b = entry.buffers[i];
+    shapes[i].resize(b.dims.size());
+    for (size_t d = 0; d < b.dims.size(); ++d) {
+      Status s = evalExpr(b.dims[d], symbols, shapes[i][d]);
+      if (!s) {
+        shapes.clear();
+        return Status(s.code(), describe("buffer", i, b) + ": dim " +
+                                    std::to_string(d) + ": " + s.message());
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
+                const std::vector<ArrayRef> &outputs,
+                KernelLauncher &launcher) {
+  std::vector<int64_t> symbols;
+  std::vector<std::vector<int64_t>> shapes;
+  if (Status s = bindSymbols(entry, inputs, symbols); !s)
+    return s;
+  if (Status s = bufferShapes(entry, symbols, shapes); !s)
+    return s;
+
+  size_t numOutputs = countRole(entry, BufferRole::Output);
+  if (outputs.size() != numOutputs)
+    return invalidArg("entry " + quoted(entry.name) + " has " +
+                      std::to_string(numOutputs) + " outputs, got " +
+                      std::to_string(outputs.size()));
+
+  // Bind the caller's arrays; note the scratch buffers to allocate.
+  std::vector<void *> addresses(entry.buffers.size(), nullptr);
+  std::vector<std::pair<size_t, size_t>> temps; // (buffer, bytes)
+  size_t nextInput = 0, nextOutput = 0;
+  for (size_t i = 0; i < entry.buffers.size(); ++i) {
+    const BufferDesc &b = entry.buffers[i];
+    size_t bytes = 0;
+    switch (b.role) {
+    case BufferRole::Input: {
+      size_t k = nextInput++;
+      if (Status s = checkArray(describe("input", k, b), inputs[k], b.elem,
+                                shapes[i], bytes);
+          !s)
+        return s;
+      addresses[i] = inputs[k].data;
+      break;
+    }
+    case BufferRole::Output: {
+      size_t k = nextOutput++;
+      if (Status s = checkArray(describe("output", k, b), outputs[k], b.elem,
+                                shapes[i], bytes);
+          !s)
+        return s;
+      addresses[i] = outputs[k].data;
+      break;
+    }
+    case BufferRole::Temp:
+      if (Status s = arrayBytes(b.elem, shapes[i], bytes); !s)
+        return invalidArg(describe("buffer", i, b) + ": " + s.message());
+      if (bytes != 0)
+        temps.emplace_back(i, bytes);
+      break;
+    }
+  }
+
+  if (Status s = launcher.prepare(entry); !s)
+    return s;
+
+  // Scratch starts zeroed, as in runEntryWithAllBuffers' usual callers
+  // (check::allocateBuffers), so results do not depend on stale memory.
+  TempGuard guard(launcher);
+  for (const auto &[index, bytes] : temps) {
+    void *ptr = nullptr;
+    Status s = launcher.allocate(bytes, &ptr);
+    if (!s)
+      return Status(s.code(), describe("buffer", index, entry.buffers[index]) +
+                                  ": allocating " + std::to_string(bytes) +
+                                  " bytes: " + s.message());
+    guard.hold(ptr);
+    if (s = launcher.zero(ptr, bytes); !s)
+      return Status(s.code(), describe("buffer", index, entry.buffers[index]) +
+                                  ": zeroing: " + s.message());
+    addresses[index] = ptr;
+  }
+  return runSteps(entry, symbols, addresses, launcher);
+}
+
+Status runEntryWithAllBuffers(const Entry &entry,
+                              const std::vector<ArrayRef> &buffers,
+                              KernelLauncher &launcher) {
+  if (buffers.size() != entry.buffers.size())
+    return invalidArg("entry " + quoted(entry.name) + " has " +
+                      std::to_string(entry.buffers.size()) + " buffers, got " +
+                      std::to_string(buffers.size()));
+  size_t numInputs = countRole(entry, BufferRole::Input);
+  std::vector<ArrayRef> inputs(buffers.begin(),
+                               buffers.begin() + static_cast<long>(numInputs));
+  std::vector<int64_t> symbols;
+  std::vector<std::vector<int64_t>> shapes;
+  if (Status s = bindSymbols(entry, inputs, symbols); !s)
+    return s;
+  if (Status s = bufferShapes(entry, symbols, shapes); !s)
+    return s;
+
+  std::vector<void *> addresses(entry.buffers.size(), nullptr);
+  for (size_t i = 0; i < entry.buffers.size(); ++i) {
+    size_t bytes;
+    if (Status s =
+            checkArray(describe("buffer", i, entry.buffers[i]), buffers[i],
+                       entry.buffers[i].elem, shapes[i], bytes);
+        !s)
+      return s;
+    addresses[i] = buffers[i].data;
+  }
+  if (Status s = launcher.prepare(entry); !s)
+    return s;
+  return runSteps(entry, symbols, addresses, launcher);
+}
+
+} // namespace moec::rt

@@ -1,0 +1,348 @@
+//===- Compile.cpp - Functions to bundle entries, per target --------------===//
+//
+// Part of moec. Runs the pipelines (lib/Pipelines) and serializes each
+// function's kernels for each target (see Target.h for the recipes).
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Target/Target.h"
+
+#include "EntryBuilder.h"
+
+#include "moec/Pipelines/Pipelines.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/ROCDL/ROCDLToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Dialect/GPU/IR/CompilationInterfaces.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVM/ROCDL/Target.h"
+
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <cstdlib>
+
+using namespace mlir;
+
+namespace moec {
+
+void registerTargetTranslations(DialectRegistry &registry) {
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  registerGPUDialectTranslation(registry);
+  registerNVVMDialectTranslation(registry);
+  registerROCDLDialectTranslation(registry);
+  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+  ROCDL::registerROCDLTargetInterfaceExternalModels(registry);
+}
+
+std::string findPtxas() {
+  auto executable = [](const std::string &path) {
+    return !path.empty() && llvm::sys::fs::can_execute(path);
+  };
+  if (const char *home = std::getenv("CUDA_HOME"))
+    if (executable(std::string(home) + "/bin/ptxas"))
+      return std::string(home) + "/bin/ptxas";
+  if (auto onPath = llvm::sys::findProgramByName("ptxas"))
+    return *onPath;
+  if (executable("/usr/local/cuda/bin/ptxas"))
+    return "/usr/local/cuda/bin/ptxas";
+  return "";
+}
+
+namespace {
+
+LogicalResult runPipeline(ModuleOp module,
+                          llvm::function_ref<void(OpPassManager &)> build) {
+  PassManager pm(module.getContext());
+  build(pm);
+  return pm.run(module);
+}
+
+/// Runs `program` with `args`; on failure returns its stderr in `message`.
+bool runTool(StringRef program, ArrayRef<StringRef> args,
+             std::string &message) {
+  SmallString<128> errPath;
+  llvm::sys::fs::createTemporaryFile("moec-tool", "err", errPath);
+  std::optional<StringRef> redirects[] = {std::nullopt, std::nullopt,
+                                          StringRef(errPath)};
+  std::string execError;
+  int rc = llvm::sys::ExecuteAndWait(program, args, std::nullopt, redirects, 0,
+                                     0, &execError);
+  if (rc != 0) {
+    auto err = llvm::MemoryBuffer::getFile(errPath);
+    message = execError + (err ? (*err)->getBuffer().str() : "");
+  }
+  llvm::sys::fs::remove(errPath);
+  return rc == 0;
+}
+
+bool readFile(StringRef path, std::vector<uint8_t> &bytes) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
+  if (!buffer)
+    return false;
+  StringRef data = (*buffer)->getBuffer();
+  bytes.assign(data.begin(), data.end());
+  return true;
+}
+
+/// Emits `module` (LLVM IR) for `triple`/`cpu` as an object or assembly.
+LogicalResult emitMachineCode(llvm::Module &module, StringRef triple,
+                              StringRef cpu, StringRef features,
+                              llvm::CodeGenFileType kind,
+                              std::vector<uint8_t> &out, Location loc) {
+  std::string error;
+  llvm::Triple theTriple(triple);
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(theTriple, error);
+  if (!target)
+    return emitError(loc) << "no LLVM target for " << triple << ": " << error;
+  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
+      theTriple, cpu, features, {}, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
+  module.setTargetTriple(theTriple);
+  module.setDataLayout(machine->createDataLayout());
+  SmallString<0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  if (machine->addPassesToEmitFile(pm, os, nullptr, kind))
+    return emitError(loc) << "LLVM cannot emit this file type for " << triple;
+  pm.run(module);
+  out.assign(buffer.begin(), buffer.end());
+  return success();
+}
+
+/// The gpu.module or gpu.binary of one lowered function.
+template <typename OpTy>
+OpTy findKernelsOf(ModuleOp module, StringRef entry) {
+  for (auto op : module.getOps<OpTy>())
+    if (op.getName() == (entry + "_kernels").str())
+      return op;
+  return nullptr;
+}
+
+LogicalResult serializeNVVM(ModuleOp kernels, rt::Entry &entry,
+                            const std::string &chip, CompileResult &result,
+                            const CompileOptions &options) {
+  auto binary = findKernelsOf<gpu::BinaryOp>(kernels, entry.name);
+  if (!binary || binary.getObjects().empty())
+    return kernels.emitError("no PTX for ") << entry.name;
+  auto object = cast<gpu::ObjectAttr>(binary.getObjects()[0]);
+  std::string ptx = object.getObject().getValue().str();
+  if (options.keepAssembly)
+    result.assembly.push_back({entry.name + " " + chip, ptx});
+
+  std::string ptxas = findPtxas();
+  if (ptxas.empty()) {
+    result.notes.push_back("ptxas not found (looked in $CUDA_HOME/bin, PATH, "
+                           "/usr/local/cuda/bin): " + entry.name +
+                           " ships PTX for " + chip +
+                           ", which the CUDA driver compiles at load time");
+    entry.binaryKind = rt::BinaryKind::Ptx;
+    entry.binary.assign(ptx.begin(), ptx.end());
+    return success();
+  }
+  SmallString<128> ptxPath, cubinPath;
+  llvm::sys::fs::createTemporaryFile("moec", "ptx", ptxPath);
+  llvm::sys::fs::createTemporaryFile("moec", "cubin", cubinPath);
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(ptxPath, ec);
+    os << ptx;
+  }
+  std::string arch = "-arch=" + chip, message;
+  bool ok = runTool(ptxas, {ptxas, arch, "-O3", ptxPath, "-o", cubinPath},
+                    message) &&
+            readFile(cubinPath, entry.binary);
+  llvm::sys::fs::remove(ptxPath);
+  llvm::sys::fs::remove(cubinPath);
+  if (!ok)
+    return kernels.emitError("ptxas failed on ")
+           << entry.name << " for " << chip << ": " << message;
+  entry.binaryKind = rt::BinaryKind::Cubin;
+  return success();
+}
+
+LogicalResult serializeROCDL(ModuleOp kernels, rt::Entry &entry,
+                             const std::string &chip, CompileResult &result,
+                             const CompileOptions &options) {
+  auto gpuModule = findKernelsOf<gpu::GPUModuleOp>(kernels, entry.name);
+  if (!gpuModule)
+    return kernels.emitError("no kernels for ") << entry.name;
+  // A plain module holding the LLVM-dialect kernels, so that the ROCm
+  // device libraries (which these kernels never call) are not required.
+  OwningOpRef<ModuleOp> plain = ModuleOp::create(gpuModule.getLoc());
+  OpBuilder builder(plain->getBodyRegion());
+  for (Operation &op : gpuModule.getBody()->without_terminator())
+    builder.clone(op);
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(*plain, llvmContext, entry.name);
+  if (!llvmModule)
+    return kernels.emitError("LLVM IR translation failed for ") << entry.name;
+
+  const char *triple = "amdgcn-amd-amdhsa";
+  std::vector<uint8_t> assembly, object;
+  if (failed(emitMachineCode(*llvmModule, triple, chip, "",
+                             llvm::CodeGenFileType::AssemblyFile, assembly,
+                             gpuModule.getLoc())))
+    return failure();
+  if (options.keepAssembly)
+    result.assembly.push_back(
+        {entry.name + " " + chip, std::string(assembly.begin(), assembly.end())});
+  // Translate afresh: codegen consumed the module.
+  llvmModule = translateModuleToLLVMIR(*plain, llvmContext, entry.name);
+  if (failed(emitMachineCode(*llvmModule, triple, chip, "",
+                             llvm::CodeGenFileType::ObjectFile, object,
+                             gpuModule.getLoc())))
+    return failure();
+
+  // An HSACO is the object linked as a shared library.
+  std::string lld;
+  if (auto found = llvm::sys::findProgramByName("ld.lld"))
+    lld = *found;
+  else if (auto found22 = llvm::sys::findProgramByName("ld.lld-22"))
+    lld = *found22;
+  if (lld.empty())
+    return kernels.emitError("ld.lld not found: it links the AMDGPU object "
+                             "into an HSACO (Debian package lld-22)");
+  SmallString<128> objPath, hsacoPath;
+  llvm::sys::fs::createTemporaryFile("moec", "o", objPath);
+  llvm::sys::fs::createTemporaryFile("moec", "hsaco", hsacoPath);
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(objPath, ec);
+    os.write(reinterpret_cast<const char *>(object.data()), object.size());
+  }
+  std::string message;
+  bool ok = runTool(lld, {lld, "-flavor", "gnu", "-shared", objPath, "-o",
+                          hsacoPath},
+                    message) &&
+            readFile(hsacoPath, entry.binary);
+  llvm::sys::fs::remove(objPath);
+  llvm::sys::fs::remove(hsacoPath);
+  if (!ok)
+    return kernels.emitError("ld.lld failed on ")
+           << entry.name << ": " << message;
+  entry.binaryKind = rt::BinaryKind::Hsaco;
+  return success();
+}
+
+LogicalResult serializeHost(ModuleOp hostModule, std::vector<uint8_t> &object) {
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(hostModule, llvmContext, "moec_host");
+  if (!llvmModule)
+    return hostModule.emitError("LLVM IR translation failed (host)");
+  return emitMachineCode(*llvmModule, llvm::sys::getDefaultTargetTriple(),
+                         llvm::sys::getHostCPUName(), "",
+                         llvm::CodeGenFileType::ObjectFile, object,
+                         hostModule.getLoc());
+}
+
+/// Lowers a clone of `module` to kernels and describes its entries.
+FailureOr<OwningOpRef<ModuleOp>>
+lowerToKernels(ModuleOp module, std::vector<rt::Entry> &entries) {
+  OwningOpRef<ModuleOp> kernels(cast<ModuleOp>(module->clone()));
+  if (failed(runPipeline(*kernels, buildMoeToKernelsPipeline)))
+    return failure();
+  for (auto func : kernels->getOps<func::FuncOp>()) {
+    if (!func->hasAttr("moe.entry"))
+      continue;
+    FailureOr<rt::Entry> entry = describeEntry(func);
+    if (failed(entry))
+      return failure();
+    entries.push_back(std::move(*entry));
+  }
+  return kernels;
+}
+
+void initializeLLVMTargets() {
+  static bool done = [] {
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+    return true;
+  }();
+  (void)done;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> lowerForHost(ModuleOp module,
+                                   std::vector<rt::Entry> &entries) {
+  FailureOr<OwningOpRef<ModuleOp>> kernels = lowerToKernels(module, entries);
+  if (failed(kernels) ||
+      failed(runPipeline(**kernels, buildKernelsToHostPipeline)))
+    return nullptr;
+  return std::move(*kernels);
+}
+
+LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
+                            CompileResult &result) {
+  initializeLLVMTargets();
+  std::vector<rt::Entry> entries;
+  FailureOr<OwningOpRef<ModuleOp>> kernels = lowerToKernels(module, entries);
+  if (failed(kernels))
+    return failure();
+  if (entries.empty())
+    return module.emitError("no function to compile");
+
+  result.bundle.producer = "moec 0.1";
+  for (const std::string &target : options.targets) {
+    OwningOpRef<ModuleOp> lowered(cast<ModuleOp>((*kernels)->clone()));
+    std::vector<rt::Entry> targetEntries = entries;
+    if (target == "host") {
+      std::vector<uint8_t> object;
+      if (failed(runPipeline(*lowered, buildKernelsToHostPipeline)) ||
+          failed(serializeHost(*lowered, object)))
+        return failure();
+      for (rt::Entry &entry : targetEntries) {
+        entry.binaryKind = rt::BinaryKind::HostObject;
+        entry.binary = object;
+      }
+    } else if (StringRef(target).starts_with("sm_")) {
+      GpuTargetOptions gpu{target, "+ptx80", 3};
+      if (failed(runPipeline(*lowered, [&](OpPassManager &pm) {
+            buildKernelsToNVVMPipeline(pm, gpu);
+          })))
+        return failure();
+      for (rt::Entry &entry : targetEntries)
+        if (failed(serializeNVVM(*lowered, entry, target, result, options)))
+          return failure();
+    } else if (StringRef(target).starts_with("gfx")) {
+      GpuTargetOptions gpu{target, "", 3};
+      if (failed(runPipeline(*lowered, [&](OpPassManager &pm) {
+            buildKernelsToROCDLPipeline(pm, gpu);
+          })))
+        return failure();
+      for (rt::Entry &entry : targetEntries)
+        if (failed(serializeROCDL(*lowered, entry, target, result, options)))
+          return failure();
+    } else {
+      return module.emitError("unknown target '")
+             << target << "' (expected sm_90a, gfx942 or host)";
+    }
+    for (rt::Entry &entry : targetEntries) {
+      entry.target = target;
+      result.bundle.entries.push_back(std::move(entry));
+    }
+  }
+  return success();
+}
+
+} // namespace moec

@@ -1,0 +1,213 @@
+//===- EntryBuilder.cpp - Bundle entries from lowered functions -----------===//
+//
+// Part of moec. Reads what convert-moe-to-kernels recorded on a lowered
+// function (symbols, size expressions, buffer indices, grids, scalars, the
+// reference op list) and writes it as an rt::Entry. Memref kernel arguments
+// are expanded the way the LLVM lowering passes them (allocated pointer,
+// aligned pointer, offset, sizes, strides), so the runtime can pass
+// parameters without knowing anything about memrefs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EntryBuilder.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/Matchers.h"
+
+using namespace mlir;
+
+namespace moec {
+
+FailureOr<rt::ElemType> elemTypeOf(Type type, Location loc) {
+  if (type.isF32())
+    return rt::ElemType::F32;
+  if (type.isF16())
+    return rt::ElemType::F16;
+  if (type.isBF16())
+    return rt::ElemType::BF16;
+  if (isa<Float8E4M3FNType>(type))
+    return rt::ElemType::F8E4M3FN;
+  if (isa<Float8E5M2Type>(type))
+    return rt::ElemType::F8E5M2;
+  if (type.isSignlessInteger(32))
+    return rt::ElemType::I32;
+  if (type.isSignlessInteger(64))
+    return rt::ElemType::I64;
+  if (type.isUnsignedInteger(8))
+    return rt::ElemType::U8;
+  return emitError(loc) << "element type " << type
+                        << " cannot cross the runtime boundary";
+}
+
+static std::vector<std::string> stringArray(ArrayAttr attr) {
+  std::vector<std::string> out;
+  if (attr)
+    for (Attribute a : attr)
+      out.push_back(cast<StringAttr>(a).getValue().str());
+  return out;
+}
+
+FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
+  rt::Entry entry;
+  auto entryName = func->getAttrOfType<StringAttr>("moe.entry");
+  auto numBuffers = func->getAttrOfType<IntegerAttr>("moe.num_buffers");
+  if (!entryName || !numBuffers)
+    return func.emitOpError("was not produced by convert-moe-to-kernels");
+  entry.name = entryName.getValue().str();
+  entry.buffers.resize(numBuffers.getInt());
+
+  // Symbols, then the input buffers whose dynamic sizes they are.
+  DenseMap<std::pair<int64_t, int64_t>, unsigned> symbolOf;
+  for (Attribute a : func->getAttrOfType<ArrayAttr>("moe.symbols")) {
+    auto triple = cast<ArrayAttr>(a);
+    int64_t arg = cast<IntegerAttr>(triple[0]).getInt();
+    int64_t dim = cast<IntegerAttr>(triple[1]).getInt();
+    symbolOf[{arg, dim}] = entry.symbols.size();
+    entry.symbols.push_back({cast<StringAttr>(triple[2]).getValue().str(),
+                             static_cast<uint32_t>(arg),
+                             static_cast<uint32_t>(dim)});
+  }
+  // Dynamic leading dimensions share the token-count symbol.
+  auto tokenSymbol = [&]() -> std::optional<unsigned> {
+    for (auto [i, symbol] : llvm::enumerate(entry.symbols))
+      if (symbol.dim == 0)
+        return i;
+    return std::nullopt;
+  }();
+
+
+  unsigned numArgs = func.getNumArguments();
+  unsigned numOutputs = 0;
+  for (unsigned i = 0; i < numArgs; ++i) {
+    auto type = cast<MemRefType>(func.getArgument(i).getType());
+    FailureOr<rt::ElemType> elem =
+        elemTypeOf(type.getElementType(), func.getLoc());
+    if (failed(elem))
+      return failure();
+    rt::BufferDesc &desc = entry.buffers[i];
+    desc.elem = *elem;
+    if (func.getArgAttr(i, "moe.output")) {
+      desc.role = rt::BufferRole::Output;
+      desc.name = "result" + std::to_string(numOutputs++);
+      desc.dims =
+          stringArray(func.getArgAttrOfType<ArrayAttr>(i, "moe.dims"));
+      continue;
+    }
+    desc.role = rt::BufferRole::Input;
+    desc.name = "arg" + std::to_string(i);
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      if (!type.isDynamicDim(d)) {
+        desc.dims.push_back(std::to_string(type.getDimSize(d)));
+        continue;
+      }
+      auto it = symbolOf.find({i, d});
+      unsigned symbol =
+          it != symbolOf.end() ? it->second : (d == 0 ? *tokenSymbol : 0);
+      desc.dims.push_back("s" + std::to_string(symbol));
+    }
+  }
+  // Scratch buffers and launches, in program order.
+  DenseMap<Value, uint32_t> bufferOf;
+  for (unsigned i = 0; i < numArgs; ++i)
+    bufferOf[func.getArgument(i)] = i;
+  WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
+    if (auto alloc = dyn_cast<memref::AllocOp>(op)) {
+      auto index = alloc->getAttrOfType<IntegerAttr>("moe.buffer");
+      if (!index || index.getInt() >= static_cast<int64_t>(entry.buffers.size()))
+        return alloc.emitOpError("has no valid moe.buffer index");
+      FailureOr<rt::ElemType> elem =
+          elemTypeOf(alloc.getType().getElementType(), alloc.getLoc());
+      if (failed(elem))
+        return WalkResult::interrupt();
+      rt::BufferDesc &desc = entry.buffers[index.getInt()];
+      desc.role = rt::BufferRole::Temp;
+      desc.elem = *elem;
+      desc.name = "tmp" + std::to_string(index.getInt());
+      desc.dims = stringArray(alloc->getAttrOfType<ArrayAttr>("moe.dims"));
+      bufferOf[alloc] = index.getInt();
+      return WalkResult::advance();
+    }
+    auto launch = dyn_cast<gpu::LaunchFuncOp>(op);
+    if (!launch)
+      return WalkResult::advance();
+    rt::LaunchStep step;
+    step.kernel = launch.getKernelName().getValue().str();
+    step.grid = launch->getAttrOfType<StringAttr>("moe.grid").getValue().str();
+    APInt threads;
+    if (!matchPattern(launch.getBlockSizeX(), m_ConstantInt(&threads)))
+      return launch.emitOpError("block size must be a constant");
+    step.blockSize = threads.getZExtValue();
+    if (Attribute tile = launch->getAttr("moe.tile")) {
+      llvm::raw_string_ostream os(step.tile);
+      tile.print(os);
+    }
+    std::vector<std::string> scalars =
+        stringArray(launch->getAttrOfType<ArrayAttr>("moe.scalars"));
+    for (auto [i, operand] : llvm::enumerate(launch.getKernelOperands())) {
+      auto memrefType = dyn_cast<MemRefType>(operand.getType());
+      if (!memrefType) {
+        rt::ParamDesc p;
+        p.kind = rt::ParamDesc::Kind::Scalar;
+        p.expr = scalars.at(i);
+        step.params.push_back(p);
+        continue;
+      }
+      auto it = bufferOf.find(operand);
+      if (it == bufferOf.end())
+        return launch.emitOpError("launch operand is not a known buffer");
+      const rt::BufferDesc &desc = entry.buffers[it->second];
+      auto pointer = [&] {
+        rt::ParamDesc p;
+        p.kind = rt::ParamDesc::Kind::Buffer;
+        p.buffer = it->second;
+        step.params.push_back(p);
+      };
+      auto scalar = [&](std::string expr) {
+        rt::ParamDesc p;
+        p.kind = rt::ParamDesc::Kind::Scalar;
+        p.expr = std::move(expr);
+        step.params.push_back(p);
+      };
+      // The LLVM lowering's memref ABI: allocated and aligned pointers,
+      // offset, sizes, strides (row-major).
+      pointer();
+      pointer();
+      scalar("0");
+      for (const std::string &dim : desc.dims)
+        scalar(dim);
+      for (size_t d = 0; d < desc.dims.size(); ++d) {
+        std::string stride = "1";
+        for (size_t e = d + 1; e < desc.dims.size(); ++e)
+          stride = stride == "1" ? desc.dims[e]
+                                 : stride + " " + desc.dims[e] + " *";
+        scalar(stride);
+      }
+    }
+    entry.steps.push_back(std::move(step));
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+
+  for (Attribute a : func->getAttrOfType<ArrayAttr>("moe.ref_ops")) {
+    auto dict = cast<DictionaryAttr>(a);
+    rt::RefOp refOp;
+    refOp.name = dict.getAs<StringAttr>("name").getValue().str();
+    for (NamedAttribute attr : dict.getAs<DictionaryAttr>("attrs"))
+      refOp.attrs.push_back({attr.getName().str(),
+                             cast<StringAttr>(attr.getValue()).str()});
+    for (int32_t v : dict.getAs<DenseI32ArrayAttr>("operands").asArrayRef())
+      refOp.operands.push_back(v);
+    for (int32_t v : dict.getAs<DenseI32ArrayAttr>("results").asArrayRef())
+      refOp.results.push_back(v);
+    entry.refOps.push_back(std::move(refOp));
+  }
+
+  llvm::raw_string_ostream os(entry.source);
+  func.print(os);
+  return entry;
+}
+
+} // namespace moec

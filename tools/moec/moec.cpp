@@ -1,0 +1,426 @@
+//===- moec.cpp - The moec command line: compile, inspect, run ------------===//
+//
+// Part of moec.
+//
+//   moec compile in.mlir -o out.moecb [--target sm_90a,gfx942,host]
+//                [--emit-asm DIR]
+//   moec inspect out.moecb [--source]
+//   moec run in.mlir [--entry NAME] [--sym T=64 ...] [--routing uniform|
+//                one-expert|half-experts] [--seed N] [--iters N]
+//
+// `run` compiles for the host, executes the kernels in-process through
+// MLIR's ExecutionEngine on random inputs, checks every op against the
+// float64 reference and prints timing. On the GPU machine, `moec-runner`
+// (runtime only) does the same with a bundle and the CUDA driver.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Check/Check.h"
+#include "moec/Dialect/Moe/IR/MoeDialect.h"
+#include "moec/Runtime/Executor.h"
+#include "moec/Runtime/Expr.h"
+#include "moec/Target/Target.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/LLVMIR/ROCDLDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+using namespace mlir;
+
+namespace {
+
+int usage() {
+  llvm::errs()
+      << "usage:\n"
+         "  moec compile IN.mlir -o OUT.moecb [--target sm_90a,gfx942,host]"
+         " [--emit-asm DIR]\n"
+         "  moec inspect BUNDLE.moecb [--source]\n"
+         "  moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
+         "uniform|one-expert|half-experts] [--seed N] [--iters N]\n";
+  return 2;
+}
+
+int fail(const llvm::Twine &message) {
+  llvm::errs() << "moec: error: " << message << "\n";
+  return 1;
+}
+
+OwningOpRef<ModuleOp> parseInput(MLIRContext &context, StringRef path) {
+  std::string error;
+  auto file = openInputFile(path, &error);
+  if (!file) {
+    llvm::errs() << "moec: error: " << error << "\n";
+    return nullptr;
+  }
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(file), SMLoc());
+  return parseSourceFile<ModuleOp>(sourceMgr, &context);
+}
+
+void setUpContext(MLIRContext &context) {
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  registry.insert<moec::moe::MoeDialect>();
+  moec::registerTargetTranslations(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+}
+
+/// Options shared by the subcommands.
+struct Args {
+  std::vector<std::string> positional;
+  std::string output, targets = "host", emitAsm, entry;
+  std::vector<std::pair<std::string, int64_t>> symbols;
+  std::string routing = "uniform";
+  uint64_t seed = 1;
+  int iters = 5;
+  bool source = false;
+};
+
+bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](std::string &out) {
+      if (i + 1 >= argc) {
+        error = "option '" + arg + "' needs a value";
+        return false;
+      }
+      out = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (arg == "-o") {
+      if (!value(args.output))
+        return false;
+    } else if (arg == "--target") {
+      if (!value(args.targets))
+        return false;
+    } else if (arg == "--emit-asm") {
+      if (!value(args.emitAsm))
+        return false;
+    } else if (arg == "--entry") {
+      if (!value(args.entry))
+        return false;
+    } else if (arg == "--routing") {
+      if (!value(args.routing))
+        return false;
+    } else if (arg == "--sym" || arg == "-T") {
+      if (!value(v))
+        return false;
+      if (arg == "-T")
+        v = "T=" + v;
+      size_t eq = v.find('=');
+      long long n = 0;
+      if (eq == std::string::npos ||
+          llvm::StringRef(v).substr(eq + 1).getAsInteger(10, n) || n < 0) {
+        error = "'--sym' takes NAME=COUNT with COUNT >= 0, got '" + v + "'";
+        return false;
+      }
+      args.symbols.push_back({v.substr(0, eq), n});
+    } else if (arg == "--seed" || arg == "--iters") {
+      if (!value(v))
+        return false;
+      unsigned long long n = 0;
+      if (llvm::StringRef(v).getAsInteger(10, n)) {
+        error = "'" + arg + "' takes a non-negative integer, got '" + v + "'";
+        return false;
+      }
+      if (arg == "--seed")
+        args.seed = n;
+      else
+        args.iters = std::max<int>(1, static_cast<int>(n));
+    } else if (arg == "--source") {
+      args.source = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      error = "unknown option '" + arg + "'";
+      return false;
+    } else {
+      args.positional.push_back(arg);
+    }
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// compile / inspect
+//===----------------------------------------------------------------------===//
+
+int compile(const Args &args) {
+  if (args.positional.size() != 1 || args.output.empty())
+    return usage();
+  MLIRContext context;
+  setUpContext(context);
+  OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
+  if (!module)
+    return 1;
+  moec::CompileOptions options;
+  options.targets.clear();
+  for (StringRef t : llvm::split(args.targets, ','))
+    if (!t.trim().empty())
+      options.targets.push_back(t.trim().str());
+  options.keepAssembly = !args.emitAsm.empty();
+  moec::CompileResult result;
+  if (failed(moec::compileModule(*module, options, result)))
+    return fail("compilation failed");
+  for (const std::string &note : result.notes)
+    llvm::errs() << "moec: note: " << note << "\n";
+  if (!args.emitAsm.empty()) {
+    llvm::sys::fs::create_directories(args.emitAsm);
+    for (auto &[name, text] : result.assembly) {
+      std::string file = name;
+      std::replace(file.begin(), file.end(), ' ', '.');
+      file = args.emitAsm + "/" + file +
+             (name.find(" sm_") != std::string::npos ? ".ptx" : ".s");
+      std::error_code ec;
+      llvm::raw_fd_ostream os(file, ec);
+      if (ec)
+        return fail("cannot write " + file + ": " + ec.message());
+      os << text;
+    }
+  }
+  moec::rt::Status status =
+      moec::rt::writeBundleFile(result.bundle, args.output);
+  if (!status)
+    return fail(status.toString());
+  for (const moec::rt::Entry &entry : result.bundle.entries)
+    llvm::outs() << "compiled " << entry.name << " for " << entry.target
+                 << ": " << entry.steps.size() << " launches, "
+                 << entry.binary.size() << " bytes\n";
+  llvm::outs() << "wrote " << args.output << "\n";
+  return 0;
+}
+
+int inspect(const Args &args) {
+  if (args.positional.size() != 1)
+    return usage();
+  moec::rt::Bundle bundle;
+  moec::rt::Status status =
+      moec::rt::readBundleFile(args.positional[0], bundle);
+  if (!status)
+    return fail(status.toString());
+  llvm::outs() << "bundle version " << bundle.version << ", produced by "
+               << bundle.producer << ", " << bundle.entries.size()
+               << " entries\n";
+  static const char *roles[] = {"input", "output", "temp"};
+  for (const moec::rt::Entry &entry : bundle.entries) {
+    llvm::outs() << "\nentry " << entry.name << " [" << entry.target << "] "
+                 << moec::rt::binaryKindName(entry.binaryKind) << ", "
+                 << entry.binary.size() << " bytes\n  symbols:";
+    for (auto [i, s] : llvm::enumerate(entry.symbols))
+      llvm::outs() << " s" << i << "=" << s.name << " (buffer " << s.buffer
+                   << " dim " << s.dim << ")";
+    llvm::outs() << "\n  buffers:\n";
+    for (auto [i, b] : llvm::enumerate(entry.buffers))
+      llvm::outs() << "    " << i << " " << b.name << " "
+                   << roles[static_cast<int>(b.role)] << " "
+                   << moec::rt::elemTypeName(b.elem) << " ["
+                   << llvm::join(b.dims, ", ") << "]\n";
+    llvm::outs() << "  launches:\n";
+    for (const moec::rt::LaunchStep &step : entry.steps)
+      llvm::outs() << "    " << step.kernel << " grid [" << step.grid
+                   << "] x " << step.blockSize << " threads, "
+                   << step.params.size() << " params, smem "
+                   << step.dynamicSharedBytes << " " << step.tile << "\n";
+    llvm::outs() << "  reference ops:\n";
+    for (const moec::rt::RefOp &op : entry.refOps) {
+      llvm::outs() << "    " << op.name << " (";
+      llvm::interleaveComma(op.operands, llvm::outs());
+      llvm::outs() << ") -> (";
+      llvm::interleaveComma(op.results, llvm::outs());
+      llvm::outs() << ")";
+      for (auto &[k, v] : op.attrs)
+        llvm::outs() << " " << k << "=" << v;
+      llvm::outs() << "\n";
+    }
+    if (args.source)
+      llvm::outs() << entry.source << "\n";
+  }
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// run (host backend)
+//===----------------------------------------------------------------------===//
+
+/// Runs host kernels from the ExecutionEngine. Host kernels take the number
+/// of blocks first, then the parameters the bundle lists.
+class HostLauncher : public moec::rt::KernelLauncher {
+public:
+  explicit HostLauncher(ExecutionEngine &engine) : engine(engine) {}
+  moec::rt::Status prepare(const moec::rt::Entry &) override {
+    return moec::rt::Status::ok();
+  }
+  moec::rt::Status launch(const moec::rt::Entry &,
+                          const moec::rt::LaunchStep &step, uint64_t grid,
+                          void **params) override {
+    auto fn = engine.lookupPacked(step.kernel);
+    if (!fn) {
+      llvm::consumeError(fn.takeError());
+      return {moec::rt::ErrorCode::NotFound,
+              "host kernel '" + step.kernel + "' not in the JIT module"};
+    }
+    int64_t blocks = static_cast<int64_t>(grid);
+    std::vector<void *> packed = {&blocks};
+    packed.insert(packed.end(), params, params + step.params.size());
+    (*fn)(packed.data());
+    return moec::rt::Status::ok();
+  }
+  moec::rt::Status allocate(size_t bytes, void **ptr) override {
+    *ptr = std::calloc(1, bytes ? bytes : 1);
+    return *ptr ? moec::rt::Status::ok()
+                : moec::rt::Status(moec::rt::ErrorCode::DeviceError,
+                                   "host allocation failed");
+  }
+  void release(void *ptr) override { std::free(ptr); }
+  moec::rt::Status zero(void *ptr, size_t bytes) override {
+    std::memset(ptr, 0, bytes);
+    return moec::rt::Status::ok();
+  }
+
+private:
+  ExecutionEngine &engine;
+};
+
+int run(const Args &args) {
+  if (args.positional.size() != 1)
+    return usage();
+  MLIRContext context;
+  setUpContext(context);
+  OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
+  if (!module)
+    return 1;
+  std::vector<moec::rt::Entry> entries;
+  OwningOpRef<ModuleOp> host = moec::lowerForHost(*module, entries);
+  if (!host)
+    return fail("lowering for the host failed");
+  const moec::rt::Entry *entry = nullptr;
+  for (const moec::rt::Entry &e : entries)
+    if (args.entry.empty() ? entries.size() == 1 : e.name == args.entry)
+      entry = &e;
+  if (!entry)
+    return fail(args.entry.empty()
+                    ? "the module has several functions: pick one with "
+                      "--entry"
+                    : "no function named '" + args.entry + "'");
+
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  ExecutionEngineOptions engineOptions;
+  engineOptions.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Default;
+  auto engine = ExecutionEngine::create(*host, engineOptions);
+  if (!engine) {
+    std::string message = llvm::toString(engine.takeError());
+    return fail("cannot JIT the host kernels: " + message);
+  }
+
+  // Symbols from --sym, by name.
+  std::vector<int64_t> symbols(entry->symbols.size(), -1);
+  for (auto &[name, value] : args.symbols) {
+    bool found = false;
+    for (auto [i, s] : llvm::enumerate(entry->symbols))
+      if (s.name == name) {
+        symbols[i] = value;
+        found = true;
+      }
+    if (!found)
+      return fail("'" + entry->name + "' has no size named '" + name + "'");
+  }
+  for (auto [i, s] : llvm::enumerate(entry->symbols))
+    if (symbols[i] < 0)
+      return fail("give the size '" + s.name + "' with --sym " + s.name +
+                  "=N");
+
+  moec::check::InputOptions inputOptions;
+  inputOptions.seed = args.seed;
+  if (!moec::check::parseRouting(args.routing, inputOptions.routing))
+    return fail("'--routing' must be uniform, one-expert or half-experts");
+  std::vector<moec::check::HostArray> inputs, buffers;
+  moec::rt::Status status =
+      moec::check::makeInputs(*entry, symbols, inputOptions, inputs);
+  if (status)
+    status = moec::check::allocateBuffers(*entry, symbols, inputs, buffers);
+  if (!status)
+    return fail(status.toString());
+  std::vector<moec::rt::ArrayRef> arrays;
+  for (moec::check::HostArray &b : buffers)
+    arrays.push_back({b.bytes.data(), b.elem, b.shape});
+
+  HostLauncher launcher(**engine);
+  std::vector<double> ms;
+  for (int i = 0; i < args.iters; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    status = moec::rt::runEntryWithAllBuffers(*entry, arrays, launcher);
+    auto stop = std::chrono::steady_clock::now();
+    if (!status)
+      return fail(status.toString());
+    ms.push_back(std::chrono::duration<double, std::milli>(stop - start)
+                     .count());
+  }
+  moec::check::CheckReport report;
+  status = moec::check::checkEntry(*entry, symbols, buffers, report);
+  if (!status)
+    return fail(status.toString());
+  std::sort(ms.begin(), ms.end());
+  llvm::outs() << entry->name << " on the host backend (";
+  for (auto [i, s] : llvm::enumerate(entry->symbols))
+    llvm::outs() << (i ? ", " : "") << s.name << "=" << symbols[i];
+  llvm::outs() << ", routing " << args.routing << ", seed " << args.seed
+               << ")\n"
+               << report.summary();
+  llvm::outs() << llvm::format("time: median %.3f ms over %d runs\n",
+                               ms[ms.size() / 2], args.iters);
+  llvm::outs() << (report.pass ? "PASS" : "FAIL") << "\n";
+  return report.pass ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  if (argc < 2)
+    return usage();
+  std::string command = argv[1];
+  Args args;
+  std::string error;
+  if (command == "-h" || command == "--help") {
+    usage();
+    return 0;
+  }
+  if (!parseArgs(argc, argv, args, error))
+    return fail(error);
+  if (command == "compile")
+    return compile(args);
+  if (command == "inspect")
+    return inspect(args);
+  if (command == "run")
+    return run(args);
+  llvm::errs() << "moec: error: unknown command '" << command << "'\n";
+  return usage();
+}
