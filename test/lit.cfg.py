@@ -21,5 +21,5 @@ config.substitutions.append(("%mlir_include", config.mlir_include_dir))
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.moec_tools_dir, config.llvm_tools_dir]
-tools = ["moec-opt", "mlir-tblgen", ToolSubst("FileCheck", unresolved="fatal")]
+tools = ["moec-opt", "moec", "mlir-tblgen", "not", ToolSubst("FileCheck", unresolved="fatal")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

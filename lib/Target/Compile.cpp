@@ -30,6 +30,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Program.h"
+#include "llvm/Support/Regex.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
@@ -186,6 +187,10 @@ LogicalResult serializeROCDL(ModuleOp kernels, rt::Entry &entry,
   // A plain module holding the LLVM-dialect kernels, so that the ROCm
   // device libraries (which these kernels never call) are not required.
   OwningOpRef<ModuleOp> plain = ModuleOp::create(gpuModule.getLoc());
+  // The data layout puts allocas in AMDGPU's private address space (5).
+  for (NamedAttribute attr : gpuModule->getDiscardableAttrs())
+    if (attr.getName().getValue().starts_with("llvm."))
+      (*plain)->setAttr(attr.getName(), attr.getValue());
   OpBuilder builder(plain->getBodyRegion());
   for (Operation &op : gpuModule.getBody()->without_terminator())
     builder.clone(op);
@@ -195,6 +200,12 @@ LogicalResult serializeROCDL(ModuleOp kernels, rt::Entry &entry,
   if (!llvmModule)
     return kernels.emitError("LLVM IR translation failed for ") << entry.name;
 
+  // Code object v5, as ROCm 6 loads (gpu-module-to-binary sets this from
+  // the target's `abi`).
+  auto setABI = [](llvm::Module &m) {
+    m.addModuleFlag(llvm::Module::Error, "amdhsa_code_object_version", 500);
+  };
+  setABI(*llvmModule);
   const char *triple = "amdgcn-amd-amdhsa";
   std::vector<uint8_t> assembly, object;
   if (failed(emitMachineCode(*llvmModule, triple, chip, "",
@@ -206,17 +217,27 @@ LogicalResult serializeROCDL(ModuleOp kernels, rt::Entry &entry,
         {entry.name + " " + chip, std::string(assembly.begin(), assembly.end())});
   // Translate afresh: codegen consumed the module.
   llvmModule = translateModuleToLLVMIR(*plain, llvmContext, entry.name);
+  setABI(*llvmModule);
   if (failed(emitMachineCode(*llvmModule, triple, chip, "",
                              llvm::CodeGenFileType::ObjectFile, object,
                              gpuModule.getLoc())))
     return failure();
 
   // An HSACO is the object linked as a shared library.
+  // LLVM 22's lld first: an older ld.lld on PATH (Debian 12 ships 14) does
+  // not know code object v5.
   std::string lld;
-  if (auto found = llvm::sys::findProgramByName("ld.lld"))
-    lld = *found;
-  else if (auto found22 = llvm::sys::findProgramByName("ld.lld-22"))
-    lld = *found22;
+  for (const char *candidate :
+       {"/usr/lib/llvm-22/bin/ld.lld", "ld.lld-22", "ld.lld"}) {
+    if (llvm::sys::fs::can_execute(candidate)) {
+      lld = candidate;
+      break;
+    }
+    if (auto found = llvm::sys::findProgramByName(candidate)) {
+      lld = *found;
+      break;
+    }
+  }
   if (lld.empty())
     return kernels.emitError("ld.lld not found: it links the AMDGPU object "
                              "into an HSACO (Debian package lld-22)");
@@ -229,7 +250,7 @@ LogicalResult serializeROCDL(ModuleOp kernels, rt::Entry &entry,
     os.write(reinterpret_cast<const char *>(object.data()), object.size());
   }
   std::string message;
-  bool ok = runTool(lld, {lld, "-flavor", "gnu", "-shared", objPath, "-o",
+  bool ok = runTool(lld, {lld, "-shared", objPath, "-o",
                           hsacoPath},
                     message) &&
             readFile(hsacoPath, entry.binary);
@@ -302,6 +323,10 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
   if (entries.empty())
     return module.emitError("no function to compile");
 
+  for (const std::string &target : options.targets)
+    if (!llvm::Regex("^(sm_[0-9]+a?|gfx[0-9]+[a-z]*|host)$").match(target))
+      return module.emitError("unknown target '")
+             << target << "' (expected sm_90a, gfx942 or host)";
   result.bundle.producer = "moec 0.1";
   for (const std::string &target : options.targets) {
     OwningOpRef<ModuleOp> lowered(cast<ModuleOp>((*kernels)->clone()));

@@ -35,7 +35,8 @@ def ConvertMoeToKernels : Pass<"convert-moe-to-kernels", "mlir::ModuleOp"> {
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::func::FuncDialect",
-    "mlir::gpu::GPUDialect", "mlir::math::MathDialect",
+    "mlir::gpu::GPUDialect", "mlir::LLVM::LLVMDialect",
+    "mlir::math::MathDialect",
     "mlir::memref::MemRefDialect", "mlir::scf::SCFDialect"
   ];
 }

@@ -83,6 +83,13 @@ LogicalResult convertKernel(gpu::GPUFuncOp kernel, OpBuilder &builder) {
     }
     b.clone(op, mapping);
   }
+  // Private (per-thread) arrays are plain stack arrays on the host.
+  func.walk([](memref::AllocaOp alloca) {
+    MemRefType type = alloca.getType();
+    if (type.getMemorySpace())
+      alloca.getResult().setType(
+          MemRefType::get(type.getShape(), type.getElementType()));
+  });
   // Ids used inside nested regions were mapped above; anything else from the
   // gpu dialect left in the body has no host meaning.
   WalkResult leftover = func.walk([](Operation *op) {

@@ -6,6 +6,9 @@
 
 #include "KernelBuilder.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
 #include <cmath>
 
 using namespace mlir;
@@ -79,7 +82,15 @@ Value KernelBuilder::fgt(Value a, Value b) {
   return arith::CmpFOp::create(*this, arith::CmpFPredicate::OGT, a, b);
 }
 Value KernelBuilder::exp(Value x) {
-  return math::Exp2Op::create(*this, fmul(x, f32(M_LOG2E)));
+  // The generic llvm.exp2 intrinsic, not math.exp2: the GPU conversions map
+  // math.exp2 to vendor library calls (__nv_exp2f, __ocml_exp2_f32), which
+  // need libdevice or the ROCm device libraries at link time. NVPTX and
+  // AMDGPU select llvm.exp2.f32 to one instruction; the host calls libm.
+  Value scaled = fmul(x, f32(M_LOG2E));
+  return LLVM::CallIntrinsicOp::create(*this, getF32Type(),
+                                       getStringAttr("llvm.exp2.f32"),
+                                       ValueRange{scaled})
+      .getResult(0);
 }
 Value KernelBuilder::sigmoid(Value x) {
   Value one = f32(1.0);
@@ -120,6 +131,19 @@ void KernelBuilder::storeI32Const(int64_t v, Value memref,
 }
 Value KernelBuilder::dim(Value memref, int64_t d) {
   return memref::DimOp::create(*this, memref, d);
+}
+
+Value KernelBuilder::alloca(MemRefType type) {
+  Operation *func = getInsertionBlock()->getParentOp();
+  while (func && !func->hasTrait<OpTrait::IsIsolatedFromAbove>())
+    func = func->getParentOp();
+  OpBuilder::InsertionGuard guard(*this);
+  setInsertionPointToStart(&func->getRegion(0).front());
+  // Private memory: AMDGPU needs its stack slots in address space 5.
+  auto privateType = MemRefType::get(
+      type.getShape(), type.getElementType(), MemRefLayoutAttrInterface(),
+      gpu::AddressSpaceAttr::get(getContext(), gpu::AddressSpace::Private));
+  return memref::AllocaOp::create(*this, privateType);
 }
 
 SmallVector<Value> KernelBuilder::loop(Value lb, Value ub, ValueRange inits,

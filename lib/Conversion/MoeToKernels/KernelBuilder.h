@@ -70,6 +70,9 @@ public:
                 mlir::ValueRange indices);
   void storeI32Const(int64_t v, mlir::Value memref, mlir::ValueRange indices);
   mlir::Value dim(mlir::Value memref, int64_t d);
+  /// A private (per-thread) array, allocated at the top of the kernel so
+  /// that backends see a fixed-size stack slot, not a dynamic allocation.
+  mlir::Value alloca(mlir::MemRefType type);
 
   // Control flow.
   using LoopBody =

@@ -99,10 +99,10 @@ LogicalResult lowerRouterTopK(moe::RouterTopKOp op, moe::TileAttr tile,
         Value biasArg = bias ? args[3] : Value();
         Value E = b.idx(experts);
         auto f32x = MemRefType::get({experts}, b.getF32Type());
-        Value score = memref::AllocaOp::create(b, f32x);
-        Value select = memref::AllocaOp::create(b, f32x);
-        Value allowed = memref::AllocaOp::create(
-            b, MemRefType::get({experts}, b.getI32Type()));
+        Value score = b.alloca(f32x);
+        Value select = b.alloca(f32x);
+        Value allowed =
+            b.alloca(MemRefType::get({experts}, b.getI32Type()));
         Value negInf = b.f32(-std::numeric_limits<float>::infinity());
 
         // Scores: softmax (with the row maximum subtracted), sigmoid, or the
@@ -138,8 +138,7 @@ LogicalResult lowerRouterTopK(moe::RouterTopKOp op, moe::TileAttr tile,
         // selection scores; the best `topk_groups` groups stay allowed.
         if (groups) {
           int64_t size = experts / groups;
-          Value gscore = memref::AllocaOp::create(
-              b, MemRefType::get({groups}, b.getF32Type()));
+          Value gscore = b.alloca(MemRefType::get({groups}, b.getF32Type()));
           b.loop(b.idx(0), b.idx(groups), [&](Value g) {
             Value base = b.mul(g, b.idx(size));
             auto best = b.loop(

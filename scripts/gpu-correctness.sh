@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Checks compiled bundles on a GPU machine against the float64 reference:
+# every entry of test/Integration/ops.mlir over token counts and routing
+# edge cases, and the Qwen3-30B-A3B layer of examples/. Needs a runtime-only
+# build (moec-runner) and the bundles compiled where MLIR is:
+#   build/bin/moec compile test/Integration/ops.mlir -o DIR/ops.moecb --target sm_90a
+#   build/bin/moec compile examples/qwen3_moe_layer.mlir -o DIR/qwen3.moecb --target sm_90a
+# Usage: scripts/gpu-correctness.sh RUNNER DIR
+set -uo pipefail
+runner=$1 dir=$2
+fail=0
+run() {  # entry T routing [extra args]
+  local bundle=$1 entry=$2 t=$3 routing=$4; shift 4
+  local out
+  out=$("$runner" "$dir/$bundle" --entry "$entry" --sym T="$t" \
+        --routing "$routing" "$@" 2>&1)
+  local rc=$?
+  local verdict=PASS; [[ $rc -ne 0 ]] && { verdict=FAIL; fail=1; }
+  local worst median
+  worst=$(echo "$out" | awk '/ (PASS|FAIL)$/ && $3 ~ /e[-+]/ {print $3}' |
+          sort -g | tail -1)
+  median=$(echo "$out" | sed -n 's/.*median \([0-9.]*\) ms.*/\1/p' | head -1)
+  printf '| %-20s | %6s | %-12s | %-10s | %-9s | %s |\n' "$entry" "$t" \
+    "$routing" "${worst:--}" "${median:--}" "$verdict"
+  [[ $rc -ne 0 ]] && echo "$out" >&2
+}
+echo "| entry                |      T | routing      | worst err  | median ms | result |"
+echo "|----------------------|--------|--------------|------------|-----------|--------|"
+for entry in route_sort_aligned route_grouped route_k1 route_all_experts \
+             permute_unpermute gmm_bias_lora gmm_weight_grad swiglu_fwd_bwd \
+             moe_layer; do
+  for t in 1 37 1000; do
+    run ops.moecb $entry $t uniform --iters 5
+  done
+done
+for routing in one-expert half-experts; do
+  for entry in route_sort_aligned permute_unpermute gmm_bias_lora moe_layer; do
+    run ops.moecb $entry 300 $routing --iters 5
+  done
+done
+run qwen3.moecb qwen3_moe_layer 1 uniform --iters 5
+run qwen3.moecb qwen3_moe_layer 256 uniform --iters 5 --no-end-to-end
+run qwen3.moecb qwen3_moe_layer 256 one-expert --iters 5 --no-end-to-end
+exit $fail

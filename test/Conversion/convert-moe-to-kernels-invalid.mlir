@@ -1,0 +1,26 @@
+// RUN: moec-opt %s --convert-moe-to-kernels -split-input-file -verify-diagnostics
+
+func.func @not_lowered(%x: tensor<?x256xbf16>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>) {
+  // expected-error @+1 {{is not lowered to kernels yet}}
+  %d, %s = moe.quantize %x group_size = 128
+      : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+  return %d, %s : tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+}
+
+// -----
+
+func.func @unknown_tokens(%rows: tensor<?x16xf32>, %slots: tensor<?xi32>,
+                          %offsets: tensor<4xi32>) -> tensor<?x16xf32> {
+  // expected-error @+1 {{a dynamic token count needs `weights`}}
+  %y = moe.unpermute %rows, %slots, %offsets k = 2
+      : tensor<?x16xf32>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xf32>
+  return %y : tensor<?x16xf32>
+}
+
+// -----
+
+// expected-error @+1 {{arguments and results must be ranked tensors}}
+func.func @scalar_arg(%x: tensor<?x64xbf16>, %s: f32) -> tensor<?x32xbf16> {
+  %y = moe.swiglu %x : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  return %y : tensor<?x32xbf16>
+}

@@ -1,0 +1,43 @@
+// RUN: moec-opt %s --convert-moe-to-kernels -split-input-file | FileCheck %s
+
+// Tensors become buffers in destination-passing style; the op becomes a
+// kernel and a launch that records its grid and scalar expressions.
+// CHECK-LABEL: gpu.module @swiglu_kernels
+// CHECK: gpu.func @swiglu_k0_swiglu(%{{.*}}: memref<?x64xbf16>, %{{.*}}: memref<?x32xbf16>, %{{.*}}: index) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK: llvm.call_intrinsic "llvm.exp2.f32"
+// CHECK: func.func @swiglu(%[[X:.*]]: memref<?x64xbf16>, %[[Y:.*]]: memref<?x32xbf16> {moe.dims = ["s0", "32"], moe.output})
+// CHECK-SAME: moe.entry = "swiglu"
+// CHECK-SAME: moe.symbols = {{\[\[}}0, 0, "T"]]
+// CHECK: gpu.launch_func @swiglu_kernels::@swiglu_k0_swiglu
+// CHECK-SAME: args(%[[X]] : memref<?x64xbf16>, %[[Y]] : memref<?x32xbf16>
+// CHECK-SAME: moe.grid = "s0 32 * 256 cdiv"
+func.func @swiglu(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
+  %y = moe.swiglu %x : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  return %y : tensor<?x32xbf16>
+}
+
+// -----
+
+// Sorting takes three kernels (count, offsets, place) and a scratch buffer
+// for the counts; the grouped matmul walks the ragged tile schedule over a
+// grid bounded by floor(M/m) + E + 1 m-tiles, never reading token counts.
+// CHECK-LABEL: gpu.module @route_kernels
+// CHECK: gpu.func @route_k0_sort_by_expert_count
+// CHECK: gpu.func @route_k1_sort_by_expert_offsets
+// CHECK: gpu.func @route_k2_sort_by_expert_place
+// CHECK: gpu.func @route_k3_grouped_matmul
+// CHECK: func.func @route
+// CHECK: memref.alloc() {moe.buffer = {{[0-9]+}} : i32, moe.dims = ["8"]} : memref<8xi32>
+// CHECK: gpu.launch_func @route_kernels::@route_k0_sort_by_expert_count
+// CHECK: gpu.launch_func @route_kernels::@route_k3_grouped_matmul
+// CHECK-SAME: moe.grid = "s0 2 * 16 / 9 + 24 16 cdiv *"
+// CHECK: memref.dealloc
+func.func @route(%ids: tensor<?x2xi32>, %x: tensor<?x16xf32>,
+                 %w: tensor<8x16x24xf32>) -> tensor<?x24xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>) {k = 2 : i64}
+      : tensor<?x16xf32>, tensor<8x16x24xf32>, tensor<8xi32> -> tensor<?x24xf32>
+  return %y : tensor<?x24xf32>
+}
+

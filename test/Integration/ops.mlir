@@ -1,0 +1,150 @@
+// Every lowered op and its variants at small sizes (E = 8 experts, K and N
+// not multiples of the 16x16 tile). `moec run --entry NAME --sym T=N` checks
+// one function against the float64 reference on the host backend; the same
+// file compiled for sm_90a is checked on the H200 with moec-runner.
+// T=1 and a T that fills no tile evenly, then the routing edge cases: every
+// token's first choice one expert, and half the experts without tokens.
+// RUN: moec run %s --entry route_sort_aligned --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_sort_aligned --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_grouped --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_grouped --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_k1 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_k1 --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_all_experts --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_all_experts --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry permute_unpermute --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry permute_unpermute --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_bias_lora --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_bias_lora --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_weight_grad --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_weight_grad --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry swiglu_fwd_bwd --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry swiglu_fwd_bwd --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry moe_layer --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry moe_layer --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_sort_aligned --sym T=50 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_sort_aligned --sym T=50 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry permute_unpermute --sym T=50 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry permute_unpermute --sym T=50 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_bias_lora --sym T=50 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_bias_lora --sym T=50 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry moe_layer --sym T=50 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry moe_layer --sym T=50 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// PASS: {{^PASS$}}
+
+// Softmax routing, renormalized; sort with alignment 4.
+func.func @route_sort_aligned(%logits: tensor<?x8xf32>)
+    -> (tensor<?x2xf32>, tensor<?x2xi32>, tensor<?xi32>, tensor<?xi32>,
+        tensor<8xi32>) {
+  %w, %ids = moe.router_topk %logits k = 2 {renormalize}
+      : tensor<?x8xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8 align = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  return %w, %ids, %sorted, %slots, %offsets
+      : tensor<?x2xf32>, tensor<?x2xi32>, tensor<?xi32>, tensor<?xi32>,
+        tensor<8xi32>
+}
+
+// DeepSeek-V3 style: sigmoid scores, selection bias, group-limited top-k,
+// scaling factor; k = 1 and k = E variants.
+func.func @route_grouped(%logits: tensor<?x8xf32>, %bias: tensor<8xf32>)
+    -> (tensor<?x3xf32>, tensor<?x3xi32>) {
+  %w, %ids = moe.router_topk %logits bias(%bias : tensor<8xf32>) k = 3
+      {scoring = #moe.scoring<sigmoid>, renormalize, num_groups = 4,
+       topk_groups = 2, scaling_factor = 2.5 : f32}
+      : tensor<?x8xf32> -> tensor<?x3xf32>, tensor<?x3xi32>
+  return %w, %ids : tensor<?x3xf32>, tensor<?x3xi32>
+}
+func.func @route_k1(%logits: tensor<?x8xbf16>) -> (tensor<?x1xf32>, tensor<?x1xi32>) {
+  %w, %ids = moe.router_topk %logits k = 1
+      : tensor<?x8xbf16> -> tensor<?x1xf32>, tensor<?x1xi32>
+  return %w, %ids : tensor<?x1xf32>, tensor<?x1xi32>
+}
+func.func @route_all_experts(%logits: tensor<?x8xf32>)
+    -> (tensor<?x8xf32>, tensor<?x8xi32>) {
+  %w, %ids = moe.router_topk %logits k = 8 {order = #moe.order<topk_then_softmax>}
+      : tensor<?x8xf32> -> tensor<?x8xf32>, tensor<?x8xi32>
+  return %w, %ids : tensor<?x8xf32>, tensor<?x8xi32>
+}
+
+// permute with probabilities, then unpermute with weights (no fusion: the
+// permuted rows are returned).
+func.func @permute_unpermute(%x: tensor<?x40xbf16>, %ids: tensor<?x2xi32>,
+                             %w: tensor<?x2xf32>)
+    -> (tensor<?x40xbf16>, tensor<?xf32>, tensor<?x40xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8 align = 2
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows, %probs = moe.permute %x, %slots, %offsets k = 2
+      probs(%w : tensor<?x2xf32> -> tensor<?xf32>)
+      : tensor<?x40xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x40xbf16>
+  %y = moe.unpermute %rows, %slots, %offsets k = 2 weights(%w : tensor<?x2xf32>)
+      : tensor<?x40xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x40xf32>
+  return %rows, %probs, %y : tensor<?x40xbf16>, tensor<?xf32>, tensor<?x40xf32>
+}
+
+// Grouped matmul with bias and LoRA (rank 2), rhs [E, K, N].
+func.func @gmm_bias_lora(%x: tensor<?x24xf32>, %ids: tensor<?x1xi32>,
+                         %w: tensor<8x24x20xf32>, %b: tensor<8x20xf32>,
+                         %la: tensor<16x24xf32>, %lb: tensor<20x16xf32>)
+    -> tensor<?x20xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x24xf32>, tensor<?xi32>, tensor<8xi32> -> tensor<?x24xf32>
+  %y = moe.grouped_matmul %rows, %w, %offsets bias(%b : tensor<8x20xf32>)
+      lora(%la, %lb : tensor<16x24xf32>, tensor<20x16xf32>)
+      {lora_scaling = 0.5 : f32}
+      : tensor<?x24xf32>, tensor<8x24x20xf32>, tensor<8xi32> -> tensor<?x20xf32>
+  return %y : tensor<?x20xf32>
+}
+
+// Weight gradient over groups, and swiglu / swiglu_grad standalone.
+func.func @gmm_weight_grad(%x: tensor<?x24xbf16>, %dy: tensor<?x20xbf16>,
+                           %ids: tensor<?x1xi32>) -> tensor<8x24x20xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x24xbf16>, tensor<?x20xbf16>, tensor<8xi32>
+      -> tensor<8x24x20xf32>
+  return %g : tensor<8x24x20xf32>
+}
+func.func @swiglu_fwd_bwd(%x: tensor<?x36xbf16>, %dy: tensor<?x18xbf16>)
+    -> (tensor<?x18xbf16>, tensor<?x36xf32>) {
+  %y = moe.swiglu %x {layout = #moe.layout<interleaved>}
+      : tensor<?x36xbf16> -> tensor<?x18xbf16>
+  %g = moe.swiglu_grad %x, %dy : tensor<?x36xbf16>, tensor<?x18xbf16>
+      -> tensor<?x36xf32>
+  return %y, %g : tensor<?x18xbf16>, tensor<?x36xf32>
+}
+
+// A whole MoE layer at small sizes (E8 H40 I20 k2): fused into a gathered
+// gate_up + SwiGLU matmul and a scattered, weighted down projection.
+func.func @moe_layer(%x: tensor<?x40xbf16>, %gate: tensor<8x40xbf16>,
+                     %w1: tensor<8x40x40xbf16>, %w2: tensor<8x40x20xbf16>)
+    -> tensor<?x40xbf16> {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x40xbf16>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty(%t) : tensor<?x8xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x8xf32>) -> tensor<?x8xf32>
+  %logits = linalg.matmul
+      indexing_maps = [affine_map<(m, n, k) -> (m, k)>,
+                       affine_map<(m, n, k) -> (n, k)>,
+                       affine_map<(m, n, k) -> (m, n)>]
+      ins(%x, %gate : tensor<?x40xbf16>, tensor<8x40xbf16>)
+      outs(%acc : tensor<?x8xf32>) -> tensor<?x8xf32>
+  %w, %ids = moe.router_topk %logits k = 2
+      : tensor<?x8xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 2
+      : tensor<?x40xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x40xbf16>
+  %h = moe.grouped_matmul %rows, %w1, %offsets {transpose_rhs}
+      : tensor<?x40xbf16>, tensor<8x40x40xbf16>, tensor<8xi32> -> tensor<?x40xbf16>
+  %a = moe.swiglu %h : tensor<?x40xbf16> -> tensor<?x20xbf16>
+  %d = moe.grouped_matmul %a, %w2, %offsets {transpose_rhs}
+      : tensor<?x20xbf16>, tensor<8x40x20xbf16>, tensor<8xi32> -> tensor<?x40xbf16>
+  %y = moe.unpermute %d, %slots, %offsets k = 2 weights(%w : tensor<?x2xf32>)
+      : tensor<?x40xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x40xbf16>
+  return %y : tensor<?x40xbf16>
+}
