@@ -12,7 +12,8 @@ fail=0
 run() {  # entry T routing [extra args]
   local bundle=$1 entry=$2 t=$3 routing=$4; shift 4
   local out
-  out=$("$runner" "$dir/$bundle" --entry "$entry" --sym T="$t" \
+  local sym=(--sym T="$t"); [[ $t == - ]] && sym=()
+  out=$("$runner" "$dir/$bundle" --entry "$entry" "${sym[@]}" \
         --routing "$routing" "$@" 2>&1)
   local rc=$?
   local verdict=PASS; [[ $rc -ne 0 ]] && { verdict=FAIL; fail=1; }
@@ -28,7 +29,7 @@ echo "| entry                |      T | routing      | worst err  | median ms | 
 echo "|----------------------|--------|--------------|------------|-----------|--------|"
 for entry in route_sort_aligned route_grouped route_k1 route_all_experts \
              permute_unpermute gmm_bias_lora gmm_weight_grad swiglu_fwd_bwd \
-             moe_layer; do
+             moe_layer quantize_rowwise quantize_colwise; do
   for t in 1 37 1000; do
     run ops.moecb $entry $t uniform --iters 5
   done
@@ -38,6 +39,7 @@ for routing in one-expert half-experts; do
     run ops.moecb $entry 300 $routing --iters 5
   done
 done
+run ops.moecb dequantize_nf4 - uniform --iters 5
 run qwen3.moecb qwen3_moe_layer 1 uniform --iters 5
 run qwen3.moecb qwen3_moe_layer 256 uniform --iters 5 --no-end-to-end
 run qwen3.moecb qwen3_moe_layer 256 one-expert --iters 5 --no-end-to-end

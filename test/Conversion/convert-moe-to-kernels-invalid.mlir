@@ -1,10 +1,14 @@
 // RUN: moec-opt %s --convert-moe-to-kernels -split-input-file -verify-diagnostics
 
-func.func @not_lowered(%x: tensor<?x256xbf16>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>) {
-  // expected-error @+1 {{is not lowered to kernels yet}}
-  %d, %s = moe.quantize %x group_size = 128
-      : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
-  return %d, %s : tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+func.func @not_lowered(%x: tensor<?x256xf8E4M3FN>, %w: tensor<4x256x256xf8E4M3FN>,
+                       %offsets: tensor<4xi32>, %sx: tensor<?x2xf32>,
+                       %sw: tensor<4x2x2xf32>) -> tensor<?x256xbf16> {
+  // expected-error @+1 {{FP8 operands are not lowered to kernels yet}}
+  %y = moe.grouped_matmul %x, %w, %offsets
+      scales(%sx, %sw : tensor<?x2xf32>, tensor<4x2x2xf32>)
+      : tensor<?x256xf8E4M3FN>, tensor<4x256x256xf8E4M3FN>, tensor<4xi32>
+      -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
 }
 
 // -----

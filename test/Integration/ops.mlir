@@ -30,6 +30,12 @@
 // RUN: moec run %s --entry gmm_bias_lora --sym T=50 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry moe_layer --sym T=50 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry moe_layer --sym T=50 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_rowwise --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_rowwise --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_colwise --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_colwise --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_colwise --sym T=50 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry dequantize_nf4 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // Softmax routing, renormalized; sort with alignment 4.
@@ -147,4 +153,38 @@ func.func @moe_layer(%x: tensor<?x40xbf16>, %gate: tensor<8x40xbf16>,
   %y = moe.unpermute %d, %slots, %offsets k = 2 weights(%w : tensor<?x2xf32>)
       : tensor<?x40xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x40xbf16>
   return %y : tensor<?x40xbf16>
+}
+
+// FP8 quantization: row-wise 1x128 groups (K = 200 leaves a partial group)
+// with power-of-two scales; column-wise groups of 4 rows inside each expert
+// group, and back.
+func.func @quantize_rowwise(%x: tensor<?x200xbf16>)
+    -> (tensor<?x200xf8E4M3FN>, tensor<?x2xf32>) {
+  %d, %s = moe.quantize %x group_size = 128 {pow2_scale}
+      : tensor<?x200xbf16> -> tensor<?x200xf8E4M3FN>, tensor<?x2xf32>
+  return %d, %s : tensor<?x200xf8E4M3FN>, tensor<?x2xf32>
+}
+func.func @quantize_colwise(%x: tensor<?x48xf32>, %ids: tensor<?x2xi32>)
+    -> (tensor<?x48xf8E5M2>, tensor<?x48xf32>, tensor<?x48xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 2
+      : tensor<?x48xf32>, tensor<?xi32>, tensor<8xi32> -> tensor<?x48xf32>
+  %d, %s = moe.quantize %rows offsets(%offsets : tensor<8xi32>) group_size = 4
+      {axis = #moe.axis<colwise>}
+      : tensor<?x48xf32> -> tensor<?x48xf8E5M2>, tensor<?x48xf32>
+  %y = moe.dequantize %d, %s offsets(%offsets : tensor<8xi32>) group_size = 4
+      {axis = #moe.axis<colwise>}
+      : tensor<?x48xf8E5M2>, tensor<?x48xf32> -> tensor<?x48xf32>
+  return %d, %s, %y : tensor<?x48xf8E5M2>, tensor<?x48xf32>, tensor<?x48xf32>
+}
+
+// NF4 expert weights: 3 of 4 experts, 16-element absmax blocks.
+func.func @dequantize_nf4(%packed: tensor<4x6x8xui8>, %absmax: tensor<4x6xf32>,
+                          %cb: tensor<16xf32>, %ids: tensor<3xi32>)
+    -> tensor<3x6x16xbf16> {
+  %w = moe.dequantize %packed, %absmax codebook(%cb : tensor<16xf32>)
+      experts(%ids : tensor<3xi32>) group_size = 16
+      : tensor<4x6x8xui8>, tensor<4x6xf32> -> tensor<3x6x16xbf16>
+  return %w : tensor<3x6x16xbf16>
 }

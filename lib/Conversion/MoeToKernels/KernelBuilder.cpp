@@ -97,15 +97,113 @@ Value KernelBuilder::sigmoid(Value x) {
   return fdiv(one, fadd(one, exp(arith::NegFOp::create(*this, x))));
 }
 
+namespace {
+struct FP8Format {
+  int mantissaBits, bias, minExponent;
+  double max;
+};
+FP8Format fp8Format(Type type) {
+  if (isa<Float8E4M3FNType>(type))
+    return {3, 7, -6, 448.0};
+  return {2, 15, -14, 57344.0};
+}
+} // namespace
+
+Value KernelBuilder::encodeFP8(Value value, Type fp8Type) {
+  FP8Format f = fp8Format(fp8Type);
+  Type i32t = getI32Type();
+  auto c32 = [&](int64_t v) { return i32(v); };
+  auto pow2 = [&](Value exponent) { // 2^exponent as f32, exponent an i32
+    Value biased = arith::AddIOp::create(*this, exponent, c32(127));
+    return arith::BitcastOp::create(
+        *this, getF32Type(), arith::ShLIOp::create(*this, biased, c32(23)));
+  };
+  Value bits = arith::BitcastOp::create(*this, i32t, value);
+  Value sign = arith::AndIOp::create(
+      *this, arith::ShRUIOp::create(*this, bits, c32(24)), c32(0x80));
+  Value magnitude = math::AbsFOp::create(*this, value);
+  Value magBits = arith::BitcastOp::create(*this, i32t, magnitude);
+  Value exponent = arith::SubIOp::create(
+      *this, arith::ShRUIOp::create(*this, magBits, c32(23)), c32(127));
+  // Quantum of the binade (subnormals share the smallest normal's).
+  Value quantumExp = arith::SubIOp::create(
+      *this, arith::MaxSIOp::create(*this, exponent, c32(f.minExponent)),
+      c32(f.mantissaBits));
+  Value quantum = pow2(quantumExp);
+  // magnitude / quantum < 2^(mantissa+1): adding and subtracting 2^23 rounds
+  // it to an integer, ties to even, in f32.
+  Value magic = f32(8388608.0);
+  Value steps = fdiv(magnitude, quantum);
+  Value rounded = fmul(fsub(fadd(steps, magic), magic), quantum);
+  rounded = arith::MinimumFOp::create(*this, rounded, f32(f.max));
+  // Encode the rounded value.
+  Value rBits = arith::BitcastOp::create(*this, i32t, rounded);
+  Value rExp = arith::SubIOp::create(
+      *this, arith::ShRUIOp::create(*this, rBits, c32(23)), c32(127));
+  Value normal = arith::OrIOp::create(
+      *this,
+      arith::ShLIOp::create(*this,
+                            arith::AddIOp::create(*this, rExp, c32(f.bias)),
+                            c32(f.mantissaBits)),
+      arith::AndIOp::create(
+          *this, arith::ShRUIOp::create(*this, rBits, c32(23 - f.mantissaBits)),
+          c32((1 << f.mantissaBits) - 1)));
+  Value subnormal = arith::FPToUIOp::create(
+      *this, i32t,
+      fdiv(rounded, f32(std::ldexp(1.0, f.minExponent - f.mantissaBits))));
+  Value isNormal = arith::CmpFOp::create(*this, arith::CmpFPredicate::OGE,
+                                         rounded,
+                                         f32(std::ldexp(1.0, f.minExponent)));
+  Value code = arith::OrIOp::create(*this, select(isNormal, normal, subnormal),
+                                    sign);
+  return arith::TruncIOp::create(*this, getI8Type(), code);
+}
+
+Value KernelBuilder::decodeFP8(Value bits, Type fp8Type) {
+  FP8Format f = fp8Format(fp8Type);
+  Type i32t = getI32Type();
+  auto c32 = [&](int64_t v) { return i32(v); };
+  Value code = arith::ExtUIOp::create(*this, i32t, bits);
+  Value sign = arith::ShLIOp::create(
+      *this, arith::ShRUIOp::create(*this, code, c32(7)), c32(31));
+  Value field = arith::AndIOp::create(
+      *this, arith::ShRUIOp::create(*this, code, c32(f.mantissaBits)),
+      c32((0x7f >> f.mantissaBits)));
+  Value mantissa =
+      arith::AndIOp::create(*this, code, c32((1 << f.mantissaBits) - 1));
+  Value normalBits = arith::OrIOp::create(
+      *this,
+      arith::ShLIOp::create(
+          *this, arith::AddIOp::create(*this, field, c32(127 - f.bias)),
+          c32(23)),
+      arith::ShLIOp::create(*this, mantissa, c32(23 - f.mantissaBits)));
+  Value normal = arith::BitcastOp::create(
+      *this, getF32Type(), arith::OrIOp::create(*this, normalBits, sign));
+  Value subMagnitude =
+      fmul(arith::UIToFPOp::create(*this, getF32Type(), mantissa),
+           f32(std::ldexp(1.0, f.minExponent - f.mantissaBits)));
+  Value subnormal = select(
+      arith::CmpIOp::create(*this, arith::CmpIPredicate::ne, sign, c32(0)),
+      arith::NegFOp::create(*this, subMagnitude), subMagnitude);
+  return select(
+      arith::CmpIOp::create(*this, arith::CmpIPredicate::eq, field, c32(0)),
+      subnormal, normal);
+}
+
 Value KernelBuilder::loadF(Value memref, ValueRange indices) {
   Value v = memref::LoadOp::create(*this, memref, indices);
+  if (isa<Float8E4M3FNType, Float8E5M2Type>(v.getType()))
+    return decodeFP8(arith::BitcastOp::create(*this, getI8Type(), v),
+                     v.getType());
   if (v.getType().isF32())
     return v;
   return arith::ExtFOp::create(*this, getF32Type(), v);
 }
 void KernelBuilder::storeF(Value value, Value memref, ValueRange indices) {
   Type elem = cast<MemRefType>(memref.getType()).getElementType();
-  if (elem != value.getType())
+  if (isa<Float8E4M3FNType, Float8E5M2Type>(elem))
+    value = arith::BitcastOp::create(*this, elem, encodeFP8(value, elem));
+  else if (elem != value.getType())
     value = arith::TruncFOp::create(*this, elem, value);
   memref::StoreOp::create(*this, value, memref, indices);
 }

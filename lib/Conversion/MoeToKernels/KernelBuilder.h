@@ -58,7 +58,14 @@ public:
   mlir::Value exp(mlir::Value x);
   mlir::Value sigmoid(mlir::Value x);
 
-  // Memory. Loads of bf16/f16/f32 return f32; stores round to the element
+  // FP8 (f8E4M3FN, f8E5M2) from and to f32 as bit patterns: round to
+  // nearest even, saturating at the format's largest finite value, as the
+  // reference does. Written with integer ops so that every backend (and the
+  // host) handles them without FP8 support.
+  mlir::Value encodeFP8(mlir::Value value, mlir::Type fp8Type); ///< -> i8
+  mlir::Value decodeFP8(mlir::Value bits, mlir::Type fp8Type);  ///< i8 ->
+
+  // Memory. Loads of bf16/f16/f32/FP8 return f32; stores round to the element
   // type. i32 loads/stores convert to and from index (signed).
   mlir::Value loadF(mlir::Value memref, mlir::ValueRange indices);
   void storeF(mlir::Value value, mlir::Value memref, mlir::ValueRange indices);
