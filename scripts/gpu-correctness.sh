@@ -29,7 +29,7 @@ echo "| entry                |      T | routing      | worst err  | median ms | 
 echo "|----------------------|--------|--------------|------------|-----------|--------|"
 for entry in route_sort_aligned route_grouped route_k1 route_all_experts \
              permute_unpermute gmm_bias_lora gmm_weight_grad swiglu_fwd_bwd \
-             moe_layer quantize_rowwise quantize_colwise; do
+             moe_layer quantize_rowwise quantize_colwise gmm_fp8; do
   for t in 1 37 1000; do
     run ops.moecb $entry $t uniform --iters 5
   done

@@ -1,14 +1,16 @@
 // RUN: moec-opt %s --convert-moe-to-kernels -split-input-file -verify-diagnostics
 
-func.func @not_lowered(%x: tensor<?x256xf8E4M3FN>, %w: tensor<4x256x256xf8E4M3FN>,
-                       %offsets: tensor<4xi32>, %sx: tensor<?x2xf32>,
-                       %sw: tensor<4x2x2xf32>) -> tensor<?x256xbf16> {
-  // expected-error @+1 {{FP8 operands are not lowered to kernels yet}}
-  %y = moe.grouped_matmul %x, %w, %offsets
-      scales(%sx, %sw : tensor<?x2xf32>, tensor<4x2x2xf32>)
-      : tensor<?x256xf8E4M3FN>, tensor<4x256x256xf8E4M3FN>, tensor<4xi32>
-      -> tensor<?x256xbf16>
-  return %y : tensor<?x256xbf16>
+func.func @nonzero_accumulator(%a: tensor<?x16xf32>, %b: tensor<16x8xf32>)
+    -> tensor<?x8xf32> {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %a, %c0 : tensor<?x16xf32>
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty(%t) : tensor<?x8xf32>
+  // expected-error @+1 {{only a zero fill of tensor.empty}}
+  %acc = linalg.fill ins(%one : f32) outs(%e : tensor<?x8xf32>) -> tensor<?x8xf32>
+  %c = linalg.matmul ins(%a, %b : tensor<?x16xf32>, tensor<16x8xf32>)
+      outs(%acc : tensor<?x8xf32>) -> tensor<?x8xf32>
+  return %c : tensor<?x8xf32>
 }
 
 // -----

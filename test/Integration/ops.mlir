@@ -36,6 +36,8 @@
 // RUN: moec run %s --entry quantize_colwise --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry quantize_colwise --sym T=50 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dequantize_nf4 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_fp8 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_fp8 --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // Softmax routing, renormalized; sort with alignment 4.
@@ -187,4 +189,20 @@ func.func @dequantize_nf4(%packed: tensor<4x6x8xui8>, %absmax: tensor<4x6xf32>,
       experts(%ids : tensor<3xi32>) group_size = 16
       : tensor<4x6x8xui8>, tensor<4x6xf32> -> tensor<3x6x16xbf16>
   return %w : tensor<3x6x16xbf16>
+}
+
+// FP8 (e4m3) gathered grouped matmul with 1x32 activation and 32x32 weight
+// block scales (scale_group = 32; K = 72 and N = 40 leave partial blocks),
+// rhs in the nn.Linear layout.
+func.func @gmm_fp8(%x: tensor<?x72xf8E4M3FN>, %sx: tensor<?x3xf32>,
+                   %ids: tensor<?x2xi32>, %w: tensor<8x40x72xf8E4M3FN>,
+                   %sw: tensor<8x2x3xf32>) -> tensor<?x40xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      scales(%sx, %sw : tensor<?x3xf32>, tensor<8x2x3xf32>)
+      {k = 2 : i64, transpose_rhs, scale_group = 32 : i64}
+      : tensor<?x72xf8E4M3FN>, tensor<8x40x72xf8E4M3FN>, tensor<8xi32>
+      -> tensor<?x40xbf16>
+  return %y : tensor<?x40xbf16>
 }

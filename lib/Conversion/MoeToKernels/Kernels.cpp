@@ -446,6 +446,8 @@ LogicalResult lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
 /// Everything a grouped matmul output element needs, as kernel arguments.
 struct MatmulArgs {
   Value lhs, rhs, offsets, gather, bias, loraA, loraB, rowScale;
+  Value lhsScales, rhsScales; ///< FP8 block scales
+  int64_t scaleGroup = 128;
   int64_t k = 1;        ///< slots per token (gather/scatter)
   bool transposeRhs = false;
   bool swiglu = false;
@@ -464,6 +466,15 @@ Value matmulElement(KernelBuilder &b, const MatmulArgs &m, Value e, Value row,
                          Value x = b.loadF(m.lhs, {lhsRow, kk});
                          Value w = m.transposeRhs ? b.loadF(m.rhs, {e, c, kk})
                                                   : b.loadF(m.rhs, {e, kk, c});
+                         if (m.lhsScales) {
+                           // FP8: each operand times its block's scale.
+                           Value g = b.idx(m.scaleGroup);
+                           Value kb = b.div(kk, g), cb = b.div(c, g);
+                           x = b.fmul(x, b.loadF(m.lhsScales, {lhsRow, kb}));
+                           w = b.fmul(w, m.transposeRhs
+                                             ? b.loadF(m.rhsScales, {e, cb, kb})
+                                             : b.loadF(m.rhsScales, {e, kb, cb}));
+                         }
                          return {b.fadd(it[0], b.fmul(x, w))};
                        })[0];
     if (m.bias)
@@ -513,8 +524,6 @@ Value matmulElement(KernelBuilder &b, const MatmulArgs &m, Value e, Value row,
 LogicalResult lowerGroupedMatmul(moe::GroupedMatmulOp op, moe::TileAttr tile,
                                  BufferMap buffer, LoweringContext &ctx) {
   KernelBuilder &h = ctx.host();
-  if (op.getLhsScales())
-    return op.emitOpError("FP8 operands are not lowered to kernels yet");
   Value lhs = buffer(op.getLhs()), rhs = buffer(op.getRhs());
   Value offsets = buffer(op.getOffsets()), out = buffer(op.getOut());
   int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
@@ -572,6 +581,8 @@ LogicalResult lowerGroupedMatmul(moe::GroupedMatmulOp op, moe::TileAttr tile,
   int loraAAt = addOptional(buffer(op.getLoraA()));
   int loraBAt = addOptional(buffer(op.getLoraB()));
   int rowScaleAt = addOptional(buffer(op.getRowScale()));
+  int lhsScalesAt = addOptional(buffer(op.getLhsScales()));
+  int rhsScalesAt = addOptional(buffer(op.getRhsScales()));
   Value scatter = buffer(op.getScatterSlots());
   int64_t rank = 0;
   if (op.getLoraA())
@@ -588,6 +599,9 @@ LogicalResult lowerGroupedMatmul(moe::GroupedMatmulOp op, moe::TileAttr tile,
     m.loraA = at(loraAAt);
     m.loraB = at(loraBAt);
     m.rowScale = at(rowScaleAt);
+    m.lhsScales = at(lhsScalesAt);
+    m.rhsScales = at(rhsScalesAt);
+    m.scaleGroup = op.getScaleGroup();
     m.k = slotsPerToken;
     m.transposeRhs = op.getTransposeRhs();
     m.swiglu = swiglu;
