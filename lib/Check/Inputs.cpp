@@ -13,6 +13,7 @@
 #include "moec/Reference/MoeReference.h"
 #include "moec/Runtime/Executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -323,7 +324,11 @@ rt::Status allocateBuffers(const rt::Entry &entry,
   for (size_t b = 0; b < entry.buffers.size(); ++b) {
     const rt::BufferDesc &desc = entry.buffers[b];
     if (desc.role != rt::BufferRole::Input) {
+      // All-ones bytes (NaN for floats, -1 for integers): an element no
+      // kernel writes cannot pass for a correct zero.
       buffers.push_back(makeHostArray(desc.elem, shapes[b]));
+      std::fill(buffers.back().bytes.begin(), buffers.back().bytes.end(),
+                uint8_t(0xFF));
       continue;
     }
     if (next >= inputs.size()) {

@@ -91,7 +91,8 @@ rt::Status makeInputs(const rt::Entry &entry,
                       std::vector<HostArray> &inputs);
 
 /// Host arrays for every buffer of the entry (inputs filled from `inputs`,
-/// the rest zero-initialized), for rt::runEntryWithAllBuffers.
+/// the rest filled with all-ones bytes: NaN / -1, so that an element no
+/// kernel writes fails the check), for rt::runEntryWithAllBuffers.
 rt::Status allocateBuffers(const rt::Entry &entry,
                            const std::vector<int64_t> &symbols,
                            const std::vector<HostArray> &inputs,
