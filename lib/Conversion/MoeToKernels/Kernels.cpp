@@ -991,6 +991,26 @@ LogicalResult lowerDequantize(moe::DequantizeOp op, moe::TileAttr tile,
 // Entry points
 //===----------------------------------------------------------------------===//
 
+FailureOr<bool> moec::kernels::matmulTransposesB(Operation *op) {
+  auto matmul = dyn_cast<linalg::MatmulOp>(op);
+  if (!matmul)
+    return failure();
+  SmallVector<AffineMap> maps = matmul.getIndexingMapsArray();
+  MLIRContext *ctx = matmul.getContext();
+  AffineExpr m, n, k;
+  bindDims(ctx, m, n, k);
+  auto map = [&](ArrayRef<AffineExpr> results) {
+    return AffineMap::get(3, 0, results, ctx);
+  };
+  if (maps.size() != 3 || maps[0] != map({m, k}) || maps[2] != map({m, n}))
+    return failure();
+  if (maps[1] == map({k, n}))
+    return false;
+  if (maps[1] == map({n, k}))
+    return true;
+  return failure();
+}
+
 LogicalResult moec::kernels::resultSizes(
     Operation *op, BufferMap buffer, LoweringContext &ctx,
     SmallVector<SmallVector<Value>> &sizes) {
@@ -1139,9 +1159,9 @@ LogicalResult moec::kernels::resultSizes(
       })
       .Case<linalg::MatmulOp>([&](auto m) -> LogicalResult {
         Value a = m.getInputs()[0], bm = m.getInputs()[1];
-        auto maps = m.getIndexingMapsArray();
-        // B is [K, N] or, transposed, [N, K].
-        bool transposed = maps[1].getResult(0) == maps[2].getResult(1);
+        // B is [K, N] or, transposed, [N, K] (checked by the caller).
+        FailureOr<bool> transposeB = matmulTransposesB(m);
+        bool transposed = succeeded(transposeB) && *transposeB;
         fill(m.getResult(0), [&](int64_t d) {
           return d == 0 ? sizesOf(a)[0] : sizesOf(bm)[transposed ? 0 : 1];
         });
@@ -1173,10 +1193,12 @@ LogicalResult moec::kernels::lowerOp(Operation *op, moe::TileAttr tile,
           [&](auto o) { return lowerQuantize(o, tile, buffer, ctx); })
       .Case<moe::DequantizeOp>(
           [&](auto o) { return lowerDequantize(o, tile, buffer, ctx); })
-      .Case<linalg::MatmulOp>([&](auto o) {
-        auto maps = o.getIndexingMapsArray();
-        bool transposed = maps[1].getResult(0) == maps[2].getResult(1);
-        return lowerDenseMatmul(o, tile, buffer, ctx, transposed);
+      .Case<linalg::MatmulOp>([&](auto o) -> LogicalResult {
+        FailureOr<bool> transposed = matmulTransposesB(o);
+        if (failed(transposed))
+          return o.emitOpError("only plain or B-transposed indexing maps are "
+                               "supported");
+        return lowerDenseMatmul(o, tile, buffer, ctx, *transposed);
       })
       .Default([&](Operation *) {
         return op->emitOpError("is not lowered to kernels yet");

@@ -43,6 +43,10 @@ public:
                                      const KernelBody &body) = 0;
 };
 
+/// Whether a linalg.matmul reads B as [N, K] (A·Bᵀ); failure for indexing
+/// maps other than the plain and B-transposed ones.
+mlir::FailureOr<bool> matmulTransposesB(mlir::Operation *matmul);
+
 /// Maps a tensor value of the function being lowered (operand or result of
 /// the op) to its buffer; null for a null value.
 using BufferMap = llvm::function_ref<mlir::Value(mlir::Value)>;

@@ -311,24 +311,6 @@ void FuncLowering::recordRefOp(
   }));
 }
 
-/// Whether the indexing maps of a linalg.matmul read B transposed.
-FailureOr<bool> matmulTransposesB(linalg::MatmulOp matmul) {
-  SmallVector<AffineMap> maps = matmul.getIndexingMapsArray();
-  MLIRContext *ctx = matmul.getContext();
-  AffineExpr m, n, k;
-  bindDims(ctx, m, n, k);
-  auto map = [&](ArrayRef<AffineExpr> results) {
-    return AffineMap::get(3, 0, results, ctx);
-  };
-  if (maps.size() != 3 || maps[0] != map({m, k}) || maps[2] != map({m, n}))
-    return failure();
-  if (maps[1] == map({k, n}))
-    return false;
-  if (maps[1] == map({n, k}))
-    return true;
-  return failure();
-}
-
 LogicalResult FuncLowering::lowerOneOp(Operation *op) {
   currentOp = op;
   hostBuilder.setLoc(op->getLoc());
@@ -368,7 +350,7 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
   if (auto matmul = dyn_cast<linalg::MatmulOp>(op)) {
     if (!zeroFilled.contains(matmul.getOutputs()[0]))
       return op->emitOpError("needs a zero-filled tensor.empty accumulator");
-    FailureOr<bool> transposeB = matmulTransposesB(matmul);
+    FailureOr<bool> transposeB = kernels::matmulTransposesB(matmul);
     if (failed(transposeB))
       return op->emitOpError("only plain or B-transposed indexing maps are "
                              "supported");

@@ -9,6 +9,8 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 
+#include "FusionPatterns.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/AffineMap.h"
@@ -180,12 +182,7 @@ struct MoeFuseEpiloguePass
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<FuseSwiglu, FuseRowScale>(&getContext());
-    // Only fuse: folding and region simplification are canonicalize's job.
-    GreedyRewriteConfig config;
-    config.enableFolding(false).setRegionSimplificationLevel(
-        GreedySimplifyRegionLevel::Disabled);
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns),
-                                     config)))
+    if (failed(applyFusionPatterns(getOperation(), std::move(patterns))))
       signalPassFailure();
   }
 };

@@ -9,6 +9,8 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 
+#include "FusionPatterns.h"
+
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
@@ -79,12 +81,7 @@ struct MoeFusePermutePass
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<FusePermuteIntoMatmul>(&getContext());
-    // Only fuse: folding and region simplification are canonicalize's job.
-    GreedyRewriteConfig config;
-    config.enableFolding(false).setRegionSimplificationLevel(
-        GreedySimplifyRegionLevel::Disabled);
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns),
-                                     config)))
+    if (failed(applyFusionPatterns(getOperation(), std::move(patterns))))
       signalPassFailure();
   }
 };

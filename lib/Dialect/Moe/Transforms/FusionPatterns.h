@@ -1,0 +1,26 @@
+//===- FusionPatterns.h - Shared driver of the fusion passes ----*- C++ -*-===//
+//
+// Part of moec (internal to lib/Dialect/Moe/Transforms).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_LIB_DIALECT_MOE_TRANSFORMS_FUSIONPATTERNS_H
+#define MOEC_LIB_DIALECT_MOE_TRANSFORMS_FUSIONPATTERNS_H
+
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace moec::moe {
+
+/// Applies fusion patterns greedily and nothing else: folding and region
+/// simplification are canonicalize's job.
+inline mlir::LogicalResult applyFusionPatterns(mlir::Operation *op,
+                                               mlir::RewritePatternSet &&patterns) {
+  mlir::GreedyRewriteConfig config;
+  config.enableFolding(false).setRegionSimplificationLevel(
+      mlir::GreedySimplifyRegionLevel::Disabled);
+  return mlir::applyPatternsGreedily(op, std::move(patterns), config);
+}
+
+} // namespace moec::moe
+
+#endif // MOEC_LIB_DIALECT_MOE_TRANSFORMS_FUSIONPATTERNS_H
