@@ -24,16 +24,21 @@ using namespace mlir;
 
 namespace moec {
 
-void buildMoeOptimizePipeline(OpPassManager &pm) {
+void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile) {
   pm.addPass(moe::createMoeFusePermutePass());
   pm.addPass(moe::createMoeFuseEpiloguePass());
   pm.addPass(moe::createMoeFuseCombinePass());
   pm.addPass(createCanonicalizerPass());
-  pm.addPass(moe::createMoeTilePass());
+  moe::MoeTilePassOptions tileOptions;
+  tileOptions.tileM = tile.m;
+  tileOptions.tileN = tile.n;
+  tileOptions.tileK = tile.k;
+  tileOptions.threads = tile.threads;
+  pm.addPass(moe::createMoeTilePass(tileOptions));
 }
 
-void buildMoeToKernelsPipeline(OpPassManager &pm) {
-  buildMoeOptimizePipeline(pm);
+void buildMoeToKernelsPipeline(OpPassManager &pm, const TileOverride &tile) {
+  buildMoeOptimizePipeline(pm, tile);
   pm.addPass(createConvertMoeToKernels());
   pm.addPass(createCSEPass());
 }
@@ -96,11 +101,13 @@ void buildKernelsToHostPipeline(OpPassManager &pm) {
 void registerMoecPipelines() {
   PassPipelineRegistration<>("moe-optimize",
                              "Fuse moe ops and attach tile configurations",
-                             buildMoeOptimizePipeline);
+                             [](OpPassManager &pm) {
+                               buildMoeOptimizePipeline(pm);
+                             });
   PassPipelineRegistration<>(
       "moe-to-kernels",
       "moe-optimize, then buffers, gpu kernels and launches",
-      buildMoeToKernelsPipeline);
+      [](OpPassManager &pm) { buildMoeToKernelsPipeline(pm); });
   PassPipelineRegistration<>(
       "moe-to-nvvm", "moe-to-kernels, then NVVM and PTX for sm_90a",
       [](OpPassManager &pm) {

@@ -24,6 +24,8 @@
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVM/ROCDL/Target.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/TargetRegistry.h"
@@ -277,9 +279,12 @@ LogicalResult serializeHost(ModuleOp hostModule, std::vector<uint8_t> &object) {
 
 /// Lowers a clone of `module` to kernels and describes its entries.
 FailureOr<OwningOpRef<ModuleOp>>
-lowerToKernels(ModuleOp module, std::vector<rt::Entry> &entries) {
+lowerToKernels(ModuleOp module, std::vector<rt::Entry> &entries,
+               const TileOverride &tile) {
   OwningOpRef<ModuleOp> kernels(cast<ModuleOp>(module->clone()));
-  if (failed(runPipeline(*kernels, buildMoeToKernelsPipeline)))
+  if (failed(runPipeline(*kernels, [&](OpPassManager &pm) {
+        buildMoeToKernelsPipeline(pm, tile);
+      })))
     return failure();
   for (auto func : kernels->getOps<func::FuncOp>()) {
     if (!func->hasAttr("moe.entry"))
@@ -305,19 +310,55 @@ void initializeLLVMTargets() {
 } // namespace
 
 OwningOpRef<ModuleOp> lowerForHost(ModuleOp module,
-                                   std::vector<rt::Entry> &entries) {
-  FailureOr<OwningOpRef<ModuleOp>> kernels = lowerToKernels(module, entries);
+                                   std::vector<rt::Entry> &entries,
+                                   const TileOverride &tile) {
+  FailureOr<OwningOpRef<ModuleOp>> kernels =
+      lowerToKernels(module, entries, tile);
   if (failed(kernels) ||
       failed(runPipeline(**kernels, buildKernelsToHostPipeline)))
     return nullptr;
   return std::move(*kernels);
 }
 
+const std::vector<std::string> &loweringStages() {
+  static const std::vector<std::string> stages = {
+      "moe", "optimized", "kernels", "nvvm", "rocdl", "host"};
+  return stages;
+}
+
+FailureOr<OwningOpRef<ModuleOp>>
+lowerToStage(ModuleOp module, const std::string &stage,
+             const TileOverride &tile) {
+  OwningOpRef<ModuleOp> lowered(cast<ModuleOp>(module->clone()));
+  auto build = [&](OpPassManager &pm) {
+    if (stage == "optimized") {
+      buildMoeOptimizePipeline(pm, tile);
+      return;
+    }
+    if (stage != "moe")
+      buildMoeToKernelsPipeline(pm, tile);
+    if (stage == "nvvm")
+      buildKernelsToNVVMPipeline(pm, {"sm_90a", "+ptx80", 3});
+    else if (stage == "rocdl")
+      buildKernelsToROCDLPipeline(pm, {"gfx942", "", 3});
+    else if (stage == "host")
+      buildKernelsToHostPipeline(pm);
+  };
+  if (!llvm::is_contained(loweringStages(), stage))
+    return module.emitError("unknown stage '")
+           << stage << "' (expected one of: "
+           << llvm::join(loweringStages(), ", ") << ")";
+  if (failed(runPipeline(*lowered, build)))
+    return failure();
+  return lowered;
+}
+
 LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
                             CompileResult &result) {
   initializeLLVMTargets();
   std::vector<rt::Entry> entries;
-  FailureOr<OwningOpRef<ModuleOp>> kernels = lowerToKernels(module, entries);
+  FailureOr<OwningOpRef<ModuleOp>> kernels =
+      lowerToKernels(module, entries, options.tile);
   if (failed(kernels))
     return failure();
   if (entries.empty())

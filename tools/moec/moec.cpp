@@ -19,6 +19,7 @@
 #include "moec/Dialect/Moe/IR/MoeDialect.h"
 #include "moec/Runtime/Executor.h"
 #include "moec/Runtime/Expr.h"
+#include "moec/Target/HostJit.h"
 #include "moec/Target/Target.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -32,7 +33,6 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
@@ -40,11 +40,9 @@
 #include "mlir/Support/FileUtilities.h"
 
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -270,51 +268,6 @@ int inspect(const Args &args) {
 // run (host backend)
 //===----------------------------------------------------------------------===//
 
-/// Runs host kernels from the ExecutionEngine. Host kernels take the number
-/// of blocks first, then the parameters the bundle lists.
-class HostLauncher : public moec::rt::KernelLauncher {
-public:
-  explicit HostLauncher(ExecutionEngine &engine) : engine(engine) {}
-  moec::rt::Status prepare(const moec::rt::Entry &) override {
-    return moec::rt::Status::ok();
-  }
-  moec::rt::Status launch(const moec::rt::Entry &,
-                          const moec::rt::LaunchStep &step, uint64_t grid,
-                          void **params) override {
-    // Look each kernel up once: launches repeat on every timed run.
-    auto &fn = kernels[step.kernel];
-    if (!fn) {
-      auto found = engine.lookupPacked(step.kernel);
-      if (!found) {
-        llvm::consumeError(found.takeError());
-        return {moec::rt::ErrorCode::NotFound,
-                "host kernel '" + step.kernel + "' not in the JIT module"};
-      }
-      fn = *found;
-    }
-    int64_t blocks = static_cast<int64_t>(grid);
-    std::vector<void *> packed = {&blocks};
-    packed.insert(packed.end(), params, params + step.params.size());
-    fn(packed.data());
-    return moec::rt::Status::ok();
-  }
-  moec::rt::Status allocate(size_t bytes, void **ptr) override {
-    *ptr = std::calloc(1, bytes ? bytes : 1);
-    return *ptr ? moec::rt::Status::ok()
-                : moec::rt::Status(moec::rt::ErrorCode::DeviceError,
-                                   "host allocation failed");
-  }
-  void release(void *ptr) override { std::free(ptr); }
-  moec::rt::Status zero(void *ptr, size_t bytes) override {
-    std::memset(ptr, 0, bytes);
-    return moec::rt::Status::ok();
-  }
-
-private:
-  ExecutionEngine &engine;
-  llvm::StringMap<void (*)(void **)> kernels;
-};
-
 int run(const Args &args) {
   if (args.positional.size() != 1)
     return usage();
@@ -323,10 +276,10 @@ int run(const Args &args) {
   OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
   if (!module)
     return 1;
-  std::vector<moec::rt::Entry> entries;
-  OwningOpRef<ModuleOp> host = moec::lowerForHost(*module, entries);
-  if (!host)
+  auto program = moec::HostProgram::create(*module);
+  if (failed(program))
     return fail("lowering for the host failed");
+  const std::vector<moec::rt::Entry> &entries = (*program)->entries();
   const moec::rt::Entry *entry = nullptr;
   for (const moec::rt::Entry &e : entries)
     if (args.entry.empty() ? entries.size() == 1 : e.name == args.entry)
@@ -336,16 +289,6 @@ int run(const Args &args) {
                     ? "the module has several functions: pick one with "
                       "--entry"
                     : "no function named '" + args.entry + "'");
-
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  ExecutionEngineOptions engineOptions;
-  engineOptions.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Default;
-  auto engine = ExecutionEngine::create(*host, engineOptions);
-  if (!engine) {
-    std::string message = llvm::toString(engine.takeError());
-    return fail("cannot JIT the host kernels: " + message);
-  }
 
   // Symbols from --sym, by name.
   std::vector<int64_t> symbols(entry->symbols.size(), -1);
@@ -379,7 +322,7 @@ int run(const Args &args) {
   for (moec::check::HostArray &b : buffers)
     arrays.push_back({b.bytes.data(), b.elem, b.shape});
 
-  HostLauncher launcher(**engine);
+  moec::HostProgram &launcher = **program;
   std::vector<double> ms;
   for (int i = 0; i < args.iters; ++i) {
     auto start = std::chrono::steady_clock::now();

@@ -16,6 +16,7 @@
 
 #include "mlir/Pass/PassManager.h"
 
+#include <cstdint>
 #include <string>
 
 namespace moec {
@@ -26,10 +27,18 @@ struct GpuTargetOptions {
   unsigned optLevel = 3;
 };
 
+/// Matmul tile fields that replace the cost model's choice (moe-tile's
+/// options); 0 keeps the model's value.
+struct TileOverride {
+  int64_t m = 0, n = 0, k = 0, threads = 0;
+};
+
 /// Fusion and tiling on tensors.
-void buildMoeOptimizePipeline(mlir::OpPassManager &pm);
+void buildMoeOptimizePipeline(mlir::OpPassManager &pm,
+                              const TileOverride &tile = {});
 /// moe-optimize + convert-moe-to-kernels (+ cleanup).
-void buildMoeToKernelsPipeline(mlir::OpPassManager &pm);
+void buildMoeToKernelsPipeline(mlir::OpPassManager &pm,
+                               const TileOverride &tile = {});
 /// Kernels (gpu.module) to NVVM and PTX text in a gpu.binary (format=isa):
 /// works without the CUDA toolkit; ptxas runs afterwards (Target/).
 void buildKernelsToNVVMPipeline(mlir::OpPassManager &pm,

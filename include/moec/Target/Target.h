@@ -16,6 +16,7 @@
 #ifndef MOEC_TARGET_TARGET_H
 #define MOEC_TARGET_TARGET_H
 
+#include "moec/Pipelines/Pipelines.h"
 #include "moec/Runtime/Bundle.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -30,6 +31,8 @@ struct CompileOptions {
   std::vector<std::string> targets = {"host"};
   /// Also keep each target's assembly (PTX, AMDGPU ISA) in `assembly`.
   bool keepAssembly = false;
+  /// Matmul tile fields replacing the cost model's (moe-tile options).
+  TileOverride tile;
 };
 
 struct CompileResult {
@@ -50,7 +53,20 @@ mlir::LogicalResult compileModule(mlir::ModuleOp module,
 /// (kernels as host functions taking the block count first), for the
 /// ExecutionEngine; entries (without binaries) go to `entries`.
 mlir::OwningOpRef<mlir::ModuleOp>
-lowerForHost(mlir::ModuleOp module, std::vector<rt::Entry> &entries);
+lowerForHost(mlir::ModuleOp module, std::vector<rt::Entry> &entries,
+             const TileOverride &tile = {});
+
+/// The stages a module can be printed at, in pipeline order: "moe" (as
+/// given, verified), "optimized" (moe-optimize), "kernels" (moe-to-kernels),
+/// "nvvm" (kernels to NVVM and PTX for sm_90a), "rocdl" (kernels to ROCDL
+/// for gfx942), "host" (kernels to LLVM for the host CPU).
+const std::vector<std::string> &loweringStages();
+
+/// A clone of `module` lowered to `stage` (one of loweringStages()).
+/// Failures, an unknown stage included, are reported as diagnostics.
+mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
+lowerToStage(mlir::ModuleOp module, const std::string &stage,
+             const TileOverride &tile = {});
 
 /// Registers the LLVM IR translations the targets need (call once).
 void registerTargetTranslations(mlir::DialectRegistry &registry);

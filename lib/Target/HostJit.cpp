@@ -1,0 +1,97 @@
+//===- HostJit.cpp - Run a module's kernels on the host CPU ---------------===//
+//
+// Part of moec.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Target/HostJit.h"
+
+#include "moec/Target/Target.h"
+
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/TargetSelect.h"
+
+#include <cstdlib>
+#include <cstring>
+
+using namespace mlir;
+
+namespace moec {
+
+struct HostProgram::Impl {
+  std::unique_ptr<ExecutionEngine> engine;
+  /// Kernels looked up once: launches repeat on every run.
+  llvm::StringMap<void (*)(void **)> kernels;
+};
+
+HostProgram::HostProgram() : impl_(std::make_unique<Impl>()) {}
+HostProgram::~HostProgram() = default;
+
+FailureOr<std::unique_ptr<HostProgram>>
+HostProgram::create(ModuleOp module, const TileOverride &tile) {
+  std::unique_ptr<HostProgram> program(new HostProgram());
+  OwningOpRef<ModuleOp> host = lowerForHost(module, program->entries_, tile);
+  if (!host)
+    return failure();
+  static bool initialized = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    return true;
+  }();
+  (void)initialized;
+  ExecutionEngineOptions options;
+  options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Default;
+  auto engine = ExecutionEngine::create(*host, options);
+  if (!engine)
+    return module.emitError("cannot JIT the host kernels: ")
+           << llvm::toString(engine.takeError());
+  program->impl_->engine = std::move(*engine);
+  return program;
+}
+
+const rt::Entry *HostProgram::find(const std::string &name) const {
+  for (const rt::Entry &entry : entries_)
+    if (entry.name == name)
+      return &entry;
+  return nullptr;
+}
+
+rt::Status HostProgram::prepare(const rt::Entry &) { return rt::Status::ok(); }
+
+rt::Status HostProgram::launch(const rt::Entry &, const rt::LaunchStep &step,
+                               uint64_t gridBlocks, void **params) {
+  auto &fn = impl_->kernels[step.kernel];
+  if (!fn) {
+    auto found = impl_->engine->lookupPacked(step.kernel);
+    if (!found) {
+      llvm::consumeError(found.takeError());
+      return {rt::ErrorCode::NotFound,
+              "host kernel '" + step.kernel + "' not in the JIT module"};
+    }
+    fn = *found;
+  }
+  int64_t blocks = static_cast<int64_t>(gridBlocks);
+  std::vector<void *> packed = {&blocks};
+  packed.insert(packed.end(), params, params + step.params.size());
+  fn(packed.data());
+  return rt::Status::ok();
+}
+
+rt::Status HostProgram::allocate(size_t bytes, void **ptr) {
+  *ptr = std::calloc(1, bytes ? bytes : 1);
+  return *ptr ? rt::Status::ok()
+              : rt::Status(rt::ErrorCode::DeviceError,
+                           "host allocation of " + std::to_string(bytes) +
+                               " bytes failed");
+}
+
+void HostProgram::release(void *ptr) { std::free(ptr); }
+
+rt::Status HostProgram::zero(void *ptr, size_t bytes) {
+  std::memset(ptr, 0, bytes);
+  return rt::Status::ok();
+}
+
+} // namespace moec
