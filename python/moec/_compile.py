@@ -1,0 +1,255 @@
+"""Tracing kernels, compiling them (with an on-disk cache), loading bundles."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+from typing import Callable, Optional, Sequence, Union
+
+from . import _native
+from ._bundle import Bundle, MoecError
+from ._ir import Builder, TensorSpec, Value, tracing
+
+#: Targets moec compiles for.
+TARGETS = ("sm_90a", "gfx942", "host")
+
+
+class Kernel:
+    """A Python function of moec.ops, traced into one moe-dialect function.
+
+    Every parameter needs a `moec.Tensor[...]` annotation (or pass
+    `signature={"x": moec.Tensor[...], ...}` to `@moec.kernel`); the function
+    returns one tensor or a tuple of them. Calling the kernel on arrays
+    compiles it for their device (cached) and runs it.
+    """
+
+    def __init__(self, fn: Callable, name: Optional[str] = None,
+                 signature: Optional[dict] = None):
+        self.fn = fn
+        self.name = name or (fn.__name__ if fn.__name__.isidentifier()
+                             else "kernel")  # e.g. a lambda
+        if not self.name.isidentifier():
+            raise ValueError(f"kernel name {self.name!r} is not an identifier")
+        params = inspect.signature(fn).parameters
+        annotations = dict(signature or {})
+        if not annotations:
+            annotations = inspect.get_annotations(fn, eval_str=True)
+        self.specs: dict = {}
+        for pname, param in params.items():
+            if param.kind not in (param.POSITIONAL_ONLY,
+                                  param.POSITIONAL_OR_KEYWORD):
+                raise TypeError(f"kernel {self.name}: parameter '{pname}' "
+                                f"must be positional")
+            spec = annotations.get(pname)
+            if not isinstance(spec, TensorSpec):
+                raise TypeError(
+                    f"kernel {self.name}: parameter '{pname}' needs a type, "
+                    f'e.g. {pname}: moec.Tensor["T", 2048, "bf16"]')
+            self.specs[pname] = spec
+        self._module: Optional[str] = None
+        self._bundles: dict = {}
+        functools.update_wrapper(self, fn)
+
+    @property
+    def arg_names(self) -> list:
+        return list(self.specs)
+
+    @property
+    def module(self) -> str:
+        """The traced function as moe-dialect MLIR text."""
+        if self._module is None:
+            builder = Builder(self.name)
+            args = [builder.add_arg(n, s) for n, s in self.specs.items()]
+            with tracing(builder):
+                results = self.fn(*args)
+            if isinstance(results, Value):
+                results = (results,)
+            if (not isinstance(results, (tuple, list)) or not results or
+                    not all(isinstance(r, Value) for r in results)):
+                raise TypeError(f"kernel {self.name} must return a moec "
+                                f"tensor or a tuple of them, got {results!r}")
+            self._module = builder.finish(results)
+        return self._module
+
+    def ir(self, stage: str = "moe", tile: Optional[dict] = None) -> str:
+        """The module at one pipeline stage: "moe" (as traced, verified),
+        "optimized", "kernels", "nvvm", "rocdl" or "host"."""
+        return ir(self.module, stage, tile)
+
+    def print_ir(self, stages: Sequence[str] = ("moe", "optimized", "kernels"),
+                 tile: Optional[dict] = None, file=None) -> None:
+        """Prints the module at each of `stages`, with a header per stage."""
+        for stage in stages:
+            print(f"// ----- {self.name} at stage '{stage}' -----",
+                  file=file or sys.stdout)
+            print(self.ir(stage, tile), file=file or sys.stdout)
+
+    def compile(self, target: Union[str, Sequence[str]] = "sm_90a",
+                tile: Optional[dict] = None, **kwargs) -> Bundle:
+        return compile(self, target, tile, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        from ._args import describe
+        device = "cpu"
+        for value, name in zip(args, self.specs):
+            device = describe(value, name).device
+            break
+        target = "host" if device == "cpu" else "sm_90a"
+        bundle = self._bundles.get(target)
+        if bundle is None:
+            bundle = self._bundles[target] = self.compile(target)
+        return bundle.entry(self.name, target)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{n}: {s}" for n, s in self.specs.items())
+        return f"<moec kernel {self.name}({params})>"
+
+
+def kernel(fn: Optional[Callable] = None, *, name: Optional[str] = None,
+           signature: Optional[dict] = None):
+    """Decorator: `@moec.kernel` or `@moec.kernel(name=..., signature=...)`."""
+    if fn is None:
+        return lambda f: Kernel(f, name, signature)
+    return Kernel(fn, name, signature)
+
+
+def _module_text(source) -> tuple:
+    """(MLIR text, {function: argument names}) of a kernel, function, MLIR
+    text or .mlir path."""
+    if isinstance(source, Kernel):
+        return source.module, {source.name: source.arg_names}
+    if callable(source):
+        return _module_text(Kernel(source))
+    if isinstance(source, os.PathLike) or (
+            isinstance(source, str) and source.endswith(".mlir")
+            and "\n" not in source and os.path.exists(source)):
+        with open(source, encoding="utf-8") as file:
+            return file.read(), {}
+    if isinstance(source, str):
+        return source, {}
+    raise TypeError(f"moec.compile takes a @moec.kernel, a function, MLIR "
+                    f"text or a .mlir path; got {type(source).__name__}")
+
+
+def ir(source, stage: str = "moe", tile: Optional[dict] = None) -> str:
+    """`source` (kernel, function or MLIR text) printed at `stage`."""
+    text, _ = _module_text(source)
+    compiler = _native.compiler()
+    if stage not in compiler.stages():
+        raise ValueError(f"'stage': expected one of "
+                         f"{', '.join(compiler.stages())}, got {stage!r}")
+    if stage == "moe":
+        return compiler.verify(text)
+    return compiler.lower(text, stage, _tile_dict(tile))
+
+
+def _tile_dict(tile) -> dict:
+    if tile is None:
+        return {}
+    if not isinstance(tile, dict):
+        raise TypeError("'tile': expected a dict such as {'m': 32, 'n': 32}")
+    for key, value in tile.items():
+        if key not in ("m", "n", "k", "threads"):
+            raise ValueError(f"'tile': unknown field {key!r} (expected m, n, "
+                             f"k, threads)")
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"'tile': field {key!r} must be a positive int, "
+                             f"got {value!r}")
+    return dict(sorted(tile.items()))
+
+
+def cache_dir() -> str:
+    """$MOEC_CACHE_DIR, else $XDG_CACHE_HOME/moec, else ~/.cache/moec."""
+    if os.environ.get("MOEC_CACHE_DIR"):
+        return os.environ["MOEC_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "moec")
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """The compiler's version and a hash of its native module: any rebuild
+    of the compiler gives new cache keys."""
+    compiler = _native.compiler()
+    digest = hashlib.sha256()
+    with open(compiler.__file__, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"{compiler.version()} {digest.hexdigest()[:16]}"
+
+
+def _targets(target) -> list:
+    targets = [target] if isinstance(target, str) else list(target)
+    if not targets:
+        raise ValueError("'target': give at least one target")
+    for t in targets:
+        if t not in TARGETS and not (t.startswith("sm_") or
+                                     t.startswith("gfx")):
+            raise ValueError(f"'target': unknown target {t!r} (expected "
+                             f"{', '.join(TARGETS)})")
+    return targets
+
+
+def compile(source, target: Union[str, Sequence[str]] = "sm_90a",
+            tile: Optional[dict] = None, *, cache: bool = True,
+            keep_assembly: bool = False) -> Bundle:
+    """Compiles a kernel (or function, MLIR text, .mlir path) to a Bundle.
+
+    `target`: "sm_90a" (cubin; PTX when ptxas is missing), "gfx942",
+    "host", or a list. `tile`: matmul tile fields replacing the cost model's
+    ({"m", "n", "k", "threads"}). With `cache`, the bundle is kept in
+    cache_dir() under a key of the IR, the options and the compiler build,
+    so compiling an unchanged kernel again only reads a file.
+    """
+    text, arg_names = _module_text(source)
+    targets = _targets(target)
+    tile_options = _tile_dict(tile)
+    kwargs = dict(module_text=text, tile=tile_options, arg_names=arg_names)
+    key = None
+    if cache:
+        key = hashlib.sha256(json.dumps(
+            [text, targets, tile_options, keep_assembly,
+             compiler_fingerprint()]).encode()).hexdigest()
+        path = os.path.join(cache_dir(), key[:2], key + ".moecb")
+        meta_path = path[:-len(".moecb")] + ".json"
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+            with open(meta_path, encoding="utf-8") as file:
+                meta = json.load(file)
+            return Bundle.from_bytes(data, notes=meta["notes"],
+                                     assembly=meta["assembly"], **kwargs)
+        except (OSError, ValueError, KeyError, MoecError):
+            pass  # a miss, or an unreadable entry: compile afresh
+    data, notes, assembly = _native.compiler().compile(
+        text, targets, tile_options, keep_assembly)
+    if key is not None:
+        _store(path, data)
+        _store(meta_path, json.dumps({"notes": list(notes),
+                                      "assembly": list(assembly)}).encode())
+    return Bundle.from_bytes(data, notes=notes, assembly=assembly, **kwargs)
+
+
+def _store(path: str, data: bytes) -> None:
+    """Writes atomically (a concurrent reader sees all or nothing); a cache
+    that cannot be written is not an error."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def load(path) -> Bundle:
+    """Reads a .moecb bundle (AOT: compiled elsewhere)."""
+    with open(os.fspath(path), "rb") as file:
+        return Bundle.from_bytes(file.read())

@@ -1,0 +1,199 @@
+"""Tracing Python functions into moe-dialect modules.
+
+A traced function's tensors are `Value`s: a name in the module being built,
+a shape and an element type. Shapes are static except the number of tokens,
+the symbol `T`, which appears as a linear expression `a*T + b` (`Sym`) in
+derived sizes (T*k rows after routing, T*k + E*(align-1) with padding) and
+as `?` in the IR. The ops in `moec.ops` check their arguments here, naming
+the one that is wrong, and append one op each; the compiler's verifier
+re-checks everything when the module is compiled.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+from . import _dtypes
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A size `coef*T + const` that depends on the token count T."""
+
+    coef: int = 1
+    const: int = 0
+
+    def __mul__(self, other: int) -> "Sym":
+        return Sym(self.coef * other, self.const * other)
+
+    __rmul__ = __mul__
+
+    def __add__(self, other: int) -> "Sym":
+        return Sym(self.coef, self.const + other)
+
+    def __str__(self) -> str:
+        text = "T" if self.coef == 1 else f"{self.coef}*T"
+        if self.const:
+            text += f"+{self.const}" if self.const > 0 else f"{self.const}"
+        return text
+
+    __repr__ = __str__
+
+
+T = Sym()
+Dim = Union[int, Sym]
+
+
+def _dim_text(dim: Dim) -> str:
+    return "?" if isinstance(dim, Sym) else str(dim)
+
+
+def tensor_type(shape: Sequence[Dim], dtype: str) -> str:
+    """`tensor<?x2048xbf16>`."""
+    return "tensor<" + "".join(_dim_text(d) + "x" for d in shape) + dtype + ">"
+
+
+def shape_text(shape: Sequence[Dim]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+class TensorSpec:
+    """The declared type of a kernel argument: `moec.Tensor["T", 2048, "bf16"]`.
+
+    Dimensions are positive ints, or "T" (the token count) as the first
+    dimension; the last item is the element type (a moec name such as "bf16",
+    or a torch / numpy dtype).
+    """
+
+    def __init__(self, shape: Sequence[Union[int, str]], dtype):
+        self.dtype = _dtypes.canonical(dtype, "dtype")
+        dims: list[Dim] = []
+        for i, d in enumerate(shape):
+            if isinstance(d, str):
+                if d != "T":
+                    raise ValueError(
+                        f"dimension {i}: the only symbolic size is 'T' (the "
+                        f"token count), got {d!r}")
+                if i != 0:
+                    raise ValueError(
+                        f"dimension {i}: 'T' may only be the first dimension")
+                dims.append(T)
+            elif isinstance(d, int) and not isinstance(d, bool) and d > 0:
+                dims.append(d)
+            else:
+                raise ValueError(
+                    f"dimension {i}: expected a positive int or 'T', got {d!r}")
+        if not dims:
+            raise ValueError("tensors need at least one dimension")
+        self.shape = tuple(dims)
+
+    def __repr__(self) -> str:
+        return f"Tensor[{', '.join(map(str, self.shape))}, {self.dtype}]"
+
+
+class Tensor:
+    """Annotation for kernel arguments: `x: moec.Tensor["T", 2048, "bf16"]`."""
+
+    def __class_getitem__(cls, items) -> TensorSpec:
+        if not isinstance(items, tuple) or len(items) < 2:
+            raise TypeError(
+                'write moec.Tensor[dim, ..., dtype], e.g. '
+                'moec.Tensor["T", 2048, "bf16"]')
+        return TensorSpec(items[:-1], items[-1])
+
+
+class Value:
+    """A tensor inside a traced function."""
+
+    def __init__(self, builder: "Builder", name: str, shape: Sequence[Dim],
+                 dtype: str):
+        self.builder = builder
+        self.name = name
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    @property
+    def type(self) -> str:
+        return tensor_type(self.shape, self.dtype)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"<moec value {self.name}: {shape_text(self.shape)} {self.dtype}>"
+
+
+class Builder:
+    """Collects the ops of one function as MLIR text."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.args: list[Value] = []
+        self.lines: list[str] = []
+        self._count = 0
+
+    def fresh(self, shape: Sequence[Dim], dtype: str) -> Value:
+        value = Value(self, f"%v{self._count}", shape, dtype)
+        self._count += 1
+        return value
+
+    def add_arg(self, name: str, spec: TensorSpec) -> Value:
+        value = Value(self, f"%{name}", spec.shape, spec.dtype)
+        self.args.append(value)
+        return value
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def finish(self, results: Sequence[Value]) -> str:
+        params = ", ".join(f"{a.name}: {a.type}" for a in self.args)
+        types = ", ".join(r.type for r in results)
+        ret = f"({types})" if len(results) != 1 else types
+        body = "\n".join(self.lines)
+        return (f"func.func @{self.name}({params}) -> {ret} {{\n{body}\n"
+                f"  return {', '.join(r.name for r in results)} : {types}\n}}\n")
+
+
+_state = threading.local()
+
+
+def current_builder() -> Builder:
+    builder = getattr(_state, "builder", None)
+    if builder is None:
+        raise RuntimeError(
+            "moec.ops functions build IR: call them inside a function "
+            "decorated with @moec.kernel (while it is traced)")
+    return builder
+
+
+class tracing:
+    """Context manager making `builder` the target of moec.ops calls."""
+
+    def __init__(self, builder: Builder):
+        self.builder = builder
+
+    def __enter__(self):
+        if getattr(_state, "builder", None) is not None:
+            raise RuntimeError("a moec kernel is already being traced")
+        _state.builder = self.builder
+        return self.builder
+
+    def __exit__(self, *exc):
+        _state.builder = None
+        return False
+
+
+def check_value(value, arg: str, op: str) -> Value:
+    """`value` as a Value of the function being traced (else TypeError)."""
+    builder = current_builder()
+    if not isinstance(value, Value):
+        raise TypeError(
+            f"{op}: argument '{arg}' must be a tensor of the traced kernel, "
+            f"got {type(value).__name__}")
+    if value.builder is not builder:
+        raise ValueError(
+            f"{op}: argument '{arg}' belongs to another kernel's trace")
+    return value

@@ -1,0 +1,521 @@
+"""The moe dialect's ops, for writing kernels in Python.
+
+Call these inside a function decorated with `@moec.kernel`; each appends one
+op to the traced module and returns its result tensor(s). Arguments are
+checked as they are given (the error names the argument); the dialect's
+verifier checks the module again when it is compiled. The semantics of every
+op are those of the dialect (docs/dialects/moe.md).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from . import _dtypes
+from ._ir import Dim, Sym, Value, check_value, current_builder
+
+__all__ = [
+    "matmul", "router_topk", "sort_by_expert", "permute", "unpermute",
+    "grouped_matmul", "swiglu", "swiglu_grad", "quantize", "dequantize",
+]
+
+
+def _positive(value, arg: str, op: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{op}: '{arg}' must be a positive int, got {value!r}")
+    return value
+
+
+def _choice(value: str, arg: str, op: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"{op}: '{arg}' must be one of {', '.join(choices)}; "
+                         f"got {value!r}")
+    return value
+
+
+def _rank(value: Value, rank: int, arg: str, op: str) -> None:
+    if value.rank != rank:
+        raise ValueError(f"{op}: '{arg}' must have rank {rank}, got "
+                         f"{value.rank} (shape {list(value.shape)})")
+
+
+def _dtype_in(value: Value, allowed: Sequence[str], arg: str, op: str) -> None:
+    if value.dtype not in allowed:
+        raise ValueError(f"{op}: '{arg}' must be {' or '.join(allowed)}, got "
+                         f"{value.dtype}")
+
+
+def _same_dim(a: Dim, b: Dim, what: str, op: str) -> None:
+    if a != b:
+        raise ValueError(f"{op}: {what} differ ({a} vs {b})")
+
+
+def _float(value: float) -> str:
+    return repr(float(value))
+
+
+def _attr_dict(attrs: dict) -> str:
+    parts = []
+    for key, value in attrs.items():
+        parts.append(key if value is True else f"{key} = {value}")
+    return " {" + ", ".join(parts) + "}" if parts else ""
+
+
+def matmul(x, w, *, transpose_rhs: bool = False, out_dtype="f32") -> Value:
+    """`x · w` (or `x · wᵀ`) as linalg.fill + linalg.matmul, e.g. the router.
+
+    x is [T, K]; w is [K, N], or [N, K] with transpose_rhs (nn.Linear).
+    Accumulates in f32 and returns [T, N] of `out_dtype`.
+    """
+    op = "matmul"
+    x = check_value(x, "x", op)
+    w = check_value(w, "w", op)
+    _rank(x, 2, "x", op)
+    _rank(w, 2, "w", op)
+    if x.dtype != w.dtype:
+        raise ValueError(f"{op}: 'x' and 'w' must share an element type, got "
+                         f"{x.dtype} and {w.dtype}")
+    out_dtype = _dtypes.canonical(out_dtype, "out_dtype")
+    k_dim, n_dim = (w.shape[1], w.shape[0]) if transpose_rhs else w.shape
+    _same_dim(x.shape[1], k_dim, "'x' columns and the reduction size of 'w'",
+              op)
+    if isinstance(n_dim, Sym):
+        raise ValueError(f"{op}: 'w' must have static sizes")
+    b = current_builder()
+    out = b.fresh((x.shape[0], n_dim), out_dtype)
+    zero, init, acc = (b.fresh((), "f32").name for _ in range(3))
+    dyn = ""
+    if isinstance(x.shape[0], Sym):
+        c0, rows = b.fresh((), "index").name, b.fresh((), "index").name
+        b.emit(f"{c0} = arith.constant 0 : index")
+        b.emit(f"{rows} = tensor.dim {x.name}, {c0} : {x.type}")
+        dyn = rows
+    zero_text = "0.0" if out_dtype in _dtypes.FLOATS else "0"
+    elem = out_dtype
+    b.emit(f"{zero} = arith.constant {zero_text} : {elem}")
+    b.emit(f"{init} = tensor.empty({dyn}) : {out.type}")
+    b.emit(f"{acc} = linalg.fill ins({zero} : {elem}) outs({init} : "
+           f"{out.type}) -> {out.type}")
+    rhs_map = "(n, k)" if transpose_rhs else "(k, n)"
+    b.emit(f"{out.name} = linalg.matmul indexing_maps = ["
+           f"affine_map<(m, n, k) -> (m, k)>, "
+           f"affine_map<(m, n, k) -> {rhs_map}>, "
+           f"affine_map<(m, n, k) -> (m, n)>] "
+           f"ins({x.name}, {w.name} : {x.type}, {w.type}) "
+           f"outs({acc} : {out.type}) -> {out.type}")
+    return out
+
+
+def router_topk(logits, k: int, *, scoring: str = "softmax",
+                order: str = "softmax_then_topk", renormalize: bool = False,
+                bias=None, num_groups: Optional[int] = None,
+                topk_groups: Optional[int] = None,
+                scaling_factor: float = 1.0):
+    """Top-k experts per token: returns (weights [T, k] f32, ids [T, k] i32).
+
+    `order="topk_then_softmax"` is Mixtral's routing; `renormalize=True` is
+    Qwen3's norm_topk_prob; `bias`, `num_groups`, `topk_groups` and
+    `scaling_factor` are DeepSeek-V3's.
+    """
+    op = "router_topk"
+    logits = check_value(logits, "logits", op)
+    _rank(logits, 2, "logits", op)
+    _dtype_in(logits, _dtypes.FLOATS, "logits", op)
+    k = _positive(k, "k", op)
+    experts = logits.shape[1]
+    if isinstance(experts, int) and k > experts:
+        raise ValueError(f"{op}: 'k' ({k}) exceeds the number of experts "
+                         f"({experts})")
+    _choice(scoring, "scoring", op, ("softmax", "sigmoid"))
+    _choice(order, "order", op, ("softmax_then_topk", "topk_then_softmax"))
+    attrs = {}
+    if scoring != "softmax":
+        attrs["scoring"] = f"#moe.scoring<{scoring}>"
+    if order != "softmax_then_topk":
+        attrs["order"] = f"#moe.order<{order}>"
+    if renormalize:
+        attrs["renormalize"] = True
+    if (num_groups is None) != (topk_groups is None):
+        raise ValueError(f"{op}: give 'num_groups' and 'topk_groups' together")
+    if num_groups is not None:
+        attrs["num_groups"] = f"{_positive(num_groups, 'num_groups', op)} : i64"
+        attrs["topk_groups"] = (
+            f"{_positive(topk_groups, 'topk_groups', op)} : i64")
+    if scaling_factor != 1.0:
+        if not scaling_factor > 0:
+            raise ValueError(f"{op}: 'scaling_factor' must be positive")
+        attrs["scaling_factor"] = f"{_float(scaling_factor)} : f32"
+    bias_text = ""
+    if bias is not None:
+        bias = check_value(bias, "bias", op)
+        _rank(bias, 1, "bias", op)
+        _same_dim(bias.shape[0], experts, "'bias' size and the expert count",
+                  op)
+        bias_text = f" bias({bias.name} : {bias.type})"
+    b = current_builder()
+    weights = b.fresh((logits.shape[0], k), "f32")
+    ids = b.fresh((logits.shape[0], k), "i32")
+    b.emit(f"{weights.name}, {ids.name} = moe.router_topk {logits.name}"
+           f"{bias_text} k = {k}{_attr_dict(attrs)} : {logits.type} -> "
+           f"{weights.type}, {ids.type}")
+    return weights, ids
+
+
+def sort_by_expert(ids, num_experts: int, *, align: Optional[int] = None):
+    """Sorts the T*k slots by expert: returns (sorted_expert_ids [M],
+    slots [M], offsets [E]) with M = T*k, or T*k + E*(align-1) with align."""
+    op = "sort_by_expert"
+    ids = check_value(ids, "ids", op)
+    _rank(ids, 2, "ids", op)
+    _dtype_in(ids, ("i32",), "ids", op)
+    num_experts = _positive(num_experts, "num_experts", op)
+    rows = ids.shape[0] * ids.shape[1]
+    text = f"experts = {num_experts}"
+    if align is not None:
+        align = _positive(align, "align", op)
+        if align & (align - 1):
+            raise ValueError(f"{op}: 'align' must be a power of two, got "
+                             f"{align}")
+        rows = rows + num_experts * (align - 1)
+        text += f" align = {align}"
+    b = current_builder()
+    sorted_ids = b.fresh((rows,), "i32")
+    slots = b.fresh((rows,), "i32")
+    offsets = b.fresh((num_experts,), "i32")
+    b.emit(f"{sorted_ids.name}, {slots.name}, {offsets.name} = "
+           f"moe.sort_by_expert {ids.name} {text} : {ids.type} -> "
+           f"{sorted_ids.type}, {slots.type}, {offsets.type}")
+    return sorted_ids, slots, offsets
+
+
+def _routing(slots, offsets, op: str):
+    slots = check_value(slots, "slots", op)
+    offsets = check_value(offsets, "offsets", op)
+    _rank(slots, 1, "slots", op)
+    _rank(offsets, 1, "offsets", op)
+    _dtype_in(slots, ("i32",), "slots", op)
+    _dtype_in(offsets, ("i32",), "offsets", op)
+    return slots, offsets
+
+
+def permute(tokens, slots, offsets, k: int, *, probs=None, scales=None):
+    """Gathers token rows into expert order: rows [M, H]; with `probs`
+    ([T, k] f32) and/or `scales` ([T, G] f32) also their permuted copies
+    ([M] and [M, G]), returned after the rows."""
+    op = "permute"
+    tokens = check_value(tokens, "tokens", op)
+    slots, offsets = _routing(slots, offsets, op)
+    _rank(tokens, 2, "tokens", op)
+    k = _positive(k, "k", op)
+    b = current_builder()
+    rows = b.fresh((slots.shape[0], tokens.shape[1]), tokens.dtype)
+    extra, results = "", [rows]
+    if probs is not None:
+        probs = check_value(probs, "probs", op)
+        _rank(probs, 2, "probs", op)
+        permuted = b.fresh((slots.shape[0],), "f32")
+        extra += f" probs({probs.name} : {probs.type} -> {permuted.type})"
+        results.append(permuted)
+    if scales is not None:
+        scales = check_value(scales, "scales", op)
+        _rank(scales, 2, "scales", op)
+        permuted = b.fresh((slots.shape[0], scales.shape[1]), "f32")
+        extra += f" scales({scales.name} : {scales.type} -> {permuted.type})"
+        results.append(permuted)
+    b.emit(f"{', '.join(r.name for r in results)} = moe.permute "
+           f"{tokens.name}, {slots.name}, {offsets.name} k = {k}{extra} : "
+           f"{tokens.type}, {slots.type}, {offsets.type} -> {rows.type}")
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _token_rows(slots: Value, k: int, weights: Optional[Value]) -> Dim:
+    """The token count T of a routing with `slots` rows and top-k `k`."""
+    if weights is not None:
+        return weights.shape[0]
+    if isinstance(slots.shape[0], Sym):
+        return Sym()
+    return slots.shape[0] // k
+
+
+def unpermute(rows, slots, offsets, k: int, *, weights=None, out_dtype=None):
+    """Back to token order, summing each token's k rows (times `weights`
+    [T, k] when given): [T, N] of `out_dtype` (default: the rows' type)."""
+    op = "unpermute"
+    rows = check_value(rows, "rows", op)
+    slots, offsets = _routing(slots, offsets, op)
+    _rank(rows, 2, "rows", op)
+    k = _positive(k, "k", op)
+    out_dtype = _dtypes.canonical(out_dtype or rows.dtype, "out_dtype")
+    extra = ""
+    if weights is not None:
+        weights = check_value(weights, "weights", op)
+        _rank(weights, 2, "weights", op)
+        extra = f" weights({weights.name} : {weights.type})"
+    b = current_builder()
+    out = b.fresh((_token_rows(slots, k, weights), rows.shape[1]), out_dtype)
+    b.emit(f"{out.name} = moe.unpermute {rows.name}, {slots.name}, "
+           f"{offsets.name} k = {k}{extra} : {rows.type}, {slots.type}, "
+           f"{offsets.type} -> {out.type}")
+    return out
+
+
+def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
+                   gather=None, k: Optional[int] = None, bias=None,
+                   lora=None, lora_scaling: float = 1.0,
+                   activation: Optional[str] = None, row_scale=None,
+                   scatter=None, scatter_weights=None, scales=None,
+                   scale_group: int = 128, mode: str = "forward",
+                   out_dtype=None) -> Value:
+    """Each expert group of rows times that expert's weights.
+
+    lhs [M, K] grouped rows, or token rows [T, K] with `gather=slots` and `k`;
+    rhs [E, K, N], or [E, N, K] with `transpose_rhs`. Options: `bias`
+    [E, N]; `lora=(A, B)`; `activation="swiglu"` (output N/2 wide);
+    `row_scale` [M]; `scatter=slots` (+ `k`, optional `scatter_weights`
+    [T, k]) to combine into token order; `scales=(sx, sw)` for FP8 operands.
+    `mode="weight_grad"`: rhs is the output gradient [M, N], result [E, K, N].
+    """
+    op = "grouped_matmul"
+    lhs = check_value(lhs, "lhs", op)
+    rhs = check_value(rhs, "rhs", op)
+    offsets = check_value(offsets, "offsets", op)
+    _rank(lhs, 2, "lhs", op)
+    _rank(offsets, 1, "offsets", op)
+    _dtype_in(offsets, ("i32",), "offsets", op)
+    _choice(mode, "mode", op, ("forward", "weight_grad"))
+    if lhs.dtype != rhs.dtype:
+        raise ValueError(f"{op}: 'lhs' and 'rhs' must share an element type, "
+                         f"got {lhs.dtype} and {rhs.dtype}")
+    fp8 = lhs.dtype in _dtypes.FP8
+    default_out = "bf16" if fp8 else lhs.dtype
+    if mode == "weight_grad":
+        default_out = "f32"
+    out_dtype = _dtypes.canonical(out_dtype or default_out, "out_dtype")
+    experts = offsets.shape[0]
+    attrs: dict = {}
+    extra = ""
+    b = current_builder()
+
+    def operand(value, arg):
+        return check_value(value, arg, op)
+
+    if gather is not None or scatter is not None:
+        if k is None:
+            raise ValueError(f"{op}: 'gather' and 'scatter' need 'k'")
+        attrs["k"] = f"{_positive(k, 'k', op)} : i64"
+    if gather is not None:
+        gather = operand(gather, "gather")
+        _rank(gather, 1, "gather", op)
+        extra += f" gather({gather.name} : {gather.type})"
+        rows: Dim = gather.shape[0]
+    else:
+        rows = lhs.shape[0]
+
+    if mode == "weight_grad":
+        _rank(rhs, 2, "rhs", op)
+        attrs["mode"] = "#moe.mode<weight_grad>"
+        out_shape: tuple = (experts, lhs.shape[1], rhs.shape[1])
+    else:
+        _rank(rhs, 3, "rhs", op)
+        _same_dim(rhs.shape[0], experts, "'rhs' experts and 'offsets' size",
+                  op)
+        k_dim, n_dim = ((rhs.shape[2], rhs.shape[1]) if transpose_rhs
+                        else (rhs.shape[1], rhs.shape[2]))
+        _same_dim(lhs.shape[1], k_dim,
+                  "'lhs' columns and the reduction size of 'rhs'", op)
+        if transpose_rhs:
+            attrs["transpose_rhs"] = True
+        if bias is not None:
+            bias = operand(bias, "bias")
+            extra += f" bias({bias.name} : {bias.type})"
+        if lora is not None:
+            if not isinstance(lora, (tuple, list)) or len(lora) != 2:
+                raise ValueError(f"{op}: 'lora' must be a pair (A, B)")
+            a, bb = operand(lora[0], "lora[0]"), operand(lora[1], "lora[1]")
+            extra += f" lora({a.name}, {bb.name} : {a.type}, {bb.type})"
+            if lora_scaling != 1.0:
+                attrs["lora_scaling"] = f"{_float(lora_scaling)} : f32"
+        out_cols = n_dim
+        if activation is not None:
+            _choice(activation, "activation", op, ("swiglu",))
+            if isinstance(n_dim, int) and n_dim % 2:
+                raise ValueError(f"{op}: activation='swiglu' needs an even "
+                                 f"output width, got {n_dim}")
+            attrs["activation"] = "#moe.activation<swiglu>"
+            out_cols = n_dim // 2
+        if row_scale is not None:
+            row_scale = operand(row_scale, "row_scale")
+            extra += f" row_scale({row_scale.name} : {row_scale.type})"
+        if scatter is not None:
+            scatter = operand(scatter, "scatter")
+            extra += f" scatter({scatter.name} : {scatter.type})"
+            weights = None
+            if scatter_weights is not None:
+                weights = operand(scatter_weights, "scatter_weights")
+                extra += (f" scatter_weights({weights.name} : "
+                          f"{weights.type})")
+            if gather is not None:
+                rows = lhs.shape[0]
+            else:
+                rows = _token_rows(scatter, k, weights)
+        elif scatter_weights is not None:
+            raise ValueError(f"{op}: 'scatter_weights' needs 'scatter'")
+        out_shape = (rows, out_cols)
+    if fp8 != (scales is not None):
+        raise ValueError(f"{op}: 'scales' are required for FP8 operands and "
+                         f"rejected otherwise")
+    if scales is not None:
+        if not isinstance(scales, (tuple, list)) or len(scales) != 2:
+            raise ValueError(f"{op}: 'scales' must be a pair (sx, sw)")
+        sx, sw = operand(scales[0], "scales[0]"), operand(scales[1],
+                                                          "scales[1]")
+        extra += f" scales({sx.name}, {sw.name} : {sx.type}, {sw.type})"
+        if scale_group != 128:
+            attrs["scale_group"] = (
+                f"{_positive(scale_group, 'scale_group', op)} : i64")
+    out = b.fresh(out_shape, out_dtype)
+    b.emit(f"{out.name} = moe.grouped_matmul {lhs.name}, {rhs.name}, "
+           f"{offsets.name}{extra}{_attr_dict(attrs)} : {lhs.type}, "
+           f"{rhs.type}, {offsets.type} -> {out.type}")
+    return out
+
+
+def _gate_up(x: Value, arg: str, op: str) -> Dim:
+    _rank(x, 2, arg, op)
+    cols = x.shape[1]
+    if isinstance(cols, int) and cols % 2:
+        raise ValueError(f"{op}: '{arg}' must have an even number of columns "
+                         f"(gate and up), got {cols}")
+    return cols
+
+
+def _layout_attr(layout: str, op: str) -> dict:
+    _choice(layout, "layout", op, ("halves", "interleaved"))
+    return {"layout": "#moe.layout<interleaved>"} if layout != "halves" else {}
+
+
+def swiglu(x, *, layout: str = "halves", out_dtype=None) -> Value:
+    """silu(gate) * up: [M, 2I] -> [M, I]."""
+    op = "swiglu"
+    x = check_value(x, "x", op)
+    cols = _gate_up(x, "x", op)
+    attrs = _layout_attr(layout, op)
+    b = current_builder()
+    out = b.fresh((x.shape[0], cols // 2),
+                  _dtypes.canonical(out_dtype or x.dtype, "out_dtype"))
+    b.emit(f"{out.name} = moe.swiglu {x.name}{_attr_dict(attrs)} : {x.type} "
+           f"-> {out.type}")
+    return out
+
+
+def swiglu_grad(x, grad_output, *, layout: str = "halves",
+                out_dtype=None) -> Value:
+    """The gradient of swiglu with respect to its input: [M, 2I]."""
+    op = "swiglu_grad"
+    x = check_value(x, "x", op)
+    dy = check_value(grad_output, "grad_output", op)
+    _gate_up(x, "x", op)
+    _rank(dy, 2, "grad_output", op)
+    attrs = _layout_attr(layout, op)
+    b = current_builder()
+    out = b.fresh(x.shape, _dtypes.canonical(out_dtype or x.dtype,
+                                             "out_dtype"))
+    b.emit(f"{out.name} = moe.swiglu_grad {x.name}, {dy.name}"
+           f"{_attr_dict(attrs)} : {x.type}, {dy.type} -> {out.type}")
+    return out
+
+
+def _scale_rows_colwise(rows: Dim, experts: int, group: int) -> Dim:
+    if isinstance(rows, Sym):
+        return Sym()
+    return (rows + min(experts, rows) * (group - 1)) // group
+
+
+def quantize(x, *, group_size: int = 128, dtype="f8E4M3FN",
+             axis: str = "rowwise", offsets=None, pow2_scale: bool = False):
+    """FP8 with per-group scales: returns (data [M, K], scales).
+
+    Row-wise scales are [M, ceil(K/g)]; column-wise ones (`axis="colwise"`,
+    groups of g rows inside each expert group given by `offsets`) are
+    [(M + min(E, M)*(g-1)) / g, K].
+    """
+    op = "quantize"
+    x = check_value(x, "x", op)
+    _rank(x, 2, "x", op)
+    _dtype_in(x, _dtypes.FLOATS, "x", op)
+    group = _positive(group_size, "group_size", op)
+    dtype = _dtypes.canonical(dtype, "dtype")
+    if dtype not in _dtypes.FP8:
+        raise ValueError(f"{op}: 'dtype' must be FP8 (f8E4M3FN or f8E5M2), "
+                         f"got {dtype}")
+    _choice(axis, "axis", op, ("rowwise", "colwise"))
+    attrs: dict = {}
+    extra = ""
+    if axis == "colwise":
+        if offsets is None:
+            raise ValueError(f"{op}: axis='colwise' needs 'offsets'")
+        offsets = check_value(offsets, "offsets", op)
+        extra = f" offsets({offsets.name} : {offsets.type})"
+        attrs["axis"] = "#moe.axis<colwise>"
+        scale_shape = (_scale_rows_colwise(x.shape[0], offsets.shape[0],
+                                           group), x.shape[1])
+    else:
+        if offsets is not None:
+            raise ValueError(f"{op}: 'offsets' is for axis='colwise' only")
+        scale_shape = (x.shape[0], -(-x.shape[1] // group))
+    if pow2_scale:
+        attrs["pow2_scale"] = True
+    b = current_builder()
+    data = b.fresh(x.shape, dtype)
+    scales = b.fresh(scale_shape, "f32")
+    b.emit(f"{data.name}, {scales.name} = moe.quantize {x.name}{extra} "
+           f"group_size = {group}{_attr_dict(attrs)} : {x.type} -> "
+           f"{data.type}, {scales.type}")
+    return data, scales
+
+
+def dequantize(data, scales, *, group_size: int, dtype="bf16",
+               axis: str = "rowwise", offsets=None, codebook=None,
+               experts=None) -> Value:
+    """FP8 data times its group scales ([M, K]), or NF4 expert weights:
+    `data` ui8 [E, K, N/2] with `codebook` [16] f32 and absmax `scales`,
+    optionally only the `experts` [S] given, to [S or E, K, N]."""
+    op = "dequantize"
+    data = check_value(data, "data", op)
+    scales = check_value(scales, "scales", op)
+    group = _positive(group_size, "group_size", op)
+    dtype = _dtypes.canonical(dtype, "dtype")
+    _choice(axis, "axis", op, ("rowwise", "colwise"))
+    attrs = {"axis": "#moe.axis<colwise>"} if axis == "colwise" else {}
+    extra = ""
+    if offsets is not None:
+        offsets = check_value(offsets, "offsets", op)
+        extra += f" offsets({offsets.name} : {offsets.type})"
+    if data.dtype == "ui8":
+        _rank(data, 3, "data", op)
+        if codebook is None:
+            raise ValueError(f"{op}: NF4 data (ui8) needs 'codebook'")
+        codebook = check_value(codebook, "codebook", op)
+        extra += f" codebook({codebook.name} : {codebook.type})"
+        count = data.shape[0]
+        if experts is not None:
+            experts = check_value(experts, "experts", op)
+            _rank(experts, 1, "experts", op)
+            extra += f" experts({experts.name} : {experts.type})"
+            count = experts.shape[0]
+        shape = (count, data.shape[1], data.shape[2] * 2)
+    elif data.dtype in _dtypes.FP8:
+        _rank(data, 2, "data", op)
+        if codebook is not None or experts is not None:
+            raise ValueError(f"{op}: 'codebook' and 'experts' are for NF4 "
+                             f"(ui8) data only")
+        shape = data.shape
+    else:
+        raise ValueError(f"{op}: 'data' must be FP8 or ui8 (NF4), got "
+                         f"{data.dtype}")
+    b = current_builder()
+    out = b.fresh(shape, dtype)
+    b.emit(f"{out.name} = moe.dequantize {data.name}, {scales.name}{extra} "
+           f"group_size = {group}{_attr_dict(attrs)} : {data.type}, "
+           f"{scales.type} -> {out.type}")
+    return out

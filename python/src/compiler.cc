@@ -1,0 +1,230 @@
+//===- compiler.cc - moec._compiler: moe IR to bundles, from Python -------===//
+//
+// Part of moec. Links MLIR: parses and verifies moe-dialect modules the
+// Python tracer writes, prints them at each pipeline stage, compiles them to
+// bundle bytes, and runs host entries through the JIT (HostProgram). Every
+// MLIR diagnostic is collected and raised as CompileError with its source
+// location.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PyStatus.h"
+
+#include "moec/Dialect/Moe/IR/MoeDialect.h"
+#include "moec/Runtime/Executor.h"
+#include "moec/Target/HostJit.h"
+#include "moec/Target/Target.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Parser/Parser.h"
+
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <tuple>
+
+namespace py = pybind11;
+using namespace mlir;
+
+namespace {
+
+/// Raised for IR that does not parse, verify or lower; the message holds
+/// every diagnostic with its location.
+class CompileError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A context with every dialect the pipelines use, a parsed module, and the
+/// diagnostics emitted while working on it.
+struct Session {
+  MLIRContext context;
+  llvm::SourceMgr sourceMgr;
+  std::string diagnostics;
+  llvm::raw_string_ostream diagnosticStream{diagnostics};
+  std::unique_ptr<SourceMgrDiagnosticHandler> handler;
+  OwningOpRef<ModuleOp> module;
+
+  Session(const std::string &text, const std::string &bufferName) {
+    DialectRegistry registry;
+    registerAllDialects(registry);
+    registerAllExtensions(registry);
+    registry.insert<moec::moe::MoeDialect>();
+    moec::registerTargetTranslations(registry);
+    context.appendDialectRegistry(registry);
+    context.loadAllAvailableDialects();
+    handler = std::make_unique<SourceMgrDiagnosticHandler>(
+        sourceMgr, &context, diagnosticStream);
+    sourceMgr.AddNewSourceBuffer(
+        llvm::MemoryBuffer::getMemBufferCopy(text, bufferName), SMLoc());
+    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    if (!module)
+      fail("the module does not parse or verify");
+  }
+
+  [[noreturn]] void fail(const std::string &what) {
+    throw CompileError(what + (diagnostics.empty() ? "" : ":\n") +
+                       diagnostics);
+  }
+};
+
+moec::TileOverride toTile(const py::dict &tile) {
+  moec::TileOverride out;
+  for (auto [key, value] : tile) {
+    std::string name = py::str(key);
+    int64_t v = py::cast<int64_t>(value);
+    if (name == "m")
+      out.m = v;
+    else if (name == "n")
+      out.n = v;
+    else if (name == "k")
+      out.k = v;
+    else if (name == "threads")
+      out.threads = v;
+    else
+      throw py::value_error("tile: unknown field '" + name +
+                            "' (expected m, n, k, threads)");
+  }
+  return out;
+}
+
+std::string print(Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  op->print(os);
+  return text;
+}
+
+using ArraySpec = std::tuple<uintptr_t, std::string, std::vector<int64_t>>;
+
+std::vector<moec::rt::ArrayRef> toArrays(const std::vector<ArraySpec> &specs) {
+  std::vector<moec::rt::ArrayRef> arrays;
+  for (const auto &[address, dtype, shape] : specs) {
+    moec::rt::ArrayRef array;
+    array.data = reinterpret_cast<void *>(address);
+    if (!moec::rt::parseElemType(dtype, array.elem))
+      throw py::value_error("unknown element type '" + dtype + "'");
+    array.shape = shape;
+    arrays.push_back(std::move(array));
+  }
+  return arrays;
+}
+
+/// A module JIT-compiled for the host CPU; runs entries on host memory.
+class HostModule {
+public:
+  HostModule(const std::string &text, const py::dict &tile)
+      : session_(std::make_unique<Session>(text, "<moec host module>")) {
+    moec::TileOverride override = toTile(tile);
+    {
+      py::gil_scoped_release release;
+      auto program = moec::HostProgram::create(*session_->module, override);
+      if (succeeded(program))
+        program_ = std::move(*program);
+    }
+    if (!program_)
+      session_->fail("lowering for the host failed");
+  }
+
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const moec::rt::Entry &entry : program_->entries())
+      names.push_back(entry.name);
+    return names;
+  }
+
+  void run(const std::string &name, const std::vector<ArraySpec> &inputs,
+           const std::vector<ArraySpec> &outputs) {
+    const moec::rt::Entry *entry = program_->find(name);
+    if (!entry)
+      throw py::key_error("no function named '" + name + "'");
+    std::vector<moec::rt::ArrayRef> in = toArrays(inputs);
+    std::vector<moec::rt::ArrayRef> out = toArrays(outputs);
+    py::gil_scoped_release release;
+    moec::throwIfError(moec::rt::runEntry(*entry, in, out, *program_));
+  }
+
+private:
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<moec::HostProgram> program_;
+};
+
+} // namespace
+
+PYBIND11_MODULE(_compiler, m) {
+  m.doc() = "moec's compiler (MLIR): verify, lower, compile, run on the host";
+  moec::registerStatusExceptions(m);
+  py::register_local_exception<CompileError>(m, "CompileError",
+                                             PyExc_ValueError);
+
+  m.def("version", [] { return std::string("moec 0.1"); });
+  m.def("stages", [] { return moec::loweringStages(); });
+  m.def(
+      "verify",
+      [](const std::string &text) {
+        Session session(text, "<moec module>");
+        return print(*session.module);
+      },
+      py::arg("text"),
+      "Parses and verifies a module; returns it printed (canonical form).");
+  m.def(
+      "lower",
+      [](const std::string &text, const std::string &stage,
+         const py::dict &tile) {
+        Session session(text, "<moec module>");
+        moec::TileOverride override = toTile(tile);
+        FailureOr<OwningOpRef<ModuleOp>> lowered = failure();
+        {
+          py::gil_scoped_release release;
+          lowered = moec::lowerToStage(*session.module, stage, override);
+        }
+        if (failed(lowered))
+          session.fail("lowering to '" + stage + "' failed");
+        return print(**lowered);
+      },
+      py::arg("text"), py::arg("stage"), py::arg("tile") = py::dict(),
+      "The module lowered to `stage` (see stages()), printed.");
+  m.def(
+      "compile",
+      [](const std::string &text, const std::vector<std::string> &targets,
+         const py::dict &tile, bool keepAssembly) {
+        Session session(text, "<moec module>");
+        moec::CompileOptions options;
+        options.targets = targets;
+        options.tile = toTile(tile);
+        options.keepAssembly = keepAssembly;
+        moec::CompileResult result;
+        bool ok;
+        {
+          py::gil_scoped_release release;
+          ok = succeeded(moec::compileModule(*session.module, options, result));
+        }
+        if (!ok)
+          session.fail("compilation failed");
+        std::vector<uint8_t> bytes;
+        moec::throwIfError(moec::rt::writeBundle(result.bundle, bytes));
+        return py::make_tuple(
+            py::bytes(reinterpret_cast<const char *>(bytes.data()),
+                      bytes.size()),
+            result.notes, result.assembly);
+      },
+      py::arg("text"), py::arg("targets"), py::arg("tile") = py::dict(),
+      py::arg("keep_assembly") = false,
+      "Compiles every function for every target: (bundle bytes, notes, "
+      "[(entry and target, assembly)]).");
+
+  py::class_<HostModule>(m, "HostModule")
+      .def(py::init<const std::string &, const py::dict &>(), py::arg("text"),
+           py::arg("tile") = py::dict())
+      .def_property_readonly("entries", &HostModule::entries)
+      .def("run", &HostModule::run, py::arg("name"), py::arg("inputs"),
+           py::arg("outputs"),
+           "Runs function `name` on host arrays (address, dtype, shape).");
+}

@@ -1,0 +1,90 @@
+"""The on-disk compile cache, and AOT bundles."""
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import moec
+from moec import _native, ops
+
+pytestmark = pytest.mark.compiler
+
+
+def make_kernel(cols=8):
+    def act(x):
+        return ops.swiglu(x)
+    return moec.kernel(act, signature={"x": moec.Tensor["T", cols, "f32"]})
+
+
+def test_second_compile_reads_the_cache(private_cache, monkeypatch):
+    first = moec.compile(make_kernel(), target=["host", "sm_90a"])
+    files = [f for _, _, fs in os.walk(private_cache) for f in fs]
+    assert any(f.endswith(".moecb") for f in files)
+
+    # A second compile of the same IR and options must not run the compiler.
+    class NoCompiler:
+        def __getattr__(self, name):
+            real = getattr(_native.compiler(), name)
+            if name == "compile":
+                raise AssertionError("the compiler ran on a cache hit")
+            return real
+    monkeypatch.setattr(_native, "compiler", lambda real=_native.compiler():
+                        NoCompiler() if True else real)
+    second = moec.compile(make_kernel(), target=["host", "sm_90a"])
+    assert second.to_bytes() == first.to_bytes()
+    assert second.notes == first.notes
+
+
+def test_cache_key_covers_ir_and_options(private_cache):
+    moec.compile(make_kernel(8), target="host")
+    moec.compile(make_kernel(16), target="host")          # other IR
+    moec.compile(make_kernel(8), target="sm_90a")         # other target
+    moec.compile(make_kernel(8), target="host", tile={"threads": 64})
+    bundles = [f for _, _, fs in os.walk(private_cache) for f in fs
+               if f.endswith(".moecb")]
+    assert len(bundles) == 4
+
+
+def test_corrupt_cache_entry_is_recompiled(private_cache):
+    moec.compile(make_kernel(), target="host")
+    for root, _, files in os.walk(private_cache):
+        for f in files:
+            if f.endswith(".moecb"):
+                with open(os.path.join(root, f), "wb") as file:
+                    file.write(b"not a bundle")
+    bundle = moec.compile(make_kernel(), target="host")
+    x = np.ones((2, 8), np.float32)
+    assert bundle(x).shape == (2, 4)
+
+
+def test_aot_save_load(tmp_path, rng):
+    @moec.kernel
+    def act(x: moec.Tensor["T", 8, "bf16"]):
+        return ops.swiglu(x)
+
+    bundle = moec.compile(act, target=["sm_90a", "host"])
+    path = tmp_path / "act.moecb"
+    bundle.save(path)
+    loaded = moec.load(path)
+    assert loaded.to_bytes() == bundle.to_bytes()
+    assert loaded.targets == ["host", "sm_90a"]
+    entry = loaded.entry("act", "sm_90a")
+    assert entry.binary_kind in ("cubin", "ptx")
+    assert [b.dtype for b in entry.inputs] == ["bf16"]
+    x = rng.standard_normal((3, 8)).astype(ml_dtypes.bfloat16)
+    # The in-process bundle runs on the host; a loaded one cannot (yet).
+    assert bundle(x).shape == (3, 4)
+    with pytest.raises(moec.MoecError, match="runtime cannot load host "
+                       "objects"):
+        loaded(x)
+
+
+def test_load_rejects_garbage(tmp_path):
+    path = tmp_path / "bad.moecb"
+    path.write_bytes(b"MOEC" + b"\0" * 40)
+    with pytest.raises(moec.MoecError, match="invalid bundle"):
+        moec.load(path)
+    with pytest.raises(FileNotFoundError):
+        moec.load(tmp_path / "missing.moecb")

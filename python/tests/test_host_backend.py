@@ -1,0 +1,111 @@
+"""Kernels on the host backend against float64 references (numpy arrays)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import moec
+from moec import ops
+
+from conftest import rel_error
+import reference
+
+pytestmark = pytest.mark.compiler
+BF16 = ml_dtypes.bfloat16
+
+
+@pytest.fixture(scope="module")
+def layer_bundle():
+    # E8 H40 I20 k2: 40 and 20 are not multiples of the 16x16 matmul tile.
+    kernel = moec.kernel(
+        _layer, signature={"x": moec.Tensor["T", 40, "bf16"],
+                           "gate": moec.Tensor[8, 40, "bf16"],
+                           "w1": moec.Tensor[8, 40, 40, "bf16"],
+                           "w2": moec.Tensor[8, 40, 20, "bf16"]})
+    return moec.compile(kernel, target="host", cache=False)
+
+
+def _layer(x, gate, w1, w2):
+    logits = ops.matmul(x, gate, transpose_rhs=True)
+    w, ids = ops.router_topk(logits, k=2, renormalize=True)
+    _, slots, offsets = ops.sort_by_expert(ids, 8)
+    rows = ops.permute(x, slots, offsets, k=2)
+    h = ops.grouped_matmul(rows, w1, offsets, transpose_rhs=True)
+    d = ops.grouped_matmul(ops.swiglu(h), w2, offsets, transpose_rhs=True)
+    return ops.unpermute(d, slots, offsets, k=2, weights=w)
+
+
+def _weights(rng, bias_to=None):
+    gate = rng.standard_normal((8, 40))
+    if bias_to is not None:  # every token routes to these experts
+        gate[bias_to] += 50.0
+    return (gate.astype(BF16),
+            (rng.standard_normal((8, 40, 40)) * 0.2).astype(BF16),
+            (rng.standard_normal((8, 40, 20)) * 0.2).astype(BF16))
+
+
+@pytest.mark.parametrize("tokens,bias_to", [
+    (37, None),        # ragged groups
+    (1, None),         # one token: six experts get nothing
+    (29, [3, 5]),      # all tokens to experts 3 and 5, the rest empty
+])
+def test_moe_layer_matches_float64(layer_bundle, rng, tokens, bias_to):
+    x = rng.standard_normal((tokens, 40))
+    if bias_to is not None:
+        x = np.abs(x)  # positive features make the biased gate rows win
+    x = x.astype(BF16)
+    gate, w1, w2 = _weights(rng, bias_to)
+    y = layer_bundle(x, gate, w1, w2)
+    assert y.shape == (tokens, 40) and y.dtype == BF16
+    ref, ids = reference.moe_block(x, gate, w1, w2, k=2)
+    if bias_to is not None:
+        assert set(np.unique(ids)) == set(bias_to)
+    assert rel_error(y, ref) < 2e-2
+
+
+def test_routing_ops_match_reference(rng):
+    @moec.kernel
+    def route(logits: moec.Tensor["T", 16, "f32"]):
+        w, ids = ops.router_topk(logits, k=4, renormalize=True)
+        sorted_ids, slots, offsets = ops.sort_by_expert(ids, 16)
+        return w, ids, sorted_ids, slots, offsets
+
+    logits = rng.standard_normal((50, 16)).astype(np.float32)
+    w, ids, sorted_ids, slots, offsets = route(logits)
+    ref_w, ref_ids = reference.router_topk(logits, 4, renormalize=True)
+    np.testing.assert_array_equal(ids, ref_ids)
+    assert rel_error(w, ref_w) < 1e-5
+    ref_sorted, ref_slots, ref_offsets = reference.sort_by_expert(ids, 16)
+    np.testing.assert_array_equal(slots, ref_slots)
+    np.testing.assert_array_equal(sorted_ids, ref_sorted)
+    np.testing.assert_array_equal(offsets, ref_offsets)
+
+
+def test_quantize_rowwise_round_trip(rng):
+    @moec.kernel
+    def quant(x: moec.Tensor["T", 200, "f32"]):
+        q, s = ops.quantize(x, group_size=128, pow2_scale=True)
+        return q, s, ops.dequantize(q, s, group_size=128, dtype="f32")
+
+    x = rng.standard_normal((9, 200)).astype(np.float32) * 3
+    q, s, back = quant(x)
+    assert q.dtype == np.dtype(ml_dtypes.float8_e4m3fn) and s.shape == (9, 2)
+    for row in range(9):
+        for g, cols in enumerate((slice(0, 128), slice(128, 200))):
+            amax = np.abs(x[row, cols]).max()
+            scale = 2.0 ** np.ceil(np.log2(amax / 448.0))
+            assert s[row, g] == pytest.approx(scale)
+    assert rel_error(back, x) < 0.05  # e4m3 keeps 3 mantissa bits
+
+
+def test_outputs_into_given_arrays(rng):
+    @moec.kernel
+    def act(x: moec.Tensor["T", 8, "f32"]):
+        return ops.swiglu(x)
+
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    out = np.full((5, 4), np.nan, dtype=np.float32)
+    result = act(x, out=out)
+    assert result is out
+    g, u = x[:, :4].astype(np.float64), x[:, 4:].astype(np.float64)
+    assert rel_error(out, reference.silu(g) * u) < 1e-6

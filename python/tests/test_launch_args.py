@@ -1,0 +1,90 @@
+"""Every launch argument is validated before anything runs."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import moec
+from moec import ops
+
+pytestmark = pytest.mark.compiler
+
+
+@pytest.fixture(scope="module")
+def grouped():
+    @moec.kernel
+    def grouped(x: moec.Tensor["T", 12, "f32"], ids: moec.Tensor["T", 2, "i32"],
+                w: moec.Tensor[4, 12, 6, "f32"]):
+        _, slots, offsets = ops.sort_by_expert(ids, 4)
+        rows = ops.permute(x, slots, offsets, k=2)
+        return ops.grouped_matmul(rows, w, offsets)
+
+    return grouped.compile("host", cache=False).entry("grouped")
+
+
+def args(rng, tokens=5):
+    return (rng.standard_normal((tokens, 12)).astype(np.float32),
+            rng.integers(0, 4, (tokens, 2)).astype(np.int32),
+            rng.standard_normal((4, 12, 6)).astype(np.float32))
+
+
+def test_entry_describes_itself(grouped):
+    assert [b.name for b in grouped.inputs] == ["x", "ids", "w"]
+    assert grouped.inputs[0].dims == ("T", "12")
+    assert grouped.outputs[0].dims == ("T*2", "6")
+    assert "grouped [host]" in repr(grouped)
+
+
+def test_runs_and_sizes_follow_T(grouped, rng):
+    for tokens in (1, 7):
+        out = grouped(*args(rng, tokens))
+        assert out.shape == (2 * tokens, 6)
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda a: (a[0].astype(np.float64), a[1], a[2]),
+     "'x': expected element type f32, got float64"),
+    (lambda a: (a[0], a[1], a[2][:, :, :5].copy()),
+     r"'w': expected shape \[4, 12, 6\], got \[4, 12, 5\]"),
+    (lambda a: (a[0], a[1][:3], a[2]),
+     r"'ids': expected shape \[5, 2\], got \[3, 2\]"),
+    (lambda a: (a[0][None], a[1], a[2]), "'x': expected rank 2"),
+    (lambda a: (np.asfortranarray(a[0]), a[1], a[2]),
+     "'x': must be contiguous"),
+    (lambda a: (a[0], np.full_like(a[1], 4), a[2]),
+     r"'ids': expert ids must be in \[0, 4\), got values in \[4, 4\]"),
+    (lambda a: (a[0], a[1], [1, 2]), "'w': expected a torch tensor, a numpy"),
+])
+def test_bad_arguments_raise_naming_them(grouped, rng, mutate, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        grouped(*mutate(args(rng)))
+
+
+def test_argument_count_and_out(grouped, rng):
+    x, ids, w = args(rng)
+    with pytest.raises(TypeError, match=r"takes 3 inputs \(x, ids, w\), got 2"):
+        grouped(x, ids)
+    with pytest.raises(ValueError, match=r"'out\[result0\]': expected shape"):
+        grouped(x, ids, w, out=np.empty((3, 6), np.float32))
+    with pytest.raises(ValueError, match="'out': grouped has 1 outputs, got 2"):
+        grouped(x, ids, w, out=(np.empty((10, 6), np.float32),) * 2)
+
+
+def test_values_check_can_be_skipped(grouped, rng):
+    x, ids, w = args(rng)
+    ids[0, 0] = 1  # still in range: skipping the check changes nothing
+    a = grouped(x, ids, w)
+    b = grouped(x, ids, w, check_values=False)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_cuda_entry_rejects_host_arrays(rng, tmp_path):
+    @moec.kernel
+    def act(x: moec.Tensor["T", 8, "bf16"]):
+        return ops.swiglu(x)
+
+    bundle = act.compile("sm_90a")
+    x = rng.standard_normal((3, 8)).astype(ml_dtypes.bfloat16)
+    with pytest.raises(ValueError, match="'x': expected an array on a CUDA "
+                       "device for this entry, got one on cpu"):
+        bundle.entry("act", "sm_90a")(x)

@@ -1,0 +1,152 @@
+"""Tracing kernels into moe IR, and argument errors at trace time."""
+
+import pytest
+
+import moec
+from moec import ops
+
+pytestmark = pytest.mark.compiler
+
+
+def test_tensor_spec_checks_dims():
+    spec = moec.Tensor["T", 2048, "bf16"]
+    assert repr(spec) == "Tensor[T, 2048, bf16]"
+    with pytest.raises(ValueError, match="only symbolic size is 'T'"):
+        moec.Tensor["N", 4, "f32"]
+    with pytest.raises(ValueError, match="first dimension"):
+        moec.Tensor[4, "T", "f32"]
+    with pytest.raises(ValueError, match="'dtype': unsupported element type"):
+        moec.Tensor[4, "complex64"]
+    with pytest.raises(TypeError, match="moec.Tensor"):
+        moec.Tensor[4]
+
+
+def test_every_op_traces_and_verifies():
+    @moec.kernel
+    def everything(x: moec.Tensor["T", 64, "bf16"],
+                   gate: moec.Tensor[8, 64, "bf16"],
+                   w1: moec.Tensor[8, 48, 64, "bf16"],
+                   w2: moec.Tensor[8, 64, 24, "bf16"],
+                   bias: moec.Tensor[8, 48, "bf16"],
+                   packed: moec.Tensor[4, 6, 8, "ui8"],
+                   absmax: moec.Tensor[4, 6, "f32"],
+                   codebook: moec.Tensor[16, "f32"],
+                   experts: moec.Tensor[3, "i32"]):
+        logits = ops.matmul(x, gate, transpose_rhs=True)
+        w, ids = ops.router_topk(logits, k=2, renormalize=True)
+        _, slots, offsets = ops.sort_by_expert(ids, 8, align=4)
+        rows, probs = ops.permute(x, slots, offsets, k=2, probs=w)
+        h = ops.grouped_matmul(rows, w1, offsets, transpose_rhs=True,
+                               bias=bias)
+        a = ops.swiglu(h)
+        da = ops.swiglu_grad(h, a)
+        q, s = ops.quantize(a, group_size=8)
+        a2 = ops.dequantize(q, s, group_size=8)
+        d = ops.grouped_matmul(a2, w2, offsets, transpose_rhs=True,
+                               row_scale=probs)
+        y = ops.unpermute(d, slots, offsets, k=2)
+        nf4 = ops.dequantize(packed, absmax, group_size=16,
+                             codebook=codebook, experts=experts)
+        return y, da, nf4
+
+    text = everything.ir("moe")
+    for op in ("linalg.matmul", "moe.router_topk", "moe.sort_by_expert",
+               "align = 4", "moe.permute", "probs(", "moe.grouped_matmul",
+               "bias(", "moe.swiglu", "moe.swiglu_grad", "moe.quantize",
+               "moe.dequantize", "row_scale(", "moe.unpermute", "codebook("):
+        assert op in text, op
+    assert "tensor<3x6x16xbf16>" in text
+
+
+def test_ir_at_each_stage_and_fusion():
+    @moec.kernel
+    def layer(x: moec.Tensor["T", 40, "bf16"], w: moec.Tensor[8, 40, 40, "bf16"],
+              ids: moec.Tensor["T", 2, "i32"]):
+        _, slots, offsets = ops.sort_by_expert(ids, 8)
+        rows = ops.permute(x, slots, offsets, k=2)
+        return ops.swiglu(ops.grouped_matmul(rows, w, offsets))
+
+    optimized = layer.ir("optimized")
+    # permute fused into the matmul prologue, swiglu into its epilogue
+    assert "gather(" in optimized and "moe.permute" not in optimized
+    assert "#moe.activation<swiglu>" in optimized and "#moe.tile<" in optimized
+    tiled = layer.ir("optimized", tile={"m": 32, "n": 8})
+    assert "m = 32, n = 8" in tiled
+    assert "gpu.launch_func" in layer.ir("kernels")
+    assert "llvm.func" in layer.ir("host")
+    with pytest.raises(ValueError, match="'stage': expected one of"):
+        layer.ir("ptx-ish")
+
+
+def test_print_ir_is_one_call(capsys):
+    @moec.kernel
+    def act(x: moec.Tensor["T", 8, "f32"]):
+        return ops.swiglu(x)
+
+    act.print_ir()
+    printed = capsys.readouterr().out
+    for stage in ("moe", "optimized", "kernels"):
+        assert f"act at stage '{stage}'" in printed
+
+
+def trace(fn, **specs):
+    return moec.kernel(fn, signature=specs).module
+
+
+def test_errors_name_the_argument():
+    f32 = lambda *d: moec.Tensor[(*d, "f32")]
+    with pytest.raises(ValueError, match="router_topk: 'k' \\(9\\) exceeds"):
+        trace(lambda l: ops.router_topk(l, k=9), l=f32("T", 8))
+    with pytest.raises(ValueError, match="router_topk: 'logits' must have rank"
+                       " 2"):
+        trace(lambda l: ops.router_topk(l, k=1), l=f32(8))
+    with pytest.raises(ValueError, match="sort_by_expert: 'ids' must be i32"):
+        trace(lambda i: ops.sort_by_expert(i, 8), i=f32("T", 2))
+    with pytest.raises(ValueError, match="'align' must be a power of two"):
+        trace(lambda i: ops.sort_by_expert(i, 8, align=3),
+              i=moec.Tensor["T", 2, "i32"])
+    with pytest.raises(ValueError, match="'lhs' columns and the reduction"):
+        trace(lambda x, w, o: ops.grouped_matmul(x, w, o),
+              x=f32("T", 8), w=f32(4, 9, 8), o=moec.Tensor[4, "i32"])
+    with pytest.raises(ValueError, match="'scales' are required for FP8"):
+        trace(lambda x, w, o: ops.grouped_matmul(x, w, o),
+              x=moec.Tensor["T", 8, "f8E4M3FN"],
+              w=moec.Tensor[4, 8, 8, "f8E4M3FN"], o=moec.Tensor[4, "i32"])
+    with pytest.raises(TypeError, match="'logits' must be a tensor of the "
+                       "traced kernel"):
+        trace(lambda l: ops.router_topk([1.0], k=1), l=f32("T", 8))
+    with pytest.raises(RuntimeError, match="inside a function decorated"):
+        ops.swiglu(None)
+
+
+def test_kernel_needs_annotations_and_tensor_results():
+    with pytest.raises(TypeError, match="parameter 'x' needs a type"):
+        moec.kernel(lambda x: x)
+    with pytest.raises(TypeError, match="must return a moec tensor"):
+        moec.kernel(lambda x: 3, signature={"x": moec.Tensor[4, "f32"]}).module
+
+
+def test_verifier_errors_become_compile_errors():
+    bad = """
+func.func @bad(%ids: tensor<?x2xi32>) -> tensor<?xi32> {
+  %s, %slots, %o = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  return %slots : tensor<?xi32>
+}"""
+    with pytest.raises(moec.CompileError) as info:
+        moec.compile(bad, target="host")
+    message = str(info.value)
+    assert "error:" in message and "offsets" in message
+    with pytest.raises(moec.CompileError, match="does not parse"):
+        moec.ir("func.func @f( {", "moe")
+
+
+def test_tile_option_checked():
+    @moec.kernel
+    def act(x: moec.Tensor["T", 8, "f32"]):
+        return ops.swiglu(x)
+
+    with pytest.raises(ValueError, match="unknown field 'q'"):
+        act.compile("host", tile={"q": 1})
+    with pytest.raises(ValueError, match="'target': unknown target"):
+        act.compile("tpu")
