@@ -7,6 +7,20 @@ packages=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools clang-22 lld-22
   pybind11-dev libgtest-dev cmake ninja-build ccache
 )
+requirements="$(dirname "$0")/../python/requirements-test.txt"
+
+# Python test dependencies (pinned) for the python3 on PATH, which the
+# Python package is built for.
+install_python_deps() {
+  if python3 -c "import numpy, pytest, ml_dtypes" 2>/dev/null; then
+    return 0
+  fi
+  echo "install-deps: pip installing $(grep -v '^#' "$requirements" | xargs)"
+  # Debian's own python3 refuses pip without --break-system-packages.
+  python3 -m pip install -q --disable-pip-version-check -r "$requirements" ||
+    python3 -m pip install -q --disable-pip-version-check \
+      --break-system-packages -r "$requirements"
+}
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -15,7 +29,15 @@ for pkg in "${packages[@]}"; do
   fi
 done
 
+if ! python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" 2>/dev/null; then
+  missing+=(python3-dev)  # headers for the pybind11 modules
+fi
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  missing+=(python3-pip)
+fi
+
 if ((${#missing[@]} == 0)); then
+  install_python_deps
   exit 0
 fi
 
@@ -32,4 +54,5 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_python_deps
 echo "install-deps: done"

@@ -96,7 +96,8 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
       continue;
     }
     desc.role = rt::BufferRole::Input;
-    desc.name = "arg" + std::to_string(i);
+    auto argName = func.getArgAttrOfType<StringAttr>(i, "moe.name");
+    desc.name = argName ? argName.getValue().str() : "arg" + std::to_string(i);
     for (int64_t d = 0; d < type.getRank(); ++d) {
       if (!type.isDynamicDim(d)) {
         desc.dims.push_back(std::to_string(type.getDimSize(d)));

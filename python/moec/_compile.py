@@ -7,6 +7,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import sys
 import tempfile
 from typing import Callable, Optional, Sequence, Union
@@ -45,6 +46,9 @@ class Kernel:
                                   param.POSITIONAL_OR_KEYWORD):
                 raise TypeError(f"kernel {self.name}: parameter '{pname}' "
                                 f"must be positional")
+            if re.fullmatch(r"(arg|result|tmp)[0-9]+", pname):
+                raise ValueError(f"kernel {self.name}: parameter name "
+                                 f"'{pname}' is reserved for bundle buffers")
             spec = annotations.get(pname)
             if not isinstance(spec, TensorSpec):
                 raise TypeError(

@@ -149,7 +149,10 @@ class Builder:
         self.lines.append("  " + line)
 
     def finish(self, results: Sequence[Value]) -> str:
-        params = ", ".join(f"{a.name}: {a.type}" for a in self.args)
+        # moe.name carries the parameter name into the bundle (error messages
+        # of launches from a loaded bundle quote it).
+        params = ", ".join(f'{a.name}: {a.type} {{moe.name = "{a.name[1:]}"}}'
+                           for a in self.args)
         types = ", ".join(r.type for r in results)
         ret = f"({types})" if len(results) != 1 else types
         body = "\n".join(self.lines)

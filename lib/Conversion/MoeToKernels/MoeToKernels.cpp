@@ -418,6 +418,10 @@ LogicalResult FuncLowering::run() {
   for (unsigned i = 0; i < numInputs; ++i) {
     Value arg = entry->getArgument(i);
     auto memrefType = cast<MemRefType>(arg.getType());
+    // A user's name for the argument (the Python frontend sets it) becomes
+    // the buffer's name in the bundle, so launch errors can quote it.
+    if (auto argName = oldFunc.getArgAttrOfType<StringAttr>(i, "moe.name"))
+      newFunc.setArgAttr(i, "moe.name", argName);
     bufferOf[oldFunc.getArgument(i)] = arg;
     bufferIndex[arg] = numBuffers++;
     SmallVector<Value> sizes;

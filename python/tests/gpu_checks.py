@@ -1,0 +1,192 @@
+"""GPU checks of the Python package (torch on a CUDA device).
+
+Run by test_gpu.py under pytest, or directly on a machine without pytest:
+
+    PYTHONPATH=build-runtime/python_packages python3 python/tests/gpu_checks.py DIR
+
+DIR holds bundles compiled elsewhere: moe_layer.moecb and
+qwen3_moe_block.moecb (examples/aot_compile.py) and ops.moecb
+(`moec compile test/Integration/ops.mlir --target sm_90a`). Each check
+prints one line and raises AssertionError on failure.
+"""
+
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import moec
+import moec.torch
+
+
+def rel(out, ref) -> float:
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def torch_moe_block(x, gate_w, w_gate_up, w_down, k, norm_topk_prob=True,
+                    router_dtype=torch.float32):
+    """A plain torch Qwen3-MoE block forward (as in transformers), with the
+    router logits computed in `router_dtype` (transformers keeps the model
+    dtype, bf16; moec computes them in f32)."""
+    logits = F.linear(x.to(router_dtype), gate_w.to(router_dtype))
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+    weights, ids = probs.topk(k, dim=-1)
+    if norm_topk_prob:
+        weights = weights / weights.sum(-1, keepdim=True)
+    weights = weights.to(x.dtype)
+    out = torch.zeros_like(x)
+    inter = w_down.shape[2]
+    for e in range(gate_w.shape[0]):
+        token, slot = (ids == e).nonzero(as_tuple=True)
+        if token.numel() == 0:
+            continue
+        h = F.linear(x[token], w_gate_up[e])
+        a = F.silu(h[:, :inter]) * h[:, inter:]
+        out.index_add_(0, token, F.linear(a, w_down[e]) * weights[token, slot,
+                                                                  None])
+    return out
+
+
+def check_moe_module(bundles: str, tokens: int = 512) -> float:
+    """moec.torch.MoE at the Qwen3-30B-A3B shape vs the plain torch block."""
+    torch.manual_seed(1)
+    block = moec.torch.MoE(2048, 768, 128, 8, device="cuda",
+                           bundle=moec.load(os.path.join(
+                               bundles, "qwen3_moe_block.moecb")))
+    # Initialized like a trained router: logits of order 1 (unscaled randn
+    # gives logits of ±45, whose bf16 rounding in the torch block reorders
+    # near-tied experts).
+    hf_like = {"gate.weight": (torch.randn(128, 2048, device="cuda") /
+                               2048 ** 0.5).bfloat16()}
+    for e in range(128):
+        for name, shape in (("gate_proj", (768, 2048)), ("up_proj",
+                            (768, 2048)), ("down_proj", (2048, 768))):
+            hf_like[f"experts.{e}.{name}.weight"] = (
+                torch.randn(shape, device="cuda") / shape[1] ** 0.5).bfloat16()
+    block.load_hf_state_dict(hf_like)
+    x = torch.randn(2, tokens // 2, 2048, device="cuda").bfloat16()
+    with torch.no_grad():
+        y = block(x)
+    ref = torch_moe_block(x.reshape(-1, 2048), block.gate.weight,
+                          block.w_gate_up, block.w_down, 8).reshape(x.shape)
+    err = rel(y, ref)
+    weights = (x.reshape(-1, 2048), block.gate.weight, block.w_gate_up,
+               block.w_down)
+    bf16_router = torch_moe_block(*weights, 8, router_dtype=torch.bfloat16)
+    exact = torch_moe_block(*(t.double() for t in weights), 8,
+                            router_dtype=torch.float64)
+    print(f"moec.torch.MoE Qwen3-30B-A3B T={tokens} vs torch block (bf16, "
+          f"f32 router): rel error {err:.2e}")
+    print(f"  vs float64: moec {rel(y, exact.reshape(x.shape)):.2e}, torch "
+          f"block {rel(ref, exact.reshape(x.shape)):.2e}, torch block with a "
+          f"bf16 router (transformers) {rel(bf16_router, exact):.2e}")
+    assert y.shape == x.shape and y.dtype == torch.bfloat16
+    assert err <= 1e-2, err
+
+    xg = x.clone().requires_grad_(True)
+    try:
+        block(xg).sum().backward()
+    except NotImplementedError as error:
+        print(f"backward raises NotImplementedError: {error}")
+    else:
+        raise AssertionError("backward did not raise NotImplementedError")
+    return err
+
+
+def check_aot_layer(bundles: str) -> float:
+    """The example layer compiled elsewhere vs torch float64, on a side
+    stream, through torch tensors and through a bare DLPack producer."""
+    entry = moec.load(os.path.join(bundles, "moe_layer.moecb")).entry(
+        "moe_layer", "sm_90a")
+    torch.manual_seed(2)
+    E, H, I = 8, 64, 32
+    x = torch.randn(1000, H, device="cuda").bfloat16()
+    gate_w = torch.randn(E, H, device="cuda").bfloat16()
+    w_gate_up = (torch.randn(E, 2 * I, H, device="cuda") / H ** 0.5).bfloat16()
+    w_down = (torch.randn(E, H, I, device="cuda") / I ** 0.5).bfloat16()
+    args = (x, gate_w, w_gate_up, w_down)
+
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        y = entry(*args)           # torch's current stream: `side`
+    side.synchronize()
+    ref = torch_moe_block(*(a.double() for a in args), k=2,
+                          router_dtype=torch.float64)
+    err = rel(y, ref)
+    print(f"AOT moe_layer T=1000 (side stream) vs float64: rel error {err:.2e}")
+    assert err < 1e-2, err
+
+    class DLPackOnly:  # not a torch tensor: goes through the capsule reader
+        def __init__(self, t):
+            self.t = t
+
+        def __dlpack__(self, stream=None):
+            return self.t.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.t.__dlpack_device__()
+
+    out = torch.empty_like(y)
+    entry(*(DLPackOnly(a) for a in args), out=DLPackOnly(out))
+    torch.cuda.synchronize()
+    assert torch.equal(out, y), "DLPack path differs from the torch path"
+    print("DLPack producer (bf16) gives the same result as torch tensors")
+    return err
+
+
+def check_validation(bundles: str) -> None:
+    """Bad arguments raise ValueError naming them, before any launch."""
+    entry = moec.load(os.path.join(bundles, "moe_layer.moecb")).entry(
+        "moe_layer", "sm_90a")
+    x = torch.randn(16, 64, device="cuda").bfloat16()
+    w = (torch.randn(8, 64, device="cuda").bfloat16(),
+         torch.randn(8, 64, 64, device="cuda").bfloat16(),
+         torch.randn(8, 64, 32, device="cuda").bfloat16())
+    cases = [
+        ((x.float(),) + w, "'x': expected element type bf16"),
+        ((x.cpu(),) + w, "'x': expected an array on a CUDA device"),
+        ((torch.randn(17 * 64, device="cuda").bfloat16()[1:1 + 16 * 64]
+          .view(16, 64),) + w, "not 16-byte aligned"),
+        ((x.t().contiguous().t(),) + w, "'x': must be contiguous"),
+        ((x, w[0][:, :32]) + w[1:], "'gate_w': expected shape [8, 64]"),
+    ]
+    for args, message in cases:
+        try:
+            entry(*args)
+        except ValueError as error:
+            assert message in str(error), (message, str(error))
+        else:
+            raise AssertionError(f"no error for: {message}")
+    ops = moec.load(os.path.join(bundles, "ops.moecb")).entry(
+        "permute_unpermute", "sm_90a")
+    ids = torch.randint(0, 8, (10, 2), device="cuda", dtype=torch.int32)
+    ids[3, 1] = 8
+    try:
+        ops(torch.randn(10, 40, device="cuda").bfloat16(), ids,
+            torch.rand(10, 2, device="cuda"))
+    except ValueError as error:
+        assert "expert ids must be in [0, 8)" in str(error), str(error)
+    else:
+        raise AssertionError("expert id 8 of 8 experts was accepted")
+    print(f"validation: {len(cases) + 1} bad launches rejected with the "
+          f"argument named")
+
+
+def main(bundles: str) -> int:
+    print(f"device: {torch.cuda.get_device_name()}, moec "
+          f"{moec.__version__}, compiler here: {moec.has_compiler()}")
+    failures = 0
+    for check in (check_aot_layer, check_moe_module, check_validation):
+        try:
+            check(bundles)
+        except AssertionError as error:
+            failures += 1
+            print(f"FAIL {check.__name__}: {error}")
+    print("PASS" if not failures else f"{failures} FAILED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "."))

@@ -1,0 +1,27 @@
+"""GPU checks (gpu_checks.py) under pytest: need torch, a CUDA GPU and the
+bundles of examples/aot_compile.py + ops.moecb in MOEC_GPU_BUNDLES."""
+
+import os
+
+import pytest
+
+BUNDLES = os.environ.get("MOEC_GPU_BUNDLES")
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not BUNDLES, reason="MOEC_GPU_BUNDLES not set")]
+
+
+@pytest.fixture(scope="module")
+def checks():
+    return pytest.importorskip("gpu_checks")
+
+
+def test_aot_layer(checks):
+    assert checks.check_aot_layer(BUNDLES) < 1e-2
+
+
+def test_moe_module_matches_torch(checks):
+    assert checks.check_moe_module(BUNDLES) <= 1e-2
+
+
+def test_validation(checks):
+    checks.check_validation(BUNDLES)
