@@ -178,14 +178,17 @@ def cache_dir() -> str:
 
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
-    """The compiler's version and a hash of its native module: any rebuild
-    of the compiler gives new cache keys."""
-    compiler = _native.compiler()
-    digest = hashlib.sha256()
-    with open(compiler.__file__, "rb") as file:
-        for chunk in iter(lambda: file.read(1 << 20), b""):
-            digest.update(chunk)
-    return f"{compiler.version()} {digest.hexdigest()[:16]}"
+    """The package version and the compiler module's size and modification
+    time: any rebuild of the compiler gives new cache keys (as ccache keys
+    on a compiler's mtime). Found without importing the module, so a cache
+    hit never loads MLIR."""
+    import importlib.util
+    spec = importlib.util.find_spec("moec._compiler")
+    if spec is None or not spec.origin:
+        _native.compiler()  # raises the explanatory ImportError
+    stat = os.stat(spec.origin)
+    from . import __version__
+    return f"moec {__version__} {stat.st_size} {stat.st_mtime_ns}"
 
 
 def _targets(target) -> list:

@@ -2,9 +2,10 @@
 
 import os
 
-import ml_dtypes
 import numpy as np
 import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import moec
 from moec import _native, ops

@@ -1,8 +1,9 @@
 """Kernels on the host backend against float64 references (numpy arrays)."""
 
-import ml_dtypes
 import numpy as np
 import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import moec
 from moec import ops

@@ -1,8 +1,9 @@
 """Every launch argument is validated before anything runs."""
 
-import ml_dtypes
 import numpy as np
 import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import moec
 from moec import ops

@@ -7,9 +7,10 @@ runtime-only build of the package.
 
 import os
 
-import ml_dtypes
 import numpy as np
 import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import moec
 
