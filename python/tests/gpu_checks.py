@@ -1,23 +1,56 @@
 """GPU checks of the Python package (torch on a CUDA device).
 
-Run by test_gpu.py under pytest, or directly on a machine without pytest:
+First, where the compiler is, write the bundles the checks load:
+
+    PYTHONPATH=build/python_packages python3 python/tests/gpu_checks.py --prepare DIR
+
+then, on the GPU machine (runtime-only package, torch), run them directly
 
     PYTHONPATH=build-runtime/python_packages python3 python/tests/gpu_checks.py DIR
 
-DIR holds bundles compiled elsewhere: moe_layer.moecb and
-qwen3_moe_block.moecb (examples/aot_compile.py) and ops.moecb
-(`moec compile test/Integration/ops.mlir --target sm_90a`). Each check
-prints one line and raises AssertionError on failure.
+or through test_gpu.py under pytest (MOEC_GPU_BUNDLES=DIR). Each check
+prints what it measured and raises AssertionError on failure.
 """
 
 import os
 import sys
 
-import torch
-import torch.nn.functional as F
-
 import moec
-import moec.torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+MIXTRAL_SMALL = dict(hidden_size=64, intermediate_size=32, num_experts=8,
+                     top_k=2, routing="topk_then_softmax")
+
+
+def prepare(bundles: str) -> None:
+    """Compiles every bundle the checks use into `bundles` (needs the
+    compiler, not torch)."""
+    from moec.layers import moe_kernel
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from moe_layer import moe_layer
+    os.makedirs(bundles, exist_ok=True)
+    kernels = {
+        "moe_layer": moe_layer,
+        "qwen3_moe_block": moe_kernel(2048, 768, 128, 8),
+        "mixtral_small_block": moe_kernel(
+            64, 32, 8, 2, routing="topk_then_softmax"),
+        "ops": os.path.join(ROOT, "test", "Integration", "ops.mlir"),
+    }
+    for name, kernel in kernels.items():
+        path = os.path.join(bundles, name + ".moecb")
+        moec.compile(kernel, target="sm_90a").save(path)
+        print("wrote", path)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--prepare"]:
+    prepare(sys.argv[2] if len(sys.argv) > 2 else ".")
+    sys.exit(0)
+
+import torch  # noqa: E402 - the checks need torch, --prepare does not
+import torch.nn.functional as F  # noqa: E402
+
+import moec.torch  # noqa: E402
 
 
 def rel(out, ref) -> float:
@@ -26,15 +59,19 @@ def rel(out, ref) -> float:
 
 
 def torch_moe_block(x, gate_w, w_gate_up, w_down, k, norm_topk_prob=True,
-                    router_dtype=torch.float32):
-    """A plain torch Qwen3-MoE block forward (as in transformers), with the
-    router logits computed in `router_dtype` (transformers keeps the model
-    dtype, bf16; moec computes them in f32)."""
+                    router_dtype=torch.float32, mixtral=False):
+    """A plain torch Qwen3-MoE (or, with `mixtral`, Mixtral) block forward as
+    in transformers, with the router logits computed in `router_dtype`
+    (transformers keeps the model dtype, bf16; moec computes them in f32)."""
     logits = F.linear(x.to(router_dtype), gate_w.to(router_dtype))
-    probs = torch.softmax(logits, dim=-1, dtype=torch.float)
-    weights, ids = probs.topk(k, dim=-1)
-    if norm_topk_prob:
-        weights = weights / weights.sum(-1, keepdim=True)
+    if mixtral:  # top-k of the logits, softmax over the k chosen
+        top, ids = logits.topk(k, dim=-1)
+        weights = torch.softmax(top, dim=-1, dtype=torch.float)
+    else:
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+        weights, ids = probs.topk(k, dim=-1)
+        if norm_topk_prob:
+            weights = weights / weights.sum(-1, keepdim=True)
     weights = weights.to(x.dtype)
     out = torch.zeros_like(x)
     inter = w_down.shape[2]
@@ -93,6 +130,64 @@ def check_moe_module(bundles: str, tokens: int = 512) -> float:
     else:
         raise AssertionError("backward did not raise NotImplementedError")
     return err
+
+
+def check_mixtral_names_and_routing(bundles: str) -> float:
+    """Mixtral parameter names (w1/w3/w2) and top-k-then-softmax routing."""
+    torch.manual_seed(3)
+    block = moec.torch.MoE(**MIXTRAL_SMALL, device="cuda",
+                           bundle=moec.load(os.path.join(
+                               bundles, "mixtral_small_block.moecb")))
+    H, I = 64, 32
+    state = {"gate.weight": (torch.randn(8, H) / H ** 0.5).bfloat16()}
+    for e in range(8):
+        state[f"experts.{e}.w1.weight"] = (torch.randn(I, H) / H ** 0.5).bfloat16()
+        state[f"experts.{e}.w3.weight"] = (torch.randn(I, H) / H ** 0.5).bfloat16()
+        state[f"experts.{e}.w2.weight"] = (torch.randn(H, I) / I ** 0.5).bfloat16()
+    block.load_hf_state_dict({k: v.cuda() for k, v in state.items()})
+    assert torch.equal(block.w_gate_up[5, I:], state["experts.5.w3.weight"]
+                       .cuda())
+    x = torch.randn(333, H, device="cuda").bfloat16()
+    with torch.no_grad():
+        y = block(x)
+    gate_up = torch.stack([torch.cat([state[f"experts.{e}.w1.weight"],
+                                      state[f"experts.{e}.w3.weight"]])
+                           for e in range(8)]).cuda()
+    down = torch.stack([state[f"experts.{e}.w2.weight"]
+                        for e in range(8)]).cuda()
+    ref = torch_moe_block(*(t.double() for t in (
+        x, state["gate.weight"].cuda(), gate_up, down)), 2,
+        router_dtype=torch.float64, mixtral=True)
+    err = rel(y, ref)
+    print(f"moec.torch.MoE Mixtral-style (w1/w3/w2 names, top-k then "
+          f"softmax) T=333 vs float64: rel error {err:.2e}")
+    assert err < 1e-2, err
+    return err
+
+
+def check_cuda_array_interface(bundles: str) -> None:
+    """Objects exposing only __cuda_array_interface__ (f32, i32)."""
+    entry = moec.load(os.path.join(bundles, "ops.moecb")).entry(
+        "gmm_bias_lora", "sm_90a")
+    torch.manual_seed(4)
+    args = (torch.randn(50, 24, device="cuda"),
+            torch.randint(0, 8, (50, 1), device="cuda", dtype=torch.int32),
+            torch.randn(8, 24, 20, device="cuda"),
+            torch.randn(8, 20, device="cuda"),
+            torch.randn(16, 24, device="cuda"),
+            torch.randn(20, 16, device="cuda"))
+
+    class CudaArrayOnly:
+        def __init__(self, t):
+            self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+    y = entry(*args)
+    out = torch.empty_like(y)
+    entry(*(CudaArrayOnly(a) for a in args), out=CudaArrayOnly(out))
+    torch.cuda.synchronize()
+    assert torch.equal(out, y), "__cuda_array_interface__ path differs"
+    print("__cuda_array_interface__ producer (f32, i32) gives the same result "
+          "as torch tensors")
 
 
 def check_aot_layer(bundles: str) -> float:
@@ -178,7 +273,9 @@ def main(bundles: str) -> int:
     print(f"device: {torch.cuda.get_device_name()}, moec "
           f"{moec.__version__}, compiler here: {moec.has_compiler()}")
     failures = 0
-    for check in (check_aot_layer, check_moe_module, check_validation):
+    for check in (check_aot_layer, check_moe_module,
+                  check_mixtral_names_and_routing, check_cuda_array_interface,
+                  check_validation):
         try:
             check(bundles)
         except AssertionError as error:

@@ -1,5 +1,5 @@
 """GPU checks (gpu_checks.py) under pytest: need torch, a CUDA GPU and the
-bundles of examples/aot_compile.py + ops.moecb in MOEC_GPU_BUNDLES."""
+bundles of `gpu_checks.py --prepare DIR` in MOEC_GPU_BUNDLES=DIR."""
 
 import os
 
@@ -21,6 +21,14 @@ def test_aot_layer(checks):
 
 def test_moe_module_matches_torch(checks):
     assert checks.check_moe_module(BUNDLES) <= 1e-2
+
+
+def test_mixtral_names_and_routing(checks):
+    assert checks.check_mixtral_names_and_routing(BUNDLES) < 1e-2
+
+
+def test_cuda_array_interface(checks):
+    checks.check_cuda_array_interface(BUNDLES)
 
 
 def test_validation(checks):

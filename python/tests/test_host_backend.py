@@ -110,3 +110,20 @@ def test_outputs_into_given_arrays(rng):
     assert result is out
     g, u = x[:, :4].astype(np.float64), x[:, 4:].astype(np.float64)
     assert rel_error(out, reference.silu(g) * u) < 1e-6
+
+
+@pytest.mark.parametrize("routing,renormalize", [
+    ("softmax_then_topk", True),     # Qwen3 (norm_topk_prob)
+    ("softmax_then_topk", False),    # OLMoE, Qwen3 without renormalization
+    ("topk_then_softmax", True),     # Mixtral
+])
+def test_layer_kernel_routings(rng, routing, renormalize):
+    from moec.layers import moe_kernel
+    kernel = moe_kernel(40, 20, 8, 2, norm_topk_prob=renormalize,
+                        routing=routing)
+    x = rng.standard_normal((23, 40)).astype(BF16)
+    gate, w1, w2 = _weights(rng)
+    y = kernel(x, gate, w1, w2)
+    ref, _ = reference.moe_block(x, gate, w1, w2, k=2,
+                                 renormalize=renormalize, order=routing)
+    assert rel_error(y, ref) < 2e-2
