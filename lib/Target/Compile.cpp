@@ -9,10 +9,13 @@
 
 #include "EntryBuilder.h"
 
+#include "moec/Dialect/Moe/IR/MoeDialect.h"
 #include "moec/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
@@ -51,6 +54,16 @@ void registerTargetTranslations(DialectRegistry &registry) {
   registerROCDLDialectTranslation(registry);
   NVVM::registerNVVMTargetInterfaceExternalModels(registry);
   ROCDL::registerROCDLTargetInterfaceExternalModels(registry);
+}
+
+void loadCompilerDialects(MLIRContext &context) {
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  registry.insert<moe::MoeDialect>();
+  registerTargetTranslations(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
 }
 
 std::string findPtxas() {

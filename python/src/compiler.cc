@@ -10,15 +10,12 @@
 
 #include "PyStatus.h"
 
-#include "moec/Dialect/Moe/IR/MoeDialect.h"
 #include "moec/Runtime/Executor.h"
 #include "moec/Target/HostJit.h"
 #include "moec/Target/Target.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/InitAllDialects.h"
-#include "mlir/InitAllExtensions.h"
 #include "mlir/Parser/Parser.h"
 
 #include "llvm/Support/SourceMgr.h"
@@ -53,13 +50,7 @@ struct Session {
   OwningOpRef<ModuleOp> module;
 
   Session(const std::string &text, const std::string &bufferName) {
-    DialectRegistry registry;
-    registerAllDialects(registry);
-    registerAllExtensions(registry);
-    registry.insert<moec::moe::MoeDialect>();
-    moec::registerTargetTranslations(registry);
-    context.appendDialectRegistry(registry);
-    context.loadAllAvailableDialects();
+    moec::loadCompilerDialects(context);
     handler = std::make_unique<SourceMgrDiagnosticHandler>(
         sourceMgr, &context, diagnosticStream);
     sourceMgr.AddNewSourceBuffer(

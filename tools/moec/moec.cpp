@@ -16,7 +16,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Check/Check.h"
-#include "moec/Dialect/Moe/IR/MoeDialect.h"
 #include "moec/Runtime/Executor.h"
 #include "moec/Runtime/Expr.h"
 #include "moec/Target/HostJit.h"
@@ -34,8 +33,6 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/InitAllDialects.h"
-#include "mlir/InitAllExtensions.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 
@@ -80,16 +77,6 @@ OwningOpRef<ModuleOp> parseInput(MLIRContext &context, StringRef path) {
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(file), SMLoc());
   return parseSourceFile<ModuleOp>(sourceMgr, &context);
-}
-
-void setUpContext(MLIRContext &context) {
-  DialectRegistry registry;
-  registerAllDialects(registry);
-  registerAllExtensions(registry);
-  registry.insert<moec::moe::MoeDialect>();
-  moec::registerTargetTranslations(registry);
-  context.appendDialectRegistry(registry);
-  context.loadAllAvailableDialects();
 }
 
 /// Options shared by the subcommands.
@@ -175,7 +162,7 @@ int compile(const Args &args) {
   if (args.positional.size() != 1 || args.output.empty())
     return usage();
   MLIRContext context;
-  setUpContext(context);
+  moec::loadCompilerDialects(context);
   OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
   if (!module)
     return 1;
@@ -272,7 +259,7 @@ int run(const Args &args) {
   if (args.positional.size() != 1)
     return usage();
   MLIRContext context;
-  setUpContext(context);
+  moec::loadCompilerDialects(context);
   OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
   if (!module)
     return 1;

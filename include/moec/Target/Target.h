@@ -71,6 +71,10 @@ lowerToStage(mlir::ModuleOp module, const std::string &stage,
 /// Registers the LLVM IR translations the targets need (call once).
 void registerTargetTranslations(mlir::DialectRegistry &registry);
 
+/// Makes `context` ready for the compiler: every upstream dialect and
+/// extension, the moe dialect and the target translations, all loaded.
+void loadCompilerDialects(mlir::MLIRContext &context);
+
 /// Where ptxas is, or empty: $CUDA_HOME/bin, then PATH, then
 /// /usr/local/cuda/bin.
 std::string findPtxas();
