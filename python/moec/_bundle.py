@@ -87,6 +87,8 @@ class Entry:
                 buffer.name = name
         self._input_index = [i for i, b in enumerate(buffers)
                              if b["role"] == "input"]
+        self._output_index = [i for i, b in enumerate(buffers)
+                              if b["role"] == "output"]
 
     @property
     def device(self) -> str:
@@ -118,8 +120,8 @@ class Entry:
         """Shapes of (inputs + outputs) for the given symbol values."""
         all_shapes = self._bundle._native.buffer_shapes(self._index,
                                                         list(symbols))
-        count = len(self.inputs) + len(self.outputs)
-        return [tuple(s) for s in all_shapes[:count]]
+        return [tuple(all_shapes[i])
+                for i in self._input_index + self._output_index]
 
     # -- launching ---------------------------------------------------------
 
@@ -246,7 +248,8 @@ def _check_values(entry: Entry, infos, shapes) -> None:
         if op["name"] == "moe.sort_by_expert":
             check_ids(operands[0], int(op["attrs"]["num_experts"]),
                       "expert ids")
-        elif op["name"] == "moe.dequantize" and operands[4] >= 0:
+        elif (op["name"] == "moe.dequantize" and len(operands) > 4 and
+              operands[4] >= 0):
             data = operands[0]
             experts = (shapes[position[data]][0] if data in position else None)
             if experts is not None:

@@ -89,3 +89,28 @@ def test_cuda_entry_rejects_host_arrays(rng, tmp_path):
     with pytest.raises(ValueError, match="'x': expected an array on a CUDA "
                        "device for this entry, got one on cpu"):
         bundle.entry("act", "sm_90a")(x)
+
+
+def test_nf4_expert_indices_checked(rng):
+    @moec.kernel
+    def nf4(packed: moec.Tensor[4, 6, 8, "ui8"], absmax: moec.Tensor[4, 6, "f32"],
+            codebook: moec.Tensor[16, "f32"], experts: moec.Tensor[3, "i32"]):
+        return ops.dequantize(packed, absmax, group_size=16,
+                              codebook=codebook, experts=experts)
+
+    args = [rng.integers(0, 256, (4, 6, 8)).astype(np.uint8),
+            rng.random((4, 6)).astype(np.float32),
+            np.linspace(-1, 1, 16).astype(np.float32),
+            np.array([2, 0, 3], np.int32)]
+    out = nf4(*args)
+    assert out.shape == (3, 6, 16)
+    # expert 2's first byte: high nibble is column 0, low nibble column 1
+    byte = args[0][2, 0, 0]
+    assert float(out[0, 0, 0]) == pytest.approx(
+        float(args[2][byte >> 4] * args[1][2, 0]), rel=1e-2)
+    assert float(out[0, 0, 1]) == pytest.approx(
+        float(args[2][byte & 15] * args[1][2, 0]), rel=1e-2)
+    args[3][1] = 4
+    with pytest.raises(ValueError, match=r"'experts': expert indices must be "
+                       r"in \[0, 4\)"):
+        nf4(*args)
