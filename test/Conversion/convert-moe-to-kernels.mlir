@@ -41,3 +41,15 @@ func.func @route(%ids: tensor<?x2xi32>, %x: tensor<?x16xf32>,
   return %y : tensor<?x24xf32>
 }
 
+
+// -----
+
+// A user's argument name (moe.name, set by the Python frontend) carries over
+// to the lowered entry, where the bundle takes its buffer names from it.
+// CHECK-LABEL: func.func @named
+// CHECK-SAME: %{{.*}}: memref<?x8xf32> {moe.name = "hidden"}
+// CHECK-SAME: %{{.*}}: memref<?x4xf32> {moe.dims = ["s0", "4"], moe.output}
+func.func @named(%x: tensor<?x8xf32> {moe.name = "hidden"}) -> tensor<?x4xf32> {
+  %y = moe.swiglu %x : tensor<?x8xf32> -> tensor<?x4xf32>
+  return %y : tensor<?x4xf32>
+}
