@@ -289,9 +289,9 @@ class Bundle:
         self._cuda = None
         self._hosts: dict = {}
         arg_names = arg_names or {}
-        self.entries = [
-            Entry(self, i, native.entry(i), arg_names.get(native.entry(i)["name"]))
-            for i in range(native.num_entries)]
+        infos = [native.entry(i) for i in range(native.num_entries)]
+        self.entries = [Entry(self, i, info, arg_names.get(info["name"]))
+                        for i, info in enumerate(infos)]
 
     @classmethod
     def from_bytes(cls, data: bytes, **kwargs) -> "Bundle":

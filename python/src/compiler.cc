@@ -25,7 +25,6 @@
 #include <pybind11/stl.h>
 
 #include <memory>
-#include <tuple>
 
 namespace py = pybind11;
 using namespace mlir;
@@ -93,21 +92,6 @@ std::string print(Operation *op) {
   return text;
 }
 
-using ArraySpec = std::tuple<uintptr_t, std::string, std::vector<int64_t>>;
-
-std::vector<moec::rt::ArrayRef> toArrays(const std::vector<ArraySpec> &specs) {
-  std::vector<moec::rt::ArrayRef> arrays;
-  for (const auto &[address, dtype, shape] : specs) {
-    moec::rt::ArrayRef array;
-    array.data = reinterpret_cast<void *>(address);
-    if (!moec::rt::parseElemType(dtype, array.elem))
-      throw py::value_error("unknown element type '" + dtype + "'");
-    array.shape = shape;
-    arrays.push_back(std::move(array));
-  }
-  return arrays;
-}
-
 /// A module JIT-compiled for the host CPU; runs entries on host memory.
 class HostModule {
 public:
@@ -131,13 +115,14 @@ public:
     return names;
   }
 
-  void run(const std::string &name, const std::vector<ArraySpec> &inputs,
-           const std::vector<ArraySpec> &outputs) {
+  void run(const std::string &name,
+           const std::vector<moec::ArraySpec> &inputs,
+           const std::vector<moec::ArraySpec> &outputs) {
     const moec::rt::Entry *entry = program_->find(name);
     if (!entry)
       throw py::key_error("no function named '" + name + "'");
-    std::vector<moec::rt::ArrayRef> in = toArrays(inputs);
-    std::vector<moec::rt::ArrayRef> out = toArrays(outputs);
+    std::vector<moec::rt::ArrayRef> in = moec::toArrays(inputs, "input");
+    std::vector<moec::rt::ArrayRef> out = moec::toArrays(outputs, "output");
     py::gil_scoped_release release;
     moec::throwIfError(moec::rt::runEntry(*entry, in, out, *program_));
   }

@@ -17,31 +17,11 @@
 
 #include <map>
 #include <memory>
-#include <tuple>
 
 namespace py = pybind11;
 using namespace moec;
 
 namespace {
-
-/// (device address, element type name, shape), as the package passes arrays.
-using ArraySpec = std::tuple<uintptr_t, std::string, std::vector<int64_t>>;
-
-std::vector<rt::ArrayRef> toArrays(const std::vector<ArraySpec> &specs,
-                                   const char *what) {
-  std::vector<rt::ArrayRef> arrays;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const auto &[address, dtype, shape] = specs[i];
-    rt::ArrayRef array;
-    array.data = reinterpret_cast<void *>(address);
-    if (!rt::parseElemType(dtype, array.elem))
-      throw py::value_error(std::string(what) + " " + std::to_string(i) +
-                            ": unknown element type '" + dtype + "'");
-    array.shape = shape;
-    arrays.push_back(std::move(array));
-  }
-  return arrays;
-}
 
 /// A parsed bundle and one CudaLauncher per stream (a launcher caches the
 /// loaded modules, so repeated launches do not reload them).
