@@ -4,7 +4,7 @@
 // running every (block, thread) pair; the launching function is dropped
 // (the bundle holds the launch sequence).
 // CHECK-NOT: gpu.module
-// CHECK: func.func @swiglu_k0_swiglu(%[[BLOCKS:.*]]: index, %{{.*}}: memref<?x64xbf16>, %{{.*}}: memref<?x32xbf16>, %{{.*}}: index)
+// CHECK: func.func @swiglu_k0_swiglu_vec(%[[BLOCKS:.*]]: index, %{{.*}}: memref<?x64xbf16>, %{{.*}}: memref<?x32xbf16>, %{{.*}}: index)
 // CHECK: scf.for %[[B:.*]] = %{{.*}} to %[[BLOCKS]]
 // CHECK: scf.for %[[T:.*]] = %{{.*}} to %c256
 // CHECK: arith.muli %[[B]], %c256

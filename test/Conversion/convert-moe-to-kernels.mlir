@@ -1,16 +1,20 @@
 // RUN: moec-opt %s --convert-moe-to-kernels -split-input-file | FileCheck %s
 
 // Tensors become buffers in destination-passing style; the op becomes a
-// kernel and a launch that records its grid and scalar expressions.
+// kernel and a launch that records its grid and scalar expressions. A
+// bandwidth-bound op gets the vectorized kernel: one thread per 8 bf16 of a
+// row, 16-byte aligned vector loads and stores (32 / 8 = 4 threads per row).
 // CHECK-LABEL: gpu.module @swiglu_kernels
-// CHECK: gpu.func @swiglu_k0_swiglu(%{{.*}}: memref<?x64xbf16>, %{{.*}}: memref<?x32xbf16>, %{{.*}}: index) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK: gpu.func @swiglu_k0_swiglu_vec(%{{.*}}: memref<?x64xbf16>, %{{.*}}: memref<?x32xbf16>, %{{.*}}: index) kernel attributes {known_block_size = array<i32: 256, 1, 1>}
+// CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<?x64xbf16>, vector<8xbf16>
 // CHECK: llvm.call_intrinsic "llvm.exp2.f32"
+// CHECK: vector.store %{{.*}} {alignment = 16 : i64} : memref<?x32xbf16>, vector<8xbf16>
 // CHECK: func.func @swiglu(%[[X:.*]]: memref<?x64xbf16>, %[[Y:.*]]: memref<?x32xbf16> {moe.dims = ["s0", "32"], moe.output})
 // CHECK-SAME: moe.entry = "swiglu"
 // CHECK-SAME: moe.symbols = {{\[\[}}0, 0, "T"]]
-// CHECK: gpu.launch_func @swiglu_kernels::@swiglu_k0_swiglu
+// CHECK: gpu.launch_func @swiglu_kernels::@swiglu_k0_swiglu_vec
 // CHECK-SAME: args(%[[X]] : memref<?x64xbf16>, %[[Y]] : memref<?x32xbf16>
-// CHECK-SAME: moe.grid = "s0 32 * 256 cdiv"
+// CHECK-SAME: moe.grid = "s0 4 * 256 cdiv"
 func.func @swiglu(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
   %y = moe.swiglu %x : tensor<?x64xbf16> -> tensor<?x32xbf16>
   return %y : tensor<?x32xbf16>
@@ -41,6 +45,19 @@ func.func @route(%ids: tensor<?x2xi32>, %x: tensor<?x16xf32>,
   return %y : tensor<?x24xf32>
 }
 
+
+// -----
+
+// A row length that no 16-byte vector divides (18 bf16) keeps the scalar
+// kernel, one thread per element.
+// CHECK-LABEL: gpu.module @swiglu_odd_kernels
+// CHECK: gpu.func @swiglu_odd_k0_swiglu(
+// CHECK-NOT: vector.load
+// CHECK: moe.grid = "s0 18 * 256 cdiv"
+func.func @swiglu_odd(%x: tensor<?x36xbf16>) -> tensor<?x18xbf16> {
+  %y = moe.swiglu %x : tensor<?x36xbf16> -> tensor<?x18xbf16>
+  return %y : tensor<?x18xbf16>
+}
 
 // -----
 

@@ -190,9 +190,13 @@ Value KernelBuilder::decodeFP8(Value bits, Type fp8Type) {
       subnormal, normal);
 }
 
+static bool isFP8(Type type) {
+  return isa<Float8E4M3FNType, Float8E5M2Type>(type);
+}
+
 Value KernelBuilder::loadF(Value memref, ValueRange indices) {
   Value v = memref::LoadOp::create(*this, memref, indices);
-  if (isa<Float8E4M3FNType, Float8E5M2Type>(v.getType()))
+  if (isFP8(v.getType()))
     return decodeFP8(arith::BitcastOp::create(*this, getI8Type(), v),
                      v.getType());
   if (v.getType().isF32())
@@ -201,7 +205,7 @@ Value KernelBuilder::loadF(Value memref, ValueRange indices) {
 }
 void KernelBuilder::storeF(Value value, Value memref, ValueRange indices) {
   Type elem = cast<MemRefType>(memref.getType()).getElementType();
-  if (isa<Float8E4M3FNType, Float8E5M2Type>(elem))
+  if (isFP8(elem))
     value = arith::BitcastOp::create(*this, elem, encodeFP8(value, elem));
   else if (elem != value.getType())
     value = arith::TruncFOp::create(*this, elem, value);
@@ -229,6 +233,93 @@ void KernelBuilder::storeI32Const(int64_t v, Value memref,
 }
 Value KernelBuilder::dim(Value memref, int64_t d) {
   return memref::DimOp::create(*this, memref, d);
+}
+
+int64_t KernelBuilder::vectorWidth(Type elem) {
+  if (isFP8(elem) || elem.isInteger(8) ||
+      elem.isUnsignedInteger(8))
+    return 16;
+  if (elem.isBF16() || elem.isF16())
+    return 8;
+  if (elem.isF32() || elem.isInteger(32))
+    return 4;
+  return 0;
+}
+
+/// The alignment a vector access of `n` elements of `elem` may claim.
+static unsigned vectorAlignment(Type elem, int64_t n) {
+  int64_t bytes = n * std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8);
+  return std::min<int64_t>(16, llvm::PowerOf2Ceil(bytes));
+}
+
+Value KernelBuilder::loadVec(Value memref, ValueRange indices, int64_t n) {
+  Type elem = cast<MemRefType>(memref.getType()).getElementType();
+  auto type = VectorType::get({n}, elem);
+  return vector::LoadOp::create(*this, type, memref, indices,
+                                /*nontemporal=*/false,
+                                llvm::Align(vectorAlignment(elem, n)));
+}
+void KernelBuilder::storeVec(Value vec, Value memref, ValueRange indices) {
+  auto type = cast<VectorType>(vec.getType());
+  vector::StoreOp::create(
+      *this, vec, memref, indices, /*nontemporal=*/false,
+      llvm::Align(vectorAlignment(type.getElementType(), type.getNumElements())));
+}
+Value KernelBuilder::loadVecF32(Value memref, ValueRange indices, int64_t n) {
+  Value vec = loadVec(memref, indices, n);
+  Type elem = cast<VectorType>(vec.getType()).getElementType();
+  auto f32x = VectorType::get({n}, getF32Type());
+  if (elem.isF32())
+    return vec;
+  if (!isFP8(elem))
+    return arith::ExtFOp::create(*this, f32x, vec);
+  // FP8 has no LLVM type: decode the bit patterns one by one.
+  Value bits =
+      arith::BitcastOp::create(*this, VectorType::get({n}, getI8Type()), vec);
+  SmallVector<Value> values;
+  for (int64_t i = 0; i < n; ++i)
+    values.push_back(
+        decodeFP8(vector::ExtractOp::create(*this, bits, i), elem));
+  return vector::FromElementsOp::create(*this, f32x, values);
+}
+void KernelBuilder::storeVecF32(Value vec, Value memref, ValueRange indices) {
+  Type elem = cast<MemRefType>(memref.getType()).getElementType();
+  int64_t n = cast<VectorType>(vec.getType()).getNumElements();
+  if (isFP8(elem)) {
+    SmallVector<Value> bits;
+    for (int64_t i = 0; i < n; ++i)
+      bits.push_back(
+          encodeFP8(vector::ExtractOp::create(*this, vec, i), elem));
+    vec = vector::FromElementsOp::create(
+        *this, VectorType::get({n}, getI8Type()), bits);
+    vec = arith::BitcastOp::create(*this, VectorType::get({n}, elem), vec);
+  } else if (!elem.isF32()) {
+    vec = arith::TruncFOp::create(*this, VectorType::get({n}, elem), vec);
+  }
+  storeVec(vec, memref, indices);
+}
+Value KernelBuilder::zeroVec(VectorType type) {
+  Type elem = type.getElementType();
+  if (!isFP8(elem))
+    return arith::ConstantOp::create(*this, type, getZeroAttr(type));
+  auto bytes = VectorType::get(type.getShape(), getI8Type());
+  return arith::BitcastOp::create(
+      *this, type, arith::ConstantOp::create(*this, bytes, getZeroAttr(bytes)));
+}
+SmallVector<Value> KernelBuilder::loadVecF(Value memref, ValueRange indices,
+                                           int64_t n) {
+  Value vec = loadVecF32(memref, indices, n);
+  SmallVector<Value> values;
+  for (int64_t i = 0; i < n; ++i)
+    values.push_back(vector::ExtractOp::create(*this, vec, i));
+  return values;
+}
+void KernelBuilder::storeVecF(ArrayRef<Value> values, Value memref,
+                              ValueRange indices) {
+  auto type = VectorType::get({static_cast<int64_t>(values.size())},
+                              getF32Type());
+  storeVecF32(vector::FromElementsOp::create(*this, type, values), memref,
+              indices);
 }
 
 Value KernelBuilder::alloca(MemRefType type) {

@@ -16,6 +16,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
 #include <functional>
@@ -77,6 +78,32 @@ public:
                 mlir::ValueRange indices);
   void storeI32Const(int64_t v, mlir::Value memref, mlir::ValueRange indices);
   mlir::Value dim(mlir::Value memref, int64_t d);
+
+  // Vector memory access (the bandwidth-bound kernels): `n` consecutive
+  // elements along the last dimension, starting at `indices`, as one access
+  // of up to 16 bytes. The caller guarantees the alignment this claims:
+  // buffers start 16-byte aligned (the runtime and Python check it), the
+  // row length is a multiple of `n` and the last index a multiple of `n`.
+  /// Elements of `elem` per 16-byte access (0 for types without one).
+  static int64_t vectorWidth(mlir::Type elem);
+  mlir::Value loadVec(mlir::Value memref, mlir::ValueRange indices,
+                      int64_t n);
+  void storeVec(mlir::Value vector, mlir::Value memref,
+                mlir::ValueRange indices);
+  /// loadVec widened to vector<n x f32> (FP8 decoded).
+  mlir::Value loadVecF32(mlir::Value memref, mlir::ValueRange indices,
+                         int64_t n);
+  /// Rounds a vector<n x f32> to the element type and stores it.
+  void storeVecF32(mlir::Value vector, mlir::Value memref,
+                   mlir::ValueRange indices);
+  /// A vector of zeros (FP8 vectors too, as bit patterns).
+  mlir::Value zeroVec(mlir::VectorType type);
+  /// loadVec widened to f32, one scalar per element (FP8 decoded).
+  llvm::SmallVector<mlir::Value> loadVecF(mlir::Value memref,
+                                          mlir::ValueRange indices, int64_t n);
+  /// Rounds f32 scalars to the element type and stores them as one vector.
+  void storeVecF(llvm::ArrayRef<mlir::Value> values, mlir::Value memref,
+                 mlir::ValueRange indices);
   /// A private (per-thread) array, allocated at the top of the kernel so
   /// that backends see a fixed-size stack slot, not a dynamic allocation.
   mlir::Value alloca(mlir::MemRefType type);

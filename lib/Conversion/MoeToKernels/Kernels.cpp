@@ -25,10 +25,11 @@ using namespace mlir;
 using namespace moec;
 using namespace moec::kernels;
 
-namespace {
+//===----------------------------------------------------------------------===//
+// Helpers shared with VectorKernels.cpp (declared in LoweringContext.h)
+//===----------------------------------------------------------------------===//
 
-/// Launches `body(b, args, id)` once per work item `id < count`.
-LogicalResult launchPerItem(
+LogicalResult moec::kernels::launchPerItem(
     LoweringContext &ctx, StringRef suffix, Value count, moe::TileAttr tile,
     ValueRange operands,
     const std::function<void(KernelBuilder &, ValueRange, Value)> &body) {
@@ -47,6 +48,63 @@ LogicalResult launchPerItem(
       });
 }
 
+Value moec::kernels::groupStart(KernelBuilder &b, Value offsets, Value e) {
+  return b.ifElse(
+      b.eq(e, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
+      [&] { return b.loadIdx(offsets, {b.sub(e, b.idx(1))}); });
+}
+
+LogicalResult moec::kernels::emitInverse(LoweringContext &ctx, moe::TileAttr tile,
+                          Value slots, Value offsets, Value inverse,
+                          Value numSlots) {
+  if (failed(launchPerItem(ctx, "inverse_fill", numSlots, tile, {inverse},
+                           [&](KernelBuilder &b, ValueRange a, Value s) {
+                             b.storeI32Const(-1, a[0], {s});
+                           })))
+    return failure();
+  Value rows = ctx.sizes(slots)[0];
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  return launchPerItem(
+      ctx, "inverse", rows, tile, {slots, offsets, inverse, numSlots},
+      [&](KernelBuilder &b, ValueRange a, Value r) {
+        Value end = b.loadIdx(a[1], {b.idx(experts - 1)});
+        auto [slot, valid] = b.loadSigned(a[0], {r});
+        Value ok = b.land(b.land(valid, b.ult(r, end)), b.ult(slot, a[3]));
+        b.ifThen(ok, [&] { b.storeI32(r, a[2], {slot}); });
+      });
+}
+
+Value moec::kernels::gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout, Value half,
+                   Value c, bool up) {
+  if (layout == moe::GateUpLayout::interleaved)
+    return b.add(b.mul(c, b.idx(2)), b.idx(up ? 1 : 0));
+  return up ? b.add(c, half) : c;
+}
+
+Value moec::kernels::groupScale(KernelBuilder &b, Value amax, double fp8Max, bool pow2) {
+  Value scale = b.fdiv(amax, b.f32(fp8Max));
+  if (pow2) {
+    // 2^ceil(log2 s): bump the exponent unless s is already a power of two.
+    Value bits = arith::BitcastOp::create(b, b.getI32Type(), scale);
+    Value mantissa = arith::AndIOp::create(b, bits, b.i32(0x7fffff));
+    Value exponentBits = arith::AndIOp::create(b, bits, b.i32(0x7f800000));
+    Value exact = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, mantissa,
+                                        b.i32(0));
+    Value up = arith::AddIOp::create(b, exponentBits, b.i32(0x800000));
+    scale = arith::BitcastOp::create(b, b.getF32Type(),
+                                     b.select(exact, exponentBits, up));
+  }
+  Value zero = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, amax,
+                                     b.f32(0));
+  return b.select(zero, b.f32(1.0), scale);
+}
+
+double moec::kernels::fp8MaxOf(Type type) {
+  return isa<Float8E4M3FNType>(type) ? 448.0 : 57344.0;
+}
+
+namespace {
+
 /// The expert of grouped row `row`: the number of group ends <= row.
 Value expertOfRow(KernelBuilder &b, Value offsets, Value numExperts,
                   Value row) {
@@ -56,13 +114,6 @@ Value expertOfRow(KernelBuilder &b, Value offsets, Value numExperts,
                   return {b.select(b.ule(end, row), b.add(it[0], b.idx(1)),
                                    it[0])};
                 })[0];
-}
-
-/// First row of group e.
-Value groupStart(KernelBuilder &b, Value offsets, Value e) {
-  return b.ifElse(
-      b.eq(e, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
-      [&] { return b.loadIdx(offsets, {b.sub(e, b.idx(1))}); });
 }
 
 //===----------------------------------------------------------------------===//
@@ -323,28 +374,6 @@ LogicalResult lowerSortByExpert(moe::SortByExpertOp op, moe::TileAttr tile,
 //===----------------------------------------------------------------------===//
 // Permutation
 //===----------------------------------------------------------------------===//
-
-/// Fills `inverse` [T*k] with the grouped row of each slot (-1 if none):
-/// two kernels, a fill and a scatter over the valid rows.
-LogicalResult emitInverse(LoweringContext &ctx, moe::TileAttr tile,
-                          Value slots, Value offsets, Value inverse,
-                          Value numSlots) {
-  if (failed(launchPerItem(ctx, "inverse_fill", numSlots, tile, {inverse},
-                           [&](KernelBuilder &b, ValueRange a, Value s) {
-                             b.storeI32Const(-1, a[0], {s});
-                           })))
-    return failure();
-  Value rows = ctx.sizes(slots)[0];
-  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
-  return launchPerItem(
-      ctx, "inverse", rows, tile, {slots, offsets, inverse, numSlots},
-      [&](KernelBuilder &b, ValueRange a, Value r) {
-        Value end = b.loadIdx(a[1], {b.idx(experts - 1)});
-        auto [slot, valid] = b.loadSigned(a[0], {r});
-        Value ok = b.land(b.land(valid, b.ult(r, end)), b.ult(slot, a[3]));
-        b.ifThen(ok, [&] { b.storeI32(r, a[2], {slot}); });
-      });
-}
 
 LogicalResult lowerPermute(moe::PermuteOp op, moe::TileAttr tile,
                            BufferMap buffer, LoweringContext &ctx) {
@@ -738,14 +767,6 @@ LogicalResult lowerDenseMatmul(linalg::MatmulOp op, moe::TileAttr tile,
 // Activation
 //===----------------------------------------------------------------------===//
 
-/// Column of the gate (or up) value of output column c.
-Value gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout, Value half,
-                   Value c, bool up) {
-  if (layout == moe::GateUpLayout::interleaved)
-    return b.add(b.mul(c, b.idx(2)), b.idx(up ? 1 : 0));
-  return up ? b.add(c, half) : c;
-}
-
 LogicalResult lowerSwiglu(moe::SwigluOp op, moe::TileAttr tile,
                           BufferMap buffer, LoweringContext &ctx) {
   KernelBuilder &h = ctx.host();
@@ -791,30 +812,6 @@ LogicalResult lowerSwigluGrad(moe::SwigluGradOp op, moe::TileAttr tile,
 //===----------------------------------------------------------------------===//
 // Quantization
 //===----------------------------------------------------------------------===//
-
-/// The scale of a group with absolute maximum `amax` (1 for an all-zero
-/// group), optionally rounded up to a power of two.
-Value groupScale(KernelBuilder &b, Value amax, double fp8Max, bool pow2) {
-  Value scale = b.fdiv(amax, b.f32(fp8Max));
-  if (pow2) {
-    // 2^ceil(log2 s): bump the exponent unless s is already a power of two.
-    Value bits = arith::BitcastOp::create(b, b.getI32Type(), scale);
-    Value mantissa = arith::AndIOp::create(b, bits, b.i32(0x7fffff));
-    Value exponentBits = arith::AndIOp::create(b, bits, b.i32(0x7f800000));
-    Value exact = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, mantissa,
-                                        b.i32(0));
-    Value up = arith::AddIOp::create(b, exponentBits, b.i32(0x800000));
-    scale = arith::BitcastOp::create(b, b.getF32Type(),
-                                     b.select(exact, exponentBits, up));
-  }
-  Value zero = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, amax,
-                                     b.f32(0));
-  return b.select(zero, b.f32(1.0), scale);
-}
-
-double fp8MaxOf(Type type) {
-  return isa<Float8E4M3FNType>(type) ? 448.0 : 57344.0;
-}
 
 /// For colwise groups: the expert group holding scale block `block`, as
 /// (found, first row, end row) of the block.
@@ -1174,6 +1171,9 @@ LogicalResult moec::kernels::resultSizes(
 
 LogicalResult moec::kernels::lowerOp(Operation *op, moe::TileAttr tile,
                                      BufferMap buffer, LoweringContext &ctx) {
+  if (std::optional<LogicalResult> lowered =
+          lowerVectorized(op, tile, buffer, ctx))
+    return *lowered;
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<moe::RouterTopKOp>(
           [&](auto o) { return lowerRouterTopK(o, tile, buffer, ctx); })

@@ -56,12 +56,53 @@ using BufferMap = llvm::function_ref<mlir::Value(mlir::Value)>;
 mlir::LogicalResult lowerOp(mlir::Operation *op, moe::TileAttr tile,
                             BufferMap buffer, LoweringContext &ctx);
 
+/// Lowers one op with the vectorized kernels of VectorKernels.cpp; nullopt
+/// where they do not apply (op or shapes), for lowerOp's scalar kernels.
+std::optional<mlir::LogicalResult> lowerVectorized(mlir::Operation *op,
+                                                   moe::TileAttr tile,
+                                                   BufferMap buffer,
+                                                   LoweringContext &ctx);
+
 /// Host index values for the sizes of each result of `op`, from the sizes of
 /// its operand buffers; fails with a diagnostic where a size cannot be
 /// derived.
 mlir::LogicalResult
 resultSizes(mlir::Operation *op, BufferMap buffer, LoweringContext &ctx,
             llvm::SmallVector<llvm::SmallVector<mlir::Value>> &sizes);
+
+//===----------------------------------------------------------------------===//
+// Helpers shared by the kernel generators (Kernels.cpp, VectorKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Launches `body(b, args, id)` once per work item `id < count`, on
+/// ceil(count / threads) blocks; `args` are the kernel's copies of
+/// `operands`.
+mlir::LogicalResult launchPerItem(
+    LoweringContext &ctx, llvm::StringRef suffix, mlir::Value count,
+    moe::TileAttr tile, mlir::ValueRange operands,
+    const std::function<void(KernelBuilder &, mlir::ValueRange, mlir::Value)>
+        &body);
+
+/// First row of group e (0 for e = 0, else offsets[e - 1]).
+mlir::Value groupStart(KernelBuilder &b, mlir::Value offsets, mlir::Value e);
+
+/// Fills `inverse` [T*k] with the grouped row of each slot (-1 if none):
+/// two kernels, a fill and a scatter over the valid rows.
+mlir::LogicalResult emitInverse(LoweringContext &ctx, moe::TileAttr tile,
+                                mlir::Value slots, mlir::Value offsets,
+                                mlir::Value inverse, mlir::Value numSlots);
+
+/// Column of the gate (or up) value of SwiGLU output column c.
+mlir::Value gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout,
+                         mlir::Value half, mlir::Value c, bool up);
+
+/// The FP8 scale of a group with absolute maximum `amax` (1 for an all-zero
+/// group), optionally rounded up to a power of two.
+mlir::Value groupScale(KernelBuilder &b, mlir::Value amax, double fp8Max,
+                       bool pow2);
+
+/// Largest finite value of an FP8 type.
+double fp8MaxOf(mlir::Type type);
 
 } // namespace moec::kernels
 
