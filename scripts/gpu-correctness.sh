@@ -5,6 +5,7 @@
 # build (moec-runner) and the bundles compiled where MLIR is:
 #   build/bin/moec compile test/Integration/ops.mlir -o DIR/ops.moecb --target sm_90a
 #   build/bin/moec compile examples/qwen3_moe_layer.mlir -o DIR/qwen3.moecb --target sm_90a
+#   build/bin/moec compile test/Integration/vector_kernels.mlir -o DIR/vector.moecb --target sm_90a
 # Usage: scripts/gpu-correctness.sh RUNNER DIR
 set -uo pipefail
 runner=$1 dir=$2
@@ -40,6 +41,18 @@ for routing in one-expert half-experts; do
   done
 done
 run ops.moecb dequantize_nf4 - uniform --iters 5
+for entry in permute_fp8 unpermute_bf16 swiglu_vec quantize_rowwise_vec \
+             quantize_colwise_vec dequantize_rowwise_vec; do
+  for t in 1 45 3000; do
+    run vector.moecb $entry $t uniform --iters 5
+  done
+done
+for routing in one-expert half-experts; do
+  for entry in permute_fp8 unpermute_bf16 quantize_colwise_vec; do
+    run vector.moecb $entry 300 $routing --iters 5
+  done
+done
+run vector.moecb dequantize_nf4_vec - uniform --iters 5
 run qwen3.moecb qwen3_moe_layer 1 uniform --iters 5
 run qwen3.moecb qwen3_moe_layer 256 uniform --iters 5 --no-end-to-end
 run qwen3.moecb qwen3_moe_layer 256 one-expert --iters 5 --no-end-to-end

@@ -70,3 +70,19 @@ func.func @named(%x: tensor<?x8xf32> {moe.name = "hidden"}) -> tensor<?x4xf32> {
   %y = moe.swiglu %x : tensor<?x8xf32> -> tensor<?x4xf32>
   return %y : tensor<?x4xf32>
 }
+
+// -----
+
+// Leading dynamic dims are the symbol T unless an argument names another
+// with moe.sym: here the permuted rows (R = T·k) next to the T tokens'
+// weights.
+// CHECK-LABEL: func.func @combine_rows
+// CHECK-SAME: moe.symbols = {{\[\[}}0, 0, "R"], [3, 0, "T"]]
+func.func @combine_rows(%rows: tensor<?x16xbf16> {moe.sym = "R"},
+                        %slots: tensor<?xi32> {moe.sym = "R"},
+                        %offsets: tensor<4xi32>, %w: tensor<?x2xf32>)
+    -> tensor<?x16xbf16> {
+  %y = moe.unpermute %rows, %slots, %offsets k = 2 weights(%w : tensor<?x2xf32>)
+      : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
+  return %y : tensor<?x16xbf16>
+}

@@ -114,6 +114,7 @@ private:
   /// Symbol of each (input, dim) with a dynamic size.
   DenseMap<std::pair<unsigned, unsigned>, unsigned> symbolOf;
   SmallVector<Attribute> symbolAttrs;
+  llvm::StringMap<unsigned> symbolByName;
   DenseMap<Value, std::pair<unsigned, unsigned>> inputDim;
   SmallVector<Value> temps;
   SmallVector<Attribute> refOps;
@@ -431,19 +432,22 @@ LogicalResult FuncLowering::run() {
         continue;
       }
       Value dim = hostBuilder.dim(arg, d);
-      unsigned symbol;
-      if (d == 0 && symbolOf.count({~0u, 0})) {
-        symbol = symbolOf.lookup({~0u, 0});
-      } else {
-        symbol = symbolAttrs.size();
-        std::string symbolName =
-            d == 0 ? "T" : ("arg" + Twine(i) + "_d" + Twine(d)).str();
+      // Leading dynamic dims share one symbol per name: "T" unless the
+      // argument names another with `moe.sym` (e.g. the T·k rows of a
+      // permuted input next to T tokens). Other dims get their own.
+      std::string symbolName =
+          ("arg" + Twine(i) + "_d" + Twine(d)).str();
+      if (d == 0) {
+        auto named = oldFunc.getArgAttrOfType<StringAttr>(i, "moe.sym");
+        symbolName = named ? named.str() : "T";
+      }
+      auto [it, isNew] =
+          symbolByName.try_emplace(symbolName, symbolAttrs.size());
+      unsigned symbol = it->second;
+      if (isNew)
         symbolAttrs.push_back(hostBuilder.getArrayAttr(
             {hostBuilder.getI64IntegerAttr(i), hostBuilder.getI64IntegerAttr(d),
              hostBuilder.getStringAttr(symbolName)}));
-        if (d == 0)
-          symbolOf[{~0u, 0}] = symbol;
-      }
       symbolOf[{i, d}] = symbol;
       inputDim[dim] = {i, d};
       sizes.push_back(dim);

@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""Bandwidth-bound MoE kernels (issue 5): moec against torch eager, same run.
+
+Runs on the GPU machine with the runtime-only moec package and torch:
+
+    # here (MLIR):
+    build/bin/moec compile bench/kernels/memory_bound.mlir \
+        -o .device/memory_bound.moecb --target sm_90a
+    # on the H200:
+    PYTHONPATH=/tmp/rt/python_packages python3 bench/memory_bound.py \
+        .device/memory_bound.moecb --json $OUT/memory_bound.json
+
+For every model shape (Qwen3-30B-A3B, DeepSeek-V3), token count and kernel
+it builds one set of random inputs, runs moec and a torch eager version of
+the same function on them, checks that they agree, and times both with CUDA
+events (the L2 flushed before every run, a GPU sleep in front so that host
+launch overhead is not timed; median of --iters). Effective bandwidth is the
+minimal bytes read and written (each input and output once) over the time,
+compared with the measured copy bandwidth of the H200 (4.27 TB/s).
+"""
+
+import argparse
+import json
+import math
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import moec
+
+COPY_TBPS = 4.27
+MODELS = {
+    "qwen3": dict(name="Qwen3-30B-A3B", E=128, H=2048, I=768, k=8),
+    "dsv3": dict(name="DeepSeek-V3", E=256, H=7168, I=2048, k=8),
+}
+# NF4 gate_up weights [E, 2I, H] for a subset of S experts (see the .mlir).
+NF4 = {"qwen3": dict(E=128, N=1536, K=2048, S=64),
+       "dsv3": dict(E=256, N=4096, K=7168, S=16)}
+FP8_MAX = 448.0
+
+
+def timed(fn, iters, flush):
+    """Median ms of fn() over iters runs, L2 flushed before each."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        torch.cuda._sleep(400_000)  # covers the host-side launch cost
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    return (torch.linalg.vector_norm(out - ref) /
+            torch.linalg.vector_norm(ref).clamp_min(1e-30)).item()
+
+
+# ---------------------------------------------------------------------------
+# torch eager versions of the same functions
+# ---------------------------------------------------------------------------
+
+def torch_route(logits, m, bias=None):
+    E, k = m["E"], m["k"]
+    if bias is None:  # Qwen3: softmax, top-k, renormalize
+        probs = torch.softmax(logits, dim=-1)
+        w, ids = torch.topk(probs, k, dim=-1)
+        w = w / w.sum(-1, keepdim=True)
+    else:  # DeepSeek-V3: sigmoid, group-limited top-k on biased scores
+        scores = torch.sigmoid(logits)
+        sel = scores + bias
+        T = logits.shape[0]
+        groups = sel.view(T, 8, E // 8).topk(2, dim=-1).values.sum(-1)
+        keep = torch.zeros_like(groups).scatter_(
+            1, groups.topk(4, dim=-1).indices, 1.0)
+        mask = keep.repeat_interleave(E // 8, dim=1).bool()
+        ids = sel.masked_fill(~mask, float("-inf")).topk(k, dim=-1).indices
+        w = scores.gather(1, ids)
+        w = w / w.sum(-1, keepdim=True) * 2.5
+    flat = ids.flatten()
+    slots = torch.argsort(flat, stable=True).int()
+    offsets = torch.cumsum(torch.bincount(flat, minlength=E), 0).int()
+    return w, ids.int(), slots, offsets
+
+
+def torch_permute(x, slots, w, k):
+    rows = x.index_select(0, (slots // k).long())
+    return rows, w.flatten().index_select(0, slots.long())
+
+
+def torch_unpermute(rows, slots, w, k, T):
+    slot = slots.long()
+    scaled = rows.float() * w.flatten()[slot].unsqueeze(1)
+    out = torch.zeros(T, rows.shape[1], dtype=torch.float32, device=rows.device)
+    out.index_add_(0, slot // k, scaled)
+    return out.to(rows.dtype)
+
+
+def torch_quantize_row(x):
+    M, H = x.shape
+    g = x.float().view(M, H // 128, 128)
+    amax = g.abs().amax(-1)
+    scale = torch.where(amax == 0, torch.ones_like(amax), amax / FP8_MAX)
+    data = (g / scale.unsqueeze(-1)).view(M, H).to(torch.float8_e4m3fn)
+    return data, scale
+
+
+def colwise_blocks(offsets, rows, g=128):
+    """Scale block of every grouped row, and the block count bound."""
+    E = offsets.numel()
+    counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long())
+    expert = torch.repeat_interleave(torch.arange(E, device=offsets.device),
+                                     counts)
+    start = offsets.long() - counts
+    base = torch.cumsum((counts + g - 1) // g, 0) - (counts + g - 1) // g
+    local = torch.arange(expert.numel(), device=offsets.device) - start[expert]
+    blocks = (rows + min(E, rows) * (g - 1)) // g
+    return base[expert] + local // g, blocks
+
+
+def torch_quantize_col(x, offsets):
+    blk, blocks = colwise_blocks(offsets, x.shape[0])
+    n = blk.numel()
+    mag = x[:n].float().abs()
+    amax = torch.zeros(blocks, x.shape[1], device=x.device)
+    amax.index_reduce_(0, blk, mag, "amax")
+    scale = torch.where(amax == 0, torch.ones_like(amax), amax / FP8_MAX)
+    data = torch.zeros(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    data[:n] = (x[:n].float() / scale[blk]).to(torch.float8_e4m3fn)
+    return data, scale
+
+
+def torch_dequantize_row(d, s):
+    M, H = d.shape
+    return (d.float().view(M, H // 128, 128) * s.unsqueeze(-1)).view(
+        M, H).to(torch.bfloat16)
+
+
+def torch_swiglu(x):
+    g, u = x.chunk(2, dim=-1)
+    return F.silu(g) * u
+
+
+def torch_swiglu_grad(x, dy):
+    g, u = x.float().chunk(2, dim=-1)
+    d = dy.float()
+    s = torch.sigmoid(g)
+    dg = d * u * s * (1 + g * (1 - s))
+    du = d * g * s
+    return torch.cat([dg, du], dim=-1).to(x.dtype)
+
+
+def torch_nf4(packed, absmax, codebook, ids):
+    p = packed.index_select(0, ids.long())
+    S, N, K2 = p.shape
+    nib = torch.stack([p >> 4, p & 15], dim=-1).view(S, N, 2 * K2).long()
+    vals = codebook[nib].view(S, -1, 64)
+    a = absmax.index_select(0, ids.long()).unsqueeze(-1)
+    return (vals * a).view(S, N, 2 * K2).to(torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------
+# One model shape and token count
+# ---------------------------------------------------------------------------
+
+def cases(bundle, key, T, gen):
+    """Yields (kernel, moec fn, torch fn, check fn, bytes) for one shape."""
+    m = MODELS[key]
+    E, H, I, k = m["E"], m["H"], m["I"], m["k"]
+    dev = "cuda"
+    R = T * k
+    logits = torch.randn(T, E, device=dev, generator=gen)
+    bias = (0.1 * torch.randn(E, device=dev, generator=gen)
+            if key == "dsv3" else None)
+    route = bundle.entry(f"route_{key}")
+    route_in = (logits,) if bias is None else (logits, bias)
+    w, ids, slots, offsets = torch_route(logits, m, bias)
+    route_out = (torch.empty_like(w), torch.empty_like(ids),
+                 torch.empty_like(slots), torch.empty_like(offsets))
+
+    def check_route():
+        route(*route_in, out=route_out, check_values=False)
+        same = (route_out[1] == ids).float().mean().item()
+        return max(rel_err(route_out[0], w), 1 - same,
+                   float(not torch.equal(route_out[3], offsets)))
+    yield ("routing", lambda: route(*route_in, out=route_out,
+                                    check_values=False),
+           lambda: torch_route(logits, m, bias), check_route, None)
+
+    x = torch.randn(T, H, device=dev, generator=gen).to(torch.bfloat16)
+    perm = bundle.entry(f"permute_{key}")
+    p_out = (torch.empty(R, H, dtype=torch.bfloat16, device=dev),
+             torch.empty(R, device=dev))
+
+    def check_perm():
+        perm(x, slots, offsets, w, out=p_out, check_values=False)
+        ref = torch_permute(x, slots, w, k)
+        return max(rel_err(p_out[0], ref[0]), rel_err(p_out[1], ref[1]))
+    yield ("permute", lambda: perm(x, slots, offsets, w, out=p_out,
+                                   check_values=False),
+           lambda: torch_permute(x, slots, w, k), check_perm,
+           T * H * 2 + R * 4 * 3 + R * H * 2 + E * 4)
+
+    rows = torch.randn(R, H, device=dev, generator=gen).to(torch.bfloat16)
+    unperm = bundle.entry(f"unpermute_{key}")
+    u_out = torch.empty(T, H, dtype=torch.bfloat16, device=dev)
+
+    def check_unperm():
+        unperm(rows, slots, offsets, w, out=u_out, check_values=False)
+        ref = torch_unpermute(rows.double(), slots, w.double(), k, T)
+        return rel_err(u_out, ref)
+    yield ("unpermute", lambda: unperm(rows, slots, offsets, w, out=u_out,
+                                       check_values=False),
+           lambda: torch_unpermute(rows, slots, w, k, T), check_unperm,
+           R * H * 2 + R * 4 * 2 + T * H * 2 + E * 4)
+
+    qrow = bundle.entry(f"quantize_row_{key}")
+    q_out = (torch.empty(T, H, dtype=torch.float8_e4m3fn, device=dev),
+             torch.empty(T, H // 128, device=dev))
+
+    def check_qrow():
+        qrow(x, out=q_out, check_values=False)
+        d, s = torch_quantize_row(x)
+        return max(rel_err(q_out[1], s), rel_err(q_out[0].float(), d.float()))
+    yield ("quantize row", lambda: qrow(x, out=q_out, check_values=False),
+           lambda: torch_quantize_row(x), check_qrow,
+           T * H * 2 + T * H + T * H // 128 * 4)
+
+    qcol = bundle.entry(f"quantize_col_{key}")
+    blk, blocks = colwise_blocks(offsets, R)
+    c_out = (torch.empty(R, H, dtype=torch.float8_e4m3fn, device=dev),
+             torch.empty(blocks, H, device=dev))
+
+    def check_qcol():
+        qcol(rows, offsets, out=c_out, check_values=False)
+        d, s = torch_quantize_col(rows, offsets)
+        used = int(blk.max().item()) + 1
+        return max(rel_err(c_out[1][:used], s[:used]),
+                   rel_err(c_out[0].float(), d.float()))
+    yield ("quantize col", lambda: qcol(rows, offsets, out=c_out,
+                                        check_values=False),
+           lambda: torch_quantize_col(rows, offsets), check_qcol,
+           R * H * 2 + R * H + blocks * H * 4 + E * 4)
+
+    dq = bundle.entry(f"dequantize_row_{key}")
+    d8, s8 = torch_quantize_row(x)
+    dq_out = torch.empty(T, H, dtype=torch.bfloat16, device=dev)
+
+    def check_dq():
+        dq(d8, s8, out=dq_out, check_values=False)
+        return rel_err(dq_out, d8.double() *
+                       s8.double().repeat_interleave(128, 1))
+    yield ("dequantize fp8", lambda: dq(d8, s8, out=dq_out,
+                                        check_values=False),
+           lambda: torch_dequantize_row(d8, s8), check_dq,
+           T * H + T * H // 128 * 4 + T * H * 2)
+
+    xs = torch.randn(R, 2 * I, device=dev, generator=gen).to(torch.bfloat16)
+    dy = torch.randn(R, I, device=dev, generator=gen).to(torch.bfloat16)
+    sw = bundle.entry(f"swiglu_{key}")
+    sw_out = torch.empty(R, I, dtype=torch.bfloat16, device=dev)
+
+    def check_sw():
+        sw(xs, out=sw_out, check_values=False)
+        return rel_err(sw_out, torch_swiglu(xs.double()))
+    yield ("swiglu", lambda: sw(xs, out=sw_out, check_values=False),
+           lambda: torch_swiglu(xs), check_sw, R * 2 * I * 2 + R * I * 2)
+
+    swg = bundle.entry(f"swiglu_grad_{key}")
+    swg_out = torch.empty(R, 2 * I, dtype=torch.bfloat16, device=dev)
+
+    def check_swg():
+        swg(xs, dy, out=swg_out, check_values=False)
+        return rel_err(swg_out, torch_swiglu_grad(xs.double(), dy.double()))
+    yield ("swiglu grad", lambda: swg(xs, dy, out=swg_out,
+                                      check_values=False),
+           lambda: torch_swiglu_grad(xs, dy), check_swg,
+           R * 2 * I * 2 + R * I * 2 + R * 2 * I * 2)
+
+
+def nf4_case(bundle, key, gen):
+    n = NF4[key]
+    E, N, K, S = n["E"], n["N"], n["K"], n["S"]
+    dev = "cuda"
+    packed = torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8,
+                           device=dev, generator=gen)
+    absmax = torch.rand(E, N * K // 64, device=dev, generator=gen) + 0.1
+    codebook = torch.sort(torch.randn(16, device=dev, generator=gen)).values
+    ids = torch.randperm(E, device=dev, generator=gen)[:S].int()
+    entry = bundle.entry(f"nf4_{key}")
+    out = torch.empty(S, N, K, dtype=torch.bfloat16, device=dev)
+
+    def check():
+        entry(packed, absmax, codebook, ids, out=out, check_values=False)
+        return rel_err(out, torch_nf4(packed, absmax.double(),
+                                      codebook.double(), ids))
+    return ("dequantize nf4",
+            lambda: entry(packed, absmax, codebook, ids, out=out,
+                          check_values=False),
+            lambda: torch_nf4(packed, absmax, codebook, ids), check,
+            S * N * K // 2 + S * N * K // 64 * 4 + S * N * K * 2 + S * 4)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle")
+    parser.add_argument("--tokens", default="2048,8192,32768")
+    parser.add_argument("--models", default="qwen3,dsv3")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--json", help="write every row here")
+    args = parser.parse_args()
+
+    bundle = moec.load(args.bundle)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    results = []
+
+    def record(key, T, kernel, moec_fn, torch_fn, check, nbytes):
+        err = check()
+        t_moec = timed(moec_fn, args.iters, flush)
+        t_torch = timed(torch_fn, args.iters, flush)
+        row = dict(model=key, T=T, kernel=kernel, moec_ms=t_moec,
+                   torch_ms=t_torch, speedup=t_torch / t_moec, err=err,
+                   bytes=nbytes)
+        if nbytes:
+            row["tbps"] = nbytes / t_moec / 1e9
+            row["pct_copy"] = 100 * row["tbps"] / COPY_TBPS
+            row["torch_pct_copy"] = 100 * nbytes / t_torch / 1e9 / COPY_TBPS
+        results.append(row)
+        bw = (f"{row['tbps']:5.2f} TB/s {row['pct_copy']:5.1f}%  torch "
+              f"{row['torch_pct_copy']:5.1f}%" if nbytes else " " * 33)
+        print(f"{key:6} T={T:<6} {kernel:15} moec {t_moec * 1e3:9.1f} us  "
+              f"torch {t_torch * 1e3:9.1f} us  x{row['speedup']:6.2f}  {bw}"
+              f"  err {err:.2e}", flush=True)
+        torch.cuda.empty_cache()
+
+    for key in args.models.split(","):
+        for T in (int(t) for t in args.tokens.split(",")):
+            for case in cases(bundle, key, T, gen):
+                record(key, T, *case)
+        record(key, 0, *nf4_case(bundle, key, gen))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(command=" ".join(sys.argv), device=
+                           torch.cuda.get_device_name(), rows=results), f,
+                      indent=1)
+    bad = [r for r in results if not (r["err"] < 2e-2)]
+    for r in bad:
+        print(f"MISMATCH {r['model']} T={r['T']} {r['kernel']}: err "
+              f"{r['err']:.3e}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
