@@ -99,8 +99,9 @@ def torch_permute(x, slots, w, k):
 
 def torch_unpermute(rows, slots, w, k, T):
     slot = slots.long()
-    scaled = rows.float() * w.flatten()[slot].unsqueeze(1)
-    out = torch.zeros(T, rows.shape[1], dtype=torch.float32, device=rows.device)
+    acc = torch.float64 if rows.dtype == torch.float64 else torch.float32
+    scaled = rows.to(acc) * w.flatten()[slot].unsqueeze(1).to(acc)
+    out = torch.zeros(T, rows.shape[1], dtype=acc, device=rows.device)
     out.index_add_(0, slot // k, scaled)
     return out.to(rows.dtype)
 

@@ -37,9 +37,12 @@ void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile) {
   pm.addPass(moe::createMoeTilePass(tileOptions));
 }
 
-void buildMoeToKernelsPipeline(OpPassManager &pm, const TileOverride &tile) {
+void buildMoeToKernelsPipeline(OpPassManager &pm, const TileOverride &tile,
+                               const std::string &target) {
   buildMoeOptimizePipeline(pm, tile);
-  pm.addPass(createConvertMoeToKernels());
+  ConvertMoeToKernelsOptions options;
+  options.target = target;
+  pm.addPass(createConvertMoeToKernels(options));
   pm.addPass(createCSEPass());
 }
 
@@ -112,19 +115,19 @@ void registerMoecPipelines() {
   PassPipelineRegistration<>(
       "moe-to-nvvm", "moe-to-kernels, then NVVM and PTX for sm_90a",
       [](OpPassManager &pm) {
-        buildMoeToKernelsPipeline(pm);
+        buildMoeToKernelsPipeline(pm, {}, "nvvm");
         buildKernelsToNVVMPipeline(pm, {"sm_90a", "+ptx80", 3});
       });
   PassPipelineRegistration<>(
       "moe-to-rocdl", "moe-to-kernels, then ROCDL for gfx942",
       [](OpPassManager &pm) {
-        buildMoeToKernelsPipeline(pm);
+        buildMoeToKernelsPipeline(pm, {}, "rocdl");
         buildKernelsToROCDLPipeline(pm, {"gfx942", "", 3});
       });
   PassPipelineRegistration<>(
       "moe-to-host", "moe-to-kernels, then LLVM for the host CPU",
       [](OpPassManager &pm) {
-        buildMoeToKernelsPipeline(pm);
+        buildMoeToKernelsPipeline(pm, {}, "host");
         buildKernelsToHostPipeline(pm);
       });
 }

@@ -290,13 +290,28 @@ LogicalResult serializeHost(ModuleOp hostModule, std::vector<uint8_t> &object) {
                          hostModule.getLoc());
 }
 
-/// Lowers a clone of `module` to kernels and describes its entries.
+/// The convert-moe-to-kernels target for a compile target.
+std::string kernelTargetOf(StringRef target) {
+  // NVVM's FP8 conversions need sm_89 (Ada) or newer.
+  unsigned sm = 0;
+  if (target.starts_with("sm_"))
+    return target.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, sm) ||
+                   sm < 89
+               ? "generic"
+               : "nvvm";
+  if (target.starts_with("gfx"))
+    return "rocdl";
+  return "host";
+}
+
+/// Lowers a clone of `module` to kernels for `kernelTarget` and describes
+/// its entries.
 FailureOr<OwningOpRef<ModuleOp>>
 lowerToKernels(ModuleOp module, std::vector<rt::Entry> &entries,
-               const TileOverride &tile) {
+               const TileOverride &tile, const std::string &kernelTarget) {
   OwningOpRef<ModuleOp> kernels(cast<ModuleOp>(module->clone()));
   if (failed(runPipeline(*kernels, [&](OpPassManager &pm) {
-        buildMoeToKernelsPipeline(pm, tile);
+        buildMoeToKernelsPipeline(pm, tile, kernelTarget);
       })))
     return failure();
   for (auto func : kernels->getOps<func::FuncOp>()) {
@@ -326,7 +341,7 @@ OwningOpRef<ModuleOp> lowerForHost(ModuleOp module,
                                    std::vector<rt::Entry> &entries,
                                    const TileOverride &tile) {
   FailureOr<OwningOpRef<ModuleOp>> kernels =
-      lowerToKernels(module, entries, tile);
+      lowerToKernels(module, entries, tile, "host");
   if (failed(kernels) ||
       failed(runPipeline(**kernels, buildKernelsToHostPipeline)))
     return nullptr;
@@ -349,7 +364,8 @@ lowerToStage(ModuleOp module, const std::string &stage,
       return;
     }
     if (stage != "moe")
-      buildMoeToKernelsPipeline(pm, tile);
+      buildMoeToKernelsPipeline(pm, tile,
+                                stage == "kernels" ? "generic" : stage);
     if (stage == "nvvm")
       buildKernelsToNVVMPipeline(pm, {"sm_90a", "+ptx80", 3});
     else if (stage == "rocdl")
@@ -369,22 +385,40 @@ lowerToStage(ModuleOp module, const std::string &stage,
 LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
                             CompileResult &result) {
   initializeLLVMTargets();
-  std::vector<rt::Entry> entries;
-  FailureOr<OwningOpRef<ModuleOp>> kernels =
-      lowerToKernels(module, entries, options.tile);
-  if (failed(kernels))
-    return failure();
-  if (entries.empty())
-    return module.emitError("no function to compile");
-
   for (const std::string &target : options.targets)
     if (!llvm::Regex("^(sm_[0-9]+a?|gfx[0-9]+[a-z]*|host)$").match(target))
       return module.emitError("unknown target '")
              << target << "' (expected sm_90a, gfx942 or host)";
+  // Kernels (and so launch sequences) differ by target family: lower once
+  // per family.
+  struct Lowered {
+    OwningOpRef<ModuleOp> module;
+    std::vector<rt::Entry> entries;
+  };
+  std::map<std::string, Lowered> byFamily;
+  auto kernelsFor = [&](const std::string &target) -> FailureOr<Lowered *> {
+    std::string family = kernelTargetOf(target);
+    auto it = byFamily.find(family);
+    if (it != byFamily.end())
+      return &it->second;
+    Lowered lowered;
+    FailureOr<OwningOpRef<ModuleOp>> kernels =
+        lowerToKernels(module, lowered.entries, options.tile, family);
+    if (failed(kernels))
+      return failure();
+    if (lowered.entries.empty())
+      return module.emitError("no function to compile");
+    lowered.module = std::move(*kernels);
+    return &byFamily.emplace(family, std::move(lowered)).first->second;
+  };
   result.bundle.producer = "moec 0.1";
   for (const std::string &target : options.targets) {
-    OwningOpRef<ModuleOp> lowered(cast<ModuleOp>((*kernels)->clone()));
-    std::vector<rt::Entry> targetEntries = entries;
+    FailureOr<Lowered *> kernels = kernelsFor(target);
+    if (failed(kernels))
+      return failure();
+    OwningOpRef<ModuleOp> lowered(
+        cast<ModuleOp>((*kernels)->module->clone()));
+    std::vector<rt::Entry> targetEntries = (*kernels)->entries;
     if (target == "host") {
       std::vector<uint8_t> object;
       if (failed(runPipeline(*lowered, buildKernelsToHostPipeline)) ||

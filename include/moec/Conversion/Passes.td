@@ -33,10 +33,17 @@ def ConvertMoeToKernels : Pass<"convert-moe-to-kernels", "mlir::ModuleOp"> {
     and `moe.grid` / `moe.scalars` on launches. Expressions are in the RPN of
     docs/bundle.md over the symbols (dynamic input dimensions).
   }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"generic\"",
+           "Which kernels to emit: `generic` (plain dialects only: any "
+           "backend), `nvvm` (NVVM FP8 conversions and warp shuffles: "
+           "sm_89+), `rocdl` (warp shuffles) or `host` (no intra-warp "
+           "communication: the host runs a block's threads one by one)">
+  ];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::func::FuncDialect",
     "mlir::gpu::GPUDialect", "mlir::LLVM::LLVMDialect",
-    "mlir::math::MathDialect",
+    "mlir::NVVM::NVVMDialect", "mlir::math::MathDialect",
     "mlir::memref::MemRefDialect", "mlir::scf::SCFDialect",
     "mlir::vector::VectorDialect"
   ];

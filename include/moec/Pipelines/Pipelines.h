@@ -36,9 +36,11 @@ struct TileOverride {
 /// Fusion and tiling on tensors.
 void buildMoeOptimizePipeline(mlir::OpPassManager &pm,
                               const TileOverride &tile = {});
-/// moe-optimize + convert-moe-to-kernels (+ cleanup).
+/// moe-optimize + convert-moe-to-kernels (+ cleanup). `target` is the
+/// pass's option: generic, nvvm, rocdl or host.
 void buildMoeToKernelsPipeline(mlir::OpPassManager &pm,
-                               const TileOverride &tile = {});
+                               const TileOverride &tile = {},
+                               const std::string &target = "generic");
 /// Kernels (gpu.module) to NVVM and PTX text in a gpu.binary (format=isa):
 /// works without the CUDA toolkit; ptxas runs afterwards (Target/).
 void buildKernelsToNVVMPipeline(mlir::OpPassManager &pm,

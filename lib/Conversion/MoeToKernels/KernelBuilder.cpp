@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
 #include <cmath>
 
@@ -273,9 +274,30 @@ Value KernelBuilder::loadVecF32(Value memref, ValueRange indices, int64_t n) {
     return vec;
   if (!isFP8(elem))
     return arith::ExtFOp::create(*this, f32x, vec);
-  // FP8 has no LLVM type: decode the bit patterns one by one.
-  Value bits =
-      arith::BitcastOp::create(*this, VectorType::get({n}, getI8Type()), vec);
+  // FP8 has no LLVM type: decode the bit patterns, in pairs with NVVM's
+  // conversion to f16 (exact), else one by one with integer ops.
+  auto i8x = VectorType::get({n}, getI8Type());
+  Value bits = arith::BitcastOp::create(*this, i8x, vec);
+  // (Pairs and lanes travel as extract/from_elements: the NVVM lowering
+  // has no patterns for strided slices.)
+  if (target == KernelTarget::NVVM && n % 2 == 0) {
+    auto i8x2 = VectorType::get({2}, getI8Type());
+    auto f16x2 = VectorType::get({2}, getF16Type());
+    SmallVector<Value> values;
+    for (int64_t i = 0; i < n; i += 2) {
+      Value two = vector::FromElementsOp::create(
+          *this, i8x2,
+          ValueRange{vector::ExtractOp::create(*this, bits, i),
+                     vector::ExtractOp::create(*this, bits, i + 1)});
+      Value halves = NVVM::ConvertF8x2ToF16x2Op::create(
+          *this, f16x2, two, getBoolAttr(false), TypeAttr::get(elem));
+      for (int64_t j = 0; j < 2; ++j)
+        values.push_back(arith::ExtFOp::create(
+            *this, getF32Type(),
+            Value(vector::ExtractOp::create(*this, halves, j))));
+    }
+    return vector::FromElementsOp::create(*this, f32x, values);
+  }
   SmallVector<Value> values;
   for (int64_t i = 0; i < n; ++i)
     values.push_back(
@@ -285,7 +307,24 @@ Value KernelBuilder::loadVecF32(Value memref, ValueRange indices, int64_t n) {
 void KernelBuilder::storeVecF32(Value vec, Value memref, ValueRange indices) {
   Type elem = cast<MemRefType>(memref.getType()).getElementType();
   int64_t n = cast<VectorType>(vec.getType()).getNumElements();
-  if (isFP8(elem)) {
+  if (isFP8(elem) && target == KernelTarget::NVVM && n % 2 == 0) {
+    // NVVM: round to nearest even, saturating to the largest finite value,
+    // two at a time; the pair's element 0 is the second operand.
+    auto i8x2 = VectorType::get({2}, getI8Type());
+    SmallVector<Value> bits;
+    for (int64_t i = 0; i < n; i += 2) {
+      Value lo = vector::ExtractOp::create(*this, vec, i);
+      Value hi = vector::ExtractOp::create(*this, vec, i + 1);
+      Value two = NVVM::ConvertF32x2ToF8x2Op::create(
+          *this, i8x2, hi, lo, NVVM::FPRoundingMode::RN,
+          NVVM::SaturationMode::SATFINITE, /*relu=*/false, elem);
+      bits.push_back(vector::ExtractOp::create(*this, two, 0));
+      bits.push_back(vector::ExtractOp::create(*this, two, 1));
+    }
+    Value bytes = vector::FromElementsOp::create(
+        *this, VectorType::get({n}, getI8Type()), bits);
+    vec = arith::BitcastOp::create(*this, VectorType::get({n}, elem), bytes);
+  } else if (isFP8(elem)) {
     SmallVector<Value> bits;
     for (int64_t i = 0; i < n; ++i)
       bits.push_back(

@@ -23,10 +23,24 @@
 
 namespace moec::kernels {
 
+/// What the kernels may use beyond the plain dialects (the pass's `target`).
+enum class KernelTarget {
+  Generic, ///< any backend
+  NVVM,    ///< NVVM ops (FP8 conversions, sm_89+) and warp shuffles
+  ROCDL,   ///< warp shuffles
+  Host,    ///< no intra-warp communication
+};
+
 /// An ImplicitLocOpBuilder with the helpers kernel bodies need.
 class KernelBuilder : public mlir::ImplicitLocOpBuilder {
 public:
   using ImplicitLocOpBuilder::ImplicitLocOpBuilder;
+
+  KernelTarget target = KernelTarget::Generic;
+  /// Whether gpu.shuffle may be used (a warp runs in lockstep).
+  bool hasWarpShuffles() const {
+    return target == KernelTarget::NVVM || target == KernelTarget::ROCDL;
+  }
 
   // Constants.
   mlir::Value idx(int64_t v);

@@ -20,6 +20,7 @@
 #include "mlir/IR/Matchers.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
 
 #include <cstdio>
 
@@ -73,8 +74,9 @@ unsigned odsOperandCount(Operation *op) {
 
 class FuncLowering : public LoweringContext {
 public:
-  FuncLowering(ModuleOp module, func::FuncOp func)
-      : module(module), oldFunc(func), hostBuilder(func.getLoc(), func) {}
+  FuncLowering(ModuleOp module, func::FuncOp func, KernelTarget target)
+      : module(module), oldFunc(func), target(target),
+        hostBuilder(func.getLoc(), func) {}
 
   LogicalResult run();
 
@@ -99,6 +101,7 @@ private:
 
   ModuleOp module;
   func::FuncOp oldFunc, newFunc;
+  KernelTarget target;
   gpu::GPUModuleOp gpuModule;
   KernelBuilder hostBuilder;
   Operation *currentOp = nullptr;
@@ -236,6 +239,7 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
   {
     Block *kernelEntry = &kernel.getBody().front();
     KernelBuilder b(loc, kernelEntry, kernelEntry->end());
+    b.target = target;
     Value block = gpu::BlockIdOp::create(b, gpu::Dimension::x);
     Value thread = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
     body(b, kernel.getArguments(), block, thread);
@@ -491,14 +495,28 @@ LogicalResult FuncLowering::run() {
 
 struct ConvertMoeToKernelsPass
     : public moec::impl::ConvertMoeToKernelsBase<ConvertMoeToKernelsPass> {
+  using Base::Base;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    std::optional<KernelTarget> kind =
+        llvm::StringSwitch<std::optional<KernelTarget>>(target)
+            .Case("generic", KernelTarget::Generic)
+            .Case("nvvm", KernelTarget::NVVM)
+            .Case("rocdl", KernelTarget::ROCDL)
+            .Case("host", KernelTarget::Host)
+            .Default(std::nullopt);
+    if (!kind) {
+      module.emitError("convert-moe-to-kernels: unknown target '")
+          << target << "' (expected generic, nvvm, rocdl or host)";
+      return signalPassFailure();
+    }
     SmallVector<func::FuncOp> funcs;
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal())
         funcs.push_back(func);
     for (func::FuncOp func : funcs) {
-      FuncLowering lowering(module, func);
+      FuncLowering lowering(module, func, *kind);
       if (failed(lowering.run()))
         return signalPassFailure();
     }

@@ -6,9 +6,9 @@
 // owns a chunk of one row (16 bytes of the narrowest element it touches)
 // instead of one element, so that a warp reads and writes whole cache lines
 // with 16-byte vector loads and stores, and the per-row work (slot lookup,
-// expert search, scale) is paid once per chunk. Column-wise FP8 groups are
-// read straight down the column, with the whole group held in registers so
-// that the input is read once.
+// expert search, scale) is paid once per chunk. Row-wise FP8 groups stay in
+// registers between the amax and the scaling; column-wise groups are read
+// straight down the columns twice, the second time from L2.
 //
 // No shared memory and no intra-block synchronization: these kernels run on
 // every backend, the host included, so the host tests check them too. Each
@@ -105,53 +105,83 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
   }
 
   KernelBuilder &h = ctx.host();
-  Value offsets = buffer(op.getOffsets());
+  Value slots = buffer(op.getSlots()), offsets = buffer(op.getOffsets());
   int64_t k = op.getK();
   int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
-  SmallVector<Value> operands = {tokens, buffer(op.getSlots()), offsets, rows};
+  // Token order: each token's chunk is read once and written to its k rows.
+  // (Row order would read every token k times, and the rows written in
+  // between evict it from L2.) The rows come from the inverse map.
+  SmallVector<Value> tokenSizes = ctx.sizes(tokens);
+  Value numSlots = h.mul(tokenSizes[0], h.idx(k));
+  Value inverse = ctx.allocTemp(
+      MemRefType::get({ShapedType::kDynamic}, h.getI32Type()), {numSlots});
+  if (failed(emitInverse(ctx, tile, slots, offsets, inverse, numSlots)))
+    return failure();
+  SmallVector<Value> operands = {tokens, inverse, rows};
   if (probs)
     operands.append({probs, outProbs});
   if (scales)
     operands.append({scales, outScales});
-  Value count = h.mul(ctx.sizes(rows)[0], h.idx(chunks));
+  if (failed(launchPerItem(
+          ctx, "scatter_vec", h.mul(tokenSizes[0], h.idx(chunks)), tile,
+          operands, [&](KernelBuilder &b, ValueRange a, Value id) {
+            Value t = b.div(id, b.idx(chunks));
+            Value chunk = b.rem(id, b.idx(chunks));
+            Value c = b.mul(chunk, b.idx(width));
+            Value v = b.loadVec(a[0], {t, c}, width);
+            for (int64_t j = 0; j < k; ++j) {
+              Value slot = b.add(b.mul(t, b.idx(k)), b.idx(j));
+              auto [r, valid] = b.loadSigned(a[1], {slot});
+              b.ifThen(valid, [&] {
+                b.storeVec(v, a[2], {r, c});
+                unsigned next = 3;
+                // The token's first thread carries its probabilities, the
+                // first `numScales` threads its FP8 scales.
+                if (probs) {
+                  Value in = a[next], out = a[next + 1];
+                  next += 2;
+                  b.ifThen(b.eq(chunk, b.idx(0)), [&] {
+                    b.storeF(b.loadF(in, {t, b.idx(j)}), out, {r});
+                  });
+                }
+                if (scales) {
+                  Value in = a[next], out = a[next + 1];
+                  b.ifThen(b.ult(chunk, b.dim(out, 1)), [&] {
+                    b.storeF(b.loadF(in, {t, chunk}), out, {r, chunk});
+                  });
+                }
+              });
+            }
+          })))
+    return failure();
+
+  // Padding rows, and rows past the last group, are zero: one thread per
+  // row, which leaves at once for a row that holds a token.
+  SmallVector<Value> padOperands = {slots, offsets, rows};
+  if (probs)
+    padOperands.push_back(outProbs);
+  if (scales)
+    padOperands.push_back(outScales);
   return launchPerItem(
-      ctx, "vec", count, tile, operands,
-      [&](KernelBuilder &b, ValueRange a, Value id) {
-        Value r = b.div(id, b.idx(chunks)), chunk = b.rem(id, b.idx(chunks));
-        Value c = b.mul(chunk, b.idx(width));
-        Value end = b.loadIdx(a[2], {b.idx(experts - 1)});
-        auto [slot, valid] = b.loadSigned(a[1], {r});
-        Value ok = b.land(valid, b.ult(r, end));
-        Value token = b.div(slot, b.idx(k));
-        auto type = VectorType::get({width}, elem);
-        Value v = b.ifElse(
-            ok, type, [&] { return b.loadVec(a[0], {token, c}, width); },
-            [&] { return b.zeroVec(type); });
-        b.storeVec(v, a[3], {r, c});
-        unsigned next = 4;
-        // The row's first thread carries its probability, the first
-        // `numScales` threads its FP8 scales.
-        if (probs) {
-          Value in = a[next], out = a[next + 1];
-          next += 2;
-          b.ifThen(b.eq(chunk, b.idx(0)), [&] {
-            Value p = b.ifElse(
-                ok, b.getF32Type(),
-                [&] { return b.loadF(in, {token, b.rem(slot, b.idx(k))}); },
-                [&] { return b.f32(0); });
-            b.storeF(p, out, {r});
+      ctx, "pad", ctx.sizes(rows)[0], tile, padOperands,
+      [&](KernelBuilder &b, ValueRange a, Value r) {
+        Value end = b.loadIdx(a[1], {b.idx(experts - 1)});
+        Value valid = b.loadSigned(a[0], {r}).second;
+        Value pad = b.select(valid, b.ule(end, r),
+                             arith::ConstantOp::create(b, b.getBoolAttr(true)));
+        b.ifThen(pad, [&] {
+          Value zeros = b.zeroVec(VectorType::get({width}, elem));
+          b.loop(b.idx(0), b.idx(chunks), [&](Value i) {
+            b.storeVec(zeros, a[2], {r, b.mul(i, b.idx(width))});
           });
-        }
-        if (scales) {
-          Value in = a[next], out = a[next + 1];
-          b.ifThen(b.ult(chunk, b.dim(out, 1)), [&] {
-            Value s = b.ifElse(
-                ok, b.getF32Type(),
-                [&] { return b.loadF(in, {token, chunk}); },
-                [&] { return b.f32(0); });
-            b.storeF(s, out, {r, chunk});
-          });
-        }
+          unsigned next = 3;
+          if (probs)
+            b.storeF(b.f32(0), a[next++], {r});
+          if (scales)
+            b.loop(b.idx(0), b.dim(a[next], 1), [&](Value i) {
+              b.storeF(b.f32(0), a[next], {r, i});
+            });
+        });
       });
 }
 
@@ -184,25 +214,23 @@ Lowered lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
         Value t = b.div(id, b.idx(chunks));
         Value c = b.mul(b.rem(id, b.idx(chunks)), b.idx(width));
         auto f32x = VectorType::get({width}, b.getF32Type());
-        // The k rows of the token, weighted, summed in f32.
-        Value acc = b.loop(
-            b.idx(0), b.idx(k), {b.zeroVec(f32x)},
-            [&](Value j, ValueRange it) -> SmallVector<Value> {
-              auto [r, valid] =
-                  b.loadSigned(a[1], {b.add(b.mul(t, b.idx(k)), j)});
-              Value term = b.ifElse(
-                  valid, f32x,
-                  [&] {
-                    Value v = b.loadVecF32(a[0], {r, c}, width);
-                    if (!weights)
-                      return v;
-                    Value w = vector::BroadcastOp::create(
-                        b, f32x, b.loadF(a[3], {t, j}));
-                    return Value(arith::MulFOp::create(b, v, w));
-                  },
-                  [&] { return b.zeroVec(f32x); });
-              return {arith::AddFOp::create(b, it[0], term)};
-            })[0];
+        // The k rows of the token, weighted, summed in f32. The loads are
+        // unconditional (a missing row reads row 0 and is dropped by the
+        // select), so that all k are in flight at once.
+        Value acc = b.zeroVec(f32x);
+        for (int64_t j = 0; j < k; ++j) {
+          auto [r, valid] = b.loadSigned(a[1], {b.add(b.mul(t, b.idx(k)),
+                                                      b.idx(j))});
+          Value v = b.loadVecF32(a[0], {b.select(valid, r, b.idx(0)), c},
+                                 width);
+          if (weights)
+            v = arith::MulFOp::create(
+                b, v,
+                vector::BroadcastOp::create(b, f32x,
+                                            b.loadF(a[3], {t, b.idx(j)})));
+          acc = arith::AddFOp::create(
+              b, acc, b.select(valid, v, b.zeroVec(f32x)));
+        }
         b.storeVecF32(acc, a[2], {t, c});
       });
 }
@@ -295,7 +323,7 @@ Lowered lowerSwigluGrad(moe::SwigluGradOp op, moe::TileAttr tile,
 // quantize / dequantize (FP8)
 //===----------------------------------------------------------------------===//
 
-/// Most input elements one thread keeps in registers for a group.
+/// Most input elements one thread keeps in registers for a row-wise group.
 constexpr int64_t kMaxGroupRegisters = 128;
 
 /// `blockEnds[e]` = number of column-wise scale blocks of experts <= e
@@ -419,7 +447,7 @@ Lowered lowerQuantizeColwise(moe::QuantizeOp op, moe::TileAttr tile,
   int64_t width = inType.isF32() ? 1 : 2;
   std::optional<int64_t> cols = staticDim(in, 1);
   if (!quantizable(inType) || !cols || *cols % width ||
-      group > kMaxGroupRegisters)
+      group % std::min<int64_t>(group, 16))
     return std::nullopt;
   int64_t pairs = *cols / width;
   int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
@@ -473,23 +501,36 @@ Lowered lowerQuantizeColwise(moe::QuantizeOp op, moe::TileAttr tile,
                               b.mul(b.sub(blk, blocksBefore), b.idx(group)));
           Value last = b.minIdx(b.add(first, b.idx(group)),
                                 b.loadIdx(a[3], {e}));
-          // Rows past `last` (a short last block) load as zeros, which
-          // leave the amax unchanged, and are not stored. The guards are
-          // warp-uniform: a warp's threads share their block.
+          // Two passes over the block's rows, amax then scaling, with no
+          // branches so that each pass has all its loads in flight; the
+          // second pass finds the block in L2, read microseconds before.
+          // Rows past `last` (a short last block) are row last-1 again: they
+          // count as zero in the amax and store row last-1's own value.
           Value count = b.sub(last, first);
-          auto rawType = VectorType::get({width}, inType);
-          SmallVector<Value> rows;
-          Value amaxBits;
-          for (int64_t i = 0; i < group; ++i) {
-            rows.push_back(b.ifElse(
-                b.ult(b.idx(i), count), rawType,
-                [&] {
-                  return b.loadVec(a[0], {b.add(first, b.idx(i)), c}, width);
-                },
-                [&] { return b.zeroVec(rawType); }));
-            Value m = magnitudeBits(b, rows.back());
-            amaxBits = i ? arith::MaxUIOp::create(b, amaxBits, m) : m;
-          }
+          Value lastRow = b.sub(last, b.idx(1));
+          // Rows in steps of `unroll`: enough loads in flight per thread
+          // without the register pressure of the whole group.
+          int64_t unroll = std::min<int64_t>(group, 16);
+          auto rowAt = [&](Value base, int64_t i) {
+            return b.minIdx(b.add(base, b.idx(i)), lastRow);
+          };
+          auto bitsType = VectorType::get(
+              {width}, b.getIntegerType(inType.getIntOrFloatBitWidth()));
+          Value amaxBits = b.loop(
+              b.idx(0), b.idx(group / unroll), {b.zeroVec(bitsType)},
+              [&](Value step, ValueRange it) -> SmallVector<Value> {
+                Value i0 = b.mul(step, b.idx(unroll));
+                Value acc = it[0];
+                for (int64_t i = 0; i < unroll; ++i) {
+                  Value base = b.add(first, i0);
+                  Value m = magnitudeBits(
+                      b, b.loadVec(a[0], {rowAt(base, i), c}, width));
+                  m = b.select(b.ult(b.add(i0, b.idx(i)), count), m,
+                               b.zeroVec(bitsType));
+                  acc = arith::MaxUIOp::create(b, acc, m);
+                }
+                return {acc};
+              })[0];
           SmallVector<Value> scale, inverse;
           for (int64_t j = 0; j < width; ++j) {
             scale.push_back(groupScale(
@@ -498,15 +539,17 @@ Lowered lowerQuantizeColwise(moe::QuantizeOp op, moe::TileAttr tile,
           }
           b.storeVecF(scale, a[2], {blk, c});
           Value inverseVec = vector::FromElementsOp::create(b, f32x, inverse);
-          for (int64_t i = 0; i < group; ++i) {
-            b.ifThen(b.ult(b.idx(i), count), [&, i] {
-              Value x = rows[i];
+          b.loop(b.idx(0), b.idx(group / unroll), [&](Value step) {
+            Value base = b.add(first, b.mul(step, b.idx(unroll)));
+            for (int64_t i = 0; i < unroll; ++i) {
+              Value row = rowAt(base, i);
+              Value x = b.loadVec(a[0], {row, c}, width);
               if (!inType.isF32())
                 x = arith::ExtFOp::create(b, f32x, x);
               b.storeVecF32(arith::MulFOp::create(b, x, inverseVec), a[1],
-                            {b.add(first, b.idx(i)), c});
-            });
-          }
+                            {row, c});
+            }
+          });
         });
         // Unused trailing blocks hold scale 1.
         b.ifThen(b.eq(e, b.idx(experts)), [&] {
