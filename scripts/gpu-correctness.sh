@@ -41,7 +41,7 @@ for routing in one-expert half-experts; do
   done
 done
 run ops.moecb dequantize_nf4 - uniform --iters 5
-for entry in permute_fp8 unpermute_bf16 swiglu_vec quantize_rowwise_vec \
+for entry in permute_fp8 unpermute_bf16 swiglu_vec quantize_rowwise_vec quantize_rowwise_warp \
              quantize_colwise_vec dequantize_rowwise_vec; do
   for t in 1 45 3000; do
     run vector.moecb $entry $t uniform --iters 5

@@ -76,7 +76,9 @@ class FuncLowering : public LoweringContext {
 public:
   FuncLowering(ModuleOp module, func::FuncOp func, KernelTarget target)
       : module(module), oldFunc(func), target(target),
-        hostBuilder(func.getLoc(), func) {}
+        hostBuilder(func.getLoc(), func) {
+    hostBuilder.target = target;
+  }
 
   LogicalResult run();
 

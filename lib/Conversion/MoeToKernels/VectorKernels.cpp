@@ -375,6 +375,65 @@ bool quantizable(Type type) {
   return type.isBF16() || type.isF16() || type.isF32();
 }
 
+/// Row-wise FP8 groups with warp shuffles (NVVM, ROCDL): one thread per
+/// 16-byte chunk as in the other kernels, so that a warp's loads and stores
+/// are whole lines; the group's lanes combine their amax with xor shuffles.
+/// Every lane takes part in the shuffles (a lane past the end works on the
+/// last chunk again) and only the stores are guarded.
+Lowered lowerQuantizeRowwiseWarp(moe::QuantizeOp op, moe::TileAttr tile,
+                                 BufferMap buffer, LoweringContext &ctx) {
+  Value in = buffer(op.getInput()), data = buffer(op.getData());
+  Value scales = buffer(op.getScales());
+  int64_t group = op.getGroupSize();
+  Type inType = elementType(in);
+  std::optional<int64_t> cols = staticDim(in, 1);
+  int64_t width = chunkWidth(cols, {inType});
+  if (!width || !quantizable(inType) || group % width || *cols % group)
+    return std::nullopt;
+  int64_t lanes = group / width; // per group
+  if (lanes > 32 || !llvm::isPowerOf2_64(lanes) || tile.getThreads() % 32)
+    return std::nullopt;
+  int64_t chunks = *cols / width;
+  Type fp8 = elementType(data);
+  double fp8Max = fp8MaxOf(fp8);
+  bool pow2 = op.getPow2Scale();
+  KernelBuilder &h = ctx.host();
+  Value count = h.mul(ctx.sizes(in)[0], h.idx(chunks));
+  int64_t threads = tile.getThreads();
+  return ctx.launch(
+      "rowwise_warp", h.ceilDiv(count, h.idx(threads)), tile,
+      {in, data, scales, count},
+      [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
+        Value n = a[3];
+        Value id = b.add(b.mul(block, b.idx(threads)), thread);
+        Value active = b.ult(id, n);
+        Value item = b.minIdx(id, b.sub(n, b.idx(1)));
+        Value r = b.div(item, b.idx(chunks));
+        Value chunk = b.rem(item, b.idx(chunks));
+        Value c = b.mul(chunk, b.idx(width));
+        Value x = b.loadVec(a[0], {r, c}, width);
+        Value bits = magnitudeBits(b, x);
+        Value amax = b.f32(0);
+        for (int64_t i = 0; i < width; ++i)
+          amax = b.fmax(amax, magnitudeToF32(b, bits, i, inType));
+        for (int64_t offset = lanes / 2; offset > 0; offset /= 2)
+          amax = b.fmax(amax, gpu::ShuffleOp::create(b, amax, offset, 32,
+                                                     gpu::ShuffleMode::XOR)
+                                  .getShuffleResult());
+        Value scale = groupScale(b, amax, fp8Max, pow2);
+        b.ifThen(active, [&] {
+          b.ifThen(b.eq(b.rem(chunk, b.idx(lanes)), b.idx(0)), [&] {
+            b.storeF(scale, a[2], {r, b.div(chunk, b.idx(lanes))});
+          });
+          auto f32x = VectorType::get({width}, b.getF32Type());
+          Value y = inType.isF32() ? x : arith::ExtFOp::create(b, f32x, x);
+          Value inverse = vector::BroadcastOp::create(
+              b, f32x, b.fdiv(b.f32(1), scale));
+          b.storeVecF32(arith::MulFOp::create(b, y, inverse), a[1], {r, c});
+        });
+      });
+}
+
 Lowered lowerQuantizeRowwise(moe::QuantizeOp op, moe::TileAttr tile,
                              BufferMap buffer, LoweringContext &ctx) {
   Value in = buffer(op.getInput()), data = buffer(op.getData());
@@ -689,9 +748,12 @@ Lowered moec::kernels::lowerVectorized(Operation *op, moe::TileAttr tile,
       .Case<moe::SwigluGradOp>(
           [&](auto o) { return lowerSwigluGrad(o, tile, buffer, ctx); })
       .Case<moe::QuantizeOp>([&](auto o) {
-        return o.getAxis() == moe::QuantAxis::rowwise
-                   ? lowerQuantizeRowwise(o, tile, buffer, ctx)
-                   : lowerQuantizeColwise(o, tile, buffer, ctx);
+        if (o.getAxis() == moe::QuantAxis::colwise)
+          return lowerQuantizeColwise(o, tile, buffer, ctx);
+        if (ctx.host().hasWarpShuffles())
+          if (Lowered lowered = lowerQuantizeRowwiseWarp(o, tile, buffer, ctx))
+            return lowered;
+        return lowerQuantizeRowwise(o, tile, buffer, ctx);
       })
       .Case<moe::DequantizeOp>([&](auto o) -> Lowered {
         if (elementType(buffer(o.getData())).isUnsignedInteger(8))
