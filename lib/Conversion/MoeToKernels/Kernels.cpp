@@ -54,9 +54,12 @@ Value moec::kernels::groupStart(KernelBuilder &b, Value offsets, Value e) {
       [&] { return b.loadIdx(offsets, {b.sub(e, b.idx(1))}); });
 }
 
-LogicalResult moec::kernels::emitInverse(LoweringContext &ctx, moe::TileAttr tile,
-                          Value slots, Value offsets, Value inverse,
-                          Value numSlots) {
+FailureOr<Value> moec::kernels::emitInverse(LoweringContext &ctx,
+                                            moe::TileAttr tile, Value slots,
+                                            Value offsets, Value numSlots) {
+  KernelBuilder &h = ctx.host();
+  Value inverse = ctx.allocTemp(
+      MemRefType::get({ShapedType::kDynamic}, h.getI32Type()), {numSlots});
   if (failed(launchPerItem(ctx, "inverse_fill", numSlots, tile, {inverse},
                            [&](KernelBuilder &b, ValueRange a, Value s) {
                              b.storeI32Const(-1, a[0], {s});
@@ -64,14 +67,16 @@ LogicalResult moec::kernels::emitInverse(LoweringContext &ctx, moe::TileAttr til
     return failure();
   Value rows = ctx.sizes(slots)[0];
   int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
-  return launchPerItem(
+  if (failed(launchPerItem(
       ctx, "inverse", rows, tile, {slots, offsets, inverse, numSlots},
       [&](KernelBuilder &b, ValueRange a, Value r) {
         Value end = b.loadIdx(a[1], {b.idx(experts - 1)});
         auto [slot, valid] = b.loadSigned(a[0], {r});
         Value ok = b.land(b.land(valid, b.ult(r, end)), b.ult(slot, a[3]));
         b.ifThen(ok, [&] { b.storeI32(r, a[2], {slot}); });
-      });
+      })))
+    return failure();
+  return inverse;
 }
 
 Value moec::kernels::gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout, Value half,
@@ -438,11 +443,11 @@ LogicalResult lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
   int64_t k = op.getK();
   SmallVector<Value> outSizes = ctx.sizes(out);
   Value numSlots = h.mul(outSizes[0], h.idx(k));
-  Value inverse = ctx.allocTemp(
-      MemRefType::get({ShapedType::kDynamic}, h.getI32Type()), {numSlots});
-  if (failed(emitInverse(ctx, tile, slots, offsets, inverse, numSlots)))
+  FailureOr<Value> inverse =
+      emitInverse(ctx, tile, slots, offsets, numSlots);
+  if (failed(inverse))
     return failure();
-  SmallVector<Value> operands = {rows, inverse, out};
+  SmallVector<Value> operands = {rows, *inverse, out};
   if (weights)
     operands.push_back(weights);
   return launchPerItem(
@@ -646,11 +651,11 @@ LogicalResult lowerGroupedMatmul(moe::GroupedMatmulOp op, moe::TileAttr tile,
     // Combined in token order: out[t, c] = sum_j w[t, j] · y[pos(t·k+j), c].
     Value scatterWeights = buffer(op.getScatterWeights());
     Value numSlots = h.mul(outSizes[0], h.idx(slotsPerToken));
-    Value inverse = ctx.allocTemp(
-        MemRefType::get({ShapedType::kDynamic}, h.getI32Type()), {numSlots});
-    if (failed(emitInverse(ctx, tile, scatter, offsets, inverse, numSlots)))
+    FailureOr<Value> inverse =
+        emitInverse(ctx, tile, scatter, offsets, numSlots);
+    if (failed(inverse))
       return failure();
-    int inverseAt = addOptional(inverse);
+    int inverseAt = addOptional(*inverse);
     int weightsAt = addOptional(scatterWeights);
     return launchPerItem(
         ctx, "scatter", h.mul(outSizes[0], width), tile, operands,

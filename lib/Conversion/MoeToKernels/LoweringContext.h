@@ -86,11 +86,12 @@ mlir::LogicalResult launchPerItem(
 /// First row of group e (0 for e = 0, else offsets[e - 1]).
 mlir::Value groupStart(KernelBuilder &b, mlir::Value offsets, mlir::Value e);
 
-/// Fills `inverse` [T*k] with the grouped row of each slot (-1 if none):
-/// two kernels, a fill and a scatter over the valid rows.
-mlir::LogicalResult emitInverse(LoweringContext &ctx, moe::TileAttr tile,
-                                mlir::Value slots, mlir::Value offsets,
-                                mlir::Value inverse, mlir::Value numSlots);
+/// A scratch buffer [numSlots] holding the grouped row of each slot (-1 if
+/// none), filled by two kernels: a fill and a scatter over the valid rows.
+mlir::FailureOr<mlir::Value> emitInverse(LoweringContext &ctx,
+                                         moe::TileAttr tile, mlir::Value slots,
+                                         mlir::Value offsets,
+                                         mlir::Value numSlots);
 
 /// Column of the gate (or up) value of SwiGLU output column c.
 mlir::Value gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout,

@@ -113,11 +113,11 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
   // between evict it from L2.) The rows come from the inverse map.
   SmallVector<Value> tokenSizes = ctx.sizes(tokens);
   Value numSlots = h.mul(tokenSizes[0], h.idx(k));
-  Value inverse = ctx.allocTemp(
-      MemRefType::get({ShapedType::kDynamic}, h.getI32Type()), {numSlots});
-  if (failed(emitInverse(ctx, tile, slots, offsets, inverse, numSlots)))
+  FailureOr<Value> inverse =
+      emitInverse(ctx, tile, slots, offsets, numSlots);
+  if (failed(inverse))
     return failure();
-  SmallVector<Value> operands = {tokens, inverse, rows};
+  SmallVector<Value> operands = {tokens, *inverse, rows};
   if (probs)
     operands.append({probs, outProbs});
   if (scales)
@@ -201,11 +201,11 @@ Lowered lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
   int64_t k = op.getK();
   SmallVector<Value> outSizes = ctx.sizes(out);
   Value numSlots = h.mul(outSizes[0], h.idx(k));
-  Value inverse = ctx.allocTemp(
-      MemRefType::get({ShapedType::kDynamic}, h.getI32Type()), {numSlots});
-  if (failed(emitInverse(ctx, tile, slots, offsets, inverse, numSlots)))
+  FailureOr<Value> inverse =
+      emitInverse(ctx, tile, slots, offsets, numSlots);
+  if (failed(inverse))
     return failure();
-  SmallVector<Value> operands = {rows, inverse, out};
+  SmallVector<Value> operands = {rows, *inverse, out};
   if (weights)
     operands.push_back(weights);
   return launchPerItem(
