@@ -59,6 +59,35 @@ def timed(fn, iters, flush):
     return statistics.median(times)
 
 
+def kernel_times(fn, iters=5):
+    """Mean GPU time per call of each kernel fn() launches, in us (CUPTI
+    through torch.profiler), and the span of a call from the first
+    kernel's start to the last one's end (kernels plus the gaps between
+    them)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    spans = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            torch.cuda._sleep(400_000)
+            fn()
+            torch.cuda.synchronize()
+    kernels = [e for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA
+               and "sleep" not in e.name]
+    per_kernel = {}
+    for e in kernels:
+        per_kernel[e.name] = per_kernel.get(e.name, 0.0) + \
+            e.time_range.elapsed_us() / iters
+    kernels.sort(key=lambda e: e.time_range.start)
+    per_call = max(1, len(kernels) // iters)
+    for i in range(0, len(kernels) - per_call + 1, per_call):
+        call = kernels[i:i + per_call]
+        spans.append(call[-1].time_range.end - call[0].time_range.start)
+    return per_kernel, statistics.median(spans) if spans else 0.0
+
+
 def rel_err(out, ref):
     out, ref = out.double(), ref.double()
     return (torch.linalg.vector_norm(out - ref) /
@@ -318,6 +347,10 @@ def main():
     parser.add_argument("--models", default="qwen3,dsv3")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", help="write every row here")
+    parser.add_argument("--kernels", help="only these (comma-separated, "
+                        "e.g. routing,permute)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print each moec kernel's GPU time")
     args = parser.parse_args()
 
     bundle = moec.load(args.bundle)
@@ -325,7 +358,11 @@ def main():
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     results = []
 
+    wanted = set(args.kernels.split(",")) if args.kernels else None
+
     def record(key, T, kernel, moec_fn, torch_fn, check, nbytes):
+        if wanted and kernel not in wanted:
+            return
         err = check()
         t_moec = timed(moec_fn, args.iters, flush)
         t_torch = timed(torch_fn, args.iters, flush)
@@ -342,6 +379,12 @@ def main():
         print(f"{key:6} T={T:<6} {kernel:15} moec {t_moec * 1e3:9.1f} us  "
               f"torch {t_torch * 1e3:9.1f} us  x{row['speedup']:6.2f}  {bw}"
               f"  err {err:.2e}", flush=True)
+        if args.profile:
+            per_kernel, span = kernel_times(moec_fn)
+            row["kernels_us"], row["span_us"] = per_kernel, span
+            for name, us in per_kernel.items():
+                print(f"    {us:8.1f} us  {name}")
+            print(f"    {span:8.1f} us  first kernel start to last end")
         torch.cuda.empty_cache()
 
     for key in args.models.split(","):

@@ -6,6 +6,7 @@
 #   build/bin/moec compile test/Integration/ops.mlir -o DIR/ops.moecb --target sm_90a
 #   build/bin/moec compile examples/qwen3_moe_layer.mlir -o DIR/qwen3.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/vector_kernels.mlir -o DIR/vector.moecb --target sm_90a
+#   build/bin/moec compile test/Integration/routing_kernels.mlir -o DIR/routing.moecb --target sm_90a
 # Usage: scripts/gpu-correctness.sh RUNNER DIR
 set -uo pipefail
 runner=$1 dir=$2
@@ -53,6 +54,18 @@ for routing in one-expert half-experts; do
   done
 done
 run vector.moecb dequantize_nf4_vec - uniform --iters 5
+# Warp routing kernels: T=3000 and 9000 span several 2048-slot sort chunks.
+for entry in route_bf16_aligned route_grouped_bias route_topk_then_softmax \
+             route_single_expert_groups route_512 sort_odd_experts; do
+  for t in 1 45 3000 9000; do
+    run routing.moecb $entry $t uniform --iters 5
+  done
+done
+for routing in one-expert half-experts; do
+  for entry in route_bf16_aligned route_grouped_bias sort_odd_experts; do
+    run routing.moecb $entry 3000 $routing --iters 5
+  done
+done
 run qwen3.moecb qwen3_moe_layer 1 uniform --iters 5
 run qwen3.moecb qwen3_moe_layer 256 uniform --iters 5 --no-end-to-end
 run qwen3.moecb qwen3_moe_layer 256 one-expert --iters 5 --no-end-to-end

@@ -104,6 +104,22 @@ Value moec::kernels::groupScale(KernelBuilder &b, Value amax, double fp8Max, boo
   return b.select(zero, b.f32(1.0), scale);
 }
 
+/// Smallest i in [0, n) with table[i] > value, or n: a binary search over a
+/// non-decreasing i32 table, unrolled (n is static and small).
+Value moec::kernels::firstGreater(KernelBuilder &b, Value table, int64_t n, Value value) {
+  Value lo = b.idx(0), hi = b.idx(n);
+  for (int64_t span = n; span > 0; span /= 2) {
+    Value open = b.ult(lo, hi);
+    Value mid = b.div(b.add(lo, hi), b.idx(2));
+    Value at = b.loadIdx(table, {b.minIdx(mid, b.idx(n - 1))});
+    Value greater = b.land(open, b.ult(value, at));
+    Value notGreater = b.land(open, b.ule(at, value));
+    hi = b.select(greater, mid, hi);
+    lo = b.select(notGreater, b.add(mid, b.idx(1)), lo);
+  }
+  return lo;
+}
+
 double moec::kernels::fp8MaxOf(Type type) {
   return isa<Float8E4M3FNType>(type) ? 448.0 : 57344.0;
 }
@@ -1176,6 +1192,9 @@ LogicalResult moec::kernels::resultSizes(
 
 LogicalResult moec::kernels::lowerOp(Operation *op, moe::TileAttr tile,
                                      BufferMap buffer, LoweringContext &ctx) {
+  if (std::optional<LogicalResult> lowered =
+          lowerRoutingWarp(op, tile, buffer, ctx))
+    return *lowered;
   if (std::optional<LogicalResult> lowered =
           lowerVectorized(op, tile, buffer, ctx))
     return *lowered;

@@ -63,6 +63,14 @@ std::optional<mlir::LogicalResult> lowerVectorized(mlir::Operation *op,
                                                    BufferMap buffer,
                                                    LoweringContext &ctx);
 
+/// Lowers router_topk and sort_by_expert with the warp kernels of
+/// RoutingKernels.cpp (targets with warp shuffles); nullopt where they do
+/// not apply.
+std::optional<mlir::LogicalResult> lowerRoutingWarp(mlir::Operation *op,
+                                                    moe::TileAttr tile,
+                                                    BufferMap buffer,
+                                                    LoweringContext &ctx);
+
 /// Host index values for the sizes of each result of `op`, from the sizes of
 /// its operand buffers; fails with a diagnostic where a size cannot be
 /// derived.
@@ -101,6 +109,11 @@ mlir::Value gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout,
 /// group), optionally rounded up to a power of two.
 mlir::Value groupScale(KernelBuilder &b, mlir::Value amax, double fp8Max,
                        bool pow2);
+
+/// Smallest i in [0, n) with table[i] > value (index), or n: a binary
+/// search over a non-decreasing i32 table, unrolled (n is static and small).
+mlir::Value firstGreater(KernelBuilder &b, mlir::Value table, int64_t n,
+                         mlir::Value value);
 
 /// Largest finite value of an FP8 type.
 double fp8MaxOf(mlir::Type type);

@@ -63,22 +63,6 @@ int64_t chunkWidth(std::optional<int64_t> rowLength,
   return width;
 }
 
-/// Smallest i in [0, n) with table[i] > value, or n: a binary search over a
-/// non-decreasing i32 table, unrolled (n is static and small).
-Value firstGreater(KernelBuilder &b, Value table, int64_t n, Value value) {
-  Value lo = b.idx(0), hi = b.idx(n);
-  for (int64_t span = n; span > 0; span /= 2) {
-    Value open = b.ult(lo, hi);
-    Value mid = b.div(b.add(lo, hi), b.idx(2));
-    Value at = b.loadIdx(table, {b.minIdx(mid, b.idx(n - 1))});
-    Value greater = b.land(open, b.ult(value, at));
-    Value notGreater = b.land(open, b.ule(at, value));
-    hi = b.select(greater, mid, hi);
-    lo = b.select(notGreater, b.add(mid, b.idx(1)), lo);
-  }
-  return lo;
-}
-
 //===----------------------------------------------------------------------===//
 // permute / unpermute
 //===----------------------------------------------------------------------===//
