@@ -48,7 +48,7 @@ def timed(fn, iters, flush):
     times = []
     for _ in range(iters):
         flush.zero_()
-        torch.cuda._sleep(400_000)  # covers the host-side launch cost
+        torch.cuda._sleep(1_000_000)  # covers the host-side launch cost
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -75,7 +75,7 @@ def kernel_times(fn, iters=5):
             torch.cuda.synchronize()
     kernels = [e for e in prof.events()
                if e.device_type == torch.autograd.DeviceType.CUDA
-               and "sleep" not in e.name]
+               and "spin_kernel" not in e.name]
     per_kernel = {}
     for e in kernels:
         per_kernel[e.name] = per_kernel.get(e.name, 0.0) + \

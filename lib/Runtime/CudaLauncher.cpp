@@ -305,6 +305,17 @@ Status CudaLauncher::allocate(size_t bytes, void **ptr) {
                 &pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device),
             "cuDeviceGetAttribute(memory pools supported)");
     impl_->asyncAlloc = pools != 0;
+    if (pools) {
+      // Keep freed scratch reserved in the pool: with the default threshold
+      // (0) every synchronization hands it back and the next call maps it
+      // again, which costs more GPU time than small kernels take.
+      CUmemoryPool pool;
+      cuuint64_t keep = ~cuuint64_t(0);
+      MOEC_CU(cuDeviceGetMemPool(&pool, device), "cuDeviceGetMemPool");
+      MOEC_CU(cuMemPoolSetAttribute(
+                  pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
+              "cuMemPoolSetAttribute(release threshold)");
+    }
   }
   CUdeviceptr p = 0;
   std::string what = "cuMemAlloc(" + std::to_string(bytes) + " bytes)";

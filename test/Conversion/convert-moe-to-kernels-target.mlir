@@ -1,6 +1,7 @@
-// RUN: moec-opt %s --convert-moe-to-kernels=target=nvvm | FileCheck %s --check-prefix=NVVM
-// RUN: moec-opt %s --convert-moe-to-kernels=target=host | FileCheck %s --check-prefix=HOST
-// RUN: not moec-opt %s --convert-moe-to-kernels=target=ptx 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: moec-opt %s --convert-moe-to-kernels=target=nvvm -split-input-file | FileCheck %s --check-prefix=NVVM
+// RUN: moec-opt %s --convert-moe-to-kernels=target=host -split-input-file | FileCheck %s --check-prefix=HOST
+// RUN: moec-opt %s --convert-moe-to-kernels=target=rocdl -split-input-file | FileCheck %s --check-prefix=ROCDL
+// RUN: not moec-opt %s --convert-moe-to-kernels=target=ptx -split-input-file 2>&1 | FileCheck %s --check-prefix=BAD
 
 // The target option picks the kernels. With nvvm, one thread per 16-byte chunk:
 // the group's amax combined with xor shuffles, FP8 encoded by the hardware
@@ -18,4 +19,39 @@ func.func @quantize(%x: tensor<?x256xbf16>)
   %d, %s = moe.quantize %x group_size = 128
       : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
   return %d, %s : tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+}
+
+// -----
+
+// Routing: with nvvm, one warp per token for the top-k (ids found by a
+// ballot among equal values) and the sort as rank (block barriers between
+// warp counts and prefixes), scan and place kernels. rocdl finds the lane
+// by a min-reduction instead of the ballot. The host keeps the scalar
+// kernels: count, offsets, place.
+// NVVM: gpu.func @route_k0_router_topk_warp
+// NVVM: gpu.shuffle xor
+// NVVM: nvvm.vote.sync ballot
+// NVVM: gpu.func @route_k1_sort_by_expert_rank
+// NVVM: gpu.shuffle idx
+// NVVM: gpu.barrier
+// NVVM: gpu.func @route_k2_sort_by_expert_scan
+// NVVM: gpu.shuffle up
+// NVVM: gpu.func @route_k3_sort_by_expert_place
+// ROCDL: gpu.func @route_k0_router_topk_warp
+// ROCDL-NOT: nvvm.
+// ROCDL: gpu.func @route_k1_sort_by_expert_rank
+// HOST: gpu.func @route_k0_router_topk(
+// HOST-NOT: gpu.shuffle
+// HOST: gpu.func @route_k1_sort_by_expert_count
+// HOST: gpu.func @route_k2_sort_by_expert_offsets
+// HOST: gpu.func @route_k3_sort_by_expert_place
+// HOST-NOT: gpu.barrier
+func.func @route(%logits: tensor<?x128xbf16>)
+    -> (tensor<?x8xf32>, tensor<?xi32>, tensor<?xi32>, tensor<128xi32>) {
+  %w, %ids = moe.router_topk %logits k = 8 {renormalize}
+      : tensor<?x128xbf16> -> tensor<?x8xf32>, tensor<?x8xi32>
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 128 align = 16
+      : tensor<?x8xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
+  return %w, %sorted, %slots, %offsets
+      : tensor<?x8xf32>, tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
 }

@@ -6,15 +6,17 @@
 // all experts per token and over all slots per expert; these use warps:
 //
 // * router_topk: one warp per token. Lane l holds experts [l*V, (l+1)*V)
-//   (V = E/32) in registers; softmax sums and each of the k arg-max rounds
-//   are xor-shuffle reductions, and DeepSeek-style group scores are merged
-//   over the lanes of a group.
+//   (V = E/32) in registers as u64 keys (value bits, then id), sorted per
+//   lane; softmax sums are xor-shuffle reductions, each of the k rounds a
+//   shuffle max over the lanes' heads (the winner pops its head), and
+//   DeepSeek-style group scores are merged over the lanes of a group. The
+//   weights are computed at the end from the k picked logits.
 // * sort_by_expert: a stable counting sort in three kernels.
-//   1. `rank`: blocks of 32 warps own chunks of 4096 slots. A warp ranks 32
+//   1. `rank`: blocks of 16 warps own chunks of 2048 slots. A warp ranks 32
 //      slots per round by comparing each lane's expert with every lane's
 //      (32 index shuffles), and keeps its per-expert running counts packed
 //      as bytes in registers: lane l counts experts l, l+32, ... Per-warp
-//      counts become per-block counts and prefixes after a barrier.
+//      counts become per-chunk counts and prefixes after a barrier.
 //   2. `scan`: one block; per expert the prefix over the chunks, then the
 //      (padded) group offsets by a block-wide scan.
 //   3. `place`: per slot its row (group start + chunk prefix + rank), per
@@ -30,6 +32,9 @@
 #include "LoweringContext.h"
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -91,6 +96,15 @@ Value band(KernelBuilder &b, Value x, int64_t mask) {
   return arith::AndIOp::create(b, x, b.i32(mask));
 }
 
+Value shl64(KernelBuilder &b, Value x, int64_t n) {
+  return arith::ShLIOp::create(
+      b, x, arith::ConstantIntOp::create(b, b.getI64Type(), n));
+}
+Value shr64(KernelBuilder &b, Value x, int64_t n) {
+  return arith::ShRUIOp::create(
+      b, x, arith::ConstantIntOp::create(b, b.getI64Type(), n));
+}
+
 /// Sum (or max) of a f32 over the 32 lanes of a warp, in every lane.
 Value warpReduce(KernelBuilder &b, Value v, bool max) {
   for (int64_t mask = kWarp / 2; mask > 0; mask /= 2) {
@@ -104,26 +118,65 @@ Value warpReduce(KernelBuilder &b, Value v, bool max) {
 // router_topk
 //===----------------------------------------------------------------------===//
 
-/// One candidate of an arg-max: the selection value, the weight it carries
-/// and the expert id (i32; `none` when there is no candidate).
-struct Candidate {
-  Value value, weight, id;
-};
-
-/// Whether `x` beats `y`: a candidate beats none; a higher value wins and
-/// ties go to the lower expert id, as in the scalar kernel's ascending scan.
-Value beats(KernelBuilder &b, const Candidate &x, const Candidate &y,
-            Value none) {
-  Value xSome = arith::CmpIOp::create(b, arith::CmpIPredicate::ne, x.id, none);
-  Value tie = b.land(feq(b, x.value, y.value), slt(b, x.id, y.id));
-  Value wins = lor(b, b.eq(y.id, none), lor(b, b.fgt(x.value, y.value), tie));
-  return b.land(xSome, wins);
+/// A selection value and its expert as one u64 that orders as the ranking
+/// does: the value's bits made monotonic in the high word, E-1-id in the low
+/// word (ties go to the lower id, as in the scalar kernel's ascending scan).
+/// 0 is below every key: "no candidate".
+Value rankKey(KernelBuilder &b, Value value, Value id, int64_t experts) {
+  Value bits = arith::BitcastOp::create(b, b.getI32Type(), value);
+  // Negative values: all bits flipped; others: the sign bit set.
+  Value sign = arith::ShRSIOp::create(b, bits, b.i32(31));
+  Value flip = arith::OrIOp::create(b, sign, b.i32(INT32_MIN));
+  Value ordered = arith::XOrIOp::create(b, bits, flip);
+  Type i64 = b.getI64Type();
+  Value high = shl64(b, arith::ExtUIOp::create(b, i64, ordered), 32);
+  Value low = arith::ExtUIOp::create(b, i64, b.sub(b.i32(experts - 1), id));
+  return arith::OrIOp::create(b, high, low);
 }
 
-Candidate pick(KernelBuilder &b, Value cond, const Candidate &x,
-               const Candidate &y) {
-  return {b.select(cond, x.value, y.value), b.select(cond, x.weight, y.weight),
-          b.select(cond, x.id, y.id)};
+/// The lowest lane of the warp where `pred` holds (32 if none), in every
+/// lane: one ballot on NVVM, a min-reduction elsewhere.
+Value lowestLaneWith(KernelBuilder &b, Value pred, Value lane) {
+  if (b.target == KernelTarget::NVVM) {
+    Value mask = NVVM::VoteSyncOp::create(
+        b, b.getI32Type(), b.i32(-1), pred,
+        NVVM::VoteSyncKindAttr::get(b.getContext(), NVVM::VoteSyncKind::ballot));
+    // cttz(0) is 32: "none".
+    return LLVM::CountTrailingZerosOp::create(b, b.getI32Type(), mask,
+                                              b.getBoolAttr(false));
+  }
+  Value lowest = b.select(pred, lane, b.i32(kWarp));
+  for (int64_t mask = kWarp / 2; mask > 0; mask /= 2)
+    lowest = arith::MinUIOp::create(b, lowest, shuffleXor(b, lowest, mask));
+  return lowest;
+}
+
+/// Sorts `keys` in decreasing order: a bitonic network for a power-of-two
+/// count, else odd-even transposition.
+void sortDescending(KernelBuilder &b, SmallVector<Value> &keys) {
+  int64_t n = keys.size();
+  auto exchange = [&](int64_t hi, int64_t lo) {
+    Value x = keys[hi], y = keys[lo];
+    keys[hi] = arith::MaxUIOp::create(b, x, y);
+    keys[lo] = arith::MinUIOp::create(b, x, y);
+  };
+  if (llvm::isPowerOf2_64(n)) {
+    for (int64_t size = 2; size <= n; size *= 2)
+      for (int64_t stride = size / 2; stride > 0; stride /= 2)
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t j = i ^ stride;
+          if (j <= i)
+            continue;
+          if (i & size)
+            exchange(j, i);
+          else
+            exchange(i, j);
+        }
+    return;
+  }
+  for (int64_t round = 0; round < n; ++round)
+    for (int64_t i = round % 2; i + 1 < n; i += 2)
+      exchange(i, i + 1);
 }
 
 Lowered lowerRouterTopKWarp(moe::RouterTopKOp op, moe::TileAttr tile,
@@ -191,27 +244,24 @@ Lowered lowerRouterTopKWarp(moe::RouterTopKOp op, moe::TileAttr tile,
                   b.loadVecF(args[3], {b.add(first, b.idx(c))}, access));
           }
 
-          // Scores.
-          SmallVector<Value> score(x);
-          if (topkThenSoftmax) {
-            // Raw logits; the k picked are normalized at the end.
-          } else if (softmax) {
-            Value peak = x[0];
+          // Softmax statistics (the weights need them), and the scores
+          // where selection runs on them (with a bias).
+          Value peak, sum;
+          if (softmax && !topkThenSoftmax) {
+            peak = x[0];
             for (Value v : x)
               peak = b.fmax(peak, v);
             peak = warpReduce(b, peak, /*max=*/true);
-            Value sum = b.f32(0);
-            for (Value &s : score) {
-              s = b.exp(b.fsub(s, peak));
-              sum = b.fadd(sum, s);
-            }
+            sum = b.f32(0);
+            for (Value v : x)
+              sum = b.fadd(sum, b.exp(b.fsub(v, peak)));
             sum = warpReduce(b, sum, /*max=*/false);
-            for (Value &s : score)
-              s = b.fdiv(s, sum);
-          } else {
-            for (Value &s : score)
-              s = b.sigmoid(s);
           }
+          SmallVector<Value> score(x);
+          if (selectOnScores)
+            for (Value &s : score)
+              s = softmax ? b.fdiv(b.exp(b.fsub(s, peak)), sum)
+                          : b.sigmoid(s);
           SmallVector<Value> select;
           for (int64_t i = 0; i < perLane; ++i) {
             Value v = selectOnScores ? score[i] : x[i];
@@ -251,58 +301,73 @@ Lowered lowerRouterTopKWarp(moe::RouterTopKOp op, moe::TileAttr tile,
             }
             available = slt(b, rank, b.i32(topkGroups));
           }
-          SmallVector<Value> open(perLane, available);
-
-          // k arg-max rounds; round j's winner ends up in lane j.
-          Value none = b.i32(experts);
+          // Each lane sorts its keys (0 where its group is out) and keeps
+          // the best min(k, V): a lane gives at most k winners.
           Value firstId = toI32(b, first);
-          Value myId = b.i32(0), myWeight = b.f32(0), sumWeights = b.f32(0);
-          SmallVector<Value> picked;
+          Value zero64 = arith::ConstantIntOp::create(b, b.getI64Type(), 0);
+          SmallVector<Value> keys;
+          for (int64_t i = 0; i < perLane; ++i)
+            keys.push_back(b.select(
+                available,
+                rankKey(b, select[i], b.add(firstId, b.i32(i)), experts),
+                zero64));
+          sortDescending(b, keys);
+          keys.resize(std::min(k, perLane));
+
+          // k rounds: the warp's best head wins and its lane pops it; round
+          // j's winner stays in lane j. The reduction runs on the high
+          // words (the values); lanes hold increasing ids and each lane's
+          // equal values are sorted by id, so among equal heads the lowest
+          // lane holds the lowest id.
+          SmallVector<Value> high, low;
+          for (Value key : keys) {
+            high.push_back(arith::TruncIOp::create(b, b.getI32Type(),
+                                                   shr64(b, key, 32)));
+            low.push_back(arith::TruncIOp::create(b, b.getI32Type(), key));
+          }
+          Value myId = b.i32(0);
           for (int64_t j = 0; j < k; ++j) {
-            Candidate best{b.f32(0), b.f32(0), none};
-            for (int64_t i = 0; i < perLane; ++i) {
-              Candidate mine{select[i], score[i],
-                             b.add(firstId, b.i32(i))};
-              Value better =
-                  b.land(open[i], beats(b, mine, best, none));
-              best = pick(b, better, mine, best);
+            Value best = high[0];
+            for (int64_t mask = kWarp / 2; mask > 0; mask /= 2)
+              best = arith::MaxUIOp::create(b, best, shuffleXor(b, best, mask));
+            Value winner = lowestLaneWith(b, b.eq(high[0], best), lane);
+            Value winnerLow = shuffleIdx(b, low[0], winner);
+            Value won = b.eq(lane, winner);
+            for (size_t i = 0; i + 1 < high.size(); ++i) {
+              high[i] = b.select(won, high[i + 1], high[i]);
+              low[i] = b.select(won, low[i + 1], low[i]);
             }
-            for (int64_t mask = kWarp / 2; mask > 0; mask /= 2) {
-              Candidate other{shuffleXor(b, best.value, mask),
-                              shuffleXor(b, best.weight, mask),
-                              shuffleXor(b, best.id, mask)};
-              best = pick(b, beats(b, other, best, none), other, best);
-            }
-            for (int64_t i = 0; i < perLane; ++i)
-              open[i] = b.land(open[i],
-                               arith::CmpIOp::create(
-                                   b, arith::CmpIPredicate::ne, best.id,
-                                   b.add(firstId, b.i32(i))));
-            Value isMine = b.eq(lane, b.i32(j));
-            myId = b.select(isMine, best.id, myId);
-            myWeight = b.select(isMine, best.weight, myWeight);
-            sumWeights = b.fadd(sumWeights, best.weight);
-            picked.push_back(best.weight);
+            high.back() = b.select(won, b.i32(0), high.back());
+            myId = b.select(b.eq(lane, b.i32(j)),
+                            b.sub(b.i32(experts - 1), winnerLow), myId);
           }
 
-          // Weights: softmax over the k picked logits, renormalization,
-          // scaling.
+          // Weights, in the lanes j < k: the picked expert's score from its
+          // logit (read again: the line is in L1); for topk_then_softmax the
+          // softmax over the k picked logits; renormalization, scaling.
+          Value picking = b.ult(laneIdx, b.idx(k));
+          Value logit = b.loadF(lg, {t, toIndex(b, myId)});
+          Value myWeight = logit;
           if (topkThenSoftmax) {
-            Value top = picked[0];
-            for (Value w : picked)
-              top = b.fmax(top, w);
-            Value sum = b.f32(0);
-            for (Value w : picked)
-              sum = b.fadd(sum, b.exp(b.fsub(w, top)));
-            myWeight = b.fdiv(b.exp(b.fsub(myWeight, top)), sum);
-            sumWeights = b.f32(1.0);
+            Value negInf = b.f32(-std::numeric_limits<float>::infinity());
+            Value top = warpReduce(b, b.select(picking, logit, negInf),
+                                   /*max=*/true);
+            myWeight = b.exp(b.fsub(logit, top));
+            Value sum = warpReduce(b, b.select(picking, myWeight, b.f32(0)),
+                                   /*max=*/false);
+            myWeight = b.fdiv(myWeight, sum);
+          } else if (softmax) {
+            myWeight = b.fdiv(b.exp(b.fsub(logit, peak)), sum);
+          } else {
+            myWeight = b.sigmoid(logit);
           }
-          if (renormalize || scaling != 1.0) {
-            Value factor = b.f32(scaling);
-            if (renormalize)
-              factor = b.fdiv(factor, sumWeights);
-            myWeight = b.fmul(myWeight, factor);
+          if (renormalize && !topkThenSoftmax) {
+            Value total = warpReduce(
+                b, b.select(picking, myWeight, b.f32(0)), /*max=*/false);
+            myWeight = b.fdiv(myWeight, total);
           }
+          if (scaling != 1.0)
+            myWeight = b.fmul(myWeight, b.f32(scaling));
           b.ifThen(b.ult(laneIdx, b.idx(k)), [&] {
             memref::StoreOp::create(b, myWeight, weights, {t, laneIdx});
             memref::StoreOp::create(b, myId, ids, {t, laneIdx});
@@ -328,25 +393,41 @@ Lowered lowerSortByExpertWarp(moe::SortByExpertOp op, BufferMap buffer,
   Value offsets = buffer(op.getOffsets());
   KernelBuilder &h = ctx.host();
   MLIRContext *mlirCtx = op.getContext();
+  Type i32 = h.getI32Type();
   Value numSlots = h.mul(ctx.sizes(ids)[0], h.idx(k));
   Value capacity = ctx.sizes(slots)[0];
   Value chunks = h.ceilDiv(numSlots, h.idx(kChunk));
-  Type i32 = h.getI32Type();
-  auto dyn = ShapedType::kDynamic;
-  // Per slot its rank in its chunk; per (chunk, warp) and expert the warp's
-  // count, then its prefix in the chunk; per expert and chunk the chunk's
-  // count, then its prefix over the chunks; per expert the group start and
-  // real row count.
-  Value rank = ctx.allocTemp(MemRefType::get({dyn}, i32), {numSlots});
-  Value warpCounts =
-      ctx.allocTemp(MemRefType::get({dyn, experts}, i32),
-                    {h.mul(chunks, h.idx(kSortWarps)), h.idx(experts)});
-  Value chunkCounts = ctx.allocTemp(MemRefType::get({experts, dyn}, i32),
-                                    {h.idx(experts), chunks});
-  Value starts = ctx.allocTemp(MemRefType::get({experts}, i32),
-                               {h.idx(experts)});
-  Value totals = ctx.allocTemp(MemRefType::get({experts}, i32),
-                               {h.idx(experts)});
+  Value E = h.idx(experts);
+  constexpr int64_t scanThreads = 1024;
+  int64_t expertsPadded = llvm::alignTo(experts, kWarp);
+  int64_t segments = scanThreads / expertsPadded; // per expert in `scan`
+  // One scratch buffer (the runtime zeroes each scratch buffer: one memset
+  // instead of six), laid out as:
+  //   rank        [slots]              each slot's rank in its chunk
+  //   warpCounts  [chunks * warps][E]  per warp its count, then its prefix
+  //   chunkCounts [chunks][E]          per chunk its count, then its prefix
+  //   segmentSums [segments][Epad]     `scan`'s partial sums
+  //   warpSums    [Epad / 32]          `scan`'s per-warp group sizes
+  //   starts, totals [E]               per expert its first row, its slots
+  Value warpAt = numSlots;
+  Value chunkAt = h.add(warpAt, h.mul(h.mul(chunks, h.idx(kSortWarps)), E));
+  Value segmentAt = h.add(chunkAt, h.mul(chunks, E));
+  Value warpSumAt = h.add(segmentAt, h.idx(scanThreads));
+  Value startAt = h.add(warpSumAt, h.idx(expertsPadded / kWarp));
+  Value totalAt = h.add(startAt, E);
+  Value scratchSize = h.add(totalAt, E);
+  Value scratch = ctx.allocTemp(MemRefType::get({ShapedType::kDynamic}, i32),
+                                {scratchSize});
+  auto load = [](KernelBuilder &b, Value buf, Value at) -> Value {
+    return memref::LoadOp::create(b, buf, ValueRange{at});
+  };
+  auto store = [](KernelBuilder &b, Value v, Value buf, Value at) {
+    memref::StoreOp::create(b, v, buf, ValueRange{at});
+  };
+  /// at + row * E + column.
+  auto cell = [&](KernelBuilder &b, Value at, Value row, Value column) {
+    return b.add(at, b.add(b.mul(row, b.idx(experts)), column));
+  };
   int64_t perLane = llvm::divideCeil(experts, kWarp);
   int64_t words = llvm::divideCeil(perLane, 4); // 4 byte counters per i32
 
@@ -357,7 +438,8 @@ Lowered lowerSortByExpertWarp(moe::SortByExpertOp op, BufferMap buffer,
     Value in = b.ult(s, n);
     Value clamped = b.minIdx(s, b.sub(n, b.idx(1)));
     Value e = memref::LoadOp::create(
-        b, idsArg, ValueRange{b.div(clamped, b.idx(k)), b.rem(clamped, b.idx(k))});
+        b, idsArg,
+        ValueRange{b.div(clamped, b.idx(k)), b.rem(clamped, b.idx(k))});
     Value valid = b.land(in, b.land(arith::CmpIOp::create(
                                         b, arith::CmpIPredicate::sge, e,
                                         b.i32(0)),
@@ -370,9 +452,9 @@ Lowered lowerSortByExpertWarp(moe::SortByExpertOp op, BufferMap buffer,
       moe::TileAttr::get(mlirCtx, 1, 1, 1, kSortWarps * kWarp);
   if (failed(ctx.launch(
           "rank", chunks, sortBlock,
-          {ids, rank, warpCounts, chunkCounts, numSlots, chunks},
+          {ids, scratch, numSlots, warpAt, chunkAt},
           [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
-            Value n = a[4];
+            Value n = a[2], warpCounts = a[3], chunkCounts = a[4];
             Value warp = b.div(thread, b.idx(kWarp));
             Value laneIdx = b.rem(thread, b.idx(kWarp));
             Value lane = toI32(b, laneIdx);
@@ -427,7 +509,7 @@ Lowered lowerSortByExpertWarp(moe::SortByExpertOp op, BufferMap buffer,
                                         b.i32((j % 4) * 8)),
                                  255);
               b.ifThen(b.ult(e, b.idx(experts)), [&] {
-                memref::StoreOp::create(b, count, a[2], {warpRow, e});
+                store(b, count, a[1], cell(b, warpCounts, warpRow, e));
               });
             }
             gpu::BarrierOp::create(b);
@@ -439,97 +521,121 @@ Lowered lowerSortByExpertWarp(moe::SortByExpertOp op, BufferMap buffer,
               Value row0 = b.mul(block, b.idx(kSortWarps));
               Value running = b.i32(0);
               for (int64_t w0 = 0; w0 < kSortWarps; w0 += 8) {
-                SmallVector<Value> counts;
-                for (int64_t w = w0; w < w0 + 8; ++w)
-                  counts.push_back(memref::LoadOp::create(
-                      b, a[2], ValueRange{b.add(row0, b.idx(w)), thread}));
+                SmallVector<Value> at, counts;
                 for (int64_t w = w0; w < w0 + 8; ++w) {
-                  memref::StoreOp::create(b, running, a[2],
-                                          {b.add(row0, b.idx(w)), thread});
-                  running = b.add(running, counts[w - w0]);
+                  at.push_back(
+                      cell(b, warpCounts, b.add(row0, b.idx(w)), thread));
+                  counts.push_back(load(b, a[1], at.back()));
+                }
+                for (int64_t w = 0; w < 8; ++w) {
+                  store(b, running, a[1], at[w]);
+                  running = b.add(running, counts[w]);
                 }
               }
-              memref::StoreOp::create(b, running, a[3], {thread, block});
+              store(b, running, a[1], cell(b, chunkCounts, block, thread));
             });
             gpu::BarrierOp::create(b);
             for (const Round &r : rounds)
               b.ifThen(r.valid, [&] {
-                Value prefix = memref::LoadOp::create(
-                    b, a[2], ValueRange{warpRow, toIndex(b, r.expert)});
-                memref::StoreOp::create(b, b.add(r.rank, prefix), a[1],
-                                        {r.slot});
+                Value prefix = load(
+                    b, a[1],
+                    cell(b, warpCounts, warpRow, toIndex(b, r.expert)));
+                store(b, b.add(r.rank, prefix), a[1], r.slot);
               });
           })))
     return failure();
 
-  // 2. One block: per expert the prefix over the chunks, then the padded
-  //    group offsets (a block-wide scan over the experts).
-  int64_t scanThreads = llvm::alignTo(experts, kWarp);
-  int64_t scanWarps = scanThreads / kWarp;
-  Value warpSums = ctx.allocTemp(MemRefType::get({scanWarps}, i32),
-                                 {h.idx(scanWarps)});
-  constexpr int64_t unroll = 8;
+  // 2. One block: per expert the prefix over the chunks (each expert's
+  //    chunks split into `segments` runs, one thread each, so that the
+  //    chain of loads is short), then the padded group offsets (a scan over
+  //    the experts).
   if (failed(ctx.launch(
           "scan", h.idx(1), moe::TileAttr::get(mlirCtx, 1, 1, 1, scanThreads),
-          {chunkCounts, offsets, starts, totals, warpSums, chunks},
-          [&](KernelBuilder &b, ValueRange a, Value, Value e) {
-            Value numChunks = a[5];
+          {scratch, offsets, chunks, chunkAt, segmentAt, warpSumAt, startAt,
+           totalAt},
+          [&](KernelBuilder &b, ValueRange a, Value, Value thread) {
+            Value buf = a[0], numChunks = a[2], chunkCounts = a[3];
+            Value segmentSums = a[4], warpSums = a[5];
+            Value e = b.rem(thread, b.idx(expertsPadded));
+            Value segment = b.div(thread, b.idx(expertsPadded));
             Value live = b.ult(e, b.idx(experts));
-            Value row = b.minIdx(e, b.idx(experts - 1));
-            // Loads of `unroll` chunks are issued before their sum.
-            Value steps = b.ceilDiv(numChunks, b.idx(unroll));
-            Value total =
-                b.loop(b.idx(0), steps, {b.i32(0)},
-                       [&](Value step, ValueRange it) -> SmallVector<Value> {
-                         SmallVector<Value> at, counts;
-                         for (int64_t u = 0; u < unroll; ++u) {
-                           Value c = b.add(b.mul(step, b.idx(unroll)),
-                                           b.idx(u));
-                           at.push_back(c);
-                           Value clamped =
-                               b.minIdx(c, b.sub(numChunks, b.idx(1)));
-                           counts.push_back(memref::LoadOp::create(
-                               b, a[0], ValueRange{row, clamped}));
-                         }
-                         Value running = it[0];
-                         for (int64_t u = 0; u < unroll; ++u) {
-                           Value in = b.ult(at[u], numChunks);
-                           b.ifThen(b.land(live, in), [&] {
-                             memref::StoreOp::create(b, running, a[0],
-                                                     {row, at[u]});
-                           });
-                           running = b.add(running,
-                                           b.select(in, counts[u], b.i32(0)));
-                         }
-                         return {running};
-                       })[0];
+            Value column = b.minIdx(e, b.idx(experts - 1));
+            Value length = b.ceilDiv(numChunks, b.idx(segments));
+            Value begin = b.minIdx(b.mul(segment, length), numChunks);
+            Value end = b.minIdx(b.add(begin, length), numChunks);
+            // Sums (and, with `prefix`, rewrites as exclusive prefixes)
+            // chunks [begin, end) of the expert, loads issued in batches.
+            constexpr int64_t unroll = 8;
+            auto walk = [&](Value running, bool prefix) {
+              Value steps = b.ceilDiv(b.sub(end, begin), b.idx(unroll));
+              return b.loop(
+                  b.idx(0), steps, {running},
+                  [&](Value step, ValueRange it) -> SmallVector<Value> {
+                    SmallVector<Value> in, at, counts;
+                    for (int64_t u = 0; u < unroll; ++u) {
+                      Value c = b.add(
+                          begin, b.add(b.mul(step, b.idx(unroll)), b.idx(u)));
+                      in.push_back(b.ult(c, end));
+                      at.push_back(cell(b, chunkCounts,
+                                        b.minIdx(c, b.sub(end, b.idx(1))),
+                                        column));
+                      counts.push_back(load(b, buf, at.back()));
+                    }
+                    Value sum = it[0];
+                    for (int64_t u = 0; u < unroll; ++u) {
+                      if (prefix)
+                        b.ifThen(b.land(live, in[u]),
+                                 [&] { store(b, sum, buf, at[u]); });
+                      sum = b.add(sum, b.select(in[u], counts[u], b.i32(0)));
+                    }
+                    return {sum};
+                  })[0];
+            };
+            Value mine = walk(b.i32(0), /*prefix=*/false);
+            store(b, mine, buf, b.add(segmentSums, thread));
+            gpu::BarrierOp::create(b);
+            Value before = b.i32(0), total = b.i32(0);
+            for (int64_t q = 0; q < segments; ++q) {
+              Value sum = load(
+                  b, buf,
+                  b.add(segmentSums, b.add(b.idx(q * expertsPadded), e)));
+              before = b.add(before,
+                             b.select(b.ult(b.idx(q), segment), sum, b.i32(0)));
+              total = b.add(total, sum);
+            }
+            walk(before, /*prefix=*/true);
+
+            // Group offsets: an inclusive scan of the padded sizes in each
+            // warp of the first `Epad` threads, then over those warps.
             total = b.select(live, total, b.i32(0));
             Value padded =
                 align > 1 ? b.mul(b.div(b.add(total, b.i32(align - 1)),
                                         b.i32(align)),
                                   b.i32(align))
                           : total;
-            // Inclusive scan of `padded` in the warp, then over the warps.
-            Value laneIdx = b.rem(e, b.idx(kWarp));
+            Value laneIdx = b.rem(thread, b.idx(kWarp));
             Value lane = toI32(b, laneIdx);
-            Value end = padded;
+            Value groupEnd = padded;
             for (int64_t d = 1; d < kWarp; d *= 2) {
-              Value up = shuffle(b, end, b.i32(d), gpu::ShuffleMode::UP);
-              end = b.add(end, b.select(slt(b, lane, b.i32(d)), b.i32(0), up));
+              Value up = shuffle(b, groupEnd, b.i32(d), gpu::ShuffleMode::UP);
+              groupEnd = b.add(groupEnd, b.select(slt(b, lane, b.i32(d)),
+                                                  b.i32(0), up));
             }
-            Value warp = b.div(e, b.idx(kWarp));
-            b.ifThen(b.eq(laneIdx, b.idx(kWarp - 1)), [&] {
-              memref::StoreOp::create(b, end, a[4], {warp});
+            Value warp = b.div(thread, b.idx(kWarp));
+            Value first = b.eq(segment, b.idx(0));
+            b.ifThen(b.land(first, b.eq(laneIdx, b.idx(kWarp - 1))), [&] {
+              store(b, groupEnd, buf, b.add(warpSums, warp));
             });
             gpu::BarrierOp::create(b);
-            for (int64_t w = 0; w + 1 < scanWarps; ++w) {
-              Value sum = memref::LoadOp::create(b, a[4], ValueRange{b.idx(w)});
-              end = b.add(end, b.select(b.ult(b.idx(w), warp), sum, b.i32(0)));
+            for (int64_t w = 0; w + 1 < expertsPadded / kWarp; ++w) {
+              Value sum = load(b, buf, b.add(warpSums, b.idx(w)));
+              groupEnd = b.add(groupEnd, b.select(b.ult(b.idx(w), warp), sum,
+                                                  b.i32(0)));
             }
-            b.ifThen(live, [&] {
-              memref::StoreOp::create(b, end, a[1], {e});
-              memref::StoreOp::create(b, b.sub(end, padded), a[2], {e});
-              memref::StoreOp::create(b, total, a[3], {e});
+            b.ifThen(b.land(first, live), [&] {
+              memref::StoreOp::create(b, groupEnd, a[1], {e});
+              store(b, b.sub(groupEnd, padded), buf, b.add(a[6], e));
+              store(b, total, buf, b.add(a[7], e));
             });
           })))
     return failure();
@@ -539,27 +645,27 @@ Lowered lowerSortByExpertWarp(moe::SortByExpertOp op, BufferMap buffer,
   moe::TileAttr placeBlock = moe::TileAttr::get(mlirCtx, 1, 1, 1, 256);
   return launchPerItem(
       ctx, "place", capacity, placeBlock,
-      {ids, rank, chunkCounts, starts, totals, offsets, sorted, slots,
-       numSlots},
+      {ids, scratch, offsets, sorted, slots, numSlots, chunkAt, startAt,
+       totalAt},
       [&](KernelBuilder &b, ValueRange a, Value i) {
-        auto [e, valid] = expertOf(b, a[0], i, a[8]);
+        Value buf = a[1];
+        auto [e, valid] = expertOf(b, a[0], i, a[5]);
         b.ifThen(valid, [&] {
           Value ei = toIndex(b, e);
-          Value row = b.add(
-              memref::LoadOp::create(b, a[3], ValueRange{ei}),
-              b.add(memref::LoadOp::create(
-                        b, a[2], ValueRange{ei, b.div(i, b.idx(kChunk))}),
-                    memref::LoadOp::create(b, a[1], ValueRange{i})));
-          b.storeI32(i, a[7], {toIndex(b, row)});
+          Value chunkPrefix =
+              load(b, buf, cell(b, a[6], b.div(i, b.idx(kChunk)), ei));
+          Value row = b.add(load(b, buf, b.add(a[7], ei)),
+                            b.add(chunkPrefix, load(b, buf, i)));
+          b.storeI32(i, a[4], {toIndex(b, row)});
         });
-        Value expert = toI32(b, firstGreater(b, a[5], experts, i));
+        Value expert = toI32(b, firstGreater(b, a[2], experts, i));
         Value past = b.eq(expert, b.i32(experts));
-        b.storeI32(toIndex(b, b.select(past, b.i32(-1), expert)), a[6], {i});
+        b.storeI32(toIndex(b, b.select(past, b.i32(-1), expert)), a[3], {i});
         Value at = toIndex(b, b.select(past, b.i32(0), expert));
-        Value realEnd = b.add(memref::LoadOp::create(b, a[3], ValueRange{at}),
-                              memref::LoadOp::create(b, a[4], ValueRange{at}));
+        Value realEnd = b.add(load(b, buf, b.add(a[7], at)),
+                              load(b, buf, b.add(a[8], at)));
         Value padding = lor(b, past, b.ule(realEnd, toI32(b, i)));
-        b.ifThen(padding, [&] { b.storeI32Const(-1, a[7], {i}); });
+        b.ifThen(padding, [&] { b.storeI32Const(-1, a[4], {i}); });
       });
 }
 
