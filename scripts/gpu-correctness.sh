@@ -7,6 +7,7 @@
 #   build/bin/moec compile examples/qwen3_moe_layer.mlir -o DIR/qwen3.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/vector_kernels.mlir -o DIR/vector.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/routing_kernels.mlir -o DIR/routing.moecb --target sm_90a
+#   build/bin/moec compile test/Integration/hopper_matmul.mlir -o DIR/hopper.moecb --target sm_90a
 # Usage: scripts/gpu-correctness.sh RUNNER DIR
 set -uo pipefail
 runner=$1 dir=$2
@@ -64,6 +65,16 @@ done
 for routing in one-expert half-experts; do
   for entry in route_bf16_aligned route_grouped_bias sort_odd_experts; do
     run routing.moecb $entry 3000 $routing --iters 5
+  done
+done
+# The wgmma grouped matmul: T=3000 gives hundreds of tiles per block
+# count, so the persistent blocks take several tiles each.
+for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k; do
+  for t in 1 45 3000; do
+    run hopper.moecb $entry $t uniform --iters 5
+  done
+  for routing in one-expert half-experts; do
+    run hopper.moecb $entry 300 $routing --iters 5
   done
 done
 run qwen3.moecb qwen3_moe_layer 1 uniform --iters 5

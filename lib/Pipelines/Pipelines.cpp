@@ -49,10 +49,10 @@ void buildMoeToKernelsPipeline(OpPassManager &pm, const TileOverride &tile,
 /// Structured control flow and the gpu dialect's index ops inside kernels,
 /// then the target conversion and cleanup.
 template <typename GpuToTarget>
-static void lowerGpuModules(OpPassManager &pm, GpuToTarget createTargetPass) {
+static void lowerGpuModules(OpPassManager &pm, GpuToTarget addTargetPasses) {
   OpPassManager &gpu = pm.nest<gpu::GPUModuleOp>();
   gpu.addPass(createSCFToControlFlowPass());
-  gpu.addPass(createTargetPass());
+  addTargetPasses(gpu);
   gpu.addPass(createCanonicalizerPass());
   gpu.addPass(createCSEPass());
   gpu.addPass(createReconcileUnrealizedCastsPass());
@@ -65,7 +65,11 @@ void buildKernelsToNVVMPipeline(OpPassManager &pm,
   attach.features = options.features;
   attach.optLevel = options.optLevel;
   pm.addPass(createGpuNVVMAttachTarget(attach));
-  lowerGpuModules(pm, [] { return createConvertGpuOpsToNVVMOps(); });
+  lowerGpuModules(pm, [](OpPassManager &gpu) {
+    gpu.addPass(createConvertGpuOpsToNVVMOps());
+    // NVVM ops without an intrinsic (wgmma) become inline PTX.
+    gpu.addPass(createConvertNVVMToLLVMPass());
+  });
   GpuModuleToBinaryPassOptions toBinary;
   toBinary.compilationTarget = "isa";
   pm.addPass(createGpuModuleToBinaryPass(toBinary));
@@ -77,10 +81,10 @@ void buildKernelsToROCDLPipeline(OpPassManager &pm,
   attach.chip = options.chip;
   attach.optLevel = options.optLevel;
   pm.addPass(createGpuROCDLAttachTarget(attach));
-  lowerGpuModules(pm, [&] {
+  lowerGpuModules(pm, [&](OpPassManager &gpu) {
     ConvertGpuOpsToROCDLOpsOptions rocdl;
     rocdl.chipset = options.chip;
-    return createConvertGpuOpsToROCDLOps(rocdl);
+    gpu.addPass(createConvertGpuOpsToROCDLOps(rocdl));
   });
 }
 
@@ -115,7 +119,7 @@ void registerMoecPipelines() {
   PassPipelineRegistration<>(
       "moe-to-nvvm", "moe-to-kernels, then NVVM and PTX for sm_90a",
       [](OpPassManager &pm) {
-        buildMoeToKernelsPipeline(pm, {}, "nvvm");
+        buildMoeToKernelsPipeline(pm, {}, "sm90a");
         buildKernelsToNVVMPipeline(pm, {"sm_90a", "+ptx80", 3});
       });
   PassPipelineRegistration<>(

@@ -292,8 +292,11 @@ LogicalResult serializeHost(ModuleOp hostModule, std::vector<uint8_t> &object) {
 
 /// The convert-moe-to-kernels target for a compile target.
 std::string kernelTargetOf(StringRef target) {
-  // NVVM's FP8 conversions need sm_89 (Ada) or newer.
+  // NVVM's FP8 conversions need sm_89 (Ada) or newer; wgmma needs the
+  // architecture-specific sm_90a.
   unsigned sm = 0;
+  if (target == "sm_90a")
+    return "sm90a";
   if (target.starts_with("sm_"))
     return target.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, sm) ||
                    sm < 89

@@ -140,6 +140,12 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
     if (!matchPattern(launch.getBlockSizeX(), m_ConstantInt(&threads)))
       return launch.emitOpError("block size must be a constant");
     step.blockSize = threads.getZExtValue();
+    if (Value shared = launch.getDynamicSharedMemorySize()) {
+      APInt bytes;
+      if (!matchPattern(shared, m_ConstantInt(&bytes)))
+        return launch.emitOpError("dynamic shared memory must be a constant");
+      step.dynamicSharedBytes = bytes.getZExtValue();
+    }
     if (Attribute tile = launch->getAttr("moe.tile")) {
       llvm::raw_string_ostream os(step.tile);
       tile.print(os);

@@ -1,6 +1,7 @@
 // RUN: moec-opt %s --convert-moe-to-kernels=target=nvvm -split-input-file | FileCheck %s --check-prefix=NVVM
 // RUN: moec-opt %s --convert-moe-to-kernels=target=host -split-input-file | FileCheck %s --check-prefix=HOST
 // RUN: moec-opt %s --convert-moe-to-kernels=target=rocdl -split-input-file | FileCheck %s --check-prefix=ROCDL
+// RUN: moec-opt %s --convert-moe-to-kernels=target=sm90a -split-input-file | FileCheck %s --check-prefix=SM90A
 // RUN: not moec-opt %s --convert-moe-to-kernels=target=ptx -split-input-file 2>&1 | FileCheck %s --check-prefix=BAD
 
 // The target option picks the kernels. With nvvm, one thread per 16-byte chunk:
@@ -13,7 +14,7 @@
 // HOST: gpu.func @quantize_k0_quantize_rowwise_vec
 // HOST-NOT: gpu.shuffle
 // HOST-NOT: nvvm.
-// BAD: unknown target 'ptx' (expected generic, nvvm, rocdl or host)
+// BAD: unknown target 'ptx' (expected generic, nvvm, sm90a, rocdl or host)
 func.func @quantize(%x: tensor<?x256xbf16>)
     -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>) {
   %d, %s = moe.quantize %x group_size = 128
@@ -54,4 +55,37 @@ func.func @route(%logits: tensor<?x128xbf16>)
       : tensor<?x8xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
   return %w, %sorted, %slots, %offsets
       : tensor<?x8xf32>, tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
+}
+
+// -----
+
+// Grouped matmul: sm90a runs the wgmma kernel (cp.async copies into the
+// swizzled stages of dynamic shared memory, proxy fence, wgmma, 256 threads
+// over a persistent grid of at most 132 blocks); plain nvvm keeps the scalar
+// kernel.
+// SM90A-LABEL: gpu.func @gate_up_k0_grouped_matmul_wgmma
+// SM90A: gpu.dynamic_shared_memory
+// SM90A: nvvm.cp.async.shared.global {{.*}}, 16, cache = cg
+// SM90A: nvvm.cp.async.commit.group
+// SM90A: nvvm.cp.async.wait.group 2
+// SM90A: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// SM90A: gpu.barrier
+// SM90A: nvvm.wgmma.fence.aligned
+// SM90A-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// SM90A: nvvm.wgmma.commit.group.sync.aligned
+// SM90A: nvvm.wgmma.wait.group.sync.aligned 1
+// SM90A: nvvm.wgmma.wait.group.sync.aligned 0
+// SM90A-LABEL: func.func @gate_up
+// SM90A: arith.minui %{{.*}}, %c132
+// SM90A: gpu.launch_func @{{.*}}::@gate_up_k0_grouped_matmul_wgmma blocks in ({{.*}}) threads in (%c256{{.*}}) dynamic_shared_memory_size
+// NVVM-LABEL: func.func @gate_up
+// NVVM-NOT: nvvm.wgmma
+func.func @gate_up(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
+                   %w: tensor<128x1536x2048xbf16>, %offsets: tensor<128xi32>)
+    -> tensor<?x768xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 8 : i64, transpose_rhs, activation = #moe.activation<swiglu>}
+      : tensor<?x2048xbf16>, tensor<128x1536x2048xbf16>, tensor<128xi32>
+      -> tensor<?x768xbf16>
+  return %y : tensor<?x768xbf16>
 }

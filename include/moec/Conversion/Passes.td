@@ -37,7 +37,8 @@ def ConvertMoeToKernels : Pass<"convert-moe-to-kernels", "mlir::ModuleOp"> {
     Option<"target", "target", "std::string", /*default=*/"\"generic\"",
            "Which kernels to emit: `generic` (plain dialects only: any "
            "backend), `nvvm` (NVVM FP8 conversions and warp shuffles: "
-           "sm_89+), `rocdl` (warp shuffles) or `host` (no intra-warp "
+           "sm_89+), `sm90a` (nvvm plus Hopper's wgmma grouped matmul: "
+           "sm_90a only), `rocdl` (warp shuffles) or `host` (no intra-warp "
            "communication: the host runs a block's threads one by one)">
   ];
   let dependentDialects = [

@@ -280,7 +280,7 @@ Value KernelBuilder::loadVecF32(Value memref, ValueRange indices, int64_t n) {
   Value bits = arith::BitcastOp::create(*this, i8x, vec);
   // (Pairs and lanes travel as extract/from_elements: the NVVM lowering
   // has no patterns for strided slices.)
-  if (target == KernelTarget::NVVM && n % 2 == 0) {
+  if (isNVVM() && n % 2 == 0) {
     auto i8x2 = VectorType::get({2}, getI8Type());
     auto f16x2 = VectorType::get({2}, getF16Type());
     SmallVector<Value> values;
@@ -307,7 +307,7 @@ Value KernelBuilder::loadVecF32(Value memref, ValueRange indices, int64_t n) {
 void KernelBuilder::storeVecF32(Value vec, Value memref, ValueRange indices) {
   Type elem = cast<MemRefType>(memref.getType()).getElementType();
   int64_t n = cast<VectorType>(vec.getType()).getNumElements();
-  if (isFP8(elem) && target == KernelTarget::NVVM && n % 2 == 0) {
+  if (isFP8(elem) && isNVVM() && n % 2 == 0) {
     // NVVM: round to nearest even, saturating to the largest finite value,
     // two at a time; the pair's element 0 is the second operand.
     auto i8x2 = VectorType::get({2}, getI8Type());

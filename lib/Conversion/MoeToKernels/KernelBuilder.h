@@ -27,6 +27,7 @@ namespace moec::kernels {
 enum class KernelTarget {
   Generic, ///< any backend
   NVVM,    ///< NVVM ops (FP8 conversions, sm_89+) and warp shuffles
+  Hopper,  ///< NVVM plus sm_90a's wgmma, cp.async and proxy fences
   ROCDL,   ///< warp shuffles
   Host,    ///< no intra-warp communication
 };
@@ -38,8 +39,10 @@ public:
 
   KernelTarget target = KernelTarget::Generic;
   /// Whether gpu.shuffle may be used (a warp runs in lockstep).
-  bool hasWarpShuffles() const {
-    return target == KernelTarget::NVVM || target == KernelTarget::ROCDL;
+  bool hasWarpShuffles() const { return isNVVM() || target == KernelTarget::ROCDL; }
+  /// Whether NVVM dialect ops may be used (any NVIDIA target).
+  bool isNVVM() const {
+    return target == KernelTarget::NVVM || target == KernelTarget::Hopper;
   }
 
   // Constants.

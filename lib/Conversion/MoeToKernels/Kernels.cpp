@@ -1196,6 +1196,9 @@ LogicalResult moec::kernels::lowerOp(Operation *op, moe::TileAttr tile,
           lowerRoutingWarp(op, tile, buffer, ctx))
     return *lowered;
   if (std::optional<LogicalResult> lowered =
+          lowerMatmulHopper(op, buffer, ctx))
+    return *lowered;
+  if (std::optional<LogicalResult> lowered =
           lowerVectorized(op, tile, buffer, ctx))
     return *lowered;
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)

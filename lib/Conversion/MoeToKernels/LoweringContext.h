@@ -35,12 +35,14 @@ public:
                                 llvm::ArrayRef<mlir::Value> sizes) = 0;
   /// Emits a kernel named after the op being lowered (plus `suffix`) and its
   /// launch over `gridBlocks` blocks of `tile.getThreads()` threads.
-  /// `operands` are host memrefs and index values.
+  /// `operands` are host memrefs and index values. `dynamicSharedBytes` of
+  /// workgroup memory come with each block (gpu.dynamic_shared_memory).
   virtual mlir::LogicalResult launch(llvm::StringRef suffix,
                                      mlir::Value gridBlocks,
                                      moe::TileAttr tile,
                                      mlir::ValueRange operands,
-                                     const KernelBody &body) = 0;
+                                     const KernelBody &body,
+                                     int64_t dynamicSharedBytes = 0) = 0;
 };
 
 /// Whether a linalg.matmul reads B as [N, K] (A·Bᵀ); failure for indexing
@@ -70,6 +72,12 @@ std::optional<mlir::LogicalResult> lowerRoutingWarp(mlir::Operation *op,
                                                     moe::TileAttr tile,
                                                     BufferMap buffer,
                                                     LoweringContext &ctx);
+
+/// Lowers a grouped matmul with the wgmma kernel of HopperMatmul.cpp
+/// (target sm90a); nullopt where it does not apply (op, types or shapes).
+std::optional<mlir::LogicalResult> lowerMatmulHopper(mlir::Operation *op,
+                                                     BufferMap buffer,
+                                                     LoweringContext &ctx);
 
 /// Host index values for the sizes of each result of `op`, from the sizes of
 /// its operand buffers; fails with a diagnostic where a size cannot be

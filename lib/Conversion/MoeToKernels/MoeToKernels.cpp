@@ -90,7 +90,8 @@ public:
   }
   Value allocTemp(MemRefType type, ArrayRef<Value> sizes) override;
   LogicalResult launch(StringRef suffix, Value gridBlocks, moe::TileAttr tile,
-                       ValueRange operands, const KernelBody &body) override;
+                       ValueRange operands, const KernelBody &body,
+                       int64_t dynamicSharedBytes = 0) override;
 
 private:
   /// Size expression (RPN) of a host index value, or failure.
@@ -203,7 +204,8 @@ Value FuncLowering::newBuffer(Value tensor, ArrayRef<Value> sizes) {
 
 LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
                                    moe::TileAttr tile, ValueRange operands,
-                                   const KernelBody &body) {
+                                   const KernelBody &body,
+                                   int64_t dynamicSharedBytes) {
   Location loc = currentOp->getLoc();
   std::string opName =
       currentOp->getName().stripDialect().str();
@@ -252,7 +254,8 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
   auto launchOp = gpu::LaunchFuncOp::create(
       hostBuilder, kernel, gpu::KernelDim3{gridBlocks, one, one},
       gpu::KernelDim3{hostBuilder.idx(threads), one, one},
-      /*dynamicSharedMemorySize=*/Value(), operands);
+      dynamicSharedBytes ? hostBuilder.i32(dynamicSharedBytes) : Value(),
+      operands);
   launchOp->setAttr("moe.grid", hostBuilder.getStringAttr(*gridText));
   launchOp->setAttr("moe.scalars", hostBuilder.getArrayAttr(scalarExprs));
   launchOp->setAttr(moe::kTileAttrName, tile);
@@ -505,12 +508,13 @@ struct ConvertMoeToKernelsPass
         llvm::StringSwitch<std::optional<KernelTarget>>(target)
             .Case("generic", KernelTarget::Generic)
             .Case("nvvm", KernelTarget::NVVM)
+            .Case("sm90a", KernelTarget::Hopper)
             .Case("rocdl", KernelTarget::ROCDL)
             .Case("host", KernelTarget::Host)
             .Default(std::nullopt);
     if (!kind) {
       module.emitError("convert-moe-to-kernels: unknown target '")
-          << target << "' (expected generic, nvvm, rocdl or host)";
+          << target << "' (expected generic, nvvm, sm90a, rocdl or host)";
       return signalPassFailure();
     }
     SmallVector<func::FuncOp> funcs;

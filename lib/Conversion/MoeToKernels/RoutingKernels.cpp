@@ -137,7 +137,7 @@ Value rankKey(KernelBuilder &b, Value value, Value id, int64_t experts) {
 /// The lowest lane of the warp where `pred` holds (32 if none), in every
 /// lane: one ballot on NVVM, a min-reduction elsewhere.
 Value lowestLaneWith(KernelBuilder &b, Value pred, Value lane) {
-  if (b.target == KernelTarget::NVVM) {
+  if (b.isNVVM()) {
     Value mask = NVVM::VoteSyncOp::create(
         b, b.getI32Type(), b.i32(-1), pred,
         NVVM::VoteSyncKindAttr::get(b.getContext(), NVVM::VoteSyncKind::ballot));

@@ -1,0 +1,498 @@
+//===- HopperMatmul.cpp - Grouped matmul on sm_90a (wgmma) ----------------===//
+//
+// Part of moec. The grouped matmul of the `sm90a` target: warpgroup MMA
+// (wgmma) from shared memory fed by a multi-stage cp.async pipeline, in a
+// persistent grid that walks the ragged (expert, m-tile, n-tile) schedule.
+//
+// Block: 128 x BN output tile, 2 warpgroups (256 threads), each warpgroup
+// owning 64 rows and issuing m64nBNk16 wgmmas over a 64-wide K slice. Shared
+// memory holds `stages` K slices of A (128 rows) and B (BN rows), each row
+// 64 elements = 128 bytes, in the 128-byte swizzle wgmma reads (16-byte chunk
+// c of row r at chunk c ^ (r % 8)). Every thread copies 16-byte chunks with
+// cp.async, which also gathers the rows of a gathered lhs (the row index is
+// looked up per row, a missing row is zero-filled): the path TMA cannot give
+// on sm_90. Loads run `stages - 2` slices ahead; one wgmma group stays in
+// flight while the next slice's copies are issued.
+//
+// Each block first builds the m-tile prefix of the groups (experts, then the
+// rows past the last group, written as zeros) in shared memory with a
+// parallel scan, then takes tiles blockIdx, blockIdx + gridDim, ... and finds
+// each tile's group by binary search: no host synchronization and no serial
+// walk over the experts.
+//
+// Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
+// columns then the matching BN/2 up columns, so a thread holds both halves),
+// row scale, then rounded stores.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LoweringContext.h"
+
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+
+namespace {
+
+constexpr int64_t kBlockM = 128;   ///< rows per block (2 warpgroups x 64)
+constexpr int64_t kBlockK = 64;    ///< K per stage: one 128-byte row
+constexpr int64_t kThreads = 256;  ///< 2 warpgroups
+constexpr int64_t kRowBytes = 128; ///< bytes of a 64-element 16-bit row
+constexpr int64_t kChunksPerRow = kRowBytes / 16;
+/// Persistent grid: one block per SM of an H100/H200 (132 SMs).
+constexpr int64_t kPersistentBlocks = 132;
+/// Groups the schedule scan handles (experts + the tail), one table entry
+/// per group in shared memory.
+constexpr int64_t kMaxGroups = 1024;
+
+/// The compile-time shape of one Hopper grouped matmul kernel.
+struct HopperPlan {
+  int64_t blockN = 128; ///< B rows (output columns, or gate+up) per block
+  int64_t stages = 5;
+  int64_t experts = 0;
+  int64_t k = 0;        ///< reduction length (static)
+  int64_t slotsPerToken = 1;
+  bool swiglu = false;
+  NVVM::WGMMATypes elemType = NVVM::WGMMATypes::bf16;
+
+  int64_t groups() const { return experts + 1; }
+  int64_t stageBytes() const { return (kBlockM + blockN) * kRowBytes; }
+  /// Two ping-pong tables of the scan, rounded to 16 bytes.
+  int64_t tableBytes() const { return (groups() * 8 + 15) / 16 * 16; }
+  int64_t sharedBytes() const {
+    // + 1024 to round the stages up to the swizzle's 1024-byte alignment.
+    return tableBytes() + 1024 + stages * stageBytes();
+  }
+  /// Output columns per block.
+  int64_t outTileN() const { return swiglu ? blockN / 2 : blockN; }
+};
+
+/// Positions of the optional kernel arguments (-1 if absent).
+struct HopperArgs {
+  int gather = -1, bias = -1, rowScale = -1;
+};
+
+Value toI64(KernelBuilder &b, Value index) {
+  return arith::IndexCastOp::create(b, b.getI64Type(), index);
+}
+Value band(KernelBuilder &b, Value x, int64_t mask) {
+  return arith::AndIOp::create(b, x, b.idx(mask));
+}
+Value bxor(KernelBuilder &b, Value x, Value y) {
+  return arith::XOrIOp::create(b, x, y);
+}
+Value bor(KernelBuilder &b, Value x, Value y) {
+  return arith::OrIOp::create(b, x, y);
+}
+
+/// The address of a memref's first element, as index.
+Value addressOf(KernelBuilder &b, Value memref) {
+  return memref::ExtractAlignedPointerAsIndexOp::create(b, memref);
+}
+
+/// A pointer in `addressSpace` (1 global, 3 shared) at an index address.
+Value pointerAt(KernelBuilder &b, Value address, unsigned addressSpace) {
+  return LLVM::IntToPtrOp::create(
+      b, LLVM::LLVMPointerType::get(b.getContext(), addressSpace),
+      toI64(b, address));
+}
+
+/// The wgmma shared-memory descriptor of a 128-byte-swizzled, K-major tile
+/// at shared address `address`: start address >> 4 in bits 0-13, leading
+/// byte offset 16 (unused by this swizzle), stride byte offset 1024 (one
+/// 8-row swizzle atom to the next) and the 128-byte swizzle mode in bits
+/// 62-63.
+Value descriptor(KernelBuilder &b, Value address) {
+  Value start = arith::ShRUIOp::create(b, band(b, address, 0x3FFFF), b.idx(4));
+  int64_t fixed = (int64_t(1) << 16) | (int64_t(1024 >> 4) << 32) |
+                  (int64_t(1) << 62);
+  return toI64(b, bor(b, start, b.idx(fixed)));
+}
+
+void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
+                const HopperPlan &plan, const HopperArgs &pos) {
+  MLIRContext *ctx = b.getContext();
+  Value lhs = a[0], rhs = a[1], offsets = a[2], out = a[3], rows = a.back();
+  Value gather = pos.gather >= 0 ? a[pos.gather] : Value();
+  Value bias = pos.bias >= 0 ? a[pos.bias] : Value();
+  Value rowScale = pos.rowScale >= 0 ? a[pos.rowScale] : Value();
+  const int64_t G = plan.groups(), E = plan.experts, BN = plan.blockN;
+  const int64_t S = plan.stages, K = plan.k;
+  Value outWidth = b.dim(out, 1);
+  Value rhsRows = b.dim(rhs, 1); // N of rhs [E, N, K]
+
+  // Shared memory: the two scan tables, then the 1024-aligned stages.
+  auto workgroup = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+  Value smem = gpu::DynamicSharedMemoryOp::create(
+      b, MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
+                         MemRefLayoutAttrInterface(), workgroup));
+  auto tableType = MemRefType::get({ShapedType::kDynamic}, b.getI32Type(),
+                                   MemRefLayoutAttrInterface(), workgroup);
+  Value tables[2] = {
+      memref::ViewOp::create(b, tableType, smem, b.idx(0),
+                             ValueRange{b.idx(G)}),
+      memref::ViewOp::create(b, tableType, smem, b.idx(G * 4),
+                             ValueRange{b.idx(G)})};
+  Value stageBase = band(
+      b, b.add(addressOf(b, smem), b.idx(plan.tableBytes() + 1023)), ~1023);
+
+  // Rows [start, end) of group g: experts, then the tail up to `rows`.
+  auto groupBounds = [&](Value g) -> std::pair<Value, Value> {
+    Value start = groupStart(b, offsets, g);
+    Value end = b.ifElse(
+        b.eq(g, b.idx(E)), b.getIndexType(), [&] { return rows; },
+        [&] { return b.loadIdx(offsets, {g}); });
+    return {start, b.select(b.ult(start, end), end, start)};
+  };
+
+  // m-tiles per group, then an inclusive Hillis-Steele scan across the
+  // block, ping-ponging between the two tables.
+  int64_t perThread = (G + kThreads - 1) / kThreads;
+  auto forOwnGroups = [&](const std::function<void(Value)> &body) {
+    for (int64_t q = 0; q < perThread; ++q) {
+      Value g = b.add(thread, b.idx(q * kThreads));
+      b.ifThen(b.ult(g, b.idx(G)), [&] { body(g); });
+    }
+  };
+  forOwnGroups([&](Value g) {
+    auto [start, end] = groupBounds(g);
+    b.storeI32(b.ceilDiv(b.sub(end, start), b.idx(kBlockM)), tables[0], {g});
+  });
+  gpu::BarrierOp::create(b);
+  int current = 0;
+  for (int64_t d = 1; d < G; d *= 2) {
+    Value src = tables[current], dst = tables[1 - current];
+    forOwnGroups([&](Value g) {
+      Value v = b.loadIdx(src, {g});
+      Value has = b.ule(b.idx(d), g);
+      Value before =
+          b.loadIdx(src, {b.select(has, b.sub(g, b.idx(d)), b.idx(0))});
+      b.storeI32(b.add(v, b.select(has, before, b.idx(0))), dst, {g});
+    });
+    gpu::BarrierOp::create(b);
+    current = 1 - current;
+  }
+  Value tileEnds = tables[current];
+
+  int64_t outTileN = plan.outTileN();
+  Value nTiles = b.ceilDiv(outWidth, b.idx(outTileN));
+  Value mTilesTotal = b.loadIdx(tileEnds, {b.idx(G - 1)});
+  Value tilesTotal = b.mul(mTilesTotal, nTiles);
+
+  // Per-thread copy coordinates: chunk c of rows rowOf(i) = thread/8 + 32i;
+  // the swizzled chunk is the same for all of them (32i keeps r % 8).
+  Value chunk = b.rem(thread, b.idx(kChunksPerRow));
+  Value row0 = b.div(thread, b.idx(kChunksPerRow));
+  Value swizzled = b.mul(bxor(b, chunk, b.rem(row0, b.idx(8))), b.idx(16));
+  int64_t rowsPerPass = kThreads / kChunksPerRow;
+  auto rowOf = [&](int64_t i) { return b.add(row0, b.idx(i * rowsPerPass)); };
+  auto smemOffset = [&](int64_t i) {
+    return b.add(b.mul(rowOf(i), b.idx(kRowBytes)), swizzled);
+  };
+  Value lhsBase = addressOf(b, lhs), rhsBase = addressOf(b, rhs);
+  Value rowBytesK = b.idx(K * 2);
+
+  Value warpgroup = b.div(thread, b.idx(128));
+  Value lane = b.rem(thread, b.idx(32));
+  Value warp = b.rem(b.div(thread, b.idx(32)), b.idx(4));
+  auto accType = LLVM::LLVMStructType::getLiteral(
+      ctx, SmallVector<Type>(BN / 2, b.getF32Type()));
+  Value zeroF = b.f32(0);
+
+  auto tileLoop = scf::ForOp::create(
+      b, block, tilesTotal,
+      gpu::GridDimOp::create(b, gpu::Dimension::x).getResult());
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(tileLoop.getBody());
+    Value tile = tileLoop.getInductionVar();
+    Value mTile = b.div(tile, nTiles), nTile = b.rem(tile, nTiles);
+    Value g = firstGreater(b, tileEnds, G, mTile);
+    Value tilesBefore = b.ifElse(
+        b.eq(g, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
+        [&] { return b.loadIdx(tileEnds, {b.sub(g, b.idx(1))}); });
+    auto [groupBegin, groupEnd] = groupBounds(g);
+    Value rowStart =
+        b.add(groupBegin, b.mul(b.sub(mTile, tilesBefore), b.idx(kBlockM)));
+    Value rowCount = b.minIdx(b.sub(groupEnd, rowStart), b.idx(kBlockM));
+    Value colStart = b.mul(nTile, b.idx(outTileN));
+
+    auto isTail = b.eq(g, b.idx(E));
+    auto branch = scf::IfOp::create(b, isTail, /*withElse=*/true);
+    {
+      // Rows past the last group: zeros.
+      OpBuilder::InsertionGuard inner(b);
+      b.setInsertionPointToStart(&branch.getThenRegion().front());
+      int64_t width = std::min<int64_t>(
+          8, KernelBuilder::vectorWidth(cast<MemRefType>(out.getType())
+                                            .getElementType()));
+      int64_t chunks = kBlockM * outTileN / width;
+      for (int64_t q = 0; q < chunks / kThreads; ++q) {
+        Value id = b.add(thread, b.idx(q * kThreads));
+        Value r = b.div(id, b.idx(outTileN / width));
+        Value col = b.add(colStart,
+                          b.mul(b.rem(id, b.idx(outTileN / width)), b.idx(width)));
+        b.ifThen(b.land(b.ult(r, rowCount), b.ult(col, outWidth)), [&] {
+          b.storeVecF(SmallVector<Value>(width, zeroF), out,
+                      {b.add(rowStart, r), col});
+        });
+      }
+    }
+    b.setInsertionPointToStart(&branch.getElseRegion().front());
+
+    // Source byte offsets of this thread's A rows (-1: zero-fill).
+    SmallVector<Value> lhsRowBytes, rhsRowBytes;
+    Value invalid = b.idx(-1);
+    for (int64_t i = 0; i < kBlockM / rowsPerPass; ++i) {
+      Value r = rowOf(i);
+      Value inRange = b.ult(r, rowCount);
+      Value grouped = b.add(rowStart, r);
+      Value src;
+      if (gather) {
+        src = b.ifElse(
+            inRange, b.getIndexType(),
+            [&] {
+              auto [slot, valid] = b.loadSigned(gather, {grouped});
+              return b.select(valid, b.div(slot, b.idx(plan.slotsPerToken)),
+                              invalid);
+            },
+            [&] { return invalid; });
+      } else {
+        src = b.select(inRange, grouped, invalid);
+      }
+      lhsRowBytes.push_back(b.select(b.eq(src, invalid), invalid,
+                                     b.mul(src, rowBytesK)));
+    }
+    // rhs rows of this tile: output columns, or gate then up columns.
+    SmallVector<Value> rhsColumns;
+    for (int64_t i = 0; i < BN / rowsPerPass; ++i) {
+      Value r = rowOf(i);
+      Value n;
+      Value valid;
+      if (plan.swiglu) {
+        int64_t half = BN / 2;
+        Value isUp = b.ule(b.idx(half), r);
+        Value c = b.add(colStart, b.select(isUp, b.sub(r, b.idx(half)), r));
+        valid = b.ult(c, outWidth);
+        n = b.select(isUp, b.add(c, outWidth), c);
+      } else {
+        n = b.add(colStart, r);
+        valid = b.ult(n, outWidth);
+      }
+      Value rowIndex = b.add(b.mul(g, rhsRows), n);
+      rhsRowBytes.push_back(
+          b.select(valid, b.mul(rowIndex, rowBytesK), invalid));
+    }
+
+    auto stageA = [&](Value slot) {
+      return b.add(stageBase, b.mul(slot, b.idx(plan.stageBytes())));
+    };
+    auto stageB = [&](Value slot) {
+      return b.add(stageA(slot), b.idx(kBlockM * kRowBytes));
+    };
+    auto cacheGlobal = NVVM::LoadCacheModifierKindAttr::get(
+        ctx, NVVM::LoadCacheModifierKind::CG);
+    auto copyChunk = [&](Value dst, Value base, Value rowBytes, Value kBytes,
+                         Value kValid) {
+      Value ok = b.land(kValid, arith::CmpIOp::create(
+                                    b, arith::CmpIPredicate::ne, rowBytes,
+                                    invalid));
+      Value src = b.select(ok, b.add(base, b.add(rowBytes, kBytes)), base);
+      Value bytes = b.select(ok, b.idx(16), b.idx(0));
+      NVVM::CpAsyncOp::create(
+          b, pointerAt(b, dst, 3), pointerAt(b, src, 1),
+          b.getI32IntegerAttr(16), cacheGlobal,
+          arith::IndexCastOp::create(b, b.getI32Type(), bytes));
+    };
+    auto loadStage = [&](Value slot, Value kt) {
+      Value kElem = b.add(b.mul(kt, b.idx(kBlockK)),
+                          b.mul(chunk, b.idx(8)));
+      Value kValid = b.ult(kElem, b.idx(K));
+      Value kBytes = b.mul(kElem, b.idx(2));
+      for (auto [i, rowBytes] : llvm::enumerate(lhsRowBytes))
+        copyChunk(b.add(stageA(slot), smemOffset(i)), lhsBase, rowBytes,
+                  kBytes, kValid);
+      for (auto [i, rowBytes] : llvm::enumerate(rhsRowBytes))
+        copyChunk(b.add(stageB(slot), smemOffset(i)), rhsBase, rowBytes,
+                  kBytes, kValid);
+    };
+    auto commit = [&] { NVVM::CpAsyncCommitGroupOp::create(b); };
+
+    int64_t kSlices = (K + kBlockK - 1) / kBlockK;
+    int64_t ahead = S - 2;
+    for (int64_t s = 0; s < ahead; ++s) {
+      if (s < kSlices)
+        loadStage(b.idx(s), b.idx(s));
+      commit();
+    }
+
+    Value acc = LLVM::UndefOp::create(b, accType);
+    for (int64_t i = 0; i < BN / 2; ++i)
+      acc = LLVM::InsertValueOp::create(b, acc, zeroF, ArrayRef<int64_t>{i});
+
+    auto shape = NVVM::MMAShapeAttr::get(ctx, 64, BN, 16);
+    auto elem = NVVM::WGMMATypesAttr::get(ctx, plan.elemType);
+    auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
+    auto one = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+    auto accumulate =
+        NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+    auto kMajorA = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+    auto kMajorB = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
+
+    auto kLoop = scf::ForOp::create(b, b.idx(0), b.idx(kSlices), b.idx(1),
+                                    ValueRange{acc});
+    {
+      OpBuilder::InsertionGuard inner(b);
+      b.setInsertionPointToStart(kLoop.getBody());
+      Value kt = kLoop.getInductionVar();
+      Value current = kLoop.getRegionIterArgs()[0];
+      // Slice kt has landed (for this thread's copies), is visible to the
+      // async proxy wgmma reads through, and to the whole block.
+      NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(ahead - 1));
+      NVVM::FenceProxyOp::create(
+          b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
+          NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+      gpu::BarrierOp::create(b);
+      // The slot refilled now was read by the wgmmas of slice kt - 2, which
+      // every warpgroup waited for before the barrier.
+      Value next = b.add(kt, b.idx(ahead));
+      b.ifThen(b.ult(next, b.idx(kSlices)),
+               [&] { loadStage(b.rem(next, b.idx(S)), next); });
+      commit();
+
+      Value slot = b.rem(kt, b.idx(S));
+      Value aTile = b.add(stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
+      Value bTile = stageB(slot);
+      NVVM::WgmmaFenceAlignedOp::create(b);
+      for (int64_t kk = 0; kk < kBlockK / 16; ++kk) {
+        Value descA = descriptor(b, b.add(aTile, b.idx(kk * 32)));
+        Value descB = descriptor(b, b.add(bTile, b.idx(kk * 32)));
+        current = NVVM::WgmmaMmaAsyncOp::create(
+            b, accType, current, descA, descB, shape, elem, elem, f32Type,
+            accumulate, one, one, kMajorA, kMajorB,
+            NVVM::MMAIntOverflowAttr());
+      }
+      NVVM::WgmmaGroupSyncAlignedOp::create(b);
+      NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
+      scf::YieldOp::create(b, current);
+    }
+    NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+    Value result = kLoop.getResult(0);
+
+    // Epilogue. Accumulator 4j + 2h + q of a thread: row warpgroup*64 +
+    // warp*16 + lane/4 + 8h, column 8j + 2(lane % 4) + q.
+    Value rowInTile =
+        b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
+              b.div(lane, b.idx(4)));
+    Value colInTile = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
+    auto value = [&](int64_t index) {
+      return LLVM::ExtractValueOp::create(b, result, ArrayRef<int64_t>{index})
+          .getResult();
+    };
+    int64_t outChunks = outTileN / 8;
+    for (int64_t h = 0; h < 2; ++h) {
+      Value r = b.add(rowInTile, b.idx(8 * h));
+      b.ifThen(b.ult(r, rowCount), [&] {
+        Value row = b.add(rowStart, r);
+        Value scale = rowScale ? b.loadF(rowScale, {row}) : Value();
+        for (int64_t j = 0; j < outChunks; ++j) {
+          Value col = b.add(colStart, b.add(b.idx(8 * j), colInTile));
+          b.ifThen(b.ult(col, outWidth), [&] {
+            SmallVector<Value> pair;
+            for (int64_t q = 0; q < 2; ++q) {
+              Value c = b.add(col, b.idx(q));
+              Value y = value(4 * j + 2 * h + q);
+              if (plan.swiglu) {
+                Value up = value(4 * (j + outChunks) + 2 * h + q);
+                if (bias) {
+                  y = b.fadd(y, b.loadF(bias, {g, c}));
+                  up = b.fadd(up, b.loadF(bias, {g, b.add(c, outWidth)}));
+                }
+                y = b.fmul(b.fmul(y, b.sigmoid(y)), up);
+              } else if (bias) {
+                y = b.fadd(y, b.loadF(bias, {g, c}));
+              }
+              if (scale)
+                y = b.fmul(y, scale);
+              pair.push_back(y);
+            }
+            b.storeVecF(pair, out, {row, col});
+          });
+        }
+      });
+    }
+    // The next tile's copies reuse the stages.
+    gpu::BarrierOp::create(b);
+  }
+}
+
+} // namespace
+
+std::optional<LogicalResult>
+moec::kernels::lowerMatmulHopper(Operation *matmul, BufferMap buffer,
+                                 LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  auto op = dyn_cast<moe::GroupedMatmulOp>(matmul);
+  if (!op || h.target != KernelTarget::Hopper ||
+      op.getMode() != moe::MatmulMode::forward || !op.getTransposeRhs() ||
+      op.getLoraA() || op.getLhsScales() || op.getScatterSlots())
+    return std::nullopt;
+  auto lhsType = cast<ShapedType>(op.getLhs().getType());
+  auto rhsType = cast<ShapedType>(op.getRhs().getType());
+  auto outType = cast<ShapedType>(op.getOut().getType());
+  Type elem = lhsType.getElementType();
+  if (elem != rhsType.getElementType() || !(elem.isBF16() || elem.isF16()))
+    return std::nullopt;
+  Type outElem = outType.getElementType();
+  if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
+    return std::nullopt;
+  int64_t k = lhsType.getDimSize(1), width = outType.getDimSize(1);
+  int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
+  if (ShapedType::isDynamic(k) || ShapedType::isDynamic(width) || k % 8 ||
+      width % 8 || experts + 1 > kMaxGroups)
+    return std::nullopt;
+
+  HopperPlan plan;
+  plan.experts = experts;
+  plan.k = k;
+  plan.slotsPerToken = op.getK().value_or(1);
+  plan.swiglu = op.getActivation() == moe::Activation::swiglu;
+  plan.elemType = elem.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
+
+  Value out = buffer(op.getOut());
+  SmallVector<Value> operands = {buffer(op.getLhs()), buffer(op.getRhs()),
+                                 buffer(op.getOffsets()), out};
+  HopperArgs pos;
+  auto addOptional = [&](Value v, int &at) {
+    if (!v)
+      return;
+    at = operands.size();
+    operands.push_back(v);
+  };
+  addOptional(buffer(op.getGatherSlots()), pos.gather);
+  addOptional(buffer(op.getBias()), pos.bias);
+  addOptional(buffer(op.getRowScale()), pos.rowScale);
+  Value rows = ctx.sizes(out)[0];
+  operands.push_back(rows);
+
+  // Blocks: the persistent count, or fewer when there are fewer tiles
+  // (upper bound: rows / 128 + experts + 1 m-tiles, times the n-tiles).
+  Value mTilesBound = h.add(h.div(rows, h.idx(kBlockM)), h.idx(experts + 1));
+  Value tilesBound =
+      h.mul(mTilesBound, h.idx((width + plan.outTileN() - 1) / plan.outTileN()));
+  Value grid = h.minIdx(tilesBound, h.idx(kPersistentBlocks));
+  auto tile = moe::TileAttr::get(h.getContext(), kBlockM, plan.blockN, kBlockK,
+                                 kThreads);
+  return ctx.launch(
+      "wgmma", grid, tile, operands,
+      [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
+        emitKernel(b, a, block, thread, plan, pos);
+      },
+      plan.sharedBytes());
+}

@@ -1,0 +1,62 @@
+// Grouped matmuls at the shapes of the sm_90a wgmma kernel
+// (HopperMatmul.cpp: 16-bit lhs and rhs, rhs [E, N, K], K and N multiples
+// of 8). The host runs the scalar kernels on these entries, so the checks
+// below pin the reference semantics; scripts/gpu-correctness.sh runs the
+// same entries through the wgmma kernel on the H200. The shapes leave
+// partial tiles everywhere: K = 200 and 136 are not multiples of the 64-wide
+// K slice, N = 264 and I = 72 not multiples of the 128-wide n-tile, and
+// K = 1096 needs more slices than the pipeline has stages. Edge cases: T=1
+// (most experts empty), every token's first choice one expert, half the
+// experts without tokens, padding rows of an aligned sort.
+// RUN: moec run %s --entry gmm_swiglu_gather --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_gather --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_f16_row_scale --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_aligned_long_k --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
+// PASS: {{^PASS$}}
+
+// gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
+// I = 72.
+func.func @gmm_swiglu_gather(%x: tensor<?x200xbf16>, %ids: tensor<?x2xi32>,
+                             %w: tensor<8x144x200xbf16>,
+                             %b: tensor<8x144xf32>) -> tensor<?x72xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      bias(%b : tensor<8x144xf32>)
+      {k = 2 : i64, transpose_rhs, activation = #moe.activation<swiglu>}
+      : tensor<?x200xbf16>, tensor<8x144x200xbf16>, tensor<8xi32>
+      -> tensor<?x72xbf16>
+  return %y : tensor<?x72xbf16>
+}
+
+// f16 rows in expert order with a per-row scale, f32 out: E = 16, K = 136,
+// N = 264 (three n-tiles, the last partial).
+func.func @gmm_f16_row_scale(%x: tensor<?x136xf16>, %ids: tensor<?x1xi32>,
+                             %w: tensor<16x264x136xf16>, %s: tensor<?xf32>)
+    -> tensor<?x264xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets row_scale(%s : tensor<?xf32>)
+      {transpose_rhs}
+      : tensor<?x136xf16>, tensor<16x264x136xf16>, tensor<16xi32>
+      -> tensor<?x264xf32>
+  return %y : tensor<?x264xf32>
+}
+
+// Groups padded to 16 rows (padding rows gather nothing and come out
+// zero), K = 1096 (18 slices through a 5-stage pipeline): E = 8, N = 128,
+// k = 4.
+func.func @gmm_aligned_long_k(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
+                              %w: tensor<8x128x1096xbf16>)
+    -> tensor<?x128xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8 align = 16
+      : tensor<?x4xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 4 : i64, transpose_rhs}
+      : tensor<?x1096xbf16>, tensor<8x128x1096xbf16>, tensor<8xi32>
+      -> tensor<?x128xbf16>
+  return %y : tensor<?x128xbf16>
+}
