@@ -67,11 +67,11 @@ func.func @route(%logits: tensor<?x128xbf16>)
 // SM90A: gpu.dynamic_shared_memory
 // SM90A: nvvm.cp.async.shared.global {{.*}}, 16, cache = cg
 // SM90A: nvvm.cp.async.commit.group
-// SM90A: nvvm.cp.async.wait.group 2
+// SM90A: nvvm.cp.async.wait.group 1
 // SM90A: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
 // SM90A: gpu.barrier
 // SM90A: nvvm.wgmma.fence.aligned
-// SM90A-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// SM90A-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
 // SM90A: nvvm.wgmma.commit.group.sync.aligned
 // SM90A: nvvm.wgmma.wait.group.sync.aligned 1
 // SM90A: nvvm.wgmma.wait.group.sync.aligned 0

@@ -31,6 +31,7 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
@@ -50,11 +51,15 @@ constexpr int64_t kPersistentBlocks = 132;
 /// Groups the schedule scan handles (experts + the tail), one table entry
 /// per group in shared memory.
 constexpr int64_t kMaxGroups = 1024;
+/// m-tiles per band of the tile order (see tileState).
+constexpr int64_t kBandM = 8;
+/// Dynamic shared memory a block of sm_90 may opt into (227 KiB).
+constexpr int64_t kMaxSharedBytes = 227 * 1024;
 
 /// The compile-time shape of one Hopper grouped matmul kernel.
 struct HopperPlan {
   int64_t blockN = 128; ///< B rows (output columns, or gate+up) per block
-  int64_t stages = 5;
+  int64_t stages = 6;
   int64_t experts = 0;
   int64_t k = 0;        ///< reduction length (static)
   int64_t slotsPerToken = 1;
@@ -73,9 +78,10 @@ struct HopperPlan {
   int64_t outTileN() const { return swiglu ? blockN / 2 : blockN; }
 };
 
-/// Positions of the optional kernel arguments (-1 if absent).
+/// Positions of the optional kernel arguments (-1 if absent). Without
+/// offsets the matmul is dense: one group of all rows, rhs [N, K].
 struct HopperArgs {
-  int gather = -1, bias = -1, rowScale = -1;
+  int offsets = -1, gather = -1, bias = -1, rowScale = -1;
 };
 
 Value toI64(KernelBuilder &b, Value index) {
@@ -118,14 +124,17 @@ Value descriptor(KernelBuilder &b, Value address) {
 void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
                 const HopperPlan &plan, const HopperArgs &pos) {
   MLIRContext *ctx = b.getContext();
-  Value lhs = a[0], rhs = a[1], offsets = a[2], out = a[3], rows = a.back();
+  Value lhs = a[0], rhs = a[1], out = a[2], rows = a.back();
+  Value offsets = pos.offsets >= 0 ? a[pos.offsets] : Value();
   Value gather = pos.gather >= 0 ? a[pos.gather] : Value();
   Value bias = pos.bias >= 0 ? a[pos.bias] : Value();
   Value rowScale = pos.rowScale >= 0 ? a[pos.rowScale] : Value();
   const int64_t G = plan.groups(), E = plan.experts, BN = plan.blockN;
   const int64_t S = plan.stages, K = plan.k;
   Value outWidth = b.dim(out, 1);
-  Value rhsRows = b.dim(rhs, 1); // N of rhs [E, N, K]
+  // Rows of one expert's rhs: N of [E, N, K] (or of a dense [N, K]).
+  auto rhsType = cast<MemRefType>(rhs.getType());
+  Value rhsRows = b.dim(rhs, rhsType.getRank() - 2);
 
   // Shared memory: the two scan tables, then the 1024-aligned stages.
   auto workgroup = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
@@ -144,6 +153,8 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
 
   // Rows [start, end) of group g: experts, then the tail up to `rows`.
   auto groupBounds = [&](Value g) -> std::pair<Value, Value> {
+    if (!offsets) // dense: all rows, then an empty tail
+      return {b.select(b.eq(g, b.idx(0)), b.idx(0), rows), rows};
     Value start = groupStart(b, offsets, g);
     Value end = b.ifElse(
         b.eq(g, b.idx(E)), b.getIndexType(), [&] { return rows; },
@@ -205,54 +216,64 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
       ctx, SmallVector<Type>(BN / 2, b.getF32Type()));
   Value zeroF = b.f32(0);
 
-  auto tileLoop = scf::ForOp::create(
-      b, block, tilesTotal,
-      gpu::GridDimOp::create(b, gpu::Dimension::x).getResult());
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(tileLoop.getBody());
-    Value tile = tileLoop.getInductionVar();
-    Value mTile = b.div(tile, nTiles), nTile = b.rem(tile, nTiles);
-    Value g = firstGreater(b, tileEnds, G, mTile);
+  Value invalid = b.idx(-1);
+  Value gridSize = gpu::GridDimOp::create(b, gpu::Dimension::x);
+
+  /// Where one tile is, and this thread's copy sources for it: byte offsets
+  /// of its A and B rows (-1: zero-fill). Carried from one tile to the next,
+  /// so that the next tile's first copies start before this tile's stores.
+  struct TileState {
+    Value group, rowStart, rowCount, colStart;
+    SmallVector<Value> lhsRowBytes, rhsRowBytes;
+
+    SmallVector<Value> values() const {
+      SmallVector<Value> v = {group, rowStart, rowCount, colStart};
+      llvm::append_range(v, lhsRowBytes);
+      llvm::append_range(v, rhsRowBytes);
+      return v;
+    }
+    static TileState from(ValueRange v, int64_t lhsRows) {
+      TileState t{v[0], v[1], v[2], v[3], {}, {}};
+      t.lhsRowBytes.assign(v.begin() + 4, v.begin() + 4 + lhsRows);
+      t.rhsRowBytes.assign(v.begin() + 4 + lhsRows, v.end());
+      return t;
+    }
+  };
+  const int64_t lhsRowsPerThread = kBlockM / rowsPerPass;
+  const int64_t rhsRowsPerThread = BN / rowsPerPass;
+
+  // Tile `tile` (< tilesTotal); its copy sources only for an expert group.
+  auto tileState = [&](Value tile) {
+    TileState t;
+    // Group g owns tiles [before, end) * nTiles (its m-tiles times the
+    // n-tiles).
+    t.group = firstGreater(b, tileEnds, G, b.div(tile, nTiles));
+    Value g = t.group;
     Value tilesBefore = b.ifElse(
         b.eq(g, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
         [&] { return b.loadIdx(tileEnds, {b.sub(g, b.idx(1))}); });
+    Value mTiles = b.sub(b.loadIdx(tileEnds, {g}), tilesBefore);
+    // Inside the group, bands of kBandM m-tiles: a band's tiles go n-tile
+    // by n-tile with the m-tiles fastest, so the blocks running together
+    // share B tiles and the band's A rows stay in L2 over the n sweep (in
+    // m-tile order, a large expert would stream all its weights once per
+    // m-tile).
+    Value local = b.sub(tile, b.mul(tilesBefore, nTiles));
+    Value bandTiles = b.mul(b.idx(kBandM), nTiles);
+    Value band = b.div(local, bandTiles), inBand = b.rem(local, bandTiles);
+    Value bandHeight =
+        b.minIdx(b.idx(kBandM), b.sub(mTiles, b.mul(band, b.idx(kBandM))));
+    Value nTile = b.div(inBand, bandHeight);
+    Value mLocal = b.add(b.mul(band, b.idx(kBandM)), b.rem(inBand, bandHeight));
     auto [groupBegin, groupEnd] = groupBounds(g);
-    Value rowStart =
-        b.add(groupBegin, b.mul(b.sub(mTile, tilesBefore), b.idx(kBlockM)));
-    Value rowCount = b.minIdx(b.sub(groupEnd, rowStart), b.idx(kBlockM));
-    Value colStart = b.mul(nTile, b.idx(outTileN));
-
-    auto isTail = b.eq(g, b.idx(E));
-    auto branch = scf::IfOp::create(b, isTail, /*withElse=*/true);
-    {
-      // Rows past the last group: zeros.
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(&branch.getThenRegion().front());
-      int64_t width = std::min<int64_t>(
-          8, KernelBuilder::vectorWidth(cast<MemRefType>(out.getType())
-                                            .getElementType()));
-      int64_t chunks = kBlockM * outTileN / width;
-      for (int64_t q = 0; q < chunks / kThreads; ++q) {
-        Value id = b.add(thread, b.idx(q * kThreads));
-        Value r = b.div(id, b.idx(outTileN / width));
-        Value col = b.add(colStart,
-                          b.mul(b.rem(id, b.idx(outTileN / width)), b.idx(width)));
-        b.ifThen(b.land(b.ult(r, rowCount), b.ult(col, outWidth)), [&] {
-          b.storeVecF(SmallVector<Value>(width, zeroF), out,
-                      {b.add(rowStart, r), col});
-        });
-      }
-    }
-    b.setInsertionPointToStart(&branch.getElseRegion().front());
-
-    // Source byte offsets of this thread's A rows (-1: zero-fill).
-    SmallVector<Value> lhsRowBytes, rhsRowBytes;
-    Value invalid = b.idx(-1);
-    for (int64_t i = 0; i < kBlockM / rowsPerPass; ++i) {
+    t.rowStart = b.add(groupBegin, b.mul(mLocal, b.idx(kBlockM)));
+    t.rowCount = b.minIdx(b.sub(groupEnd, t.rowStart), b.idx(kBlockM));
+    t.colStart = b.mul(nTile, b.idx(outTileN));
+    Value expert = b.ult(g, b.idx(E));
+    for (int64_t i = 0; i < lhsRowsPerThread; ++i) {
       Value r = rowOf(i);
-      Value inRange = b.ult(r, rowCount);
-      Value grouped = b.add(rowStart, r);
+      Value inRange = b.land(expert, b.ult(r, t.rowCount));
+      Value grouped = b.add(t.rowStart, r);
       Value src;
       if (gather) {
         src = b.ifElse(
@@ -266,131 +287,155 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
       } else {
         src = b.select(inRange, grouped, invalid);
       }
-      lhsRowBytes.push_back(b.select(b.eq(src, invalid), invalid,
-                                     b.mul(src, rowBytesK)));
+      t.lhsRowBytes.push_back(b.select(b.eq(src, invalid), invalid,
+                                       b.mul(src, rowBytesK)));
     }
     // rhs rows of this tile: output columns, or gate then up columns.
-    SmallVector<Value> rhsColumns;
-    for (int64_t i = 0; i < BN / rowsPerPass; ++i) {
+    for (int64_t i = 0; i < rhsRowsPerThread; ++i) {
       Value r = rowOf(i);
-      Value n;
-      Value valid;
+      Value n, valid;
       if (plan.swiglu) {
         int64_t half = BN / 2;
         Value isUp = b.ule(b.idx(half), r);
-        Value c = b.add(colStart, b.select(isUp, b.sub(r, b.idx(half)), r));
+        Value c = b.add(t.colStart, b.select(isUp, b.sub(r, b.idx(half)), r));
         valid = b.ult(c, outWidth);
         n = b.select(isUp, b.add(c, outWidth), c);
       } else {
-        n = b.add(colStart, r);
+        n = b.add(t.colStart, r);
         valid = b.ult(n, outWidth);
       }
       Value rowIndex = b.add(b.mul(g, rhsRows), n);
-      rhsRowBytes.push_back(
-          b.select(valid, b.mul(rowIndex, rowBytesK), invalid));
+      t.rhsRowBytes.push_back(b.select(b.land(expert, valid),
+                                       b.mul(rowIndex, rowBytesK), invalid));
     }
+    return t;
+  };
+  // A tile past the end: no rows, no copies.
+  auto noTile = [&] {
+    TileState t{b.idx(E), b.idx(0), b.idx(0), b.idx(0), {}, {}};
+    t.lhsRowBytes.assign(lhsRowsPerThread, invalid);
+    t.rhsRowBytes.assign(rhsRowsPerThread, invalid);
+    return t;
+  };
 
-    auto stageA = [&](Value slot) {
-      return b.add(stageBase, b.mul(slot, b.idx(plan.stageBytes())));
-    };
-    auto stageB = [&](Value slot) {
-      return b.add(stageA(slot), b.idx(kBlockM * kRowBytes));
-    };
-    auto cacheGlobal = NVVM::LoadCacheModifierKindAttr::get(
-        ctx, NVVM::LoadCacheModifierKind::CG);
-    auto copyChunk = [&](Value dst, Value base, Value rowBytes, Value kBytes,
-                         Value kValid) {
-      Value ok = b.land(kValid, arith::CmpIOp::create(
-                                    b, arith::CmpIPredicate::ne, rowBytes,
-                                    invalid));
-      Value src = b.select(ok, b.add(base, b.add(rowBytes, kBytes)), base);
-      Value bytes = b.select(ok, b.idx(16), b.idx(0));
-      NVVM::CpAsyncOp::create(
-          b, pointerAt(b, dst, 3), pointerAt(b, src, 1),
-          b.getI32IntegerAttr(16), cacheGlobal,
-          arith::IndexCastOp::create(b, b.getI32Type(), bytes));
-    };
-    auto loadStage = [&](Value slot, Value kt) {
-      Value kElem = b.add(b.mul(kt, b.idx(kBlockK)),
-                          b.mul(chunk, b.idx(8)));
-      Value kValid = b.ult(kElem, b.idx(K));
-      Value kBytes = b.mul(kElem, b.idx(2));
-      for (auto [i, rowBytes] : llvm::enumerate(lhsRowBytes))
-        copyChunk(b.add(stageA(slot), smemOffset(i)), lhsBase, rowBytes,
-                  kBytes, kValid);
-      for (auto [i, rowBytes] : llvm::enumerate(rhsRowBytes))
-        copyChunk(b.add(stageB(slot), smemOffset(i)), rhsBase, rowBytes,
-                  kBytes, kValid);
-    };
-    auto commit = [&] { NVVM::CpAsyncCommitGroupOp::create(b); };
-
-    int64_t kSlices = (K + kBlockK - 1) / kBlockK;
-    int64_t ahead = S - 2;
+  auto stageA = [&](Value slot) {
+    return b.add(stageBase, b.mul(slot, b.idx(plan.stageBytes())));
+  };
+  auto stageB = [&](Value slot) {
+    return b.add(stageA(slot), b.idx(kBlockM * kRowBytes));
+  };
+  auto cacheGlobal = NVVM::LoadCacheModifierKindAttr::get(
+      ctx, NVVM::LoadCacheModifierKind::CG);
+  auto copyChunk = [&](Value dst, Value base, Value rowBytes, Value kBytes,
+                       Value kValid) {
+    Value ok = b.land(kValid, arith::CmpIOp::create(
+                                  b, arith::CmpIPredicate::ne, rowBytes,
+                                  invalid));
+    Value src = b.select(ok, b.add(base, b.add(rowBytes, kBytes)), base);
+    Value bytes = b.select(ok, b.idx(16), b.idx(0));
+    NVVM::CpAsyncOp::create(
+        b, pointerAt(b, dst, 3), pointerAt(b, src, 1),
+        b.getI32IntegerAttr(16), cacheGlobal,
+        arith::IndexCastOp::create(b, b.getI32Type(), bytes));
+  };
+  auto loadStage = [&](const TileState &t, Value slot, Value kt) {
+    Value kElem = b.add(b.mul(kt, b.idx(kBlockK)), b.mul(chunk, b.idx(8)));
+    Value kValid = b.ult(kElem, b.idx(K));
+    Value kBytes = b.mul(kElem, b.idx(2));
+    for (auto [i, rowBytes] : llvm::enumerate(t.lhsRowBytes))
+      copyChunk(b.add(stageA(slot), smemOffset(i)), lhsBase, rowBytes, kBytes,
+                kValid);
+    for (auto [i, rowBytes] : llvm::enumerate(t.rhsRowBytes))
+      copyChunk(b.add(stageB(slot), smemOffset(i)), rhsBase, rowBytes, kBytes,
+                kValid);
+  };
+  auto commit = [&] { NVVM::CpAsyncCommitGroupOp::create(b); };
+  int64_t kSlices = (K + kBlockK - 1) / kBlockK;
+  int64_t ahead = S - 2;
+  // The first `ahead` slices of a tile, one commit group each (empty past
+  // the last slice or for a tile without expert rows, which keeps every
+  // thread's group count the same).
+  auto loadPrologue = [&](const TileState &t) {
     for (int64_t s = 0; s < ahead; ++s) {
       if (s < kSlices)
-        loadStage(b.idx(s), b.idx(s));
+        loadStage(t, b.idx(s), b.idx(s));
       commit();
     }
+  };
+  auto nextState = [&](Value tile) {
+    Value next = b.add(tile, gridSize);
+    auto branch = scf::IfOp::create(
+        b, TypeRange(noTile().values()), b.ult(next, tilesTotal),
+        /*withElse=*/true);
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(&branch.getThenRegion().front());
+    scf::YieldOp::create(b, tileState(next).values());
+    b.setInsertionPointToStart(&branch.getElseRegion().front());
+    scf::YieldOp::create(b, noTile().values());
+    return TileState::from(branch.getResults(), lhsRowsPerThread);
+  };
 
+  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, BN, 16);
+  auto elem = NVVM::WGMMATypesAttr::get(ctx, plan.elemType);
+  auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
+  auto one = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+  auto accumulate = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+  auto kMajorA = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+  auto kMajorB = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
+
+  // The k-loop of one tile whose prologue is in flight: the accumulators.
+  auto mainLoop = [&](const TileState &t) -> Value {
     Value acc = LLVM::UndefOp::create(b, accType);
     for (int64_t i = 0; i < BN / 2; ++i)
       acc = LLVM::InsertValueOp::create(b, acc, zeroF, ArrayRef<int64_t>{i});
-
-    auto shape = NVVM::MMAShapeAttr::get(ctx, 64, BN, 16);
-    auto elem = NVVM::WGMMATypesAttr::get(ctx, plan.elemType);
-    auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
-    auto one = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
-    auto accumulate =
-        NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
-    auto kMajorA = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
-    auto kMajorB = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
-
     auto kLoop = scf::ForOp::create(b, b.idx(0), b.idx(kSlices), b.idx(1),
                                     ValueRange{acc});
-    {
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(kLoop.getBody());
-      Value kt = kLoop.getInductionVar();
-      Value current = kLoop.getRegionIterArgs()[0];
-      // Slice kt has landed (for this thread's copies), is visible to the
-      // async proxy wgmma reads through, and to the whole block.
-      NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(ahead - 1));
-      NVVM::FenceProxyOp::create(
-          b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
-          NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-      gpu::BarrierOp::create(b);
-      // The slot refilled now was read by the wgmmas of slice kt - 2, which
-      // every warpgroup waited for before the barrier.
-      Value next = b.add(kt, b.idx(ahead));
-      b.ifThen(b.ult(next, b.idx(kSlices)),
-               [&] { loadStage(b.rem(next, b.idx(S)), next); });
-      commit();
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(kLoop.getBody());
+    Value kt = kLoop.getInductionVar();
+    Value current = kLoop.getRegionIterArgs()[0];
+    // Slice kt has landed (for this thread's copies), is visible to the
+    // async proxy wgmma reads through, and to the whole block.
+    NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(ahead - 1));
+    NVVM::FenceProxyOp::create(
+        b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
+        NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+    gpu::BarrierOp::create(b);
+    // The slot refilled now was read by the wgmmas of slice kt - 2, which
+    // every warpgroup waited for before the barrier.
+    Value next = b.add(kt, b.idx(ahead));
+    b.ifThen(b.ult(next, b.idx(kSlices)),
+             [&] { loadStage(t, b.rem(next, b.idx(S)), next); });
+    commit();
 
-      Value slot = b.rem(kt, b.idx(S));
-      Value aTile = b.add(stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
-      Value bTile = stageB(slot);
-      NVVM::WgmmaFenceAlignedOp::create(b);
-      for (int64_t kk = 0; kk < kBlockK / 16; ++kk) {
-        Value descA = descriptor(b, b.add(aTile, b.idx(kk * 32)));
-        Value descB = descriptor(b, b.add(bTile, b.idx(kk * 32)));
-        current = NVVM::WgmmaMmaAsyncOp::create(
-            b, accType, current, descA, descB, shape, elem, elem, f32Type,
-            accumulate, one, one, kMajorA, kMajorB,
-            NVVM::MMAIntOverflowAttr());
-      }
-      NVVM::WgmmaGroupSyncAlignedOp::create(b);
-      NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
-      scf::YieldOp::create(b, current);
+    Value slot = b.rem(kt, b.idx(S));
+    Value aTile = b.add(stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
+    Value bTile = stageB(slot);
+    NVVM::WgmmaFenceAlignedOp::create(b);
+    for (int64_t kk = 0; kk < kBlockK / 16; ++kk) {
+      Value descA = descriptor(b, b.add(aTile, b.idx(kk * 32)));
+      Value descB = descriptor(b, b.add(bTile, b.idx(kk * 32)));
+      current = NVVM::WgmmaMmaAsyncOp::create(
+          b, accType, current, descA, descB, shape, elem, elem, f32Type,
+          accumulate, one, one, kMajorA, kMajorB, NVVM::MMAIntOverflowAttr());
     }
+    NVVM::WgmmaGroupSyncAlignedOp::create(b);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
+    scf::YieldOp::create(b, current);
+    b.setInsertionPointAfter(kLoop);
     NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
-    Value result = kLoop.getResult(0);
+    return kLoop.getResult(0);
+  };
 
-    // Epilogue. Accumulator 4j + 2h + q of a thread: row warpgroup*64 +
-    // warp*16 + lane/4 + 8h, column 8j + 2(lane % 4) + q.
-    Value rowInTile =
-        b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
-              b.div(lane, b.idx(4)));
-    Value colInTile = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
+  // Accumulator 4j + 2h + q of a thread: row warpgroup*64 + warp*16 +
+  // lane/4 + 8h, column 8j + 2(lane % 4) + q.
+  Value rowInTile =
+      b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
+            b.div(lane, b.idx(4)));
+  Value colInTile = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
+  auto epilogue = [&](const TileState &t, Value result) {
+    Value g = t.group, rowStart = t.rowStart, rowCount = t.rowCount,
+          colStart = t.colStart;
     auto value = [&](int64_t index) {
       return LLVM::ExtractValueOp::create(b, result, ArrayRef<int64_t>{index})
           .getResult();
@@ -427,72 +472,213 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
         }
       });
     }
-    // The next tile's copies reuse the stages.
+  };
+  // Rows past the last group: zeros.
+  auto zeroFill = [&](const TileState &t) {
+    int64_t width = std::min<int64_t>(
+        8, KernelBuilder::vectorWidth(
+               cast<MemRefType>(out.getType()).getElementType()));
+    int64_t chunks = kBlockM * outTileN / width;
+    for (int64_t q = 0; q < chunks / kThreads; ++q) {
+      Value id = b.add(thread, b.idx(q * kThreads));
+      Value r = b.div(id, b.idx(outTileN / width));
+      Value col = b.add(t.colStart, b.mul(b.rem(id, b.idx(outTileN / width)),
+                                          b.idx(width)));
+      b.ifThen(b.land(b.ult(r, t.rowCount), b.ult(col, outWidth)), [&] {
+        b.storeVecF(SmallVector<Value>(width, zeroF), out,
+                    {b.add(t.rowStart, r), col});
+      });
+    }
+  };
+
+  // The persistent loop: tiles block, block + gridDim, ... The first tile's
+  // prologue goes out before the loop; each iteration issues the next
+  // tile's once this tile's wgmmas are done, then stores this tile.
+  TileState first = nextState(b.sub(block, gridSize));
+  loadPrologue(first);
+  auto tileLoop = scf::ForOp::create(b, block, tilesTotal, gridSize,
+                                     first.values());
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(tileLoop.getBody());
+    TileState t =
+        TileState::from(tileLoop.getRegionIterArgs(), lhsRowsPerThread);
+    TileState next = nextState(tileLoop.getInductionVar());
+    auto branch = scf::IfOp::create(b, b.eq(t.group, b.idx(E)),
+                                    /*withElse=*/true);
+    b.setInsertionPointToStart(&branch.getThenRegion().front());
+    loadPrologue(next);
+    zeroFill(t);
+    b.setInsertionPointToStart(&branch.getElseRegion().front());
+    Value result = mainLoop(t);
+    // Every warpgroup is done with the stages before they are refilled.
     gpu::BarrierOp::create(b);
+    loadPrologue(next);
+    epilogue(t, result);
+    b.setInsertionPointAfter(branch);
+    scf::YieldOp::create(b, next.values());
   }
+}
+
+/// The operands of one wgmma matmul launch (null where absent).
+struct HopperOperands {
+  Value lhs, rhs, out, offsets, gather, bias, rowScale;
+};
+
+/// Launches the wgmma kernel for `plan` over the rows of `v.out`.
+LogicalResult launchHopperMatmul(LoweringContext &ctx,
+                                 const HopperOperands &v,
+                                 const HopperPlan &plan, StringRef suffix) {
+  KernelBuilder &h = ctx.host();
+  SmallVector<Value> operands = {v.lhs, v.rhs, v.out};
+  HopperArgs pos;
+  auto addOptional = [&](Value value, int &at) {
+    if (!value)
+      return;
+    at = operands.size();
+    operands.push_back(value);
+  };
+  addOptional(v.offsets, pos.offsets);
+  addOptional(v.gather, pos.gather);
+  addOptional(v.bias, pos.bias);
+  addOptional(v.rowScale, pos.rowScale);
+  SmallVector<Value> outSizes = ctx.sizes(v.out);
+  Value rows = outSizes[0];
+  operands.push_back(rows);
+
+  // Blocks: the persistent count, or fewer when there are fewer tiles
+  // (upper bound: rows / 128 + groups m-tiles, times the n-tiles).
+  Value mTilesBound =
+      h.add(h.div(rows, h.idx(kBlockM)), h.idx(plan.groups()));
+  Value tilesBound =
+      h.mul(mTilesBound, h.ceilDiv(outSizes[1], h.idx(plan.outTileN())));
+  Value grid = h.minIdx(tilesBound, h.idx(kPersistentBlocks));
+  auto tile = moe::TileAttr::get(h.getContext(), kBlockM, plan.blockN, kBlockK,
+                                 kThreads);
+  return ctx.launch(
+      suffix, grid, tile, operands,
+      [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
+        emitKernel(b, a, block, thread, plan, pos);
+      },
+      plan.sharedBytes());
+}
+
+/// The plan for lhs [.., k] and output width `width` of 16-bit operands, or
+/// nullopt where the kernel does not apply.
+std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
+                                  int64_t k, int64_t width, int64_t experts,
+                                  moe::TileAttr tile) {
+  if (lhsElem != rhsElem || !(lhsElem.isBF16() || lhsElem.isF16()))
+    return std::nullopt;
+  if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
+    return std::nullopt;
+  // 16-byte copies along K, pairs and 8-wide chunks along N.
+  if (ShapedType::isDynamic(k) || ShapedType::isDynamic(width) || k % 8 ||
+      width % 8 || experts + 1 > kMaxGroups)
+    return std::nullopt;
+  HopperPlan plan;
+  plan.experts = experts;
+  plan.k = k;
+  plan.elemType =
+      lhsElem.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
+  // A tile of this kernel's form (m = 128, n = 128 or 256, k = 64, 256
+  // threads) set on the op picks the block width. Otherwise 256 (m64n256
+  // wgmmas: measured faster on the H200 at every MoE shape of
+  // bench/grouped_gemm.py) unless the output is narrower than that.
+  plan.blockN = width >= 256 ? 256 : 128;
+  if (tile && tile.getM() == kBlockM && tile.getK() == kBlockK &&
+      tile.getThreads() == kThreads &&
+      (tile.getN() == 128 || tile.getN() == 256))
+    plan.blockN = tile.getN();
+  // As many stages as fit in shared memory, at most 6.
+  plan.stages = 6;
+  while (plan.sharedBytes() > kMaxSharedBytes)
+    --plan.stages;
+  return plan;
+}
+
+std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
+                                          moe::TileAttr tile, BufferMap buffer,
+                                          LoweringContext &ctx) {
+  if (op.getMode() != moe::MatmulMode::forward || !op.getTransposeRhs() ||
+      op.getLoraA() || op.getLhsScales())
+    return std::nullopt;
+  auto lhsType = cast<ShapedType>(op.getLhs().getType());
+  auto outType = cast<ShapedType>(op.getOut().getType());
+  int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
+  std::optional<HopperPlan> plan = planFor(
+      lhsType.getElementType(),
+      cast<ShapedType>(op.getRhs().getType()).getElementType(),
+      outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
+      experts, tile);
+  if (!plan)
+    return std::nullopt;
+  plan->slotsPerToken = op.getK().value_or(1);
+  plan->swiglu = op.getActivation() == moe::Activation::swiglu;
+
+  HopperOperands v;
+  v.lhs = buffer(op.getLhs());
+  v.rhs = buffer(op.getRhs());
+  v.offsets = buffer(op.getOffsets());
+  v.gather = buffer(op.getGatherSlots());
+  v.bias = buffer(op.getBias());
+  v.rowScale = buffer(op.getRowScale());
+  Value out = buffer(op.getOut());
+  Value scatter = buffer(op.getScatterSlots());
+  if (!scatter) {
+    v.out = out;
+    return launchHopperMatmul(ctx, v, *plan, "wgmma");
+  }
+  // Combined in token order: the grouped rows go to a scratch buffer, then
+  // unpermute's combine sums each token's k rows with its weights.
+  KernelBuilder &h = ctx.host();
+  Value groupedRows = ctx.sizes(scatter)[0];
+  v.out = ctx.allocTemp(
+      MemRefType::get({ShapedType::kDynamic, outType.getDimSize(1)},
+                      outType.getElementType()),
+      {groupedRows, h.idx(outType.getDimSize(1))});
+  if (failed(launchHopperMatmul(ctx, v, *plan, "wgmma")))
+    return failure();
+  std::optional<LogicalResult> combined =
+      emitCombine(ctx, tile, v.out, scatter, v.offsets,
+                  buffer(op.getScatterWeights()), out, plan->slotsPerToken);
+  if (!combined)
+    return op.emitOpError("has no vectorized combine for its output width");
+  return *combined;
+}
+
+std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
+                                        moe::TileAttr tile, BufferMap buffer,
+                                        LoweringContext &ctx) {
+  FailureOr<bool> transposed = matmulTransposesB(op);
+  if (failed(transposed) || !*transposed)
+    return std::nullopt;
+  auto lhsType = cast<ShapedType>(op.getInputs()[0].getType());
+  auto outType = cast<ShapedType>(op.getResult(0).getType());
+  std::optional<HopperPlan> plan = planFor(
+      lhsType.getElementType(),
+      cast<ShapedType>(op.getInputs()[1].getType()).getElementType(),
+      outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
+      /*experts=*/1, tile);
+  if (!plan)
+    return std::nullopt;
+  HopperOperands v;
+  v.lhs = buffer(op.getInputs()[0]);
+  v.rhs = buffer(op.getInputs()[1]);
+  v.out = buffer(op.getResult(0));
+  return launchHopperMatmul(ctx, v, *plan, "wgmma");
 }
 
 } // namespace
 
 std::optional<LogicalResult>
-moec::kernels::lowerMatmulHopper(Operation *matmul, BufferMap buffer,
-                                 LoweringContext &ctx) {
-  KernelBuilder &h = ctx.host();
-  auto op = dyn_cast<moe::GroupedMatmulOp>(matmul);
-  if (!op || h.target != KernelTarget::Hopper ||
-      op.getMode() != moe::MatmulMode::forward || !op.getTransposeRhs() ||
-      op.getLoraA() || op.getLhsScales() || op.getScatterSlots())
+moec::kernels::lowerMatmulHopper(Operation *op, moe::TileAttr tile,
+                                 BufferMap buffer, LoweringContext &ctx) {
+  if (ctx.host().target != KernelTarget::Hopper)
     return std::nullopt;
-  auto lhsType = cast<ShapedType>(op.getLhs().getType());
-  auto rhsType = cast<ShapedType>(op.getRhs().getType());
-  auto outType = cast<ShapedType>(op.getOut().getType());
-  Type elem = lhsType.getElementType();
-  if (elem != rhsType.getElementType() || !(elem.isBF16() || elem.isF16()))
-    return std::nullopt;
-  Type outElem = outType.getElementType();
-  if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
-    return std::nullopt;
-  int64_t k = lhsType.getDimSize(1), width = outType.getDimSize(1);
-  int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
-  if (ShapedType::isDynamic(k) || ShapedType::isDynamic(width) || k % 8 ||
-      width % 8 || experts + 1 > kMaxGroups)
-    return std::nullopt;
-
-  HopperPlan plan;
-  plan.experts = experts;
-  plan.k = k;
-  plan.slotsPerToken = op.getK().value_or(1);
-  plan.swiglu = op.getActivation() == moe::Activation::swiglu;
-  plan.elemType = elem.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
-
-  Value out = buffer(op.getOut());
-  SmallVector<Value> operands = {buffer(op.getLhs()), buffer(op.getRhs()),
-                                 buffer(op.getOffsets()), out};
-  HopperArgs pos;
-  auto addOptional = [&](Value v, int &at) {
-    if (!v)
-      return;
-    at = operands.size();
-    operands.push_back(v);
-  };
-  addOptional(buffer(op.getGatherSlots()), pos.gather);
-  addOptional(buffer(op.getBias()), pos.bias);
-  addOptional(buffer(op.getRowScale()), pos.rowScale);
-  Value rows = ctx.sizes(out)[0];
-  operands.push_back(rows);
-
-  // Blocks: the persistent count, or fewer when there are fewer tiles
-  // (upper bound: rows / 128 + experts + 1 m-tiles, times the n-tiles).
-  Value mTilesBound = h.add(h.div(rows, h.idx(kBlockM)), h.idx(experts + 1));
-  Value tilesBound =
-      h.mul(mTilesBound, h.idx((width + plan.outTileN() - 1) / plan.outTileN()));
-  Value grid = h.minIdx(tilesBound, h.idx(kPersistentBlocks));
-  auto tile = moe::TileAttr::get(h.getContext(), kBlockM, plan.blockN, kBlockK,
-                                 kThreads);
-  return ctx.launch(
-      "wgmma", grid, tile, operands,
-      [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
-        emitKernel(b, a, block, thread, plan, pos);
-      },
-      plan.sharedBytes());
+  if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op))
+    return lowerGrouped(grouped, tile, buffer, ctx);
+  if (auto dense = dyn_cast<linalg::MatmulOp>(op))
+    return lowerDense(dense, tile, buffer, ctx);
+  return std::nullopt;
 }

@@ -1196,7 +1196,7 @@ LogicalResult moec::kernels::lowerOp(Operation *op, moe::TileAttr tile,
           lowerRoutingWarp(op, tile, buffer, ctx))
     return *lowered;
   if (std::optional<LogicalResult> lowered =
-          lowerMatmulHopper(op, buffer, ctx))
+          lowerMatmulHopper(op, tile, buffer, ctx))
     return *lowered;
   if (std::optional<LogicalResult> lowered =
           lowerVectorized(op, tile, buffer, ctx))

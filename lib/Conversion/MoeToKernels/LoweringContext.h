@@ -73,9 +73,11 @@ std::optional<mlir::LogicalResult> lowerRoutingWarp(mlir::Operation *op,
                                                     BufferMap buffer,
                                                     LoweringContext &ctx);
 
-/// Lowers a grouped matmul with the wgmma kernel of HopperMatmul.cpp
-/// (target sm90a); nullopt where it does not apply (op, types or shapes).
+/// Lowers a grouped matmul (or a dense linalg.matmul) with the wgmma
+/// kernel of HopperMatmul.cpp (target sm90a); nullopt where it does not
+/// apply (op, types or shapes).
 std::optional<mlir::LogicalResult> lowerMatmulHopper(mlir::Operation *op,
+                                                     moe::TileAttr tile,
                                                      BufferMap buffer,
                                                      LoweringContext &ctx);
 
@@ -108,6 +110,15 @@ mlir::FailureOr<mlir::Value> emitInverse(LoweringContext &ctx,
                                          moe::TileAttr tile, mlir::Value slots,
                                          mlir::Value offsets,
                                          mlir::Value numSlots);
+
+/// The vectorized combine of unpermute: out[t] = sum over j < k of
+/// weights[t, j] (1 without weights) times the grouped row of slot t·k + j
+/// in `rows` (found through the inverse of `slots`; none: zero); nullopt
+/// where the row length has no 16-byte vector access.
+std::optional<mlir::LogicalResult>
+emitCombine(LoweringContext &ctx, moe::TileAttr tile, mlir::Value rows,
+            mlir::Value slots, mlir::Value offsets, mlir::Value weights,
+            mlir::Value out, int64_t k);
 
 /// Column of the gate (or up) value of SwiGLU output column c.
 mlir::Value gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout,

@@ -171,8 +171,17 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
 
 Lowered lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
                        BufferMap buffer, LoweringContext &ctx) {
-  Value rows = buffer(op.getRows()), out = buffer(op.getOut());
-  Value weights = buffer(op.getWeights());
+  return emitCombine(ctx, tile, buffer(op.getRows()), buffer(op.getSlots()),
+                     buffer(op.getOffsets()), buffer(op.getWeights()),
+                     buffer(op.getOut()), op.getK());
+}
+
+} // namespace
+
+std::optional<LogicalResult>
+moec::kernels::emitCombine(LoweringContext &ctx, moe::TileAttr tile,
+                           Value rows, Value slots, Value offsets,
+                           Value weights, Value out, int64_t k) {
   std::optional<int64_t> hidden = staticDim(out, 1);
   int64_t width =
       chunkWidth(hidden, {elementType(rows), elementType(out)});
@@ -181,8 +190,6 @@ Lowered lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
   int64_t chunks = *hidden / width;
 
   KernelBuilder &h = ctx.host();
-  Value slots = buffer(op.getSlots()), offsets = buffer(op.getOffsets());
-  int64_t k = op.getK();
   SmallVector<Value> outSizes = ctx.sizes(out);
   Value numSlots = h.mul(outSizes[0], h.idx(k));
   FailureOr<Value> inverse =
@@ -218,6 +225,8 @@ Lowered lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
         b.storeVecF32(acc, a[2], {t, c});
       });
 }
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // swiglu / swiglu_grad
