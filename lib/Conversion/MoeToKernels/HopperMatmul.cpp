@@ -60,6 +60,9 @@ constexpr int64_t kMaxSharedBytes = 227 * 1024;
 struct HopperPlan {
   int64_t blockN = 128; ///< B rows (output columns, or gate+up) per block
   int64_t stages = 6;
+  /// Slices the copies run ahead: one wgmma group stays in flight while the
+  /// next slice's copies are issued, so the slot refilled is two back.
+  int64_t ahead() const { return stages - 2; }
   int64_t experts = 0;
   int64_t k = 0;        ///< reduction length (static)
   int64_t slotsPerToken = 1;
@@ -68,8 +71,11 @@ struct HopperPlan {
 
   int64_t groups() const { return experts + 1; }
   int64_t stageBytes() const { return (kBlockM + blockN) * kRowBytes; }
-  /// Two ping-pong tables of the scan, rounded to 16 bytes.
-  int64_t tableBytes() const { return (groups() * 8 + 15) / 16 * 16; }
+  /// Two ping-pong tables of the scan and the groups' first rows (plus
+  /// the end of the last), rounded to 16 bytes.
+  int64_t tableBytes() const {
+    return (groups() * 8 + (groups() + 1) * 4 + 15) / 16 * 16;
+  }
   int64_t sharedBytes() const {
     // + 1024 to round the stages up to the swizzle's 1024-byte alignment.
     return tableBytes() + 1024 + stages * stageBytes();
@@ -148,6 +154,8 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
                              ValueRange{b.idx(G)}),
       memref::ViewOp::create(b, tableType, smem, b.idx(G * 4),
                              ValueRange{b.idx(G)})};
+  Value groupStarts = memref::ViewOp::create(
+      b, tableType, smem, b.idx(G * 8), ValueRange{b.idx(G + 1)});
   Value stageBase = band(
       b, b.add(addressOf(b, smem), b.idx(plan.tableBytes() + 1023)), ~1023);
 
@@ -174,6 +182,10 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   forOwnGroups([&](Value g) {
     auto [start, end] = groupBounds(g);
     b.storeI32(b.ceilDiv(b.sub(end, start), b.idx(kBlockM)), tables[0], {g});
+    // The tiles read their group's rows from here, not from global memory.
+    b.storeI32(start, groupStarts, {g});
+    b.ifThen(b.eq(g, b.idx(G - 1)),
+             [&] { b.storeI32(end, groupStarts, {b.idx(G)}); });
   });
   gpu::BarrierOp::create(b);
   int current = 0;
@@ -219,30 +231,33 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   Value invalid = b.idx(-1);
   Value gridSize = gpu::GridDimOp::create(b, gpu::Dimension::x);
 
-  /// Where one tile is, and this thread's copy sources for it: byte offsets
-  /// of its A and B rows (-1: zero-fill). Carried from one tile to the next,
-  /// so that the next tile's first copies start before this tile's stores.
+  /// Where one tile is, and for a gathered lhs this thread's source rows
+  /// (i32, -1: zero-fill). Carried from one tile to the next, so that the
+  /// next tile's gather lookups overlap this tile's wgmmas and its first
+  /// copies start before this tile's stores. Kept small: every value is
+  /// live across the k-loop.
   struct TileState {
     Value group, rowStart, rowCount, colStart;
-    SmallVector<Value> lhsRowBytes, rhsRowBytes;
+    SmallVector<Value> lhsRows;
 
     SmallVector<Value> values() const {
       SmallVector<Value> v = {group, rowStart, rowCount, colStart};
-      llvm::append_range(v, lhsRowBytes);
-      llvm::append_range(v, rhsRowBytes);
+      llvm::append_range(v, lhsRows);
       return v;
     }
-    static TileState from(ValueRange v, int64_t lhsRows) {
-      TileState t{v[0], v[1], v[2], v[3], {}, {}};
-      t.lhsRowBytes.assign(v.begin() + 4, v.begin() + 4 + lhsRows);
-      t.rhsRowBytes.assign(v.begin() + 4 + lhsRows, v.end());
+    static TileState from(ValueRange v) {
+      TileState t{v[0], v[1], v[2], v[3], {}};
+      t.lhsRows.assign(v.begin() + 4, v.end());
       return t;
     }
   };
   const int64_t lhsRowsPerThread = kBlockM / rowsPerPass;
   const int64_t rhsRowsPerThread = BN / rowsPerPass;
+  auto toI32 = [&](Value index) {
+    return arith::IndexCastOp::create(b, b.getI32Type(), index).getResult();
+  };
 
-  // Tile `tile` (< tilesTotal); its copy sources only for an expert group.
+  // Tile `tile` (< tilesTotal).
   auto tileState = [&](Value tile) {
     TileState t;
     // Group g owns tiles [before, end) * nTiles (its m-tiles times the
@@ -265,57 +280,70 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
         b.minIdx(b.idx(kBandM), b.sub(mTiles, b.mul(band, b.idx(kBandM))));
     Value nTile = b.div(inBand, bandHeight);
     Value mLocal = b.add(b.mul(band, b.idx(kBandM)), b.rem(inBand, bandHeight));
-    auto [groupBegin, groupEnd] = groupBounds(g);
+    Value groupBegin = b.loadIdx(groupStarts, {g});
+    Value groupEnd = b.loadIdx(groupStarts, {b.add(g, b.idx(1))});
+    groupEnd = b.select(b.ult(groupBegin, groupEnd), groupEnd, groupBegin);
     t.rowStart = b.add(groupBegin, b.mul(mLocal, b.idx(kBlockM)));
     t.rowCount = b.minIdx(b.sub(groupEnd, t.rowStart), b.idx(kBlockM));
     t.colStart = b.mul(nTile, b.idx(outTileN));
+    if (!gather)
+      return t;
     Value expert = b.ult(g, b.idx(E));
     for (int64_t i = 0; i < lhsRowsPerThread; ++i) {
       Value r = rowOf(i);
       Value inRange = b.land(expert, b.ult(r, t.rowCount));
-      Value grouped = b.add(t.rowStart, r);
-      Value src;
-      if (gather) {
-        src = b.ifElse(
-            inRange, b.getIndexType(),
-            [&] {
-              auto [slot, valid] = b.loadSigned(gather, {grouped});
-              return b.select(valid, b.div(slot, b.idx(plan.slotsPerToken)),
-                              invalid);
-            },
-            [&] { return invalid; });
-      } else {
-        src = b.select(inRange, grouped, invalid);
-      }
-      t.lhsRowBytes.push_back(b.select(b.eq(src, invalid), invalid,
-                                       b.mul(src, rowBytesK)));
-    }
-    // rhs rows of this tile: output columns, or gate then up columns.
-    for (int64_t i = 0; i < rhsRowsPerThread; ++i) {
-      Value r = rowOf(i);
-      Value n, valid;
-      if (plan.swiglu) {
-        int64_t half = BN / 2;
-        Value isUp = b.ule(b.idx(half), r);
-        Value c = b.add(t.colStart, b.select(isUp, b.sub(r, b.idx(half)), r));
-        valid = b.ult(c, outWidth);
-        n = b.select(isUp, b.add(c, outWidth), c);
-      } else {
-        n = b.add(t.colStart, r);
-        valid = b.ult(n, outWidth);
-      }
-      Value rowIndex = b.add(b.mul(g, rhsRows), n);
-      t.rhsRowBytes.push_back(b.select(b.land(expert, valid),
-                                       b.mul(rowIndex, rowBytesK), invalid));
+      Value src = b.ifElse(
+          inRange, b.getIndexType(),
+          [&] {
+            auto [slot, valid] = b.loadSigned(gather, {b.add(t.rowStart, r)});
+            return b.select(valid, b.div(slot, b.idx(plan.slotsPerToken)),
+                            invalid);
+          },
+          [&] { return invalid; });
+      t.lhsRows.push_back(toI32(src));
     }
     return t;
   };
   // A tile past the end: no rows, no copies.
   auto noTile = [&] {
-    TileState t{b.idx(E), b.idx(0), b.idx(0), b.idx(0), {}, {}};
-    t.lhsRowBytes.assign(lhsRowsPerThread, invalid);
-    t.rhsRowBytes.assign(rhsRowsPerThread, invalid);
+    TileState t{b.idx(E), b.idx(0), b.idx(0), b.idx(0), {}};
+    if (gather)
+      t.lhsRows.assign(lhsRowsPerThread, b.i32(-1));
     return t;
+  };
+  // Source byte offset of this thread's A row i of tile t (-1: zero-fill).
+  auto lhsRowBytes = [&](const TileState &t, int64_t i) {
+    Value row, valid;
+    if (gather) {
+      row = arith::ExtSIOp::create(b, b.getI64Type(), t.lhsRows[i]);
+      row = arith::IndexCastOp::create(b, b.getIndexType(), row);
+      valid = arith::CmpIOp::create(b, arith::CmpIPredicate::ne, t.lhsRows[i],
+                                    b.i32(-1));
+    } else {
+      Value r = rowOf(i);
+      row = b.add(t.rowStart, r);
+      valid = b.land(b.ult(t.group, b.idx(E)), b.ult(r, t.rowCount));
+    }
+    return b.select(valid, b.mul(row, rowBytesK), invalid);
+  };
+  // Source byte offset of this thread's B row i: an output column, or the
+  // gate then the up columns.
+  auto rhsRowBytes = [&](const TileState &t, int64_t i) {
+    Value r = rowOf(i);
+    Value n, valid;
+    if (plan.swiglu) {
+      int64_t half = BN / 2;
+      Value isUp = b.ule(b.idx(half), r);
+      Value c = b.add(t.colStart, b.select(isUp, b.sub(r, b.idx(half)), r));
+      valid = b.ult(c, outWidth);
+      n = b.select(isUp, b.add(c, outWidth), c);
+    } else {
+      n = b.add(t.colStart, r);
+      valid = b.ult(n, outWidth);
+    }
+    Value rowIndex = b.add(b.mul(t.group, rhsRows), n);
+    return b.select(b.land(b.ult(t.group, b.idx(E)), valid),
+                    b.mul(rowIndex, rowBytesK), invalid);
   };
 
   auto stageA = [&](Value slot) {
@@ -342,16 +370,16 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     Value kElem = b.add(b.mul(kt, b.idx(kBlockK)), b.mul(chunk, b.idx(8)));
     Value kValid = b.ult(kElem, b.idx(K));
     Value kBytes = b.mul(kElem, b.idx(2));
-    for (auto [i, rowBytes] : llvm::enumerate(t.lhsRowBytes))
-      copyChunk(b.add(stageA(slot), smemOffset(i)), lhsBase, rowBytes, kBytes,
-                kValid);
-    for (auto [i, rowBytes] : llvm::enumerate(t.rhsRowBytes))
-      copyChunk(b.add(stageB(slot), smemOffset(i)), rhsBase, rowBytes, kBytes,
-                kValid);
+    for (int64_t i = 0; i < lhsRowsPerThread; ++i)
+      copyChunk(b.add(stageA(slot), smemOffset(i)), lhsBase,
+                lhsRowBytes(t, i), kBytes, kValid);
+    for (int64_t i = 0; i < rhsRowsPerThread; ++i)
+      copyChunk(b.add(stageB(slot), smemOffset(i)), rhsBase,
+                rhsRowBytes(t, i), kBytes, kValid);
   };
   auto commit = [&] { NVVM::CpAsyncCommitGroupOp::create(b); };
   int64_t kSlices = (K + kBlockK - 1) / kBlockK;
-  int64_t ahead = S - 2;
+  int64_t ahead = plan.ahead();
   // The first `ahead` slices of a tile, one commit group each (empty past
   // the last slice or for a tile without expert rows, which keeps every
   // thread's group count the same).
@@ -372,7 +400,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     scf::YieldOp::create(b, tileState(next).values());
     b.setInsertionPointToStart(&branch.getElseRegion().front());
     scf::YieldOp::create(b, noTile().values());
-    return TileState::from(branch.getResults(), lhsRowsPerThread);
+    return TileState::from(branch.getResults());
   };
 
   auto shape = NVVM::MMAShapeAttr::get(ctx, 64, BN, 16);
@@ -501,8 +529,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(tileLoop.getBody());
-    TileState t =
-        TileState::from(tileLoop.getRegionIterArgs(), lhsRowsPerThread);
+    TileState t = TileState::from(tileLoop.getRegionIterArgs());
     TileState next = nextState(tileLoop.getInductionVar());
     auto branch = scf::IfOp::create(b, b.eq(t.group, b.idx(E)),
                                     /*withElse=*/true);
