@@ -13,6 +13,7 @@
 // RUN: moec run %s --entry gmm_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_f16_row_scale --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_aligned_long_k --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_staged --sym T=20 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -30,11 +31,11 @@ func.func @gmm_swiglu_gather(%x: tensor<?x200xbf16>, %ids: tensor<?x2xi32>,
   return %y : tensor<?x72xbf16>
 }
 
-// f16 rows in expert order with a per-row scale, f32 out: E = 16, K = 136,
-// N = 264 (three n-tiles, the last partial).
+// f16 rows in expert order with a per-row scale, f16 out: E = 16,
+// K = 136, N = 264 (two 256-wide n-tiles, the last partial).
 func.func @gmm_f16_row_scale(%x: tensor<?x136xf16>, %ids: tensor<?x1xi32>,
                              %w: tensor<16x264x136xf16>, %s: tensor<?xf32>)
-    -> tensor<?x264xf32> {
+    -> tensor<?x264xf16> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
@@ -42,8 +43,8 @@ func.func @gmm_f16_row_scale(%x: tensor<?x136xf16>, %ids: tensor<?x1xi32>,
   %y = moe.grouped_matmul %rows, %w, %offsets row_scale(%s : tensor<?xf32>)
       {transpose_rhs}
       : tensor<?x136xf16>, tensor<16x264x136xf16>, tensor<16xi32>
-      -> tensor<?x264xf32>
-  return %y : tensor<?x264xf32>
+      -> tensor<?x264xf16>
+  return %y : tensor<?x264xf16>
 }
 
 // Groups padded to 16 rows (padding rows gather nothing and come out
@@ -59,4 +60,18 @@ func.func @gmm_aligned_long_k(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
       : tensor<?x1096xbf16>, tensor<8x128x1096xbf16>, tensor<8xi32>
       -> tensor<?x128xbf16>
   return %y : tensor<?x128xbf16>
+}
+
+// A plain epilogue, stored through the shared-memory staging tile (bf16
+// rows 16 bytes apart, then 16-byte row stores): E = 16, K = 136, N = 264.
+func.func @gmm_staged(%x: tensor<?x136xbf16>, %ids: tensor<?x1xi32>,
+                      %w: tensor<16x264x136xbf16>) -> tensor<?x264xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets {transpose_rhs}
+      : tensor<?x136xbf16>, tensor<16x264x136xbf16>, tensor<16xi32>
+      -> tensor<?x264xbf16>
+  return %y : tensor<?x264xbf16>
 }

@@ -461,9 +461,36 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
       b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
             b.div(lane, b.idx(4)));
   Value colInTile = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
+  // The output tile goes through shared memory when it fits in the stages
+  // the next tile's prologue leaves free: registers to a padded staging
+  // tile (rows 16 bytes apart beyond the tile width, so the pair stores of
+  // a warp's 8 rows hit different banks), then 16-byte row-contiguous
+  // stores to global memory. Direct pair stores fill half of each 32-byte
+  // sector. Only for a plain epilogue: with a gather, SwiGLU, bias or row
+  // scale the kernel already needs all 255 registers, and staging spills
+  // (ptxas, measured on the bench shapes).
+  Type outElem = cast<MemRefType>(out.getType()).getElementType();
+  int64_t outBytes = outElem.getIntOrFloatBitWidth() / 8;
+  int64_t outVector = 16 / outBytes;
+  int64_t stagingStride = outTileN + outVector; // elements
+  bool staged = !plan.swiglu && !gather && !bias && !rowScale &&
+                kBlockM * stagingStride * outBytes <=
+                    (S - plan.ahead()) * plan.stageBytes();
   auto epilogue = [&](const TileState &t, Value result) {
     Value g = t.group, rowStart = t.rowStart, rowCount = t.rowCount,
           colStart = t.colStart;
+    // Built here, not once per kernel: nothing more stays live across the
+    // k-loop.
+    Value staging;
+    if (staged) {
+      Value byteShift =
+          b.sub(stageA(b.idx(plan.ahead())), addressOf(b, smem));
+      staging = memref::ViewOp::create(
+          b,
+          MemRefType::get({ShapedType::kDynamic}, outElem,
+                          MemRefLayoutAttrInterface(), workgroup),
+          smem, byteShift, ValueRange{b.idx(kBlockM * stagingStride)});
+    }
     auto value = [&](int64_t index) {
       return LLVM::ExtractValueOp::create(b, result, ArrayRef<int64_t>{index})
           .getResult();
@@ -475,7 +502,8 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
         Value row = b.add(rowStart, r);
         Value scale = rowScale ? b.loadF(rowScale, {row}) : Value();
         for (int64_t j = 0; j < outChunks; ++j) {
-          Value col = b.add(colStart, b.add(b.idx(8 * j), colInTile));
+          Value colInOut = b.add(b.idx(8 * j), colInTile);
+          Value col = b.add(colStart, colInOut);
           b.ifThen(b.ult(col, outWidth), [&] {
             SmallVector<Value> pair;
             for (int64_t q = 0; q < 2; ++q) {
@@ -495,9 +523,28 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
                 y = b.fmul(y, scale);
               pair.push_back(y);
             }
-            b.storeVecF(pair, out, {row, col});
+            if (staged)
+              b.storeVecF(pair, staging,
+                          {b.add(b.mul(r, b.idx(stagingStride)), colInOut)});
+            else
+              b.storeVecF(pair, out, {row, col});
           });
         }
+      });
+    }
+    if (!staged)
+      return;
+    gpu::BarrierOp::create(b);
+    int64_t rowChunks = outTileN / outVector;
+    for (int64_t q = 0; q < kBlockM * rowChunks / kThreads; ++q) {
+      Value id = b.add(thread, b.idx(q * kThreads));
+      Value r = b.div(id, b.idx(rowChunks));
+      Value c = b.mul(b.rem(id, b.idx(rowChunks)), b.idx(outVector));
+      Value col = b.add(colStart, c);
+      b.ifThen(b.land(b.ult(r, rowCount), b.ult(col, outWidth)), [&] {
+        Value v = b.loadVec(
+            staging, {b.add(b.mul(r, b.idx(stagingStride)), c)}, outVector);
+        b.storeVec(v, out, {b.add(rowStart, r), col});
       });
     }
   };
@@ -520,8 +567,9 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   };
 
   // The persistent loop: tiles block, block + gridDim, ... The first tile's
-  // prologue goes out before the loop; each iteration issues the next
-  // tile's once this tile's wgmmas are done, then stores this tile.
+  // prologue goes out before the loop; each iteration finds the next tile
+  // first (its lookups overlap the wgmmas), issues its prologue once this
+  // tile's wgmmas are done, then stores this tile.
   TileState first = nextState(b.sub(block, gridSize));
   loadPrologue(first);
   auto tileLoop = scf::ForOp::create(b, block, tilesTotal, gridSize,
