@@ -15,14 +15,17 @@
 // flight while the next slice's copies are issued.
 //
 // Each block first builds the m-tile prefix of the groups (experts, then the
-// rows past the last group, written as zeros) in shared memory with a
-// parallel scan, then takes tiles blockIdx, blockIdx + gridDim, ... and finds
-// each tile's group by binary search: no host synchronization and no serial
-// walk over the experts.
+// rows past the last group, written as zeros) and the groups' first rows in
+// shared memory with a parallel scan, then takes tiles blockIdx,
+// blockIdx + gridDim, ... and finds each tile's group by binary search in
+// shared memory: no host synchronization, no serial walk over the experts,
+// no global reads per tile beyond a gathered lhs's row indices. Inside a
+// group, tiles go in bands of 8 m-tiles, n-tile by n-tile (B reuse in L2).
 //
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
-// row scale, then rounded stores.
+// row scale, then rounded stores; a plain epilogue goes through a padded
+// shared-memory tile and out as 16-byte row stores.
 //
 //===----------------------------------------------------------------------===//
 
