@@ -337,14 +337,6 @@ void CudaLauncher::release(void *ptr) {
     (void)cuMemFree(toDevice(ptr));
 }
 
-Status CudaLauncher::zero(void *ptr, size_t bytes) {
-  if (bytes == 0)
-    return Status::ok();
-  MOEC_CU(cuMemsetD8Async(toDevice(ptr), 0, bytes, impl_->stream),
-          "cuMemsetD8Async(" + std::to_string(bytes) + " bytes)");
-  return Status::ok();
-}
-
 Status CudaLauncher::synchronize() {
   if (Status s = ensureContext(); !s)
     return s;

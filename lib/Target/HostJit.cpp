@@ -89,9 +89,4 @@ rt::Status HostProgram::allocate(size_t bytes, void **ptr) {
 
 void HostProgram::release(void *ptr) { std::free(ptr); }
 
-rt::Status HostProgram::zero(void *ptr, size_t bytes) {
-  std::memset(ptr, 0, bytes);
-  return rt::Status::ok();
-}
-
 } // namespace moec

@@ -48,7 +48,6 @@ public:
   /// cuMemAlloc / cuMemFree / cuMemsetD8Async on the stream.
   Status allocate(size_t bytes, void **ptr) override;
   void release(void *ptr) override;
-  Status zero(void *ptr, size_t bytes) override;
 
   /// Waits for the stream; reports errors of kernels launched earlier.
   Status synchronize();

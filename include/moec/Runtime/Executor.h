@@ -41,8 +41,6 @@ public:
   /// Scratch memory in the launcher's memory space.
   virtual Status allocate(size_t bytes, void **ptr) = 0;
   virtual void release(void *ptr) = 0;
-  /// Sets `bytes` bytes at `ptr` to zero.
-  virtual Status zero(void *ptr, size_t bytes) = 0;
 };
 
 /// Bytes of a dense array of `shape` (InvalidArgument on a negative extent

@@ -44,7 +44,6 @@ public:
                     uint64_t gridBlocks, void **params) override;
   rt::Status allocate(size_t bytes, void **ptr) override;
   void release(void *ptr) override;
-  rt::Status zero(void *ptr, size_t bytes) override;
 
 private:
   HostProgram();
