@@ -318,8 +318,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   auto lhsRowBytes = [&](const TileState &t, int64_t i) {
     Value row, valid;
     if (gather) {
-      row = arith::ExtSIOp::create(b, b.getI64Type(), t.lhsRows[i]);
-      row = arith::IndexCastOp::create(b, b.getIndexType(), row);
+      row = arith::IndexCastOp::create(b, b.getIndexType(), t.lhsRows[i]);
       valid = arith::CmpIOp::create(b, arith::CmpIPredicate::ne, t.lhsRows[i],
                                     b.i32(-1));
     } else {
@@ -393,11 +392,13 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
       commit();
     }
   };
+  SmallVector<Type> stateTypes(4, b.getIndexType());
+  if (gather)
+    stateTypes.append(lhsRowsPerThread, b.getI32Type());
   auto nextState = [&](Value tile) {
     Value next = b.add(tile, gridSize);
-    auto branch = scf::IfOp::create(
-        b, TypeRange(noTile().values()), b.ult(next, tilesTotal),
-        /*withElse=*/true);
+    auto branch = scf::IfOp::create(b, stateTypes, b.ult(next, tilesTotal),
+                                    /*withElse=*/true);
     OpBuilder::InsertionGuard inner(b);
     b.setInsertionPointToStart(&branch.getThenRegion().front());
     scf::YieldOp::create(b, tileState(next).values());
@@ -668,8 +669,7 @@ std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
       tile.getThreads() == kThreads &&
       (tile.getN() == 128 || tile.getN() == 256))
     plan.blockN = tile.getN();
-  // As many stages as fit in shared memory, at most 6.
-  plan.stages = 6;
+  // As many stages as fit in shared memory, at most 6 (the default).
   while (plan.sharedBytes() > kMaxSharedBytes)
     --plan.stages;
   return plan;
