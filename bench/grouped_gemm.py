@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 
 import moec
-from memory_bound import kernel_times, timed
+from memory_bound import kernel_times, make_flush, timed
 
 BF16 = torch.bfloat16
 TOLERANCE = 2e-2
@@ -410,7 +410,7 @@ def main():
 
     bundle = moec.load(args.bundle)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush = make_flush("read")
     device = torch.cuda.get_device_name()
 
     peak_ms, peak = measure_peak(args.iters, flush, gen)

@@ -41,13 +41,27 @@ NF4 = {"qwen3": dict(E=128, N=1536, K=2048, S=64),
 FP8_MAX = 448.0
 
 
+def make_flush(mode="read"):
+    """A callable that evicts the L2 (50 MB) before a timed run: a 256 MB
+    buffer read ("read": leaves clean lines behind) or written ("write":
+    leaves 50 MB of dirty lines, whose write-back then runs during the timed
+    kernel and costs a 50 MB kernel up to half its speed)."""
+    buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    if mode == "read":
+        return lambda: buf.max()
+    if mode == "write":
+        return buf.zero_
+    raise ValueError(f"flush mode must be 'read' or 'write', not {mode!r}")
+
+
 def timed(fn, iters, flush):
-    """Median ms of fn() over iters runs, L2 flushed before each."""
+    """Median ms of fn() over iters runs, flush() (L2 eviction, see
+    make_flush) before each."""
     for _ in range(3):
         fn()
     times = []
     for _ in range(iters):
-        flush.zero_()
+        flush()
         torch.cuda._sleep(1_000_000)  # covers the host-side launch cost
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
@@ -349,13 +363,16 @@ def main():
     parser.add_argument("--json", help="write every row here")
     parser.add_argument("--kernels", help="only these (comma-separated, "
                         "e.g. routing,permute)")
+    parser.add_argument("--flush", choices=("read", "write"), default="read",
+                        help="how the L2 is evicted before each timed run "
+                        "(see make_flush; 'write' was used until 2026-11-21)")
     parser.add_argument("--profile", action="store_true",
                         help="also print each moec kernel's GPU time")
     args = parser.parse_args()
 
     bundle = moec.load(args.bundle)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush = make_flush(args.flush)
     results = []
 
     wanted = set(args.kernels.split(",")) if args.kernels else None

@@ -20,6 +20,8 @@
 // RUN: moec run %s --entry quantize_colwise_vec --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry quantize_colwise_vec --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry quantize_colwise_vec --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_colwise_block --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_colwise_block --sym T=70 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dequantize_rowwise_vec --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dequantize_nf4_vec --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
@@ -104,6 +106,33 @@ func.func @quantize_colwise_vec(%x: tensor<?x32xbf16>, %ids: tensor<?x2xi32>)
       {axis = #moe.axis<colwise>}
       : tensor<?x32xf8E4M3FN>, tensor<?x32xf32> -> tensor<?x32xbf16>
   return %d, %s, %y : tensor<?x32xf8E4M3FN>, tensor<?x32xf32>, tensor<?x32xbf16>
+}
+
+// Column-wise groups of 32 rows with the GPU block kernel (group a
+// multiple of 16): 200 bf16 columns are one whole and one partial tile of
+// 128; f32 rows of 100 columns, 16-row groups to e5m2 with power-of-two
+// scales, one whole and one partial tile of 64.
+func.func @quantize_colwise_block(%x: tensor<?x200xbf16>, %xf: tensor<?x100xf32>,
+                                  %ids: tensor<?x2xi32>)
+    -> (tensor<?x200xf8E4M3FN>, tensor<?x200xf32>, tensor<?x200xbf16>,
+        tensor<?x100xf8E5M2>, tensor<?x100xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8 align = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 2
+      : tensor<?x200xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x200xbf16>
+  %d, %s = moe.quantize %rows offsets(%offsets : tensor<8xi32>) group_size = 32
+      {axis = #moe.axis<colwise>}
+      : tensor<?x200xbf16> -> tensor<?x200xf8E4M3FN>, tensor<?x200xf32>
+  %y = moe.dequantize %d, %s offsets(%offsets : tensor<8xi32>) group_size = 32
+      {axis = #moe.axis<colwise>}
+      : tensor<?x200xf8E4M3FN>, tensor<?x200xf32> -> tensor<?x200xbf16>
+  %rf = moe.permute %xf, %slots, %offsets k = 2
+      : tensor<?x100xf32>, tensor<?xi32>, tensor<8xi32> -> tensor<?x100xf32>
+  %df, %sf = moe.quantize %rf offsets(%offsets : tensor<8xi32>) group_size = 16
+      {axis = #moe.axis<colwise>, pow2_scale}
+      : tensor<?x100xf32> -> tensor<?x100xf8E5M2>, tensor<?x100xf32>
+  return %d, %s, %y, %df, %sf : tensor<?x200xf8E4M3FN>, tensor<?x200xf32>,
+      tensor<?x200xbf16>, tensor<?x100xf8E5M2>, tensor<?x100xf32>
 }
 
 // Row-wise FP8 dequantization, 1x32 groups, to f32.
