@@ -8,6 +8,7 @@
 #   build/bin/moec compile test/Integration/vector_kernels.mlir -o DIR/vector.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/routing_kernels.mlir -o DIR/routing.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/hopper_matmul.mlir -o DIR/hopper.moecb --target sm_90a
+#   build/bin/moec compile test/Integration/backward_kernels.mlir -o DIR/backward.moecb --target sm_90a
 # Usage: scripts/gpu-correctness.sh RUNNER DIR
 set -uo pipefail
 runner=$1 dir=$2
@@ -75,6 +76,21 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged; 
   done
   for routing in one-expert half-experts; do
     run hopper.moecb $entry 300 $routing --iters 5
+  done
+done
+# permute / unpermute backward: the row gradients are inputs of the aligned
+# capacity M = T*k + E*(align-1) (3T+8 for k=3 of 8 experts padded to 2,
+# 8T+48 for k=8 of 16 padded to 4).
+backward_m() {  # entry T
+  [[ $1 == unpermute_grad_vec ]] && echo $((8 * $2 + 48)) || echo $((3 * $2 + 8))
+}
+for entry in permute_grad_vec permute_grad_scalar unpermute_grad_vec \
+             unpermute_grad_mixed unpermute_grad_scalar; do
+  for t in 1 45 3000; do
+    run backward.moecb $entry $t uniform --iters 5 --sym M=$(backward_m $entry $t)
+  done
+  for routing in one-expert half-experts; do
+    run backward.moecb $entry 300 $routing --iters 5 --sym M=$(backward_m $entry 300)
   done
 done
 run qwen3.moecb qwen3_moe_layer 1 uniform --iters 5

@@ -163,6 +163,28 @@ OpResults evalUnpermute(const rt::RefOp &op, const Operands &x) {
                          x.resultDim(0, 0), x.optional(3))};
 }
 
+OpResults evalPermuteGrad(const rt::RefOp &op, const Operands &x) {
+  const DTensor *gradPermutedProbs = x.optional(3);
+  ref::PermuteGradResult r = ref::permuteGrad(
+      x.required(0, "grad_rows"), x.ints(1, "slots"), x.ints(2, "offsets"),
+      requiredIntAttr(op, "k"), x.resultDim(0, 0), gradPermutedProbs);
+  OpResults results{std::move(r.gradTokens), std::nullopt};
+  if (gradPermutedProbs)
+    results[1] = std::move(r.gradProbs);
+  return results;
+}
+
+OpResults evalUnpermuteGrad(const rt::RefOp &op, const Operands &x) {
+  const DTensor *weights = x.optional(3), *rows = x.optional(4);
+  ref::UnpermuteGradResult r = ref::unpermuteGrad(
+      x.required(0, "grad_out"), x.ints(1, "slots"), x.ints(2, "offsets"),
+      requiredIntAttr(op, "k"), weights, rows);
+  OpResults results{std::move(r.gradRows), std::nullopt};
+  if (weights)
+    results[1] = std::move(r.gradWeights);
+  return results;
+}
+
 OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   const DTensor &lhs = x.required(0, "lhs"), &rhs = x.required(1, "rhs");
   const ITensor offsets = x.ints(2, "offsets");
@@ -429,6 +451,10 @@ OpResults evaluate(const OpInputs &in) {
     results = evalPermute(op, x);
   else if (op.name == "moe.unpermute")
     results = evalUnpermute(op, x);
+  else if (op.name == "moe.permute_grad")
+    results = evalPermuteGrad(op, x);
+  else if (op.name == "moe.unpermute_grad")
+    results = evalUnpermuteGrad(op, x);
   else if (op.name == "moe.grouped_matmul")
     results = evalGroupedMatmul(op, x);
   else if (op.name == "moe.swiglu")

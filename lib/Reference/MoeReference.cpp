@@ -342,6 +342,80 @@ DTensor unpermute(const DTensor &rows, const ITensor &slots,
   return out;
 }
 
+PermuteGradResult permuteGrad(const DTensor &gradRows, const ITensor &slots,
+                              const ITensor &offsets, int64_t k,
+                              int64_t numTokens,
+                              const DTensor *gradPermutedProbs) {
+  expectRank(gradRows, "grad_rows", 2);
+  if (k < 1)
+    fail("'k' must be positive");
+  expectDim(slots, "slots", 0, gradRows.dim(0), "the number of rows");
+  expectSlots(slots, "slots", numTokens, k);
+  expectOffsets(offsets, gradRows.dim(0));
+  PermuteGradResult result;
+  if (gradPermutedProbs) {
+    expectRank(*gradPermutedProbs, "grad_permuted_probs", 1);
+    expectDim(*gradPermutedProbs, "grad_permuted_probs", 0, gradRows.dim(0),
+              "the number of rows");
+    result.gradProbs = DTensor({numTokens, k});
+  }
+  const int64_t hidden = gradRows.dim(1), end = offsets.data.back();
+  result.gradTokens = DTensor({numTokens, hidden});
+  for (int64_t i = 0; i < end; ++i) {
+    int32_t slot = slots.data[i];
+    if (slot < 0)
+      continue;
+    for (int64_t h = 0; h < hidden; ++h)
+      result.gradTokens.at(slot / k, h) += gradRows.at(i, h);
+    if (gradPermutedProbs)
+      result.gradProbs.data[slot] = gradPermutedProbs->data[i];
+  }
+  return result;
+}
+
+UnpermuteGradResult unpermuteGrad(const DTensor &gradOut, const ITensor &slots,
+                                  const ITensor &offsets, int64_t k,
+                                  const DTensor *weights, const DTensor *rows) {
+  expectRank(gradOut, "grad_out", 2);
+  if (k < 1)
+    fail("'k' must be positive");
+  if (bool(weights) != bool(rows))
+    fail("'weights' and 'rows' must be given together");
+  expectRank(slots, "slots", 1);
+  const int64_t numTokens = gradOut.dim(0), hidden = gradOut.dim(1);
+  const int64_t numRows = slots.dim(0);
+  expectSlots(slots, "slots", numTokens, k);
+  expectOffsets(offsets, numRows);
+  UnpermuteGradResult result;
+  if (weights) {
+    expectRank(*weights, "weights", 2);
+    expectDim(*weights, "weights", 0, numTokens, "the number of tokens");
+    expectDim(*weights, "weights", 1, k, "k");
+    expectRank(*rows, "rows", 2);
+    expectDim(*rows, "rows", 0, numRows, "the length of 'slots'");
+    expectDim(*rows, "rows", 1, hidden, "the hidden size of 'grad_out'");
+    result.gradWeights = DTensor({numTokens, k});
+  }
+  const int64_t end = offsets.data.back();
+  result.gradRows = DTensor({numRows, hidden});
+  for (int64_t i = 0; i < end; ++i) {
+    int32_t slot = slots.data[i];
+    if (slot < 0)
+      continue;
+    const int64_t t = slot / k;
+    const double w = weights ? weights->data[slot] : 1.0;
+    double dot = 0;
+    for (int64_t h = 0; h < hidden; ++h) {
+      result.gradRows.at(i, h) = w * gradOut.at(t, h);
+      if (rows)
+        dot += gradOut.at(t, h) * rows->at(i, h);
+    }
+    if (weights)
+      result.gradWeights.data[slot] = dot;
+  }
+  return result;
+}
+
 //===----------------------------------------------------------------------===//
 // Grouped matmul
 //===----------------------------------------------------------------------===//

@@ -255,6 +255,7 @@ def _check_values(entry: Entry, infos, shapes) -> None:
             if experts is not None:
                 check_ids(operands[4], experts, "expert indices")
         if op["name"] in ("moe.permute", "moe.unpermute",
+                          "moe.permute_grad", "moe.unpermute_grad",
                           "moe.grouped_matmul") and operands[2] in position:
             i = position[operands[2]]
             try:

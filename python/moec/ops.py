@@ -16,7 +16,7 @@ from ._ir import Dim, Sym, Value, check_value, current_builder
 
 __all__ = [
     "matmul", "router_topk", "sort_by_expert", "permute", "unpermute",
-    "grouped_matmul", "swiglu", "swiglu_grad", "quantize", "dequantize",
+    "permute_grad", "unpermute_grad", "grouped_matmul", "swiglu", "swiglu_grad", "quantize", "dequantize",
 ]
 
 
@@ -257,6 +257,73 @@ def unpermute(rows, slots, offsets, k: int, *, weights=None, out_dtype=None):
            f"{offsets.name} k = {k}{extra} : {rows.type}, {slots.type}, "
            f"{offsets.type} -> {out.type}")
     return out
+
+
+def permute_grad(grad_rows, slots, offsets, k: int, *, probs=None,
+                 out_dtype=None):
+    """The gradient of `permute`: each token's k row gradients summed, [T, H]
+    of `out_dtype` (default: the rows' type); with `probs` (the gradient of
+    the permuted probabilities, [M] f32) also their gradient [T, k] f32,
+    returned after the tokens."""
+    op = "permute_grad"
+    grad_rows = check_value(grad_rows, "grad_rows", op)
+    slots, offsets = _routing(slots, offsets, op)
+    _rank(grad_rows, 2, "grad_rows", op)
+    k = _positive(k, "k", op)
+    out_dtype = _dtypes.canonical(out_dtype or grad_rows.dtype, "out_dtype")
+    b = current_builder()
+    tokens = _token_rows(slots, k, None)
+    grad_tokens = b.fresh((tokens, grad_rows.shape[1]), out_dtype)
+    extra, results = "", [grad_tokens]
+    if probs is not None:
+        probs = check_value(probs, "probs", op)
+        _rank(probs, 1, "probs", op)
+        _dtype_in(probs, ("f32",), "probs", op)
+        grad_probs = b.fresh((tokens, k), "f32")
+        extra = f" probs({probs.name} : {probs.type} -> {grad_probs.type})"
+        results.append(grad_probs)
+    b.emit(f"{', '.join(r.name for r in results)} = moe.permute_grad "
+           f"{grad_rows.name}, {slots.name}, {offsets.name} k = {k}{extra} : "
+           f"{grad_rows.type}, {slots.type}, {offsets.type} -> "
+           f"{grad_tokens.type}")
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def unpermute_grad(grad_out, slots, offsets, k: int, *, weights=None,
+                   rows=None, out_dtype=None):
+    """The gradient of `unpermute`: each grouped row gets its token's
+    gradient (times its weight), [M, H] of `out_dtype` (default: the
+    gradient's type). With the forward's `weights` [T, k] and input `rows`
+    [M, H] (given together) also the weights' gradient [T, k] f32, returned
+    after the rows."""
+    op = "unpermute_grad"
+    grad_out = check_value(grad_out, "grad_out", op)
+    slots, offsets = _routing(slots, offsets, op)
+    _rank(grad_out, 2, "grad_out", op)
+    k = _positive(k, "k", op)
+    if (weights is None) != (rows is None):
+        raise ValueError(f"{op}: 'weights' and 'rows' must be given together "
+                         f"(the forward's weights and input rows)")
+    out_dtype = _dtypes.canonical(out_dtype or grad_out.dtype, "out_dtype")
+    b = current_builder()
+    grad_rows = b.fresh((slots.shape[0], grad_out.shape[1]), out_dtype)
+    extra, results = "", [grad_rows]
+    if weights is not None:
+        weights = check_value(weights, "weights", op)
+        rows = check_value(rows, "rows", op)
+        _rank(weights, 2, "weights", op)
+        _rank(rows, 2, "rows", op)
+        _same_dim(rows.shape[1], grad_out.shape[1],
+                  "'rows' and 'grad_out' hidden sizes", op)
+        grad_weights = b.fresh((grad_out.shape[0], k), "f32")
+        extra = (f" weights({weights.name}, {rows.name} : {weights.type}, "
+                 f"{rows.type} -> {grad_weights.type})")
+        results.append(grad_weights)
+    b.emit(f"{', '.join(r.name for r in results)} = moe.unpermute_grad "
+           f"{grad_out.name}, {slots.name}, {offsets.name} k = {k}{extra} : "
+           f"{grad_out.type}, {slots.type}, {offsets.type} -> "
+           f"{grad_rows.type}")
+    return results[0] if len(results) == 1 else tuple(results)
 
 
 def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,

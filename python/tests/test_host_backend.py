@@ -127,3 +127,30 @@ def test_layer_kernel_routings(rng, routing, renormalize):
     ref, _ = reference.moe_block(x, gate, w1, w2, k=2,
                                  renormalize=renormalize, order=routing)
     assert rel_error(y, ref) < 2e-2
+
+
+@pytest.mark.parametrize("tokens", [1, 31])
+def test_permute_unpermute_backward(rng, tokens):
+    # The backward of permute -> unpermute(weights): each token's gradient is
+    # its k weights times the output gradient, each weight's gradient the
+    # output gradient dotted with the token.
+    @moec.kernel
+    def backward(x: moec.Tensor["T", 40, "f32"],
+                 dy: moec.Tensor["T", 40, "f32"],
+                 w: moec.Tensor["T", 2, "f32"],
+                 ids: moec.Tensor["T", 2, "i32"]):
+        _, slots, offsets = ops.sort_by_expert(ids, 8, align=2)
+        rows = ops.permute(x, slots, offsets, k=2)
+        drows, dw = ops.unpermute_grad(dy, slots, offsets, k=2, weights=w,
+                                       rows=rows)
+        return ops.permute_grad(drows, slots, offsets, k=2), dw
+
+    x = rng.standard_normal((tokens, 40)).astype(np.float32)
+    dy = rng.standard_normal((tokens, 40)).astype(np.float32)
+    w = rng.random((tokens, 2)).astype(np.float32)
+    ids = np.stack([rng.permutation(8)[:2] for _ in range(tokens)])
+    dx, dw = backward(x, dy, w, ids.astype(np.int32))
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    assert rel_error(dx, w.sum(axis=1, keepdims=True) * dy64) < 1e-6
+    ref_dw = np.repeat((x64 * dy64).sum(axis=1, keepdims=True), 2, axis=1)
+    assert rel_error(dw, ref_dw) < 1e-6

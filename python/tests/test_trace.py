@@ -58,6 +58,28 @@ def test_every_op_traces_and_verifies():
     assert "tensor<3x6x16xbf16>" in text
 
 
+def test_backward_ops_trace_and_verify():
+    @moec.kernel
+    def backward(dy: moec.Tensor["T", 64, "bf16"],
+                 w: moec.Tensor["T", 2, "f32"],
+                 ids: moec.Tensor["T", 2, "i32"],
+                 x: moec.Tensor["T", 64, "bf16"]):
+        _, slots, offsets = ops.sort_by_expert(ids, 8, align=4)
+        rows, probs = ops.permute(x, slots, offsets, k=2, probs=w)
+        drows, dw = ops.unpermute_grad(dy, slots, offsets, k=2, weights=w,
+                                       rows=rows)
+        plain = ops.unpermute_grad(dy, slots, offsets, k=2, out_dtype="f32")
+        dx, dprobs = ops.permute_grad(drows, slots, offsets, k=2, probs=probs)
+        return dx, dprobs, dw, plain, ops.permute_grad(plain, slots, offsets,
+                                                       k=2)
+
+    text = backward.ir("moe")
+    for op in ("moe.unpermute_grad", "weights(", "moe.permute_grad",
+               "probs(", "-> tensor<?x2xf32>)", "tensor<?x64xf32>"):
+        assert op in text, op
+    assert "gpu.launch_func" in backward.ir("kernels")
+
+
 def test_ir_at_each_stage_and_fusion():
     @moec.kernel
     def layer(x: moec.Tensor["T", 40, "bf16"], w: moec.Tensor[8, 40, 40, "bf16"],
@@ -112,6 +134,16 @@ def test_errors_name_the_argument():
         trace(lambda x, w, o: ops.grouped_matmul(x, w, o),
               x=moec.Tensor["T", 8, "f8E4M3FN"],
               w=moec.Tensor[4, 8, 8, "f8E4M3FN"], o=moec.Tensor[4, "i32"])
+    with pytest.raises(ValueError, match="unpermute_grad: 'weights' and "
+                       "'rows' must be given together"):
+        trace(lambda g, s, o, w: ops.unpermute_grad(g, s, o, k=2, weights=w),
+              g=f32("T", 8), s=moec.Tensor["T", "i32"],
+              o=moec.Tensor[4, "i32"], w=f32("T", 2))
+    with pytest.raises(ValueError, match="permute_grad: 'probs' must have "
+                       "rank 1"):
+        trace(lambda g, s, o, p: ops.permute_grad(g, s, o, k=2, probs=p),
+              g=f32("T", 8), s=moec.Tensor["T", "i32"],
+              o=moec.Tensor[4, "i32"], p=f32("T", 2))
     with pytest.raises(TypeError, match="'logits' must be a tensor of the "
                        "traced kernel"):
         trace(lambda l: ops.router_topk([1.0], k=1), l=f32("T", 8))

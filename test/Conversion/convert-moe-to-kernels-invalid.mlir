@@ -30,3 +30,17 @@ func.func @scalar_arg(%x: tensor<?x64xbf16>, %s: f32) -> tensor<?x32xbf16> {
   %y = moe.swiglu %x : tensor<?x64xbf16> -> tensor<?x32xbf16>
   return %y : tensor<?x32xbf16>
 }
+
+// -----
+
+// No argument has the token count T: every dynamic leading dimension here
+// is named M.
+func.func @permute_grad_unknown_tokens(%drows: tensor<?x16xf32> {moe.sym = "M"},
+                                       %slots: tensor<?xi32> {moe.sym = "M"},
+                                       %offsets: tensor<4xi32>)
+    -> tensor<?x16xf32> {
+  // expected-error @+1 {{a dynamic token count needs a function argument whose leading dimension is the token count T}}
+  %y = moe.permute_grad %drows, %slots, %offsets k = 2
+      : tensor<?x16xf32>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xf32>
+  return %y : tensor<?x16xf32>
+}

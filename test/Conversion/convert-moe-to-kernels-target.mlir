@@ -111,3 +111,40 @@ func.func @fallback(%x: tensor<?x64xbf16>, %w: tensor<8x64x128xbf16>,
       -> tensor<?x128xbf16>
   return %y, %z : tensor<?x128xbf16>, tensor<?x128xbf16>
 }
+
+// -----
+
+// unpermute_grad in token order: with warp shuffles (nvvm, rocdl) one warp
+// per token (grid of T·32 threads), 16-byte chunks of the token's gradient
+// written to its k rows and dotted with the forward rows, the k dots reduced
+// by five xor shuffles each; the host takes one token per thread. Padding
+// rows are zeroed by their own kernel.
+// NVVM-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_token_warp
+// NVVM: vector.load {{.*}} : memref<?x64xbf16>, vector<8xbf16>
+// NVVM: vector.store {{.*}} : memref<?x64xbf16>, vector<8xbf16>
+// NVVM-COUNT-10: gpu.shuffle xor
+// NVVM-NOT: gpu.shuffle
+// NVVM-LABEL: gpu.func @unpermute_grad_k3_unpermute_grad_pad
+// NVVM-LABEL: func.func @unpermute_grad
+// NVVM: @unpermute_grad_k2_unpermute_grad_token_warp
+// NVVM-SAME: moe.grid = "s0 32 * 256 cdiv"
+// ROCDL-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_token_warp
+// ROCDL-COUNT-10: gpu.shuffle xor
+// HOST-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_token_vec
+// HOST-NOT: gpu.shuffle
+// HOST-LABEL: gpu.func @unpermute_grad_k3_unpermute_grad_pad
+// HOST-LABEL: func.func @unpermute_grad
+// HOST: @unpermute_grad_k2_unpermute_grad_token_vec
+// HOST-SAME: moe.grid = "s0 256 cdiv"
+// HOST: @unpermute_grad_k3_unpermute_grad_pad
+// HOST-SAME: moe.grid = "s1 256 cdiv"
+func.func @unpermute_grad(%dy: tensor<?x64xbf16>, %w: tensor<?x2xf32>,
+                          %rows: tensor<?x64xbf16> {moe.sym = "M"},
+                          %slots: tensor<?xi32> {moe.sym = "M"},
+                          %offsets: tensor<4xi32>)
+    -> (tensor<?x64xbf16>, tensor<?x2xf32>) {
+  %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 2
+      weights(%w, %rows : tensor<?x2xf32>, tensor<?x64xbf16> -> tensor<?x2xf32>)
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x64xbf16>
+  return %drows, %dw : tensor<?x64xbf16>, tensor<?x2xf32>
+}

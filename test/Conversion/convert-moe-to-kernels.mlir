@@ -86,3 +86,57 @@ func.func @combine_rows(%rows: tensor<?x16xbf16> {moe.sym = "R"},
       : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
   return %y : tensor<?x16xbf16>
 }
+
+// -----
+
+// permute_grad is unpermute's combine without weights (the vectorized one:
+// 64 bf16 in chunks of 8), its probability gradient a fill and a scatter
+// over the rows. The token count of its results is the symbol T of the
+// arguments (here the ids'), not a size of its operands.
+// CHECK-LABEL: gpu.module @permute_grad_kernels
+// CHECK: gpu.func @permute_grad_k3_permute_grad_inverse_fill
+// CHECK: gpu.func @permute_grad_k4_permute_grad_inverse
+// CHECK: gpu.func @permute_grad_k5_permute_grad_combine_vec
+// CHECK: vector.load %{{.*}} : memref<?x64xbf16>, vector<8xbf16>
+// CHECK: gpu.func @permute_grad_k6_permute_grad_slot_fill
+// CHECK: gpu.func @permute_grad_k7_permute_grad_slot_scatter
+// CHECK: func.func @permute_grad(
+// CHECK-SAME: memref<?x64xbf16> {moe.dims = ["s1", "64"], moe.output}
+// CHECK-SAME: memref<?x3xf32> {moe.dims = ["s1", "3"], moe.output}
+// CHECK-SAME: moe.symbols = {{\[\[}}0, 0, "M"], [2, 0, "T"]]
+func.func @permute_grad(%drows: tensor<?x64xbf16> {moe.sym = "M"},
+                        %dprobs: tensor<?xf32> {moe.sym = "M"},
+                        %ids: tensor<?x3xi32>)
+    -> (tensor<?x64xbf16>, tensor<?x3xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8 align = 2
+      : tensor<?x3xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %dx, %dw = moe.permute_grad %drows, %slots, %offsets k = 3
+      probs(%dprobs : tensor<?xf32> -> tensor<?x3xf32>)
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x64xbf16>
+  return %dx, %dw : tensor<?x64xbf16>, tensor<?x3xf32>
+}
+
+// -----
+
+// A row length that no 16-byte vector divides (36 bf16) keeps the scalar
+// kernels of unpermute_grad: one thread per row element, then one per slot
+// for the weight gradient.
+// CHECK-LABEL: gpu.module @unpermute_grad_odd_kernels
+// CHECK: gpu.func @unpermute_grad_odd_k0_unpermute_grad_scatter(
+// CHECK-NOT: vector.load
+// CHECK: gpu.func @unpermute_grad_odd_k3_unpermute_grad_weights(
+// CHECK: func.func @unpermute_grad_odd(
+// CHECK: @unpermute_grad_odd_k0_unpermute_grad_scatter
+// CHECK-SAME: moe.grid = "s1 36 * 256 cdiv"
+// CHECK: @unpermute_grad_odd_k3_unpermute_grad_weights
+// CHECK-SAME: moe.grid = "s0 2 * 256 cdiv"
+func.func @unpermute_grad_odd(%dy: tensor<?x36xbf16>, %w: tensor<?x2xf32>,
+                              %rows: tensor<?x36xbf16> {moe.sym = "M"},
+                              %slots: tensor<?xi32> {moe.sym = "M"},
+                              %offsets: tensor<4xi32>)
+    -> (tensor<?x36xbf16>, tensor<?x2xf32>) {
+  %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 2
+      weights(%w, %rows : tensor<?x2xf32>, tensor<?x36xbf16> -> tensor<?x2xf32>)
+      : tensor<?x36xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x36xbf16>
+  return %drows, %dw : tensor<?x36xbf16>, tensor<?x2xf32>
+}

@@ -2,9 +2,10 @@
 //
 // Part of moec. The reference is the oracle for every kernel, so it is checked
 // two ways: small cases worked out by hand, and identities between ops on
-// random inputs (permute/unpermute invert each other, a gathered matmul equals
-// permute then matmul, weight_grad is the adjoint of the forward matmul,
-// swiglu_grad matches finite differences, ...).
+// random inputs (permute/unpermute invert each other and their gradients are
+// their adjoints, a gathered matmul equals permute then matmul, weight_grad
+// is the adjoint of the forward matmul, swiglu_grad matches finite
+// differences, ...).
 //
 //===----------------------------------------------------------------------===//
 
@@ -204,6 +205,76 @@ TEST(Reference, UnpermuteRejectsBadSlotsAndOffsets) {
                std::invalid_argument);
   EXPECT_THROW(unpermute(rows, ITensor({2}, {0, 1}), ITensor({2}, {2, 1}), 2,
                          1),
+               std::invalid_argument);
+}
+
+TEST(Reference, PermuteGradIsTheAdjointOfPermute) {
+  std::mt19937 rng(3);
+  for (int64_t align : {1, 8}) {
+    const int64_t tokens = 11, experts = 5, k = 2, hidden = 4;
+    RouterResult routing = randomRouting(tokens, experts, k, rng);
+    SortResult sorted = sortByExpert(routing.ids, experts, align);
+    const int64_t rows = sorted.slots.dim(0);
+    DTensor x = randomTensor({tokens, hidden}, rng);
+    PermuteResult p = permute(x, sorted.slots, sorted.offsets, k,
+                              &routing.weights);
+    // Gradients on every row, padding included: those must be ignored.
+    DTensor dRows = randomTensor({rows, hidden}, rng);
+    DTensor dProbs = randomTensor({rows}, rng);
+    PermuteGradResult g = permuteGrad(dRows, sorted.slots, sorted.offsets, k,
+                                      tokens, &dProbs);
+    EXPECT_NEAR(dot(p.rows, dRows), dot(x, g.gradTokens), 1e-12)
+        << "align " << align;
+    EXPECT_NEAR(dot(p.permutedProbs, dProbs),
+                dot(routing.weights, g.gradProbs), 1e-12)
+        << "align " << align;
+  }
+}
+
+TEST(Reference, UnpermuteGradIsTheAdjointOfUnpermute) {
+  std::mt19937 rng(4);
+  for (int64_t align : {1, 4}) {
+    const int64_t tokens = 9, experts = 6, k = 3, hidden = 5;
+    RouterResult routing = randomRouting(tokens, experts, k, rng);
+    SortResult sorted = sortByExpert(routing.ids, experts, align);
+    const int64_t rows = sorted.slots.dim(0);
+    DTensor r = randomTensor({rows, hidden}, rng);
+    DTensor dOut = randomTensor({tokens, hidden}, rng);
+    UnpermuteGradResult g = unpermuteGrad(dOut, sorted.slots, sorted.offsets,
+                                          k, &routing.weights, &r);
+    // unpermute is linear in the rows and in the weights separately.
+    DTensor y = unpermute(r, sorted.slots, sorted.offsets, k, tokens,
+                          &routing.weights);
+    EXPECT_NEAR(dot(y, dOut), dot(r, g.gradRows), 1e-12) << "align " << align;
+    DTensor dW = randomTensor({tokens, k}, rng);
+    DTensor yW = unpermute(r, sorted.slots, sorted.offsets, k, tokens, &dW);
+    EXPECT_NEAR(dot(yW, dOut), dot(dW, g.gradWeights), 1e-12)
+        << "align " << align;
+    // Padding rows get no gradient.
+    for (int64_t i = 0; i < rows; ++i)
+      if (sorted.slots.data[i] < 0)
+        EXPECT_EQ(g.gradRows.at(i, 0), 0.0);
+    // Without weights each row takes its token's gradient as it is.
+    UnpermuteGradResult plain =
+        unpermuteGrad(dOut, sorted.slots, sorted.offsets, k);
+    EXPECT_TRUE(plain.gradWeights.data.empty());
+    for (int64_t i = 0; i < rows; ++i)
+      if (int32_t slot = sorted.slots.data[i]; slot >= 0)
+        EXPECT_EQ(plain.gradRows.at(i, 1), dOut.at(slot / k, 1));
+  }
+}
+
+TEST(Reference, BackwardRejectsBadArguments) {
+  DTensor dOut({2, 1}), w({2, 1});
+  ITensor slots({2}, {0, 1}), offsets({1}, {2});
+  // weights without the forward rows
+  EXPECT_THROW(unpermuteGrad(dOut, slots, offsets, 1, &w),
+               std::invalid_argument);
+  // a slot past the tokens
+  EXPECT_THROW(unpermuteGrad(dOut, ITensor({2}, {0, 2}), offsets, 1),
+               std::invalid_argument);
+  // one slot per gradient row
+  EXPECT_THROW(permuteGrad(DTensor({3, 1}), slots, offsets, 1, 2),
                std::invalid_argument);
 }
 

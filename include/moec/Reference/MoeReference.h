@@ -104,6 +104,30 @@ DTensor unpermute(const DTensor &rows, const ITensor &slots,
                   const ITensor &offsets, int64_t k, int64_t numTokens,
                   const DTensor *weights = nullptr);
 
+struct PermuteGradResult {
+  DTensor gradTokens; ///< [numTokens, H]
+  DTensor gradProbs;  ///< [numTokens, k], when gradPermutedProbs was given
+};
+
+/// moe.permute_grad: grad_rows [M, H] back to [numTokens, H], summing each
+/// token's k rows; `gradPermutedProbs` ([M]) may be null.
+PermuteGradResult permuteGrad(const DTensor &gradRows, const ITensor &slots,
+                              const ITensor &offsets, int64_t k,
+                              int64_t numTokens,
+                              const DTensor *gradPermutedProbs = nullptr);
+
+struct UnpermuteGradResult {
+  DTensor gradRows;    ///< [M, H], M the length of slots
+  DTensor gradWeights; ///< [T, k], when weights were given
+};
+
+/// moe.unpermute_grad of grad_out [T, H]. `weights` ([T, k]) and `rows`
+/// ([M, H], the forward's input rows) are both given or both null.
+UnpermuteGradResult unpermuteGrad(const DTensor &gradOut, const ITensor &slots,
+                                  const ITensor &offsets, int64_t k,
+                                  const DTensor *weights = nullptr,
+                                  const DTensor *rows = nullptr);
+
 //===----------------------------------------------------------------------===//
 // Grouped matmul
 //===----------------------------------------------------------------------===//

@@ -79,6 +79,35 @@ FailureOr<Value> moec::kernels::emitInverse(LoweringContext &ctx,
   return inverse;
 }
 
+LogicalResult moec::kernels::emitSlotScatter(LoweringContext &ctx,
+                                             moe::TileAttr tile, Value values,
+                                             Value slots, Value offsets,
+                                             Value out) {
+  KernelBuilder &h = ctx.host();
+  SmallVector<Value> outSizes = ctx.sizes(out);
+  Value numSlots = h.mul(outSizes[0], outSizes[1]);
+  if (failed(launchPerItem(ctx, "slot_fill", numSlots, tile, {out},
+                           [&](KernelBuilder &b, ValueRange a, Value s) {
+                             Value k = b.dim(a[0], 1);
+                             b.storeF(b.f32(0), a[0],
+                                      {b.div(s, k), b.rem(s, k)});
+                           })))
+    return failure();
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  return launchPerItem(
+      ctx, "slot_scatter", ctx.sizes(slots)[0], tile,
+      {values, slots, offsets, out, numSlots},
+      [&](KernelBuilder &b, ValueRange a, Value r) {
+        Value end = b.loadIdx(a[2], {b.idx(experts - 1)});
+        auto [slot, valid] = b.loadSigned(a[1], {r});
+        Value ok = b.land(b.land(valid, b.ult(r, end)), b.ult(slot, a[4]));
+        b.ifThen(ok, [&] {
+          Value k = b.dim(a[3], 1);
+          b.storeF(b.loadF(a[0], {r}), a[3], {b.div(slot, k), b.rem(slot, k)});
+        });
+      });
+}
+
 Value moec::kernels::gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout, Value half,
                    Value c, bool up) {
   if (layout == moe::GateUpLayout::interleaved)
@@ -450,20 +479,15 @@ LogicalResult lowerPermute(moe::PermuteOp op, moe::TileAttr tile,
       });
 }
 
-LogicalResult lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
-                             BufferMap buffer, LoweringContext &ctx) {
+/// out[t, c] = sum over j < k of weights[t, j] (1 without weights) times
+/// rows[inverse[t·k + j], c] (0 for a slot without a row): one thread per
+/// output element. The combine of unpermute and of permute_grad.
+LogicalResult emitCombineScalar(LoweringContext &ctx, moe::TileAttr tile,
+                                Value rows, Value inverse, Value weights,
+                                Value out, int64_t k) {
   KernelBuilder &h = ctx.host();
-  Value rows = buffer(op.getRows()), slots = buffer(op.getSlots());
-  Value offsets = buffer(op.getOffsets()), weights = buffer(op.getWeights());
-  Value out = buffer(op.getOut());
-  int64_t k = op.getK();
   SmallVector<Value> outSizes = ctx.sizes(out);
-  Value numSlots = h.mul(outSizes[0], h.idx(k));
-  FailureOr<Value> inverse =
-      emitInverse(ctx, tile, slots, offsets, numSlots);
-  if (failed(inverse))
-    return failure();
-  SmallVector<Value> operands = {rows, *inverse, out};
+  SmallVector<Value> operands = {rows, inverse, out};
   if (weights)
     operands.push_back(weights);
   return launchPerItem(
@@ -486,6 +510,102 @@ LogicalResult lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
               return {b.fadd(it[0], term)};
             })[0];
         b.storeF(acc, a[2], {t, c});
+      });
+}
+
+LogicalResult lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
+                             BufferMap buffer, LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value out = buffer(op.getOut());
+  Value numSlots = h.mul(ctx.sizes(out)[0], h.idx(op.getK()));
+  FailureOr<Value> inverse = emitInverse(
+      ctx, tile, buffer(op.getSlots()), buffer(op.getOffsets()), numSlots);
+  if (failed(inverse))
+    return failure();
+  return emitCombineScalar(ctx, tile, buffer(op.getRows()), *inverse,
+                           buffer(op.getWeights()), out, op.getK());
+}
+
+LogicalResult lowerPermuteGrad(moe::PermuteGradOp op, moe::TileAttr tile,
+                               BufferMap buffer, LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value slots = buffer(op.getSlots()), offsets = buffer(op.getOffsets());
+  Value gradTokens = buffer(op.getGradTokens());
+  Value numSlots = h.mul(ctx.sizes(gradTokens)[0], h.idx(op.getK()));
+  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots);
+  if (failed(inverse) ||
+      failed(emitCombineScalar(ctx, tile, buffer(op.getGradRows()), *inverse,
+                               /*weights=*/Value(), gradTokens, op.getK())))
+    return failure();
+  if (!op.getGradPermutedProbs())
+    return success();
+  return emitSlotScatter(ctx, tile, buffer(op.getGradPermutedProbs()), slots,
+                         offsets, buffer(op.getGradProbs()));
+}
+
+LogicalResult lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
+                                 BufferMap buffer, LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value gradOut = buffer(op.getGradOut()), slots = buffer(op.getSlots());
+  Value offsets = buffer(op.getOffsets()), weights = buffer(op.getWeights());
+  Value rows = buffer(op.getRows()), gradRows = buffer(op.getGradRows());
+  Value gradWeights = buffer(op.getGradWeights());
+  int64_t k = op.getK();
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  SmallVector<Value> rowSizes = ctx.sizes(gradRows);
+  // Each row takes its token's gradient, times its weight; padding rows and
+  // rows past the last group are zero.
+  SmallVector<Value> operands = {gradOut, slots, offsets, gradRows};
+  if (weights)
+    operands.push_back(weights);
+  if (failed(launchPerItem(
+          ctx, "scatter", h.mul(rowSizes[0], rowSizes[1]), tile, operands,
+          [&](KernelBuilder &b, ValueRange a, Value id) {
+            Value H = b.dim(a[3], 1);
+            Value r = b.div(id, H), c = b.rem(id, H);
+            Value end = b.loadIdx(a[2], {b.idx(experts - 1)});
+            auto [slot, valid] = b.loadSigned(a[1], {r});
+            Value ok = b.land(valid, b.ult(r, end));
+            Value v = b.ifElse(
+                ok, b.getF32Type(),
+                [&] {
+                  Value t = b.div(slot, b.idx(k));
+                  Value g = b.loadF(a[0], {t, c});
+                  return weights ? b.fmul(g, b.loadF(a[4], {t, b.rem(
+                                                                slot, b.idx(k))}))
+                                 : g;
+                },
+                [&] { return b.f32(0); });
+            b.storeF(v, a[3], {r, c});
+          })))
+    return failure();
+  if (!weights)
+    return success();
+
+  // The weight gradient: one thread per slot, the dot product of the
+  // token's gradient with the forward row of the slot.
+  SmallVector<Value> outSizes = ctx.sizes(gradOut);
+  Value numSlots = h.mul(outSizes[0], h.idx(k));
+  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots);
+  if (failed(inverse))
+    return failure();
+  return launchPerItem(
+      ctx, "weights", numSlots, tile, {gradOut, rows, *inverse, gradWeights},
+      [&](KernelBuilder &b, ValueRange a, Value s) {
+        Value t = b.div(s, b.idx(k)), j = b.rem(s, b.idx(k));
+        auto [r, valid] = b.loadSigned(a[2], {s});
+        Value dot = b.ifElse(
+            valid, b.getF32Type(),
+            [&] {
+              return b.loop(b.idx(0), b.dim(a[0], 1), {b.f32(0)},
+                            [&](Value c, ValueRange it) -> SmallVector<Value> {
+                              return {b.fadd(it[0],
+                                             b.fmul(b.loadF(a[0], {t, c}),
+                                                    b.loadF(a[1], {r, c})))};
+                            })[0];
+            },
+            [&] { return b.f32(0); });
+        b.storeF(dot, a[3], {t, j});
       });
 }
 
@@ -1101,6 +1221,27 @@ LogicalResult moec::kernels::resultSizes(
                       "tokens is their first dimension)");
         return success();
       })
+      .Case<moe::PermuteGradOp>([&](auto p) -> LogicalResult {
+        Value hidden = sizesOf(p.getGradRows())[1];
+        Value tokens = ctx.tokenCount();
+        auto dims = [&](int64_t d) {
+          return d == 0 ? tokens : d == 1 ? hidden : Value();
+        };
+        if (!fill(p.getGradTokens(), dims) ||
+            (p.getGradProbs() && !fill(p.getGradProbs(), dims)))
+          return fail("a dynamic token count needs a function argument whose "
+                      "leading dimension is the token count T");
+        return success();
+      })
+      .Case<moe::UnpermuteGradOp>([&](auto u) -> LogicalResult {
+        SmallVector<Value> out = sizesOf(u.getGradOut());
+        Value rows = sizesOf(u.getSlots())[0];
+        fill(u.getGradRows(),
+             [&](int64_t d) { return d == 0 ? rows : out[1]; });
+        if (u.getGradWeights())
+          fill(u.getGradWeights(), [&](int64_t) { return out[0]; });
+        return success();
+      })
       .Case<moe::GroupedMatmulOp>([&](auto g) -> LogicalResult {
         SmallVector<Value> lhs = sizesOf(g.getLhs());
         SmallVector<Value> rhs = sizesOf(g.getRhs());
@@ -1199,6 +1340,9 @@ LogicalResult moec::kernels::lowerOp(Operation *op, moe::TileAttr tile,
           lowerMatmulHopper(op, tile, buffer, ctx))
     return *lowered;
   if (std::optional<LogicalResult> lowered =
+          lowerBackward(op, tile, buffer, ctx))
+    return *lowered;
+  if (std::optional<LogicalResult> lowered =
           lowerVectorized(op, tile, buffer, ctx))
     return *lowered;
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -1210,6 +1354,10 @@ LogicalResult moec::kernels::lowerOp(Operation *op, moe::TileAttr tile,
           [&](auto o) { return lowerPermute(o, tile, buffer, ctx); })
       .Case<moe::UnpermuteOp>(
           [&](auto o) { return lowerUnpermute(o, tile, buffer, ctx); })
+      .Case<moe::PermuteGradOp>(
+          [&](auto o) { return lowerPermuteGrad(o, tile, buffer, ctx); })
+      .Case<moe::UnpermuteGradOp>(
+          [&](auto o) { return lowerUnpermuteGrad(o, tile, buffer, ctx); })
       .Case<moe::GroupedMatmulOp>(
           [&](auto o) { return lowerGroupedMatmul(o, tile, buffer, ctx); })
       .Case<moe::SwigluOp>(

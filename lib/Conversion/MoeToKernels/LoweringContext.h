@@ -33,6 +33,10 @@ public:
   /// A scratch buffer of the given type and sizes (one Value per dimension).
   virtual mlir::Value allocTemp(mlir::MemRefType type,
                                 llvm::ArrayRef<mlir::Value> sizes) = 0;
+  /// The host index value of the token count T: the symbol of the
+  /// function arguments' dynamic leading dimensions (those `moe.sym` does
+  /// not name otherwise); null when no argument has one.
+  virtual mlir::Value tokenCount() = 0;
   /// Emits a kernel named after the op being lowered (plus `suffix`) and its
   /// launch over `gridBlocks` blocks of `tile.getThreads()` threads.
   /// `operands` are host memrefs and index values. `dynamicSharedBytes` of
@@ -65,6 +69,14 @@ std::optional<mlir::LogicalResult> lowerVectorized(mlir::Operation *op,
                                                    BufferMap buffer,
                                                    LoweringContext &ctx);
 
+/// Lowers permute_grad and unpermute_grad with the vectorized and warp
+/// kernels of BackwardKernels.cpp; nullopt where they do not apply (op or
+/// shapes), for lowerOp's scalar kernels.
+std::optional<mlir::LogicalResult> lowerBackward(mlir::Operation *op,
+                                                 moe::TileAttr tile,
+                                                 BufferMap buffer,
+                                                 LoweringContext &ctx);
+
 /// Lowers router_topk and sort_by_expert with the warp kernels of
 /// RoutingKernels.cpp (targets with warp shuffles); nullopt where they do
 /// not apply.
@@ -89,7 +101,8 @@ resultSizes(mlir::Operation *op, BufferMap buffer, LoweringContext &ctx,
             llvm::SmallVector<llvm::SmallVector<mlir::Value>> &sizes);
 
 //===----------------------------------------------------------------------===//
-// Helpers shared by the kernel generators (Kernels.cpp, VectorKernels.cpp)
+// Helpers shared by the kernel generators (Kernels.cpp, VectorKernels.cpp,
+// BackwardKernels.cpp)
 //===----------------------------------------------------------------------===//
 
 /// Launches `body(b, args, id)` once per work item `id < count`, on
@@ -111,6 +124,12 @@ mlir::FailureOr<mlir::Value> emitInverse(LoweringContext &ctx,
                                          mlir::Value offsets,
                                          mlir::Value numSlots);
 
+/// Elements per thread for rows of `rowLength` elements of the (float)
+/// types accessed: the widest 16-byte vector of the narrowest type, if it
+/// divides the row; 0 otherwise.
+int64_t chunkWidth(std::optional<int64_t> rowLength,
+                   std::initializer_list<mlir::Type> types);
+
 /// The vectorized combine of unpermute: out[t] = sum over j < k of
 /// weights[t, j] (1 without weights) times the grouped row of slot t·k + j
 /// in `rows` (found through the inverse of `slots`; none: zero); nullopt
@@ -119,6 +138,14 @@ std::optional<mlir::LogicalResult>
 emitCombine(LoweringContext &ctx, moe::TileAttr tile, mlir::Value rows,
             mlir::Value slots, mlir::Value offsets, mlir::Value weights,
             mlir::Value out, int64_t k);
+
+/// The probability gradient of permute_grad: out[s / k, s % k] =
+/// values[r] for every grouped row r < offsets[E-1] with a slot s >= 0, 0
+/// for slots without a row (out is [T, k], values [M]): a fill and a
+/// scatter over the rows.
+mlir::LogicalResult emitSlotScatter(LoweringContext &ctx, moe::TileAttr tile,
+                                    mlir::Value values, mlir::Value slots,
+                                    mlir::Value offsets, mlir::Value out);
 
 /// Column of the gate (or up) value of SwiGLU output column c.
 mlir::Value gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout,

@@ -68,6 +68,7 @@ unsigned odsOperandCount(Operation *op) {
   return llvm::TypeSwitch<Operation *, unsigned>(op)
       .Case<moe::RouterTopKOp>([](auto) { return 2; })
       .Case<moe::UnpermuteOp>([](auto) { return 4; })
+      .Case<moe::PermuteGradOp>([](auto) { return 4; })
       .Case<moe::QuantizeOp>([](auto) { return 2; })
       .Default([](Operation *op) { return op->getNumOperands(); });
 }
@@ -89,6 +90,7 @@ public:
     return it->second;
   }
   Value allocTemp(MemRefType type, ArrayRef<Value> sizes) override;
+  Value tokenCount() override { return tokens; }
   LogicalResult launch(StringRef suffix, Value gridBlocks, moe::TileAttr tile,
                        ValueRange operands, const KernelBody &body,
                        int64_t dynamicSharedBytes = 0) override;
@@ -122,6 +124,7 @@ private:
   SmallVector<Attribute> symbolAttrs;
   llvm::StringMap<unsigned> symbolByName;
   DenseMap<Value, std::pair<unsigned, unsigned>> inputDim;
+  Value tokens; ///< the symbol T's host value, if an argument has it
   SmallVector<Value> temps;
   SmallVector<Attribute> refOps;
 };
@@ -459,6 +462,8 @@ LogicalResult FuncLowering::run() {
              hostBuilder.getStringAttr(symbolName)}));
       symbolOf[{i, d}] = symbol;
       inputDim[dim] = {i, d};
+      if (isNew && symbolName == "T")
+        tokens = dim;
       sizes.push_back(dim);
     }
     sizesOf[arg] = sizes;

@@ -46,11 +46,10 @@ std::optional<int64_t> staticDim(Value memref, unsigned d) {
 
 bool isFloat(Type type) { return isa<FloatType>(type); }
 
-/// Elements per thread for rows of `rowLength` elements of the types
-/// accessed: the widest 16-byte vector of the narrowest type, if it divides
-/// the row; 0 otherwise.
-int64_t chunkWidth(std::optional<int64_t> rowLength,
-                   std::initializer_list<Type> types) {
+} // namespace
+
+int64_t moec::kernels::chunkWidth(std::optional<int64_t> rowLength,
+                                  std::initializer_list<Type> types) {
   int64_t width = 0;
   for (Type t : types) {
     int64_t w = KernelBuilder::vectorWidth(t);
@@ -62,6 +61,8 @@ int64_t chunkWidth(std::optional<int64_t> rowLength,
     return 0;
   return width;
 }
+
+namespace {
 
 /// Work items per thread of the row-wise quantize, FP8 dequantize and NF4
 /// kernels (launchUnrolled). On the H200 1, 2 and 4 came within 2 % of each

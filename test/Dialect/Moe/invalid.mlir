@@ -1970,3 +1970,300 @@ func.func @case218(%x: tensor<8x16xbf16>) {
   %a = moe.swiglu %x {moe.tile = #moe.tile<m = 1, n = 1, k = 1>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
   return
 }
+
+// -----
+
+// grad_rows must be float
+func.func @case219(%r: tensor<8x16xi8>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'grad_rows' must be a 2-D tensor of bf16, f16 or f32 values, got 'tensor<8x16xi8>'}}
+  %y = moe.permute_grad %r, %slots, %o k = 2 : tensor<8x16xi8>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// permute_grad: slots must be i32
+func.func @case220(%r: tensor<8x16xbf16>, %slots: tensor<8xf32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'slots' must be a 1-D tensor of i32 values}}
+  %y = moe.permute_grad %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xf32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// grad_tokens must be float
+func.func @case221(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'grad_tokens' must be a 2-D tensor of bf16, f16 or f32 values}}
+  %y = moe.permute_grad %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xi32>
+  return
+}
+
+// -----
+
+// permute_grad: offsets rank
+func.func @case222(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4x1xi32>) {
+  // expected-error @+1 {{operand 'offsets' must be a 1-D tensor of i32 values}}
+  %y = moe.permute_grad %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4x1xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// permute_grad: offsets static
+func.func @case223(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<?xi32>) {
+  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<?xi32>'}}
+  %y = moe.permute_grad %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<?xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// permute_grad: k positive
+func.func @case224(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'k' must be positive, got 0}}
+  %y = moe.permute_grad %r, %slots, %o k = 0 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// permute_grad: one slot per row
+func.func @case225(%r: tensor<8x16xbf16>, %slots: tensor<6xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of operand 'slots' is 6 but must equal the number of rows of 'grad_rows' (8)}}
+  %y = moe.permute_grad %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<6xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// permute_grad: hidden size kept
+func.func @case226(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'grad_tokens' is 8 but must equal the hidden size of 'grad_rows' (16)}}
+  %y = moe.permute_grad %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x8xbf16>
+  return
+}
+
+// -----
+
+// permute_grad: rows cover every slot
+func.func @case227(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'grad_rows' has 8 rows, fewer than the 10 slots of 5 tokens with k = 2}}
+  %y = moe.permute_grad %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<5x16xbf16>
+  return
+}
+
+// -----
+
+// permute_grad: probs gradient and its result together (generic form)
+func.func @case228(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<8xf32>) {
+  // expected-error @+1 {{operand 'grad_permuted_probs' and result 'grad_probs' must be given together}}
+  %y = "moe.permute_grad"(%r, %slots, %o, %p) <{k = 2 : i64}> : (tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<8xf32>) -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// grad_permuted_probs must be f32
+func.func @case229(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<8xbf16>) {
+  // expected-error @+1 {{operand 'grad_permuted_probs' must be a 1-D tensor of f32 values, got 'tensor<8xbf16>'}}
+  %y, %dw = moe.permute_grad %r, %slots, %o k = 2 probs(%p : tensor<8xbf16> -> tensor<4x2xf32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// grad_probs must be 2-D f32
+func.func @case230(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<8xf32>) {
+  // expected-error @+1 {{result 'grad_probs' must be a 2-D tensor of f32 values, got 'tensor<8xf32>'}}
+  %y, %dw = moe.permute_grad %r, %slots, %o k = 2 probs(%p : tensor<8xf32> -> tensor<8xf32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// grad_permuted_probs: one per row
+func.func @case231(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<6xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'grad_permuted_probs' is 6 but must equal the number of rows of 'grad_rows' (8)}}
+  %y, %dw = moe.permute_grad %r, %slots, %o k = 2 probs(%p : tensor<6xf32> -> tensor<4x2xf32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// grad_probs token count
+func.func @case232(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<8xf32>) {
+  // expected-error @+1 {{dimension 0 of result 'grad_probs' is 3 but must equal the number of tokens of result 'grad_tokens' (4)}}
+  %y, %dw = moe.permute_grad %r, %slots, %o k = 2 probs(%p : tensor<8xf32> -> tensor<3x2xf32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// grad_probs width k
+func.func @case233(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<8xf32>) {
+  // expected-error @+1 {{dimension 1 of result 'grad_probs' is 1 but must equal attribute 'k' (2)}}
+  %y, %dw = moe.permute_grad %r, %slots, %o k = 2 probs(%p : tensor<8xf32> -> tensor<4x1xf32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+// grad_out must be float
+func.func @case234(%g: tensor<4x16xi8>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'grad_out' must be a 2-D tensor of bf16, f16 or f32 values, got 'tensor<4x16xi8>'}}
+  %y = moe.unpermute_grad %g, %slots, %o k = 2 : tensor<4x16xi8>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// unpermute_grad: slots must be i32
+func.func @case235(%g: tensor<4x16xbf16>, %slots: tensor<8xi64>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'slots' must be a 1-D tensor of i32 values}}
+  %y = moe.unpermute_grad %g, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi64>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// grad_rows must be float
+func.func @case236(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'grad_rows' must be a 2-D tensor of bf16, f16 or f32 values, got 'tensor<8x16xf8E4M3FN>'}}
+  %y = moe.unpermute_grad %g, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xf8E4M3FN>
+  return
+}
+
+// -----
+
+// unpermute_grad: offsets i32
+func.func @case237(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi64>) {
+  // expected-error @+1 {{operand 'offsets' must be a 1-D tensor of i32 values}}
+  %y = moe.unpermute_grad %g, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi64> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// unpermute_grad: k positive
+func.func @case238(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'k' must be positive, got -2}}
+  %y = moe.unpermute_grad %g, %slots, %o k = -2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// grad_rows: one row per slot
+func.func @case239(%g: tensor<4x16xbf16>, %slots: tensor<10xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'grad_rows' is 8 but must equal the length of 'slots' (10)}}
+  %y = moe.unpermute_grad %g, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<10xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// grad_rows: hidden size kept
+func.func @case240(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'grad_rows' is 32 but must equal the hidden size of 'grad_out' (16)}}
+  %y = moe.unpermute_grad %g, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// grad_rows cover every slot
+func.func @case241(%g: tensor<5x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{result 'grad_rows' has 8 rows, fewer than the 10 slots of 5 tokens with k = 2}}
+  %y = moe.unpermute_grad %g, %slots, %o k = 2 : tensor<5x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// weights, rows and grad_weights together (generic form)
+func.func @case242(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>) {
+  // expected-error @+1 {{operands 'weights' and 'rows' and result 'grad_weights' must be given together}}
+  %y, %dw = "moe.unpermute_grad"(%g, %slots, %o, %w) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x2xf32>) -> (tensor<8x16xbf16>, tensor<4x2xf32>)
+  return
+}
+
+// -----
+
+// unpermute_grad: weights must be f32
+func.func @case243(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xbf16>, %r: tensor<8x16xbf16>) {
+  // expected-error @+1 {{operand 'weights' must be a 2-D tensor of f32 values, got 'tensor<4x2xbf16>'}}
+  %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<4x2xbf16>, tensor<8x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// unpermute_grad: rows must be float
+func.func @case244(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>, %r: tensor<8x16xi32>) {
+  // expected-error @+1 {{operand 'rows' must be a 2-D tensor of bf16, f16 or f32 values, got 'tensor<8x16xi32>'}}
+  %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<4x2xf32>, tensor<8x16xi32> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// grad_weights must be f32
+func.func @case245(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>, %r: tensor<8x16xbf16>) {
+  // expected-error @+1 {{result 'grad_weights' must be a 2-D tensor of f32 values, got 'tensor<4x2xbf16>'}}
+  %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<4x2xbf16>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// unpermute_grad: weights token count
+func.func @case246(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<3x2xf32>, %r: tensor<8x16xbf16>) {
+  // expected-error @+1 {{dimension 0 of operand 'weights' is 3 but must equal the number of tokens of 'grad_out' (4)}}
+  %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<3x2xf32>, tensor<8x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// unpermute_grad: weights width k
+func.func @case247(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x3xf32>, %r: tensor<8x16xbf16>) {
+  // expected-error @+1 {{dimension 1 of operand 'weights' is 3 but must equal attribute 'k' (2)}}
+  %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<4x3xf32>, tensor<8x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// unpermute_grad: forward rows, one per slot
+func.func @case248(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>, %r: tensor<9x16xbf16>) {
+  // expected-error @+1 {{dimension 0 of operand 'rows' is 9 but must equal the length of 'slots' (8)}}
+  %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<4x2xf32>, tensor<9x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// unpermute_grad: forward rows hidden size
+func.func @case249(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>, %r: tensor<8x8xbf16>) {
+  // expected-error @+1 {{dimension 1 of operand 'rows' is 8 but must equal the hidden size of 'grad_out' (16)}}
+  %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<4x2xf32>, tensor<8x8xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// grad_weights token count
+func.func @case250(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>, %r: tensor<8x16xbf16>) {
+  // expected-error @+1 {{dimension 0 of result 'grad_weights' is 5 but must equal the number of tokens of 'grad_out' (4)}}
+  %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<5x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// grad_weights width k
+func.func @case251(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>, %r: tensor<8x16xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'grad_weights' is 4 but must equal attribute 'k' (2)}}
+  %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<4x4xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}

@@ -109,6 +109,28 @@ func.func @unpermute(%rows: tensor<?x2048xbf16>, %slots: tensor<?xi32>, %offsets
 
 // -----
 
+// CHECK-LABEL: func @permute_grad
+func.func @permute_grad(%drows: tensor<?x2048xbf16>, %slots: tensor<?xi32>, %offsets: tensor<128xi32>, %dprobs: tensor<?xf32>) -> (tensor<?x2048xbf16>, tensor<?x8xf32>, tensor<?x2048xf32>) {
+  // CHECK: moe.permute_grad %{{.*}}, %{{.*}}, %{{.*}} k = 8 probs(%{{.*}} : tensor<?xf32> -> tensor<?x8xf32>) : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
+  %dx, %dw = moe.permute_grad %drows, %slots, %offsets k = 8 probs(%dprobs : tensor<?xf32> -> tensor<?x8xf32>) : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
+  // CHECK: moe.permute_grad %{{.*}}, %{{.*}}, %{{.*}} k = 8 : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xf32>
+  %dx32 = moe.permute_grad %drows, %slots, %offsets k = 8 : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xf32>
+  return %dx, %dw, %dx32 : tensor<?x2048xbf16>, tensor<?x8xf32>, tensor<?x2048xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func @unpermute_grad
+func.func @unpermute_grad(%dy: tensor<?x2048xbf16>, %slots: tensor<?xi32>, %offsets: tensor<128xi32>, %w: tensor<?x8xf32>, %rows: tensor<?x2048xbf16>) -> (tensor<?x2048xbf16>, tensor<?x8xf32>, tensor<?x2048xf32>) {
+  // CHECK: moe.unpermute_grad %{{.*}}, %{{.*}}, %{{.*}} k = 8 weights(%{{.*}}, %{{.*}} : tensor<?x8xf32>, tensor<?x2048xbf16> -> tensor<?x8xf32>) : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
+  %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8 weights(%w, %rows : tensor<?x8xf32>, tensor<?x2048xbf16> -> tensor<?x8xf32>) : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
+  // CHECK: moe.unpermute_grad %{{.*}}, %{{.*}}, %{{.*}} k = 8 : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xf32>
+  %drows32 = moe.unpermute_grad %dy, %slots, %offsets k = 8 : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xf32>
+  return %drows, %dw, %drows32 : tensor<?x2048xbf16>, tensor<?x8xf32>, tensor<?x2048xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func @grouped_matmul_plain
 func.func @grouped_matmul_plain(%x: tensor<?x2048xbf16>, %w: tensor<128x2048x768xbf16>, %wt: tensor<128x768x2048xbf16>, %offsets: tensor<128xi32>) -> (tensor<?x768xbf16>, tensor<?x768xf32>) {
   // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x2048xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32> -> tensor<?x768xbf16>

@@ -438,6 +438,106 @@ LogicalResult UnpermuteOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// PermuteGradOp / UnpermuteGradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PermuteGradOp::verify() {
+  Operation *op = getOperation();
+  auto gradRowsType = expectTensor(op, "operand 'grad_rows'", getGradRows(), 2,
+                                   isWideFloat, kWideFloat);
+  auto slotsType =
+      expectTensor(op, "operand 'slots'", getSlots(), 1, isI32, kI32);
+  auto gradTokensType = expectTensor(op, "result 'grad_tokens'",
+                                     getGradTokens(), 2, isWideFloat,
+                                     kWideFloat);
+  if (failed(gradRowsType) || failed(slotsType) || failed(gradTokensType) ||
+      failed(expectOffsets(op, getOffsets())) ||
+      failed(expectPositive(op, "k", getK())))
+    return failure();
+  int64_t rows = gradRowsType->getDimSize(0);
+  int64_t tokens = gradTokensType->getDimSize(0);
+  if (failed(expectDim(op, "operand 'slots'", *slotsType, 0, rows,
+                       "the number of rows of 'grad_rows'")) ||
+      failed(expectDim(op, "result 'grad_tokens'", *gradTokensType, 1,
+                       gradRowsType->getDimSize(1),
+                       "the hidden size of 'grad_rows'")) ||
+      failed(expectEnoughRows(op, "operand 'grad_rows'", rows, tokens,
+                              getK())))
+    return failure();
+
+  if (bool(getGradPermutedProbs()) != bool(getGradProbs()))
+    return emitOpError() << "operand 'grad_permuted_probs' and result "
+                            "'grad_probs' must be given together";
+  if (getGradPermutedProbs()) {
+    auto inType = expectTensor(op, "operand 'grad_permuted_probs'",
+                               getGradPermutedProbs(), 1, isF32, kF32);
+    auto outType = expectTensor(op, "result 'grad_probs'", getGradProbs(), 2,
+                                isF32, kF32);
+    if (failed(inType) || failed(outType) ||
+        failed(expectDim(op, "operand 'grad_permuted_probs'", *inType, 0,
+                         rows, "the number of rows of 'grad_rows'")) ||
+        failed(expectDim(op, "result 'grad_probs'", *outType, 0, tokens,
+                         "the number of tokens of result 'grad_tokens'")) ||
+        failed(expectDim(op, "result 'grad_probs'", *outType, 1, getK(),
+                         "attribute 'k'")))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult UnpermuteGradOp::verify() {
+  Operation *op = getOperation();
+  auto gradOutType = expectTensor(op, "operand 'grad_out'", getGradOut(), 2,
+                                  isWideFloat, kWideFloat);
+  auto slotsType =
+      expectTensor(op, "operand 'slots'", getSlots(), 1, isI32, kI32);
+  auto gradRowsType = expectTensor(op, "result 'grad_rows'", getGradRows(), 2,
+                                   isWideFloat, kWideFloat);
+  if (failed(gradOutType) || failed(slotsType) || failed(gradRowsType) ||
+      failed(expectOffsets(op, getOffsets())) ||
+      failed(expectPositive(op, "k", getK())))
+    return failure();
+  int64_t rows = gradRowsType->getDimSize(0);
+  int64_t tokens = gradOutType->getDimSize(0);
+  int64_t hidden = gradOutType->getDimSize(1);
+  if (failed(expectDim(op, "result 'grad_rows'", *gradRowsType, 0,
+                       slotsType->getDimSize(0), "the length of 'slots'")) ||
+      failed(expectDim(op, "result 'grad_rows'", *gradRowsType, 1, hidden,
+                       "the hidden size of 'grad_out'")) ||
+      failed(expectEnoughRows(op, "result 'grad_rows'", rows, tokens,
+                              getK())))
+    return failure();
+
+  if (bool(getWeights()) != bool(getRows()) ||
+      bool(getWeights()) != bool(getGradWeights()))
+    return emitOpError() << "operands 'weights' and 'rows' and result "
+                            "'grad_weights' must be given together";
+  if (getWeights()) {
+    auto weightsType =
+        expectTensor(op, "operand 'weights'", getWeights(), 2, isF32, kF32);
+    auto rowsType = expectTensor(op, "operand 'rows'", getRows(), 2,
+                                 isWideFloat, kWideFloat);
+    auto outType = expectTensor(op, "result 'grad_weights'", getGradWeights(),
+                                2, isF32, kF32);
+    if (failed(weightsType) || failed(rowsType) || failed(outType) ||
+        failed(expectDim(op, "operand 'weights'", *weightsType, 0, tokens,
+                         "the number of tokens of 'grad_out'")) ||
+        failed(expectDim(op, "operand 'weights'", *weightsType, 1, getK(),
+                         "attribute 'k'")) ||
+        failed(expectDim(op, "operand 'rows'", *rowsType, 0,
+                         slotsType->getDimSize(0), "the length of 'slots'")) ||
+        failed(expectDim(op, "operand 'rows'", *rowsType, 1, hidden,
+                         "the hidden size of 'grad_out'")) ||
+        failed(expectDim(op, "result 'grad_weights'", *outType, 0, tokens,
+                         "the number of tokens of 'grad_out'")) ||
+        failed(expectDim(op, "result 'grad_weights'", *outType, 1, getK(),
+                         "attribute 'k'")))
+      return failure();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // GroupedMatmulOp
 //===----------------------------------------------------------------------===//
 

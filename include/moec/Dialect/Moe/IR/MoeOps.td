@@ -226,6 +226,104 @@ def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Moe_PermuteGradOp : Moe_Op<"permute_grad", [Pure]> {
+  let summary = "Gradient of moe.permute: grouped row gradients back to tokens";
+  let description = [{
+    The backward of `moe.permute`: each token's gradient is the sum of the
+    gradients of the k rows it was copied to,
+
+    `grad_tokens[t] = sum_j grad_rows[pos(t * k + j)]`
+
+    where `pos(s)` is the row whose slot is `s`. Padding rows (slot `-1`)
+    and rows at or past `offsets[E-1]` are ignored; a slot without a row
+    adds nothing. Sums are accumulated in f32 and rounded once to the result
+    element type (this is `moe.unpermute` without weights). `grad_rows` and
+    `grad_tokens` are bf16, f16 or f32.
+
+    * `probs(%g : tensor<Mxf32> -> tensor<Txkxf32>)`: the gradient of
+      permute's `permuted_probs`, routed back to the routing weights:
+      `grad_probs[t, j] = g[pos(t * k + j)]` (0 for a slot without a row).
+
+    Example:
+
+    ```mlir
+    %dx, %dw = moe.permute_grad %drows, %slots, %offsets k = 8
+        probs(%dprobs : tensor<?xf32> -> tensor<?x8xf32>)
+        : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32>
+        -> tensor<?x2048xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$grad_rows,
+    AnyTensor:$slots,
+    AnyTensor:$offsets,
+    Optional<AnyTensor>:$grad_permuted_probs,
+    I64Attr:$k
+  );
+  let results = (outs AnyTensor:$grad_tokens, Optional<AnyTensor>:$grad_probs);
+  let assemblyFormat = [{
+    $grad_rows `,` $slots `,` $offsets `k` `=` $k
+    (`probs` `(` $grad_permuted_probs^ `:` type($grad_permuted_probs) `->`
+     type($grad_probs) `)`)?
+    attr-dict `:` type($grad_rows) `,` type($slots) `,` type($offsets) `->`
+    type($grad_tokens)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_UnpermuteGradOp : Moe_Op<"unpermute_grad",
+                                 [Pure, AttrSizedOperandSegments]> {
+  let summary = "Gradient of moe.unpermute: token gradients to grouped rows";
+  let description = [{
+    The backward of `moe.unpermute`: every grouped row receives the gradient
+    of the token it was combined into, times its routing weight,
+
+    `grad_rows[i] = w[s / k, s % k] * grad_out[s / k]` with `s = slots[i]`
+
+    for each row `i` with `slots[i] >= 0` before `offsets[E-1]`; padding rows
+    and rows at or past `offsets[E-1]` are zero. Without `weights` every
+    weight is 1 (the forward summed the rows as they were). Products are
+    computed in f32 and rounded once to the result element type. `grad_out`
+    and `grad_rows` are bf16, f16 or f32.
+
+    * `weights(%w, %rows : tensor<Txkxf32>, tensor<MxHx...> ->
+      tensor<Txkxf32>)`: the forward's routing weights and its input rows.
+      The weights scale the row gradients as above, and the gradient of the
+      weights is returned:
+      `grad_weights[t, j] = sum_c grad_out[t, c] * rows[pos(t * k + j), c]`,
+      accumulated in f32 (0 for a slot without a row), where `pos(s)` is the
+      row whose slot is `s`.
+
+    Example:
+
+    ```mlir
+    %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8
+        weights(%w, %rows : tensor<?x8xf32>, tensor<?x2048xbf16>
+                -> tensor<?x8xf32>)
+        : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32>
+        -> tensor<?x2048xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyTensor:$grad_out,
+    AnyTensor:$slots,
+    AnyTensor:$offsets,
+    Optional<AnyTensor>:$weights,
+    Optional<AnyTensor>:$rows,
+    I64Attr:$k
+  );
+  let results = (outs AnyTensor:$grad_rows,
+                      Optional<AnyTensor>:$grad_weights);
+  let assemblyFormat = [{
+    $grad_out `,` $slots `,` $offsets `k` `=` $k
+    (`weights` `(` $weights^ `,` $rows `:` type($weights) `,` type($rows)
+     `->` type($grad_weights) `)`)?
+    attr-dict `:` type($grad_out) `,` type($slots) `,` type($offsets) `->`
+    type($grad_rows)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Grouped matmul
 //===----------------------------------------------------------------------===//

@@ -119,8 +119,9 @@ def MoeTilePass : Pass<"moe-tile"> {
       the output is at most 8 columns wide, `n = 8, threads = 128`.
     * `moe.router_topk`, `moe.sort_by_expert`: one row per block, 128
       threads.
-    * `moe.permute`, `moe.unpermute`, `moe.swiglu`, `moe.swiglu_grad`,
-      `moe.quantize`, `moe.dequantize`: one row per block, 256 threads.
+    * `moe.permute`, `moe.unpermute`, their gradients, `moe.swiglu`,
+      `moe.swiglu_grad`, `moe.quantize`, `moe.dequantize`: one row per
+      block, 256 threads.
 
     The options `m`, `n`, `k` and `threads` override the matmul tile (each
     one given replaces that field of the model's choice); a combination

@@ -25,8 +25,9 @@ namespace moec::moe {
 ///   at most 8 columns wide, n = 8 and threads = 128.
 /// * `moe.router_topk`, `moe.sort_by_expert`: m = 1 row per block, 128
 ///   threads (n = k = 1).
-/// * every other moe op (permute, unpermute, swiglu, swiglu_grad, quantize,
-///   dequantize, and ops added later): m = 1 row per block, 256 threads.
+/// * every other moe op (permute, unpermute and their gradients, swiglu,
+///   swiglu_grad, quantize, dequantize, and ops added later): m = 1 row per
+///   block, 256 threads.
 ///
 /// Returns a null attribute for ops of other dialects. Needs the moe dialect
 /// loaded in `op`'s context.
