@@ -149,6 +149,31 @@ def torch_unpermute(rows, slots, w, k, T):
     return out.to(rows.dtype)
 
 
+def torch_permute_grad(drows, slots, dprobs, k, T):
+    """The backward of torch_permute: row gradients summed back to their
+    tokens (f32), probability gradients back to their slots."""
+    slot = slots.long()
+    acc = torch.float64 if drows.dtype == torch.float64 else torch.float32
+    dx = torch.zeros(T, drows.shape[1], dtype=acc, device=drows.device)
+    dx.index_add_(0, slot // k, drows.to(acc))
+    dw = torch.empty(T * k, dtype=dprobs.dtype, device=dprobs.device)
+    dw[slot] = dprobs
+    return dx.to(drows.dtype), dw.view(T, k)
+
+
+def torch_unpermute_grad(dy, slots, w, rows, k):
+    """The backward of torch_unpermute: each grouped row's gradient is its
+    token's gradient times its weight; the weight gradient is the dot of the
+    token's gradient with the row."""
+    slot = slots.long()
+    acc = torch.float64 if dy.dtype == torch.float64 else torch.float32
+    g = dy.index_select(0, slot // k).to(acc)
+    drows = (g * w.flatten()[slot].unsqueeze(1).to(acc)).to(dy.dtype)
+    dw = torch.empty(w.numel(), dtype=acc, device=dy.device)
+    dw[slot] = (g * rows.to(acc)).sum(-1)
+    return drows, dw.view_as(w).float()
+
+
 def torch_quantize_row(x):
     M, H = x.shape
     g = x.float().view(M, H // 128, 128)
@@ -266,6 +291,36 @@ def cases(bundle, key, T, gen):
                                        check_values=False),
            lambda: torch_unpermute(rows, slots, w, k, T), check_unperm,
            R * H * 2 + R * 4 * 2 + T * H * 2 + E * 4)
+
+    drows, dprobs = rows, torch.randn(R, device=dev, generator=gen)
+    pgrad = bundle.entry(f"permute_grad_{key}")
+    pg_out = (torch.empty(T, H, dtype=torch.bfloat16, device=dev),
+              torch.empty(T, k, device=dev))
+
+    def check_pgrad():
+        pgrad(drows, slots, offsets, dprobs, w, out=pg_out,
+              check_values=False)
+        ref = torch_permute_grad(drows.double(), slots, dprobs.double(), k, T)
+        return max(rel_err(pg_out[0], ref[0]), rel_err(pg_out[1], ref[1]))
+    yield ("permute grad", lambda: pgrad(drows, slots, offsets, dprobs, w,
+                                         out=pg_out, check_values=False),
+           lambda: torch_permute_grad(drows, slots, dprobs, k, T),
+           check_pgrad, R * H * 2 + R * 4 * 2 + T * H * 2 + T * k * 4 + E * 4)
+
+    dtok = torch.randn(T, H, device=dev, generator=gen).to(torch.bfloat16)
+    ugrad = bundle.entry(f"unpermute_grad_{key}")
+    ug_out = (torch.empty(R, H, dtype=torch.bfloat16, device=dev),
+              torch.empty(T, k, device=dev))
+
+    def check_ugrad():
+        ugrad(dtok, slots, offsets, w, rows, out=ug_out, check_values=False)
+        ref = torch_unpermute_grad(dtok.double(), slots, w.double(),
+                                   rows.double(), k)
+        return max(rel_err(ug_out[0], ref[0]), rel_err(ug_out[1], ref[1]))
+    yield ("unpermute grad", lambda: ugrad(dtok, slots, offsets, w, rows,
+                                           out=ug_out, check_values=False),
+           lambda: torch_unpermute_grad(dtok, slots, w, rows, k), check_ugrad,
+           T * H * 2 + R * H * 2 * 2 + R * 4 + T * k * 4 * 2 + E * 4)
 
     qrow = bundle.entry(f"quantize_row_{key}")
     q_out = (torch.empty(T, H, dtype=torch.float8_e4m3fn, device=dev),

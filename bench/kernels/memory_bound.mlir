@@ -30,6 +30,30 @@ func.func @unpermute_qwen3(%rows: tensor<?x2048xbf16> {moe.sym = "R"}, %slots: t
       : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
   return %y : tensor<?x2048xbf16>
 }
+// The backward of permute and unpermute. %w only gives the token count T
+// to permute_grad, whose operands are all grouped rows (a layer's backward
+// has T-sized arguments anyway).
+func.func @permute_grad_qwen3(%drows: tensor<?x2048xbf16> {moe.sym = "R"},
+                            %slots: tensor<?xi32> {moe.sym = "R"},
+                            %offsets: tensor<128xi32>,
+                            %dprobs: tensor<?xf32> {moe.sym = "R"},
+                            %w: tensor<?x8xf32>)
+    -> (tensor<?x2048xbf16>, tensor<?x8xf32>) {
+  %dx, %dw = moe.permute_grad %drows, %slots, %offsets k = 8
+      probs(%dprobs : tensor<?xf32> -> tensor<?x8xf32>)
+      : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
+  return %dx, %dw : tensor<?x2048xbf16>, tensor<?x8xf32>
+}
+func.func @unpermute_grad_qwen3(%dy: tensor<?x2048xbf16>,
+                              %slots: tensor<?xi32> {moe.sym = "R"},
+                              %offsets: tensor<128xi32>, %w: tensor<?x8xf32>,
+                              %rows: tensor<?x2048xbf16> {moe.sym = "R"})
+    -> (tensor<?x2048xbf16>, tensor<?x8xf32>) {
+  %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8
+      weights(%w, %rows : tensor<?x8xf32>, tensor<?x2048xbf16> -> tensor<?x8xf32>)
+      : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
+  return %drows, %dw : tensor<?x2048xbf16>, tensor<?x8xf32>
+}
 func.func @quantize_row_qwen3(%x: tensor<?x2048xbf16>)
     -> (tensor<?x2048xf8E4M3FN>, tensor<?x16xf32>) {
   %d, %s = moe.quantize %x group_size = 128
@@ -87,6 +111,30 @@ func.func @unpermute_dsv3(%rows: tensor<?x7168xbf16> {moe.sym = "R"}, %slots: te
   %y = moe.unpermute %rows, %slots, %offsets k = 8 weights(%w : tensor<?x8xf32>)
       : tensor<?x7168xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x7168xbf16>
   return %y : tensor<?x7168xbf16>
+}
+// The backward of permute and unpermute. %w only gives the token count T
+// to permute_grad, whose operands are all grouped rows (a layer's backward
+// has T-sized arguments anyway).
+func.func @permute_grad_dsv3(%drows: tensor<?x7168xbf16> {moe.sym = "R"},
+                            %slots: tensor<?xi32> {moe.sym = "R"},
+                            %offsets: tensor<256xi32>,
+                            %dprobs: tensor<?xf32> {moe.sym = "R"},
+                            %w: tensor<?x8xf32>)
+    -> (tensor<?x7168xbf16>, tensor<?x8xf32>) {
+  %dx, %dw = moe.permute_grad %drows, %slots, %offsets k = 8
+      probs(%dprobs : tensor<?xf32> -> tensor<?x8xf32>)
+      : tensor<?x7168xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x7168xbf16>
+  return %dx, %dw : tensor<?x7168xbf16>, tensor<?x8xf32>
+}
+func.func @unpermute_grad_dsv3(%dy: tensor<?x7168xbf16>,
+                              %slots: tensor<?xi32> {moe.sym = "R"},
+                              %offsets: tensor<256xi32>, %w: tensor<?x8xf32>,
+                              %rows: tensor<?x7168xbf16> {moe.sym = "R"})
+    -> (tensor<?x7168xbf16>, tensor<?x8xf32>) {
+  %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8
+      weights(%w, %rows : tensor<?x8xf32>, tensor<?x7168xbf16> -> tensor<?x8xf32>)
+      : tensor<?x7168xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x7168xbf16>
+  return %drows, %dw : tensor<?x7168xbf16>, tensor<?x8xf32>
 }
 func.func @quantize_row_dsv3(%x: tensor<?x7168xbf16>)
     -> (tensor<?x7168xf8E4M3FN>, tensor<?x56xf32>) {

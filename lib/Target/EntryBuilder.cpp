@@ -59,24 +59,14 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
   entry.buffers.resize(numBuffers.getInt());
 
   // Symbols, then the input buffers whose dynamic sizes they are.
-  DenseMap<std::pair<int64_t, int64_t>, unsigned> symbolOf;
   for (Attribute a : func->getAttrOfType<ArrayAttr>("moe.symbols")) {
     auto triple = cast<ArrayAttr>(a);
     int64_t arg = cast<IntegerAttr>(triple[0]).getInt();
     int64_t dim = cast<IntegerAttr>(triple[1]).getInt();
-    symbolOf[{arg, dim}] = entry.symbols.size();
     entry.symbols.push_back({cast<StringAttr>(triple[2]).getValue().str(),
                              static_cast<uint32_t>(arg),
                              static_cast<uint32_t>(dim)});
   }
-  // Dynamic leading dimensions share the token-count symbol.
-  auto tokenSymbol = [&]() -> std::optional<unsigned> {
-    for (auto [i, symbol] : llvm::enumerate(entry.symbols))
-      if (symbol.dim == 0)
-        return i;
-    return std::nullopt;
-  }();
-
 
   unsigned numArgs = func.getNumArguments();
   unsigned numOutputs = 0;
@@ -103,10 +93,14 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
         desc.dims.push_back(std::to_string(type.getDimSize(d)));
         continue;
       }
-      auto it = symbolOf.find({i, d});
-      unsigned symbol =
-          it != symbolOf.end() ? it->second : (d == 0 ? *tokenSymbol : 0);
-      desc.dims.push_back("s" + std::to_string(symbol));
+      // The lowering names the symbol of every dynamic dimension.
+      auto symbols = func.getArgAttrOfType<DenseI64ArrayAttr>(
+          i, "moe.dim_symbols");
+      if (!symbols || symbols.size() != type.getRank() || symbols[d] < 0 ||
+          symbols[d] >= static_cast<int64_t>(entry.symbols.size()))
+        return func.emitOpError("argument ")
+               << i << " has no symbol for its dynamic dimension " << d;
+      desc.dims.push_back("s" + std::to_string(symbols[d]));
     }
   }
   // Scratch buffers and launches, in program order.

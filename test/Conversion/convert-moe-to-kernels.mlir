@@ -9,7 +9,7 @@
 // CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<?x64xbf16>, vector<8xbf16>
 // CHECK: llvm.call_intrinsic "llvm.exp2.f32"
 // CHECK: vector.store %{{.*}} {alignment = 16 : i64} : memref<?x32xbf16>, vector<8xbf16>
-// CHECK: func.func @swiglu(%[[X:.*]]: memref<?x64xbf16>, %[[Y:.*]]: memref<?x32xbf16> {moe.dims = ["s0", "32"], moe.output})
+// CHECK: func.func @swiglu(%[[X:.*]]: memref<?x64xbf16> {moe.dim_symbols = array<i64: 0, -1>}, %[[Y:.*]]: memref<?x32xbf16> {moe.dims = ["s0", "32"], moe.output})
 // CHECK-SAME: moe.entry = "swiglu"
 // CHECK-SAME: moe.symbols = {{\[\[}}0, 0, "T"]]
 // CHECK: gpu.launch_func @swiglu_kernels::@swiglu_k0_swiglu_vec
@@ -64,7 +64,7 @@ func.func @swiglu_odd(%x: tensor<?x36xbf16>) -> tensor<?x18xbf16> {
 // A user's argument name (moe.name, set by the Python frontend) carries over
 // to the lowered entry, where the bundle takes its buffer names from it.
 // CHECK-LABEL: func.func @named
-// CHECK-SAME: %{{.*}}: memref<?x8xf32> {moe.name = "hidden"}
+// CHECK-SAME: %{{.*}}: memref<?x8xf32> {moe.dim_symbols = array<i64: 0, -1>, moe.name = "hidden"}
 // CHECK-SAME: %{{.*}}: memref<?x4xf32> {moe.dims = ["s0", "4"], moe.output}
 func.func @named(%x: tensor<?x8xf32> {moe.name = "hidden"}) -> tensor<?x4xf32> {
   %y = moe.swiglu %x : tensor<?x8xf32> -> tensor<?x4xf32>

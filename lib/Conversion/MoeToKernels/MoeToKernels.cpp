@@ -438,9 +438,14 @@ LogicalResult FuncLowering::run() {
     bufferOf[oldFunc.getArgument(i)] = arg;
     bufferIndex[arg] = numBuffers++;
     SmallVector<Value> sizes;
+    // The symbol of each dimension (-1: static), for the bundle's buffer
+    // shapes: an argument's leading dimension need not share the symbol of
+    // the first one that was named.
+    SmallVector<int64_t> dimSymbols;
     for (unsigned d = 0; d < memrefType.getRank(); ++d) {
       if (!memrefType.isDynamicDim(d)) {
         sizes.push_back(hostBuilder.idx(memrefType.getDimSize(d)));
+        dimSymbols.push_back(-1);
         continue;
       }
       Value dim = hostBuilder.dim(arg, d);
@@ -461,11 +466,14 @@ LogicalResult FuncLowering::run() {
             {hostBuilder.getI64IntegerAttr(i), hostBuilder.getI64IntegerAttr(d),
              hostBuilder.getStringAttr(symbolName)}));
       symbolOf[{i, d}] = symbol;
+      dimSymbols.push_back(symbol);
       inputDim[dim] = {i, d};
       if (isNew && symbolName == "T")
         tokens = dim;
       sizes.push_back(dim);
     }
+    newFunc.setArgAttr(i, "moe.dim_symbols",
+                       hostBuilder.getDenseI64ArrayAttr(dimSymbols));
     sizesOf[arg] = sizes;
   }
 
