@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Memory ceilings of the GPU for the bandwidth-bound kernels: how fast
+torch's own kernels and two plain Triton kernels (16-byte accesses, a block
+of 4096 int32 per program) read, write and copy large buffers.
+
+    python3 bench/ceilings.py [--mib 1024] [--json out.json]
+
+The Triton cases show what a kernel that only reads or only writes can
+reach; moec's permute writes 8 bytes per byte it reads, its unpermute the
+reverse. Each case is timed like bench/memory_bound.py (CUDA events, the L2 evicted
+by a 256 MB read before each run, median of --iters). Bytes are what the
+kernel must move: read + written.
+"""
+
+import argparse
+import json
+import sys
+
+import torch
+
+from memory_bound import make_flush, timed
+
+BLOCK = 4096
+
+
+def triton_cases(src, dst):
+    """Read-only and write-only Triton kernels over int32 views (None
+    without Triton)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return {}
+
+    @triton.jit
+    def read_kernel(x_ptr, part_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+        tl.store(part_ptr + tl.program_id(0), tl.sum(x, axis=0))
+
+    @triton.jit
+    def write_kernel(y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.full((BLOCK,), 7, tl.int32), mask=offs < n)
+
+    x, y = src.view(torch.int32), dst.view(torch.int32)
+    n = x.numel()
+    grid = (triton.cdiv(n, BLOCK),)
+    parts = torch.empty(grid[0], dtype=torch.int32, device=x.device)
+    return {
+        "triton read": (lambda: read_kernel[grid](x, parts, n, BLOCK=BLOCK),
+                        src.numel()),
+        "triton write": (lambda: write_kernel[grid](y, n, BLOCK=BLOCK),
+                         dst.numel()),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mib", type=int, default=1024,
+                        help="size of the buffer read or written")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    n = args.mib << 20
+    src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    flush = make_flush("read")
+    cases = {
+        "torch read (max)": (lambda: src.max(), n),
+        "torch write (fill)": (lambda: dst.fill_(7), n),
+        "torch copy": (lambda: dst.copy_(src), 2 * n),
+    }
+    cases.update(triton_cases(src, dst))
+    rows = []
+    for name, (fn, nbytes) in cases.items():
+        ms = timed(fn, args.iters, flush)
+        tbps = nbytes / ms / 1e9
+        rows.append(dict(case=name, ms=ms, bytes=nbytes, tbps=tbps))
+        print(f"{name:20s} {ms * 1e3:9.1f} us  {tbps:5.2f} TB/s", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(command=" ".join(sys.argv),
+                           device=torch.cuda.get_device_name(), rows=rows),
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
