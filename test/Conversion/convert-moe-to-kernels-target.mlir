@@ -119,24 +119,24 @@ func.func @fallback(%x: tensor<?x64xbf16>, %w: tensor<8x64x128xbf16>,
 // written to its k rows and dotted with the forward rows, the k dots reduced
 // by five xor shuffles each; the host takes one token per thread. Padding
 // rows are zeroed by their own kernel.
-// NVVM-LABEL: gpu.func @unpermute_grad_k1_unpermute_grad_token_warp
+// NVVM-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_token_warp
 // NVVM: vector.load {{.*}} : memref<?x64xbf16>, vector<8xbf16>
 // NVVM: vector.store {{.*}} : memref<?x64xbf16>, vector<8xbf16>
 // NVVM-COUNT-10: gpu.shuffle xor
 // NVVM-NOT: gpu.shuffle
-// NVVM-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_pad
+// NVVM-LABEL: gpu.func @unpermute_grad_k3_unpermute_grad_pad
 // NVVM-LABEL: func.func @unpermute_grad
-// NVVM: @unpermute_grad_k1_unpermute_grad_token_warp
+// NVVM: @unpermute_grad_k2_unpermute_grad_token_warp
 // NVVM-SAME: moe.grid = "s0 32 * 256 cdiv"
-// ROCDL-LABEL: gpu.func @unpermute_grad_k1_unpermute_grad_token_warp
+// ROCDL-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_token_warp
 // ROCDL-COUNT-10: gpu.shuffle xor
-// HOST-LABEL: gpu.func @unpermute_grad_k1_unpermute_grad_token_vec
+// HOST-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_token_vec
 // HOST-NOT: gpu.shuffle
-// HOST-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_pad
+// HOST-LABEL: gpu.func @unpermute_grad_k3_unpermute_grad_pad
 // HOST-LABEL: func.func @unpermute_grad
-// HOST: @unpermute_grad_k1_unpermute_grad_token_vec
+// HOST: @unpermute_grad_k2_unpermute_grad_token_vec
 // HOST-SAME: moe.grid = "s0 256 cdiv"
-// HOST: @unpermute_grad_k2_unpermute_grad_pad
+// HOST: @unpermute_grad_k3_unpermute_grad_pad
 // HOST-SAME: moe.grid = "s1 256 cdiv"
 func.func @unpermute_grad(%dy: tensor<?x64xbf16>, %w: tensor<?x2xf32>,
                           %rows: tensor<?x64xbf16> {moe.sym = "M"},

@@ -94,11 +94,12 @@ func.func @combine_rows(%rows: tensor<?x16xbf16> {moe.sym = "R"},
 // over the rows. The token count of its results is the symbol T of the
 // arguments (here the ids'), not a size of its operands.
 // CHECK-LABEL: gpu.module @permute_grad_kernels
-// CHECK: gpu.func @permute_grad_k3_permute_grad_inverse
-// CHECK: gpu.func @permute_grad_k4_permute_grad_combine_vec
+// CHECK: gpu.func @permute_grad_k3_permute_grad_inverse_fill
+// CHECK: gpu.func @permute_grad_k4_permute_grad_inverse
+// CHECK: gpu.func @permute_grad_k5_permute_grad_combine_vec
 // CHECK: vector.load %{{.*}} : memref<?x64xbf16>, vector<8xbf16>
-// CHECK: gpu.func @permute_grad_k5_permute_grad_slot_fill
-// CHECK: gpu.func @permute_grad_k6_permute_grad_slot_scatter
+// CHECK: gpu.func @permute_grad_k6_permute_grad_slot_fill
+// CHECK: gpu.func @permute_grad_k7_permute_grad_slot_scatter
 // CHECK: func.func @permute_grad(
 // CHECK-SAME: memref<?x64xbf16> {moe.dims = ["s1", "64"], moe.output}
 // CHECK-SAME: memref<?x3xf32> {moe.dims = ["s1", "3"], moe.output}

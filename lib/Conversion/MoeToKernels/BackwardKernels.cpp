@@ -112,13 +112,10 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
 
   Value tokens = ctx.sizes(gradOut)[0];
   Value numSlots = h.mul(tokens, h.idx(k));
-  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots,
-                                         /*cleared=*/false);
+  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots);
   if (failed(inverse))
     return failure();
-  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
-  SmallVector<Value> operands = {gradOut, *inverse, gradRows, tokens, slots,
-                                 offsets};
+  SmallVector<Value> operands = {gradOut, *inverse, gradRows, tokens};
   if (weights)
     operands.append({weights, rows, gradWeights});
   if (failed(ctx.launch(
@@ -137,15 +134,14 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
               // The k rows of the token (row 0 stands in for a missing one:
               // its loads are dropped and its stores skipped) and weights.
               SmallVector<Value> row, valid, scale;
-              Value end = b.loadIdx(a[5], {b.idx(experts - 1)});
               for (int64_t j = 0; j < k; ++j) {
-                auto [r, ok] = inverseRow(
-                    b, a[1], a[4], end, b.add(b.mul(t, b.idx(k)), b.idx(j)));
-                row.push_back(r);
+                auto [r, ok] =
+                    b.loadSigned(a[1], {b.add(b.mul(t, b.idx(k)), b.idx(j))});
+                row.push_back(b.select(ok, r, b.idx(0)));
                 valid.push_back(ok);
                 if (weights)
                   scale.push_back(vector::BroadcastOp::create(
-                      b, f32x, b.loadF(a[6], {t, b.idx(j)})));
+                      b, f32x, b.loadF(a[4], {t, b.idx(j)})));
               }
               SmallVector<Value> inits;
               if (weights)
@@ -159,7 +155,7 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
                     SmallVector<Value> x;
                     if (weights)
                       for (int64_t j = 0; j < k; ++j)
-                        x.push_back(b.loadVecF32(a[7], {row[j], c}, width));
+                        x.push_back(b.loadVecF32(a[5], {row[j], c}, width));
                     SmallVector<Value> next;
                     for (int64_t j = 0; j < k; ++j) {
                       b.ifThen(valid[j], [&] {
@@ -190,7 +186,7 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
                                         .getShuffleResult());
               b.ifThen(b.eq(lane, b.idx(0)), [&] {
                 for (int64_t j = 0; j < k; ++j)
-                  b.storeF(dots[j], a[8], {t, b.idx(j)});
+                  b.storeF(dots[j], a[6], {t, b.idx(j)});
               });
             });
           })))
@@ -198,6 +194,7 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
 
   // Padding rows, and rows past the last group, are zero: one thread per
   // row, which leaves at once for a row that holds a slot.
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
   return launchPerItem(
       ctx, "pad", ctx.sizes(gradRows)[0], tile, {slots, offsets, gradRows},
       [&](KernelBuilder &b, ValueRange a, Value r) {

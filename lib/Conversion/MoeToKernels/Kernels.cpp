@@ -56,13 +56,11 @@ Value moec::kernels::groupStart(KernelBuilder &b, Value offsets, Value e) {
 
 FailureOr<Value> moec::kernels::emitInverse(LoweringContext &ctx,
                                             moe::TileAttr tile, Value slots,
-                                            Value offsets, Value numSlots,
-                                            bool cleared) {
+                                            Value offsets, Value numSlots) {
   KernelBuilder &h = ctx.host();
   Value inverse = ctx.allocTemp(
       MemRefType::get({ShapedType::kDynamic}, h.getI32Type()), {numSlots});
-  if (cleared &&
-      failed(launchPerItem(ctx, "inverse_fill", numSlots, tile, {inverse},
+  if (failed(launchPerItem(ctx, "inverse_fill", numSlots, tile, {inverse},
                            [&](KernelBuilder &b, ValueRange a, Value s) {
                              b.storeI32Const(-1, a[0], {s});
                            })))
@@ -79,19 +77,6 @@ FailureOr<Value> moec::kernels::emitInverse(LoweringContext &ctx,
       })))
     return failure();
   return inverse;
-}
-
-std::pair<Value, Value> moec::kernels::inverseRow(KernelBuilder &b,
-                                                  Value inverse, Value slots,
-                                                  Value end, Value s) {
-  auto [r, nonNegative] = b.loadSigned(inverse, {s});
-  Value inRange =
-      b.land(nonNegative, b.land(b.ult(r, end), b.ult(r, b.dim(slots, 0))));
-  Value valid = b.ifElse(
-      inRange, b.getI1Type(),
-      [&] { return b.eq(b.loadSigned(slots, {r}).first, s); },
-      [&] { return arith::ConstantOp::create(b, b.getBoolAttr(false)); });
-  return {b.select(valid, r, b.idx(0)), valid};
 }
 
 LogicalResult moec::kernels::emitSlotScatter(LoweringContext &ctx,

@@ -117,25 +117,12 @@ mlir::LogicalResult launchPerItem(
 /// First row of group e (0 for e = 0, else offsets[e - 1]).
 mlir::Value groupStart(KernelBuilder &b, mlir::Value offsets, mlir::Value e);
 
-/// A scratch buffer [numSlots] holding the grouped row of each slot, from a
-/// scatter over the valid rows. With `cleared`, a fill kernel first sets
-/// every entry to -1 (no row); without, entries of slots without a row hold
-/// whatever the scratch held, and kernels must look rows up with
-/// inverseRow, which checks them (one launch fewer).
+/// A scratch buffer [numSlots] holding the grouped row of each slot (-1 if
+/// none), filled by two kernels: a fill and a scatter over the valid rows.
 mlir::FailureOr<mlir::Value> emitInverse(LoweringContext &ctx,
                                          moe::TileAttr tile, mlir::Value slots,
                                          mlir::Value offsets,
-                                         mlir::Value numSlots,
-                                         bool cleared = true);
-
-/// The row of slot `s` in an inverse map that was not cleared, and whether
-/// it exists: an entry counts only if it names a row before `end` (the last
-/// group's end) whose own slot is `s`, the check of a sparse set. Loads
-/// nothing out of bounds whatever the entry holds.
-std::pair<mlir::Value, mlir::Value> inverseRow(KernelBuilder &b,
-                                               mlir::Value inverse,
-                                               mlir::Value slots,
-                                               mlir::Value end, mlir::Value s);
+                                         mlir::Value numSlots);
 
 /// Elements per thread for rows of `rowLength` elements of the (float)
 /// types accessed: the widest 16-byte vector of the narrowest type, if it

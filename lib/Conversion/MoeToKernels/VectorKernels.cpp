@@ -144,10 +144,10 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
   SmallVector<Value> tokenSizes = ctx.sizes(tokens);
   Value numSlots = h.mul(tokenSizes[0], h.idx(k));
   FailureOr<Value> inverse =
-      emitInverse(ctx, tile, slots, offsets, numSlots, /*cleared=*/false);
+      emitInverse(ctx, tile, slots, offsets, numSlots);
   if (failed(inverse))
     return failure();
-  SmallVector<Value> operands = {tokens, *inverse, rows, slots, offsets};
+  SmallVector<Value> operands = {tokens, *inverse, rows};
   if (probs)
     operands.append({probs, outProbs});
   if (scales)
@@ -159,13 +159,12 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
             Value chunk = b.rem(id, b.idx(chunks));
             Value c = b.mul(chunk, b.idx(width));
             Value v = b.loadVec(a[0], {t, c}, width);
-            Value end = b.loadIdx(a[4], {b.idx(experts - 1)});
             for (int64_t j = 0; j < k; ++j) {
               Value slot = b.add(b.mul(t, b.idx(k)), b.idx(j));
-              auto [r, valid] = inverseRow(b, a[1], a[3], end, slot);
+              auto [r, valid] = b.loadSigned(a[1], {slot});
               b.ifThen(valid, [&] {
                 b.storeVec(v, a[2], {r, c});
-                unsigned next = 5;
+                unsigned next = 3;
                 // The token's first thread carries its probabilities, the
                 // first `numScales` threads its FP8 scales.
                 if (probs) {
@@ -240,13 +239,12 @@ moec::kernels::emitCombine(LoweringContext &ctx, moe::TileAttr tile,
   SmallVector<Value> outSizes = ctx.sizes(out);
   Value numSlots = h.mul(outSizes[0], h.idx(k));
   FailureOr<Value> inverse =
-      emitInverse(ctx, tile, slots, offsets, numSlots, /*cleared=*/false);
+      emitInverse(ctx, tile, slots, offsets, numSlots);
   if (failed(inverse))
     return failure();
-  SmallVector<Value> operands = {rows, *inverse, out, slots, offsets};
+  SmallVector<Value> operands = {rows, *inverse, out};
   if (weights)
     operands.push_back(weights);
-  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
   return launchPerItem(
       ctx, "combine_vec", h.mul(outSizes[0], h.idx(chunks)), tile, operands,
       [&](KernelBuilder &b, ValueRange a, Value id) {
@@ -257,16 +255,16 @@ moec::kernels::emitCombine(LoweringContext &ctx, moe::TileAttr tile,
         // unconditional (a missing row reads row 0 and is dropped by the
         // select), so that all k are in flight at once.
         Value acc = b.zeroVec(f32x);
-        Value end = b.loadIdx(a[4], {b.idx(experts - 1)});
         for (int64_t j = 0; j < k; ++j) {
-          auto [r, valid] = inverseRow(
-              b, a[1], a[3], end, b.add(b.mul(t, b.idx(k)), b.idx(j)));
-          Value v = b.loadVecF32(a[0], {r, c}, width);
+          auto [r, valid] = b.loadSigned(a[1], {b.add(b.mul(t, b.idx(k)),
+                                                      b.idx(j))});
+          Value v = b.loadVecF32(a[0], {b.select(valid, r, b.idx(0)), c},
+                                 width);
           if (weights)
             v = arith::MulFOp::create(
                 b, v,
                 vector::BroadcastOp::create(b, f32x,
-                                            b.loadF(a[5], {t, b.idx(j)})));
+                                            b.loadF(a[3], {t, b.idx(j)})));
           acc = arith::AddFOp::create(
               b, acc, b.select(valid, v, b.zeroVec(f32x)));
         }
