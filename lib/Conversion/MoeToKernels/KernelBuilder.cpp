@@ -94,8 +94,13 @@ Value KernelBuilder::exp(Value x) {
       .getResult(0);
 }
 Value KernelBuilder::sigmoid(Value x) {
+  // The division may be approximate (NVPTX: div.approx, 2 ulp; the exp
+  // above is approximate already): the IEEE one is a dozen instructions,
+  // which the DeepSeek-V3 router pays 256 times per token.
   Value one = f32(1.0);
-  return fdiv(one, fadd(one, exp(arith::NegFOp::create(*this, x))));
+  return arith::DivFOp::create(
+      *this, one, fadd(one, exp(arith::NegFOp::create(*this, x))),
+      arith::FastMathFlags::afn);
 }
 
 namespace {

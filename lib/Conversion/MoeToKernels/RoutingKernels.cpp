@@ -134,6 +134,17 @@ Value rankKey(KernelBuilder &b, Value value, Value id, int64_t experts) {
   return arith::OrIOp::create(b, high, low);
 }
 
+/// The largest u32 over the 32 lanes, in every lane: one redux.sync on
+/// NVVM (sm_80+), a shuffle reduction elsewhere.
+Value warpMaxU32(KernelBuilder &b, Value v) {
+  if (b.isNVVM())
+    return NVVM::ReduxOp::create(b, b.getI32Type(), v, NVVM::ReduxKind::UMAX,
+                                 b.i32(-1));
+  for (int64_t mask = kWarp / 2; mask > 0; mask /= 2)
+    v = arith::MaxUIOp::create(b, v, shuffleXor(b, v, mask));
+  return v;
+}
+
 /// The lowest lane of the warp where `pred` holds (32 if none), in every
 /// lane: one ballot on NVVM, a min-reduction elsewhere.
 Value lowestLaneWith(KernelBuilder &b, Value pred, Value lane) {
@@ -327,9 +338,7 @@ Lowered lowerRouterTopKWarp(moe::RouterTopKOp op, moe::TileAttr tile,
           }
           Value myId = b.i32(0);
           for (int64_t j = 0; j < k; ++j) {
-            Value best = high[0];
-            for (int64_t mask = kWarp / 2; mask > 0; mask /= 2)
-              best = arith::MaxUIOp::create(b, best, shuffleXor(b, best, mask));
+            Value best = warpMaxU32(b, high[0]);
             Value winner = lowestLaneWith(b, b.eq(high[0], best), lane);
             Value winnerLow = shuffleIdx(b, low[0], winner);
             Value won = b.eq(lane, winner);
