@@ -8,7 +8,8 @@
 // * router_topk: one warp per token. Lane l holds experts [l*V, (l+1)*V)
 //   (V = E/32) in registers as u64 keys (value bits, then id), sorted per
 //   lane; softmax sums are xor-shuffle reductions, each of the k rounds a
-//   shuffle max over the lanes' heads (the winner pops its head), and
+//   warp max over the lanes' heads (one redux.sync on NVVM; the winner pops
+//   its head), and
 //   DeepSeek-style group scores are merged over the lanes of a group. The
 //   weights are computed at the end from the k picked logits.
 // * sort_by_expert: a stable counting sort in three kernels.
