@@ -182,3 +182,22 @@ def test_tile_option_checked():
         act.compile("host", tile={"q": 1})
     with pytest.raises(ValueError, match="'target': unknown target"):
         act.compile("tpu")
+
+
+def test_static_tokens_with_align_keep_their_count():
+    # With a static token count and align, the slots have T*k + E*(align-1)
+    # rows: the ops that return to token order take T from the sort, not
+    # from the slot count.
+    @moec.kernel
+    def static_tokens(x: moec.Tensor[5, 64, "bf16"],
+                      ids: moec.Tensor[5, 2, "i32"]):
+        _, slots, offsets = ops.sort_by_expert(ids, 8, align=4)
+        rows = ops.permute(x, slots, offsets, k=2)
+        y = ops.unpermute(rows, slots, offsets, k=2)
+        dx = ops.permute_grad(rows, slots, offsets, k=2)
+        return y, dx
+
+    text = static_tokens.ir("moe")
+    assert "tensor<34x64xbf16>" in text  # 5*2 + 8*3 rows
+    assert "-> tensor<5x64xbf16>" in text
+    assert "tensor<17x64xbf16>" not in text  # 34 // 2, the old guess
