@@ -41,17 +41,6 @@ using Lowered = std::optional<LogicalResult>;
 /// two such groups per wavefront).
 constexpr int64_t kWarpLanes = 32;
 
-Type elementType(Value memref) {
-  return cast<MemRefType>(memref.getType()).getElementType();
-}
-
-std::optional<int64_t> staticDim(Value memref, unsigned d) {
-  int64_t size = cast<MemRefType>(memref.getType()).getDimSize(d);
-  if (ShapedType::isDynamic(size))
-    return std::nullopt;
-  return size;
-}
-
 /// scf.for from lb to ub by `step` carrying `inits`; returns the results.
 SmallVector<Value> stridedLoop(KernelBuilder &b, Value lb, Value ub,
                                Value step, ValueRange inits,
@@ -194,15 +183,10 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
 
   // Padding rows, and rows past the last group, are zero: one thread per
   // row, which leaves at once for a row that holds a slot.
-  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
   return launchPerItem(
       ctx, "pad", ctx.sizes(gradRows)[0], tile, {slots, offsets, gradRows},
       [&](KernelBuilder &b, ValueRange a, Value r) {
-        Value end = b.loadIdx(a[1], {b.idx(experts - 1)});
-        Value valid = b.loadSigned(a[0], {r}).second;
-        Value pad = b.select(valid, b.ule(end, r),
-                             arith::ConstantOp::create(b, b.getBoolAttr(true)));
-        b.ifThen(pad, [&] {
+        b.ifThen(isPaddingRow(b, a[0], a[1], r), [&] {
           Value zeros = b.zeroVec(VectorType::get({width}, outElem));
           b.loop(b.idx(0), b.idx(chunks), [&](Value i) {
             b.storeVec(zeros, a[2], {r, b.mul(i, b.idx(width))});

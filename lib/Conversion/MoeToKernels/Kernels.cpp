@@ -79,6 +79,15 @@ FailureOr<Value> moec::kernels::emitInverse(LoweringContext &ctx,
   return inverse;
 }
 
+Value moec::kernels::isPaddingRow(KernelBuilder &b, Value slots,
+                                  Value offsets, Value r) {
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  Value end = b.loadIdx(offsets, {b.idx(experts - 1)});
+  Value valid = b.loadSigned(slots, {r}).second;
+  return b.select(valid, b.ule(end, r),
+                  arith::ConstantOp::create(b, b.getBoolAttr(true)));
+}
+
 LogicalResult moec::kernels::emitSlotScatter(LoweringContext &ctx,
                                              moe::TileAttr tile, Value values,
                                              Value slots, Value offsets,

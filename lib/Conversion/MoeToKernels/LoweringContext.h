@@ -105,6 +105,19 @@ resultSizes(mlir::Operation *op, BufferMap buffer, LoweringContext &ctx,
 // BackwardKernels.cpp)
 //===----------------------------------------------------------------------===//
 
+/// The element type of a memref value.
+inline mlir::Type elementType(mlir::Value memref) {
+  return mlir::cast<mlir::MemRefType>(memref.getType()).getElementType();
+}
+
+/// The static size of dimension d of a memref value, if any.
+inline std::optional<int64_t> staticDim(mlir::Value memref, unsigned d) {
+  int64_t size = mlir::cast<mlir::MemRefType>(memref.getType()).getDimSize(d);
+  if (mlir::ShapedType::isDynamic(size))
+    return std::nullopt;
+  return size;
+}
+
 /// Launches `body(b, args, id)` once per work item `id < count`, on
 /// ceil(count / threads) blocks; `args` are the kernel's copies of
 /// `operands`.
@@ -123,6 +136,11 @@ mlir::FailureOr<mlir::Value> emitInverse(LoweringContext &ctx,
                                          moe::TileAttr tile, mlir::Value slots,
                                          mlir::Value offsets,
                                          mlir::Value numSlots);
+
+/// Whether grouped row r holds no slot: alignment padding (slot -1) or a
+/// row at or past the last group's end.
+mlir::Value isPaddingRow(KernelBuilder &b, mlir::Value slots,
+                         mlir::Value offsets, mlir::Value r);
 
 /// Elements per thread for rows of `rowLength` elements of the (float)
 /// types accessed: the widest 16-byte vector of the narrowest type, if it

@@ -32,18 +32,6 @@ namespace {
 
 using Lowered = std::optional<LogicalResult>;
 
-Type elementType(Value memref) {
-  return cast<MemRefType>(memref.getType()).getElementType();
-}
-
-/// The static size of dimension d, if any.
-std::optional<int64_t> staticDim(Value memref, unsigned d) {
-  int64_t size = cast<MemRefType>(memref.getType()).getDimSize(d);
-  if (ShapedType::isDynamic(size))
-    return std::nullopt;
-  return size;
-}
-
 bool isFloat(Type type) { return isa<FloatType>(type); }
 
 } // namespace
@@ -137,7 +125,6 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
   KernelBuilder &h = ctx.host();
   Value slots = buffer(op.getSlots()), offsets = buffer(op.getOffsets());
   int64_t k = op.getK();
-  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
   // Token order: each token's chunk is read once and written to its k rows.
   // (Row order would read every token k times, and the rows written in
   // between evict it from L2.) The rows come from the inverse map.
@@ -195,11 +182,7 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
   return launchPerItem(
       ctx, "pad", ctx.sizes(rows)[0], tile, padOperands,
       [&](KernelBuilder &b, ValueRange a, Value r) {
-        Value end = b.loadIdx(a[1], {b.idx(experts - 1)});
-        Value valid = b.loadSigned(a[0], {r}).second;
-        Value pad = b.select(valid, b.ule(end, r),
-                             arith::ConstantOp::create(b, b.getBoolAttr(true)));
-        b.ifThen(pad, [&] {
+        b.ifThen(isPaddingRow(b, a[0], a[1], r), [&] {
           Value zeros = b.zeroVec(VectorType::get({width}, elem));
           b.loop(b.idx(0), b.idx(chunks), [&](Value i) {
             b.storeVec(zeros, a[2], {r, b.mul(i, b.idx(width))});
@@ -437,6 +420,20 @@ LogicalResult emitBlockEnds(LoweringContext &ctx, moe::TileAttr tile,
       /*dynamicSharedBytes=*/warps * 4);
 }
 
+/// Rows [first, last) of column-wise scale block `blk`, which belongs to
+/// expert e < E (emitBlockEnds' table `blockEnds`).
+std::pair<Value, Value> scaleBlockRows(KernelBuilder &b, Value offsets,
+                                       Value blockEnds, Value e, Value blk,
+                                       int64_t group) {
+  Value blocksBefore = b.ifElse(
+      b.eq(e, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
+      [&] { return b.loadIdx(blockEnds, {b.sub(e, b.idx(1))}); });
+  Value first = b.add(groupStart(b, offsets, e),
+                      b.mul(b.sub(blk, blocksBefore), b.idx(group)));
+  Value last = b.minIdx(b.add(first, b.idx(group)), b.loadIdx(offsets, {e}));
+  return {first, last};
+}
+
 /// |x| of a vector of bf16/f16/f32 as unsigned integers of the same width:
 /// the bits with the sign cleared, which order as the magnitudes do. The
 /// amax of a group is taken on these, so that a thread keeps its group in
@@ -634,13 +631,8 @@ Lowered lowerColwiseBlocks(moe::QuantizeOp op, Value blockEnds,
         Value e = firstGreater(b, a[4], experts, blk);
         Value used = b.ult(e, b.idx(experts));
         b.ifThen(used, [&] {
-          Value blocksBefore = b.ifElse(
-              b.eq(e, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
-              [&] { return b.loadIdx(a[4], {b.sub(e, b.idx(1))}); });
-          Value first = b.add(groupStart(b, a[3], e),
-                              b.mul(b.sub(blk, blocksBefore), b.idx(group)));
-          Value last = b.minIdx(b.add(first, b.idx(group)),
-                                b.loadIdx(a[3], {e}));
+          auto [first, last] =
+              scaleBlockRows(b, a[3], a[4], e, blk, group);
           // Every block holds at least one row; rows past `last` read row
           // last-1 again and count as zero.
           Value count = b.sub(last, first), lastRow = b.sub(last, b.idx(1));
@@ -770,13 +762,8 @@ Lowered lowerQuantizeColwise(moe::QuantizeOp op, moe::TileAttr tile,
         // The expert of block `blk`: the first whose block end exceeds it.
         Value e = firstGreater(b, a[4], experts, blk);
         b.ifThen(b.ult(e, b.idx(experts)), [&] {
-          Value blocksBefore = b.ifElse(
-              b.eq(e, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
-              [&] { return b.loadIdx(a[4], {b.sub(e, b.idx(1))}); });
-          Value first = b.add(groupStart(b, a[3], e),
-                              b.mul(b.sub(blk, blocksBefore), b.idx(group)));
-          Value last = b.minIdx(b.add(first, b.idx(group)),
-                                b.loadIdx(a[3], {e}));
+          auto [first, last] =
+              scaleBlockRows(b, a[3], a[4], e, blk, group);
           // Two passes over the block's rows, amax then scaling, with no
           // branches so that each pass has all its loads in flight; the
           // second pass finds the block in L2, read microseconds before.
