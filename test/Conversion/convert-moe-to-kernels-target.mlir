@@ -148,3 +148,31 @@ func.func @unpermute_grad(%dy: tensor<?x64xbf16>, %w: tensor<?x2xf32>,
       : tensor<?x64xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x64xbf16>
   return %drows, %dw : tensor<?x64xbf16>, tensor<?x2xf32>
 }
+
+// -----
+
+// Column-wise FP8 groups of 32 rows: on GPUs a block of 8 warps per (scale
+// block, 256 columns) after a one-block scan of the experts' block counts.
+// nvvm copies the block's input to workgroup memory with cp.async (4 steps
+// of 8 rows); rocdl keeps it in registers; the host has the per-thread
+// kernel that reads the input twice.
+// NVVM-LABEL: gpu.func @colwise_k0_quantize_block_ends
+// NVVM: gpu.shuffle up
+// NVVM-LABEL: gpu.func @colwise_k2_quantize_colwise_block
+// NVVM-COUNT-4: nvvm.cp.async.shared.global
+// NVVM: nvvm.cp.async.wait.group 0
+// NVVM: gpu.barrier
+// NVVM-LABEL: func.func @colwise
+// ROCDL-LABEL: gpu.func @colwise_k2_quantize_colwise_block
+// ROCDL-NOT: nvvm.
+// ROCDL: gpu.barrier
+// HOST-LABEL: gpu.func @colwise_k2_quantize_colwise_vec
+// HOST-NOT: gpu.barrier
+func.func @colwise(%x: tensor<?x256xbf16> {moe.sym = "M"},
+                   %offsets: tensor<8xi32>)
+    -> (tensor<?x256xf8E4M3FN>, tensor<?x256xf32>) {
+  %d, %s = moe.quantize %x offsets(%offsets : tensor<8xi32>) group_size = 32
+      {axis = #moe.axis<colwise>}
+      : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x256xf32>
+  return %d, %s : tensor<?x256xf8E4M3FN>, tensor<?x256xf32>
+}

@@ -106,18 +106,6 @@ Value bor(KernelBuilder &b, Value x, Value y) {
   return arith::OrIOp::create(b, x, y);
 }
 
-/// The address of a memref's first element, as index.
-Value addressOf(KernelBuilder &b, Value memref) {
-  return memref::ExtractAlignedPointerAsIndexOp::create(b, memref);
-}
-
-/// A pointer in `addressSpace` (1 global, 3 shared) at an index address.
-Value pointerAt(KernelBuilder &b, Value address, unsigned addressSpace) {
-  return LLVM::IntToPtrOp::create(
-      b, LLVM::LLVMPointerType::get(b.getContext(), addressSpace),
-      toI64(b, address));
-}
-
 /// The wgmma shared-memory descriptor of a 128-byte-swizzled, K-major tile
 /// at shared address `address`: start address >> 4 in bits 0-13, leading
 /// byte offset 16 (unused by this swizzle), stride byte offset 1024 (one

@@ -16,6 +16,7 @@
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -77,6 +78,17 @@ FailureOr<Value> moec::kernels::emitInverse(LoweringContext &ctx,
       })))
     return failure();
   return inverse;
+}
+
+Value moec::kernels::addressOf(KernelBuilder &b, Value memref) {
+  return memref::ExtractAlignedPointerAsIndexOp::create(b, memref);
+}
+
+Value moec::kernels::pointerAt(KernelBuilder &b, Value address,
+                               unsigned addressSpace) {
+  return LLVM::IntToPtrOp::create(
+      b, LLVM::LLVMPointerType::get(b.getContext(), addressSpace),
+      arith::IndexCastOp::create(b, b.getI64Type(), address).getResult());
 }
 
 Value moec::kernels::isPaddingRow(KernelBuilder &b, Value slots,

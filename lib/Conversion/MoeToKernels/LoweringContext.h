@@ -118,6 +118,14 @@ inline std::optional<int64_t> staticDim(mlir::Value memref, unsigned d) {
   return size;
 }
 
+/// The address of a memref's first element, as index.
+mlir::Value addressOf(KernelBuilder &b, mlir::Value memref);
+
+/// An LLVM pointer in `addressSpace` (1 global, 3 shared) at an index
+/// address (for NVVM ops such as cp.async that take pointers).
+mlir::Value pointerAt(KernelBuilder &b, mlir::Value address,
+                      unsigned addressSpace);
+
 /// Launches `body(b, args, id)` once per work item `id < count`, on
 /// ceil(count / threads) blocks; `args` are the kernel's copies of
 /// `operands`.
