@@ -26,7 +26,7 @@ For every model shape, token count T and kernel it builds one set of random
 inputs (routing: random logits, top-k experts per token, the T*k slots
 sorted stably by expert; at small T some experts can be empty), checks moec
 against torch (relative error of the float32 difference < 2e-2), then times
-moec and every baseline with CUDA events: the L2 flushed before every run,
+moec and every baseline with CUDA events: the L2 evicted (a 256 MB read) before every run,
 a GPU sleep in front so that host launch overhead is hidden (up to ~0.5 ms
 of it), median of --iters.
 
