@@ -468,6 +468,12 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   bool staged = !plan.swiglu && !gather && !bias && !rowScale &&
                 kBlockM * stagingStride * outBytes <=
                     (S - plan.ahead()) * plan.stageBytes();
+  // Otherwise 16-bit outputs go out as 16-byte chunks gathered within each
+  // quad of lanes (no shared memory, few registers): on the H200 the gathered
+  // gate_up ran 3-12 % faster (Qwen3 T=8192 0.810 -> 0.736 ms). Not with
+  // SwiGLU, where it measured 4-8 % slower at DeepSeek-V3 and the dense MLP.
+  bool quadStores =
+      !staged && !plan.swiglu && outBytes == 2 && outTileN % 32 == 0;
   auto epilogue = [&](const TileState &t, Value result) {
     Value g = t.group, rowStart = t.rowStart, rowCount = t.rowCount,
           colStart = t.colStart;
@@ -488,6 +494,90 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
           .getResult();
     };
     int64_t outChunks = outTileN / 8;
+    // The output value of accumulator pair (h, j), element q of the pair:
+    // bias, SwiGLU, row scale applied. `c` must be a column in range.
+    auto outputAt = [&](int64_t h, int64_t j, int64_t q, Value c,
+                        Value scale) {
+      Value y = value(4 * j + 2 * h + q);
+      if (plan.swiglu) {
+        Value up = value(4 * (j + outChunks) + 2 * h + q);
+        if (bias) {
+          y = b.fadd(y, b.loadF(bias, {g, c}));
+          up = b.fadd(up, b.loadF(bias, {g, b.add(c, outWidth)}));
+        }
+        y = b.fmul(b.fmul(y, b.sigmoid(y)), up);
+      } else if (bias) {
+        y = b.fadd(y, b.loadF(bias, {g, c}));
+      }
+      return scale ? b.fmul(y, scale) : y;
+    };
+    if (quadStores) {
+      // The 4 lanes of a quad hold columns 8j + [0, 8) of one row as pairs:
+      // a 4x4 transpose of 32-bit words through index shuffles gives lane q
+      // all 8 columns of chunk 4m + q, one 16-byte store, so that a warp
+      // store writes 8 rows x 64 bytes instead of 8 rows x 16 bytes.
+      Type i32 = b.getI32Type();
+      auto pairType = VectorType::get({2}, outElem);
+      Value quadLane = b.rem(lane, b.idx(4));
+      Value quadBase = b.sub(lane, quadLane);
+      for (int64_t h = 0; h < 2; ++h) {
+        Value r = b.add(rowInTile, b.idx(8 * h));
+        Value rowOk = b.ult(r, rowCount);
+        Value row = b.add(rowStart, r);
+        Value scale = rowScale
+                          ? b.loadF(rowScale, {b.select(rowOk, row, rowStart)})
+                          : Value();
+        for (int64_t m = 0; m < outChunks / 4; ++m) {
+          // Lane q's words of chunks 4m .. 4m+3 (packed pairs).
+          SmallVector<Value> words;
+          for (int64_t d = 0; d < 4; ++d) {
+            int64_t j = 4 * m + d;
+            Value col = b.add(colStart, b.add(b.idx(8 * j), colInTile));
+            Value c = b.minIdx(col, b.sub(outWidth, b.idx(2)));
+            SmallVector<Value> pair;
+            for (int64_t q = 0; q < 2; ++q)
+              pair.push_back(arith::TruncFOp::create(
+                  b, outElem, outputAt(h, j, q, b.add(c, b.idx(q)), scale)));
+            Value word = vector::BitCastOp::create(
+                b, VectorType::get({1}, i32),
+                vector::FromElementsOp::create(b, pairType, pair));
+            words.push_back(vector::ExtractOp::create(b, word, 0));
+          }
+          // Round d: lane q sends its word of chunk 4m + (q + d) % 4 to lane
+          // (q + d) % 4 and receives, from lane (q - d) % 4, that lane's
+          // word of chunk 4m + q, which is word (q - d) % 4 of the output.
+          SmallVector<Value> gathered(4, b.i32(0));
+          for (int64_t d = 0; d < 4; ++d) {
+            Value sendIdx = b.rem(b.add(quadLane, b.idx(d)), b.idx(4));
+            Value send = words[0];
+            for (int64_t w = 1; w < 4; ++w)
+              send = b.select(b.eq(sendIdx, b.idx(w)), words[w], send);
+            Value fromIdx = b.rem(b.add(quadLane, b.idx(4 - d)), b.idx(4));
+            Value got = send;
+            if (d)
+              got = gpu::ShuffleOp::create(
+                        b, send,
+                        arith::IndexCastOp::create(b, i32,
+                                                   b.add(quadBase, fromIdx)),
+                        b.i32(32), gpu::ShuffleMode::IDX)
+                        .getShuffleResult();
+            for (int64_t w = 0; w < 4; ++w)
+              gathered[w] =
+                  b.select(b.eq(fromIdx, b.idx(w)), got, gathered[w]);
+          }
+          Value chunk = b.add(b.idx(4 * m), quadLane);
+          Value col = b.add(colStart, b.mul(chunk, b.idx(8)));
+          b.ifThen(b.land(rowOk, b.ult(col, outWidth)), [&] {
+            Value vec = vector::BitCastOp::create(
+                b, VectorType::get({8}, outElem),
+                vector::FromElementsOp::create(
+                    b, VectorType::get({4}, i32), gathered));
+            b.storeVec(vec, out, {row, col});
+          });
+        }
+      }
+      return;
+    }
     for (int64_t h = 0; h < 2; ++h) {
       Value r = b.add(rowInTile, b.idx(8 * h));
       b.ifThen(b.ult(r, rowCount), [&] {
@@ -498,23 +588,8 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
           Value col = b.add(colStart, colInOut);
           b.ifThen(b.ult(col, outWidth), [&] {
             SmallVector<Value> pair;
-            for (int64_t q = 0; q < 2; ++q) {
-              Value c = b.add(col, b.idx(q));
-              Value y = value(4 * j + 2 * h + q);
-              if (plan.swiglu) {
-                Value up = value(4 * (j + outChunks) + 2 * h + q);
-                if (bias) {
-                  y = b.fadd(y, b.loadF(bias, {g, c}));
-                  up = b.fadd(up, b.loadF(bias, {g, b.add(c, outWidth)}));
-                }
-                y = b.fmul(b.fmul(y, b.sigmoid(y)), up);
-              } else if (bias) {
-                y = b.fadd(y, b.loadF(bias, {g, c}));
-              }
-              if (scale)
-                y = b.fmul(y, scale);
-              pair.push_back(y);
-            }
+            for (int64_t q = 0; q < 2; ++q)
+              pair.push_back(outputAt(h, j, q, b.add(col, b.idx(q)), scale));
             if (staged)
               b.storeVecF(pair, staging,
                           {b.add(b.mul(r, b.idx(stagingStride)), colInOut)});
