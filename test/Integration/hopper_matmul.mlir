@@ -63,15 +63,16 @@ func.func @gmm_aligned_long_k(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
 }
 
 // A plain epilogue, stored through the shared-memory staging tile (bf16
-// rows 16 bytes apart, then 16-byte row stores): E = 16, K = 136, N = 264.
-func.func @gmm_staged(%x: tensor<?x136xbf16>, %ids: tensor<?x1xi32>,
-                      %w: tensor<16x264x136xbf16>) -> tensor<?x264xbf16> {
+// rows 16 bytes apart, then 16-byte row stores): E = 16, K = 576, N = 256
+// (staging takes whole column tiles and K slices only).
+// The rows are the input as it is, grouped by the sorted ids' offsets (a
+// permute in front would be fused into a gather, which is not staged).
+func.func @gmm_staged(%x: tensor<?x576xbf16>, %ids: tensor<?x1xi32>,
+                      %w: tensor<16x256x576xbf16>) -> tensor<?x256xbf16> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
-  %rows = moe.permute %x, %slots, %offsets k = 1
-      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
-  %y = moe.grouped_matmul %rows, %w, %offsets {transpose_rhs}
-      : tensor<?x136xbf16>, tensor<16x264x136xbf16>, tensor<16xi32>
-      -> tensor<?x264xbf16>
-  return %y : tensor<?x264xbf16>
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}
+      : tensor<?x576xbf16>, tensor<16x256x576xbf16>, tensor<16xi32>
+      -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
 }

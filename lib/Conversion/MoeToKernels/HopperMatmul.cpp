@@ -465,7 +465,13 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   int64_t outBytes = outElem.getIntOrFloatBitWidth() / 8;
   int64_t outVector = 16 / outBytes;
   int64_t stagingStride = outTileN + outVector; // elements
+  // Also only for whole column tiles and whole K slices: with a partial
+  // last tile (N = 264) or slice (K = 520) the staged kernel spilled 20-148
+  // bytes (ptxas).
+  int64_t outN = cast<MemRefType>(out.getType()).getDimSize(1);
   bool staged = !plan.swiglu && !gather && !bias && !rowScale &&
+                !ShapedType::isDynamic(outN) && outN % outTileN == 0 &&
+                K % kBlockK == 0 &&
                 kBlockM * stagingStride * outBytes <=
                     (S - plan.ahead()) * plan.stageBytes();
   // Otherwise 16-bit outputs go out as 16-byte chunks gathered within each
