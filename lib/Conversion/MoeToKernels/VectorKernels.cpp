@@ -7,14 +7,17 @@
 // instead of one element, so that a warp reads and writes whole cache lines
 // with 16-byte vector loads and stores, and the per-row work (slot lookup,
 // expert search, scale) is paid once per chunk. Row-wise FP8 groups stay in
-// registers between the amax and the scaling; column-wise groups are read
-// straight down the columns twice, the second time from L2.
+// registers between the amax and the scaling. Column-wise groups on GPUs
+// hold a 128-row scale block in a block of 8 warps (workgroup memory,
+// barriers); elsewhere they are read straight down the columns twice, the
+// second time from L2.
 //
-// No shared memory and no intra-block synchronization: these kernels run on
-// every backend, the host included, so the host tests check them too. Each
-// generator returns std::nullopt where the shapes do not allow the vector
-// accesses (a dynamic or indivisible row length); Kernels.cpp then emits the
-// scalar kernel.
+// Apart from that column-wise block kernel and its one-block scan (GPU
+// targets only), no shared memory and no intra-block synchronization: these
+// kernels run on every backend, the host included, so the host tests check
+// them too. Each generator returns std::nullopt where the shapes do not
+// allow the vector accesses (a dynamic or indivisible row length);
+// Kernels.cpp then emits the scalar kernel.
 //
 //===----------------------------------------------------------------------===//
 
