@@ -16,7 +16,8 @@ from ._ir import Dim, Sym, Value, check_value, current_builder
 
 __all__ = [
     "matmul", "router_topk", "sort_by_expert", "permute", "unpermute",
-    "permute_grad", "unpermute_grad", "grouped_matmul", "swiglu", "swiglu_grad", "quantize", "dequantize",
+    "permute_grad", "unpermute_grad", "grouped_matmul", "swiglu",
+    "swiglu_grad", "quantize", "dequantize",
 ]
 
 
