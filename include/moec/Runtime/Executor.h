@@ -62,8 +62,9 @@ Status bufferShapes(const Entry &entry, const std::vector<int64_t> &symbols,
 /// Runs the entry. `inputs` and `outputs` follow the order of the entry's
 /// Input and Output buffers; each must have the expected element type and
 /// shape (the message names the argument otherwise). Outputs are written in
-/// full. Scratch (Temp) buffers are allocated through the launcher, zeroed,
-/// and released before returning, on errors too.
+/// full. Scratch (Temp) buffers are allocated through the launcher, not
+/// cleared (every kernel writes the scratch it reads), and released before
+/// returning, on errors too.
 Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
                 const std::vector<ArrayRef> &outputs,
                 KernelLauncher &launcher);
