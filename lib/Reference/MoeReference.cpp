@@ -359,17 +359,13 @@ PermuteGradResult permuteGrad(const DTensor &gradRows, const ITensor &slots,
               "the number of rows");
     result.gradProbs = DTensor({numTokens, k});
   }
-  const int64_t hidden = gradRows.dim(1), end = offsets.data.back();
-  result.gradTokens = DTensor({numTokens, hidden});
-  for (int64_t i = 0; i < end; ++i) {
-    int32_t slot = slots.data[i];
-    if (slot < 0)
-      continue;
-    for (int64_t h = 0; h < hidden; ++h)
-      result.gradTokens.at(slot / k, h) += gradRows.at(i, h);
-    if (gradPermutedProbs)
-      result.gradProbs.data[slot] = gradPermutedProbs->data[i];
-  }
+  // The token gradients are unpermute's unweighted combine.
+  result.gradTokens =
+      unpermute(gradRows, slots, offsets, k, numTokens, /*weights=*/nullptr);
+  if (gradPermutedProbs)
+    for (int64_t i = 0; i < offsets.data.back(); ++i)
+      if (int32_t slot = slots.data[i]; slot >= 0)
+        result.gradProbs.data[slot] = gradPermutedProbs->data[i];
   return result;
 }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 from . import _dtypes
 
@@ -113,6 +113,9 @@ class Value:
         self.name = name
         self.shape = tuple(shape)
         self.dtype = dtype
+        # For the slots of moe.sort_by_expert: the token count T of the
+        # sorted ids (with align the slot count is not T * k).
+        self.tokens: Optional[Dim] = None
 
     @property
     def type(self) -> str:

@@ -186,8 +186,6 @@ def sort_by_expert(ids, num_experts: int, *, align: Optional[int] = None):
     b.emit(f"{sorted_ids.name}, {slots.name}, {offsets.name} = "
            f"moe.sort_by_expert {ids.name} {text} : {ids.type} -> "
            f"{sorted_ids.type}, {slots.type}, {offsets.type}")
-    # The token count, for the ops that map slots back to tokens: with
-    # align the row count M is not T * k.
     slots.tokens = ids.shape[0]
     return sorted_ids, slots, offsets
 
@@ -236,9 +234,8 @@ def _token_rows(slots: Value, k: int, weights: Optional[Value]) -> Dim:
     """The token count T of a routing with `slots` rows and top-k `k`: that
     of the ids sort_by_expert sorted, else of `weights` [T, k], else of the
     slots (M = T * k, no alignment padding)."""
-    tokens = getattr(slots, "tokens", None)
-    if tokens is not None:
-        return tokens
+    if slots.tokens is not None:
+        return slots.tokens
     if weights is not None:
         return weights.shape[0]
     if isinstance(slots.shape[0], Sym):
