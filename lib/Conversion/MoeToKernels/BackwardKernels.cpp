@@ -41,24 +41,6 @@ using Lowered = std::optional<LogicalResult>;
 /// two such groups per wavefront).
 constexpr int64_t kWarpLanes = 32;
 
-/// scf.for from lb to ub by `step` carrying `inits`; returns the results.
-SmallVector<Value> stridedLoop(KernelBuilder &b, Value lb, Value ub,
-                               Value step, ValueRange inits,
-                               const KernelBuilder::LoopBody &body) {
-  auto forOp = scf::ForOp::create(b, lb, ub, step, inits);
-  OpBuilder::InsertionGuard guard(b);
-  if (inits.empty()) {
-    // scf::ForOp::create adds an empty yield only without iter_args.
-    b.setInsertionPoint(forOp.getBody()->getTerminator());
-    body(forOp.getInductionVar(), {});
-    return {};
-  }
-  b.setInsertionPointToStart(forOp.getBody());
-  scf::YieldOp::create(
-      b, body(forOp.getInductionVar(), forOp.getRegionIterArgs()));
-  return SmallVector<Value>(forOp.getResults());
-}
-
 //===----------------------------------------------------------------------===//
 // permute_grad
 //===----------------------------------------------------------------------===//
@@ -135,8 +117,8 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
               SmallVector<Value> inits;
               if (weights)
                 inits.assign(k, b.f32(0));
-              SmallVector<Value> dots = stridedLoop(
-                  b, lane, b.idx(chunks), b.idx(lanes), inits,
+              SmallVector<Value> dots = b.loop(
+                  lane, b.idx(chunks), inits,
                   [&](Value chunk, ValueRange acc) -> SmallVector<Value> {
                     Value c = b.mul(chunk, b.idx(width));
                     Value g = b.loadVecF32(a[0], {t, c}, width);
@@ -163,7 +145,8 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
                       next.push_back(b.select(valid[j], dot, acc[j]));
                     }
                     return next;
-                  });
+                  },
+                  /*step=*/b.idx(lanes));
               if (!weights)
                 return;
               for (Value &dot : dots)

@@ -380,8 +380,9 @@ Value KernelBuilder::alloca(MemRefType type) {
 }
 
 SmallVector<Value> KernelBuilder::loop(Value lb, Value ub, ValueRange inits,
-                                       const LoopBody &body) {
-  auto forOp = scf::ForOp::create(*this, lb, ub, idx(1), inits);
+                                       const LoopBody &body, Value step) {
+  auto forOp =
+      scf::ForOp::create(*this, lb, ub, step ? step : idx(1), inits);
   OpBuilder::InsertionGuard guard(*this);
   setInsertionPointToStart(forOp.getBody());
   SmallVector<Value> yielded =

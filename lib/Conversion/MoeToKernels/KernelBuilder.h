@@ -129,10 +129,12 @@ public:
   using LoopBody =
       std::function<llvm::SmallVector<mlir::Value>(mlir::Value iv,
                                                    mlir::ValueRange iters)>;
-  /// scf.for from lb to ub (step 1) carrying `inits`; returns the results.
+  /// scf.for from lb to ub (by `step`, 1 if null) carrying `inits`;
+  /// returns the results.
   llvm::SmallVector<mlir::Value> loop(mlir::Value lb, mlir::Value ub,
                                       mlir::ValueRange inits,
-                                      const LoopBody &body);
+                                      const LoopBody &body,
+                                      mlir::Value step = {});
   /// scf.for with no carried values.
   void loop(mlir::Value lb, mlir::Value ub,
             const std::function<void(mlir::Value iv)> &body);
