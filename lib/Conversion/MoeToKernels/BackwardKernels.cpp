@@ -37,10 +37,6 @@ namespace {
 
 using Lowered = std::optional<LogicalResult>;
 
-/// Lanes of the warps reduced with shuffles (NVIDIA warps; AMD wave64 runs
-/// two such groups per wavefront).
-constexpr int64_t kWarpLanes = 32;
-
 //===----------------------------------------------------------------------===//
 // permute_grad
 //===----------------------------------------------------------------------===//
@@ -79,7 +75,7 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
   int64_t threads = tile.getThreads();
   KernelBuilder &h = ctx.host();
   int64_t lanes =
-      h.hasWarpShuffles() && threads % kWarpLanes == 0 ? kWarpLanes : 1;
+      h.hasWarpShuffles() && threads % kWarp == 0 ? kWarp : 1;
 
   Value tokens = ctx.sizes(gradOut)[0];
   Value numSlots = h.mul(tokens, h.idx(k));
@@ -153,7 +149,7 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
                 for (int64_t offset = lanes / 2; offset > 0; offset /= 2)
                   dot = b.fadd(dot, gpu::ShuffleOp::create(
                                         b, dot, static_cast<int32_t>(offset),
-                                        static_cast<int32_t>(kWarpLanes),
+                                        static_cast<int32_t>(kWarp),
                                         gpu::ShuffleMode::XOR)
                                         .getShuffleResult());
               b.ifThen(b.eq(lane, b.idx(0)), [&] {

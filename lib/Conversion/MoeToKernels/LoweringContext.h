@@ -105,6 +105,10 @@ resultSizes(mlir::Operation *op, BufferMap buffer, LoweringContext &ctx,
 // BackwardKernels.cpp)
 //===----------------------------------------------------------------------===//
 
+/// Lanes of a warp, as the warp kernels (shuffles, ballots, redux) use
+/// them (NVIDIA warps; AMD wave64 runs two such groups per wavefront).
+constexpr int64_t kWarp = 32;
+
 /// The element type of a memref value.
 inline mlir::Type elementType(mlir::Value memref) {
   return mlir::cast<mlir::MemRefType>(memref.getType()).getElementType();

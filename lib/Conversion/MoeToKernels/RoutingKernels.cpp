@@ -49,7 +49,6 @@ namespace {
 
 using Lowered = std::optional<LogicalResult>;
 
-constexpr int64_t kWarp = 32;
 /// Largest expert count of the warp kernels: 16 per lane.
 constexpr int64_t kMaxExperts = 16 * kWarp;
 /// sort_by_expert: rounds of 32 slots per warp, warps per block, and so the

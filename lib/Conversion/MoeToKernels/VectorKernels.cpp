@@ -366,7 +366,6 @@ LogicalResult emitBlockEnds(LoweringContext &ctx, moe::TileAttr tile,
     Value rows = b.sub(b.loadIdx(offsets, {e}), groupStart(b, offsets, e));
     return b.ceilDiv(rows, b.idx(group));
   };
-  constexpr int64_t kWarp = 32;
   int64_t threads = (experts + kWarp - 1) / kWarp * kWarp;
   if (!h.hasWarpShuffles() || threads > 1024)
     return launchPerItem(
