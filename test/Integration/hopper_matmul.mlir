@@ -14,6 +14,7 @@
 // RUN: moec run %s --entry gmm_f16_row_scale --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_aligned_long_k --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_staged --sym T=20 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_tile_buckets --sym T=40 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -75,4 +76,26 @@ func.func @gmm_staged(%x: tensor<?x576xbf16>, %ids: tensor<?x1xi32>,
       : tensor<?x576xbf16>, tensor<16x256x576xbf16>, tensor<16xi32>
       -> tensor<?x256xbf16>
   return %y : tensor<?x256xbf16>
+}
+
+// Tuned tiles by row count (moe.tile_buckets): up to 64 rows (T <= 32)
+// n = 128 with 6 stages, up to 2048 rows n = 256 with 3 stages and bands of
+// 16 m-tiles, more rows the op's tile (n = 128, 4 stages, bands of 2).
+// E = 8, K = 200, N = 264, k = 2: every variant has partial tiles.
+func.func @gmm_tile_buckets(%x: tensor<?x200xbf16>, %ids: tensor<?x2xi32>,
+                            %w: tensor<8x264x200xbf16>) -> tensor<?x264xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 2 : i64, transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
+                            stages = 4, band_m = 2>,
+       moe.tile_buckets = [
+         #moe.tile_bucket<max_rows = 64, tile = #moe.tile<m = 128, n = 128,
+             k = 64, threads = 256, stages = 6>>,
+         #moe.tile_bucket<max_rows = 2048, tile = #moe.tile<m = 128,
+             n = 256, k = 64, threads = 256, stages = 3, band_m = 16>>]}
+      : tensor<?x200xbf16>, tensor<8x264x200xbf16>, tensor<8xi32>
+      -> tensor<?x264xbf16>
+  return %y : tensor<?x264xbf16>
 }

@@ -54,15 +54,19 @@ constexpr int64_t kPersistentBlocks = 132;
 /// Groups the schedule scan handles (experts + the tail), one table entry
 /// per group in shared memory.
 constexpr int64_t kMaxGroups = 1024;
-/// m-tiles per band of the tile order (see tileState).
-constexpr int64_t kBandM = 8;
+/// m-tiles per band of the tile order (see tileState) unless the tile
+/// sets `band_m`.
+constexpr int64_t kDefaultBandM = 8;
+/// Pipeline depth unless the tile sets `stages`: as many as fit, at most 6.
+constexpr int64_t kMaxDefaultStages = 6;
 /// Dynamic shared memory a block of sm_90 may opt into (227 KiB).
 constexpr int64_t kMaxSharedBytes = 227 * 1024;
 
 /// The compile-time shape of one Hopper grouped matmul kernel.
 struct HopperPlan {
   int64_t blockN = 128; ///< B rows (output columns, or gate+up) per block
-  int64_t stages = 6;
+  int64_t stages = kMaxDefaultStages;
+  int64_t bandM = kDefaultBandM;
   /// Slices the copies run ahead: one wgmma group stays in flight while the
   /// next slice's copies are issued, so the slot refilled is two back.
   int64_t ahead() const { return stages - 2; }
@@ -259,18 +263,19 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
         b.eq(g, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
         [&] { return b.loadIdx(tileEnds, {b.sub(g, b.idx(1))}); });
     Value mTiles = b.sub(b.loadIdx(tileEnds, {g}), tilesBefore);
-    // Inside the group, bands of kBandM m-tiles: a band's tiles go n-tile
+    // Inside the group, bands of bandM m-tiles: a band's tiles go n-tile
     // by n-tile with the m-tiles fastest, so the blocks running together
     // share B tiles and the band's A rows stay in L2 over the n sweep (in
     // m-tile order, a large expert would stream all its weights once per
     // m-tile).
     Value local = b.sub(tile, b.mul(tilesBefore, nTiles));
-    Value bandTiles = b.mul(b.idx(kBandM), nTiles);
+    const int64_t bandM = plan.bandM;
+    Value bandTiles = b.mul(b.idx(bandM), nTiles);
     Value band = b.div(local, bandTiles), inBand = b.rem(local, bandTiles);
     Value bandHeight =
-        b.minIdx(b.idx(kBandM), b.sub(mTiles, b.mul(band, b.idx(kBandM))));
+        b.minIdx(b.idx(bandM), b.sub(mTiles, b.mul(band, b.idx(bandM))));
     Value nTile = b.div(inBand, bandHeight);
-    Value mLocal = b.add(b.mul(band, b.idx(kBandM)), b.rem(inBand, bandHeight));
+    Value mLocal = b.add(b.mul(band, b.idx(bandM)), b.rem(inBand, bandHeight));
     Value groupBegin = b.loadIdx(groupStarts, {g});
     Value groupEnd = b.loadIdx(groupStarts, {b.add(g, b.idx(1))});
     groupEnd = b.select(b.ult(groupBegin, groupEnd), groupEnd, groupBegin);
@@ -673,10 +678,12 @@ struct HopperOperands {
   Value lhs, rhs, out, offsets, gather, bias, rowScale;
 };
 
-/// Launches the wgmma kernel for `plan` over the rows of `v.out`.
+/// Launches the wgmma kernel for `plan` over the rows of `v.out`; with
+/// `enabled` (a host index, 0 or 1) the grid is multiplied by it.
 LogicalResult launchHopperMatmul(LoweringContext &ctx,
                                  const HopperOperands &v,
-                                 const HopperPlan &plan, StringRef suffix) {
+                                 const HopperPlan &plan, StringRef suffix,
+                                 Value enabled = {}) {
   KernelBuilder &h = ctx.host();
   SmallVector<Value> operands = {v.lhs, v.rhs, v.out};
   HopperArgs pos;
@@ -701,14 +708,61 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
   Value tilesBound =
       h.mul(mTilesBound, h.ceilDiv(outSizes[1], h.idx(plan.outTileN())));
   Value grid = h.minIdx(tilesBound, h.idx(kPersistentBlocks));
+  if (enabled)
+    grid = h.mul(grid, enabled);
+  // The tile as built (the bundle records it): the stages and band taken.
   auto tile = moe::TileAttr::get(h.getContext(), kBlockM, plan.blockN, kBlockK,
-                                 kThreads);
+                                 kThreads, plan.stages, plan.bandM);
   return ctx.launch(
       suffix, grid, tile, operands,
       [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
         emitKernel(b, a, block, thread, plan, pos);
       },
       plan.sharedBytes());
+}
+
+/// Whether `tile` has the form of this kernel's blocks: m = 128, n = 128 or
+/// 256, k = 64, 256 threads.
+bool isHopperTile(moe::TileAttr tile) {
+  return tile && tile.getM() == kBlockM && tile.getK() == kBlockK &&
+         tile.getThreads() == kThreads &&
+         (tile.getN() == 128 || tile.getN() == 256);
+}
+
+/// 1 when `rows` > `bound`, else 0, on the host (for launch grids).
+Value above(KernelBuilder &h, Value rows, int64_t bound) {
+  return h.minIdx(h.idx(1), h.div(rows, h.idx(bound + 1)));
+}
+
+/// Launches the kernel of `base`, or with the op's `moe.tile_buckets` one
+/// variant per bucket: each launch's grid is 0 unless the row count of
+/// `v.out` falls in its bucket (the base plan takes the rows above every
+/// bucket). `planOf` makes the plan of a bucket's tile.
+LogicalResult launchBucketed(
+    LoweringContext &ctx, Operation *op, const HopperOperands &v,
+    const HopperPlan &base,
+    function_ref<std::optional<HopperPlan>(moe::TileAttr)> planOf) {
+  auto buckets = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName);
+  if (!buckets)
+    return launchHopperMatmul(ctx, v, base, "wgmma");
+  KernelBuilder &h = ctx.host();
+  Value rows = ctx.sizes(v.out)[0];
+  int64_t below = 0;
+  for (auto bucket : buckets.getAsRange<moe::TileBucketAttr>()) {
+    std::optional<HopperPlan> plan = planOf(bucket.getTile());
+    if (!plan || !isHopperTile(bucket.getTile()))
+      return op->emitOpError("has a tile bucket the sm90a matmul cannot "
+                             "build: ")
+             << bucket;
+    // rows in (below, max_rows]: above(below) - above(max_rows).
+    Value enabled = h.sub(above(h, rows, below),
+                          above(h, rows, bucket.getMaxRows()));
+    std::string suffix = "wgmma_le" + std::to_string(bucket.getMaxRows());
+    if (failed(launchHopperMatmul(ctx, v, *plan, suffix, enabled)))
+      return failure();
+    below = bucket.getMaxRows();
+  }
+  return launchHopperMatmul(ctx, v, base, "wgmma", above(h, rows, below));
 }
 
 /// The plan for lhs [.., k] and output width `width` of 16-bit operands, or
@@ -730,17 +784,24 @@ std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
   plan.elemType =
       lhsElem.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
   // A tile of this kernel's form (m = 128, n = 128 or 256, k = 64, 256
-  // threads) set on the op picks the block width. Otherwise 256 (m64n256
-  // wgmmas: measured faster on the H200 at every MoE shape of
+  // threads) set on the op picks the block width, and its `stages` and
+  // `band_m` (when set) the pipeline depth and the tile order. Otherwise
+  // 256 (m64n256 wgmmas: measured faster on the H200 at most MoE shapes of
   // bench/grouped_gemm.py) unless the output is narrower than that.
   plan.blockN = width >= 256 ? 256 : 128;
-  if (tile && tile.getM() == kBlockM && tile.getK() == kBlockK &&
-      tile.getThreads() == kThreads &&
-      (tile.getN() == 128 || tile.getN() == 256))
+  if (isHopperTile(tile)) {
     plan.blockN = tile.getN();
-  // As many stages as fit in shared memory, at most 6 (the default).
-  while (plan.sharedBytes() > kMaxSharedBytes)
+    if (tile.getStages())
+      plan.stages = tile.getStages();
+    if (tile.getBandM())
+      plan.bandM = tile.getBandM();
+  }
+  // At most as many stages as fit in shared memory (a deeper pipeline asked
+  // for gets the deepest that fits).
+  while (plan.sharedBytes() > kMaxSharedBytes && plan.stages > 3)
     --plan.stages;
+  if (plan.sharedBytes() > kMaxSharedBytes)
+    return std::nullopt;
   return plan;
 }
 
@@ -753,15 +814,21 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   auto lhsType = cast<ShapedType>(op.getLhs().getType());
   auto outType = cast<ShapedType>(op.getOut().getType());
   int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
-  std::optional<HopperPlan> plan = planFor(
-      lhsType.getElementType(),
-      cast<ShapedType>(op.getRhs().getType()).getElementType(),
-      outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
-      experts, tile);
+  auto planOf = [&](moe::TileAttr tile) -> std::optional<HopperPlan> {
+    std::optional<HopperPlan> plan = planFor(
+        lhsType.getElementType(),
+        cast<ShapedType>(op.getRhs().getType()).getElementType(),
+        outType.getElementType(), lhsType.getDimSize(1),
+        outType.getDimSize(1), experts, tile);
+    if (plan) {
+      plan->slotsPerToken = op.getK().value_or(1);
+      plan->swiglu = op.getActivation() == moe::Activation::swiglu;
+    }
+    return plan;
+  };
+  std::optional<HopperPlan> plan = planOf(tile);
   if (!plan)
     return std::nullopt;
-  plan->slotsPerToken = op.getK().value_or(1);
-  plan->swiglu = op.getActivation() == moe::Activation::swiglu;
 
   HopperOperands v;
   v.lhs = buffer(op.getLhs());
@@ -774,7 +841,7 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   Value scatter = buffer(op.getScatterSlots());
   if (!scatter) {
     v.out = out;
-    return launchHopperMatmul(ctx, v, *plan, "wgmma");
+    return launchBucketed(ctx, op, v, *plan, planOf);
   }
   // Combined in token order: the grouped rows go to a scratch buffer, then
   // unpermute's combine sums each token's k rows with its weights.
@@ -784,7 +851,7 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
       MemRefType::get({ShapedType::kDynamic, outType.getDimSize(1)},
                       outType.getElementType()),
       {groupedRows, h.idx(outType.getDimSize(1))});
-  if (failed(launchHopperMatmul(ctx, v, *plan, "wgmma")))
+  if (failed(launchBucketed(ctx, op, v, *plan, planOf)))
     return failure();
   std::optional<LogicalResult> combined =
       emitCombine(ctx, tile, v.out, scatter, v.offsets,

@@ -1964,9 +1964,9 @@ func.func @case217(%x: tensor<8x16xbf16>) {
 
 // -----
 
-// every tile parameter is required
+// m, n, k and threads are required (stages and band_m have defaults)
 func.func @case218(%x: tensor<8x16xbf16>) {
-  // expected-error @+1 {{expected ','}}
+  // expected-error @+1 {{struct is missing required parameter: threads}}
   %a = moe.swiglu %x {moe.tile = #moe.tile<m = 1, n = 1, k = 1>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
   return
 }
@@ -2265,5 +2265,50 @@ func.func @case250(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi3
 func.func @case251(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>, %r: tensor<8x16xbf16>) {
   // expected-error @+1 {{dimension 1 of result 'grad_weights' is 4 but must equal attribute 'k' (2)}}
   %y, %dw = moe.unpermute_grad %g, %slots, %o k = 2 weights(%w, %r : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<4x4xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+func.func @tile_stages(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{tile parameter 'stages' must be 0 (the kernel's choice) or in [3, 16], got 2}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 32, stages = 2>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @tile_band(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{tile parameter 'band_m' must be 0 (the kernel's choice) or a power of two up to 64, got 12}}
+  %a = moe.swiglu %x {moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 32, band_m = 12>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @tile_buckets_not_array(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{attribute 'moe.tile_buckets' must be a non-empty array of #moe.tile_bucket<...>, got 4 : i64}}
+  %a = moe.swiglu %x {moe.tile_buckets = 4} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @tile_buckets_order(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{attribute 'moe.tile_buckets' needs strictly increasing max_rows, got 64 after 64}}
+  %a = moe.swiglu %x {moe.tile_buckets = [
+      #moe.tile_bucket<max_rows = 64, tile = #moe.tile<m = 1, n = 1, k = 1, threads = 32>>,
+      #moe.tile_bucket<max_rows = 64, tile = #moe.tile<m = 1, n = 1, k = 1, threads = 64>>]}
+      : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @tile_bucket_rows(%x: tensor<8x16xbf16>) {
+  %a = moe.swiglu %x {moe.tile_buckets = [
+      // expected-error @+1 {{tile bucket 'max_rows' must be >= 1, got 0}}
+      #moe.tile_bucket<max_rows = 0, tile = #moe.tile<m = 1, n = 1, k = 1, threads = 32>>]}
+      : tensor<8x16xbf16> -> tensor<8x8xbf16>
   return
 }

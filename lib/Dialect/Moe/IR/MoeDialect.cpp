@@ -40,7 +40,16 @@ void MoeDialect::initialize() {
 
 LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t m, int64_t n, int64_t k,
-                               int64_t threads) {
+                               int64_t threads, int64_t stages,
+                               int64_t bandM) {
+  if (stages != 0 && (stages < 3 || stages > 16))
+    return emitError() << "tile parameter 'stages' must be 0 (the kernel's "
+                          "choice) or in [3, 16], got "
+                       << stages;
+  if (bandM != 0 && (bandM > 64 || !llvm::isPowerOf2_64(bandM)))
+    return emitError() << "tile parameter 'band_m' must be 0 (the kernel's "
+                          "choice) or a power of two up to 64, got "
+                       << bandM;
   for (auto [name, value] : {std::make_pair("m", m), std::make_pair("n", n),
                              std::make_pair("k", k)})
     if (value < 1 || !llvm::isPowerOf2_64(value))
@@ -63,6 +72,17 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult
+TileBucketAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                       int64_t maxRows, TileAttr tile) {
+  if (maxRows < 1)
+    return emitError() << "tile bucket 'max_rows' must be >= 1, got "
+                       << maxRows;
+  if (!tile)
+    return emitError() << "tile bucket needs a tile";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Discardable attributes
 //===----------------------------------------------------------------------===//
@@ -73,6 +93,24 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
     return op->emitError() << "attribute '" << kTileAttrName
                            << "' must be a #moe.tile<...>, got "
                            << attr.getValue();
+  if (attr.getName() == kTileBucketsAttrName) {
+    auto buckets = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!buckets || buckets.empty() ||
+        !llvm::all_of(buckets, llvm::IsaPred<TileBucketAttr>))
+      return op->emitError()
+             << "attribute '" << kTileBucketsAttrName
+             << "' must be a non-empty array of #moe.tile_bucket<...>, got "
+             << attr.getValue();
+    int64_t previous = 0;
+    for (auto bucket : buckets.getAsRange<TileBucketAttr>()) {
+      if (bucket.getMaxRows() <= previous)
+        return op->emitError()
+               << "attribute '" << kTileBucketsAttrName
+               << "' needs strictly increasing max_rows, got "
+               << bucket.getMaxRows() << " after " << previous;
+      previous = bucket.getMaxRows();
+    }
+  }
   // Other `moe.*` attributes are left to the passes that set them.
   return success();
 }

@@ -69,7 +69,7 @@ struct MoeTilePass : moec::moe::impl::MoeTilePassBase<MoeTilePass> {
         return mlir::emitError(root->getLoc())
                << "moe-tile: invalid matmul tile options: ";
       };
-      if (failed(TileAttr::verify(emitOptionError, m, n, k, t)))
+      if (failed(TileAttr::verify(emitOptionError, m, n, k, t, 0, 0)))
         return signalPassFailure();
     }
 

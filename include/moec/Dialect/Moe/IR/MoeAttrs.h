@@ -23,6 +23,11 @@ namespace moec::moe {
 /// configuration (see TileAttr). The dialect verifies that it is a TileAttr.
 constexpr llvm::StringLiteral kTileAttrName = "moe.tile";
 
+/// Name of the discardable attribute that carries an op's per-row-count
+/// tiles: an array of TileBucketAttr in strictly increasing max_rows (see
+/// TileBucketAttr). The dialect verifies it.
+constexpr llvm::StringLiteral kTileBucketsAttrName = "moe.tile_buckets";
+
 } // namespace moec::moe
 
 #endif // MOEC_DIALECT_MOE_IR_MOEATTRS_H

@@ -108,10 +108,20 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
       `threads` threads; `n` and `k` are 1 unless an op gives them a
       meaning.
 
+    * Pipelined matmul kernels (the `sm90a` wgmma kernel) also read
+      `stages`, the shared-memory pipeline depth (K slices in flight), and
+      `band_m`, the m-tiles per band of the persistent tile order (the
+      tiles of a band share their B columns in L2). 0, the default, leaves
+      each to the kernel: as many stages as fit in shared memory, 8 m-tiles
+      per band. Other kernels ignore them. The autotuner (`moec tune`)
+      searches these with `n`.
+
     Constraints (checked by the verifier): `m`, `n` and `k` are powers of
     two (1 included); `threads` is a multiple of 32 (a whole number of
     warps) in `[32, 1024]`; and one of `m*n` and `threads` divides the
-    other, so that outputs split evenly over threads.
+    other, so that outputs split evenly over threads. `stages` is 0 or in
+    `[3, 16]` (a pipeline keeps one slice computing and one loading);
+    `band_m` is 0 or a power of two up to 64.
 
     Example:
 
@@ -126,8 +136,46 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
     "int64_t":$m,
     "int64_t":$n,
     "int64_t":$k,
-    "int64_t":$threads
+    "int64_t":$threads,
+    DefaultValuedParameter<"int64_t", "0">:$stages,
+    DefaultValuedParameter<"int64_t", "0">:$band_m
   );
+  let builders = [
+    AttrBuilder<(ins "int64_t":$m, "int64_t":$n, "int64_t":$k,
+                     "int64_t":$threads), [{
+      return $_get($_ctxt, m, n, k, threads, /*stages=*/0, /*band_m=*/0);
+    }]>
+  ];
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Moe_TileBucketAttr : AttrDef<Moe_Dialect, "TileBucket"> {
+  let mnemonic = "tile_bucket";
+  let summary = "A tile for the launches of at most `max_rows` rows";
+  let description = [{
+    One entry of the discardable op attribute `moe.tile_buckets`, an array
+    of these in strictly increasing `max_rows`. A kernel whose row count is
+    only known at run time is then built once per bucket and once with the
+    op's `moe.tile`; each launch runs the variant whose bucket holds the
+    row count: the first bucket with `rows <= max_rows`, or `moe.tile` for
+    more rows than any bucket holds. The choice is made by the launch grid
+    (the other variants get 0 blocks), so it costs no host synchronization.
+
+    The autotuner's cache (`moe-tile{tuning-cache=...}`) attaches buckets
+    to `moe.grouped_matmul` when different token counts were measured
+    fastest with different tiles. Only the `sm90a` grouped matmul reads
+    them; other lowerings use `moe.tile`.
+
+    Example:
+
+    ```mlir
+    {moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256>,
+     moe.tile_buckets = [#moe.tile_bucket<max_rows = 4096,
+         tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, stages = 6>>]}
+    ```
+  }];
+  let parameters = (ins "int64_t":$max_rows, "TileAttr":$tile);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }
