@@ -34,6 +34,8 @@ void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile) {
   tileOptions.tileN = tile.n;
   tileOptions.tileK = tile.k;
   tileOptions.threads = tile.threads;
+  tileOptions.tuningCache = tile.tuningCache;
+  tileOptions.target = tile.tuningTarget;
   pm.addPass(moe::createMoeTilePass(tileOptions));
 }
 

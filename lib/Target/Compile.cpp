@@ -405,8 +405,11 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
     if (it != byFamily.end())
       return &it->second;
     Lowered lowered;
+    // A target family has one target where tiles are tuned (sm90a).
+    TileOverride tile = options.tile;
+    tile.tuningTarget = target;
     FailureOr<OwningOpRef<ModuleOp>> kernels =
-        lowerToKernels(module, lowered.entries, options.tile, family);
+        lowerToKernels(module, lowered.entries, tile, family);
     if (failed(kernels))
       return failure();
     if (lowered.entries.empty())

@@ -3,7 +3,7 @@
 // Part of moec.
 //
 //   moec compile in.mlir -o out.moecb [--target sm_90a,gfx942,host]
-//                [--emit-asm DIR]
+//                [--emit-asm DIR] [--tuning-cache CACHE.json]
 //   moec inspect out.moecb [--source]
 //   moec run in.mlir [--entry NAME] [--sym T=64 ...] [--routing uniform|
 //                one-expert|half-experts] [--seed N] [--iters N]
@@ -55,7 +55,7 @@ int usage() {
   llvm::errs()
       << "usage:\n"
          "  moec compile IN.mlir -o OUT.moecb [--target sm_90a,gfx942,host]"
-         " [--emit-asm DIR]\n"
+         " [--emit-asm DIR] [--tuning-cache CACHE.json]\n"
          "  moec inspect BUNDLE.moecb [--source]\n"
          "  moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
          "uniform|one-expert|half-experts] [--seed N] [--iters N]\n";
@@ -82,7 +82,7 @@ OwningOpRef<ModuleOp> parseInput(MLIRContext &context, StringRef path) {
 /// Options shared by the subcommands.
 struct Args {
   std::vector<std::string> positional;
-  std::string output, targets = "host", emitAsm, entry;
+  std::string output, targets = "host", emitAsm, entry, tuningCache;
   std::vector<std::pair<std::string, int64_t>> symbols;
   std::string routing = "uniform";
   uint64_t seed = 1;
@@ -110,6 +110,9 @@ bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
         return false;
     } else if (arg == "--emit-asm") {
       if (!value(args.emitAsm))
+        return false;
+    } else if (arg == "--tuning-cache") {
+      if (!value(args.tuningCache))
         return false;
     } else if (arg == "--entry") {
       if (!value(args.entry))
@@ -172,6 +175,7 @@ int compile(const Args &args) {
     if (!t.trim().empty())
       options.targets.push_back(t.trim().str());
   options.keepAssembly = !args.emitAsm.empty();
+  options.tile.tuningCache = args.tuningCache;
   moec::CompileResult result;
   if (failed(moec::compileModule(*module, options, result)))
     return fail("compilation failed");

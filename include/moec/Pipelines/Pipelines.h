@@ -31,6 +31,9 @@ struct GpuTargetOptions {
 /// options); 0 keeps the model's value.
 struct TileOverride {
   int64_t m = 0, n = 0, k = 0, threads = 0;
+  /// An autotuner cache whose measured tiles replace the model's, and the
+  /// compile target whose entries apply (moe-tile's tuning-cache, target).
+  std::string tuningCache, tuningTarget;
 };
 
 /// Fusion and tiling on tensors.

@@ -31,6 +31,7 @@
 
 #include "LoweringContext.h"
 
+#include "moec/Conversion/TuningSpace.h"
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -90,6 +91,12 @@ struct HopperPlan {
   /// Output columns per block.
   int64_t outTileN() const { return swiglu ? blockN / 2 : blockN; }
 };
+
+/// The tile the kernel of `plan` is built with (the bundle records it).
+moe::TileAttr tileOf(MLIRContext *context, const HopperPlan &plan) {
+  return moe::TileAttr::get(context, kBlockM, plan.blockN, kBlockK, kThreads,
+                            plan.stages, plan.bandM);
+}
 
 /// Positions of the optional kernel arguments (-1 if absent). Without
 /// offsets the matmul is dense: one group of all rows, rhs [N, K].
@@ -711,8 +718,7 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
   if (enabled)
     grid = h.mul(grid, enabled);
   // The tile as built (the bundle records it): the stages and band taken.
-  auto tile = moe::TileAttr::get(h.getContext(), kBlockM, plan.blockN, kBlockK,
-                                 kThreads, plan.stages, plan.bandM);
+  moe::TileAttr tile = tileOf(h.getContext(), plan);
   return ctx.launch(
       suffix, grid, tile, operands,
       [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
@@ -805,27 +811,33 @@ std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
   return plan;
 }
 
-std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
-                                          moe::TileAttr tile, BufferMap buffer,
-                                          LoweringContext &ctx) {
+/// The plan of the wgmma kernel for `op` with `tile`, or nullopt where the
+/// kernel does not apply.
+std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
+                                      moe::TileAttr tile) {
   if (op.getMode() != moe::MatmulMode::forward || !op.getTransposeRhs() ||
       op.getLoraA() || op.getLhsScales())
     return std::nullopt;
   auto lhsType = cast<ShapedType>(op.getLhs().getType());
   auto outType = cast<ShapedType>(op.getOut().getType());
   int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
-  auto planOf = [&](moe::TileAttr tile) -> std::optional<HopperPlan> {
-    std::optional<HopperPlan> plan = planFor(
-        lhsType.getElementType(),
-        cast<ShapedType>(op.getRhs().getType()).getElementType(),
-        outType.getElementType(), lhsType.getDimSize(1),
-        outType.getDimSize(1), experts, tile);
-    if (plan) {
-      plan->slotsPerToken = op.getK().value_or(1);
-      plan->swiglu = op.getActivation() == moe::Activation::swiglu;
-    }
-    return plan;
-  };
+  std::optional<HopperPlan> plan = planFor(
+      lhsType.getElementType(),
+      cast<ShapedType>(op.getRhs().getType()).getElementType(),
+      outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
+      experts, tile);
+  if (plan) {
+    plan->slotsPerToken = op.getK().value_or(1);
+    plan->swiglu = op.getActivation() == moe::Activation::swiglu;
+  }
+  return plan;
+}
+
+std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
+                                          moe::TileAttr tile, BufferMap buffer,
+                                          LoweringContext &ctx) {
+  auto outType = cast<ShapedType>(op.getOut().getType());
+  auto planOf = [&](moe::TileAttr tile) { return groupedPlan(op, tile); };
   std::optional<HopperPlan> plan = planOf(tile);
   if (!plan)
     return std::nullopt;
@@ -895,4 +907,37 @@ moec::kernels::lowerMatmulHopper(Operation *op, moe::TileAttr tile,
   if (auto dense = dyn_cast<linalg::MatmulOp>(op))
     return lowerDense(dense, tile, buffer, ctx);
   return std::nullopt;
+}
+
+SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
+                                                  StringRef target) {
+  auto matmul = dyn_cast<moe::GroupedMatmulOp>(op);
+  if (target != "sm_90a" || !matmul)
+    return {};
+  std::optional<HopperPlan> chosen = groupedPlan(matmul, {});
+  if (!chosen)
+    return {};
+  MLIRContext *context = op->getContext();
+  SmallVector<moe::TileAttr> tiles = {tileOf(context, *chosen)};
+  auto outType = cast<ShapedType>(matmul.getOut().getType());
+  SmallVector<int64_t> widths = {128};
+  if (outType.getDimSize(1) >= 256)
+    widths.insert(widths.begin(), 256);
+  for (int64_t n : widths) {
+    // The deepest pipeline that fits at this width (the plan clamps).
+    std::optional<HopperPlan> deepest = groupedPlan(
+        matmul, moe::TileAttr::get(context, kBlockM, n, kBlockK, kThreads,
+                                   /*stages=*/16, /*band_m=*/0));
+    if (!deepest)
+      continue;
+    for (int64_t stages = deepest->stages;
+         stages >= std::max<int64_t>(3, deepest->stages - 1); --stages)
+      for (int64_t band : {4, 8, 16}) {
+        auto tile = moe::TileAttr::get(context, kBlockM, n, kBlockK, kThreads,
+                                       stages, band);
+        if (groupedPlan(matmul, tile) && !llvm::is_contained(tiles, tile))
+          tiles.push_back(tile);
+      }
+  }
+  return tiles;
 }

@@ -9,6 +9,7 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 #include "moec/Dialect/Moe/Transforms/Tiling.h"
+#include "moec/Dialect/Moe/Transforms/TuningCache.h"
 
 #include "mlir/IR/Diagnostics.h"
 
@@ -73,9 +74,28 @@ struct MoeTilePass : moec::moe::impl::MoeTilePassBase<MoeTilePass> {
         return signalPassFailure();
     }
 
+    std::optional<TuningCache> cache;
+    if (!tuningCache.empty()) {
+      if (target.empty()) {
+        mlir::emitError(root->getLoc())
+            << "moe-tile: 'tuning-cache' needs 'target' (the compile target "
+               "the tiles were measured on, e.g. sm_90a)";
+        return signalPassFailure();
+      }
+      FailureOr<TuningCache> loaded = TuningCache::load(
+          tuningCache, ctx,
+          [&] { return mlir::emitError(root->getLoc()) << "moe-tile: "; });
+      if (failed(loaded))
+        return signalPassFailure();
+      cache = std::move(*loaded);
+    }
+
     WalkResult result = root->walk([&](Operation *op) {
       if (!isa_and_nonnull<MoeDialect>(op->getDialect()) ||
           op->hasAttr(kTileAttrName))
+        return WalkResult::advance();
+      // Measured tiles first, unless the options override the matmul tile.
+      if (cache && !hasOverride() && cache->apply(op, target))
         return WalkResult::advance();
       TileAttr tile = defaultTileFor(op);
       if (hasMatmulTile(op))

@@ -127,6 +127,15 @@ def MoeTilePass : Pass<"moe-tile"> {
     one given replaces that field of the model's choice); a combination
     that is not a valid `#moe.tile` fails the pass with the verifier's
     message.
+
+    With `tuning-cache` (a JSON file written by the autotuner, format in
+    include/moec/Dialect/Moe/Transforms/TuningCache.h) and `target` (the
+    compile target the tiles were measured on, e.g. `sm_90a`), a
+    `moe.grouped_matmul` the cache has measured gets the measured tiles
+    instead of the model's: `moe.tile` from the largest row-count bucket
+    and `moe.tile_buckets` for the smaller ones that measured another tile.
+    The tile options take precedence over the cache. A cache that cannot be
+    read fails the pass.
   }];
   let dependentDialects = ["::moec::moe::MoeDialect"];
   let options = [
@@ -138,7 +147,12 @@ def MoeTilePass : Pass<"moe-tile"> {
            "Matmul reduction step (a power of two; 0: cost model)">,
     Option<"threads", "threads", "int64_t", /*default=*/"0",
            "Matmul threads per block (a multiple of 32 in [32, 1024]; 0: "
-           "cost model)">
+           "cost model)">,
+    Option<"tuningCache", "tuning-cache", "std::string", /*default=*/"",
+           "Autotuner cache (JSON) whose measured tiles replace the cost "
+           "model's">,
+    Option<"target", "target", "std::string", /*default=*/"",
+           "Compile target whose cache entries apply (e.g. sm_90a)">
   ];
 }
 

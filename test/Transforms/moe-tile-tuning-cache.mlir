@@ -1,0 +1,56 @@
+// moe-tile with an autotuner cache (tuning-cache, target): a grouped matmul
+// the cache has measured gets the measured tiles, the others the cost
+// model's.
+// RUN: moec-opt %s -moe-tile="tuning-cache=%S/Inputs/tuning-cache.json target=sm_90a" | FileCheck %s
+// RUN: moec-opt %s -moe-tile="tuning-cache=%S/Inputs/tuning-cache.json target=gfx942" | FileCheck %s --check-prefix=GFX
+// RUN: moec-opt %s -moe-tile="tuning-cache=%S/Inputs/tuning-cache.json target=sm_90a n=64" | FileCheck %s --check-prefix=OPTS
+// RUN: not moec-opt %s -moe-tile="tuning-cache=%S/Inputs/tuning-cache.json" 2>&1 | FileCheck %s --check-prefix=NOTARGET
+// RUN: not moec-opt %s -moe-tile="tuning-cache=%S/Inputs/missing.json target=sm_90a" 2>&1 | FileCheck %s --check-prefix=MISSING
+// RUN: not moec-opt %s -moe-tile="tuning-cache=%S/moe-tile-tuning-cache.mlir target=sm_90a" 2>&1 | FileCheck %s --check-prefix=NOTJSON
+// RUN: not moec-opt %s -moe-tile="tuning-cache=%S/Inputs/tuning-cache-duplicate.json target=sm_90a" 2>&1 | FileCheck %s --check-prefix=DUP
+// RUN: not moec-opt %s -moe-tile="tuning-cache=%S/Inputs/tuning-cache-bad-tile.json target=sm_90a" 2>&1 | FileCheck %s --check-prefix=BADTILE
+
+// NOTARGET: error: moe-tile: 'tuning-cache' needs 'target' (the compile target the tiles were measured on, e.g. sm_90a)
+// MISSING: error: moe-tile: tuning cache '{{.*}}missing.json': cannot read it: No such file or directory
+// NOTJSON: error: moe-tile: tuning cache '{{.*}}moe-tile-tuning-cache.mlir': not JSON: {{.*}}
+// DUP: error: moe-tile: tuning cache '{{.*}}': entry 1: a second tile for "k" on sm_90a at max_rows 64
+// BADTILE: error: moe-tile: tuning cache '{{.*}}': entry 0: "tile" is not a #moe.tile<...>: '#moe.tile<m = 128, n = 96, k = 64, threads = 256>'
+
+// Buckets 1024 and 4096 measured the same tile: they merge into one bucket
+// of up to 4096 rows; the largest bucket's tile is the op's moe.tile.
+// CHECK-LABEL: func @gathered
+// CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256, stages = 4, band_m = 16>, moe.tile_buckets = [#moe.tile_bucket<max_rows = 4096, tile = <m = 128, n = 128, k = 64, threads = 256, stages = 6, band_m = 4>>]
+// One bucket: a moe.tile and no buckets.
+// CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, stages = 5, band_m = 8>
+// CHECK-NOT: moe.tile_buckets
+// Not in the cache (another K): the cost model.
+// CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 256>
+// A tile set by hand stays.
+// CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 32, n = 16, k = 32, threads = 256>
+// CHECK-NOT: moe.tile_buckets
+
+// Other targets' entries do not apply.
+// GFX-LABEL: func @gathered
+// GFX: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 256>
+// GFX: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 32, n = 32, k = 32, threads = 256>
+
+// Tile options override the cache.
+// OPTS-NOT: moe.tile_buckets
+// OPTS-COUNT-3: moe.tile = #moe.tile<m = 16, n = 64, k = 32, threads = 256>
+func.func @gathered(%x: tensor<?x64xbf16>, %slots: tensor<?xi32>,
+                    %offsets: tensor<8xi32>, %w: tensor<8x512x64xbf16>,
+                    %h: tensor<?x256xbf16>, %wd: tensor<8x64x256xbf16>,
+                    %wk: tensor<8x64x128xbf16>, %h2: tensor<?x128xbf16>)
+    -> (tensor<?x512xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>) {
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 2 : i64, transpose_rhs}
+      : tensor<?x64xbf16>, tensor<8x512x64xbf16>, tensor<8xi32> -> tensor<?x512xbf16>
+  %d = moe.grouped_matmul %h, %wd, %offsets {transpose_rhs}
+      : tensor<?x256xbf16>, tensor<8x64x256xbf16>, tensor<8xi32> -> tensor<?x64xbf16>
+  %e = moe.grouped_matmul %h2, %wk, %offsets {transpose_rhs}
+      : tensor<?x128xbf16>, tensor<8x64x128xbf16>, tensor<8xi32> -> tensor<?x64xbf16>
+  %f = moe.grouped_matmul %h, %wd, %offsets
+      {transpose_rhs, moe.tile = #moe.tile<m = 32, n = 16, k = 32, threads = 256>}
+      : tensor<?x256xbf16>, tensor<8x64x256xbf16>, tensor<8xi32> -> tensor<?x64xbf16>
+  return %y, %d, %e, %f : tensor<?x512xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>
+}
