@@ -4,10 +4,14 @@
 //
 //   moec compile in.mlir -o out.moecb [--target sm_90a,gfx942,host]
 //                [--emit-asm DIR] [--tuning-cache CACHE.json]
+//   moec tune in.mlir -o tune.moecb [--target sm_90a]
 //   moec inspect out.moecb [--source]
 //   moec run in.mlir [--entry NAME] [--sym T=64 ...] [--routing uniform|
 //                one-expert|half-experts] [--seed N] [--iters N]
 //
+// `tune` writes the autotuner's candidate kernels (a bundle) and their
+// manifest (tune.moecb.json) for `python3 -m moec.tune` on the GPU machine,
+// whose tuning cache `compile --tuning-cache` then reads (Target/Tuning.h).
 // `run` compiles for the host, executes the kernels in-process through
 // MLIR's ExecutionEngine on random inputs, checks every op against the
 // float64 reference and prints timing. On the GPU machine, `moec-runner`
@@ -20,6 +24,7 @@
 #include "moec/Runtime/Expr.h"
 #include "moec/Target/HostJit.h"
 #include "moec/Target/Target.h"
+#include "moec/Target/Tuning.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -38,6 +43,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -56,6 +62,7 @@ int usage() {
       << "usage:\n"
          "  moec compile IN.mlir -o OUT.moecb [--target sm_90a,gfx942,host]"
          " [--emit-asm DIR] [--tuning-cache CACHE.json]\n"
+         "  moec tune IN.mlir -o TUNE.moecb [--target sm_90a]\n"
          "  moec inspect BUNDLE.moecb [--source]\n"
          "  moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
          "uniform|one-expert|half-experts] [--seed N] [--iters N]\n";
@@ -82,7 +89,8 @@ OwningOpRef<ModuleOp> parseInput(MLIRContext &context, StringRef path) {
 /// Options shared by the subcommands.
 struct Args {
   std::vector<std::string> positional;
-  std::string output, targets = "host", emitAsm, entry, tuningCache;
+  /// Empty: each command's default (host; sm_90a for tune).
+  std::string output, targets, emitAsm, entry, tuningCache;
   std::vector<std::pair<std::string, int64_t>> symbols;
   std::string routing = "uniform";
   uint64_t seed = 1;
@@ -171,7 +179,8 @@ int compile(const Args &args) {
     return 1;
   moec::CompileOptions options;
   options.targets.clear();
-  for (StringRef t : llvm::split(args.targets, ','))
+  for (StringRef t : llvm::split(args.targets.empty() ? "host" : args.targets,
+                                 ','))
     if (!t.trim().empty())
       options.targets.push_back(t.trim().str());
   options.keepAssembly = !args.emitAsm.empty();
@@ -204,6 +213,47 @@ int compile(const Args &args) {
                  << ": " << entry.steps.size() << " launches, "
                  << entry.binary.size() << " bytes\n";
   llvm::outs() << "wrote " << args.output << "\n";
+  return 0;
+}
+
+int tune(const Args &args) {
+  if (args.positional.size() != 1 || args.output.empty())
+    return usage();
+  std::string target = args.targets.empty() ? "sm_90a" : args.targets;
+  if (target.find(',') != std::string::npos)
+    return fail("'tune' takes one target, got '" + target + "'");
+  MLIRContext context;
+  moec::loadCompilerDialects(context);
+  OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
+  if (!module)
+    return 1;
+  FailureOr<moec::TuningCandidates> candidates =
+      moec::buildTuningCandidates(*module, target);
+  if (failed(candidates))
+    return fail("no tuning candidates");
+  moec::CompileOptions options;
+  options.targets = {target};
+  moec::CompileResult result;
+  if (failed(moec::compileModule(*candidates->module, options, result)))
+    return fail("compilation of the candidates failed");
+  for (const std::string &note : result.notes)
+    llvm::errs() << "moec: note: " << note << "\n";
+  if (moec::rt::Status status =
+          moec::rt::writeBundleFile(result.bundle, args.output);
+      !status)
+    return fail(status.toString());
+  std::string manifestPath = args.output + ".json";
+  std::error_code ec;
+  llvm::raw_fd_ostream manifest(manifestPath, ec);
+  if (ec)
+    return fail("cannot write " + manifestPath + ": " + ec.message());
+  manifest << llvm::formatv(
+      "{0:2}", llvm::json::Value(std::move(candidates->manifest)));
+  manifest << "\n";
+  llvm::outs() << "tuning " << candidates->numOps << " ops with "
+               << result.bundle.entries.size() << " candidate kernels for "
+               << target << ": wrote " << args.output << " and "
+               << manifestPath << "\n";
   return 0;
 }
 
@@ -358,6 +408,8 @@ int main(int argc, char **argv) {
     return fail(error);
   if (command == "compile")
     return compile(args);
+  if (command == "tune")
+    return tune(args);
   if (command == "inspect")
     return inspect(args);
   if (command == "run")

@@ -1,0 +1,127 @@
+//===- Tuning.cpp - Candidate kernels for the autotuner -------------------===//
+//
+// Part of moec. See Tuning.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Target/Tuning.h"
+
+#include "moec/Conversion/TuningSpace.h"
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+#include "moec/Dialect/Moe/Transforms/TuningCache.h"
+#include "moec/Pipelines/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <set>
+
+using namespace mlir;
+
+namespace {
+
+/// The ODS operand groups of moe.grouped_matmul, in order: the argument
+/// roles of the manifest.
+constexpr const char *kMatmulOperands[] = {
+    "lhs",       "rhs",           "offsets",         "gather_slots",
+    "bias",      "lora_a",        "lora_b",          "row_scale",
+    "scatter_slots", "scatter_weights", "lhs_scales", "rhs_scales"};
+
+/// Roles whose leading size is the op's row count.
+bool isRowsRole(StringRef role, bool gathered) {
+  return role == "gather_slots" || role == "row_scale" ||
+         role == "scatter_slots" || role == "lhs_scales" ||
+         (role == "lhs" && !gathered);
+}
+
+std::string printed(Attribute attr) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  attr.print(os);
+  return text;
+}
+
+} // namespace
+
+FailureOr<moec::TuningCandidates>
+moec::buildTuningCandidates(ModuleOp module, const std::string &target) {
+  MLIRContext *context = module.getContext();
+  // Tune the ops as the compiler will see them: after fusion.
+  OwningOpRef<ModuleOp> fused(cast<ModuleOp>(module->clone()));
+  PassManager pm(context);
+  buildMoeOptimizePipeline(pm);
+  if (failed(pm.run(*fused)))
+    return failure();
+
+  TuningCandidates result;
+  result.module = ModuleOp::create(module.getLoc());
+  OpBuilder builder(context);
+  llvm::json::Array ops;
+  std::set<std::string> seen;
+  for (auto func : fused->getOps<func::FuncOp>()) {
+    func.walk([&](moe::GroupedMatmulOp op) {
+      std::optional<std::string> key = moe::tuningKey(op);
+      if (!key || seen.count(*key))
+        return;
+      SmallVector<moe::TileAttr> tiles = tuningCandidates(op, target);
+      if (tiles.empty())
+        return;
+      seen.insert(*key);
+      static_assert(std::size(kMatmulOperands) == 12,
+                    "one role per operand group of moe.grouped_matmul");
+      SmallVector<std::pair<StringRef, Value>> args;
+      for (auto [group, role] : llvm::enumerate(kMatmulOperands))
+        for (Value v : op.getODSOperands(group))
+          if (!llvm::is_contained(llvm::make_second_range(args), v))
+            args.push_back({role, v});
+      bool gathered = op.getGatherSlots() != nullptr;
+
+      llvm::json::Array candidates, roles;
+      for (auto &arg : args)
+        roles.push_back(arg.first.str());
+      std::string opIndex = std::to_string(result.numOps);
+      for (auto [j, tile] : llvm::enumerate(tiles)) {
+        std::string name = "tune" + opIndex + "_" + std::to_string(j);
+        SmallVector<Type> types;
+        for (auto &arg : args)
+          types.push_back(arg.second.getType());
+        builder.setInsertionPointToEnd(result.module->getBody());
+        auto candidate = func::FuncOp::create(
+            builder, op.getLoc(), name,
+            builder.getFunctionType(types, op->getResultTypes()));
+        Block *body = candidate.addEntryBlock();
+        builder.setInsertionPointToStart(body);
+        IRMapping mapping;
+        for (auto [i, arg] : llvm::enumerate(args)) {
+          mapping.map(arg.second, body->getArgument(i));
+          if (isRowsRole(arg.first, gathered))
+            candidate.setArgAttr(i, "moe.sym", builder.getStringAttr("M"));
+        }
+        Operation *copy = builder.clone(*op, mapping);
+        copy->setAttr(moe::kTileAttrName, tile);
+        copy->removeAttr(moe::kTileBucketsAttrName);
+        func::ReturnOp::create(builder, op.getLoc(), copy->getResults());
+        candidates.push_back(llvm::json::Object{
+            {"entry", name}, {"tile", printed(tile)}, {"default", j == 0}});
+      }
+      ops.push_back(llvm::json::Object{
+          {"key", *key},
+          {"function", func.getSymName().str()},
+          {"k", static_cast<int64_t>(op.getK().value_or(1))},
+          {"args", std::move(roles)},
+          {"candidates", std::move(candidates)}});
+      ++result.numOps;
+    });
+  }
+  if (result.numOps == 0)
+    return module.emitError("nothing to tune for ")
+           << target << ": no op has a kernel that reads tuned tiles there "
+           << "(the sm_90a grouped matmul: forward, bf16/f16, rhs [E, N, K] "
+              "with transpose_rhs, static K and N)";
+  result.manifest = llvm::json::Object{{"moec_tuning_manifest", 1},
+                                       {"target", target},
+                                       {"ops", std::move(ops)}};
+  return result;
+}
