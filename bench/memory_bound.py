@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import moec
+from moec.tune import median_ms
 
 COPY_TBPS = 4.27
 MODELS = {
@@ -56,21 +57,9 @@ def make_flush(mode="read"):
 
 def timed(fn, iters, flush):
     """Median ms of fn() over iters runs, flush() (L2 eviction, see
-    make_flush) before each."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        flush()
-        torch.cuda._sleep(1_000_000)  # covers the host-side launch cost
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    make_flush) before each: the autotuner's timing, with 3 warm-up runs
+    and a 1M-cycle sleep (up to ~0.5 ms of host launch cost hidden)."""
+    return median_ms(fn, iters, flush, warmup=3, sleep_cycles=1_000_000)
 
 
 def kernel_times(fn, iters=5):

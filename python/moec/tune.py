@@ -49,13 +49,17 @@ class TuneError(ValueError):
 # Manifest and cache (no GPU needed)
 # ---------------------------------------------------------------------------
 
-def load_manifest(path: str) -> dict:
-    """The manifest `moec tune` wrote next to its bundle, checked."""
+def _read_json(path: str, what: str):
     try:
         with open(path) as f:
-            manifest = json.load(f)
+            return json.load(f)
     except (OSError, json.JSONDecodeError) as error:
-        raise TuneError(f"manifest '{path}': {error}") from None
+        raise TuneError(f"{what} '{path}': {error}") from None
+
+
+def load_manifest(path: str) -> dict:
+    """The manifest `moec tune` wrote next to its bundle, checked."""
+    manifest = _read_json(path, "manifest")
     if not isinstance(manifest, dict) or \
             manifest.get("moec_tuning_manifest") != MANIFEST_FORMAT:
         raise TuneError(f"manifest '{path}': not a version {MANIFEST_FORMAT} "
@@ -84,11 +88,7 @@ def load_cache(path: str) -> list:
     """The entries of an existing cache at `path` ([] when there is none)."""
     if not os.path.exists(path):
         return []
-    try:
-        with open(path) as f:
-            cache = json.load(f)
-    except (OSError, json.JSONDecodeError) as error:
-        raise TuneError(f"cache '{path}': {error}") from None
+    cache = _read_json(path, "cache")
     if not isinstance(cache, dict) or \
             cache.get("moec_tuning_cache") != CACHE_FORMAT or \
             not isinstance(cache.get("entries"), list):
@@ -197,14 +197,19 @@ def rel_err(out, ref) -> float:
     return float(num) / max(float(den), 1e-30)
 
 
-def median_ms(fn: Callable[[], None], iters: int, flush) -> float:
-    """Median ms of fn() over `iters` runs, the L2 evicted before each."""
+def median_ms(fn: Callable[[], None], iters: int, flush, warmup: int = 1,
+              sleep_cycles: int = 200_000) -> float:
+    """Median ms of fn() over `iters` CUDA-event timed runs after `warmup`
+    untimed ones, flush() (L2 eviction) before each. A GPU sleep in front
+    of each run covers the host-side launch cost. (bench/ times with it
+    too.)"""
     import torch
-    fn()
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(iters):
         flush()
-        torch.cuda._sleep(200_000)  # covers the host-side launch cost
+        torch.cuda._sleep(sleep_cycles)
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
