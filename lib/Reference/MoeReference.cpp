@@ -89,6 +89,19 @@ void expectSlots(const ITensor &slots, const char *name, int64_t tokens,
            ", outside [-1, " + std::to_string(tokens * k) + ")");
 }
 
+/// Checks grouped rows [M, H] (named `name`), their slots [M] for T tokens
+/// with k slots each, and the groups' offsets.
+void expectGroupedRows(const DTensor &rows, const char *name,
+                       const ITensor &slots, const ITensor &offsets, int64_t k,
+                       int64_t numTokens) {
+  expectRank(rows, name, 2);
+  if (k < 1)
+    fail("'k' must be positive");
+  expectDim(slots, "slots", 0, rows.dim(0), "the number of rows");
+  expectSlots(slots, "slots", numTokens, k);
+  expectOffsets(offsets, rows.dim(0));
+}
+
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 } // namespace
@@ -318,12 +331,7 @@ PermuteResult permute(const DTensor &tokens, const ITensor &slots,
 DTensor unpermute(const DTensor &rows, const ITensor &slots,
                   const ITensor &offsets, int64_t k, int64_t numTokens,
                   const DTensor *weights) {
-  expectRank(rows, "rows", 2);
-  if (k < 1)
-    fail("'k' must be positive");
-  expectDim(slots, "slots", 0, rows.dim(0), "the number of rows");
-  expectSlots(slots, "slots", numTokens, k);
-  expectOffsets(offsets, rows.dim(0));
+  expectGroupedRows(rows, "rows", slots, offsets, k, numTokens);
   if (weights) {
     expectRank(*weights, "weights", 2);
     expectDim(*weights, "weights", 0, numTokens, "the number of tokens");
@@ -346,12 +354,7 @@ PermuteGradResult permuteGrad(const DTensor &gradRows, const ITensor &slots,
                               const ITensor &offsets, int64_t k,
                               int64_t numTokens,
                               const DTensor *gradPermutedProbs) {
-  expectRank(gradRows, "grad_rows", 2);
-  if (k < 1)
-    fail("'k' must be positive");
-  expectDim(slots, "slots", 0, gradRows.dim(0), "the number of rows");
-  expectSlots(slots, "slots", numTokens, k);
-  expectOffsets(offsets, gradRows.dim(0));
+  expectGroupedRows(gradRows, "grad_rows", slots, offsets, k, numTokens);
   PermuteGradResult result;
   if (gradPermutedProbs) {
     expectRank(*gradPermutedProbs, "grad_permuted_probs", 1);
