@@ -242,14 +242,24 @@ def cases(bundle, key, T, gen):
     route = bundle.entry(f"route_{key}")
     route_in = (logits,) if bias is None else (logits, bias)
     w, ids, slots, offsets = torch_route(logits, m, bias)
+    # The row of each slot, which sort_by_expert returns as `positions` and
+    # the token-order kernels below take instead of rebuilding it.
+    positions = torch.empty_like(slots)
+    positions[slots.long()] = torch.arange(R, dtype=slots.dtype, device=dev)
     route_out = (torch.empty_like(w), torch.empty_like(ids),
-                 torch.empty_like(slots), torch.empty_like(offsets))
+                 torch.empty_like(slots), torch.empty_like(offsets),
+                 torch.empty_like(positions))
 
     def check_route():
         route(*route_in, out=route_out, check_values=False)
         same = (route_out[1] == ids).float().mean().item()
+        # positions must invert the kernel's own slots.
+        inverse = torch.equal(
+            route_out[2][route_out[4].long()],
+            torch.arange(R, dtype=slots.dtype, device=dev))
         return max(rel_err(route_out[0], w), 1 - same,
-                   float(not torch.equal(route_out[3], offsets)))
+                   float(not torch.equal(route_out[3], offsets)),
+                   float(not inverse))
     yield ("routing", lambda: route(*route_in, out=route_out,
                                     check_values=False),
            lambda: torch_route(logits, m, bias), check_route, None)
@@ -260,10 +270,10 @@ def cases(bundle, key, T, gen):
              torch.empty(R, device=dev))
 
     def check_perm():
-        perm(x, slots, offsets, w, out=p_out, check_values=False)
+        perm(x, slots, offsets, w, positions, out=p_out, check_values=False)
         ref = torch_permute(x, slots, w, k)
         return max(rel_err(p_out[0], ref[0]), rel_err(p_out[1], ref[1]))
-    yield ("permute", lambda: perm(x, slots, offsets, w, out=p_out,
+    yield ("permute", lambda: perm(x, slots, offsets, w, positions, out=p_out,
                                    check_values=False),
            lambda: torch_permute(x, slots, w, k), check_perm,
            T * H * 2 + R * 4 * 3 + R * H * 2 + E * 4)
@@ -273,10 +283,10 @@ def cases(bundle, key, T, gen):
     u_out = torch.empty(T, H, dtype=torch.bfloat16, device=dev)
 
     def check_unperm():
-        unperm(rows, slots, offsets, w, out=u_out, check_values=False)
+        unperm(rows, slots, offsets, w, positions, out=u_out, check_values=False)
         ref = torch_unpermute(rows.double(), slots, w.double(), k, T)
         return rel_err(u_out, ref)
-    yield ("unpermute", lambda: unperm(rows, slots, offsets, w, out=u_out,
+    yield ("unpermute", lambda: unperm(rows, slots, offsets, w, positions, out=u_out,
                                        check_values=False),
            lambda: torch_unpermute(rows, slots, w, k, T), check_unperm,
            R * H * 2 + R * 4 * 2 + T * H * 2 + E * 4)
@@ -287,12 +297,12 @@ def cases(bundle, key, T, gen):
               torch.empty(T, k, device=dev))
 
     def check_pgrad():
-        pgrad(drows, slots, offsets, dprobs, w, out=pg_out,
+        pgrad(drows, slots, offsets, dprobs, w, positions, out=pg_out,
               check_values=False)
         ref = torch_permute_grad(drows.double(), slots, dprobs.double(), k, T)
         return max(rel_err(pg_out[0], ref[0]), rel_err(pg_out[1], ref[1]))
     yield ("permute grad", lambda: pgrad(drows, slots, offsets, dprobs, w,
-                                         out=pg_out, check_values=False),
+                                         positions, out=pg_out, check_values=False),
            lambda: torch_permute_grad(drows, slots, dprobs, k, T),
            check_pgrad, R * H * 2 + R * 4 * 2 + T * H * 2 + T * k * 4 + E * 4)
 
@@ -302,12 +312,12 @@ def cases(bundle, key, T, gen):
               torch.empty(T, k, device=dev))
 
     def check_ugrad():
-        ugrad(dtok, slots, offsets, w, rows, out=ug_out, check_values=False)
+        ugrad(dtok, slots, offsets, w, positions, rows, out=ug_out, check_values=False)
         ref = torch_unpermute_grad(dtok.double(), slots, w.double(),
                                    rows.double(), k)
         return max(rel_err(ug_out[0], ref[0]), rel_err(ug_out[1], ref[1]))
-    yield ("unpermute grad", lambda: ugrad(dtok, slots, offsets, w, rows,
-                                           out=ug_out, check_values=False),
+    yield ("unpermute grad", lambda: ugrad(dtok, slots, offsets, w, positions,
+                                           rows, out=ug_out, check_values=False),
            lambda: torch_unpermute_grad(dtok, slots, w, rows, k), check_ugrad,
            T * H * 2 + R * H * 2 * 2 + R * 4 + T * k * 4 * 2 + E * 4)
 

@@ -6,27 +6,30 @@
 
 // ---- qwen3: E128 H2048 I768 k8 ----
 func.func @route_qwen3(%logits: tensor<?x128xf32>)
-    -> (tensor<?x8xf32>, tensor<?x8xi32>, tensor<?xi32>, tensor<128xi32>) {
+    -> (tensor<?x8xf32>, tensor<?x8xi32>, tensor<?xi32>, tensor<128xi32>,
+        tensor<?xi32>) {
   %w, %ids = moe.router_topk %logits k = 8 {renormalize}
       : tensor<?x128xf32> -> tensor<?x8xf32>, tensor<?x8xi32>
-  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 128
-      : tensor<?x8xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
-  return %w, %ids, %slots, %offsets
-      : tensor<?x8xf32>, tensor<?x8xi32>, tensor<?xi32>, tensor<128xi32>
+  %sorted, %slots, %offsets, %positions = moe.sort_by_expert %ids experts = 128
+      : tensor<?x8xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<128xi32>, tensor<?xi32>
+  return %w, %ids, %slots, %offsets, %positions
+      : tensor<?x8xf32>, tensor<?x8xi32>, tensor<?xi32>, tensor<128xi32>, tensor<?xi32>
 }
 
 func.func @permute_qwen3(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32> {moe.sym = "R"},
-                        %offsets: tensor<128xi32>, %w: tensor<?x8xf32>)
+                        %offsets: tensor<128xi32>, %w: tensor<?x8xf32>,
+                        %positions: tensor<?xi32> {moe.sym = "R"})
     -> (tensor<?x2048xbf16>, tensor<?xf32>) {
-  %rows, %probs = moe.permute %x, %slots, %offsets k = 8
+  %rows, %probs = moe.permute %x, %slots, %offsets k = 8 positions(%positions : tensor<?xi32>)
       probs(%w : tensor<?x8xf32> -> tensor<?xf32>)
       : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
   return %rows, %probs : tensor<?x2048xbf16>, tensor<?xf32>
 }
 func.func @unpermute_qwen3(%rows: tensor<?x2048xbf16> {moe.sym = "R"}, %slots: tensor<?xi32> {moe.sym = "R"},
-                          %offsets: tensor<128xi32>, %w: tensor<?x8xf32>)
+                          %offsets: tensor<128xi32>, %w: tensor<?x8xf32>,
+                        %positions: tensor<?xi32> {moe.sym = "R"})
     -> tensor<?x2048xbf16> {
-  %y = moe.unpermute %rows, %slots, %offsets k = 8 weights(%w : tensor<?x8xf32>)
+  %y = moe.unpermute %rows, %slots, %offsets k = 8 positions(%positions : tensor<?xi32>) weights(%w : tensor<?x8xf32>)
       : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
   return %y : tensor<?x2048xbf16>
 }
@@ -37,9 +40,10 @@ func.func @permute_grad_qwen3(%drows: tensor<?x2048xbf16> {moe.sym = "R"},
                             %slots: tensor<?xi32> {moe.sym = "R"},
                             %offsets: tensor<128xi32>,
                             %dprobs: tensor<?xf32> {moe.sym = "R"},
-                            %w: tensor<?x8xf32>)
+                            %w: tensor<?x8xf32>,
+                            %positions: tensor<?xi32> {moe.sym = "R"})
     -> (tensor<?x2048xbf16>, tensor<?x8xf32>) {
-  %dx, %dw = moe.permute_grad %drows, %slots, %offsets k = 8
+  %dx, %dw = moe.permute_grad %drows, %slots, %offsets k = 8 positions(%positions : tensor<?xi32>)
       probs(%dprobs : tensor<?xf32> -> tensor<?x8xf32>)
       : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
   return %dx, %dw : tensor<?x2048xbf16>, tensor<?x8xf32>
@@ -47,9 +51,10 @@ func.func @permute_grad_qwen3(%drows: tensor<?x2048xbf16> {moe.sym = "R"},
 func.func @unpermute_grad_qwen3(%dy: tensor<?x2048xbf16>,
                               %slots: tensor<?xi32> {moe.sym = "R"},
                               %offsets: tensor<128xi32>, %w: tensor<?x8xf32>,
+                              %positions: tensor<?xi32> {moe.sym = "R"},
                               %rows: tensor<?x2048xbf16> {moe.sym = "R"})
     -> (tensor<?x2048xbf16>, tensor<?x8xf32>) {
-  %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8
+  %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8 positions(%positions : tensor<?xi32>)
       weights(%w, %rows : tensor<?x8xf32>, tensor<?x2048xbf16> -> tensor<?x8xf32>)
       : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
   return %drows, %dw : tensor<?x2048xbf16>, tensor<?x8xf32>
@@ -86,29 +91,32 @@ func.func @swiglu_grad_qwen3(%x: tensor<?x1536xbf16>, %dy: tensor<?x768xbf16>)
 
 // ---- dsv3: E256 H7168 I2048 k8 ----
 func.func @route_dsv3(%logits: tensor<?x256xf32>, %bias: tensor<256xf32>)
-    -> (tensor<?x8xf32>, tensor<?x8xi32>, tensor<?xi32>, tensor<256xi32>) {
+    -> (tensor<?x8xf32>, tensor<?x8xi32>, tensor<?xi32>, tensor<256xi32>,
+        tensor<?xi32>) {
   %w, %ids = moe.router_topk %logits bias(%bias : tensor<256xf32>) k = 8
       {scoring = #moe.scoring<sigmoid>, renormalize, num_groups = 8,
        topk_groups = 4, scaling_factor = 2.5 : f32}
       : tensor<?x256xf32> -> tensor<?x8xf32>, tensor<?x8xi32>
-  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 256
-      : tensor<?x8xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<256xi32>
-  return %w, %ids, %slots, %offsets
-      : tensor<?x8xf32>, tensor<?x8xi32>, tensor<?xi32>, tensor<256xi32>
+  %sorted, %slots, %offsets, %positions = moe.sort_by_expert %ids experts = 256
+      : tensor<?x8xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<256xi32>, tensor<?xi32>
+  return %w, %ids, %slots, %offsets, %positions
+      : tensor<?x8xf32>, tensor<?x8xi32>, tensor<?xi32>, tensor<256xi32>, tensor<?xi32>
 }
 
 func.func @permute_dsv3(%x: tensor<?x7168xbf16>, %slots: tensor<?xi32> {moe.sym = "R"},
-                        %offsets: tensor<256xi32>, %w: tensor<?x8xf32>)
+                        %offsets: tensor<256xi32>, %w: tensor<?x8xf32>,
+                        %positions: tensor<?xi32> {moe.sym = "R"})
     -> (tensor<?x7168xbf16>, tensor<?xf32>) {
-  %rows, %probs = moe.permute %x, %slots, %offsets k = 8
+  %rows, %probs = moe.permute %x, %slots, %offsets k = 8 positions(%positions : tensor<?xi32>)
       probs(%w : tensor<?x8xf32> -> tensor<?xf32>)
       : tensor<?x7168xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x7168xbf16>
   return %rows, %probs : tensor<?x7168xbf16>, tensor<?xf32>
 }
 func.func @unpermute_dsv3(%rows: tensor<?x7168xbf16> {moe.sym = "R"}, %slots: tensor<?xi32> {moe.sym = "R"},
-                          %offsets: tensor<256xi32>, %w: tensor<?x8xf32>)
+                          %offsets: tensor<256xi32>, %w: tensor<?x8xf32>,
+                        %positions: tensor<?xi32> {moe.sym = "R"})
     -> tensor<?x7168xbf16> {
-  %y = moe.unpermute %rows, %slots, %offsets k = 8 weights(%w : tensor<?x8xf32>)
+  %y = moe.unpermute %rows, %slots, %offsets k = 8 positions(%positions : tensor<?xi32>) weights(%w : tensor<?x8xf32>)
       : tensor<?x7168xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x7168xbf16>
   return %y : tensor<?x7168xbf16>
 }
@@ -119,9 +127,10 @@ func.func @permute_grad_dsv3(%drows: tensor<?x7168xbf16> {moe.sym = "R"},
                             %slots: tensor<?xi32> {moe.sym = "R"},
                             %offsets: tensor<256xi32>,
                             %dprobs: tensor<?xf32> {moe.sym = "R"},
-                            %w: tensor<?x8xf32>)
+                            %w: tensor<?x8xf32>,
+                            %positions: tensor<?xi32> {moe.sym = "R"})
     -> (tensor<?x7168xbf16>, tensor<?x8xf32>) {
-  %dx, %dw = moe.permute_grad %drows, %slots, %offsets k = 8
+  %dx, %dw = moe.permute_grad %drows, %slots, %offsets k = 8 positions(%positions : tensor<?xi32>)
       probs(%dprobs : tensor<?xf32> -> tensor<?x8xf32>)
       : tensor<?x7168xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x7168xbf16>
   return %dx, %dw : tensor<?x7168xbf16>, tensor<?x8xf32>
@@ -129,9 +138,10 @@ func.func @permute_grad_dsv3(%drows: tensor<?x7168xbf16> {moe.sym = "R"},
 func.func @unpermute_grad_dsv3(%dy: tensor<?x7168xbf16>,
                               %slots: tensor<?xi32> {moe.sym = "R"},
                               %offsets: tensor<256xi32>, %w: tensor<?x8xf32>,
+                              %positions: tensor<?xi32> {moe.sym = "R"},
                               %rows: tensor<?x7168xbf16> {moe.sym = "R"})
     -> (tensor<?x7168xbf16>, tensor<?x8xf32>) {
-  %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8
+  %drows, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8 positions(%positions : tensor<?xi32>)
       weights(%w, %rows : tensor<?x8xf32>, tensor<?x7168xbf16> -> tensor<?x8xf32>)
       : tensor<?x7168xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x7168xbf16>
   return %drows, %dw : tensor<?x7168xbf16>, tensor<?x8xf32>

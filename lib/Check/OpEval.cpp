@@ -140,7 +140,7 @@ OpResults evalSortByExpert(const rt::RefOp &op, const Operands &x) {
   ref::SortResult r = ref::sortByExpert(x.ints(0, "ids"), sortExperts(op),
                                         intAttr(op, "align", 1));
   return {toDoubles(r.sortedExpertIds), toDoubles(r.slots),
-          toDoubles(r.offsets)};
+          toDoubles(r.offsets), toDoubles(r.positions)};
 }
 
 OpResults evalPermute(const rt::RefOp &op, const Operands &x) {

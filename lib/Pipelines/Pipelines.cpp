@@ -28,6 +28,7 @@ void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile) {
   pm.addPass(moe::createMoeFusePermutePass());
   pm.addPass(moe::createMoeFuseEpiloguePass());
   pm.addPass(moe::createMoeFuseCombinePass());
+  pm.addPass(moe::createMoeSharePositionsPass());
   pm.addPass(createCanonicalizerPass());
   moe::MoeTilePassOptions tileOptions;
   tileOptions.tileM = tile.m;

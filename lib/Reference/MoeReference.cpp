@@ -266,7 +266,7 @@ SortResult sortByExpert(const ITensor &ids, int64_t numExperts,
     ++counts[e];
   }
   SortResult result{ITensor({capacity}, -1), ITensor({capacity}, -1),
-                    ITensor({numExperts})};
+                    ITensor({numExperts}), ITensor({tokens * k})};
   std::vector<int64_t> next(numExperts);
   int64_t end = 0;
   for (int64_t e = 0; e < numExperts; ++e) {
@@ -278,8 +278,11 @@ SortResult sortByExpert(const ITensor &ids, int64_t numExperts,
     result.offsets.data[e] = static_cast<int32_t>(end);
   }
   // Slots in increasing order: a stable sort by expert.
-  for (int64_t slot = 0; slot < tokens * k; ++slot)
-    result.slots.data[next[ids.data[slot]]++] = static_cast<int32_t>(slot);
+  for (int64_t slot = 0; slot < tokens * k; ++slot) {
+    int64_t row = next[ids.data[slot]]++;
+    result.slots.data[row] = static_cast<int32_t>(slot);
+    result.positions.data[slot] = static_cast<int32_t>(row);
+  }
   return result;
 }
 

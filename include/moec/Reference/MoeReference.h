@@ -77,6 +77,7 @@ struct SortResult {
   ITensor sortedExpertIds; ///< [M]
   ITensor slots;           ///< [M]
   ITensor offsets;         ///< [E]
+  ITensor positions;       ///< [T*k]: the row of each slot
 };
 
 /// moe.sort_by_expert on ids [T, k]; align 1 means no padding.

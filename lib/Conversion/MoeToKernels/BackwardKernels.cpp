@@ -44,13 +44,14 @@ using Lowered = std::optional<LogicalResult>;
 Lowered lowerPermuteGrad(moe::PermuteGradOp op, moe::TileAttr tile,
                          BufferMap buffer, LoweringContext &ctx) {
   Value slots = buffer(op.getSlots()), offsets = buffer(op.getOffsets());
-  Lowered combined =
-      emitCombine(ctx, tile, buffer(op.getGradRows()), slots, offsets,
-                  /*weights=*/Value(), buffer(op.getGradTokens()), op.getK());
+  Value positions = buffer(op.getPositions());
+  Lowered combined = emitCombine(
+      ctx, tile, buffer(op.getGradRows()), slots, offsets, /*weights=*/Value(),
+      buffer(op.getGradTokens()), op.getK(), positions);
   if (!combined || failed(*combined) || !op.getGradPermutedProbs())
     return combined;
   return emitSlotScatter(ctx, tile, buffer(op.getGradPermutedProbs()), slots,
-                         offsets, buffer(op.getGradProbs()));
+                         offsets, buffer(op.getGradProbs()), positions);
 }
 
 //===----------------------------------------------------------------------===//
@@ -79,7 +80,8 @@ Lowered lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
 
   Value tokens = ctx.sizes(gradOut)[0];
   Value numSlots = h.mul(tokens, h.idx(k));
-  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots);
+  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots,
+                                         buffer(op.getPositions()));
   if (failed(inverse))
     return failure();
   SmallVector<Value> operands = {gradOut, *inverse, gradRows, tokens};

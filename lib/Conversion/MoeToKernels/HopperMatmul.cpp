@@ -867,7 +867,8 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
     return failure();
   std::optional<LogicalResult> combined =
       emitCombine(ctx, tile, v.out, scatter, v.offsets,
-                  buffer(op.getScatterWeights()), out, plan->slotsPerToken);
+                  buffer(op.getScatterWeights()), out, plan->slotsPerToken,
+                  /*positions=*/Value());
   if (!combined)
     return op.emitOpError("has no vectorized combine for its output width");
   return *combined;

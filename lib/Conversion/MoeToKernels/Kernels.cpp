@@ -57,7 +57,10 @@ Value moec::kernels::groupStart(KernelBuilder &b, Value offsets, Value e) {
 
 FailureOr<Value> moec::kernels::emitInverse(LoweringContext &ctx,
                                             moe::TileAttr tile, Value slots,
-                                            Value offsets, Value numSlots) {
+                                            Value offsets, Value numSlots,
+                                            Value positions) {
+  if (positions)
+    return positions;
   KernelBuilder &h = ctx.host();
   Value inverse = ctx.allocTemp(
       MemRefType::get({ShapedType::kDynamic}, h.getI32Type()), {numSlots});
@@ -103,10 +106,19 @@ Value moec::kernels::isPaddingRow(KernelBuilder &b, Value slots,
 LogicalResult moec::kernels::emitSlotScatter(LoweringContext &ctx,
                                              moe::TileAttr tile, Value values,
                                              Value slots, Value offsets,
-                                             Value out) {
+                                             Value out, Value positions) {
   KernelBuilder &h = ctx.host();
   SmallVector<Value> outSizes = ctx.sizes(out);
   Value numSlots = h.mul(outSizes[0], outSizes[1]);
+  if (positions)
+    // Every slot has a row: one gather in slot order, coalesced stores.
+    return launchPerItem(
+        ctx, "slot_gather", numSlots, tile, {values, positions, out},
+        [&](KernelBuilder &b, ValueRange a, Value s) {
+          Value k = b.dim(a[2], 1);
+          b.storeF(b.loadF(a[0], {b.loadIdx(a[1], {s})}), a[2],
+                   {b.div(s, k), b.rem(s, k)});
+        });
   if (failed(launchPerItem(ctx, "slot_fill", numSlots, tile, {out},
                            [&](KernelBuilder &b, ValueRange a, Value s) {
                              Value k = b.dim(a[0], 1);
@@ -416,10 +428,15 @@ LogicalResult lowerSortByExpert(moe::SortByExpertOp op, moe::TileAttr tile,
     return failure();
 
   // 3. Per expert: its slots in increasing order (a stable sort), then -1
-  //    for its padding rows; -1 past the last group.
+  //    for its padding rows; -1 past the last group. With `positions`, each
+  //    slot's row as well.
+  Value positions = buffer(op.getPositions());
+  SmallVector<Value> placeOperands = {ids,       counts,  offsets,
+                                      slots,     numSlots, capacity};
+  if (positions)
+    placeOperands.push_back(positions);
   return launchPerItem(
-      ctx, "place", h.idx(experts), tile,
-      {ids, counts, offsets, slots, numSlots, capacity},
+      ctx, "place", h.idx(experts), tile, placeOperands,
       [&](KernelBuilder &b, ValueRange a, Value e) {
         Value end = b.loadIdx(a[2], {e});
         Value n = b.loadIdx(a[1], {e});
@@ -431,7 +448,11 @@ LogicalResult lowerSortByExpert(moe::SortByExpertOp op, moe::TileAttr tile,
               Value id =
                   b.loadIdx(a[0], {b.div(s, b.idx(k)), b.rem(s, b.idx(k))});
               Value match = b.eq(id, e);
-              b.ifThen(match, [&] { b.storeI32(s, a[3], {it[0]}); });
+              b.ifThen(match, [&] {
+                b.storeI32(s, a[3], {it[0]});
+                if (positions)
+                  b.storeI32(it[0], a[6], {s});
+              });
               return {b.select(match, b.add(it[0], b.idx(1)), it[0])};
             })[0];
         b.loop(pos, end, [&](Value r) { b.storeI32Const(-1, a[3], {r}); });
@@ -539,8 +560,9 @@ LogicalResult lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
   KernelBuilder &h = ctx.host();
   Value out = buffer(op.getOut());
   Value numSlots = h.mul(ctx.sizes(out)[0], h.idx(op.getK()));
-  FailureOr<Value> inverse = emitInverse(
-      ctx, tile, buffer(op.getSlots()), buffer(op.getOffsets()), numSlots);
+  FailureOr<Value> inverse =
+      emitInverse(ctx, tile, buffer(op.getSlots()), buffer(op.getOffsets()),
+                  numSlots, buffer(op.getPositions()));
   if (failed(inverse))
     return failure();
   return emitCombineScalar(ctx, tile, buffer(op.getRows()), *inverse,
@@ -553,7 +575,8 @@ LogicalResult lowerPermuteGrad(moe::PermuteGradOp op, moe::TileAttr tile,
   Value slots = buffer(op.getSlots()), offsets = buffer(op.getOffsets());
   Value gradTokens = buffer(op.getGradTokens());
   Value numSlots = h.mul(ctx.sizes(gradTokens)[0], h.idx(op.getK()));
-  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots);
+  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots,
+                                         buffer(op.getPositions()));
   if (failed(inverse) ||
       failed(emitCombineScalar(ctx, tile, buffer(op.getGradRows()), *inverse,
                                /*weights=*/Value(), gradTokens, op.getK())))
@@ -561,7 +584,8 @@ LogicalResult lowerPermuteGrad(moe::PermuteGradOp op, moe::TileAttr tile,
   if (!op.getGradPermutedProbs())
     return success();
   return emitSlotScatter(ctx, tile, buffer(op.getGradPermutedProbs()), slots,
-                         offsets, buffer(op.getGradProbs()));
+                         offsets, buffer(op.getGradProbs()),
+                         buffer(op.getPositions()));
 }
 
 LogicalResult lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
@@ -607,7 +631,8 @@ LogicalResult lowerUnpermuteGrad(moe::UnpermuteGradOp op, moe::TileAttr tile,
   // token's gradient with the forward row of the slot.
   SmallVector<Value> outSizes = ctx.sizes(gradOut);
   Value numSlots = h.mul(outSizes[0], h.idx(k));
-  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots);
+  FailureOr<Value> inverse = emitInverse(ctx, tile, slots, offsets, numSlots,
+                                         buffer(op.getPositions()));
   if (failed(inverse))
     return failure();
   return launchPerItem(
@@ -809,7 +834,8 @@ LogicalResult lowerGroupedMatmul(moe::GroupedMatmulOp op, moe::TileAttr tile,
     Value scatterWeights = buffer(op.getScatterWeights());
     Value numSlots = h.mul(outSizes[0], h.idx(slotsPerToken));
     FailureOr<Value> inverse =
-        emitInverse(ctx, tile, scatter, offsets, numSlots);
+        emitInverse(ctx, tile, scatter, offsets, numSlots,
+                    /*positions=*/Value());
     if (failed(inverse))
       return failure();
     int inverseAt = addOptional(*inverse);
@@ -1211,12 +1237,15 @@ LogicalResult moec::kernels::resultSizes(
       })
       .Case<moe::SortByExpertOp>([&](auto s) -> LogicalResult {
         SmallVector<Value> idSizes = sizesOf(s.getIds());
-        Value capacity = h.mul(idSizes[0], idSizes[1]);
+        Value numSlots = h.mul(idSizes[0], idSizes[1]);
+        Value capacity = numSlots;
         int64_t align = s.getAlign().value_or(1);
         if (align > 1)
           capacity = h.add(capacity, h.idx(s.getNumExperts() * (align - 1)));
         for (Value result : s->getResults())
-          fill(result, [&](int64_t) { return capacity; });
+          fill(result, [&](int64_t) {
+            return result == s.getPositions() ? numSlots : capacity;
+          });
         return success();
       })
       .Case<moe::PermuteOp>([&](auto p) -> LogicalResult {

@@ -142,12 +142,15 @@ mlir::LogicalResult launchPerItem(
 /// First row of group e (0 for e = 0, else offsets[e - 1]).
 mlir::Value groupStart(KernelBuilder &b, mlir::Value offsets, mlir::Value e);
 
-/// A scratch buffer [numSlots] holding the grouped row of each slot (-1 if
-/// none), filled by two kernels: a fill and a scatter over the valid rows.
+/// A buffer [numSlots] holding the grouped row of each slot (-1 if none):
+/// `positions` when the op was given sort_by_expert's map (nothing to
+/// launch), else a scratch buffer filled by two kernels, a fill and a
+/// scatter over the valid rows.
 mlir::FailureOr<mlir::Value> emitInverse(LoweringContext &ctx,
                                          moe::TileAttr tile, mlir::Value slots,
                                          mlir::Value offsets,
-                                         mlir::Value numSlots);
+                                         mlir::Value numSlots,
+                                         mlir::Value positions);
 
 /// Whether grouped row r holds no slot: alignment padding (slot -1) or a
 /// row at or past the last group's end.
@@ -162,20 +165,22 @@ int64_t chunkWidth(std::optional<int64_t> rowLength,
 
 /// The vectorized combine of unpermute: out[t] = sum over j < k of
 /// weights[t, j] (1 without weights) times the grouped row of slot t·k + j
-/// in `rows` (found through the inverse of `slots`; none: zero); nullopt
-/// where the row length has no 16-byte vector access.
+/// in `rows` (found through `positions`, or else the inverse of `slots`;
+/// none: zero); nullopt where the row length has no 16-byte vector access.
 std::optional<mlir::LogicalResult>
 emitCombine(LoweringContext &ctx, moe::TileAttr tile, mlir::Value rows,
             mlir::Value slots, mlir::Value offsets, mlir::Value weights,
-            mlir::Value out, int64_t k);
+            mlir::Value out, int64_t k, mlir::Value positions);
 
 /// The probability gradient of permute_grad: out[s / k, s % k] =
 /// values[r] for every grouped row r < offsets[E-1] with a slot s >= 0, 0
 /// for slots without a row (out is [T, k], values [M]): a fill and a
-/// scatter over the rows.
+/// scatter over the rows, or with `positions` (every slot has a row) one
+/// gather over the slots.
 mlir::LogicalResult emitSlotScatter(LoweringContext &ctx, moe::TileAttr tile,
                                     mlir::Value values, mlir::Value slots,
-                                    mlir::Value offsets, mlir::Value out);
+                                    mlir::Value offsets, mlir::Value out,
+                                    mlir::Value positions);
 
 /// Column of the gate (or up) value of SwiGLU output column c.
 mlir::Value gateUpColumn(KernelBuilder &b, moe::GateUpLayout layout,

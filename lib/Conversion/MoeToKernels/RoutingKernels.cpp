@@ -649,13 +649,18 @@ Lowered lowerSortByExpertWarp(moe::SortByExpertOp op, BufferMap buffer,
           })))
     return failure();
 
-  // 3. Per slot its row; per row its expert id, and -1 for padding rows and
+  // 3. Per slot its row (and with `positions` that row stored in slot
+  //    order, coalesced); per row its expert id, and -1 for padding rows and
   //    rows past the last group.
   moe::TileAttr placeBlock = moe::TileAttr::get(mlirCtx, 1, 1, 1, 256);
+  Value positions = buffer(op.getPositions());
+  SmallVector<Value> placeOperands = {ids,       scratch,  offsets,
+                                      sorted,    slots,    numSlots,
+                                      chunkAt,   startAt,  totalAt};
+  if (positions)
+    placeOperands.push_back(positions);
   return launchPerItem(
-      ctx, "place", capacity, placeBlock,
-      {ids, scratch, offsets, sorted, slots, numSlots, chunkAt, startAt,
-       totalAt},
+      ctx, "place", capacity, placeBlock, placeOperands,
       [&](KernelBuilder &b, ValueRange a, Value i) {
         Value buf = a[1];
         auto [e, valid] = expertOf(b, a[0], i, a[5]);
@@ -666,6 +671,8 @@ Lowered lowerSortByExpertWarp(moe::SortByExpertOp op, BufferMap buffer,
           Value row = b.add(load(b, buf, b.add(a[7], ei)),
                             b.add(chunkPrefix, load(b, buf, i)));
           b.storeI32(i, a[4], {toIndex(b, row)});
+          if (positions)
+            store(b, row, a[9], i);
         });
         Value expert = toI32(b, firstGreater(b, a[2], experts, i));
         Value past = b.eq(expert, b.i32(experts));

@@ -132,11 +132,13 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
   int64_t k = op.getK();
   // Token order: each token's chunk is read once and written to its k rows.
   // (Row order would read every token k times, and the rows written in
-  // between evict it from L2.) The rows come from the inverse map.
+  // between evict it from L2.) The rows come from the inverse map:
+  // sort_by_expert's `positions` when given, else built here.
   SmallVector<Value> tokenSizes = ctx.sizes(tokens);
   Value numSlots = h.mul(tokenSizes[0], h.idx(k));
+  Value positions = buffer(op.getPositions());
   FailureOr<Value> inverse =
-      emitInverse(ctx, tile, slots, offsets, numSlots);
+      emitInverse(ctx, tile, slots, offsets, numSlots, positions);
   if (failed(inverse))
     return failure();
   SmallVector<Value> operands = {tokens, *inverse, rows};
@@ -150,42 +152,59 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
             Value t = b.div(id, b.idx(chunks));
             Value chunk = b.rem(id, b.idx(chunks));
             Value c = b.mul(chunk, b.idx(width));
+            // Every load before the first store: the stores may alias the
+            // map as far as the compiler knows, so a load after a store
+            // waits for it.
             Value v = b.loadVec(a[0], {t, c}, width);
-            for (int64_t j = 0; j < k; ++j) {
-              Value slot = b.add(b.mul(t, b.idx(k)), b.idx(j));
-              auto [r, valid] = b.loadSigned(a[1], {slot});
-              b.ifThen(valid, [&] {
-                b.storeVec(v, a[2], {r, c});
-                unsigned next = 3;
-                // The token's first thread carries its probabilities, the
-                // first `numScales` threads its FP8 scales.
-                if (probs) {
-                  Value in = a[next], out = a[next + 1];
-                  next += 2;
-                  b.ifThen(b.eq(chunk, b.idx(0)), [&] {
-                    b.storeF(b.loadF(in, {t, b.idx(j)}), out, {r});
-                  });
-                }
-                if (scales) {
-                  Value in = a[next], out = a[next + 1];
-                  b.ifThen(b.ult(chunk, b.dim(out, 1)), [&] {
-                    b.storeF(b.loadF(in, {t, chunk}), out, {r, chunk});
-                  });
-                }
+            SmallVector<std::pair<Value, Value>> rowOf;
+            for (int64_t j = 0; j < k; ++j)
+              rowOf.push_back(
+                  b.loadSigned(a[1], {b.add(b.mul(t, b.idx(k)), b.idx(j))}));
+            for (auto [r, valid] : rowOf)
+              b.ifThen(valid, [&] { b.storeVec(v, a[2], {r, c}); });
+            // The token's first thread carries its probabilities, the
+            // first `numScales` threads its FP8 scales.
+            unsigned next = 3;
+            if (probs) {
+              Value in = a[next], out = a[next + 1];
+              next += 2;
+              b.ifThen(b.eq(chunk, b.idx(0)), [&] {
+                SmallVector<Value> p;
+                for (int64_t j = 0; j < k; ++j)
+                  p.push_back(b.loadF(in, {t, b.idx(j)}));
+                for (int64_t j = 0; j < k; ++j)
+                  b.ifThen(rowOf[j].second,
+                           [&] { b.storeF(p[j], out, {rowOf[j].first}); });
+              });
+            }
+            if (scales) {
+              Value in = a[next], out = a[next + 1];
+              b.ifThen(b.ult(chunk, b.dim(out, 1)), [&] {
+                Value scale = b.loadF(in, {t, chunk});
+                for (auto [r, valid] : rowOf)
+                  b.ifThen(valid, [&] { b.storeF(scale, out, {r, chunk}); });
               });
             }
           })))
     return failure();
 
   // Padding rows, and rows past the last group, are zero: one thread per
-  // row, which leaves at once for a row that holds a token.
+  // row, which leaves at once for a row that holds a token. With
+  // `positions` every slot has a row, so there are padding rows only when
+  // there are more rows than slots: else the grid is 0 and nothing runs.
+  Value numRows = ctx.sizes(rows)[0];
+  Value padItems =
+      positions ? h.mul(numRows, h.minIdx(h.idx(1),
+                                          h.div(numRows,
+                                                h.add(numSlots, h.idx(1)))))
+                : numRows;
   SmallVector<Value> padOperands = {slots, offsets, rows};
   if (probs)
     padOperands.push_back(outProbs);
   if (scales)
     padOperands.push_back(outScales);
   return launchPerItem(
-      ctx, "pad", ctx.sizes(rows)[0], tile, padOperands,
+      ctx, "pad", padItems, tile, padOperands,
       [&](KernelBuilder &b, ValueRange a, Value r) {
         b.ifThen(isPaddingRow(b, a[0], a[1], r), [&] {
           Value zeros = b.zeroVec(VectorType::get({width}, elem));
@@ -207,7 +226,8 @@ Lowered lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
                        BufferMap buffer, LoweringContext &ctx) {
   return emitCombine(ctx, tile, buffer(op.getRows()), buffer(op.getSlots()),
                      buffer(op.getOffsets()), buffer(op.getWeights()),
-                     buffer(op.getOut()), op.getK());
+                     buffer(op.getOut()), op.getK(),
+                     buffer(op.getPositions()));
 }
 
 } // namespace
@@ -215,7 +235,8 @@ Lowered lowerUnpermute(moe::UnpermuteOp op, moe::TileAttr tile,
 std::optional<LogicalResult>
 moec::kernels::emitCombine(LoweringContext &ctx, moe::TileAttr tile,
                            Value rows, Value slots, Value offsets,
-                           Value weights, Value out, int64_t k) {
+                           Value weights, Value out, int64_t k,
+                           Value positions) {
   std::optional<int64_t> hidden = staticDim(out, 1);
   int64_t width =
       chunkWidth(hidden, {elementType(rows), elementType(out)});
@@ -227,7 +248,7 @@ moec::kernels::emitCombine(LoweringContext &ctx, moe::TileAttr tile,
   SmallVector<Value> outSizes = ctx.sizes(out);
   Value numSlots = h.mul(outSizes[0], h.idx(k));
   FailureOr<Value> inverse =
-      emitInverse(ctx, tile, slots, offsets, numSlots);
+      emitInverse(ctx, tile, slots, offsets, numSlots, positions);
   if (failed(inverse))
     return failure();
   SmallVector<Value> operands = {rows, *inverse, out};

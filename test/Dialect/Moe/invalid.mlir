@@ -374,7 +374,7 @@ func.func @case40(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32
 // probs without its result (generic form)
 func.func @case41(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'probs' and result 'permuted_probs' must be given together}}
-  %r = "moe.permute"(%x, %slots, %o, %w) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0>, resultSegmentSizes = array<i32: 1, 0, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x16xbf16>
+  %r = "moe.permute"(%x, %slots, %o, %w) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>, resultSegmentSizes = array<i32: 1, 0, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x16xbf16>
   return
 }
 
@@ -428,7 +428,7 @@ func.func @case46(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32
 // scales without its result (generic form)
 func.func @case47(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %s: tensor<4x1xf32>) {
   // expected-error @+1 {{operand 'scales' and result 'permuted_scales' must be given together}}
-  %r = "moe.permute"(%x, %slots, %o, %s) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1>, resultSegmentSizes = array<i32: 1, 0, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x1xf32>) -> tensor<8x16xbf16>
+  %r = "moe.permute"(%x, %slots, %o, %s) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0>, resultSegmentSizes = array<i32: 1, 0, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x1xf32>) -> tensor<8x16xbf16>
   return
 }
 
@@ -2057,7 +2057,7 @@ func.func @case227(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi3
 // permute_grad: probs gradient and its result together (generic form)
 func.func @case228(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<8xf32>) {
   // expected-error @+1 {{operand 'grad_permuted_probs' and result 'grad_probs' must be given together}}
-  %y = "moe.permute_grad"(%r, %slots, %o, %p) <{k = 2 : i64}> : (tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<8xf32>) -> tensor<4x16xbf16>
+  %y = "moe.permute_grad"(%r, %slots, %o, %p) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0>}> : (tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<8xf32>) -> tensor<4x16xbf16>
   return
 }
 
@@ -2183,7 +2183,7 @@ func.func @case241(%g: tensor<5x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi3
 // weights, rows and grad_weights together (generic form)
 func.func @case242(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>) {
   // expected-error @+1 {{operands 'weights' and 'rows' and result 'grad_weights' must be given together}}
-  %y, %dw = "moe.unpermute_grad"(%g, %slots, %o, %w) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x2xf32>) -> (tensor<8x16xbf16>, tensor<4x2xf32>)
+  %y, %dw = "moe.unpermute_grad"(%g, %slots, %o, %w) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x2xf32>) -> (tensor<8x16xbf16>, tensor<4x2xf32>)
   return
 }
 
@@ -2310,5 +2310,53 @@ func.func @tile_bucket_rows(%x: tensor<8x16xbf16>) {
       // expected-error @+1 {{tile bucket 'max_rows' must be >= 1, got 0}}
       #moe.tile_bucket<max_rows = 0, tile = #moe.tile<m = 1, n = 1, k = 1, threads = 32>>]}
       : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @sort_positions_length(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'positions' is 9 but must equal the number of slots tokens * k (8)}}
+  %s, %sl, %o, %p = moe.sort_by_expert %ids experts = 8 : tensor<4x2xi32> -> tensor<8xi32>, tensor<8xi32>, tensor<8xi32>, tensor<9xi32>
+  return
+}
+
+// -----
+
+func.func @sort_positions_type(%ids: tensor<4x2xi32>) {
+  // expected-error @+1 {{result 'positions' must be a 1-D tensor of i32 values, got 'tensor<8xi64>'}}
+  %s, %sl, %o, %p = moe.sort_by_expert %ids experts = 8 : tensor<4x2xi32> -> tensor<8xi32>, tensor<8xi32>, tensor<8xi32>, tensor<8xi64>
+  return
+}
+
+// -----
+
+func.func @permute_positions_length(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<6xi32>) {
+  // expected-error @+1 {{dimension 0 of operand 'positions' is 6 but must equal the number of slots tokens * k (8)}}
+  %r = moe.permute %x, %slots, %o k = 2 positions(%p : tensor<6xi32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+func.func @unpermute_positions_type(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<8xf32>) {
+  // expected-error @+1 {{operand 'positions' must be a 1-D tensor of i32 values, got 'tensor<8xf32>'}}
+  %y = moe.unpermute %r, %slots, %o k = 2 positions(%p : tensor<8xf32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+func.func @permute_grad_positions_length(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of operand 'positions' is 4 but must equal the number of slots tokens * k (8)}}
+  %y = moe.permute_grad %r, %slots, %o k = 2 positions(%p : tensor<4xi32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return
+}
+
+// -----
+
+func.func @unpermute_grad_positions_rank(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<8x1xi32>) {
+  // expected-error @+1 {{operand 'positions' must be a 1-D tensor of i32 values, got 'tensor<8x1xi32>'}}
+  %y = moe.unpermute_grad %g, %slots, %o k = 2 positions(%p : tensor<8x1xi32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
   return
 }

@@ -61,6 +61,24 @@ func.func @sort_aligned(%ids: tensor<16x2xi32>, %dyn: tensor<?x8xi32>) -> (tenso
 
 // -----
 
+// The optional positions result, and the ops that take it.
+// CHECK-LABEL: func @positions
+func.func @positions(%ids: tensor<16x2xi32>, %x: tensor<16x64xbf16>, %w: tensor<16x2xf32>) -> (tensor<16x64xbf16>, tensor<16x64xbf16>, tensor<56x64xbf16>) {
+  // CHECK: moe.sort_by_expert %{{.*}} experts = 8 align = 4 : tensor<16x2xi32> -> tensor<56xi32>, tensor<56xi32>, tensor<8xi32>, tensor<32xi32>
+  %sorted, %slots, %offsets, %pos = moe.sort_by_expert %ids experts = 8 align = 4 : tensor<16x2xi32> -> tensor<56xi32>, tensor<56xi32>, tensor<8xi32>, tensor<32xi32>
+  // CHECK: moe.permute %{{.*}}, %{{.*}}, %{{.*}} k = 2 positions(%{{.*}} : tensor<32xi32>) probs(%{{.*}} : tensor<16x2xf32> -> tensor<56xf32>) : tensor<16x64xbf16>, tensor<56xi32>, tensor<8xi32> -> tensor<56x64xbf16>
+  %rows, %probs = moe.permute %x, %slots, %offsets k = 2 positions(%pos : tensor<32xi32>) probs(%w : tensor<16x2xf32> -> tensor<56xf32>) : tensor<16x64xbf16>, tensor<56xi32>, tensor<8xi32> -> tensor<56x64xbf16>
+  // CHECK: moe.unpermute %{{.*}}, %{{.*}}, %{{.*}} k = 2 positions(%{{.*}} : tensor<32xi32>) weights(%{{.*}} : tensor<16x2xf32>) : tensor<56x64xbf16>, tensor<56xi32>, tensor<8xi32> -> tensor<16x64xbf16>
+  %y = moe.unpermute %rows, %slots, %offsets k = 2 positions(%pos : tensor<32xi32>) weights(%w : tensor<16x2xf32>) : tensor<56x64xbf16>, tensor<56xi32>, tensor<8xi32> -> tensor<16x64xbf16>
+  // CHECK: moe.permute_grad %{{.*}}, %{{.*}}, %{{.*}} k = 2 positions(%{{.*}} : tensor<32xi32>) probs(%{{.*}} : tensor<56xf32> -> tensor<16x2xf32>)
+  %dx, %dw = moe.permute_grad %rows, %slots, %offsets k = 2 positions(%pos : tensor<32xi32>) probs(%probs : tensor<56xf32> -> tensor<16x2xf32>) : tensor<56x64xbf16>, tensor<56xi32>, tensor<8xi32> -> tensor<16x64xbf16>
+  // CHECK: moe.unpermute_grad %{{.*}}, %{{.*}}, %{{.*}} k = 2 positions(%{{.*}} : tensor<32xi32>) :
+  %dr = moe.unpermute_grad %y, %slots, %offsets k = 2 positions(%pos : tensor<32xi32>) : tensor<16x64xbf16>, tensor<56xi32>, tensor<8xi32> -> tensor<56x64xbf16>
+  return %y, %dx, %dr : tensor<16x64xbf16>, tensor<16x64xbf16>, tensor<56x64xbf16>
+}
+
+// -----
+
 // CHECK-LABEL: func @permute_plain
 func.func @permute_plain(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>, %offsets: tensor<128xi32>) -> tensor<?x2048xbf16> {
   // CHECK: moe.permute %{{.*}}, %{{.*}}, %{{.*}} k = 8 : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>

@@ -113,6 +113,20 @@ LogicalResult expectSameElementType(Operation *op, StringRef what,
                            << ")";
 }
 
+/// Verifies a `positions` tensor (the row of each slot, as
+/// moe.sort_by_expert returns it): tensor<Sxi32> with S = tokens * k.
+/// `what` names it ("operand 'positions'"); a null value is fine.
+LogicalResult expectPositions(Operation *op, StringRef what, Value positions,
+                              int64_t tokens, int64_t topK) {
+  if (!positions)
+    return success();
+  auto type = expectTensor(op, what, positions, 1, isI32, kI32);
+  if (failed(type))
+    return failure();
+  int64_t slots = sortedCapacity(tokens, topK, /*numExperts=*/1, /*align=*/1);
+  return expectDim(op, what, *type, 0, slots, "the number of slots tokens * k");
+}
+
 /// The rows of a permuted tensor must hold every one of the tokens*k slots.
 LogicalResult expectEnoughRows(Operation *op, StringRef what, int64_t rows,
                                int64_t tokens, int64_t topK) {
@@ -315,7 +329,9 @@ LogicalResult SortByExpertOp::verify() {
   if (failed(expectDim(op, "result 'sorted_expert_ids'", *sortedType, 0,
                        capacity, capacityDesc)) ||
       failed(expectDim(op, "result 'slots'", *slotsType, 0, capacity,
-                       capacityDesc)))
+                       capacityDesc)) ||
+      failed(expectPositions(op, "result 'positions'", getPositions(),
+                             idsType->getDimSize(0), topK)))
     return failure();
   return success();
 }
@@ -346,7 +362,9 @@ LogicalResult PermuteOp::verify() {
     return failure();
   int64_t tokens = tokensType->getDimSize(0);
   int64_t rows = slotsType->getDimSize(0);
-  if (failed(expectEnoughRows(op, "operand 'slots'", rows, tokens, getK())))
+  if (failed(expectEnoughRows(op, "operand 'slots'", rows, tokens, getK())) ||
+      failed(expectPositions(op, "operand 'positions'", getPositions(), tokens,
+                             getK())))
     return failure();
 
   auto rowsType = expectTensor(op, "result 'rows'", getRows(), 2,
@@ -422,7 +440,9 @@ LogicalResult UnpermuteOp::verify() {
                        "the number of rows of 'rows'")) ||
       failed(expectDim(op, "result 'out'", *outType, 1,
                        rowsType->getDimSize(1), "the hidden size of 'rows'")) ||
-      failed(expectEnoughRows(op, "operand 'rows'", rows, tokens, getK())))
+      failed(expectEnoughRows(op, "operand 'rows'", rows, tokens, getK())) ||
+      failed(expectPositions(op, "operand 'positions'", getPositions(), tokens,
+                             getK())))
     return failure();
   if (Value weights = getWeights()) {
     auto weightsType =
@@ -462,7 +482,9 @@ LogicalResult PermuteGradOp::verify() {
                        gradRowsType->getDimSize(1),
                        "the hidden size of 'grad_rows'")) ||
       failed(expectEnoughRows(op, "operand 'grad_rows'", rows, tokens,
-                              getK())))
+                              getK())) ||
+      failed(expectPositions(op, "operand 'positions'", getPositions(), tokens,
+                             getK())))
     return failure();
 
   if (bool(getGradPermutedProbs()) != bool(getGradProbs()))
@@ -505,7 +527,9 @@ LogicalResult UnpermuteGradOp::verify() {
       failed(expectDim(op, "result 'grad_rows'", *gradRowsType, 1, hidden,
                        "the hidden size of 'grad_out'")) ||
       failed(expectEnoughRows(op, "result 'grad_rows'", rows, tokens,
-                              getK())))
+                              getK())) ||
+      failed(expectPositions(op, "operand 'positions'", getPositions(), tokens,
+                             getK())))
     return failure();
 
   if (bool(getWeights()) != bool(getRows()) ||

@@ -113,6 +113,13 @@ def Moe_SortByExpertOp : Moe_Op<"sort_by_expert", [Pure]> {
     `-1` and expert id `-1`. Ids outside `[0, E)` are undefined behaviour at
     run time (the runtime validates them where it can).
 
+    An optional fourth result, `positions` `[T*k]` (i32), is the inverse of
+    `slots`: the row of each slot (`slots[positions[s]] == s`). The kernels
+    that work in token order (`moe.permute`, `moe.unpermute` and their
+    gradients) need this map; given it as their `positions` operand they do
+    not rebuild it. `moe-share-positions` adds it where such a kernel
+    consumes the `slots` of this op; it costs one coalesced store per slot.
+
     Example:
 
     ```mlir
@@ -126,11 +133,11 @@ def Moe_SortByExpertOp : Moe_Op<"sort_by_expert", [Pure]> {
     OptionalAttr<I64Attr>:$align
   );
   let results = (outs AnyTensor:$sorted_expert_ids, AnyTensor:$slots,
-                      AnyTensor:$offsets);
+                      AnyTensor:$offsets, Optional<AnyTensor>:$positions);
   let assemblyFormat = [{
     $ids `experts` `=` $num_experts (`align` `=` $align^)? attr-dict
     `:` type($ids) `->` type($sorted_expert_ids) `,` type($slots) `,`
-    type($offsets)
+    type($offsets) (`,` type($positions)^)?
   }];
   let hasVerifier = 1;
   let hasCanonicalizeMethod = 1;
@@ -157,6 +164,11 @@ def Moe_PermuteOp : Moe_Op<"permute", [Pure, AttrSizedOperandSegments,
     * `scales(%s : tensor<TxGxf32> -> tensor<MxGxf32>)`: per-token
       quantization scales, `permuted_scales[i] = s[slots[i] / k]` (0 for
       padding rows).
+    * `positions(%p : tensor<Sxi32>)`: the row of each of the `S = T*k`
+      slots, the `positions` result of the `moe.sort_by_expert` that made
+      `slots`. With it the op reads the map instead of building it (two
+      launches fewer, three when `M = T*k`: no padding rows to zero); it must be that inverse of `slots`, with every slot
+      placed.
 
     Example:
 
@@ -173,12 +185,14 @@ def Moe_PermuteOp : Moe_Op<"permute", [Pure, AttrSizedOperandSegments,
     AnyTensor:$offsets,
     Optional<AnyTensor>:$probs,
     Optional<AnyTensor>:$scales,
-    I64Attr:$k
+    I64Attr:$k,
+    Optional<AnyTensor>:$positions
   );
   let results = (outs AnyTensor:$rows, Optional<AnyTensor>:$permuted_probs,
                       Optional<AnyTensor>:$permuted_scales);
   let assemblyFormat = [{
     $tokens `,` $slots `,` $offsets `k` `=` $k
+    (`positions` `(` $positions^ `:` type($positions) `)`)?
     (`probs` `(` $probs^ `:` type($probs) `->` type($permuted_probs) `)`)?
     (`scales` `(` $scales^ `:` type($scales) `->` type($permuted_scales) `)`)?
     attr-dict `:` type($tokens) `,` type($slots) `,` type($offsets) `->`
@@ -187,7 +201,7 @@ def Moe_PermuteOp : Moe_Op<"permute", [Pure, AttrSizedOperandSegments,
   let hasVerifier = 1;
 }
 
-def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure]> {
+def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure, AttrSizedOperandSegments]> {
   let summary = "Scatters grouped rows back to token order and combines them";
   let description = [{
     The inverse of `moe.permute` followed by the combine of an MoE layer:
@@ -199,6 +213,12 @@ def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure]> {
     already applied, e.g. by a grouped matmul's `row_scale`). Sums are
     accumulated in f32 and rounded once to the result element type. `rows`
     and the result are bf16, f16 or f32.
+
+    * `positions(%p : tensor<Sxi32>)`: the row of each of the `S = T*k`
+      slots, the `positions` result of the `moe.sort_by_expert` that made
+      `slots`. With it the op reads the map instead of building it (two
+      launches fewer); it must be that inverse of `slots`, with every slot
+      placed.
 
     Example:
 
@@ -214,11 +234,13 @@ def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure]> {
     AnyTensor:$slots,
     AnyTensor:$offsets,
     Optional<AnyTensor>:$weights,
-    I64Attr:$k
+    I64Attr:$k,
+    Optional<AnyTensor>:$positions
   );
   let results = (outs AnyTensor:$out);
   let assemblyFormat = [{
     $rows `,` $slots `,` $offsets `k` `=` $k
+    (`positions` `(` $positions^ `:` type($positions) `)`)?
     (`weights` `(` $weights^ `:` type($weights) `)`)?
     attr-dict `:` type($rows) `,` type($slots) `,` type($offsets) `->`
     type($out)
@@ -226,7 +248,8 @@ def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Moe_PermuteGradOp : Moe_Op<"permute_grad", [Pure]> {
+def Moe_PermuteGradOp : Moe_Op<"permute_grad",
+                                [Pure, AttrSizedOperandSegments]> {
   let summary = "Gradient of moe.permute: grouped row gradients back to tokens";
   let description = [{
     The backward of `moe.permute`: each token's gradient is the sum of the
@@ -243,6 +266,11 @@ def Moe_PermuteGradOp : Moe_Op<"permute_grad", [Pure]> {
     * `probs(%g : tensor<Mxf32> -> tensor<Txkxf32>)`: the gradient of
       permute's `permuted_probs`, routed back to the routing weights:
       `grad_probs[t, j] = g[pos(t * k + j)]` (0 for a slot without a row).
+    * `positions(%p : tensor<Sxi32>)`: the row of each of the `S = T*k`
+      slots, the `positions` result of the `moe.sort_by_expert` that made
+      `slots`. With it the op reads the map instead of building it (two
+      launches fewer); it must be that inverse of `slots`, with every slot
+      placed.
 
     Example:
 
@@ -258,11 +286,13 @@ def Moe_PermuteGradOp : Moe_Op<"permute_grad", [Pure]> {
     AnyTensor:$slots,
     AnyTensor:$offsets,
     Optional<AnyTensor>:$grad_permuted_probs,
-    I64Attr:$k
+    I64Attr:$k,
+    Optional<AnyTensor>:$positions
   );
   let results = (outs AnyTensor:$grad_tokens, Optional<AnyTensor>:$grad_probs);
   let assemblyFormat = [{
     $grad_rows `,` $slots `,` $offsets `k` `=` $k
+    (`positions` `(` $positions^ `:` type($positions) `)`)?
     (`probs` `(` $grad_permuted_probs^ `:` type($grad_permuted_probs) `->`
      type($grad_probs) `)`)?
     attr-dict `:` type($grad_rows) `,` type($slots) `,` type($offsets) `->`
@@ -293,6 +323,11 @@ def Moe_UnpermuteGradOp : Moe_Op<"unpermute_grad",
       `grad_weights[t, j] = sum_c grad_out[t, c] * rows[pos(t * k + j), c]`,
       accumulated in f32 (0 for a slot without a row), where `pos(s)` is the
       row whose slot is `s`.
+    * `positions(%p : tensor<Sxi32>)`: the row of each of the `S = T*k`
+      slots, the `positions` result of the `moe.sort_by_expert` that made
+      `slots`. With it the op reads the map instead of building it (two
+      launches fewer); it must be that inverse of `slots`, with every slot
+      placed.
 
     Example:
 
@@ -310,12 +345,14 @@ def Moe_UnpermuteGradOp : Moe_Op<"unpermute_grad",
     AnyTensor:$offsets,
     Optional<AnyTensor>:$weights,
     Optional<AnyTensor>:$rows,
-    I64Attr:$k
+    I64Attr:$k,
+    Optional<AnyTensor>:$positions
   );
   let results = (outs AnyTensor:$grad_rows,
                       Optional<AnyTensor>:$grad_weights);
   let assemblyFormat = [{
     $grad_out `,` $slots `,` $offsets `k` `=` $k
+    (`positions` `(` $positions^ `:` type($positions) `)`)?
     (`weights` `(` $weights^ `,` $rows `:` type($weights) `,` type($rows)
      `->` type($grad_weights) `)`)?
     attr-dict `:` type($grad_out) `,` type($slots) `,` type($offsets) `->`

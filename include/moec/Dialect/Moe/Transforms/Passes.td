@@ -104,6 +104,36 @@ def MoeFuseCombinePass : Pass<"moe-fuse-combine"> {
   let dependentDialects = ["::moec::moe::MoeDialect"];
 }
 
+def MoeSharePositionsPass : Pass<"moe-share-positions"> {
+  let summary = "Hands sort_by_expert's slot-to-row map to the token-order "
+                "kernels";
+  let description = [{
+    `moe.permute`, `moe.unpermute`, `moe.permute_grad` and
+    `moe.unpermute_grad` work in token order and need the row of each slot,
+    the inverse of `slots`. Without a `positions` operand each of them
+    builds that map itself (two kernel launches, and a third for permute's
+    padding); `moe.sort_by_expert` knows it already and writes it with one
+    coalesced store per slot. For every such op whose `slots` and `offsets`
+    are the results of one `moe.sort_by_expert` with the same k, this pass
+    adds the `positions` result to the sort (once) and passes it on:
+
+    ```mlir
+    %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 128 : ...
+    %rows = moe.permute %x, %slots, %offsets k = 8 : ...
+    // becomes
+    %sorted, %slots, %offsets, %positions = moe.sort_by_expert %ids
+        experts = 128 : ..., tensor<?xi32>
+    %rows = moe.permute %x, %slots, %offsets k = 8
+        positions(%positions : tensor<?xi32>) : ...
+    ```
+
+    Left alone: ops that already have `positions`, whose slots come from a
+    function argument or another op, or whose `offsets` or k differ from
+    the sort's.
+  }];
+  let dependentDialects = ["::moec::moe::MoeDialect"];
+}
+
 def MoeTilePass : Pass<"moe-tile"> {
   let summary = "Attaches a #moe.tile configuration to every moe op";
   let description = [{
