@@ -44,14 +44,14 @@ for routing in one-expert half-experts; do
   done
 done
 run ops.moecb dequantize_nf4 - uniform --iters 5
-for entry in permute_fp8 unpermute_bf16 swiglu_vec quantize_rowwise_vec quantize_rowwise_warp \
+for entry in permute_fp8 unpermute_bf16 own_slot_map swiglu_vec quantize_rowwise_vec quantize_rowwise_warp \
              quantize_colwise_vec quantize_colwise_block dequantize_rowwise_vec; do
   for t in 1 45 3000; do
     run vector.moecb $entry $t uniform --iters 5
   done
 done
 for routing in one-expert half-experts; do
-  for entry in permute_fp8 unpermute_bf16 quantize_colwise_vec quantize_colwise_block; do
+  for entry in permute_fp8 unpermute_bf16 own_slot_map quantize_colwise_vec quantize_colwise_block; do
     run vector.moecb $entry 300 $routing --iters 5
   done
 done

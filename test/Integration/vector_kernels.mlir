@@ -11,6 +11,8 @@
 // RUN: moec run %s --entry permute_fp8 --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry unpermute_bf16 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry unpermute_bf16 --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry own_slot_map --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry own_slot_map --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry swiglu_vec --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry swiglu_vec --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry quantize_rowwise_vec --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
@@ -51,6 +53,26 @@ func.func @unpermute_bf16(%x: tensor<?x64xbf16>, %ids: tensor<?x3xi32>,
   %y = moe.unpermute %rows, %slots, %offsets k = 3 weights(%w : tensor<?x3xf32>)
       : tensor<?x64xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x64xbf16>
   return %y : tensor<?x64xbf16>
+}
+
+// permute and unpermute that build the slot-to-row map themselves, as they
+// do for slots passed in from elsewhere: their offsets come from a second
+// sort, so moe-share-positions does not give them the first sort's
+// positions. Unaligned rows, so permute's padding kernel runs with nothing
+// to zero.
+func.func @own_slot_map(%x: tensor<?x64xbf16>, %ids: tensor<?x2xi32>,
+                        %w: tensor<?x2xf32>)
+    -> (tensor<?x64xbf16>, tensor<?xf32>, tensor<?x64xbf16>) {
+  %s1, %slots, %o1 = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %s2, %sl2, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows, %probs = moe.permute %x, %slots, %offsets k = 2
+      probs(%w : tensor<?x2xf32> -> tensor<?xf32>)
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x64xbf16>
+  %y = moe.unpermute %rows, %slots, %offsets k = 2 weights(%w : tensor<?x2xf32>)
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x64xbf16>
+  return %rows, %probs, %y : tensor<?x64xbf16>, tensor<?xf32>, tensor<?x64xbf16>
 }
 
 // SwiGLU in both layouts and its gradient.
