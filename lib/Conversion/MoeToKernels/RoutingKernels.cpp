@@ -410,8 +410,8 @@ Lowered lowerSortByExpertWarp(moe::SortByExpertOp op, BufferMap buffer,
   constexpr int64_t scanThreads = 1024;
   int64_t expertsPadded = llvm::alignTo(experts, kWarp);
   int64_t segments = scanThreads / expertsPadded; // per expert in `scan`
-  // One scratch buffer (the runtime zeroes each scratch buffer: one memset
-  // instead of six), laid out as:
+  // One scratch buffer (not cleared by the runtime: each kernel writes the
+  // parts it reads), laid out as:
   //   rank        [slots]              each slot's rank in its chunk
   //   warpCounts  [chunks * warps][E]  per warp its count, then its prefix
   //   chunkCounts [chunks][E]          per chunk its count, then its prefix
