@@ -58,13 +58,14 @@ done
 run vector.moecb dequantize_nf4_vec - uniform --iters 5
 # Warp routing kernels: T=3000 and 9000 span several 2048-slot sort chunks.
 for entry in route_bf16_aligned route_grouped_bias route_topk_then_softmax \
-             route_single_expert_groups route_512 sort_odd_experts; do
+             route_single_expert_groups route_512 route_kept_groups_128 \
+             route_kept_groups_512 sort_odd_experts; do
   for t in 1 45 3000 9000; do
     run routing.moecb $entry $t uniform --iters 5
   done
 done
 for routing in one-expert half-experts; do
-  for entry in route_bf16_aligned route_grouped_bias sort_odd_experts; do
+  for entry in route_bf16_aligned route_grouped_bias route_kept_groups_128 sort_odd_experts; do
     run routing.moecb $entry 3000 $routing --iters 5
   done
 done

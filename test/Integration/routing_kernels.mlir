@@ -5,7 +5,10 @@
 // the same entries through the warp kernels on the H200, at token counts
 // that span several 2048-slot sort chunks. Edge cases: T=1 (most experts
 // empty), one expert taking every token's first choice, half the experts
-// without tokens, alignment padding, single-expert groups, E = 512.
+// without tokens, alignment padding, single-expert groups, E = 512, and
+// group-limited routing whose kept experts the warp kernel spreads over the
+// lanes (route_grouped_bias: 4 of 8 groups of 32; route_kept_groups_*: 4 of
+// 8 groups of 16, 4 of 16 groups of 32).
 // RUN: moec run %s --entry route_bf16_aligned --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry route_bf16_aligned --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry route_bf16_aligned --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
@@ -14,6 +17,8 @@
 // RUN: moec run %s --entry route_topk_then_softmax --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry route_single_expert_groups --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry route_512 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_kept_groups_128 --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry route_kept_groups_512 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry sort_odd_experts --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
@@ -89,4 +94,24 @@ func.func @sort_odd_experts(%ids: tensor<?x6xi32>)
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 96 align = 8
       : tensor<?x6xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<96xi32>
   return %sorted, %slots, %offsets : tensor<?xi32>, tensor<?xi32>, tensor<96xi32>
+}
+
+// Group-limited routing, kept experts spread 2 per lane (4 of 8 groups of
+// 16 experts, each group's score the sum of its two best).
+func.func @route_kept_groups_128(%logits: tensor<?x128xf32>, %bias: tensor<128xf32>)
+    -> (tensor<?x6xf32>, tensor<?x6xi32>) {
+  %w, %ids = moe.router_topk %logits bias(%bias : tensor<128xf32>) k = 6
+      {scoring = #moe.scoring<sigmoid>, renormalize, num_groups = 8,
+       topk_groups = 4}
+      : tensor<?x128xf32> -> tensor<?x6xf32>, tensor<?x6xi32>
+  return %w, %ids : tensor<?x6xf32>, tensor<?x6xi32>
+}
+
+// 4 per lane of 16 (4 of 16 groups of 32 experts), softmax scores.
+func.func @route_kept_groups_512(%logits: tensor<?x512xf32>, %bias: tensor<512xf32>)
+    -> (tensor<?x8xf32>, tensor<?x8xi32>) {
+  %w, %ids = moe.router_topk %logits bias(%bias : tensor<512xf32>) k = 8
+      {num_groups = 16, topk_groups = 4}
+      : tensor<?x512xf32> -> tensor<?x8xf32>, tensor<?x8xi32>
+  return %w, %ids : tensor<?x8xf32>, tensor<?x8xi32>
 }

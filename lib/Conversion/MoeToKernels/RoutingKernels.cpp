@@ -209,6 +209,14 @@ Lowered lowerRouterTopKWarp(moe::RouterTopKOp op, moe::TileAttr tile,
   if (groups && (kWarp % groups || !llvm::isPowerOf2_64(groups)))
     return std::nullopt;
   int64_t groupSize = groups ? experts / groups : 0;
+  // Group-limited routing with fewer kept experts than lanes hold: after
+  // the group selection each lane takes `compact` of the kept groups'
+  // experts (whole lanes' parts, so that shuffles move them).
+  int64_t keptExperts = topkGroups * groupSize;
+  int64_t compact = 0;
+  if (groups && kWarp % topkGroups == 0 && keptExperts % kWarp == 0 &&
+      keptExperts / kWarp < perLane && perLane % (keptExperts / kWarp) == 0)
+    compact = keptExperts / kWarp;
   Type elem = logitsType.getElementType();
   // The widest power-of-two access that divides a lane's experts.
   int64_t access = std::min<int64_t>(KernelBuilder::vectorWidth(elem),
@@ -314,16 +322,55 @@ Lowered lowerRouterTopKWarp(moe::RouterTopKOp op, moe::TileAttr tile,
           }
           // Each lane sorts its keys (0 where its group is out) and keeps
           // the best min(k, V): a lane gives at most k winners.
-          Value firstId = toI32(b, first);
-          Value zero64 = arith::ConstantIntOp::create(b, b.getI64Type(), 0);
           SmallVector<Value> keys;
-          for (int64_t i = 0; i < perLane; ++i)
-            keys.push_back(b.select(
-                available,
-                rankKey(b, select[i], b.add(firstId, b.i32(i)), experts),
-                zero64));
+          if (compact) {
+            // Only the kept groups' experts can win: spread them over the
+            // warp, `compact` per lane, so that the sort and the rounds
+            // below work on fewer keys. Lane l takes part l % lanesPerGroup
+            // of the (l / lanesPerGroup)-th kept group in group order, so
+            // ids still increase with the lane.
+            Value target = b.div(lane, b.i32(kWarp / topkGroups));
+            Value offset = b.rem(lane, b.i32(kWarp / topkGroups));
+            Value sourceGroup = b.i32(0), keptBefore = b.i32(0);
+            // A shuffle per group (a ballot and shifts measured 1 – 2 %
+            // slower at DeepSeek-V3 T=32768).
+            for (int64_t g = 0; g < groups; ++g) {
+              Value kept = shuffleIdx(
+                  b, arith::ExtUIOp::create(b, b.getI32Type(), available),
+                  b.i32(g * groupLanes));
+              Value isTarget =
+                  b.land(b.eq(kept, b.i32(1)), b.eq(keptBefore, target));
+              sourceGroup = b.select(isTarget, b.i32(g), sourceGroup);
+              keptBefore = b.add(keptBefore, kept);
+            }
+            int64_t parts = perLane / compact;
+            Value sourceLane = b.add(b.mul(sourceGroup, b.i32(groupLanes)),
+                                     b.div(offset, b.i32(parts)));
+            Value part = b.rem(offset, b.i32(parts));
+            for (int64_t c = 0; c < compact; ++c) {
+              Value v = b.f32(0);
+              for (int64_t q = 0; q < parts; ++q)
+                v = b.select(b.eq(part, b.i32(q)),
+                             shuffleIdx(b, select[q * compact + c],
+                                        sourceLane),
+                             v);
+              Value id = b.add(b.mul(sourceLane, b.i32(perLane)),
+                               b.add(b.mul(part, b.i32(compact)),
+                                     b.i32(c)));
+              keys.push_back(rankKey(b, v, id, experts));
+            }
+          } else {
+            Value firstId = toI32(b, first);
+            Value zero64 =
+                arith::ConstantIntOp::create(b, b.getI64Type(), 0);
+            for (int64_t i = 0; i < perLane; ++i)
+              keys.push_back(b.select(
+                  available,
+                  rankKey(b, select[i], b.add(firstId, b.i32(i)), experts),
+                  zero64));
+          }
           sortDescending(b, keys);
-          keys.resize(std::min(k, perLane));
+          keys.resize(std::min<int64_t>(k, keys.size()));
 
           // k rounds: the warp's best head wins and its lane pops it; round
           // j's winner stays in lane j. The reduction runs on the high
