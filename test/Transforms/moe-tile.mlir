@@ -42,7 +42,8 @@ func.func @row_ops(%h: tensor<?x64xbf16>, %da: tensor<?x32xbf16>, %x: tensor<?x2
   // CHECK: moe.swiglu_grad {{.*}}moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 256>
   // CHECK: moe.quantize {{.*}}moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 256>
   // CHECK: moe.dequantize {{.*}}moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 256>
-  // CHECK: moe.dequantize {{.*}}moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 256>
+  // NF4 weights: 128 threads.
+  // CHECK: moe.dequantize {{.*}}codebook{{.*}}moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 128>
   %dh = moe.swiglu_grad %h, %da : tensor<?x64xbf16>, tensor<?x32xbf16> -> tensor<?x64xbf16>
   %q, %s = moe.quantize %x group_size = 128 : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
   %dq = moe.dequantize %q, %s group_size = 128 : tensor<?x256xf8E4M3FN>, tensor<?x2xf32> -> tensor<?x256xf32>
