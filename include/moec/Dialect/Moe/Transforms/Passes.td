@@ -151,7 +151,8 @@ def MoeTilePass : Pass<"moe-tile"> {
       threads.
     * `moe.permute`, `moe.unpermute`, their gradients, `moe.swiglu`,
       `moe.swiglu_grad`, `moe.quantize`, `moe.dequantize`: one row per
-      block, 256 threads.
+      block, 256 threads; NF4 `moe.dequantize` (with a codebook): 128
+      threads (measured 0.7 - 1.7 % faster on the H200).
 
     The options `m`, `n`, `k` and `threads` override the matmul tile (each
     one given replaces that field of the model's choice); a combination
