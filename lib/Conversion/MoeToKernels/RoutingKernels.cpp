@@ -10,8 +10,11 @@
 //   lane; softmax sums are xor-shuffle reductions, each of the k rounds a
 //   warp max over the lanes' heads (one redux.sync on NVVM; the winner pops
 //   its head), and
-//   DeepSeek-style group scores are merged over the lanes of a group. The
-//   weights are computed at the end from the k picked logits.
+//   DeepSeek-style group scores are merged over the lanes of a group. When
+//   the kept groups hold fewer experts than the lanes do, those experts are
+//   first spread over the warp (4 per lane instead of 8 at DeepSeek-V3), so
+//   the sort and the rounds work on fewer keys. The weights are computed at
+//   the end from the k picked logits.
 // * sort_by_expert: a stable counting sort in three kernels.
 //   1. `rank`: blocks of 16 warps own chunks of 2048 slots. A warp ranks 32
 //      slots per round by comparing each lane's expert with every lane's
@@ -21,7 +24,8 @@
 //   2. `scan`: one block; per expert the prefix over the chunks, then the
 //      (padded) group offsets by a block-wide scan.
 //   3. `place`: per slot its row (group start + chunk prefix + rank), per
-//      row its expert id and the -1 of padding.
+//      row its expert id and the -1 of padding; with `positions`, each
+//      slot's row in slot order as well.
 //
 // Both need warp shuffles and, for the sort, block barriers: the host runs
 // the scalar kernels instead (KernelsToHost rejects both). Each generator
