@@ -124,6 +124,16 @@ def torch_route(logits, m, bias=None):
     return w, ids.int(), slots, offsets
 
 
+def positions_of(slots):
+    """The row of each slot (the inverse of unaligned `slots`), which
+    sort_by_expert returns as `positions` and the token-order kernels take
+    instead of rebuilding it."""
+    positions = torch.empty_like(slots)
+    positions[slots.long()] = torch.arange(slots.numel(), dtype=slots.dtype,
+                                           device=slots.device)
+    return positions
+
+
 def torch_permute(x, slots, w, k):
     rows = x.index_select(0, (slots // k).long())
     return rows, w.flatten().index_select(0, slots.long())
@@ -242,10 +252,7 @@ def cases(bundle, key, T, gen):
     route = bundle.entry(f"route_{key}")
     route_in = (logits,) if bias is None else (logits, bias)
     w, ids, slots, offsets = torch_route(logits, m, bias)
-    # The row of each slot, which sort_by_expert returns as `positions` and
-    # the token-order kernels below take instead of rebuilding it.
-    positions = torch.empty_like(slots)
-    positions[slots.long()] = torch.arange(R, dtype=slots.dtype, device=dev)
+    positions = positions_of(slots)
     route_out = (torch.empty_like(w), torch.empty_like(ids),
                  torch.empty_like(slots), torch.empty_like(offsets),
                  torch.empty_like(positions))

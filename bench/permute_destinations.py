@@ -18,7 +18,8 @@ import sys
 import torch
 
 import moec
-from memory_bound import COPY_TBPS, MODELS, make_flush, timed, torch_route
+from memory_bound import (COPY_TBPS, MODELS, make_flush, positions_of, timed,
+                          torch_route)
 
 SHAPES = (("qwen3", 8192), ("qwen3", 32768), ("dsv3", 8192))
 
@@ -43,11 +44,8 @@ def main():
         perm = bundle.entry(f"permute_{key}")
         out = (torch.empty(R, H, dtype=torch.bfloat16, device="cuda"),
                torch.empty(R, device="cuda"))
-        routed = torch.empty_like(slots)
-        routed[slots.long()] = torch.arange(R, dtype=slots.dtype,
-                                            device="cuda")
         destinations = {
-            "routing": routed,
+            "routing": positions_of(slots),
             "identity": torch.arange(R, dtype=slots.dtype, device="cuda"),
             "random": torch.randperm(R, device="cuda",
                                      generator=gen).to(slots.dtype),

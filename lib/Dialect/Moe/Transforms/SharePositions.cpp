@@ -74,21 +74,17 @@ struct MoeSharePositionsPass
     getOperation()->walk([&](SortByExpertOp sort) { sorts.push_back(sort); });
     for (SortByExpertOp sort : sorts) {
       int64_t k = cast<RankedTensorType>(sort.getIds().getType()).getDimSize(1);
-      SmallVector<Operation *> users;
+      // The users' operands stay valid when withPositions moves their
+      // slots and offsets to a new sort: the users themselves are kept.
+      SmallVector<MutableOperandRange> targets;
       for (OpOperand &use : sort.getSlots().getUses())
-        if (positionsOperand(use, sort.getOffsets(), k))
-          users.push_back(use.getOwner());
-      if (users.empty())
+        if (auto positions = positionsOperand(use, sort.getOffsets(), k))
+          targets.push_back(*positions);
+      if (targets.empty())
         continue;
       SortByExpertOp shared = withPositions(sort);
-      for (Operation *user : users)
-        for (OpOperand &use : user->getOpOperands())
-          if (use.get() == shared.getSlots())
-            if (auto positions =
-                    positionsOperand(use, shared.getOffsets(), k)) {
-              positions->assign(shared.getPositions());
-              break;
-            }
+      for (MutableOperandRange &positions : targets)
+        positions.assign(shared.getPositions());
     }
   }
 };
