@@ -7,7 +7,7 @@
 // Options override the matmul tile only; a bad one fails the pass.
 // THREADS: error: moe-tile: invalid matmul tile options: tile parameter 'threads' must be a multiple of 32 in [32, 1024], got 100
 // POW2: error: moe-tile: invalid matmul tile options: tile parameter 'm' must be a power of two >= 1, got 3
-// SPLIT: error: moe-tile: invalid matmul tile options: tile of 16x16 outputs does not split evenly over 96 threads: one of m*n and 'threads' must divide the other
+// SPLIT: error: moe-tile: invalid matmul tile options: tile of 16x16 outputs does not split evenly over 96 computing threads: one of m*n and 'threads' - 'producers' must divide the other
 
 // Every op of a layer gets the cost model's tile.
 // CHECK-LABEL: func @layer

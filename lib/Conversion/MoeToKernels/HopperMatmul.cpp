@@ -22,6 +22,15 @@
 // no global reads per tile beyond a gathered lhs's row indices. Inside a
 // group, tiles go in bands of 8 m-tiles, n-tile by n-tile (B reuse in L2).
 //
+// Warp-specialized variant (tile `producers = 128`, 384 threads): a
+// producer warpgroup issues every copy and the two MMA warpgroups only
+// compute. Each stage has a "full" mbarrier (completed by the producer
+// threads' cp.async arrivals) and an "empty" one (completed when the 256
+// MMA threads have retired the wgmmas reading it), so the roles hand stages
+// over without block barriers, the producer runs up to `stages - 1` slices
+// ahead, and it fills the next tile's stages during this tile's epilogue.
+// setmaxnreg moves registers from the producer to the MMA warpgroups.
+//
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
 // row scale, then rounded stores; a plain epilogue goes through a padded
@@ -48,6 +57,13 @@ namespace {
 constexpr int64_t kBlockM = 128;   ///< rows per block (2 warpgroups x 64)
 constexpr int64_t kBlockK = 64;    ///< K per stage: one 128-byte row
 constexpr int64_t kThreads = 256;  ///< 2 warpgroups
+/// Warp-specialized blocks: a producer warpgroup then the 2 MMA warpgroups.
+constexpr int64_t kSpecializedThreads = 384;
+/// Registers per thread after setmaxnreg in a warp-specialized block: the
+/// producer gives up what the MMA warpgroups take (40 x 128 + 232 x 256 =
+/// the 168 x 384 a block of 384 threads starts with).
+constexpr int64_t kProducerRegisters = 104;
+constexpr int64_t kConsumerRegisters = 200;
 constexpr int64_t kRowBytes = 128; ///< bytes of a 64-element 16-bit row
 constexpr int64_t kChunksPerRow = kRowBytes / 16;
 /// Persistent grid: one block per SM of an H100/H200 (132 SMs).
@@ -75,7 +91,16 @@ struct HopperPlan {
   int64_t k = 0;        ///< reduction length (static)
   int64_t slotsPerToken = 1;
   bool swiglu = false;
+  /// A producer warpgroup copies, the two MMA warpgroups only compute;
+  /// they hand stages over through mbarriers instead of block barriers.
+  bool warpSpecialized = false;
   NVVM::WGMMATypes elemType = NVVM::WGMMATypes::bf16;
+
+  int64_t threads() const {
+    return warpSpecialized ? kSpecializedThreads : kThreads;
+  }
+  /// Threads that issue the copies: the producer warpgroup, or all.
+  int64_t copyThreads() const { return warpSpecialized ? 128 : kThreads; }
 
   int64_t groups() const { return experts + 1; }
   int64_t stageBytes() const { return (kBlockM + blockN) * kRowBytes; }
@@ -84,9 +109,11 @@ struct HopperPlan {
   int64_t tableBytes() const {
     return (groups() * 8 + (groups() + 1) * 4 + 15) / 16 * 16;
   }
+  /// A "full" and an "empty" mbarrier per stage (warp-specialized only).
+  int64_t barrierBytes() const { return warpSpecialized ? 16 * stages : 0; }
   int64_t sharedBytes() const {
     // + 1024 to round the stages up to the swizzle's 1024-byte alignment.
-    return tableBytes() + 1024 + stages * stageBytes();
+    return tableBytes() + barrierBytes() + 1024 + stages * stageBytes();
   }
   /// Output columns per block.
   int64_t outTileN() const { return swiglu ? blockN / 2 : blockN; }
@@ -94,8 +121,9 @@ struct HopperPlan {
 
 /// The tile the kernel of `plan` is built with (the bundle records it).
 moe::TileAttr tileOf(MLIRContext *context, const HopperPlan &plan) {
-  return moe::TileAttr::get(context, kBlockM, plan.blockN, kBlockK, kThreads,
-                            plan.stages, plan.bandM);
+  return moe::TileAttr::get(context, kBlockM, plan.blockN, kBlockK,
+                            plan.threads(), plan.stages, plan.bandM,
+                            plan.warpSpecialized ? 128 : 0);
 }
 
 /// Positions of the optional kernel arguments (-1 if absent). Without
@@ -158,8 +186,27 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
                              ValueRange{b.idx(G)})};
   Value groupStarts = memref::ViewOp::create(
       b, tableType, smem, b.idx(G * 8), ValueRange{b.idx(G + 1)});
-  Value stageBase = band(
-      b, b.add(addressOf(b, smem), b.idx(plan.tableBytes() + 1023)), ~1023);
+  Value barrierBase = b.add(addressOf(b, smem), b.idx(plan.tableBytes()));
+  Value stageBase =
+      band(b,
+           b.add(barrierBase, b.idx(plan.barrierBytes() + 1023)), ~1023);
+  // Warp-specialized: full[s] completes when the producer's 128 threads'
+  // copies of stage s have landed (cp.async arrivals), empty[s] when the
+  // 256 MMA threads are done reading it. The scan's barrier below makes
+  // the initialization visible to the block.
+  auto stageBarrier = [&](bool empty, Value slot) {
+    Value index = empty ? b.add(slot, b.idx(S)) : slot;
+    return pointerAt(b, b.add(barrierBase, b.mul(index, b.idx(8))), 3);
+  };
+  if (plan.warpSpecialized)
+    b.ifThen(b.eq(thread, b.idx(0)), [&] {
+      for (int64_t s = 0; s < S; ++s) {
+        NVVM::MBarrierInitOp::create(b, stageBarrier(false, b.idx(s)),
+                                     b.i32(plan.copyThreads()), Value());
+        NVVM::MBarrierInitOp::create(b, stageBarrier(true, b.idx(s)),
+                                     b.i32(2 * 128), Value());
+      }
+    });
 
   // Rows [start, end) of group g: experts, then the tail up to `rows`.
   auto groupBounds = [&](Value g) -> std::pair<Value, Value> {
@@ -174,10 +221,11 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
 
   // m-tiles per group, then an inclusive Hillis-Steele scan across the
   // block, ping-ponging between the two tables.
-  int64_t perThread = (G + kThreads - 1) / kThreads;
+  const int64_t threads = plan.threads();
+  int64_t perThread = (G + threads - 1) / threads;
   auto forOwnGroups = [&](const std::function<void(Value)> &body) {
     for (int64_t q = 0; q < perThread; ++q) {
-      Value g = b.add(thread, b.idx(q * kThreads));
+      Value g = b.add(thread, b.idx(q * threads));
       b.ifThen(b.ult(g, b.idx(G)), [&] { body(g); });
     }
   };
@@ -215,7 +263,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   Value chunk = b.rem(thread, b.idx(kChunksPerRow));
   Value row0 = b.div(thread, b.idx(kChunksPerRow));
   Value swizzled = b.mul(bxor(b, chunk, b.rem(row0, b.idx(8))), b.idx(16));
-  int64_t rowsPerPass = kThreads / kChunksPerRow;
+  int64_t rowsPerPass = plan.copyThreads() / kChunksPerRow;
   auto rowOf = [&](int64_t i) { return b.add(row0, b.idx(i * rowsPerPass)); };
   auto smemOffset = [&](int64_t i) {
     return b.add(b.mul(rowOf(i), b.idx(kRowBytes)), swizzled);
@@ -223,7 +271,10 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   Value lhsBase = addressOf(b, lhs), rhsBase = addressOf(b, rhs);
   Value rowBytesK = b.idx(K * 2);
 
-  Value warpgroup = b.div(thread, b.idx(128));
+  // The MMA threads count from 0 (after the producer warpgroup).
+  Value mathThread =
+      plan.warpSpecialized ? b.sub(thread, b.idx(128)) : thread;
+  Value warpgroup = b.div(mathThread, b.idx(128));
   Value lane = b.rem(thread, b.idx(32));
   Value warp = b.rem(b.div(thread, b.idx(32)), b.idx(4));
   auto accType = LLVM::LLVMStructType::getLiteral(
@@ -260,7 +311,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   };
 
   // Tile `tile` (< tilesTotal).
-  auto tileState = [&](Value tile) {
+  auto tileState = [&](Value tile, bool withRows = true) {
     TileState t;
     // Group g owns tiles [before, end) * nTiles (its m-tiles times the
     // n-tiles).
@@ -289,7 +340,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     t.rowStart = b.add(groupBegin, b.mul(mLocal, b.idx(kBlockM)));
     t.rowCount = b.minIdx(b.sub(groupEnd, t.rowStart), b.idx(kBlockM));
     t.colStart = b.mul(nTile, b.idx(outTileN));
-    if (!gather)
+    if (!gather || !withRows)
       return t;
     Value expert = b.ult(g, b.idx(E));
     for (int64_t i = 0; i < lhsRowsPerThread; ++i) {
@@ -415,32 +466,9 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   auto kMajorA = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
   auto kMajorB = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
 
-  // The k-loop of one tile whose prologue is in flight: the accumulators.
-  auto mainLoop = [&](const TileState &t) -> Value {
-    Value acc = LLVM::UndefOp::create(b, accType);
-    for (int64_t i = 0; i < BN / 2; ++i)
-      acc = LLVM::InsertValueOp::create(b, acc, zeroF, ArrayRef<int64_t>{i});
-    auto kLoop = scf::ForOp::create(b, b.idx(0), b.idx(kSlices), b.idx(1),
-                                    ValueRange{acc});
-    OpBuilder::InsertionGuard inner(b);
-    b.setInsertionPointToStart(kLoop.getBody());
-    Value kt = kLoop.getInductionVar();
-    Value current = kLoop.getRegionIterArgs()[0];
-    // Slice kt has landed (for this thread's copies), is visible to the
-    // async proxy wgmma reads through, and to the whole block.
-    NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(ahead - 1));
-    NVVM::FenceProxyOp::create(
-        b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
-        NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-    gpu::BarrierOp::create(b);
-    // The slot refilled now was read by the wgmmas of slice kt - 2, which
-    // every warpgroup waited for before the barrier.
-    Value next = b.add(kt, b.idx(ahead));
-    b.ifThen(b.ult(next, b.idx(kSlices)),
-             [&] { loadStage(t, b.rem(next, b.idx(S)), next); });
-    commit();
-
-    Value slot = b.rem(kt, b.idx(S));
+  // The 4 wgmmas (one commit group) of the K slice in stage `slot`, added
+  // to the accumulators `current`.
+  auto sliceMma = [&](Value current, Value slot) {
     Value aTile = b.add(stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
     Value bTile = stageB(slot);
     NVVM::WgmmaFenceAlignedOp::create(b);
@@ -452,6 +480,41 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
           accumulate, one, one, kMajorA, kMajorB, NVVM::MMAIntOverflowAttr());
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b);
+    return current;
+  };
+  auto zeroAccumulators = [&] {
+    Value acc = LLVM::UndefOp::create(b, accType);
+    for (int64_t i = 0; i < BN / 2; ++i)
+      acc = LLVM::InsertValueOp::create(b, acc, zeroF, ArrayRef<int64_t>{i});
+    return acc;
+  };
+  auto fenceAsyncShared = [&] {
+    NVVM::FenceProxyOp::create(
+        b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
+        NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+  };
+
+  // The k-loop of one tile whose prologue is in flight: the accumulators.
+  auto mainLoop = [&](const TileState &t) -> Value {
+    auto kLoop = scf::ForOp::create(b, b.idx(0), b.idx(kSlices), b.idx(1),
+                                    ValueRange{zeroAccumulators()});
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(kLoop.getBody());
+    Value kt = kLoop.getInductionVar();
+    Value current = kLoop.getRegionIterArgs()[0];
+    // Slice kt has landed (for this thread's copies), is visible to the
+    // async proxy wgmma reads through, and to the whole block.
+    NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(ahead - 1));
+    fenceAsyncShared();
+    gpu::BarrierOp::create(b);
+    // The slot refilled now was read by the wgmmas of slice kt - 2, which
+    // every warpgroup waited for before the barrier.
+    Value next = b.add(kt, b.idx(ahead));
+    b.ifThen(b.ult(next, b.idx(kSlices)),
+             [&] { loadStage(t, b.rem(next, b.idx(S)), next); });
+    commit();
+
+    current = sliceMma(current, b.rem(kt, b.idx(S)));
     NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
     scf::YieldOp::create(b, current);
     b.setInsertionPointAfter(kLoop);
@@ -481,7 +544,10 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   // last tile (N = 264) or slice (K = 520) the staged kernel spilled 20-148
   // bytes (ptxas).
   int64_t outN = cast<MemRefType>(out.getType()).getDimSize(1);
-  bool staged = !plan.swiglu && !gather && !bias && !rowScale &&
+  // Not warp-specialized: there the producer is already refilling every
+  // stage with the next tile.
+  bool staged = !plan.warpSpecialized && !plan.swiglu && !gather && !bias &&
+                !rowScale &&
                 !ShapedType::isDynamic(outN) && outN % outTileN == 0 &&
                 K % kBlockK == 0 &&
                 kBlockM * stagingStride * outBytes <=
@@ -622,7 +688,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     gpu::BarrierOp::create(b);
     int64_t rowChunks = outTileN / outVector;
     for (int64_t q = 0; q < kBlockM * rowChunks / kThreads; ++q) {
-      Value id = b.add(thread, b.idx(q * kThreads));
+      Value id = b.add(mathThread, b.idx(q * kThreads));
       Value r = b.div(id, b.idx(rowChunks));
       Value c = b.mul(b.rem(id, b.idx(rowChunks)), b.idx(outVector));
       Value col = b.add(colStart, c);
@@ -640,7 +706,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
                cast<MemRefType>(out.getType()).getElementType()));
     int64_t chunks = kBlockM * outTileN / width;
     for (int64_t q = 0; q < chunks / kThreads; ++q) {
-      Value id = b.add(thread, b.idx(q * kThreads));
+      Value id = b.add(mathThread, b.idx(q * kThreads));
       Value r = b.div(id, b.idx(outTileN / width));
       Value col = b.add(t.colStart, b.mul(b.rem(id, b.idx(outTileN / width)),
                                           b.idx(width)));
@@ -651,6 +717,104 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     }
   };
 
+  if (plan.warpSpecialized) {
+    // Both roles walk the same tiles and count the K slices they pass
+    // through the stages: slice n uses stage n % S in its (n / S)-th round,
+    // whose parity is the phase its barriers complete.
+    auto slotOf = [&](Value n) { return b.rem(n, b.idx(S)); };
+    auto waitRound = [&](bool empty, Value n, bool previous) {
+      Value parity = b.rem(b.div(n, b.idx(S)), b.idx(2));
+      if (previous) // the round before: a fresh barrier counts as done
+        parity = b.sub(b.idx(1), parity);
+      NVVM::MBarrierTryWaitParityOp::create(b, stageBarrier(empty, slotOf(n)),
+                                            toI32(parity), b.i32(1000000));
+    };
+    auto tileLoop = [&](const std::function<Value(Value, Value)> &body) {
+      auto loop = scf::ForOp::create(b, block, tilesTotal, gridSize,
+                                     ValueRange{b.idx(0)});
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      scf::YieldOp::create(b, body(loop.getInductionVar(),
+                                   loop.getRegionIterArgs()[0]));
+    };
+    auto regs = [&](int64_t count, NVVM::SetMaxRegisterAction action) {
+      NVVM::SetMaxRegisterOp::create(
+          b, b.getI32IntegerAttr(count),
+          NVVM::SetMaxRegisterActionAttr::get(ctx, action));
+    };
+    auto roles = scf::IfOp::create(b, b.ult(thread, b.idx(128)),
+                                   /*withElse=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    // Producer: for each slice, wait until its stage is free, copy, and
+    // let the stage's full barrier count the copies' completion.
+    b.setInsertionPointToStart(&roles.getThenRegion().front());
+    regs(kProducerRegisters, NVVM::SetMaxRegisterAction::decrease);
+    tileLoop([&](Value tile, Value slices) -> Value {
+      TileState t = tileState(tile);
+      return b.ifElse(
+          b.ult(t.group, b.idx(E)), b.getIndexType(),
+          [&] {
+            auto kLoop =
+                scf::ForOp::create(b, b.idx(0), b.idx(kSlices), b.idx(1));
+            OpBuilder::InsertionGuard inner(b);
+            b.setInsertionPointToStart(kLoop.getBody());
+            Value kt = kLoop.getInductionVar();
+            Value n = b.add(slices, kt);
+            waitRound(/*empty=*/true, n, /*previous=*/true);
+            loadStage(t, slotOf(n), kt);
+            NVVM::CpAsyncMBarrierArriveOp::create(
+                b, stageBarrier(false, slotOf(n)), b.getBoolAttr(true));
+            b.setInsertionPointAfter(kLoop);
+            return b.add(slices, b.idx(kSlices));
+          },
+          [&] { return slices; });
+    });
+    // MMA warpgroups: wgmmas on each slice once it has landed; a stage is
+    // released once the wgmmas reading it are done (one group stays in
+    // flight), then the tile's epilogue from registers while the producer
+    // already fills the stages with the next tile.
+    b.setInsertionPointToStart(&roles.getElseRegion().front());
+    regs(kConsumerRegisters, NVVM::SetMaxRegisterAction::increase);
+    auto release = [&](Value n) {
+      NVVM::MBarrierArriveOp::create(b, Type(), stageBarrier(true, slotOf(n)),
+                                     Value());
+    };
+    tileLoop([&](Value tile, Value slices) -> Value {
+      TileState t = tileState(tile, /*withRows=*/false);
+      return b.ifElse(
+          b.ult(t.group, b.idx(E)), b.getIndexType(),
+          [&] {
+            auto kLoop = scf::ForOp::create(b, b.idx(0), b.idx(kSlices),
+                                            b.idx(1),
+                                            ValueRange{zeroAccumulators()});
+            {
+              OpBuilder::InsertionGuard inner(b);
+              b.setInsertionPointToStart(kLoop.getBody());
+              Value kt = kLoop.getInductionVar();
+              Value n = b.add(slices, kt);
+              waitRound(/*empty=*/false, n, /*previous=*/false);
+              // The copies were generic-proxy writes; wgmma reads through
+              // the async proxy.
+              fenceAsyncShared();
+              Value acc = sliceMma(kLoop.getRegionIterArgs()[0], slotOf(n));
+              NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
+              b.ifThen(b.ult(b.idx(0), kt),
+                       [&] { release(b.sub(n, b.idx(1))); });
+              scf::YieldOp::create(b, acc);
+            }
+            NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+            Value end = b.add(slices, b.idx(kSlices));
+            release(b.sub(end, b.idx(1)));
+            epilogue(t, kLoop.getResult(0));
+            return end;
+          },
+          [&] {
+            zeroFill(t);
+            return slices;
+          });
+    });
+    return;
+  }
   // The persistent loop: tiles block, block + gridDim, ... The first tile's
   // prologue goes out before the loop; each iteration finds the next tile
   // first (its lookups overlap the wgmmas), issues its prologue once this
@@ -728,11 +892,16 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
 }
 
 /// Whether `tile` has the form of this kernel's blocks: m = 128, n = 128 or
-/// 256, k = 64, 256 threads.
+/// 256, k = 64, 256 threads, or 384 of which 128 producers (warp
+/// specialization).
 bool isHopperTile(moe::TileAttr tile) {
-  return tile && tile.getM() == kBlockM && tile.getK() == kBlockK &&
-         tile.getThreads() == kThreads &&
-         (tile.getN() == 128 || tile.getN() == 256);
+  if (!tile || tile.getM() != kBlockM || tile.getK() != kBlockK ||
+      (tile.getN() != 128 && tile.getN() != 256))
+    return false;
+  if (tile.getProducers() == 0)
+    return tile.getThreads() == kThreads;
+  return tile.getProducers() == 128 &&
+         tile.getThreads() == kSpecializedThreads;
 }
 
 /// 1 when `rows` > `bound`, else 0, on the host (for launch grids).
@@ -797,6 +966,7 @@ std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
   plan.blockN = width >= 256 ? 256 : 128;
   if (isHopperTile(tile)) {
     plan.blockN = tile.getN();
+    plan.warpSpecialized = tile.getProducers() != 0;
     if (tile.getStages())
       plan.stages = tile.getStages();
     if (tile.getBandM())
@@ -928,14 +1098,15 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
     // The deepest pipeline that fits at this width (the plan clamps).
     std::optional<HopperPlan> deepest = groupedPlan(
         matmul, moe::TileAttr::get(context, kBlockM, n, kBlockK, kThreads,
-                                   /*stages=*/16, /*band_m=*/0));
+                                   /*stages=*/16, /*band_m=*/0,
+                                   /*producers=*/0));
     if (!deepest)
       continue;
     for (int64_t stages = deepest->stages;
          stages >= std::max<int64_t>(3, deepest->stages - 1); --stages)
       for (int64_t band : {4, 8, 16}) {
         auto tile = moe::TileAttr::get(context, kBlockM, n, kBlockK, kThreads,
-                                       stages, band);
+                                       stages, band, /*producers=*/0);
         if (groupedPlan(matmul, tile) && !llvm::is_contained(tiles, tile))
           tiles.push_back(tile);
       }

@@ -1389,6 +1389,14 @@ LogicalResult moec::kernels::lowerOp(Operation *op, moe::TileAttr tile,
   if (std::optional<LogicalResult> lowered =
           lowerMatmulHopper(op, tile, buffer, ctx))
     return *lowered;
+  // Only that kernel has a producer warpgroup: the others run the
+  // computing threads alone (a tile tuned for sm90a stays valid elsewhere).
+  if (tile && tile.getProducers() != 0)
+    tile = moe::TileAttr::get(op->getContext(), tile.getM(), tile.getN(),
+                              tile.getK(),
+                              tile.getThreads() - tile.getProducers(),
+                              tile.getStages(), tile.getBandM(),
+                              /*producers=*/0);
   if (std::optional<LogicalResult> lowered =
           lowerBackward(op, tile, buffer, ctx))
     return *lowered;

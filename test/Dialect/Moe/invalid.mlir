@@ -1948,8 +1948,26 @@ func.func @case215(%x: tensor<8x16xbf16>) {
 
 // tile outputs must split evenly over threads
 func.func @case216(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{tile of 16x16 outputs does not split evenly over 96 threads: one of m*n and 'threads' must divide the other}}
+  // expected-error @+1 {{tile of 16x16 outputs does not split evenly over 96 computing threads: one of m*n and 'threads' - 'producers' must divide the other}}
   %y = moe.grouped_matmul %x, %w, %o {moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 96>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// a producer warpgroup is 128 threads
+func.func @tile_producers_not_a_warpgroup(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{tile parameter 'producers' must be 0 or 128 (one warpgroup) and less than 'threads', got 64}}
+  %y = moe.grouped_matmul %x, %w, %o {moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 320, producers = 64>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// producers leave threads to compute
+func.func @tile_producers_only(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{tile parameter 'producers' must be 0 or 128 (one warpgroup) and less than 'threads', got 128}}
+  %y = moe.grouped_matmul %x, %w, %o {moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 128, producers = 128>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
 }
 

@@ -41,7 +41,7 @@ void MoeDialect::initialize() {
 LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t m, int64_t n, int64_t k,
                                int64_t threads, int64_t stages,
-                               int64_t bandM) {
+                               int64_t bandM, int64_t producers) {
   if (stages != 0 && (stages < 3 || stages > 16))
     return emitError() << "tile parameter 'stages' must be 0 (the kernel's "
                           "choice) or in [3, 16], got "
@@ -59,16 +59,22 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile parameter 'threads' must be a multiple of 32 "
                           "in [32, 1024], got "
                        << threads;
+  if ((producers != 0 && producers != 128) || producers >= threads)
+    return emitError() << "tile parameter 'producers' must be 0 or 128 (one "
+                          "warpgroup) and less than 'threads', got "
+                       << producers;
   // m*n is a power of two; when it overflows int64 it is far above any
   // thread count, which then divides it only if it is a power of two too.
+  int64_t computing = threads - producers;
   std::optional<int64_t> outputs = llvm::checkedMul(m, n);
-  bool even = outputs ? (*outputs % threads == 0 || threads % *outputs == 0)
-                      : llvm::isPowerOf2_64(threads);
+  bool even = outputs
+                  ? (*outputs % computing == 0 || computing % *outputs == 0)
+                  : llvm::isPowerOf2_64(computing);
   if (!even)
     return emitError() << "tile of " << m << "x" << n
-                       << " outputs does not split evenly over " << threads
-                       << " threads: one of m*n and 'threads' must divide "
-                          "the other";
+                       << " outputs does not split evenly over " << computing
+                       << " computing threads: one of m*n and 'threads' - "
+                          "'producers' must divide the other";
   return success();
 }
 

@@ -115,11 +115,19 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
       each to the kernel: as many stages as fit in shared memory, 8 m-tiles
       per band. Other kernels ignore them. The autotuner (`moec tune`)
       searches these with `n`.
+    * `producers`, also only for the `sm90a` wgmma matmul: how many of the
+      block's `threads` only copy operands into shared memory (0, the
+      default, or 128: one producer warpgroup, warp specialization). The
+      other `threads - producers` threads compute; they wait for stages on
+      mbarriers instead of block barriers. Other kernels (other targets,
+      other operand types) run the `threads - producers` computing threads
+      alone, so a tile tuned for `sm90a` stays valid everywhere.
 
     Constraints (checked by the verifier): `m`, `n` and `k` are powers of
     two (1 included); `threads` is a multiple of 32 (a whole number of
-    warps) in `[32, 1024]`; and one of `m*n` and `threads` divides the
-    other, so that outputs split evenly over threads. `stages` is 0 or in
+    warps) in `[32, 1024]`; `producers` is 0 or 128 and less than
+    `threads`; and one of `m*n` and `threads - producers` divides the
+    other, so that outputs split evenly over the computing threads. `stages` is 0 or in
     `[3, 16]` (a pipeline keeps one slice computing and one loading);
     `band_m` is 0 or a power of two up to 64.
 
@@ -138,12 +146,14 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
     "int64_t":$k,
     "int64_t":$threads,
     DefaultValuedParameter<"int64_t", "0">:$stages,
-    DefaultValuedParameter<"int64_t", "0">:$band_m
+    DefaultValuedParameter<"int64_t", "0">:$band_m,
+    DefaultValuedParameter<"int64_t", "0">:$producers
   );
   let builders = [
     AttrBuilder<(ins "int64_t":$m, "int64_t":$n, "int64_t":$k,
                      "int64_t":$threads), [{
-      return $_get($_ctxt, m, n, k, threads, /*stages=*/0, /*band_m=*/0);
+      return $_get($_ctxt, m, n, k, threads, /*stages=*/0, /*band_m=*/0,
+                   /*producers=*/0);
     }]>
   ];
   let assemblyFormat = "`<` struct(params) `>`";
