@@ -59,25 +59,33 @@ func.func @route(%logits: tensor<?x128xbf16>)
 
 // -----
 
-// Grouped matmul: sm90a runs the wgmma kernel (cp.async copies into the
-// swizzled stages of dynamic shared memory, proxy fence, wgmma, 256 threads
-// over a persistent grid of at most 132 blocks); plain nvvm keeps the scalar
-// kernel.
+// Grouped matmul with a gathered lhs: sm90a runs the warp-specialized
+// wgmma kernel (384 threads over a persistent grid of at most 132 blocks:
+// a producer warpgroup with fewer registers copies with cp.async and
+// completes each stage's "full" mbarrier; the MMA warpgroups with more
+// registers wait on it, fence the async proxy, run wgmmas and release the
+// stage on its "empty" mbarrier); plain nvvm keeps the scalar kernel.
 // SM90A-LABEL: gpu.func @gate_up_k0_grouped_matmul_wgmma
 // SM90A: gpu.dynamic_shared_memory
-// SM90A: nvvm.cp.async.shared.global {{.*}}, 16, cache = cg
-// SM90A: nvvm.cp.async.commit.group
-// SM90A: nvvm.cp.async.wait.group 1
-// SM90A: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// SM90A-COUNT-4: nvvm.mbarrier.init %{{.*}}, %c128_i32{{.*}}
 // SM90A: gpu.barrier
+// SM90A: nvvm.setmaxregister  decrease 104
+// SM90A: nvvm.mbarrier.try_wait.parity
+// SM90A: nvvm.cp.async.shared.global {{.*}}, 16, cache = cg
+// SM90A: nvvm.cp.async.mbarrier.arrive %{{.*}} {noinc = true}
+// SM90A: nvvm.setmaxregister  increase 200
+// SM90A: nvvm.mbarrier.try_wait.parity
+// SM90A: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
 // SM90A: nvvm.wgmma.fence.aligned
 // SM90A-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
 // SM90A: nvvm.wgmma.commit.group.sync.aligned
 // SM90A: nvvm.wgmma.wait.group.sync.aligned 1
+// SM90A: nvvm.mbarrier.arrive
 // SM90A: nvvm.wgmma.wait.group.sync.aligned 0
+// SM90A: nvvm.mbarrier.arrive
 // SM90A-LABEL: func.func @gate_up
 // SM90A: arith.minui %{{.*}}, %c132
-// SM90A: gpu.launch_func @{{.*}}::@gate_up_k0_grouped_matmul_wgmma blocks in ({{.*}}) threads in (%c256{{.*}}) dynamic_shared_memory_size
+// SM90A: gpu.launch_func @{{.*}}::@gate_up_k0_grouped_matmul_wgmma blocks in ({{.*}}) threads in (%c384{{.*}}) dynamic_shared_memory_size
 // NVVM-LABEL: func.func @gate_up
 // NVVM-NOT: nvvm.wgmma
 func.func @gate_up(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
@@ -88,6 +96,33 @@ func.func @gate_up(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
       : tensor<?x2048xbf16>, tensor<128x1536x2048xbf16>, tensor<128xi32>
       -> tensor<?x768xbf16>
   return %y : tensor<?x768xbf16>
+}
+
+// -----
+
+// Rows in expert order: the wgmma kernel whose 256 threads all copy and
+// compute (cp.async groups, a block barrier per K slice).
+// SM90A-LABEL: gpu.func @down_k0_grouped_matmul_wgmma
+// SM90A: gpu.dynamic_shared_memory
+// SM90A-NOT: nvvm.mbarrier
+// SM90A: nvvm.cp.async.shared.global {{.*}}, 16, cache = cg
+// SM90A: nvvm.cp.async.commit.group
+// SM90A: nvvm.cp.async.wait.group 1
+// SM90A: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// SM90A: gpu.barrier
+// SM90A: nvvm.wgmma.fence.aligned
+// SM90A-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
+// SM90A: nvvm.wgmma.commit.group.sync.aligned
+// SM90A: nvvm.wgmma.wait.group.sync.aligned 1
+// SM90A: nvvm.wgmma.wait.group.sync.aligned 0
+// SM90A-LABEL: func.func @down
+// SM90A: gpu.launch_func @{{.*}}::@down_k0_grouped_matmul_wgmma blocks in ({{.*}}) threads in (%c256{{.*}}) dynamic_shared_memory_size
+func.func @down(%h: tensor<?x768xbf16>, %w: tensor<128x2048x768xbf16>,
+                %offsets: tensor<128xi32>) -> tensor<?x2048xbf16> {
+  %y = moe.grouped_matmul %h, %w, %offsets {transpose_rhs}
+      : tensor<?x768xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32>
+      -> tensor<?x2048xbf16>
+  return %y : tensor<?x2048xbf16>
 }
 
 // -----

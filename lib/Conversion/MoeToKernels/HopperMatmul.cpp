@@ -941,10 +941,11 @@ LogicalResult launchBucketed(
 }
 
 /// The plan for lhs [.., k] and output width `width` of 16-bit operands, or
-/// nullopt where the kernel does not apply.
+/// nullopt where the kernel does not apply; `gathered`: the lhs rows are
+/// picked by index.
 std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
                                   int64_t k, int64_t width, int64_t experts,
-                                  moe::TileAttr tile) {
+                                  bool gathered, moe::TileAttr tile) {
   if (lhsElem != rhsElem || !(lhsElem.isBF16() || lhsElem.isF16()))
     return std::nullopt;
   if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
@@ -964,6 +965,13 @@ std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
   // 256 (m64n256 wgmmas: measured faster on the H200 at most MoE shapes of
   // bench/grouped_gemm.py) unless the output is narrower than that.
   plan.blockN = width >= 256 ? 256 : 128;
+  // A gathered lhs at n = 256 gets the warp-specialized kernel: on the H200
+  // it ran 1.02-1.15x faster than the other at 25 of the 30 gather and
+  // gate_up + SwiGLU cases of bench/grouped_gemm.py with T >= 2048 (up to
+  // 6 % slower at DeepSeek-V3 T >= 8192 with SwiGLU). Without a gather, it
+  // ran up to 25 % slower at long K (Mixtral down, K = 14336), and n = 128
+  // was slower everywhere.
+  plan.warpSpecialized = gathered && plan.blockN == 256;
   if (isHopperTile(tile)) {
     plan.blockN = tile.getN();
     plan.warpSpecialized = tile.getProducers() != 0;
@@ -995,7 +1003,7 @@ std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
       lhsType.getElementType(),
       cast<ShapedType>(op.getRhs().getType()).getElementType(),
       outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
-      experts, tile);
+      experts, /*gathered=*/op.getGatherSlots() != nullptr, tile);
   if (plan) {
     plan->slotsPerToken = op.getK().value_or(1);
     plan->swiglu = op.getActivation() == moe::Activation::swiglu;
@@ -1056,7 +1064,7 @@ std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
       lhsType.getElementType(),
       cast<ShapedType>(op.getInputs()[1].getType()).getElementType(),
       outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
-      /*experts=*/1, tile);
+      /*experts=*/1, /*gathered=*/false, tile);
   if (!plan)
     return std::nullopt;
   HopperOperands v;
@@ -1094,22 +1102,28 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
   SmallVector<int64_t> widths = {128};
   if (outType.getDimSize(1) >= 256)
     widths.insert(widths.begin(), 256);
-  for (int64_t n : widths) {
-    // The deepest pipeline that fits at this width (the plan clamps).
-    std::optional<HopperPlan> deepest = groupedPlan(
-        matmul, moe::TileAttr::get(context, kBlockM, n, kBlockK, kThreads,
-                                   /*stages=*/16, /*band_m=*/0,
-                                   /*producers=*/0));
-    if (!deepest)
-      continue;
-    for (int64_t stages = deepest->stages;
-         stages >= std::max<int64_t>(3, deepest->stages - 1); --stages)
-      for (int64_t band : {4, 8, 16}) {
-        auto tile = moe::TileAttr::get(context, kBlockM, n, kBlockK, kThreads,
-                                       stages, band, /*producers=*/0);
-        if (groupedPlan(matmul, tile) && !llvm::is_contained(tiles, tile))
-          tiles.push_back(tile);
-      }
-  }
+  // Warp roles: with and without a producer warpgroup, at n = 256 (the
+  // warp-specialized kernel at n = 128 measured slower at every bench
+  // shape).
+  for (int64_t n : widths)
+    for (int64_t producers : {0, 128}) {
+      if (producers && n != 256)
+        continue;
+      int64_t threads = producers ? kSpecializedThreads : kThreads;
+      // The deepest pipeline that fits at this width (the plan clamps).
+      std::optional<HopperPlan> deepest = groupedPlan(
+          matmul, moe::TileAttr::get(context, kBlockM, n, kBlockK, threads,
+                                     /*stages=*/16, /*band_m=*/0, producers));
+      if (!deepest)
+        continue;
+      for (int64_t stages = deepest->stages;
+           stages >= std::max<int64_t>(3, deepest->stages - 1); --stages)
+        for (int64_t band : {4, 8, 16}) {
+          auto tile = moe::TileAttr::get(context, kBlockM, n, kBlockK, threads,
+                                         stages, band, producers);
+          if (groupedPlan(matmul, tile) && !llvm::is_contained(tiles, tile))
+            tiles.push_back(tile);
+        }
+    }
   return tiles;
 }
