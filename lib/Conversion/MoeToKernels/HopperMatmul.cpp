@@ -769,6 +769,10 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
           },
           [&] { return slices; });
     });
+    // Its last copies land before the producer exits (their arrivals are
+    // tied to the issuing thread).
+    NVVM::CpAsyncCommitGroupOp::create(b);
+    NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(0));
     // MMA warpgroups: wgmmas on each slice once it has landed; a stage is
     // released once the wgmmas reading it are done (one group stays in
     // flight), then the tile's epilogue from registers while the producer
@@ -966,11 +970,11 @@ std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
   // bench/grouped_gemm.py) unless the output is narrower than that.
   plan.blockN = width >= 256 ? 256 : 128;
   // A gathered lhs at n = 256 gets the warp-specialized kernel: on the H200
-  // it ran 1.02-1.15x faster than the other at 25 of the 30 gather and
-  // gate_up + SwiGLU cases of bench/grouped_gemm.py with T >= 2048 (up to
-  // 6 % slower at DeepSeek-V3 T >= 8192 with SwiGLU). Without a gather, it
-  // ran up to 25 % slower at long K (Mixtral down, K = 14336), and n = 128
-  // was slower everywhere.
+  // it was as fast or up to 1.16x faster at 28 of the 30 gather and
+  // gate_up + SwiGLU cases of bench/grouped_gemm.py with T >= 2048, 6 %
+  // slower at DeepSeek-V3 T >= 8192 with SwiGLU. Without a gather it ran up
+  // to 25 % slower at long K (Mixtral down, K = 14336), and n = 128 was
+  // slower everywhere (bench/results/warp-specialization-h200.md).
   plan.warpSpecialized = gathered && plan.blockN == 256;
   if (isHopperTile(tile)) {
     plan.blockN = tile.getN();
