@@ -49,7 +49,8 @@ constexpr ElemType kElemTypes[] = {
 constexpr uint8_t kMaxElemType = static_cast<uint8_t>(ElemType::U8);
 constexpr uint8_t kMaxBinaryKind = static_cast<uint8_t>(BinaryKind::HostObject);
 constexpr uint8_t kMaxBufferRole = static_cast<uint8_t>(BufferRole::Temp);
-constexpr uint8_t kMaxParamKind = static_cast<uint8_t>(ParamDesc::Kind::Scalar);
+constexpr uint8_t kMaxParamKind =
+    static_cast<uint8_t>(ParamDesc::Kind::TensorMap);
 constexpr char kMagic[8] = {'M', 'O', 'E', 'C', 'B', 'N', 'D', 'L'};
 } // namespace
 
@@ -316,6 +317,29 @@ std::string validateEntry(const Entry &e) {
         if (!s)
           return pwhere + s.message();
         break;
+      case ParamDesc::Kind::TensorMap: {
+        if (param.buffer >= numBuffers)
+          return pwhere + bufferIndexError(param.buffer, numBuffers);
+        const BufferDesc &b = e.buffers[param.buffer];
+        if (b.elem != ElemType::BF16 && b.elem != ElemType::F16)
+          return pwhere + "tensor map of a " + elemTypeName(b.elem) +
+                 " buffer (only bf16 and f16)";
+        if (b.dims.empty() || b.dims.size() > 5 ||
+            param.box.size() != b.dims.size())
+          return pwhere + "tensor map box has " +
+                 std::to_string(param.box.size()) +
+                 " dimensions for a buffer of rank " +
+                 std::to_string(b.dims.size()) + " (rank 1 to 5)";
+        if (param.box[0] * elemSize(b.elem) != 128)
+          return pwhere + "tensor map box is " +
+                 std::to_string(param.box[0] * elemSize(b.elem)) +
+                 " bytes wide; the 128-byte swizzle needs 128";
+        for (uint32_t extent : param.box)
+          if (extent < 1 || extent > 256)
+            return pwhere + "tensor map box extent " +
+                   std::to_string(extent) + " out of range [1, 256]";
+        break;
+      }
       default:
         return pwhere + "kind " + std::to_string(static_cast<int>(param.kind)) +
                " out of range";
@@ -448,10 +472,16 @@ void writeEntry(ByteWriter &w, const Entry &e) {
     w.count(s.params.size());
     for (const ParamDesc &p : s.params) {
       w.u8(static_cast<uint8_t>(p.kind));
-      if (p.kind == ParamDesc::Kind::Buffer)
-        w.u32(p.buffer);
-      else
+      if (p.kind == ParamDesc::Kind::Scalar) {
         w.str(p.expr);
+        continue;
+      }
+      w.u32(p.buffer);
+      if (p.kind == ParamDesc::Kind::TensorMap) {
+        w.count(p.box.size());
+        for (uint32_t extent : p.box)
+          w.u32(extent);
+      }
     }
   }
   w.count(e.refOps.size());
@@ -739,10 +769,18 @@ Status readSteps(ByteReader &r, Entry &e) {
       ParamDesc &param = s.params[p];
       std::string fp = f + ": param " + std::to_string(p);
       MOEC_TRY(r.enumValue(fp + ": kind", kMaxParamKind, param.kind));
-      if (param.kind == ParamDesc::Kind::Buffer)
-        MOEC_TRY(r.u32(fp + ": buffer", param.buffer));
-      else
+      if (param.kind == ParamDesc::Kind::Scalar) {
         MOEC_TRY(r.str(fp + ": expression", param.expr));
+        continue;
+      }
+      MOEC_TRY(r.u32(fp + ": buffer", param.buffer));
+      if (param.kind == ParamDesc::Kind::TensorMap) {
+        uint32_t rank = 0;
+        MOEC_TRY(r.count(fp + ": box rank", rank, 4));
+        param.box.resize(rank);
+        for (uint32_t d = 0; d < rank; ++d)
+          MOEC_TRY(r.u32(fp + ": box " + std::to_string(d), param.box[d]));
+      }
     }
   }
   return Status::ok();

@@ -291,6 +291,51 @@ Status CudaLauncher::launch(const Entry &entry, const LaunchStep &step,
   return Status::ok();
 }
 
+Status CudaLauncher::encodeTensorMap(void *address, ElemType elem,
+                                     const std::vector<int64_t> &shape,
+                                     const std::vector<uint32_t> &box,
+                                     void *map) {
+  if (elem != ElemType::BF16 && elem != ElemType::F16)
+    return Status(ErrorCode::InvalidArgument,
+                  std::string("tensor map of ") + elemTypeName(elem) +
+                      " elements (only bf16 and f16)");
+  size_t rank = shape.size();
+  if (rank < 1 || rank > 5 || box.size() != rank)
+    return Status(ErrorCode::InvalidArgument,
+                  "tensor map of rank " + std::to_string(rank) + " with a " +
+                      std::to_string(box.size()) + "-d box");
+  // The driver counts dimensions from the innermost; row-major strides in
+  // bytes for all but that one.
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t boxDims[5], elementStrides[5];
+  uint64_t stride = elemSize(elem);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t extent = shape[rank - 1 - i];
+    if (extent < 1)
+      return Status(ErrorCode::InvalidArgument,
+                    "tensor map of shape " + formatShape(shape) +
+                        " (every extent must be at least 1)");
+    dims[i] = static_cast<cuuint64_t>(extent);
+    if (i > 0)
+      strides[i - 1] = stride;
+    stride *= static_cast<uint64_t>(extent);
+    boxDims[i] = box[i];
+    elementStrides[i] = 1;
+  }
+  if (Status s = ensureContext(); !s)
+    return s;
+  MOEC_CU(cuTensorMapEncodeTiled(
+              static_cast<CUtensorMap *>(map),
+              elem == ElemType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+              static_cast<cuuint32_t>(rank), address, dims, strides, boxDims,
+              elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          "cuTensorMapEncodeTiled (shape " + formatShape(shape) + ")");
+  return Status::ok();
+}
+
 Status CudaLauncher::allocate(size_t bytes, void **ptr) {
   *ptr = nullptr;
   if (bytes == 0)

@@ -52,6 +52,7 @@ Status checkArray(const std::string &what, const ArrayRef &array, ElemType elem,
 /// Evaluates the grids and parameters of every step and launches them in
 /// order. `addresses[i]` is buffer i in the launcher's memory space.
 Status runSteps(const Entry &entry, const std::vector<int64_t> &symbols,
+                const std::vector<std::vector<int64_t>> &shapes,
                 const std::vector<void *> &addresses,
                 KernelLauncher &launcher) {
   // One slot per parameter; the launcher reads them through `pointers`, so
@@ -62,6 +63,11 @@ Status runSteps(const Entry &entry, const std::vector<int64_t> &symbols,
   };
   std::vector<Slot> slots;
   std::vector<void *> pointers;
+  // TMA descriptors, by value: 128 bytes each, 64-byte aligned.
+  struct alignas(64) TensorMap {
+    unsigned char bytes[128];
+  };
+  std::vector<TensorMap> maps;
   for (size_t i = 0; i < entry.steps.size(); ++i) {
     const LaunchStep &step = entry.steps[i];
     std::string where =
@@ -74,14 +80,27 @@ Status runSteps(const Entry &entry, const std::vector<int64_t> &symbols,
 
     slots.assign(step.params.size(), Slot{nullptr});
     pointers.assign(step.params.size(), nullptr);
+    maps.assign(step.params.size(), TensorMap{});
     for (size_t p = 0; p < step.params.size(); ++p) {
       const ParamDesc &param = step.params[p];
+      if (param.kind != ParamDesc::Kind::Scalar &&
+          param.buffer >= addresses.size())
+        return invalidArg(where + "param " + std::to_string(p) +
+                          ": buffer index " + std::to_string(param.buffer) +
+                          " out of range");
       if (param.kind == ParamDesc::Kind::Buffer) {
-        if (param.buffer >= addresses.size())
-          return invalidArg(where + "param " + std::to_string(p) +
-                            ": buffer index " + std::to_string(param.buffer) +
-                            " out of range");
         slots[p].address = addresses[param.buffer];
+      } else if (param.kind == ParamDesc::Kind::TensorMap) {
+        const BufferDesc &b = entry.buffers[param.buffer];
+        if (Status s = launcher.encodeTensorMap(
+                addresses[param.buffer], b.elem, shapes[param.buffer],
+                param.box, maps[p].bytes);
+            !s)
+          return Status(s.code(), where + "param " + std::to_string(p) +
+                                      " (tensor map of " + quoted(b.name) +
+                                      "): " + s.message());
+        pointers[p] = maps[p].bytes;
+        continue;
       } else {
         int64_t value;
         if (Status s = evalExpr(param.expr, symbols, value); !s)
@@ -270,7 +289,7 @@ Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
     guard.hold(ptr);
     addresses[index] = ptr;
   }
-  return runSteps(entry, symbols, addresses, launcher);
+  return runSteps(entry, symbols, shapes, addresses, launcher);
 }
 
 Status runEntryWithAllBuffers(const Entry &entry,
@@ -302,7 +321,7 @@ Status runEntryWithAllBuffers(const Entry &entry,
   }
   if (Status s = launcher.prepare(entry); !s)
     return s;
-  return runSteps(entry, symbols, addresses, launcher);
+  return runSteps(entry, symbols, shapes, addresses, launcher);
 }
 
 } // namespace moec::rt

@@ -65,6 +65,13 @@ Bundle makeBundle() {
     p.expr = expr;
     return p;
   };
+  auto tensorMap = [](uint32_t bufferIndex, std::vector<uint32_t> box) {
+    ParamDesc p;
+    p.kind = ParamDesc::Kind::TensorMap;
+    p.buffer = bufferIndex;
+    p.box = std::move(box);
+    return p;
+  };
   LaunchStep router{
       "router_topk", "s0 127 + 128 /",
       128,           0,
@@ -75,7 +82,8 @@ Bundle makeBundle() {
                   384,
                   200 * 1024,
                   "#moe.tile<m = 128, n = 128>",
-                  {param(0), param(6), param(2), scalar("s0 8 *")}};
+                  {tensorMap(0, {64, 128}), param(0), param(6), param(2),
+                   scalar("s0 8 *")}};
   e.steps = {router, sort, gemm};
   RefOp op;
   op.name = "moe.router_topk";
@@ -137,10 +145,12 @@ void expectEqual(const Bundle &a, const Bundle &b) {
       ASSERT_EQ(p.params.size(), q.params.size());
       for (size_t j = 0; j < p.params.size(); ++j) {
         EXPECT_EQ(p.params[j].kind, q.params[j].kind);
-        if (p.params[j].kind == ParamDesc::Kind::Buffer)
-          EXPECT_EQ(p.params[j].buffer, q.params[j].buffer);
-        else
+        if (p.params[j].kind == ParamDesc::Kind::Scalar) {
           EXPECT_EQ(p.params[j].expr, q.params[j].expr);
+        } else {
+          EXPECT_EQ(p.params[j].buffer, q.params[j].buffer);
+          EXPECT_EQ(p.params[j].box, q.params[j].box);
+        }
       }
     }
     ASSERT_EQ(x.refOps.size(), y.refOps.size());
@@ -518,9 +528,32 @@ TEST(BundleTest, StepErrors) {
                   "step 0: param 3: expression '': empty");
   EXPECT_CONTAINS(invalidAfter([](Bundle &b) {
                     b.entries[0].steps[0].params[3].kind =
-                        static_cast<ParamDesc::Kind>(2);
+                        static_cast<ParamDesc::Kind>(3);
                   }),
-                  "step 0: param 3: kind 2 out of range");
+                  "step 0: param 3: kind 3 out of range");
+  // Tensor maps (step 2, param 0: arg0, bf16 [s0, 2048], box {64, 128}).
+  EXPECT_CONTAINS(invalidAfter([](Bundle &b) {
+                    b.entries[0].steps[2].params[0].box = {32, 128};
+                  }),
+                  "step 2: param 0: tensor map box is 64 bytes wide; the "
+                  "128-byte swizzle needs 128");
+  EXPECT_CONTAINS(invalidAfter([](Bundle &b) {
+                    b.entries[0].steps[2].params[0].box = {64};
+                  }),
+                  "tensor map box has 1 dimensions for a buffer of rank 2");
+  EXPECT_CONTAINS(invalidAfter([](Bundle &b) {
+                    b.entries[0].steps[2].params[0].box = {64, 512};
+                  }),
+                  "tensor map box extent 512 out of range [1, 256]");
+  EXPECT_CONTAINS(invalidAfter([](Bundle &b) {
+                    b.entries[0].steps[2].params[0].buffer = 3;
+                  }),
+                  "step 2: param 0: tensor map of a i32 buffer (only bf16 "
+                  "and f16)");
+  EXPECT_CONTAINS(invalidAfter([](Bundle &b) {
+                    b.entries[0].steps[2].params[0].buffer = 99;
+                  }),
+                  "step 2: param 0: buffer index 99 out of range");
 }
 
 TEST(BundleTest, RefOpErrors) {

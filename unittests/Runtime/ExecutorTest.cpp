@@ -317,6 +317,25 @@ TEST(ExecutorTest, LaunchErrorReleasesTemps) {
   EXPECT_TRUE(launcher.live.empty());
 }
 
+// A tensor map needs a launcher with TMA: the host one reports it, naming
+// the step, the parameter and the buffer, and the scratch is released.
+TEST(ExecutorTest, TensorMapWithoutTmaIsAnError) {
+  Entry e = makeEntry();
+  ParamDesc map;
+  map.kind = ParamDesc::Kind::TensorMap;
+  map.buffer = 0;
+  map.box = {32, 4};
+  e.steps[1].params.push_back(map);
+  Arrays a(4);
+  HostLauncher launcher;
+  Status s = runEntry(e, a.inputs, a.outputs, launcher);
+  EXPECT_EQ(s.code(), ErrorCode::Unsupported);
+  EXPECT_EQ(s.message(), "step 1 ('scale'): param 4 (tensor map of 'x'): "
+                         "this launcher has no TMA tensor maps");
+  EXPECT_EQ(launcher.launches.size(), 1u);
+  EXPECT_TRUE(launcher.live.empty());
+}
+
 TEST(ExecutorTest, GridErrorReleasesTemps) {
   Entry e = makeEntry();
   e.steps[2].grid = "s0 5 -";

@@ -84,13 +84,19 @@ struct SymbolDesc {
   uint32_t dim = 0;
 };
 
-/// One kernel parameter: a buffer's device address, or a 64-bit integer
-/// computed from the symbols.
+/// One kernel parameter: a buffer's device address, a 64-bit integer
+/// computed from the symbols, or the TMA descriptor (CUtensorMap, 128
+/// bytes, passed by value) of a buffer.
 struct ParamDesc {
-  enum class Kind : uint8_t { Buffer = 0, Scalar = 1 };
+  enum class Kind : uint8_t { Buffer = 0, Scalar = 1, TensorMap = 2 };
   Kind kind = Kind::Buffer;
-  uint32_t buffer = 0; ///< Kind::Buffer
+  uint32_t buffer = 0; ///< Kind::Buffer and Kind::TensorMap
   std::string expr;    ///< Kind::Scalar, RPN
+  /// Kind::TensorMap: the box one TMA copy moves, in elements, innermost
+  /// (last) dimension first, one entry per dimension of the buffer. The map
+  /// uses the 128-byte swizzle, so the innermost box is 128 bytes; a 16-bit
+  /// buffer (bf16, f16) of rank 1 to 5 whose dimensions are all in it.
+  std::vector<uint32_t> box;
 };
 
 /// One launch: `grid` blocks of `blockSize` threads (1-D), in order.

@@ -45,6 +45,11 @@ public:
   /// Asynchronous: errors of the kernel itself show at synchronize().
   Status launch(const Entry &entry, const LaunchStep &step, uint64_t gridBlocks,
                 void **params) override;
+  /// cuTensorMapEncodeTiled: tiled, 128-byte swizzle, zeros out of bounds.
+  Status encodeTensorMap(void *address, ElemType elem,
+                         const std::vector<int64_t> &shape,
+                         const std::vector<uint32_t> &box,
+                         void *map) override;
   /// cuMemAlloc / cuMemFree / cuMemsetD8Async on the stream.
   Status allocate(size_t bytes, void **ptr) override;
   void release(void *ptr) override;

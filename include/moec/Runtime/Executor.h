@@ -38,6 +38,17 @@ public:
   /// takes them.
   virtual Status launch(const Entry &entry, const LaunchStep &step,
                         uint64_t gridBlocks, void **params) = 0;
+  /// Writes the 128-byte TMA descriptor of the row-major array `address`
+  /// of `shape`, with boxes of `box` elements (innermost dimension first)
+  /// and the 128-byte swizzle, to `map` (64-byte aligned). Only launchers
+  /// of GPUs with TMA (sm_90 and newer) have one.
+  virtual Status encodeTensorMap(void *address, ElemType elem,
+                                 const std::vector<int64_t> &shape,
+                                 const std::vector<uint32_t> &box,
+                                 void *map) {
+    return Status(ErrorCode::Unsupported,
+                  "this launcher has no TMA tensor maps");
+  }
   /// Scratch memory in the launcher's memory space.
   virtual Status allocate(size_t bytes, void **ptr) = 0;
   virtual void release(void *ptr) = 0;
