@@ -70,6 +70,8 @@ void buildKernelsToNVVMPipeline(OpPassManager &pm,
   pm.addPass(createGpuNVVMAttachTarget(attach));
   lowerGpuModules(pm, [](OpPassManager &gpu) {
     gpu.addPass(createConvertGpuOpsToNVVMOps());
+    // TMA descriptors are kernel parameters passed by value.
+    gpu.addNestedPass<LLVM::LLVMFuncOp>(createMarkGridConstantParams());
     // NVVM ops without an intrinsic (wgmma) become inline PTX.
     gpu.addPass(createConvertNVVMToLLVMPass());
   });

@@ -11,6 +11,8 @@
 
 #include "EntryBuilder.h"
 
+#include "moec/Dialect/Moe/IR/MoeAttrs.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -148,6 +150,22 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
         stringArray(launch->getAttrOfType<ArrayAttr>("moe.scalars"));
     for (auto [i, operand] : llvm::enumerate(launch.getKernelOperands())) {
       auto memrefType = dyn_cast<MemRefType>(operand.getType());
+      auto mapCast = operand.getDefiningOp<UnrealizedConversionCastOp>();
+      if (mapCast && mapCast->hasAttr(moec::moe::kTensorMapBoxAttrName)) {
+        auto source = bufferOf.find(mapCast->getOperand(0));
+        if (source == bufferOf.end())
+          return launch.emitOpError("tensor map of an unknown buffer");
+        rt::ParamDesc p;
+        p.kind = rt::ParamDesc::Kind::TensorMap;
+        p.buffer = source->second;
+        for (int64_t extent :
+             mapCast->getAttrOfType<DenseI64ArrayAttr>(
+                        moec::moe::kTensorMapBoxAttrName)
+                 .asArrayRef())
+          p.box.push_back(static_cast<uint32_t>(extent));
+        step.params.push_back(p);
+        continue;
+      }
       if (!memrefType) {
         rt::ParamDesc p;
         p.kind = rt::ParamDesc::Kind::Scalar;

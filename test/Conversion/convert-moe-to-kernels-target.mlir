@@ -61,19 +61,25 @@ func.func @route(%logits: tensor<?x128xbf16>)
 
 // Grouped matmul with a gathered lhs: sm90a runs the warp-specialized
 // wgmma kernel (384 threads over a persistent grid of at most 132 blocks:
-// a producer warpgroup with fewer registers copies with cp.async and
-// completes each stage's "full" mbarrier; the MMA warpgroups with more
-// registers wait on it, fence the async proxy, run wgmmas and release the
-// stage on its "empty" mbarrier); plain nvvm keeps the scalar kernel.
+// a producer warpgroup with fewer registers gathers the lhs rows with
+// cp.async, one of its threads loads the gate and up rows of the rhs by
+// TMA from a tensor map passed by value (parameter 33 of the lowered
+// kernel: five memrefs come first), and both complete each stage's "full"
+// mbarrier (128 cp.async arrivals + 1 expect_tx); the MMA warpgroups with
+// more registers wait on it, fence the async proxy, run wgmmas and release
+// the stage on its "empty" mbarrier); plain nvvm keeps the scalar kernel.
 // SM90A-LABEL: gpu.func @gate_up_k0_grouped_matmul_wgmma
+// SM90A-SAME: %{{.*}}: !llvm.ptr, %{{.*}}: index) kernel attributes {{{.*}}moe.grid_constant_args = array<i64: 33>}
 // SM90A: gpu.dynamic_shared_memory
-// SM90A-COUNT-4: nvvm.mbarrier.init %{{.*}}, %c128_i32{{.*}}
+// SM90A-COUNT-4: nvvm.mbarrier.init %{{.*}}, %c129_i32{{.*}}
 // SM90A: gpu.barrier
-// SM90A: nvvm.setmaxregister  decrease 104
+// SM90A: nvvm.setmaxregister  decrease 72
 // SM90A: nvvm.mbarrier.try_wait.parity
 // SM90A: nvvm.cp.async.shared.global {{.*}}, 16, cache = cg
+// SM90A: nvvm.mbarrier.arrive.expect_tx %{{.*}}, %c32768_i32
+// SM90A-COUNT-2: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %{{.*}}, %{{.*}}, box[%{{.*}}, %{{.*}}, %{{.*}}]
 // SM90A: nvvm.cp.async.mbarrier.arrive %{{.*}} {noinc = true}
-// SM90A: nvvm.setmaxregister  increase 200
+// SM90A: nvvm.setmaxregister  increase 216
 // SM90A: nvvm.mbarrier.try_wait.parity
 // SM90A: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
 // SM90A: nvvm.wgmma.fence.aligned
@@ -84,6 +90,7 @@ func.func @route(%logits: tensor<?x128xbf16>)
 // SM90A: nvvm.wgmma.wait.group.sync.aligned 0
 // SM90A: nvvm.mbarrier.arrive
 // SM90A-LABEL: func.func @gate_up
+// SM90A: builtin.unrealized_conversion_cast %{{.*}} : memref<128x1536x2048xbf16> to !llvm.ptr {moe.tensor_map_box = array<i64: 64, 128, 1>}
 // SM90A: arith.minui %{{.*}}, %c132
 // SM90A: gpu.launch_func @{{.*}}::@gate_up_k0_grouped_matmul_wgmma blocks in ({{.*}}) threads in (%c384{{.*}}) dynamic_shared_memory_size
 // NVVM-LABEL: func.func @gate_up

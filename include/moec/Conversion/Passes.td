@@ -67,4 +67,21 @@ def ConvertKernelsToHost : Pass<"convert-kernels-to-host", "mlir::ModuleOp"> {
   ];
 }
 
+def MarkGridConstantParams
+    : Pass<"moe-mark-grid-constant-params", "mlir::LLVM::LLVMFuncOp"> {
+  let summary = "Pass the kernel parameters that hold TMA descriptors by value";
+  let description = [{
+    Runs on the LLVM kernels of a gpu module after `convert-gpu-ops-to-nvvm`.
+    A kernel whose `moe.grid_constant_args` attribute lists parameter
+    indices (of the lowered signature) gets, on each of those `!llvm.ptr`
+    parameters, `llvm.byval = !llvm.array<128 x i8>`, `llvm.align = 64` and
+    `nvvm.grid_constant`: the launch then copies 128 bytes (a CUtensorMap)
+    into a 64-byte-aligned `.param`, and the pointer is that parameter's
+    own address, which TMA copies (`cp.async.bulk.tensor`) can read
+    (`__grid_constant__` in CUDA). The attribute is removed. A listed index
+    past the parameters, or a parameter that is not `!llvm.ptr`, is an
+    error.
+  }];
+}
+
 #endif // MOEC_CONVERSION_PASSES_TD

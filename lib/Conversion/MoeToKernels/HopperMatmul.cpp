@@ -24,12 +24,17 @@
 //
 // Warp-specialized variant (tile `producers = 128`, 384 threads): a
 // producer warpgroup issues every copy and the two MMA warpgroups only
-// compute. Each stage has a "full" mbarrier (completed by the producer
-// threads' cp.async arrivals) and an "empty" one (completed when the 256
-// MMA threads have retired the wgmmas reading it), so the roles hand stages
-// over without block barriers, the producer runs up to `stages - 1` slices
-// ahead, and it fills the next tile's stages during this tile's epilogue.
-// setmaxnreg moves registers from the producer to the MMA warpgroups.
+// compute. The lhs rows still come by cp.async (they may be gathered); the
+// rhs (weights) tile comes by TMA, one cp.async.bulk.tensor per stage (two
+// with SwiGLU: gate rows, up rows) from a tensor map the runtime encodes
+// per launch and passes by value (a 128-byte grid-constant parameter).
+// Each stage has a "full" mbarrier (completed by the producer threads'
+// cp.async arrivals and the TMA's bytes) and an "empty" one (completed
+// when the 256 MMA threads have retired the wgmmas reading it), so the
+// roles hand stages over without block barriers, the producer runs up to
+// `stages - 1` slices ahead, and it fills the next tile's stages during
+// this tile's epilogue. setmaxnreg moves registers from the producer to
+// the MMA warpgroups.
 //
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
@@ -60,10 +65,10 @@ constexpr int64_t kThreads = 256;  ///< 2 warpgroups
 /// Warp-specialized blocks: a producer warpgroup then the 2 MMA warpgroups.
 constexpr int64_t kSpecializedThreads = 384;
 /// Registers per thread after setmaxnreg in a warp-specialized block: the
-/// producer gives up what the MMA warpgroups take (40 x 128 + 232 x 256 =
+/// producer gives up what the MMA warpgroups take (72 x 128 + 216 x 256 =
 /// the 168 x 384 a block of 384 threads starts with).
-constexpr int64_t kProducerRegisters = 104;
-constexpr int64_t kConsumerRegisters = 200;
+constexpr int64_t kProducerRegisters = 72;
+constexpr int64_t kConsumerRegisters = 216;
 constexpr int64_t kRowBytes = 128; ///< bytes of a 64-element 16-bit row
 constexpr int64_t kChunksPerRow = kRowBytes / 16;
 /// Persistent grid: one block per SM of an H100/H200 (132 SMs).
@@ -130,6 +135,7 @@ moe::TileAttr tileOf(MLIRContext *context, const HopperPlan &plan) {
 /// offsets the matmul is dense: one group of all rows, rhs [N, K].
 struct HopperArgs {
   int offsets = -1, gather = -1, bias = -1, rowScale = -1;
+  int rhsMap = -1; ///< the rhs's TMA descriptor (warp-specialized)
 };
 
 Value toI64(KernelBuilder &b, Value index) {
@@ -165,6 +171,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   Value gather = pos.gather >= 0 ? a[pos.gather] : Value();
   Value bias = pos.bias >= 0 ? a[pos.bias] : Value();
   Value rowScale = pos.rowScale >= 0 ? a[pos.rowScale] : Value();
+  Value rhsMap = pos.rhsMap >= 0 ? a[pos.rhsMap] : Value();
   const int64_t G = plan.groups(), E = plan.experts, BN = plan.blockN;
   const int64_t S = plan.stages, K = plan.k;
   Value outWidth = b.dim(out, 1);
@@ -202,7 +209,8 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     b.ifThen(b.eq(thread, b.idx(0)), [&] {
       for (int64_t s = 0; s < S; ++s) {
         NVVM::MBarrierInitOp::create(b, stageBarrier(false, b.idx(s)),
-                                     b.i32(plan.copyThreads()), Value());
+                                     b.i32(plan.copyThreads() + (rhsMap ? 1 : 0)),
+                                     Value());
         NVVM::MBarrierInitOp::create(b, stageBarrier(true, b.idx(s)),
                                      b.i32(2 * 128), Value());
       }
@@ -419,6 +427,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
         b.getI32IntegerAttr(16), cacheGlobal,
         arith::IndexCastOp::create(b, b.getI32Type(), bytes));
   };
+  // With a tensor map the rhs comes by TMA (loadRhsByTma), not here.
   auto loadStage = [&](const TileState &t, Value slot, Value kt) {
     Value kElem = b.add(b.mul(kt, b.idx(kBlockK)), b.mul(chunk, b.idx(8)));
     Value kValid = b.ult(kElem, b.idx(K));
@@ -426,9 +435,37 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     for (int64_t i = 0; i < lhsRowsPerThread; ++i)
       copyChunk(b.add(stageA(slot), smemOffset(i)), lhsBase,
                 lhsRowBytes(t, i), kBytes, kValid);
+    if (rhsMap)
+      return;
     for (int64_t i = 0; i < rhsRowsPerThread; ++i)
       copyChunk(b.add(stageB(slot), smemOffset(i)), rhsBase,
                 rhsRowBytes(t, i), kBytes, kValid);
+  };
+  // The rhs rows of slice kt by TMA, completing on `full` (its 1024-aligned
+  // stage matches the map's 128-byte swizzle): the block's columns, or
+  // their gate rows then their up rows. The map covers [E, N, K] (or a
+  // dense [N, K]); rows and K past the end arrive as zeros. One thread
+  // issues it; expect_tx is that thread's arrival on `full`.
+  auto loadRhsByTma = [&](const TileState &t, Value slot, Value kt,
+                          Value full) {
+    int64_t loads = plan.swiglu ? 2 : 1, rows = BN / loads;
+    NVVM::MBarrierArriveExpectTxOp::create(
+        b, Type(), full, b.i32(BN * kRowBytes), NVVM::MemScopeKind::CTA,
+        false, Value());
+    auto cluster = LLVM::LLVMPointerType::get(ctx, 7);
+    for (int64_t l = 0; l < loads; ++l) {
+      Value row = l ? b.add(t.colStart, outWidth) : t.colStart;
+      SmallVector<Value> coords = {toI32(b.mul(kt, b.idx(kBlockK))),
+                                   toI32(row)};
+      if (offsets)
+        coords.push_back(toI32(t.group));
+      Value dst = LLVM::AddrSpaceCastOp::create(
+          b, cluster,
+          pointerAt(b, b.add(stageB(slot), b.idx(l * rows * kRowBytes)), 3));
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+          b, dst, rhsMap, coords, full, ValueRange(), Value(), Value(),
+          NVVM::TMALoadMode::TILE, false, NVVM::CTAGroupKindAttr(), Value());
+    }
   };
   auto commit = [&] { NVVM::CpAsyncCommitGroupOp::create(b); };
   int64_t kSlices = (K + kBlockK - 1) / kBlockK;
@@ -762,6 +799,11 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
             Value n = b.add(slices, kt);
             waitRound(/*empty=*/true, n, /*previous=*/true);
             loadStage(t, slotOf(n), kt);
+            if (rhsMap)
+              b.ifThen(b.eq(thread, b.idx(0)), [&] {
+                loadRhsByTma(t, slotOf(n), kt,
+                             stageBarrier(false, slotOf(n)));
+              });
             NVVM::CpAsyncMBarrierArriveOp::create(
                 b, stageBarrier(false, slotOf(n)), b.getBoolAttr(true));
             b.setInsertionPointAfter(kLoop);
@@ -872,6 +914,17 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
   addOptional(v.gather, pos.gather);
   addOptional(v.bias, pos.bias);
   addOptional(v.rowScale, pos.rowScale);
+  if (plan.warpSpecialized) {
+    // The producer loads the rhs by TMA: boxes of 64 K-elements (one
+    // 128-byte swizzled row) by the block's B rows (or half of them per
+    // SwiGLU half), one expert deep.
+    int64_t rank = cast<MemRefType>(v.rhs.getType()).getRank();
+    SmallVector<int64_t> box = {kBlockK,
+                                plan.swiglu ? plan.blockN / 2 : plan.blockN};
+    if (rank == 3)
+      box.push_back(1);
+    addOptional(tensorMapOperand(ctx.host(), v.rhs, box), pos.rhsMap);
+  }
   SmallVector<Value> outSizes = ctx.sizes(v.out);
   Value rows = outSizes[0];
   operands.push_back(rows);

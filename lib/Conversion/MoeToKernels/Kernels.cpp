@@ -87,6 +87,26 @@ Value moec::kernels::addressOf(KernelBuilder &b, Value memref) {
   return memref::ExtractAlignedPointerAsIndexOp::create(b, memref);
 }
 
+Value moec::kernels::tensorMapOperand(KernelBuilder &h, Value buffer,
+                                      ArrayRef<int64_t> box) {
+  auto cast = UnrealizedConversionCastOp::create(
+      h, TypeRange{LLVM::LLVMPointerType::get(h.getContext())},
+      ValueRange{buffer});
+  cast->setAttr(moe::kTensorMapBoxAttrName, h.getDenseI64ArrayAttr(box));
+  return cast.getResult(0);
+}
+
+std::optional<std::pair<Value, ArrayRef<int64_t>>>
+moec::kernels::tensorMapOf(Value operand) {
+  auto cast = operand.getDefiningOp<UnrealizedConversionCastOp>();
+  if (!cast || cast->getNumOperands() != 1)
+    return std::nullopt;
+  auto box = cast->getAttrOfType<DenseI64ArrayAttr>(moe::kTensorMapBoxAttrName);
+  if (!box)
+    return std::nullopt;
+  return std::make_pair(cast->getOperand(0), box.asArrayRef());
+}
+
 Value moec::kernels::pointerAt(KernelBuilder &b, Value address,
                                unsigned addressSpace) {
   return LLVM::IntToPtrOp::create(

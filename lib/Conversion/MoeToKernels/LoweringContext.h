@@ -125,6 +125,18 @@ inline std::optional<int64_t> staticDim(mlir::Value memref, unsigned d) {
 /// The address of a memref's first element, as index.
 mlir::Value addressOf(KernelBuilder &b, mlir::Value memref);
 
+/// A launch operand that passes the TMA descriptor (CUtensorMap) of
+/// `buffer`, a 16-bit memref, by value, for boxes of `box` elements
+/// (innermost dimension first, one per dimension): the kernel receives an
+/// !llvm.ptr to the descriptor, for cp.async.bulk.tensor. The runtime
+/// encodes it per launch (bundle param kind "tensor map").
+mlir::Value tensorMapOperand(KernelBuilder &h, mlir::Value buffer,
+                             llvm::ArrayRef<int64_t> box);
+/// The buffer and box of a tensorMapOperand value; nullopt for other
+/// values.
+std::optional<std::pair<mlir::Value, llvm::ArrayRef<int64_t>>>
+tensorMapOf(mlir::Value operand);
+
 /// An LLVM pointer in `addressSpace` (1 global, 3 shared) at an index
 /// address (for NVVM ops such as cp.async that take pointers).
 mlir::Value pointerAt(KernelBuilder &b, mlir::Value address,

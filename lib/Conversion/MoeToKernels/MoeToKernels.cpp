@@ -218,12 +218,23 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
 
   SmallVector<Type> argTypes;
   SmallVector<Attribute> scalarExprs;
+  // Tensor maps' positions among the lowered kernel's parameters (a memref
+  // of rank r is 3 + 2r of them: pointers, offset, sizes, strides).
+  SmallVector<int64_t> gridConstants;
+  int64_t loweredParams = 0;
   for (Value operand : operands) {
     argTypes.push_back(operand.getType());
-    if (isa<MemRefType>(operand.getType())) {
+    if (auto memref = dyn_cast<MemRefType>(operand.getType())) {
       scalarExprs.push_back(hostBuilder.getStringAttr(""));
+      loweredParams += 3 + 2 * memref.getRank();
       continue;
     }
+    if (kernels::tensorMapOf(operand)) {
+      scalarExprs.push_back(hostBuilder.getStringAttr(""));
+      gridConstants.push_back(loweredParams++);
+      continue;
+    }
+    ++loweredParams;
     FailureOr<std::string> text = expr(operand);
     if (failed(text))
       return emitError(loc) << "kernel scalar is not an expression of the "
@@ -243,6 +254,10 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
                   moduleBuilder.getUnitAttr());
   kernel.setKnownBlockSizeAttr(moduleBuilder.getDenseI32ArrayAttr(
       {static_cast<int32_t>(threads), 1, 1}));
+  // For moe-mark-grid-constant-params once the kernel is an llvm.func.
+  if (!gridConstants.empty())
+    kernel->setAttr("moe.grid_constant_args",
+                    moduleBuilder.getDenseI64ArrayAttr(gridConstants));
   {
     Block *kernelEntry = &kernel.getBody().front();
     KernelBuilder b(loc, kernelEntry, kernelEntry->end());

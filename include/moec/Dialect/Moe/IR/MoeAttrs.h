@@ -28,6 +28,12 @@ constexpr llvm::StringLiteral kTileAttrName = "moe.tile";
 /// TileBucketAttr). The dialect verifies it.
 constexpr llvm::StringLiteral kTileBucketsAttrName = "moe.tile_buckets";
 
+/// In the host code that convert-moe-to-kernels builds: the box (an
+/// i64 array, innermost dimension first) on the `unrealized_conversion_cast`
+/// of a buffer to `!llvm.ptr` that stands for a launch's TMA descriptor of
+/// that buffer (the bundle's "tensor map" parameter).
+constexpr llvm::StringLiteral kTensorMapBoxAttrName = "moe.tensor_map_box";
+
 } // namespace moec::moe
 
 #endif // MOEC_DIALECT_MOE_IR_MOEATTRS_H
