@@ -9,6 +9,8 @@
 #include "moec/Runtime/Executor.h"
 #include "moec/Runtime/Expr.h"
 
+#include <algorithm>
+
 namespace moec::rt {
 
 namespace {
@@ -92,6 +94,12 @@ Status runSteps(const Entry &entry, const std::vector<int64_t> &symbols,
         slots[p].address = addresses[param.buffer];
       } else if (param.kind == ParamDesc::Kind::TensorMap) {
         const BufferDesc &b = entry.buffers[param.buffer];
+        pointers[p] = maps[p].bytes;
+        // An empty array (no tokens) has nothing a kernel could load: its
+        // map stays zeros rather than failing to encode.
+        const std::vector<int64_t> &shape = shapes[param.buffer];
+        if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+          continue;
         if (Status s = launcher.encodeTensorMap(
                 addresses[param.buffer], b.elem, shapes[param.buffer],
                 param.box, maps[p].bytes);
@@ -99,7 +107,6 @@ Status runSteps(const Entry &entry, const std::vector<int64_t> &symbols,
           return Status(s.code(), where + "param " + std::to_string(p) +
                                       " (tensor map of " + quoted(b.name) +
                                       "): " + s.message());
-        pointers[p] = maps[p].bytes;
         continue;
       } else {
         int64_t value;

@@ -107,9 +107,35 @@ func.func @gate_up(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
 
 // -----
 
-// Rows in expert order: the wgmma kernel whose 256 threads all copy and
-// compute (cp.async groups, a block barrier per K slice).
+// Rows in expert order: both operands by TMA (a 3-d map of the weights
+// and a 2-d map of the rows, parameters 28 and 29 of the lowered kernel
+// after four memrefs of 7 + 9 + 7 + 5), so one producer thread's expect_tx
+// is the only arrival on a stage's full barrier.
 // SM90A-LABEL: gpu.func @down_k0_grouped_matmul_wgmma
+// SM90A-SAME: %{{.*}}: memref<128xi32>, %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr, %{{.*}}: index)
+// SM90A-SAME: moe.grid_constant_args = array<i64: 28, 29>
+// SM90A-COUNT-4: nvvm.mbarrier.init %{{.*}}, %c1_i32{{.*}}
+// SM90A-NOT: nvvm.cp.async.shared.global
+// SM90A: nvvm.mbarrier.arrive.expect_tx %{{.*}}, %c49152_i32
+// SM90A: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %{{.*}}, %{{.*}}, box[%{{.*}}, %{{.*}}] :
+// SM90A: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %{{.*}}, %{{.*}}, box[%{{.*}}, %{{.*}}, %{{.*}}] :
+// SM90A-LABEL: func.func @down
+// SM90A: builtin.unrealized_conversion_cast %{{.*}} : memref<128x2048x768xbf16> to !llvm.ptr {moe.tensor_map_box = array<i64: 64, 256, 1>}
+// SM90A: builtin.unrealized_conversion_cast %{{.*}} : memref<?x768xbf16> to !llvm.ptr {moe.tensor_map_box = array<i64: 64, 128>}
+// SM90A: gpu.launch_func @{{.*}}::@down_k0_grouped_matmul_wgmma blocks in ({{.*}}) threads in (%c384{{.*}}) dynamic_shared_memory_size
+func.func @down(%h: tensor<?x768xbf16>, %w: tensor<128x2048x768xbf16>,
+                %offsets: tensor<128xi32>) -> tensor<?x2048xbf16> {
+  %y = moe.grouped_matmul %h, %w, %offsets {transpose_rhs}
+      : tensor<?x768xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32>
+      -> tensor<?x2048xbf16>
+  return %y : tensor<?x2048xbf16>
+}
+
+// -----
+
+// A tile without producers: the wgmma kernel whose 256 threads all copy
+// and compute (cp.async groups, a block barrier per K slice).
+// SM90A-LABEL: gpu.func @down_block_barriers_k0_grouped_matmul_wgmma
 // SM90A: gpu.dynamic_shared_memory
 // SM90A-NOT: nvvm.mbarrier
 // SM90A: nvvm.cp.async.shared.global {{.*}}, 16, cache = cg
@@ -122,11 +148,15 @@ func.func @gate_up(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
 // SM90A: nvvm.wgmma.commit.group.sync.aligned
 // SM90A: nvvm.wgmma.wait.group.sync.aligned 1
 // SM90A: nvvm.wgmma.wait.group.sync.aligned 0
-// SM90A-LABEL: func.func @down
-// SM90A: gpu.launch_func @{{.*}}::@down_k0_grouped_matmul_wgmma blocks in ({{.*}}) threads in (%c256{{.*}}) dynamic_shared_memory_size
-func.func @down(%h: tensor<?x768xbf16>, %w: tensor<128x2048x768xbf16>,
-                %offsets: tensor<128xi32>) -> tensor<?x2048xbf16> {
-  %y = moe.grouped_matmul %h, %w, %offsets {transpose_rhs}
+// SM90A-LABEL: func.func @down_block_barriers
+// SM90A: gpu.launch_func @{{.*}}::@down_block_barriers_k0_grouped_matmul_wgmma blocks in ({{.*}}) threads in (%c256{{.*}}) dynamic_shared_memory_size
+func.func @down_block_barriers(%h: tensor<?x768xbf16>,
+                               %w: tensor<128x2048x768xbf16>,
+                               %offsets: tensor<128xi32>)
+    -> tensor<?x2048xbf16> {
+  %y = moe.grouped_matmul %h, %w, %offsets
+      {transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256>}
       : tensor<?x768xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32>
       -> tensor<?x2048xbf16>
   return %y : tensor<?x2048xbf16>

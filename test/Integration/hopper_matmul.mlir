@@ -68,14 +68,18 @@ func.func @gmm_aligned_long_k(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
 
 // A plain epilogue, stored through the shared-memory staging tile (bf16
 // rows 16 bytes apart, then 16-byte row stores): E = 16, K = 576, N = 256
-// (staging takes whole column tiles and K slices only).
+// (staging takes whole column tiles and K slices only, and the kernel with
+// block barriers: the tile asks for it, n = 256 would otherwise be
+// warp-specialized).
 // The rows are the input as it is, grouped by the sorted ids' offsets (a
 // permute in front would be fused into a gather, which is not staged).
 func.func @gmm_staged(%x: tensor<?x576xbf16>, %ids: tensor<?x1xi32>,
                       %w: tensor<16x256x576xbf16>) -> tensor<?x256xbf16> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
-  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}
+  %y = moe.grouped_matmul %x, %w, %offsets
+      {transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256>}
       : tensor<?x576xbf16>, tensor<16x256x576xbf16>, tensor<16xi32>
       -> tensor<?x256xbf16>
   return %y : tensor<?x256xbf16>

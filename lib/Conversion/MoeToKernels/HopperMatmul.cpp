@@ -136,6 +136,7 @@ moe::TileAttr tileOf(MLIRContext *context, const HopperPlan &plan) {
 struct HopperArgs {
   int offsets = -1, gather = -1, bias = -1, rowScale = -1;
   int rhsMap = -1; ///< the rhs's TMA descriptor (warp-specialized)
+  int lhsMap = -1; ///< the lhs's, when its rows are not gathered
 };
 
 Value toI64(KernelBuilder &b, Value index) {
@@ -172,6 +173,11 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   Value bias = pos.bias >= 0 ? a[pos.bias] : Value();
   Value rowScale = pos.rowScale >= 0 ? a[pos.rowScale] : Value();
   Value rhsMap = pos.rhsMap >= 0 ? a[pos.rhsMap] : Value();
+  Value lhsMap = pos.lhsMap >= 0 ? a[pos.lhsMap] : Value();
+  // Arrivals that complete a stage's full barrier: every producer thread's
+  // cp.async, unless the lhs comes by TMA too, plus the TMA thread's.
+  int64_t fullArrivals =
+      (lhsMap ? 0 : plan.copyThreads()) + (rhsMap ? 1 : 0);
   const int64_t G = plan.groups(), E = plan.experts, BN = plan.blockN;
   const int64_t S = plan.stages, K = plan.k;
   Value outWidth = b.dim(out, 1);
@@ -209,8 +215,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     b.ifThen(b.eq(thread, b.idx(0)), [&] {
       for (int64_t s = 0; s < S; ++s) {
         NVVM::MBarrierInitOp::create(b, stageBarrier(false, b.idx(s)),
-                                     b.i32(plan.copyThreads() + (rhsMap ? 1 : 0)),
-                                     Value());
+                                     b.i32(fullArrivals), Value());
         NVVM::MBarrierInitOp::create(b, stageBarrier(true, b.idx(s)),
                                      b.i32(2 * 128), Value());
       }
@@ -427,44 +432,52 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
         b.getI32IntegerAttr(16), cacheGlobal,
         arith::IndexCastOp::create(b, b.getI32Type(), bytes));
   };
-  // With a tensor map the rhs comes by TMA (loadRhsByTma), not here.
+  // An operand with a tensor map comes by TMA (loadByTma), not here.
   auto loadStage = [&](const TileState &t, Value slot, Value kt) {
     Value kElem = b.add(b.mul(kt, b.idx(kBlockK)), b.mul(chunk, b.idx(8)));
     Value kValid = b.ult(kElem, b.idx(K));
     Value kBytes = b.mul(kElem, b.idx(2));
-    for (int64_t i = 0; i < lhsRowsPerThread; ++i)
-      copyChunk(b.add(stageA(slot), smemOffset(i)), lhsBase,
-                lhsRowBytes(t, i), kBytes, kValid);
+    if (!lhsMap)
+      for (int64_t i = 0; i < lhsRowsPerThread; ++i)
+        copyChunk(b.add(stageA(slot), smemOffset(i)), lhsBase,
+                  lhsRowBytes(t, i), kBytes, kValid);
     if (rhsMap)
       return;
     for (int64_t i = 0; i < rhsRowsPerThread; ++i)
       copyChunk(b.add(stageB(slot), smemOffset(i)), rhsBase,
                 rhsRowBytes(t, i), kBytes, kValid);
   };
-  // The rhs rows of slice kt by TMA, completing on `full` (its 1024-aligned
-  // stage matches the map's 128-byte swizzle): the block's columns, or
-  // their gate rows then their up rows. The map covers [E, N, K] (or a
-  // dense [N, K]); rows and K past the end arrive as zeros. One thread
-  // issues it; expect_tx is that thread's arrival on `full`.
-  auto loadRhsByTma = [&](const TileState &t, Value slot, Value kt,
-                          Value full) {
+  // Slice kt of the operands with tensor maps by TMA, completing on `full`
+  // (the 1024-aligned stages match the maps' 128-byte swizzle). The rhs:
+  // the block's columns, or their gate rows then their up rows, from a map
+  // over [E, N, K] (or a dense [N, K]). The lhs: the tile's 128 rows from
+  // a map over [rows, K] (rows past the group's end only reach output rows
+  // the epilogue skips). Rows and K past the end arrive as zeros. One
+  // thread issues it all; expect_tx is that thread's arrival on `full`.
+  auto loadByTma = [&](const TileState &t, Value slot, Value kt,
+                       Value full) {
     int64_t loads = plan.swiglu ? 2 : 1, rows = BN / loads;
+    int64_t bytes = (BN + (lhsMap ? kBlockM : 0)) * kRowBytes;
     NVVM::MBarrierArriveExpectTxOp::create(
-        b, Type(), full, b.i32(BN * kRowBytes), NVVM::MemScopeKind::CTA,
-        false, Value());
+        b, Type(), full, b.i32(bytes), NVVM::MemScopeKind::CTA, false,
+        Value());
     auto cluster = LLVM::LLVMPointerType::get(ctx, 7);
+    auto load = [&](Value map, Value stageAddress, ValueRange coords) {
+      Value dst =
+          LLVM::AddrSpaceCastOp::create(b, cluster, pointerAt(b, stageAddress, 3));
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+          b, dst, map, coords, full, ValueRange(), Value(), Value(),
+          NVVM::TMALoadMode::TILE, false, NVVM::CTAGroupKindAttr(), Value());
+    };
+    Value k0 = toI32(b.mul(kt, b.idx(kBlockK)));
+    if (lhsMap)
+      load(lhsMap, stageA(slot), ValueRange{k0, toI32(t.rowStart)});
     for (int64_t l = 0; l < loads; ++l) {
       Value row = l ? b.add(t.colStart, outWidth) : t.colStart;
-      SmallVector<Value> coords = {toI32(b.mul(kt, b.idx(kBlockK))),
-                                   toI32(row)};
+      SmallVector<Value> coords = {k0, toI32(row)};
       if (offsets)
         coords.push_back(toI32(t.group));
-      Value dst = LLVM::AddrSpaceCastOp::create(
-          b, cluster,
-          pointerAt(b, b.add(stageB(slot), b.idx(l * rows * kRowBytes)), 3));
-      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-          b, dst, rhsMap, coords, full, ValueRange(), Value(), Value(),
-          NVVM::TMALoadMode::TILE, false, NVVM::CTAGroupKindAttr(), Value());
+      load(rhsMap, b.add(stageB(slot), b.idx(l * rows * kRowBytes)), coords);
     }
   };
   auto commit = [&] { NVVM::CpAsyncCommitGroupOp::create(b); };
@@ -801,11 +814,11 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
             loadStage(t, slotOf(n), kt);
             if (rhsMap)
               b.ifThen(b.eq(thread, b.idx(0)), [&] {
-                loadRhsByTma(t, slotOf(n), kt,
-                             stageBarrier(false, slotOf(n)));
+                loadByTma(t, slotOf(n), kt, stageBarrier(false, slotOf(n)));
               });
-            NVVM::CpAsyncMBarrierArriveOp::create(
-                b, stageBarrier(false, slotOf(n)), b.getBoolAttr(true));
+            if (!lhsMap)
+              NVVM::CpAsyncMBarrierArriveOp::create(
+                  b, stageBarrier(false, slotOf(n)), b.getBoolAttr(true));
             b.setInsertionPointAfter(kLoop);
             return b.add(slices, b.idx(kSlices));
           },
@@ -924,6 +937,10 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
     if (rank == 3)
       box.push_back(1);
     addOptional(tensorMapOperand(ctx.host(), v.rhs, box), pos.rhsMap);
+    // Rows in order: the lhs too, 128 rows by 64 K-elements.
+    if (!v.gather)
+      addOptional(tensorMapOperand(ctx.host(), v.lhs, {kBlockK, kBlockM}),
+                  pos.lhsMap);
   }
   SmallVector<Value> outSizes = ctx.sizes(v.out);
   Value rows = outSizes[0];
@@ -998,11 +1015,10 @@ LogicalResult launchBucketed(
 }
 
 /// The plan for lhs [.., k] and output width `width` of 16-bit operands, or
-/// nullopt where the kernel does not apply; `gathered`: the lhs rows are
-/// picked by index.
+/// nullopt where the kernel does not apply.
 std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
                                   int64_t k, int64_t width, int64_t experts,
-                                  bool gathered, moe::TileAttr tile) {
+                                  moe::TileAttr tile) {
   if (lhsElem != rhsElem || !(lhsElem.isBF16() || lhsElem.isF16()))
     return std::nullopt;
   if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
@@ -1022,13 +1038,15 @@ std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
   // 256 (m64n256 wgmmas: measured faster on the H200 at most MoE shapes of
   // bench/grouped_gemm.py) unless the output is narrower than that.
   plan.blockN = width >= 256 ? 256 : 128;
-  // A gathered lhs at n = 256 gets the warp-specialized kernel: on the H200
-  // it was as fast or up to 1.16x faster at 28 of the 30 gather and
-  // gate_up + SwiGLU cases of bench/grouped_gemm.py with T >= 2048, 6 %
-  // slower at DeepSeek-V3 T >= 8192 with SwiGLU. Without a gather it ran up
-  // to 25 % slower at long K (Mixtral down, K = 14336), and n = 128 was
-  // slower everywhere (bench/results/warp-specialization-h200.md).
-  plan.warpSpecialized = gathered && plan.blockN == 256;
+  // n = 256 gets the warp-specialized kernel with TMA for the weights (and
+  // for the lhs when its rows are in order). On the H200 it was faster than
+  // the block-barrier kernel at every bench/grouped_gemm.py shape with
+  // T >= 2048 we measured: gathered gate_up 1.00-1.16x (DeepSeek-V3 up to
+  // 1.24x), down 1.00-1.20x, dense SwiGLU 1.07x
+  // (bench/results/warp-specialization-h200.md). With cp.async for the
+  // weights it had been slower at long K and DeepSeek-V3 SwiGLU; n = 128
+  // (cp.async weights) was slower everywhere, so it keeps block barriers.
+  plan.warpSpecialized = plan.blockN == 256;
   if (isHopperTile(tile)) {
     plan.blockN = tile.getN();
     plan.warpSpecialized = tile.getProducers() != 0;
@@ -1060,7 +1078,7 @@ std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
       lhsType.getElementType(),
       cast<ShapedType>(op.getRhs().getType()).getElementType(),
       outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
-      experts, /*gathered=*/op.getGatherSlots() != nullptr, tile);
+      experts, tile);
   if (plan) {
     plan->slotsPerToken = op.getK().value_or(1);
     plan->swiglu = op.getActivation() == moe::Activation::swiglu;
@@ -1121,7 +1139,7 @@ std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
       lhsType.getElementType(),
       cast<ShapedType>(op.getInputs()[1].getType()).getElementType(),
       outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
-      /*experts=*/1, /*gathered=*/false, tile);
+      /*experts=*/1, tile);
   if (!plan)
     return std::nullopt;
   HopperOperands v;
