@@ -1,18 +1,21 @@
 //===- HopperMatmul.cpp - Grouped matmul on sm_90a (wgmma) ----------------===//
 //
 // Part of moec. The grouped matmul of the `sm90a` target: warpgroup MMA
-// (wgmma) from shared memory fed by a multi-stage cp.async pipeline, in a
-// persistent grid that walks the ragged (expert, m-tile, n-tile) schedule.
+// (wgmma) from shared memory fed by a multi-stage pipeline (TMA and
+// cp.async), in a persistent grid that walks the ragged (expert, m-tile,
+// n-tile) schedule. Two kernels: one with block barriers, described first,
+// and a warp-specialized one (the default at n = 256), described after.
 //
-// Block: 128 x BN output tile, 2 warpgroups (256 threads), each warpgroup
-// owning 64 rows and issuing m64nBNk16 wgmmas over a 64-wide K slice. Shared
+// Block: 128 x BN output tile, 2 MMA warpgroups, each owning 64 rows and
+// issuing m64nBNk16 wgmmas over a 64-wide K slice. Shared
 // memory holds `stages` K slices of A (128 rows) and B (BN rows), each row
 // 64 elements = 128 bytes, in the 128-byte swizzle wgmma reads (16-byte chunk
-// c of row r at chunk c ^ (r % 8)). Every thread copies 16-byte chunks with
-// cp.async, which also gathers the rows of a gathered lhs (the row index is
-// looked up per row, a missing row is zero-filled): the path TMA cannot give
-// on sm_90. Loads run `stages - 2` slices ahead; one wgmma group stays in
-// flight while the next slice's copies are issued.
+// c of row r at chunk c ^ (r % 8)). In the block-barrier kernel (256
+// threads) every thread copies 16-byte chunks with cp.async, which also
+// gathers the rows of a gathered lhs (the row index is looked up per row, a
+// missing row is zero-filled): the path TMA cannot give on sm_90. Loads run
+// `stages - 2` slices ahead; one wgmma group stays in flight while the next
+// slice's copies are issued, and a block barrier separates the slices.
 //
 // Each block first builds the m-tile prefix of the groups (experts, then the
 // rows past the last group, written as zeros) and the groups' first rows in
@@ -24,10 +27,11 @@
 //
 // Warp-specialized variant (tile `producers = 128`, 384 threads): a
 // producer warpgroup issues every copy and the two MMA warpgroups only
-// compute. The lhs rows still come by cp.async (they may be gathered); the
-// rhs (weights) tile comes by TMA, one cp.async.bulk.tensor per stage (two
-// with SwiGLU: gate rows, up rows) from a tensor map the runtime encodes
-// per launch and passes by value (a 128-byte grid-constant parameter).
+// compute. The rhs (weights) tile comes by TMA, one cp.async.bulk.tensor
+// per stage (two with SwiGLU: gate rows, up rows) from a tensor map the
+// runtime encodes per launch and passes by value (a 128-byte grid-constant
+// parameter); lhs rows in order come by TMA too, gathered ones by the
+// producer threads' cp.async.
 // Each stage has a "full" mbarrier (completed by the producer threads'
 // cp.async arrivals and the TMA's bytes) and an "empty" one (completed
 // when the 256 MMA threads have retired the wgmmas reading it), so the
@@ -38,8 +42,9 @@
 //
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
-// row scale, then rounded stores; a plain epilogue goes through a padded
-// shared-memory tile and out as 16-byte row stores.
+// row scale, then rounded stores; in the block-barrier kernel a plain
+// epilogue goes through a padded shared-memory tile and out as 16-byte row
+// stores (the warp-specialized one has no free stage for it).
 //
 //===----------------------------------------------------------------------===//
 
