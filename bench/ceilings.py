@@ -9,7 +9,8 @@ The Triton cases show what a kernel that only reads or only writes can
 reach; moec's permute writes 8 bytes per byte it reads, its unpermute the
 reverse. Each case is timed like bench/memory_bound.py (CUDA events, the L2 evicted
 by a 256 MB read before each run, median of --iters). Bytes are what the
-kernel must move: read + written.
+kernel must move: read + written. A one-element add gives the time any
+kernel pays whatever its size.
 """
 
 import argparse
@@ -66,7 +67,11 @@ def main():
     src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     flush = make_flush("read")
+    one = torch.zeros(1, device="cuda")
     cases = {
+        # What timing adds to any kernel (launch, ramp-up, the events): the
+        # floor under a short kernel's time.
+        "torch add, 1 element": (lambda: one.add_(1), 0),
         "torch read (max)": (lambda: src.max(), n),
         "torch write (fill)": (lambda: dst.fill_(7), n),
         "torch copy": (lambda: dst.copy_(src), 2 * n),
@@ -77,7 +82,8 @@ def main():
         ms = timed(fn, args.iters, flush)
         tbps = nbytes / ms / 1e9
         rows.append(dict(case=name, ms=ms, bytes=nbytes, tbps=tbps))
-        print(f"{name:20s} {ms * 1e3:9.1f} us  {tbps:5.2f} TB/s", flush=True)
+        bw = f"{tbps:5.2f} TB/s" if nbytes else ""
+        print(f"{name:20s} {ms * 1e3:9.1f} us  {bw}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(command=" ".join(sys.argv),

@@ -433,6 +433,12 @@ def main():
     parser.add_argument("--flush", choices=("read", "write"), default="read",
                         help="how the L2 is evicted before each timed run "
                         "(see make_flush; 'write' was used until 2026-11-21)")
+    parser.add_argument("--empty-cache", action="store_true",
+                        help="return torch's cached GPU memory to the driver "
+                        "after every case, as until 2026-11-21: the later "
+                        "cases then get freshly mapped memory and ran up to "
+                        "10 %% slower (NF4 at DeepSeek-V3: 94 -> 85 %% of "
+                        "copy), moec and torch alike")
     parser.add_argument("--profile", action="store_true",
                         help="also print each moec kernel's GPU time")
     args = parser.parse_args()
@@ -469,7 +475,8 @@ def main():
             for name, us in per_kernel.items():
                 print(f"    {us:8.1f} us  {name}")
             print(f"    {span:8.1f} us  first kernel start to last end")
-        torch.cuda.empty_cache()
+        if args.empty_cache:
+            torch.cuda.empty_cache()
 
     for key in args.models.split(","):
         for T in (int(t) for t in args.tokens.split(",")):

@@ -101,16 +101,22 @@ func.func @quantize_rowwise_vec(%x: tensor<?x136xf32>, %xb: tensor<?x136xbf16>)
       : tensor<?x136xf8E5M2>, tensor<?x3xf32>, tensor<?x136xf8E4M3FN>, tensor<?x3xf32>
 }
 
-// Whole groups (128 bf16, 32 f32): on GPUs one 16-byte chunk per thread,
-// amax across the group's lanes by warp shuffles.
-func.func @quantize_rowwise_warp(%x: tensor<?x256xbf16>, %xf: tensor<?x128xf32>)
-    -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>, tensor<?x128xf8E5M2>, tensor<?x4xf32>) {
+// Whole groups (128 bf16, 32 f32, 8 bf16): on GPUs 16 elements per thread
+// (one 16-byte FP8 store; 8 for the groups of 8), amax across the group's
+// lanes by warp shuffles.
+func.func @quantize_rowwise_warp(%x: tensor<?x256xbf16>, %xf: tensor<?x128xf32>,
+                                 %xs: tensor<?x64xbf16>)
+    -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>, tensor<?x128xf8E5M2>, tensor<?x4xf32>,
+        tensor<?x64xf8E4M3FN>, tensor<?x8xf32>) {
   %d, %s = moe.quantize %x group_size = 128
       : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
   %df, %sf = moe.quantize %xf group_size = 32 {pow2_scale}
       : tensor<?x128xf32> -> tensor<?x128xf8E5M2>, tensor<?x4xf32>
-  return %d, %s, %df, %sf
-      : tensor<?x256xf8E4M3FN>, tensor<?x2xf32>, tensor<?x128xf8E5M2>, tensor<?x4xf32>
+  %ds, %ss = moe.quantize %xs group_size = 8
+      : tensor<?x64xbf16> -> tensor<?x64xf8E4M3FN>, tensor<?x8xf32>
+  return %d, %s, %df, %sf, %ds, %ss
+      : tensor<?x256xf8E4M3FN>, tensor<?x2xf32>, tensor<?x128xf8E5M2>, tensor<?x4xf32>,
+        tensor<?x64xf8E4M3FN>, tensor<?x8xf32>
 }
 
 // Column-wise groups of 8 rows inside expert groups (padded to 4), bf16 to
