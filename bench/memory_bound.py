@@ -14,7 +14,8 @@ For every model shape (Qwen3-30B-A3B, DeepSeek-V3), token count and kernel
 it builds one set of random inputs, runs moec and a torch eager version of
 the same function on them, checks that they agree, and times both with CUDA
 events (the L2 evicted by a 256 MB read before every run, a GPU sleep in
-front so that host launch overhead is not timed; median of --iters). Effective bandwidth is the
+front so that host launch overhead is not timed; median of --iters; torch's
+cached memory kept between cases). Effective bandwidth is the
 minimal bytes read and written (each input and output once) over the time,
 compared with the measured copy bandwidth of the H200 (4.27 TB/s).
 """
