@@ -198,10 +198,11 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
 
   if (mode == "weight_grad") {
     static const char *const forwardOnly[] = {
-        nullptr, nullptr, nullptr, nullptr, "bias", "lora_a", "lora_b",
-        "row_scale", "scatter_slots", "scatter_weights", "lhs_scales",
-        "rhs_scales"};
-    for (size_t i = 4; i < 12; ++i)
+        nullptr,        nullptr,           nullptr,    nullptr,
+        "bias",         "lora_a",          "lora_b",   "row_scale",
+        "scatter_slots", "scatter_weights", "scatter_positions",
+        "lhs_scales",   "rhs_scales"};
+    for (size_t i = 4; i < std::size(forwardOnly); ++i)
       if (x.optional(i))
         unsupported(op, std::string("operand '") + forwardOnly[i] +
                             "' with mode = weight_grad");
@@ -226,10 +227,11 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   o.rowScale = x.optional(7);
   o.scatterSlots = scatter ? &*scatter : nullptr;
   o.scatterWeights = x.optional(9);
+  // Operand 10, scatter_positions, only spares the kernels the inverse map.
   if (scatter)
     o.numTokens = x.resultDim(0, 0); // the result is [T, N']
-  o.lhsScales = x.optional(10);
-  o.rhsScales = x.optional(11);
+  o.lhsScales = x.optional(11);
+  o.rhsScales = x.optional(12);
   o.scaleGroup = intAttr(op, "scale_group", 128);
   return {ref::groupedMatmul(lhs, rhs, offsets, o)};
 }

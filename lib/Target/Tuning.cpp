@@ -25,9 +25,14 @@ namespace {
 /// The ODS operand groups of moe.grouped_matmul, in order: the argument
 /// roles of the manifest.
 constexpr const char *kMatmulOperands[] = {
-    "lhs",       "rhs",           "offsets",         "gather_slots",
-    "bias",      "lora_a",        "lora_b",          "row_scale",
-    "scatter_slots", "scatter_weights", "lhs_scales", "rhs_scales"};
+    "lhs",           "rhs",             "offsets",           "gather_slots",
+    "bias",          "lora_a",          "lora_b",            "row_scale",
+    "scatter_slots", "scatter_weights", "scatter_positions", "lhs_scales",
+    "rhs_scales"};
+
+/// Left out of the candidates: the inverse map of the slots only spares
+/// the combine two small kernels, and the tuner times the matmul.
+constexpr const char *kUntunedOperand = "scatter_positions";
 
 /// Roles whose leading size is the op's row count.
 bool isRowsRole(StringRef role, bool gathered) {
@@ -69,12 +74,13 @@ moec::buildTuningCandidates(ModuleOp module, const std::string &target) {
       if (tiles.empty())
         return;
       seen.insert(*key);
-      static_assert(std::size(kMatmulOperands) == 12,
+      static_assert(std::size(kMatmulOperands) == 13,
                     "one role per operand group of moe.grouped_matmul");
       SmallVector<std::pair<StringRef, Value>> args;
       for (auto [group, role] : llvm::enumerate(kMatmulOperands))
         for (Value v : op.getODSOperands(group))
-          if (!llvm::is_contained(llvm::make_second_range(args), v))
+          if (StringRef(role) != kUntunedOperand &&
+              !llvm::is_contained(llvm::make_second_range(args), v))
             args.push_back({role, v});
       bool gathered = op.getGatherSlots() != nullptr;
 
@@ -99,7 +105,8 @@ moec::buildTuningCandidates(ModuleOp module, const std::string &target) {
           if (isRowsRole(arg.first, gathered))
             candidate.setArgAttr(i, "moe.sym", builder.getStringAttr("M"));
         }
-        Operation *copy = builder.clone(*op, mapping);
+        auto copy = cast<moe::GroupedMatmulOp>(builder.clone(*op, mapping));
+        copy.getScatterPositionsMutable().clear();
         copy->setAttr(moe::kTileAttrName, tile);
         copy->removeAttr(moe::kTileBucketsAttrName);
         func::ReturnOp::create(builder, op.getLoc(), copy->getResults());

@@ -162,9 +162,15 @@ def router_topk(logits, k: int, *, scoring: str = "softmax",
     return weights, ids
 
 
-def sort_by_expert(ids, num_experts: int, *, align: Optional[int] = None):
+def sort_by_expert(ids, num_experts: int, *, align: Optional[int] = None,
+                   positions: bool = False):
     """Sorts the T*k slots by expert: returns (sorted_expert_ids [M],
-    slots [M], offsets [E]) with M = T*k, or T*k + E*(align-1) with align."""
+    slots [M], offsets [E]) with M = T*k, or T*k + E*(align-1) with align.
+    With `positions=True` also the row of each slot, [T*k] i32, fourth: the
+    `positions=` of permute, unpermute and their gradients and the
+    `scatter_positions=` of grouped_matmul, which then do not rebuild it.
+    (Within one kernel the compiler shares it by itself; return it to pass
+    it to a kernel compiled apart.)"""
     op = "sort_by_expert"
     ids = check_value(ids, "ids", op)
     _rank(ids, 2, "ids", op)
@@ -179,15 +185,33 @@ def sort_by_expert(ids, num_experts: int, *, align: Optional[int] = None):
                              f"{align}")
         rows = rows + num_experts * (align - 1)
         text += f" align = {align}"
+    if not isinstance(positions, bool):
+        raise ValueError(f"{op}: 'positions' must be a bool, got "
+                         f"{positions!r}")
     b = current_builder()
-    sorted_ids = b.fresh((rows,), "i32")
-    slots = b.fresh((rows,), "i32")
-    offsets = b.fresh((num_experts,), "i32")
-    b.emit(f"{sorted_ids.name}, {slots.name}, {offsets.name} = "
-           f"moe.sort_by_expert {ids.name} {text} : {ids.type} -> "
-           f"{sorted_ids.type}, {slots.type}, {offsets.type}")
-    slots.tokens = ids.shape[0]
-    return sorted_ids, slots, offsets
+    results = [b.fresh((rows,), "i32"), b.fresh((rows,), "i32"),
+               b.fresh((num_experts,), "i32")]
+    if positions:  # one per slot: T*k, no padding rows
+        tokens, k = ids.shape
+        results.append(b.fresh(
+            (tokens * k if isinstance(tokens, int) and isinstance(k, int)
+             else Sym(),), "i32"))
+    b.emit(f"{', '.join(r.name for r in results)} = moe.sort_by_expert "
+           f"{ids.name} {text} : {ids.type} -> "
+           f"{', '.join(r.type for r in results)}")
+    results[1].tokens = ids.shape[0]
+    return tuple(results)
+
+
+def _positions_text(positions, op: str, arg: str = "positions") -> str:
+    """The ` positions(...)` of a token-order op, or the `arg` clause of that
+    name ('' without)."""
+    if positions is None:
+        return ""
+    positions = check_value(positions, arg, op)
+    _rank(positions, 1, arg, op)
+    _dtype_in(positions, ("i32",), arg, op)
+    return f" {arg}({positions.name} : {positions.type})"
 
 
 def _routing(slots, offsets, op: str):
@@ -200,10 +224,12 @@ def _routing(slots, offsets, op: str):
     return slots, offsets
 
 
-def permute(tokens, slots, offsets, k: int, *, probs=None, scales=None):
+def permute(tokens, slots, offsets, k: int, *, probs=None, scales=None,
+            positions=None):
     """Gathers token rows into expert order: rows [M, H]; with `probs`
     ([T, k] f32) and/or `scales` ([T, G] f32) also their permuted copies
-    ([M] and [M, G]), returned after the rows."""
+    ([M] and [M, G]), returned after the rows. `positions`: the sort's row
+    of each slot (sort_by_expert(positions=True))."""
     op = "permute"
     tokens = check_value(tokens, "tokens", op)
     slots, offsets = _routing(slots, offsets, op)
@@ -211,7 +237,7 @@ def permute(tokens, slots, offsets, k: int, *, probs=None, scales=None):
     k = _positive(k, "k", op)
     b = current_builder()
     rows = b.fresh((slots.shape[0], tokens.shape[1]), tokens.dtype)
-    extra, results = "", [rows]
+    extra, results = _positions_text(positions, op), [rows]
     if probs is not None:
         probs = check_value(probs, "probs", op)
         _rank(probs, 2, "probs", op)
@@ -243,20 +269,22 @@ def _token_rows(slots: Value, k: int, weights: Optional[Value]) -> Dim:
     return slots.shape[0] // k
 
 
-def unpermute(rows, slots, offsets, k: int, *, weights=None, out_dtype=None):
+def unpermute(rows, slots, offsets, k: int, *, weights=None, out_dtype=None,
+              positions=None):
     """Back to token order, summing each token's k rows (times `weights`
-    [T, k] when given): [T, N] of `out_dtype` (default: the rows' type)."""
+    [T, k] when given): [T, N] of `out_dtype` (default: the rows' type).
+    `positions`: the sort's row of each slot."""
     op = "unpermute"
     rows = check_value(rows, "rows", op)
     slots, offsets = _routing(slots, offsets, op)
     _rank(rows, 2, "rows", op)
     k = _positive(k, "k", op)
     out_dtype = _dtypes.canonical(out_dtype or rows.dtype, "out_dtype")
-    extra = ""
+    extra = _positions_text(positions, op)
     if weights is not None:
         weights = check_value(weights, "weights", op)
         _rank(weights, 2, "weights", op)
-        extra = f" weights({weights.name} : {weights.type})"
+        extra += f" weights({weights.name} : {weights.type})"
     b = current_builder()
     out = b.fresh((_token_rows(slots, k, weights), rows.shape[1]), out_dtype)
     b.emit(f"{out.name} = moe.unpermute {rows.name}, {slots.name}, "
@@ -266,11 +294,11 @@ def unpermute(rows, slots, offsets, k: int, *, weights=None, out_dtype=None):
 
 
 def permute_grad(grad_rows, slots, offsets, k: int, *, probs=None,
-                 out_dtype=None):
+                 out_dtype=None, positions=None):
     """The gradient of `permute`: each token's k row gradients summed, [T, H]
     of `out_dtype` (default: the rows' type); with `probs` (the gradient of
     the permuted probabilities, [M] f32) also their gradient [T, k] f32,
-    returned after the tokens."""
+    returned after the tokens. `positions`: the sort's row of each slot."""
     op = "permute_grad"
     grad_rows = check_value(grad_rows, "grad_rows", op)
     slots, offsets = _routing(slots, offsets, op)
@@ -280,13 +308,13 @@ def permute_grad(grad_rows, slots, offsets, k: int, *, probs=None,
     b = current_builder()
     tokens = _token_rows(slots, k, None)
     grad_tokens = b.fresh((tokens, grad_rows.shape[1]), out_dtype)
-    extra, results = "", [grad_tokens]
+    extra, results = _positions_text(positions, op), [grad_tokens]
     if probs is not None:
         probs = check_value(probs, "probs", op)
         _rank(probs, 1, "probs", op)
         _dtype_in(probs, ("f32",), "probs", op)
         grad_probs = b.fresh((tokens, k), "f32")
-        extra = f" probs({probs.name} : {probs.type} -> {grad_probs.type})"
+        extra += f" probs({probs.name} : {probs.type} -> {grad_probs.type})"
         results.append(grad_probs)
     b.emit(f"{', '.join(r.name for r in results)} = moe.permute_grad "
            f"{grad_rows.name}, {slots.name}, {offsets.name} k = {k}{extra} : "
@@ -296,12 +324,12 @@ def permute_grad(grad_rows, slots, offsets, k: int, *, probs=None,
 
 
 def unpermute_grad(grad_out, slots, offsets, k: int, *, weights=None,
-                   rows=None, out_dtype=None):
+                   rows=None, out_dtype=None, positions=None):
     """The gradient of `unpermute`: each grouped row gets its token's
     gradient (times its weight), [M, H] of `out_dtype` (default: the
     gradient's type). With the forward's `weights` [T, k] and input `rows`
     [M, H] (given together) also the weights' gradient [T, k] f32, returned
-    after the rows."""
+    after the rows. `positions`: the sort's row of each slot."""
     op = "unpermute_grad"
     grad_out = check_value(grad_out, "grad_out", op)
     slots, offsets = _routing(slots, offsets, op)
@@ -313,7 +341,7 @@ def unpermute_grad(grad_out, slots, offsets, k: int, *, weights=None,
     out_dtype = _dtypes.canonical(out_dtype or grad_out.dtype, "out_dtype")
     b = current_builder()
     grad_rows = b.fresh((slots.shape[0], grad_out.shape[1]), out_dtype)
-    extra, results = "", [grad_rows]
+    extra, results = _positions_text(positions, op), [grad_rows]
     if weights is not None:
         weights = check_value(weights, "weights", op)
         rows = check_value(rows, "rows", op)
@@ -322,8 +350,8 @@ def unpermute_grad(grad_out, slots, offsets, k: int, *, weights=None,
         _same_dim(rows.shape[1], grad_out.shape[1],
                   "'rows' and 'grad_out' hidden sizes", op)
         grad_weights = b.fresh((grad_out.shape[0], k), "f32")
-        extra = (f" weights({weights.name}, {rows.name} : {weights.type}, "
-                 f"{rows.type} -> {grad_weights.type})")
+        extra += (f" weights({weights.name}, {rows.name} : {weights.type}, "
+                  f"{rows.type} -> {grad_weights.type})")
         results.append(grad_weights)
     b.emit(f"{', '.join(r.name for r in results)} = moe.unpermute_grad "
            f"{grad_out.name}, {slots.name}, {offsets.name} k = {k}{extra} : "
@@ -336,7 +364,8 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
                    gather=None, k: Optional[int] = None, bias=None,
                    lora=None, lora_scaling: float = 1.0,
                    activation: Optional[str] = None, row_scale=None,
-                   scatter=None, scatter_weights=None, scales=None,
+                   scatter=None, scatter_weights=None,
+                   scatter_positions=None, scales=None,
                    scale_group: int = 128, mode: str = "forward",
                    out_dtype=None) -> Value:
     """Each expert group of rows times that expert's weights.
@@ -345,7 +374,8 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
     rhs [E, K, N], or [E, N, K] with `transpose_rhs`. Options: `bias`
     [E, N]; `lora=(A, B)`; `activation="swiglu"` (output N/2 wide);
     `row_scale` [M]; `scatter=slots` (+ `k`, optional `scatter_weights`
-    [T, k]) to combine into token order; `scales=(sx, sw)` for FP8 operands.
+    [T, k] and `scatter_positions`, the sort's row of each slot) to combine
+    into token order; `scales=(sx, sw)` for FP8 operands.
     `mode="weight_grad"`: rhs is the output gradient [M, N], result [E, K, N].
     """
     op = "grouped_matmul"
@@ -427,12 +457,17 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
                 weights = operand(scatter_weights, "scatter_weights")
                 extra += (f" scatter_weights({weights.name} : "
                           f"{weights.type})")
+            if scatter_positions is not None:
+                extra += _positions_text(scatter_positions, op,
+                                         "scatter_positions")
             if gather is not None:
                 rows = lhs.shape[0]
             else:
                 rows = _token_rows(scatter, k, weights)
-        elif scatter_weights is not None:
-            raise ValueError(f"{op}: 'scatter_weights' needs 'scatter'")
+        elif scatter_weights is not None or scatter_positions is not None:
+            arg = ("scatter_weights" if scatter_weights is not None
+                   else "scatter_positions")
+            raise ValueError(f"{op}: '{arg}' needs 'scatter'")
         out_shape = (rows, out_cols)
     if fp8 != (scales is not None):
         raise ValueError(f"{op}: 'scales' are required for FP8 operands and "

@@ -154,3 +154,48 @@ def test_permute_unpermute_backward(rng, tokens):
     assert rel_error(dx, w.sum(axis=1, keepdims=True) * dy64) < 1e-6
     ref_dw = np.repeat((x64 * dy64).sum(axis=1, keepdims=True), 2, axis=1)
     assert rel_error(dw, ref_dw) < 1e-6
+
+
+@pytest.mark.parametrize("tokens", [1, 19])
+def test_positions_passed_between_kernels(rng, tokens):
+    # One kernel sorts and returns the row of each slot; another, compiled
+    # apart, takes it for its permute and for its matmul's combine.
+    @moec.kernel
+    def route(ids: moec.Tensor["T", 2, "i32"]):
+        return ops.sort_by_expert(ids, 8, positions=True)
+
+    # Kernel inputs have one symbolic size, T, so the second kernel is
+    # compiled for this token count (its slot arrays are 2T long).
+    def expert_mlp(x, slots, offsets, positions, w, w1):
+        rows = ops.permute(x, slots, offsets, k=2, positions=positions)
+        y = ops.grouped_matmul(rows, w1, offsets, scatter=slots, k=2,
+                               scatter_weights=w,
+                               scatter_positions=positions)
+        return rows, y
+    expert_mlp = moec.kernel(expert_mlp, signature={
+        "x": moec.Tensor[tokens, 40, "f32"],
+        "slots": moec.Tensor[2 * tokens, "i32"],
+        "offsets": moec.Tensor[8, "i32"],
+        "positions": moec.Tensor[2 * tokens, "i32"],
+        "w": moec.Tensor[tokens, 2, "f32"],
+        "w1": moec.Tensor[8, 40, 24, "f32"]})
+    assert "scatter_positions(" in expert_mlp.module
+
+    ids = rng.integers(0, 8, (tokens, 2)).astype(np.int32)
+    ids[:, 1] = (ids[:, 0] + 1 + rng.integers(0, 7, tokens)) % 8  # distinct
+    _, slots, offsets, positions = route(ids)
+    assert positions.shape == (tokens * 2,)
+    np.testing.assert_array_equal(slots[positions], np.arange(tokens * 2))
+
+    x = rng.standard_normal((tokens, 40)).astype(np.float32)
+    w = rng.random((tokens, 2)).astype(np.float32)
+    w1 = rng.standard_normal((8, 40, 24)).astype(np.float32)
+    rows, y = expert_mlp(x, slots, offsets, positions, w, w1)
+    np.testing.assert_array_equal(rows, x[slots // 2])
+    flat = ids.reshape(-1)
+    ref = np.zeros((tokens, 24))
+    for s in range(tokens * 2):
+        ref[s // 2] += w.reshape(-1)[s] * (
+            x[s // 2].astype(np.float64) @ w1[flat[s]].astype(np.float64))
+    assert rel_error(y, ref) < 1e-5
+

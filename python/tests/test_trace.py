@@ -144,6 +144,20 @@ def test_errors_name_the_argument():
         trace(lambda g, s, o, p: ops.permute_grad(g, s, o, k=2, probs=p),
               g=f32("T", 8), s=moec.Tensor["T", "i32"],
               o=moec.Tensor[4, "i32"], p=f32("T", 2))
+    with pytest.raises(ValueError, match="sort_by_expert: 'positions' must "
+                       "be a bool"):
+        trace(lambda i: ops.sort_by_expert(i, 8, positions=1),
+              i=moec.Tensor["T", 2, "i32"])
+    with pytest.raises(ValueError, match="permute: 'positions' must be i32"):
+        trace(lambda x, s, o, p: ops.permute(x, s, o, k=2, positions=p),
+              x=f32("T", 8), s=moec.Tensor[16, "i32"],
+              o=moec.Tensor[4, "i32"], p=f32(16))
+    with pytest.raises(ValueError, match="grouped_matmul: 'scatter_positions'"
+                       " needs 'scatter'"):
+        trace(lambda x, w, o, p: ops.grouped_matmul(x, w, o,
+                                                    scatter_positions=p),
+              x=f32("T", 8), w=f32(4, 8, 4), o=moec.Tensor[4, "i32"],
+              p=moec.Tensor[16, "i32"])
     with pytest.raises(TypeError, match="'logits' must be a tensor of the "
                        "traced kernel"):
         trace(lambda l: ops.router_topk([1.0], k=1), l=f32("T", 8))

@@ -13,6 +13,17 @@ func.func @fuse(%a: tensor<8x32xbf16>, %w: tensor<4x32x16xbf16>, %slots: tensor<
 
 // -----
 
+// The unpermute's slot positions come along as the scatter's.
+// CHECK-LABEL: func @fuse_positions
+func.func @fuse_positions(%a: tensor<8x32xbf16>, %w: tensor<4x32x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<4x2xf32>, %pos: tensor<8xi32>) -> tensor<4x16xbf16> {
+  // CHECK-NEXT: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} scatter(%{{.*}} : tensor<8xi32>) scatter_weights(%{{.*}} : tensor<4x2xf32>) scatter_positions(%{{.*}} : tensor<8xi32>) {k = 2 : i64} : tensor<8x32xbf16>, tensor<4x32x16xbf16>, tensor<4xi32> -> tensor<4x16xbf16>
+  %d = moe.grouped_matmul %a, %w, %o : tensor<8x32xbf16>, tensor<4x32x16xbf16>, tensor<4xi32> -> tensor<8x16xbf16>
+  %y = moe.unpermute %d, %slots, %o k = 2 positions(%pos : tensor<8xi32>) weights(%p : tensor<4x2xf32>) : tensor<8x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return %y : tensor<4x16xbf16>
+}
+
+// -----
+
 // Without weights (already applied by row_scale), dynamic token counts, and
 // the unpermute's result type (f32) wins.
 // CHECK-LABEL: func @fuse_unweighted

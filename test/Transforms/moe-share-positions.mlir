@@ -64,3 +64,22 @@ func.func @left_alone(%ids: tensor<?x2xi32>, %x: tensor<?x64xbf16>,
       : tensor<?x64xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x64xbf16>
   return %a, %b, %c : tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>
 }
+
+// -----
+
+// A grouped matmul's scatter (moe-fuse-combine's unpermute) shares them;
+// its gather of the same slots needs no inverse map and is left as is.
+// CHECK-LABEL: func.func @grouped_matmul_scatter
+// CHECK: %{{[a-z_0-9]+}}, %[[SLOTS:[a-z_0-9]+]], %[[OFFSETS:[a-z_0-9]+]], %[[POS:[a-z_0-9]+]] = moe.sort_by_expert
+// CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %[[OFFSETS]] gather(%[[SLOTS]] : tensor<?xi32>) scatter(%[[SLOTS]] : tensor<?xi32>) scatter_weights(%{{.*}} : tensor<?x2xf32>) scatter_positions(%[[POS]] : tensor<?xi32>) {k = 2 : i64}
+func.func @grouped_matmul_scatter(%ids: tensor<?x2xi32>, %x: tensor<?x64xbf16>,
+                                  %w: tensor<16x64x32xbf16>, %p: tensor<?x2xf32>)
+    -> tensor<?x32xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      scatter(%slots : tensor<?xi32>) scatter_weights(%p : tensor<?x2xf32>)
+      {k = 2 : i64}
+      : tensor<?x64xbf16>, tensor<16x64x32xbf16>, tensor<16xi32> -> tensor<?x32xbf16>
+  return %y : tensor<?x32xbf16>
+}

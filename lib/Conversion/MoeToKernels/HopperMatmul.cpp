@@ -1126,7 +1126,7 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   std::optional<LogicalResult> combined =
       emitCombine(ctx, tile, v.out, scatter, v.offsets,
                   buffer(op.getScatterWeights()), out, plan->slotsPerToken,
-                  /*positions=*/Value());
+                  buffer(op.getScatterPositions()));
   if (!combined)
     return op.emitOpError("has no vectorized combine for its output width");
   return *combined;

@@ -855,7 +855,7 @@ LogicalResult lowerGroupedMatmul(moe::GroupedMatmulOp op, moe::TileAttr tile,
     Value numSlots = h.mul(outSizes[0], h.idx(slotsPerToken));
     FailureOr<Value> inverse =
         emitInverse(ctx, tile, scatter, offsets, numSlots,
-                    /*positions=*/Value());
+                    buffer(op.getScatterPositions()));
     if (failed(inverse))
       return failure();
     int inverseAt = addOptional(*inverse);

@@ -716,7 +716,7 @@ func.func @case78(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // lora_a without lora_b (generic form)
 func.func @case79(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>) {
   // expected-error @+1 {{operands 'lora_a' and 'lora_b' must be given together}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
   return
 }
 
@@ -842,7 +842,7 @@ func.func @case92(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // scatter_weights without scatter (generic form)
 func.func @case93(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'scatter_weights' requires operand 'scatter_slots'}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
   return
 }
 
@@ -941,7 +941,7 @@ func.func @case103(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // weight_grad rejects scatter_weights (generic form)
 func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'scatter_weights' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -950,7 +950,7 @@ func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // weight_grad rejects lora_b alone (generic form)
 func.func @case105(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<32x8xbf16>) {
   // expected-error @+1 {{operand 'lora_b' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -1760,7 +1760,7 @@ func.func @case194(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4
 // scales come in pairs (generic form)
 func.func @case195(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>) {
   // expected-error @+1 {{operands 'lhs_scales' and 'rhs_scales' must be given together}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %sx) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32>, tensor<8x2xf32>) -> tensor<8x512xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sx) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32>, tensor<8x2xf32>) -> tensor<8x512xbf16>
   return
 }
 
@@ -1859,7 +1859,7 @@ func.func @case205(%x: tensor<8x16xf8E4M3FN>, %dy: tensor<8x32xf8E4M3FN>, %o: te
 // weight_grad rejects lhs_scales (generic form)
 func.func @case206(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sx: tensor<8x1xf32>) {
   // expected-error @+1 {{operand 'lhs_scales' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sx) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8x1xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sx) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8x1xf32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -1868,7 +1868,7 @@ func.func @case206(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // weight_grad rejects rhs_scales (generic form)
 func.func @case207(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x1x1xf32>) {
   // expected-error @+1 {{operand 'rhs_scales' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x1x1xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x1x1xf32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -2376,5 +2376,39 @@ func.func @permute_grad_positions_length(%r: tensor<8x16xbf16>, %slots: tensor<8
 func.func @unpermute_grad_positions_rank(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %p: tensor<8x1xi32>) {
   // expected-error @+1 {{operand 'positions' must be a 1-D tensor of i32 values, got 'tensor<8x1xi32>'}}
   %y = moe.unpermute_grad %g, %slots, %o k = 2 positions(%p : tensor<8x1xi32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return
+}
+
+// -----
+
+// scatter_positions without scatter (generic form)
+func.func @grouped_matmul_positions_without_scatter(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %p: tensor<8xi32>) {
+  // expected-error @+1 {{operand 'scatter_positions' requires operand 'scatter_slots'}}
+  %y = "moe.grouped_matmul"(%x, %w, %o, %p) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+func.func @grouped_matmul_positions_length(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %p: tensor<6xi32>) {
+  // expected-error @+1 {{dimension 0 of operand 'scatter_positions' is 6 but must equal the number of slots tokens * k (8)}}
+  %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) scatter_positions(%p : tensor<6xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
+  return
+}
+
+// -----
+
+func.func @grouped_matmul_positions_type(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %p: tensor<8xi64>) {
+  // expected-error @+1 {{operand 'scatter_positions' must be a 1-D tensor of i32 values, got 'tensor<8xi64>'}}
+  %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) scatter_positions(%p : tensor<8xi64>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
+  return
+}
+
+// -----
+
+// the weight gradient has no scatter (generic form)
+func.func @weight_grad_scatter_positions(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %p: tensor<8xi32>) {
+  // expected-error @+1 {{operand 'scatter_positions' is not supported with mode = weight_grad}}
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %p) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<4x16x32xf32>
   return
 }

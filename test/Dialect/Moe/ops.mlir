@@ -172,12 +172,14 @@ func.func @grouped_matmul_fused_prologue_epilogue(%x: tensor<?x64xbf16>, %slots:
 
 // Scattered output combined in token order (the down projection + unpermute).
 // CHECK-LABEL: func @grouped_matmul_scatter
-func.func @grouped_matmul_scatter(%h: tensor<?x768xbf16>, %w: tensor<128x2048x768xbf16>, %offsets: tensor<128xi32>, %slots: tensor<?xi32>, %weights: tensor<?x8xf32>) -> (tensor<?x2048xbf16>, tensor<?x2048xbf16>) {
+func.func @grouped_matmul_scatter(%h: tensor<?x768xbf16>, %w: tensor<128x2048x768xbf16>, %offsets: tensor<128xi32>, %slots: tensor<?xi32>, %weights: tensor<?x8xf32>) -> (tensor<?x2048xbf16>, tensor<?x2048xbf16>, tensor<?x2048xbf16>) {
   // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} scatter(%{{.*}} : tensor<?xi32>) scatter_weights(%{{.*}} : tensor<?x8xf32>) {k = 8 : i64, transpose_rhs} : tensor<?x768xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32> -> tensor<?x2048xbf16>
   %y = moe.grouped_matmul %h, %w, %offsets scatter(%slots : tensor<?xi32>) scatter_weights(%weights : tensor<?x8xf32>) {k = 8 : i64, transpose_rhs} : tensor<?x768xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32> -> tensor<?x2048xbf16>
   // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} scatter(%{{.*}} : tensor<?xi32>) {k = 8 : i64, transpose_rhs}
   %s = moe.grouped_matmul %h, %w, %offsets scatter(%slots : tensor<?xi32>) {k = 8 : i64, transpose_rhs} : tensor<?x768xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32> -> tensor<?x2048xbf16>
-  return %y, %s : tensor<?x2048xbf16>, tensor<?x2048xbf16>
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} scatter(%{{.*}} : tensor<?xi32>) scatter_positions(%{{.*}} : tensor<?xi32>) {k = 8 : i64, transpose_rhs}
+  %p = moe.grouped_matmul %h, %w, %offsets scatter(%slots : tensor<?xi32>) scatter_positions(%slots : tensor<?xi32>) {k = 8 : i64, transpose_rhs} : tensor<?x768xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32> -> tensor<?x2048xbf16>
+  return %y, %s, %p : tensor<?x2048xbf16>, tensor<?x2048xbf16>, tensor<?x2048xbf16>
 }
 
 // -----

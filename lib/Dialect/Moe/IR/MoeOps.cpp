@@ -580,6 +580,8 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
                            reason)) ||
       failed(rejectOperand(raw, op.getScatterWeights(), "scatter_weights",
                            reason)) ||
+      failed(rejectOperand(raw, op.getScatterPositions(), "scatter_positions",
+                           reason)) ||
       failed(rejectOperand(raw, op.getLhsScales(), "lhs_scales", reason)) ||
       failed(rejectOperand(raw, op.getRhsScales(), "rhs_scales", reason)))
     return failure();
@@ -781,6 +783,9 @@ LogicalResult GroupedMatmulOp::verify() {
   if (getScatterWeights() && !getScatterSlots())
     return emitOpError() << "operand 'scatter_weights' requires operand "
                             "'scatter_slots'";
+  if (getScatterPositions() && !getScatterSlots())
+    return emitOpError() << "operand 'scatter_positions' requires operand "
+                            "'scatter_slots'";
   if (Value slots = getScatterSlots()) {
     auto slotsType =
         expectTensor(op, "operand 'scatter_slots'", slots, 1, isI32, kI32);
@@ -790,7 +795,9 @@ LogicalResult GroupedMatmulOp::verify() {
       return failure();
     int64_t tokens = outType->getDimSize(0);
     if (failed(expectEnoughRows(op, "operand 'scatter_slots'", rows, tokens,
-                                *getK())))
+                                *getK())) ||
+        failed(expectPositions(op, "operand 'scatter_positions'",
+                               getScatterPositions(), tokens, *getK())))
       return failure();
     // Gather and scatter both read slot / k as a token of the same layer.
     if (getGatherSlots() &&

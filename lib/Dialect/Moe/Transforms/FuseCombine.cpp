@@ -25,7 +25,9 @@ using namespace moec::moe;
 namespace {
 
 /// unpermute(grouped_matmul(...), slots, offsets, k) [weights(w)]
-///   -> grouped_matmul(...) scatter(slots) [scatter_weights(w)] {k}
+///     [positions(p)]
+///   -> grouped_matmul(...) scatter(slots) [scatter_weights(w)]
+///     [scatter_positions(p)] {k}
 ///
 /// unpermute computes out[t] = sum_j w[t, j] * rows[pos(t*k + j)], dropping
 /// padding rows; scatter computes out[t] = sum over rows i with
@@ -70,6 +72,8 @@ struct FuseUnpermuteIntoMatmul : OpRewritePattern<UnpermuteOp> {
       matmul.getScatterSlotsMutable().assign(unpermute.getSlots());
       if (Value weights = unpermute.getWeights())
         matmul.getScatterWeightsMutable().assign(weights);
+      if (Value positions = unpermute.getPositions())
+        matmul.getScatterPositionsMutable().assign(positions);
       matmul.setK(k);
       matmul.getOut().setType(outType);
     });

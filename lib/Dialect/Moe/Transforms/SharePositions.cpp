@@ -1,7 +1,8 @@
 //===- SharePositions.cpp - Pass sort_by_expert's slot rows on ----------===//
 //
 // Part of moec. The `moe-share-positions` pass: the token-order kernels
-// (permute, unpermute and their gradients) take the row of each slot from
+// (permute, unpermute, their gradients, and the combine of a grouped
+// matmul's scatter) take the row of each slot from
 // the moe.sort_by_expert that made their slots instead of rebuilding that
 // inverse map with kernels of their own.
 //
@@ -41,6 +42,16 @@ std::optional<MutableOperandRange> positionsOperand(OpOperand &use,
              user)
       .Case<PermuteOp, UnpermuteOp, PermuteGradOp, UnpermuteGradOp>(
           [&](auto op) { return operandOf(op); })
+      .Case<GroupedMatmulOp>(
+          [&](GroupedMatmulOp op) -> std::optional<MutableOperandRange> {
+            // The combine of a scatter (moe-fuse-combine's unpermute).
+            if (!op.getScatterSlots() ||
+                &use != &op.getScatterSlotsMutable()[0] ||
+                op.getOffsets() != offsets || op.getK() != uint64_t(k) ||
+                op.getScatterPositions())
+              return std::nullopt;
+            return op.getScatterPositionsMutable();
+          })
       .Default([](Operation *) { return std::nullopt; });
 }
 

@@ -403,6 +403,10 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
       is `scatter_weights[t, slots[i] % k]` when
       `scatter_weights(%w : tensor<Txkxf32>)` is given and 1 otherwise
       (padding rows are dropped): the unpermute fused into the epilogue.
+      `scatter_positions(%p : tensor<Sxi32>)` gives the row of each of the
+      `S = T*k` slots (the `positions` result of the `moe.sort_by_expert`
+      that made the slots), so that the combine does not rebuild that map;
+      `moe-share-positions` adds it where the sort is in the same function.
 
     `mode = weight_grad`: the weight gradient. `lhs` is `[M, K]` (or gathered
     as above), `rhs` is the output gradient `[M, N]` in the same grouped row
@@ -437,6 +441,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Optional<AnyTensor>:$row_scale,
     Optional<AnyTensor>:$scatter_slots,
     Optional<AnyTensor>:$scatter_weights,
+    Optional<AnyTensor>:$scatter_positions,
     Optional<AnyTensor>:$lhs_scales,
     Optional<AnyTensor>:$rhs_scales,
     DefaultValuedAttr<Moe_MatmulModeAttr, "::moec::moe::MatmulMode::forward">:$mode,
@@ -455,6 +460,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     (`row_scale` `(` $row_scale^ `:` type($row_scale) `)`)?
     (`scatter` `(` $scatter_slots^ `:` type($scatter_slots) `)`)?
     (`scatter_weights` `(` $scatter_weights^ `:` type($scatter_weights) `)`)?
+    (`scatter_positions` `(` $scatter_positions^ `:` type($scatter_positions) `)`)?
     (`scales` `(` $lhs_scales^ `,` $rhs_scales `:` type($lhs_scales) `,`
                   type($rhs_scales) `)`)?
     attr-dict `:` type($lhs) `,` type($rhs) `,` type($offsets) `->` type($out)
