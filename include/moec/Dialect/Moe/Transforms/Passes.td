@@ -108,9 +108,11 @@ def MoeSharePositionsPass : Pass<"moe-share-positions"> {
   let summary = "Hands sort_by_expert's slot-to-row map to the token-order "
                 "kernels";
   let description = [{
-    `moe.permute`, `moe.unpermute`, `moe.permute_grad` and
-    `moe.unpermute_grad` work in token order and need the row of each slot,
-    the inverse of `slots`. Without a `positions` operand each of them
+    `moe.permute`, `moe.unpermute`, `moe.permute_grad`,
+    `moe.unpermute_grad` and the combine of a `moe.grouped_matmul` with
+    `scatter` (its `scatter_positions`) work in token order and need the
+    row of each slot, the inverse of `slots`. Without a `positions` operand
+    each of them
     builds that map itself (two kernel launches, and a third for permute's
     padding); `moe.sort_by_expert` knows it already and writes it with one
     coalesced store per slot. For every such op whose `slots` and `offsets`
