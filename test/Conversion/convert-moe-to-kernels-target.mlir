@@ -248,3 +248,30 @@ func.func @colwise(%x: tensor<?x256xbf16> {moe.sym = "M"},
       : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x256xf32>
   return %d, %s : tensor<?x256xf8E4M3FN>, tensor<?x256xf32>
 }
+
+// -----
+
+// permute writes each token's chunk to its k rows with streaming stores on
+// NVIDIA targets (st.global.cs: the rows are not read again by the kernel),
+// plain vector stores elsewhere.
+// NVVM-LABEL: gpu.func @permute_rows_k{{[0-9]+}}_permute_scatter_vec
+// NVVM: vector.load {{.*}} : memref<?x64xbf16>, vector<8xbf16>
+// NVVM-COUNT-2: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r"
+// NVVM-NOT: vector.store
+// NVVM: gpu.return
+// ROCDL-LABEL: gpu.func @permute_rows_k{{[0-9]+}}_permute_scatter_vec
+// ROCDL-NOT: llvm.inline_asm
+// ROCDL-COUNT-2: vector.store {{.*}} : memref<?x64xbf16>, vector<8xbf16>
+// HOST-LABEL: gpu.func @permute_rows_k{{[0-9]+}}_permute_scatter_vec
+// HOST-NOT: llvm.inline_asm
+// HOST: vector.store {{.*}} : memref<?x64xbf16>, vector<8xbf16>
+func.func @permute_rows(%x: tensor<?x64xbf16>,
+                        %slots: tensor<?xi32> {moe.sym = "M"},
+                        %offsets: tensor<4xi32>,
+                        %positions: tensor<?xi32> {moe.sym = "M"})
+    -> tensor<?x64xbf16> {
+  %rows = moe.permute %x, %slots, %offsets k = 2
+      positions(%positions : tensor<?xi32>)
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x64xbf16>
+  return %rows : tensor<?x64xbf16>
+}

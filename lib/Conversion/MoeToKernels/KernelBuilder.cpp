@@ -271,6 +271,42 @@ void KernelBuilder::storeVec(Value vec, Value memref, ValueRange indices) {
       *this, vec, memref, indices, /*nontemporal=*/false,
       llvm::Align(vectorAlignment(type.getElementType(), type.getNumElements())));
 }
+
+void KernelBuilder::storeVecStreaming(Value vec, Value memref,
+                                      ValueRange indices) {
+  auto memrefType = cast<MemRefType>(memref.getType());
+  auto type = cast<VectorType>(vec.getType());
+  Type elem = type.getElementType();
+  int64_t bytes = type.getNumElements() *
+                  std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8);
+  if (!isNVVM() || bytes != 16 || !memrefType.getLayout().isIdentity() ||
+      memrefType.getMemorySpace() || elem.getIntOrFloatBitWidth() % 8) {
+    storeVec(vec, memref, indices);
+    return;
+  }
+  // Row-major offset of the element, in bytes, from the aligned pointer
+  // (an identity-layout buffer has offset 0).
+  Value linear = idx(0);
+  for (auto [d, index] : llvm::enumerate(indices))
+    linear = add(mul(linear, memref::DimOp::create(*this, memref, d)), index);
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(*this, memref);
+  Value address = arith::IndexCastOp::create(
+      *this, getI64Type(),
+      add(base, mul(linear, idx(elem.getIntOrFloatBitWidth() / 8))));
+  auto words = VectorType::get({4}, getI32Type());
+  Value bits = vector::BitCastOp::create(*this, words, vec);
+  SmallVector<Value> operands = {address};
+  for (int64_t i = 0; i < 4; ++i)
+    operands.push_back(vector::ExtractOp::create(*this, bits, i));
+  // No NVVM op stores with a cache operator; the instruction is one line.
+  LLVM::InlineAsmOp::create(
+      *this, TypeRange{}, operands,
+      "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r",
+      /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
+      ArrayAttr());
+}
+
 Value KernelBuilder::loadVecF32(Value memref, ValueRange indices, int64_t n) {
   Value vec = loadVec(memref, indices, n);
   Type elem = cast<VectorType>(vec.getType()).getElementType();

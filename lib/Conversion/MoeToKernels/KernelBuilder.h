@@ -107,6 +107,12 @@ public:
                       int64_t n);
   void storeVec(mlir::Value vector, mlir::Value memref,
                 mlir::ValueRange indices);
+  /// storeVec for lines written once and not read again by the kernel: on
+  /// NVVM a 16-byte piece goes out as `st.global.cs` (evict first), which
+  /// keeps them from pushing the kernel's inputs out of the caches; other
+  /// targets and sizes get storeVec. `memref` must be contiguous row-major.
+  void storeVecStreaming(mlir::Value vector, mlir::Value memref,
+                         mlir::ValueRange indices);
   /// loadVec widened to vector<n x f32> (FP8 decoded).
   mlir::Value loadVecF32(mlir::Value memref, mlir::ValueRange indices,
                          int64_t n);
