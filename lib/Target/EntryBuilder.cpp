@@ -11,7 +11,7 @@
 
 #include "EntryBuilder.h"
 
-#include "moec/Dialect/Moe/IR/MoeAttrs.h"
+#include "moec/Conversion/LaunchABI.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -150,18 +150,14 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
         stringArray(launch->getAttrOfType<ArrayAttr>("moe.scalars"));
     for (auto [i, operand] : llvm::enumerate(launch.getKernelOperands())) {
       auto memrefType = dyn_cast<MemRefType>(operand.getType());
-      auto mapCast = operand.getDefiningOp<UnrealizedConversionCastOp>();
-      if (mapCast && mapCast->hasAttr(moec::moe::kTensorMapBoxAttrName)) {
-        auto source = bufferOf.find(mapCast->getOperand(0));
+      if (auto map = tensorMapOf(operand)) {
+        auto source = bufferOf.find(map->first);
         if (source == bufferOf.end())
           return launch.emitOpError("tensor map of an unknown buffer");
         rt::ParamDesc p;
         p.kind = rt::ParamDesc::Kind::TensorMap;
         p.buffer = source->second;
-        for (int64_t extent :
-             mapCast->getAttrOfType<DenseI64ArrayAttr>(
-                        moec::moe::kTensorMapBoxAttrName)
-                 .asArrayRef())
+        for (int64_t extent : map->second)
           p.box.push_back(static_cast<uint32_t>(extent));
         step.params.push_back(p);
         continue;
@@ -189,8 +185,9 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
         p.expr = std::move(expr);
         step.params.push_back(p);
       };
-      // The LLVM lowering's memref ABI: allocated and aligned pointers,
-      // offset, sizes, strides (row-major).
+      // The LLVM lowering's memref ABI (loweredMemrefParams): allocated and
+      // aligned pointers, offset, sizes, strides (row-major).
+      size_t before = step.params.size();
       pointer();
       pointer();
       scalar("0");
@@ -203,6 +200,10 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
                                  : stride + " " + desc.dims[e] + " *";
         scalar(stride);
       }
+      assert(int64_t(step.params.size() - before) ==
+                 loweredMemrefParams(int64_t(desc.dims.size())) &&
+             "the memref ABI the launches count with");
+      (void)before;
     }
     entry.steps.push_back(std::move(step));
     return WalkResult::advance();

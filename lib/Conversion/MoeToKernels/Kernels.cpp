@@ -14,6 +14,8 @@
 
 #include "LoweringContext.h"
 
+#include "moec/Conversion/LaunchABI.h"
+
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -97,7 +99,7 @@ Value moec::kernels::tensorMapOperand(KernelBuilder &h, Value buffer,
 }
 
 std::optional<std::pair<Value, ArrayRef<int64_t>>>
-moec::kernels::tensorMapOf(Value operand) {
+moec::tensorMapOf(Value operand) {
   auto cast = operand.getDefiningOp<UnrealizedConversionCastOp>();
   if (!cast || cast->getNumOperands() != 1)
     return std::nullopt;

@@ -132,10 +132,7 @@ mlir::Value addressOf(KernelBuilder &b, mlir::Value memref);
 /// encodes it per launch (bundle param kind "tensor map").
 mlir::Value tensorMapOperand(KernelBuilder &h, mlir::Value buffer,
                              llvm::ArrayRef<int64_t> box);
-/// The buffer and box of a tensorMapOperand value; nullopt for other
-/// values.
-std::optional<std::pair<mlir::Value, llvm::ArrayRef<int64_t>>>
-tensorMapOf(mlir::Value operand);
+// tensorMapOf (moec/Conversion/LaunchABI.h) reads such a value back.
 
 /// An LLVM pointer in `addressSpace` (1 global, 3 shared) at an index
 /// address (for NVVM ops such as cp.async that take pointers).

@@ -10,6 +10,7 @@
 
 #include "LoweringContext.h"
 
+#include "moec/Conversion/LaunchABI.h"
 #include "moec/Conversion/Passes.h"
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Tiling.h"
@@ -218,18 +219,17 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
 
   SmallVector<Type> argTypes;
   SmallVector<Attribute> scalarExprs;
-  // Tensor maps' positions among the lowered kernel's parameters (a memref
-  // of rank r is 3 + 2r of them: pointers, offset, sizes, strides).
+  // Tensor maps' positions among the lowered kernel's parameters.
   SmallVector<int64_t> gridConstants;
   int64_t loweredParams = 0;
   for (Value operand : operands) {
     argTypes.push_back(operand.getType());
     if (auto memref = dyn_cast<MemRefType>(operand.getType())) {
       scalarExprs.push_back(hostBuilder.getStringAttr(""));
-      loweredParams += 3 + 2 * memref.getRank();
+      loweredParams += loweredMemrefParams(memref.getRank());
       continue;
     }
-    if (kernels::tensorMapOf(operand)) {
+    if (tensorMapOf(operand)) {
       scalarExprs.push_back(hostBuilder.getStringAttr(""));
       gridConstants.push_back(loweredParams++);
       continue;
