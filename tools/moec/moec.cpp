@@ -179,8 +179,9 @@ int compile(const Args &args) {
     return 1;
   moec::CompileOptions options;
   options.targets.clear();
-  for (StringRef t : llvm::split(args.targets.empty() ? "host" : args.targets,
-                                 ','))
+  // Named, not a temporary: the split pieces point into it.
+  std::string targetList = args.targets.empty() ? "host" : args.targets;
+  for (StringRef t : llvm::split(targetList, ','))
     if (!t.trim().empty())
       options.targets.push_back(t.trim().str());
   options.keepAssembly = !args.emitAsm.empty();
