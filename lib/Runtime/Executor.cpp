@@ -82,7 +82,12 @@ Status runSteps(const Entry &entry, const std::vector<int64_t> &symbols,
 
     slots.assign(step.params.size(), Slot{nullptr});
     pointers.assign(step.params.size(), nullptr);
-    maps.assign(step.params.size(), TensorMap{});
+    // Room for maps only in steps that pass one (most launches do not).
+    bool passesMaps = std::any_of(
+        step.params.begin(), step.params.end(), [](const ParamDesc &param) {
+          return param.kind == ParamDesc::Kind::TensorMap;
+        });
+    maps.assign(passesMaps ? step.params.size() : 0, TensorMap{});
     for (size_t p = 0; p < step.params.size(); ++p) {
       const ParamDesc &param = step.params[p];
       if (param.kind != ParamDesc::Kind::Scalar &&
