@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Memory ceilings of the GPU for the bandwidth-bound kernels: how fast
-torch's own kernels and two plain Triton kernels (16-byte accesses, a block
+torch's own kernels and three plain Triton kernels (16-byte accesses, a block
 of 4096 int32 per program) read, write and copy large buffers.
 
     python3 bench/ceilings.py [--mib 1024] [--json out.json]
 
 The Triton cases show what a kernel that only reads or only writes can
 reach; moec's permute writes 8 bytes per byte it reads, its unpermute the
-reverse. Each case is timed like bench/memory_bound.py (CUDA events, the L2 evicted
-by a 256 MB read before each run, median of --iters). Bytes are what the
+reverse. A Triton row scatter moves permute's mix: each 4 KiB row (a Qwen3
+token) read once and written to 8 rows of a random permutation. Each case
+is timed like bench/memory_bound.py (CUDA events, the L2 evicted by a
+256 MB read before each run, median of --iters). Bytes are what the
 kernel must move: read + written. A one-element add gives the time any
 kernel pays whatever its size.
 """
@@ -22,11 +24,13 @@ import torch
 from memory_bound import make_flush, timed
 
 BLOCK = 4096
+ROW_BYTES = 4096  # a Qwen3 token in bf16 (H = 2048)
+FANOUT = 8        # rows written per row read (top-8)
 
 
 def triton_cases(src, dst):
-    """Read-only and write-only Triton kernels over int32 views (None
-    without Triton)."""
+    """Read-only, write-only and row-scatter Triton kernels over int32
+    views (none without Triton)."""
     try:
         import triton
         import triton.language as tl
@@ -44,15 +48,34 @@ def triton_cases(src, dst):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(y_ptr + offs, tl.full((BLOCK,), 7, tl.int32), mask=offs < n)
 
+    @triton.jit
+    def scatter_kernel(x_ptr, rows_ptr, y_ptr, ROW: tl.constexpr,
+                       FANOUT: tl.constexpr):
+        t = tl.program_id(0)
+        offs = tl.arange(0, ROW)
+        x = tl.load(x_ptr + t * ROW + offs)
+        for j in tl.static_range(FANOUT):
+            r = tl.load(rows_ptr + t * FANOUT + j).to(tl.int64)
+            tl.store(y_ptr + r * ROW + offs, x)
+
     x, y = src.view(torch.int32), dst.view(torch.int32)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)
     parts = torch.empty(grid[0], dtype=torch.int32, device=x.device)
+    # Row scatter: dst's rows are the targets, 1/FANOUT of src the tokens.
+    row = ROW_BYTES // 4
+    out_rows = dst.numel() // ROW_BYTES
+    tokens = out_rows // FANOUT
+    targets = torch.randperm(out_rows, device=x.device, dtype=torch.int32)
     return {
         "triton read": (lambda: read_kernel[grid](x, parts, n, BLOCK=BLOCK),
                         src.numel()),
         "triton write": (lambda: write_kernel[grid](y, n, BLOCK=BLOCK),
                          dst.numel()),
+        "triton scatter 1:8": (
+            lambda: scatter_kernel[(tokens,)](x, targets, y, ROW=row,
+                                              FANOUT=FANOUT),
+            tokens * ROW_BYTES * (FANOUT + 1)),
     }
 
 
