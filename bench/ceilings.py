@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory ceilings of the GPU for the bandwidth-bound kernels: how fast
-torch's own kernels and three plain Triton kernels (16-byte accesses, a block
-of 4096 int32 per program) read, write and copy large buffers.
+torch's own kernels and plain Triton kernels (16-byte accesses, a block of
+4096 int32 per program) read, write and copy large buffers.
 
     python3 bench/ceilings.py [--mib 1024] [--json out.json]
 
