@@ -272,6 +272,37 @@ void KernelBuilder::storeVec(Value vec, Value memref, ValueRange indices) {
       llvm::Align(vectorAlignment(type.getElementType(), type.getNumElements())));
 }
 
+Value KernelBuilder::elementAddress(Value memref, ValueRange indices) {
+  // Row-major offset of the element, in bytes, from the aligned pointer
+  // (an identity-layout buffer has offset 0).
+  Value linear = idx(0);
+  for (auto [d, index] : llvm::enumerate(indices))
+    linear = add(mul(linear, memref::DimOp::create(*this, memref, d)), index);
+  Type elem = cast<MemRefType>(memref.getType()).getElementType();
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(*this, memref);
+  return add(base, mul(linear, idx(elem.getIntOrFloatBitWidth() / 8)));
+}
+
+void KernelBuilder::prefetchL2(Value memref, ValueRange indices) {
+  auto memrefType = cast<MemRefType>(memref.getType());
+  if (!isNVVM() || !memrefType.getLayout().isIdentity() ||
+      memrefType.getMemorySpace() ||
+      memrefType.getElementType().getIntOrFloatBitWidth() % 8)
+    return;
+  Value address = arith::IndexCastOp::create(*this, getI64Type(),
+                                             elementAddress(memref, indices));
+  Value pointer = LLVM::IntToPtrOp::create(
+      *this, LLVM::LLVMPointerType::get(getContext(), 1), address);
+  NVVM::PrefetchOp::create(
+      *this,
+      NVVM::PrefetchCacheLevelAttr::get(getContext(),
+                                        NVVM::PrefetchCacheLevel::L2),
+      NVVM::CacheEvictionPriorityAttr::get(
+          getContext(), NVVM::CacheEvictionPriority::EvictLast),
+      pointer, /*predicate=*/Value(), /*tensormap=*/false, /*uniform=*/false,
+      /*in_param_space=*/false);
+}
+
 void KernelBuilder::storeVecStreaming(Value vec, Value memref,
                                       ValueRange indices) {
   auto memrefType = cast<MemRefType>(memref.getType());
@@ -284,15 +315,8 @@ void KernelBuilder::storeVecStreaming(Value vec, Value memref,
     storeVec(vec, memref, indices);
     return;
   }
-  // Row-major offset of the element, in bytes, from the aligned pointer
-  // (an identity-layout buffer has offset 0).
-  Value linear = idx(0);
-  for (auto [d, index] : llvm::enumerate(indices))
-    linear = add(mul(linear, memref::DimOp::create(*this, memref, d)), index);
-  Value base = memref::ExtractAlignedPointerAsIndexOp::create(*this, memref);
-  Value address = arith::IndexCastOp::create(
-      *this, getI64Type(),
-      add(base, mul(linear, idx(elem.getIntOrFloatBitWidth() / 8))));
+  Value address = arith::IndexCastOp::create(*this, getI64Type(),
+                                             elementAddress(memref, indices));
   auto words = VectorType::get({4}, getI32Type());
   Value bits = vector::BitCastOp::create(*this, words, vec);
   SmallVector<Value> operands = {address};

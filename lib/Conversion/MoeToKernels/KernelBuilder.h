@@ -113,6 +113,13 @@ public:
   /// targets and sizes get storeVec. `memref` must be contiguous row-major.
   void storeVecStreaming(mlir::Value vector, mlir::Value memref,
                          mlir::ValueRange indices);
+  /// The byte address (index) of the element at `indices` of a contiguous
+  /// row-major `memref`.
+  mlir::Value elementAddress(mlir::Value memref, mlir::ValueRange indices);
+  /// Brings the 128-byte line holding the element at `indices` into L2
+  /// with the evict-last priority, ahead of a later load (NVVM only; other
+  /// targets emit nothing). `memref` must be contiguous row-major.
+  void prefetchL2(mlir::Value memref, mlir::ValueRange indices);
   /// loadVec widened to vector<n x f32> (FP8 decoded).
   mlir::Value loadVecF32(mlir::Value memref, mlir::ValueRange indices,
                          int64_t n);
