@@ -17,12 +17,12 @@
 // BADTILE: error: moe-tile: tuning cache '{{.*}}': entry 0: "tile" is not a #moe.tile<...>: '#moe.tile<m = 128, n = 96, k = 64, threads = 256>'
 
 // Buckets 1024 and 4096 measured the same tile: they merge into one bucket
-// of up to 4096 rows; the largest bucket's tile is the op's moe.tile.
+// of up to 4096 rows, then the bucket of up to 16384; rows above the
+// largest bucket were never measured and keep the cost model's moe.tile.
 // CHECK-LABEL: func @gathered
-// CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256, stages = 4, band_m = 16>, moe.tile_buckets = [#moe.tile_bucket<max_rows = 4096, tile = <m = 128, n = 128, k = 64, threads = 256, stages = 6, band_m = 4>>]
-// One bucket: a moe.tile and no buckets.
-// CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, stages = 5, band_m = 8>
-// CHECK-NOT: moe.tile_buckets
+// CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 256>, moe.tile_buckets = [#moe.tile_bucket<max_rows = 4096, tile = <m = 128, n = 128, k = 64, threads = 256, stages = 6, band_m = 4>>, #moe.tile_bucket<max_rows = 16384, tile = <m = 128, n = 256, k = 64, threads = 256, stages = 4, band_m = 16>>]
+// One bucket: that bucket, the cost model above it.
+// CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 256>, moe.tile_buckets = [#moe.tile_bucket<max_rows = 4096, tile = <m = 128, n = 128, k = 64, threads = 256, stages = 5, band_m = 8>>]
 // Not in the cache (another K): the cost model.
 // CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 256>
 // A tile set by hand stays.

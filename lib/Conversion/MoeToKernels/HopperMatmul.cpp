@@ -996,23 +996,34 @@ LogicalResult launchBucketed(
     LoweringContext &ctx, Operation *op, const HopperOperands &v,
     const HopperPlan &base,
     function_ref<std::optional<HopperPlan>(moe::TileAttr)> planOf) {
-  auto buckets = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName);
-  if (!buckets)
+  auto bucketList = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName);
+  SmallVector<std::pair<moe::TileBucketAttr, HopperPlan>> buckets;
+  if (bucketList)
+    for (auto bucket : bucketList.getAsRange<moe::TileBucketAttr>()) {
+      std::optional<HopperPlan> plan = planOf(bucket.getTile());
+      if (!plan || !isHopperTile(bucket.getTile()))
+        return op->emitOpError("has a tile bucket the sm90a matmul cannot "
+                               "build: ")
+               << bucket;
+      buckets.push_back({bucket, *plan});
+    }
+  // Last buckets that would build the base kernel again: the base serves
+  // their rows.
+  MLIRContext *context = op->getContext();
+  while (!buckets.empty() && tileOf(context, buckets.back().second) ==
+                                 tileOf(context, base))
+    buckets.pop_back();
+  if (buckets.empty())
     return launchHopperMatmul(ctx, v, base, "wgmma");
   KernelBuilder &h = ctx.host();
   Value rows = ctx.sizes(v.out)[0];
   int64_t below = 0;
-  for (auto bucket : buckets.getAsRange<moe::TileBucketAttr>()) {
-    std::optional<HopperPlan> plan = planOf(bucket.getTile());
-    if (!plan || !isHopperTile(bucket.getTile()))
-      return op->emitOpError("has a tile bucket the sm90a matmul cannot "
-                             "build: ")
-             << bucket;
+  for (auto &[bucket, plan] : buckets) {
     // rows in (below, max_rows]: above(below) - above(max_rows).
     Value enabled = h.sub(above(h, rows, below),
                           above(h, rows, bucket.getMaxRows()));
     std::string suffix = "wgmma_le" + std::to_string(bucket.getMaxRows());
-    if (failed(launchHopperMatmul(ctx, v, *plan, suffix, enabled)))
+    if (failed(launchHopperMatmul(ctx, v, plan, suffix, enabled)))
       return failure();
     below = bucket.getMaxRows();
   }

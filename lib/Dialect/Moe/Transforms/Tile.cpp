@@ -95,7 +95,11 @@ struct MoeTilePass : moec::moe::impl::MoeTilePassBase<MoeTilePass> {
           op->hasAttr(kTileAttrName))
         return WalkResult::advance();
       // Measured tiles first, unless the options override the matmul tile.
-      if (cache && !hasOverride() && cache->apply(op, target))
+      // On sm_90a (a kernel per bucket) they are row ranges, and the cost
+      // model's tile serves the rows above them.
+      if (cache && !hasOverride() &&
+          cache->apply(op, target, /*perBucketKernels=*/target == "sm_90a") &&
+          op->hasAttr(kTileAttrName))
         return WalkResult::advance();
       TileAttr tile = defaultTileFor(op);
       if (hasMatmulTile(op))

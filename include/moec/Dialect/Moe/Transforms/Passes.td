@@ -164,9 +164,12 @@ def MoeTilePass : Pass<"moe-tile"> {
     With `tuning-cache` (a JSON file written by the autotuner, format in
     include/moec/Dialect/Moe/Transforms/TuningCache.h) and `target` (the
     compile target the tiles were measured on, e.g. `sm_90a`), a
-    `moe.grouped_matmul` the cache has measured gets the measured tiles
-    instead of the model's: `moe.tile` from the largest row-count bucket
-    and `moe.tile_buckets` for the smaller ones that measured another tile.
+    `moe.grouped_matmul` the cache has measured gets the measured tiles:
+    on `sm_90a`, whose lowering builds a kernel per bucket, every measured
+    row-count bucket as `moe.tile_buckets` and the model's `moe.tile` for
+    the rows above the largest (never measured); on other targets
+    `moe.tile` from the largest bucket and `moe.tile_buckets` for the
+    smaller ones that measured another tile.
     The tile options take precedence over the cache. A cache that cannot be
     read fails the pass.
   }];

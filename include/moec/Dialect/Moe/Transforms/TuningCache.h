@@ -13,9 +13,11 @@
 //
 // `max_rows` is the row count the tile was measured at; `ms` and
 // `default_ms` (the cost model's tile, same run) are informational. The
-// `moe-tile` pass reads the cache and attaches `moe.tile` (the tile of the
-// largest bucket) and, where smaller buckets measured other tiles,
-// `moe.tile_buckets`.
+// `moe-tile` pass reads the cache and attaches the measured buckets as
+// `moe.tile_buckets`; rows above the largest bucket, which the cache says
+// nothing about, keep the cost model's `moe.tile` (on targets whose
+// lowering builds no kernel per bucket, `moe.tile` is the largest bucket's
+// tile).
 //
 //===----------------------------------------------------------------------===//
 
@@ -67,10 +69,15 @@ public:
   llvm::SmallVector<TunedTile> lookup(llvm::StringRef target,
                                       llvm::StringRef key) const;
 
-  /// Gives `op` its measured tiles on `target`: `moe.tile` from the
-  /// largest bucket, `moe.tile_buckets` from the others (if any). False
-  /// when the cache has nothing for the op.
-  bool apply(mlir::Operation *op, llvm::StringRef target) const;
+  /// Gives `op` its measured tiles on `target`. With `perBucketKernels`
+  /// (the target's lowering builds a kernel per bucket: sm_90a) every
+  /// bucket becomes a `moe.tile_bucket` and `moe.tile`, which serves the
+  /// rows above the largest bucket, is left to the caller: the cache says
+  /// nothing about them. Otherwise `moe.tile` is the largest bucket's tile
+  /// and the others are `moe.tile_buckets` (such lowerings read only
+  /// `moe.tile`). False when the cache has nothing for the op.
+  bool apply(mlir::Operation *op, llvm::StringRef target,
+             bool perBucketKernels) const;
 
   size_t numEntries() const { return count; }
 
