@@ -1010,8 +1010,9 @@ LogicalResult launchBucketed(
   // Last buckets that would build the base kernel again: the base serves
   // their rows.
   MLIRContext *context = op->getContext();
-  while (!buckets.empty() && tileOf(context, buckets.back().second) ==
-                                 tileOf(context, base))
+  moe::TileAttr baseTile = tileOf(context, base);
+  while (!buckets.empty() &&
+         tileOf(context, buckets.back().second) == baseTile)
     buckets.pop_back();
   if (buckets.empty())
     return launchHopperMatmul(ctx, v, base, "wgmma");

@@ -272,6 +272,13 @@ void KernelBuilder::storeVec(Value vec, Value memref, ValueRange indices) {
       llvm::Align(vectorAlignment(type.getElementType(), type.getNumElements())));
 }
 
+/// Whether `type` is a global row-major buffer of whole bytes, which the
+/// address-based NVVM accesses below (elementAddress) can reach.
+static bool isPlainGlobal(MemRefType type) {
+  return type.getLayout().isIdentity() && !type.getMemorySpace() &&
+         type.getElementType().getIntOrFloatBitWidth() % 8 == 0;
+}
+
 Value KernelBuilder::elementAddress(Value memref, ValueRange indices) {
   // Row-major offset of the element, in bytes, from the aligned pointer
   // (an identity-layout buffer has offset 0).
@@ -284,10 +291,7 @@ Value KernelBuilder::elementAddress(Value memref, ValueRange indices) {
 }
 
 void KernelBuilder::prefetchL2(Value memref, ValueRange indices) {
-  auto memrefType = cast<MemRefType>(memref.getType());
-  if (!isNVVM() || !memrefType.getLayout().isIdentity() ||
-      memrefType.getMemorySpace() ||
-      memrefType.getElementType().getIntOrFloatBitWidth() % 8)
+  if (!isNVVM() || !isPlainGlobal(cast<MemRefType>(memref.getType())))
     return;
   Value address = arith::IndexCastOp::create(*this, getI64Type(),
                                              elementAddress(memref, indices));
@@ -310,8 +314,7 @@ void KernelBuilder::storeVecStreaming(Value vec, Value memref,
   Type elem = type.getElementType();
   int64_t bytes = type.getNumElements() *
                   std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8);
-  if (!isNVVM() || bytes != 16 || !memrefType.getLayout().isIdentity() ||
-      memrefType.getMemorySpace() || elem.getIntOrFloatBitWidth() % 8) {
+  if (!isNVVM() || bytes != 16 || !isPlainGlobal(memrefType)) {
     storeVec(vec, memref, indices);
     return;
   }

@@ -152,7 +152,7 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
   constexpr int64_t kPrefetchBytes = 6 << 20;
   int64_t rowBytes = *hidden * elem.getIntOrFloatBitWidth() / 8;
   int64_t prefetchTokens = std::max<int64_t>(1, kPrefetchBytes / rowBytes);
-  int64_t chunksPerLine = std::max<int64_t>(1, 128 / (rowBytes / chunks));
+  constexpr int64_t kChunksPerLine = 128 / 16; // 16-byte chunks
   if (failed(launchPerItem(
           ctx, "scatter_vec", h.mul(tokenSizes[0], h.idx(chunks)), tile,
           operands, [&](KernelBuilder &b, ValueRange a, Value id) {
@@ -163,14 +163,11 @@ Lowered lowerPermute(moe::PermuteOp op, moe::TileAttr tile, BufferMap buffer,
             // per 128-byte line), so that its later load hits L2 instead of
             // queuing for DRAM behind this kernel's stream of row writes:
             // +2 - 3 points of the copy bandwidth on the H200.
-            b.ifThen(b.land(b.eq(b.rem(chunk, b.idx(chunksPerLine)),
+            Value ahead = b.add(t, b.idx(prefetchTokens));
+            b.ifThen(b.land(b.eq(b.rem(chunk, b.idx(kChunksPerLine)),
                                  b.idx(0)),
-                            b.ult(b.add(t, b.idx(prefetchTokens)),
-                                  b.dim(a[0], 0))),
-                     [&] {
-                       b.prefetchL2(a[0],
-                                    {b.add(t, b.idx(prefetchTokens)), c});
-                     });
+                            b.ult(ahead, b.dim(a[0], 0))),
+                     [&] { b.prefetchL2(a[0], {ahead, c}); });
             // Every load before the first store: the stores may alias the
             // map as far as the compiler knows, so a load after a store
             // waits for it.
