@@ -120,6 +120,44 @@ uint64_t sampleHash(const std::vector<uint8_t> &binary) {
   return h;
 }
 
+/// Whether the current device allocates stream-ordered (memory pools). The
+/// first call per device and process outside a stream capture also keeps
+/// freed scratch reserved in the device's pool: with the default release
+/// threshold (0) every synchronization hands it back and the next call maps
+/// it again, which costs more GPU time than small kernels take. A pool
+/// attribute set during a capture invalidates the capture (seen on the
+/// H200 under torch.cuda.graph), so a capturing call only asks.
+Status streamOrderedAllocation(CUstream stream, bool &supported) {
+  static std::mutex mutex;
+  static std::map<CUdevice, bool> configured; // device -> pools supported
+  CUdevice device;
+  MOEC_CU(cuCtxGetDevice(&device), "cuCtxGetDevice");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = configured.find(device); it != configured.end()) {
+    supported = it->second;
+    return Status::ok();
+  }
+  int pools = 0;
+  MOEC_CU(cuDeviceGetAttribute(
+              &pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device),
+          "cuDeviceGetAttribute(memory pools supported)");
+  supported = pools != 0;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  MOEC_CU(cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return Status::ok(); // configured by the first call outside a capture
+  if (supported) {
+    CUmemoryPool pool;
+    cuuint64_t keep = ~cuuint64_t(0);
+    MOEC_CU(cuDeviceGetMemPool(&pool, device), "cuDeviceGetMemPool");
+    MOEC_CU(
+        cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
+        "cuMemPoolSetAttribute(release threshold)");
+  }
+  configured[device] = supported;
+  return Status::ok();
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -343,24 +381,10 @@ Status CudaLauncher::allocate(size_t bytes, void **ptr) {
   if (Status s = ensureContext(); !s)
     return s;
   if (impl_->asyncAlloc < 0) {
-    CUdevice device;
-    int pools = 0;
-    MOEC_CU(cuCtxGetDevice(&device), "cuCtxGetDevice");
-    MOEC_CU(cuDeviceGetAttribute(
-                &pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device),
-            "cuDeviceGetAttribute(memory pools supported)");
-    impl_->asyncAlloc = pools != 0;
-    if (pools) {
-      // Keep freed scratch reserved in the pool: with the default threshold
-      // (0) every synchronization hands it back and the next call maps it
-      // again, which costs more GPU time than small kernels take.
-      CUmemoryPool pool;
-      cuuint64_t keep = ~cuuint64_t(0);
-      MOEC_CU(cuDeviceGetMemPool(&pool, device), "cuDeviceGetMemPool");
-      MOEC_CU(cuMemPoolSetAttribute(
-                  pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
-              "cuMemPoolSetAttribute(release threshold)");
-    }
+    bool pools = false;
+    if (Status s = streamOrderedAllocation(impl_->stream, pools); !s)
+      return s;
+    impl_->asyncAlloc = pools;
   }
   CUdeviceptr p = 0;
   std::string what = "cuMemAlloc(" + std::to_string(bytes) + " bytes)";

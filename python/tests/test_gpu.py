@@ -31,5 +31,9 @@ def test_cuda_array_interface(checks):
     checks.check_cuda_array_interface(BUNDLES)
 
 
+def test_cuda_graph(checks):
+    assert checks.check_cuda_graph(BUNDLES) < 1e-6
+
+
 def test_validation(checks):
     checks.check_validation(BUNDLES)
