@@ -12,30 +12,35 @@ token) read once and written to 8 rows of a random permutation. Each case
 is timed like bench/memory_bound.py (CUDA events, the L2 evicted by a
 256 MB read before each run, median of --iters). Bytes are what the
 kernel must move: read + written. A one-element add gives the time any
-kernel pays whatever its size.
+kernel pays whatever its size. Triton's copy is also timed as 2 - 8 copies
+(400 MB at least) between as many buffer pairs in one CUDA graph, per copy:
+the steady-state ceiling that memory_bound.py's graph column compares with.
 """
 
 import argparse
 import json
+import math
 import sys
 
 import torch
 
-from memory_bound import make_flush, timed
+from memory_bound import GRAPH_BYTES, graph_timed, make_flush, timed
 
 BLOCK = 4096
 ROW_BYTES = 4096  # a Qwen3 token in bf16 (H = 2048)
 FANOUT = 8        # rows written per row read (top-8)
+GRAPH_SETS = 8    # buffer pairs of the graph-timed copy, at most
 
 
 def triton_cases(src, dst):
-    """Read-only, write-only and row-scatter Triton kernels over int32
-    views (none without Triton)."""
+    """A Triton copy(src, dst) and the read-only, write-only, copy and
+    row-scatter Triton cases over int32 views ((None, {}) without
+    Triton)."""
     try:
         import triton
         import triton.language as tl
     except ImportError:
-        return {}
+        return None, {}
 
     @triton.jit
     def read_kernel(x_ptr, part_ptr, n, BLOCK: tl.constexpr):
@@ -47,6 +52,12 @@ def triton_cases(src, dst):
     def write_kernel(y_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(y_ptr + offs, tl.full((BLOCK,), 7, tl.int32), mask=offs < n)
+
+    @triton.jit
+    def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
 
     @triton.jit
     def scatter_kernel(x_ptr, rows_ptr, y_ptr, ROW: tl.constexpr,
@@ -67,7 +78,12 @@ def triton_cases(src, dst):
     out_rows = dst.numel() // ROW_BYTES
     tokens = out_rows // FANOUT
     targets = torch.randperm(out_rows, device=x.device, dtype=torch.int32)
-    return {
+    def copy(src, dst):
+        copy_kernel[grid](src.view(torch.int32), dst.view(torch.int32), n,
+                          BLOCK=BLOCK)
+
+    return copy, {
+        "triton copy": (lambda: copy(src, dst), 2 * src.numel()),
         "triton read": (lambda: read_kernel[grid](x, parts, n, BLOCK=BLOCK),
                         src.numel()),
         "triton write": (lambda: write_kernel[grid](y, n, BLOCK=BLOCK),
@@ -99,7 +115,15 @@ def main():
         "torch write (fill)": (lambda: dst.fill_(7), n),
         "torch copy": (lambda: dst.copy_(src), 2 * n),
     }
-    cases.update(triton_cases(src, dst))
+    copy, more = triton_cases(src, dst)
+    cases.update(more)
+    # The copy in steady state, timed like memory_bound.py's graph column:
+    # copies between their own pairs of buffers in one graph. Triton's
+    # kernel, not torch's copy_: captured, that becomes a memcpy node,
+    # which the copy engines serve at 2.8 TB/s.
+    count = max(2, min(GRAPH_SETS, math.ceil(GRAPH_BYTES / (2 * n))))
+    pairs = [(torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda"),
+              torch.empty_like(src)) for _ in range(count)] if copy else []
     rows = []
     for name, (fn, nbytes) in cases.items():
         ms = timed(fn, args.iters, flush)
@@ -107,6 +131,16 @@ def main():
         rows.append(dict(case=name, ms=ms, bytes=nbytes, tbps=tbps))
         bw = f"{tbps:5.2f} TB/s" if nbytes else ""
         print(f"{name:20s} {ms * 1e3:9.1f} us  {bw}", flush=True)
+    if pairs:
+        name = f"triton copy, graph of {count}"
+        ms, why = graph_timed([lambda s=s, d=d: copy(s, d) for s, d in pairs],
+                              args.iters, flush)
+        if ms is None:
+            raise RuntimeError(f"{name}: {why}")
+        rows.append(dict(case=name, ms=ms, bytes=2 * n,
+                         tbps=2 * n / ms / 1e9))
+        print(f"{name:20s} {ms * 1e3:9.1f} us  {rows[-1]['tbps']:5.2f} TB/s "
+              f"per copy", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(command=" ".join(sys.argv),

@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 
 import moec
-from memory_bound import kernel_times, make_flush, timed
+from memory_bound import capture, kernel_times, make_flush, timed
 
 BF16 = torch.bfloat16
 TOLERANCE = 2e-2
@@ -146,15 +146,7 @@ def rel_err(out, ref, rows=8192):
 def graphed(fn):
     """fn captured once into a CUDA graph: (graph, fn's output), the output
     rewritten by every graph.replay()."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()  # warm-up: cuBLAS handle and workspace for the capture stream
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    torch.cuda.synchronize()
+    graph, (out,) = capture([fn])
     return graph, out
 
 

@@ -15,12 +15,18 @@ it builds one set of random inputs, runs moec and a torch eager version of
 the same function on them, checks that they agree, and times both with CUDA
 events (the L2 evicted by a 256 MB read before every run, a GPU sleep in
 front so that host launch overhead is not timed; median of --iters; torch's
-cached memory kept between cases). Effective bandwidth is the
+cached memory kept between cases). With --graph-sets, kernels under
+400 MB are also timed in steady state: the same kernel on 2 - 8 freshly
+generated input sets (enough to move 400 MB), launched back to back in one
+CUDA graph, per launch; this is the cost inside a model's stream, where
+launch and event costs do not add to every kernel (see graph_timed).
+Effective bandwidth is the
 minimal bytes read and written (each input and output once) over the time,
 compared with the measured copy bandwidth of the H200 (4.27 TB/s).
 """
 
 import argparse
+import gc
 import json
 import math
 import statistics
@@ -41,6 +47,11 @@ MODELS = {
 NF4 = {"qwen3": dict(E=128, N=1536, K=2048, S=64),
        "dsv3": dict(E=256, N=4096, K=7168, S=16)}
 FP8_MAX = 448.0
+GRAPH_BYTES = 400 << 20  # bytes one graph-timed replay moves, at least
+# Kernels whose torch version reads sizes back to the host (bincount,
+# repeat_interleave by a tensor), so it cannot be captured into a graph: a
+# failed capture also keeps its memory pool, which the later shapes need.
+HOST_SYNC_IN_TORCH = {"routing", "quantize col"}
 
 
 def make_flush(mode="read"):
@@ -61,6 +72,43 @@ def timed(fn, iters, flush):
     make_flush) before each: the autotuner's timing, with 3 warm-up runs
     and a 1M-cycle sleep (up to ~0.5 ms of host launch cost hidden)."""
     return median_ms(fn, iters, flush, warmup=3, sleep_cycles=1_000_000)
+
+
+def capture(fns):
+    """The callables fns captured, in order, into one CUDA graph: (graph,
+    their outputs), the outputs rewritten by every graph.replay(). Each
+    runs once first on the capture's side stream (cuBLAS handles, lazy
+    module loads). Raises when one cannot be captured (a host sync)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [fn() for fn in fns]
+    torch.cuda.synchronize()
+    return graph, outs
+
+
+def graph_timed(fns, iters, flush):
+    """Steady-state ms per launch: fns (the same kernel on len(fns)
+    different input sets) captured back to back into one CUDA graph, its
+    replays timed like timed() (L2 evicted and a GPU sleep before each),
+    median / len(fns). What a kernel costs inside a model's stream: the
+    launch and the events are paid once per graph, and each launch still
+    pays its own ramp-up and drain and the write-back of its
+    predecessor's output. None, and why, when a function cannot be
+    captured (see HOST_SYNC_IN_TORCH)."""
+    try:
+        graph, _ = capture(fns)
+    except Exception as error:  # noqa: BLE001 - torch's and moec's errors
+        torch.cuda.synchronize()
+        return None, str(error).strip().splitlines()[0][:120]
+    ms = timed(graph.replay, iters, flush) / len(fns)
+    del graph
+    return ms, None
 
 
 def kernel_times(fn, iters=5):
@@ -440,6 +488,13 @@ def main():
                         "cases then get freshly mapped memory and ran up to "
                         "10 %% slower (NF4 at DeepSeek-V3: 94 -> 85 %% of "
                         "copy), moec and torch alike")
+    parser.add_argument("--graph-sets", type=int, default=0,
+                        help="also time each kernel under 400 MB as up to "
+                        "this many launches on as many input sets in one "
+                        "CUDA graph, per launch (fewer where memory is "
+                        "short; 8 in the results; run it on one shape in "
+                        "a fresh process: in a full run the graph times of "
+                        "the later shapes strayed by up to 7 %%)")
     parser.add_argument("--profile", action="store_true",
                         help="also print each moec kernel's GPU time")
     args = parser.parse_args()
@@ -451,7 +506,11 @@ def main():
 
     wanted = set(args.kernels.split(",")) if args.kernels else None
 
-    def record(key, T, kernel, moec_fn, torch_fn, check, nbytes):
+    def record(key, T, sets, graph_sets):
+        """sets: one (kernel, moec fn, torch fn, check, bytes) per input
+        set; the first is checked and event-timed, the first graph_sets
+        also graph-timed."""
+        kernel, moec_fn, torch_fn, check, nbytes = sets[0]
         if wanted and kernel not in wanted:
             return
         err = check()
@@ -460,16 +519,48 @@ def main():
         row = dict(model=key, T=T, kernel=kernel, moec_ms=t_moec,
                    torch_ms=t_torch, speedup=t_torch / t_moec, err=err,
                    bytes=nbytes)
+        pct = lambda ms: 100 * nbytes / ms / 1e9 / COPY_TBPS
         if nbytes:
             row["tbps"] = nbytes / t_moec / 1e9
-            row["pct_copy"] = 100 * row["tbps"] / COPY_TBPS
-            row["torch_pct_copy"] = 100 * nbytes / t_torch / 1e9 / COPY_TBPS
+            row["pct_copy"] = pct(t_moec)
+            row["torch_pct_copy"] = pct(t_torch)
         results.append(row)
         bw = (f"{row['tbps']:5.2f} TB/s {row['pct_copy']:5.1f}%  torch "
               f"{row['torch_pct_copy']:5.1f}%" if nbytes else " " * 33)
         print(f"{key:6} T={T:<6} {kernel:15} moec {t_moec * 1e3:9.1f} us  "
               f"torch {t_torch * 1e3:9.1f} us  x{row['speedup']:6.2f}  {bw}"
               f"  err {err:.2e}", flush=True)
+        # Graph timing for the kernels under GRAPH_BYTES (where the launch
+        # and events cost a point or more), with enough sets that a replay
+        # moves GRAPH_BYTES. Above it, the full bench's graph times ran up
+        # to 10 % over the single launch's on the same buffers, which the
+        # same kernels in a fresh process did not repeat (see
+        # bench/results/memory-bound-h200.md).
+        if graph_sets and (not nbytes or nbytes < GRAPH_BYTES):
+            want = math.ceil(GRAPH_BYTES / nbytes) if nbytes else graph_sets
+            used = sets[:max(2, min(graph_sets, want))]
+            row["graph_sets"] = len(used)
+            for who, index in (("moec", 1), ("torch", 2)):
+                if who == "torch" and kernel in HOST_SYNC_IN_TORCH:
+                    ms, why = None, "syncs with the host"
+                else:
+                    ms, why = graph_timed([s[index] for s in used],
+                                          args.iters, flush)
+                row[f"{who}_graph_ms"] = ms
+                if why:
+                    row[f"{who}_graph_error"] = why
+                elif nbytes:
+                    row[f"{who}_graph_pct_copy"] = pct(ms)
+            g_m, g_t = row["moec_graph_ms"], row["torch_graph_ms"]
+            show = lambda ms, who: (
+                f"   (not captured: {row[who + '_graph_error'][:60]})"
+                if ms is None else
+                f"{ms * 1e3:9.1f} us" + (
+                    f" {row[who + '_graph_pct_copy']:5.1f}%" if nbytes
+                    else ""))
+            ratio = f"  x{g_t / g_m:6.2f}" if g_m and g_t else ""
+            print(f"{'':6}   graph of {len(used)}: moec {show(g_m, 'moec')}"
+                  f"  torch {show(g_t, 'torch')}{ratio}", flush=True)
         if args.profile:
             per_kernel, span = kernel_times(moec_fn)
             row["kernels_us"], row["span_us"] = per_kernel, span
@@ -479,11 +570,48 @@ def main():
         if args.empty_cache:
             torch.cuda.empty_cache()
 
+    def input_sets(build):
+        """build() called once, then again while memory allows, up to
+        --graph-sets results: the input sets the graph timing rotates
+        over (each set is generated anew, so no launch finds its inputs
+        in L2 from the one before)."""
+        before = torch.cuda.memory_allocated()
+        try:
+            first = build()
+        except torch.cuda.OutOfMemoryError:
+            first = None  # retried below, once the failed build is freed
+        if first is None:
+            # The cache holds the previous shapes' blocks, too fragmented
+            # for this one's buffers: hand them back and map anew.
+            gc.collect()
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            before = torch.cuda.memory_allocated()
+            first = build()
+        sets = [first]
+        size = max(1, torch.cuda.memory_allocated() - before)
+        free = (torch.cuda.mem_get_info()[0] + torch.cuda.memory_reserved()
+                - torch.cuda.memory_allocated())
+        # A third of what is free: the torch baselines' outputs in the
+        # graph's own pool need about as much again.
+        count = max(1, min(args.graph_sets, int(free / 3 // size)))
+        try:
+            while len(sets) < count:
+                sets.append(build())
+        except torch.cuda.OutOfMemoryError:
+            pass
+        return sets
+
     for key in args.models.split(","):
         for T in (int(t) for t in args.tokens.split(",")):
-            for case in cases(bundle, key, T, gen):
-                record(key, T, *case)
-        record(key, 0, *nf4_case(bundle, key, gen))
+            sets = input_sets(lambda: list(cases(bundle, key, T, gen)))
+            for i in range(len(sets[0])):
+                record(key, T, [s[i] for s in sets],
+                       args.graph_sets and len(sets))
+            del sets
+        sets = input_sets(lambda: [nf4_case(bundle, key, gen)])
+        record(key, 0, [s[0] for s in sets], args.graph_sets and len(sets))
+        del sets
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(command=" ".join(sys.argv), device=
