@@ -253,24 +253,24 @@ func.func @colwise(%x: tensor<?x256xbf16> {moe.sym = "M"},
 
 // permute writes each token's chunk to its k rows with streaming stores on
 // NVIDIA targets (st.global.cs: the rows are not read again by the kernel),
-// plain vector stores elsewhere. On NVIDIA targets the first thread of each
-// 128-byte line also prefetches the token 6 MiB ahead into L2 (49152 rows
-// of 128 bytes here).
+// plain vector stores elsewhere. On NVIDIA targets each token's first thread
+// also prefetches the whole token 6 MiB ahead into L2 (49152 rows of 128
+// bytes here), one bulk prefetch with an evict-last policy.
 // NVVM-LABEL: gpu.func @permute_rows_k{{[0-9]+}}_permute_scatter_vec
 // NVVM: arith.constant 49152 : index
-// NVVM: arith.remui %{{.*}}, %c8{{.*}} : index
 // NVVM: scf.if
-// NVVM: nvvm.prefetch level = L2, evict_priority = evict_last, %{{.*}} : !llvm.ptr<1>
+// NVVM: %[[POLICY:.*]] = llvm.inline_asm "createpolicy.fractional.L2::evict_last.b64 $0, 1.0;", "=l"  : () -> i64
+// NVVM: nvvm.cp.async.bulk.prefetch %{{.*}}, %c128_i32 l2_cache_hint = %[[POLICY]] : <1>
 // NVVM: vector.load {{.*}} : memref<?x64xbf16>, vector<8xbf16>
 // NVVM-COUNT-2: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r"
 // NVVM-NOT: vector.store
 // NVVM: gpu.return
 // ROCDL-LABEL: gpu.func @permute_rows_k{{[0-9]+}}_permute_scatter_vec
-// ROCDL-NOT: nvvm.prefetch
+// ROCDL-NOT: nvvm.cp.async.bulk.prefetch
 // ROCDL-NOT: llvm.inline_asm
 // ROCDL-COUNT-2: vector.store {{.*}} : memref<?x64xbf16>, vector<8xbf16>
 // HOST-LABEL: gpu.func @permute_rows_k{{[0-9]+}}_permute_scatter_vec
-// HOST-NOT: nvvm.prefetch
+// HOST-NOT: nvvm.cp.async.bulk.prefetch
 // HOST-NOT: llvm.inline_asm
 // HOST: vector.store {{.*}} : memref<?x64xbf16>, vector<8xbf16>
 func.func @permute_rows(%x: tensor<?x64xbf16>,

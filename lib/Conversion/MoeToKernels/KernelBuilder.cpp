@@ -290,21 +290,30 @@ Value KernelBuilder::elementAddress(Value memref, ValueRange indices) {
   return add(base, mul(linear, idx(elem.getIntOrFloatBitWidth() / 8)));
 }
 
-void KernelBuilder::prefetchL2(Value memref, ValueRange indices) {
+void KernelBuilder::prefetchL2(Value memref, ValueRange indices,
+                               int64_t bytes) {
   if (!isNVVM() || !isPlainGlobal(cast<MemRefType>(memref.getType())))
     return;
+  assert(bytes > 0 && bytes % 16 == 0 && bytes <= INT32_MAX &&
+         "a bulk prefetch moves whole 16-byte pieces");
   Value address = arith::IndexCastOp::create(*this, getI64Type(),
                                              elementAddress(memref, indices));
   Value pointer = LLVM::IntToPtrOp::create(
       *this, LLVM::LLVMPointerType::get(getContext(), 1), address);
-  NVVM::PrefetchOp::create(
-      *this,
-      NVVM::PrefetchCacheLevelAttr::get(getContext(),
-                                        NVVM::PrefetchCacheLevel::L2),
-      NVVM::CacheEvictionPriorityAttr::get(
-          getContext(), NVVM::CacheEvictionPriority::EvictLast),
-      pointer, /*predicate=*/Value(), /*tensormap=*/false, /*uniform=*/false,
-      /*in_param_space=*/false);
+  // The evict-last hint is worth 1 - 1.5 points of permute's bandwidth on
+  // the H200 over the bare bulk prefetch. No NVVM op builds the policy; it
+  // is one instruction.
+  Value policy =
+      LLVM::InlineAsmOp::create(
+          *this, getI64Type(), ValueRange{},
+          "createpolicy.fractional.L2::evict_last.b64 $0, 1.0;", "=l",
+          /*has_side_effects=*/false, /*is_align_stack=*/false,
+          LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
+          ArrayAttr())
+          .getResult(0);
+  NVVM::CpAsyncBulkPrefetchOp::create(
+      *this, pointer, arith::ConstantIntOp::create(*this, getI32Type(), bytes),
+      policy);
 }
 
 void KernelBuilder::storeVecStreaming(Value vec, Value memref,

@@ -116,10 +116,12 @@ public:
   /// The byte address (index) of the element at `indices` of a contiguous
   /// row-major `memref`.
   mlir::Value elementAddress(mlir::Value memref, mlir::ValueRange indices);
-  /// Brings the 128-byte line holding the element at `indices` into L2
-  /// with the evict-last priority, ahead of a later load (NVVM only; other
-  /// targets emit nothing). `memref` must be contiguous row-major.
-  void prefetchL2(mlir::Value memref, mlir::ValueRange indices);
+  /// Brings `bytes` (a multiple of 16) from the element at `indices` on
+  /// into L2 with the evict-last priority, ahead of later loads: one bulk
+  /// prefetch (NVVM only; other targets emit nothing). `memref` must be
+  /// contiguous row-major.
+  void prefetchL2(mlir::Value memref, mlir::ValueRange indices,
+                  int64_t bytes);
   /// loadVec widened to vector<n x f32> (FP8 decoded).
   mlir::Value loadVecF32(mlir::Value memref, mlir::ValueRange indices,
                          int64_t n);
