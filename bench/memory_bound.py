@@ -49,8 +49,9 @@ NF4 = {"qwen3": dict(E=128, N=1536, K=2048, S=64),
 FP8_MAX = 448.0
 GRAPH_BYTES = 400 << 20  # bytes one graph-timed replay moves, at least
 # Kernels whose torch version reads sizes back to the host (bincount,
-# repeat_interleave by a tensor), so it cannot be captured into a graph: a
-# failed capture also keeps its memory pool, which the later shapes need.
+# repeat_interleave by a tensor), so it cannot be captured into a graph.
+# Not even tried: with the failed captures, the bench ran out of memory at
+# DeepSeek-V3 T=32768 with 130 GB reserved and unallocated, and not since.
 HOST_SYNC_IN_TORCH = {"routing", "quantize col"}
 
 
