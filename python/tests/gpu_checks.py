@@ -190,18 +190,23 @@ def check_cuda_array_interface(bundles: str) -> None:
           "as torch tensors")
 
 
+def example_layer_inputs(tokens: int):
+    """Random (x, gate_w, w_gate_up, w_down) for examples/moe_layer.py's
+    layer (E 8, H 64, I 32), weights scaled by 1/sqrt(fan-in)."""
+    E, H, I = 8, 64, 32
+    return (torch.randn(tokens, H, device="cuda").bfloat16(),
+            torch.randn(E, H, device="cuda").bfloat16(),
+            (torch.randn(E, 2 * I, H, device="cuda") / H ** 0.5).bfloat16(),
+            (torch.randn(E, H, I, device="cuda") / I ** 0.5).bfloat16())
+
+
 def check_aot_layer(bundles: str) -> float:
     """The example layer compiled elsewhere vs torch float64, on a side
     stream, through torch tensors and through a bare DLPack producer."""
     entry = moec.load(os.path.join(bundles, "moe_layer.moecb")).entry(
         "moe_layer", "sm_90a")
     torch.manual_seed(2)
-    E, H, I = 8, 64, 32
-    x = torch.randn(1000, H, device="cuda").bfloat16()
-    gate_w = torch.randn(E, H, device="cuda").bfloat16()
-    w_gate_up = (torch.randn(E, 2 * I, H, device="cuda") / H ** 0.5).bfloat16()
-    w_down = (torch.randn(E, H, I, device="cuda") / I ** 0.5).bfloat16()
-    args = (x, gate_w, w_gate_up, w_down)
+    args = example_layer_inputs(1000)
 
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
@@ -239,13 +244,7 @@ def check_cuda_graph(bundles: str) -> float:
     entry = moec.load(os.path.join(bundles, "moe_layer.moecb")).entry(
         "moe_layer", "sm_90a")
     torch.manual_seed(3)
-    E, H, I = 8, 64, 32
-    make = lambda: (
-        torch.randn(300, H, device="cuda").bfloat16(),
-        torch.randn(E, H, device="cuda").bfloat16(),
-        (torch.randn(E, 2 * I, H, device="cuda") / H ** 0.5).bfloat16(),
-        (torch.randn(E, H, I, device="cuda") / I ** 0.5).bfloat16())
-    static = make()
+    static = example_layer_inputs(300)
     side = torch.cuda.Stream()  # warm-up off the default stream, as torch asks
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -254,7 +253,7 @@ def check_cuda_graph(bundles: str) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = entry(*static)
-    fresh = make()
+    fresh = example_layer_inputs(300)
     for dst, src in zip(static, fresh):
         dst.copy_(src)
     out.fill_(float("nan"))  # every element must be written by the replay
