@@ -74,7 +74,8 @@ done
 # runs a different tuned kernel at each T (bucket bounds 64 and 2048 rows).
 for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_tile_buckets gmm_ws_swiglu_gather gmm_ws_row_scale \
-             gmm_ws_aligned_long_k; do
+             gmm_ws_aligned_long_k gmm_cl_swiglu_gather gmm_cl_row_scale \
+             gmm_cl_aligned_long_k; do
   for t in 1 45 3000; do
     run hopper.moecb $entry $t uniform --iters 5
   done

@@ -302,6 +302,10 @@ std::string validateEntry(const Entry &e) {
     if (step.blockSize < 1 || step.blockSize > 1024)
       return where + "block size " + std::to_string(step.blockSize) +
              " out of range [1, 1024]";
+    if (step.clusterBlocks < 1 || step.clusterBlocks > kBundleMaxClusterBlocks)
+      return where + "cluster of " + std::to_string(step.clusterBlocks) +
+             " blocks out of range [1, " +
+             std::to_string(kBundleMaxClusterBlocks) + "]";
     for (size_t p = 0; p < step.params.size(); ++p) {
       const ParamDesc &param = step.params[p];
       std::string pwhere = where + "param " + std::to_string(p) + ": ";
@@ -468,6 +472,7 @@ void writeEntry(ByteWriter &w, const Entry &e) {
     w.str(s.grid);
     w.u32(s.blockSize);
     w.u32(s.dynamicSharedBytes);
+    w.u32(s.clusterBlocks);
     w.str(s.tile);
     w.count(s.params.size());
     for (const ParamDesc &p : s.params) {
@@ -705,8 +710,9 @@ private:
 constexpr size_t kMinString = 4;
 constexpr size_t kMinSymbol = kMinString + 4 + 4;
 constexpr size_t kMinBuffer = kMinString + 1 + 1 + 4;
-// kernel, grid, tile; block size, shared bytes, param count.
-constexpr size_t kMinStep = 3 * kMinString + 3 * 4;
+// kernel, grid, tile; block size, shared bytes, cluster blocks, param
+// count.
+constexpr size_t kMinStep = 3 * kMinString + 4 * 4;
 constexpr size_t kMinParam = 1 + 4;
 constexpr size_t kMinRefOp = kMinString + 3 * 4;
 constexpr size_t kMinEntry = 2 * kMinString + 1 + 8 + 4 * 4 + kMinString;
@@ -761,6 +767,7 @@ Status readSteps(ByteReader &r, Entry &e) {
     MOEC_TRY(r.str(f + ": grid", s.grid));
     MOEC_TRY(r.u32(f + ": block size", s.blockSize));
     MOEC_TRY(r.u32(f + ": dynamic shared bytes", s.dynamicSharedBytes));
+    MOEC_TRY(r.u32(f + ": cluster blocks", s.clusterBlocks));
     MOEC_TRY(r.str(f + ": tile", s.tile));
     uint32_t np = 0;
     MOEC_TRY(r.count(f + ": param count", np, kMinParam));

@@ -171,6 +171,9 @@ struct CudaLauncher::Impl {
     std::unordered_map<std::string, CUfunction> functions;
     /// Largest dynamic shared memory opted into, per function.
     std::unordered_map<CUfunction, uint32_t> sharedLimit;
+    /// Clusters of a step's shape that fit on the device at once, per
+    /// function (each function has one block size, cluster and shared size).
+    std::unordered_map<CUfunction, int> maxClusters;
   };
   using Key =
       std::tuple<const Entry *, const void *, size_t, uint64_t, CUcontext>;
@@ -319,6 +322,8 @@ Status CudaLauncher::launch(const Entry &entry, const LaunchStep &step,
   CUfunction f;
   if (Status s = impl_->function(*impl_->last, step, f); !s)
     return s;
+  if (step.clusterBlocks > 1)
+    return launchClusters(step, f, gridBlocks, params);
   MOEC_CU(cuLaunchKernel(f, static_cast<unsigned>(gridBlocks), 1, 1,
                          step.blockSize, 1, 1, step.dynamicSharedBytes,
                          impl_->stream, params, nullptr),
@@ -326,6 +331,56 @@ Status CudaLauncher::launch(const Entry &entry, const LaunchStep &step,
               std::to_string(gridBlocks) + " block " +
               std::to_string(step.blockSize) + " shared " +
               std::to_string(step.dynamicSharedBytes));
+  return Status::ok();
+}
+
+Status CudaLauncher::launchClusters(const LaunchStep &step, void *function,
+                                    uint64_t gridBlocks, void **params) {
+  CUfunction f = static_cast<CUfunction>(function);
+  uint32_t cluster = step.clusterBlocks;
+  if (gridBlocks % cluster != 0)
+    return Status(ErrorCode::InvalidArgument,
+                  "kernel '" + step.kernel + "': grid of " +
+                      std::to_string(gridBlocks) +
+                      " blocks is not a multiple of its cluster of " +
+                      std::to_string(cluster));
+  CUlaunchAttribute clusterShape;
+  clusterShape.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  clusterShape.value.clusterDim.x = cluster;
+  clusterShape.value.clusterDim.y = 1;
+  clusterShape.value.clusterDim.z = 1;
+  CUlaunchConfig config = {};
+  config.gridDimX = static_cast<unsigned>(gridBlocks);
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = step.blockSize;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = step.dynamicSharedBytes;
+  config.hStream = impl_->stream;
+  config.attrs = &clusterShape;
+  config.numAttrs = 1;
+  std::string shape = " grid " + std::to_string(gridBlocks) + " block " +
+                      std::to_string(step.blockSize) + " cluster " +
+                      std::to_string(cluster) + " shared " +
+                      std::to_string(step.dynamicSharedBytes);
+  // Clusters past those resident at once would wait for a second wave; the
+  // kernel walks its work with a grid stride (Bundle.h), so fewer do it.
+  auto known = impl_->last->maxClusters.find(f);
+  if (known == impl_->last->maxClusters.end()) {
+    int fit = 0;
+    MOEC_CU(cuOccupancyMaxActiveClusters(&fit, f, &config),
+            kernelContext("cuOccupancyMaxActiveClusters", step.kernel) +
+                shape);
+    if (fit < 1)
+      return Status(ErrorCode::Unsupported,
+                    "kernel '" + step.kernel + "': not one cluster of" +
+                        shape + " fits on the device");
+    known = impl_->last->maxClusters.emplace(f, fit).first;
+  }
+  uint64_t clusters = gridBlocks / cluster;
+  if (clusters > static_cast<uint64_t>(known->second))
+    config.gridDimX = static_cast<unsigned>(known->second) * cluster;
+  MOEC_CU(cuLaunchKernelEx(&config, f, params, nullptr),
+          kernelContext("cuLaunchKernelEx", step.kernel) + shape);
   return Status::ok();
 }
 

@@ -142,6 +142,14 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
         return launch.emitOpError("dynamic shared memory must be a constant");
       step.dynamicSharedBytes = bytes.getZExtValue();
     }
+    if (launch.hasClusterSize()) {
+      APInt blocks;
+      if (!matchPattern(launch.getClusterSizeX(), m_ConstantInt(&blocks)) ||
+          !matchPattern(launch.getClusterSizeY(), m_One()) ||
+          !matchPattern(launch.getClusterSizeZ(), m_One()))
+        return launch.emitOpError("cluster size must be a constant along x");
+      step.clusterBlocks = blocks.getZExtValue();
+    }
     if (Attribute tile = launch->getAttr("moe.tile")) {
       llvm::raw_string_ostream os(step.tile);
       tile.print(os);

@@ -62,6 +62,11 @@ rt::Status HostProgram::prepare(const rt::Entry &) { return rt::Status::ok(); }
 
 rt::Status HostProgram::launch(const rt::Entry &, const rt::LaunchStep &step,
                                uint64_t gridBlocks, void **params) {
+  if (step.clusterBlocks > 1)
+    return {rt::ErrorCode::Unsupported,
+            "host kernel '" + step.kernel + "': thread-block clusters (" +
+                std::to_string(step.clusterBlocks) +
+                " blocks) are a GPU launch"};
   auto &fn = impl_->kernels[step.kernel];
   if (!fn) {
     auto found = impl_->engine->lookupPacked(step.kernel);

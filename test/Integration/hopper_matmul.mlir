@@ -18,6 +18,9 @@
 // RUN: moec run %s --entry gmm_ws_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_ws_row_scale --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_ws_aligned_long_k --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_cl_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_cl_row_scale --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_cl_aligned_long_k --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -152,4 +155,52 @@ func.func @gmm_ws_aligned_long_k(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
       : tensor<?x1096xbf16>, tensor<8x128x1096xbf16>, tensor<8xi32>
       -> tensor<?x128xbf16>
   return %y : tensor<?x128xbf16>
+}
+
+// Clusters of 2 (each block multicasts half of the weight tile to both):
+// the warp-specialized shapes again. An expert with an odd number of
+// m-tiles leaves the second block of its last pair without rows (T=1,
+// T=300 with one expert); SwiGLU splits gate and up rows between the
+// blocks; rows in order come by TMA (row_scale), gathered ones by cp.async.
+func.func @gmm_cl_swiglu_gather(%x: tensor<?x200xbf16>, %ids: tensor<?x2xi32>,
+                                %w: tensor<8x144x200xbf16>,
+                                %b: tensor<8x144xf32>) -> tensor<?x72xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      bias(%b : tensor<8x144xf32>)
+      {k = 2 : i64, transpose_rhs, activation = #moe.activation<swiglu>,
+       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 384,
+                            producers = 128, cluster = 2>}
+      : tensor<?x200xbf16>, tensor<8x144x200xbf16>, tensor<8xi32>
+      -> tensor<?x72xbf16>
+  return %y : tensor<?x72xbf16>
+}
+
+func.func @gmm_cl_row_scale(%x: tensor<?x136xf16>, %ids: tensor<?x1xi32>,
+                            %w: tensor<16x264x136xf16>, %s: tensor<?xf32>)
+    -> tensor<?x264xf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets row_scale(%s : tensor<?xf32>)
+      {transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128, cluster = 2>}
+      : tensor<?x136xf16>, tensor<16x264x136xf16>, tensor<16xi32>
+      -> tensor<?x264xf16>
+  return %y : tensor<?x264xf16>
+}
+
+func.func @gmm_cl_aligned_long_k(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
+                                 %w: tensor<8x256x1096xbf16>)
+    -> tensor<?x256xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8 align = 16
+      : tensor<?x4xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 4 : i64, transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128, stages = 3, cluster = 2>}
+      : tensor<?x1096xbf16>, tensor<8x256x1096xbf16>, tensor<8xi32>
+      -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
 }

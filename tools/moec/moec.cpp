@@ -287,6 +287,10 @@ int inspect(const Args &args) {
     for (const moec::rt::LaunchStep &step : entry.steps)
       llvm::outs() << "    " << step.kernel << " grid [" << step.grid
                    << "] x " << step.blockSize << " threads, "
+                   << (step.clusterBlocks > 1
+                           ? "clusters of " +
+                                 std::to_string(step.clusterBlocks) + ", "
+                           : std::string())
                    << step.params.size() << " params, smem "
                    << step.dynamicSharedBytes << " " << step.tile << "\n";
     llvm::outs() << "  reference ops:\n";

@@ -84,6 +84,7 @@ Bundle makeBundle() {
                   "#moe.tile<m = 128, n = 128>",
                   {tensorMap(0, {64, 128}), param(0), param(6), param(2),
                    scalar("s0 8 *")}};
+  gemm.clusterBlocks = 2;
   e.steps = {router, sort, gemm};
   RefOp op;
   op.name = "moe.router_topk";
@@ -141,6 +142,7 @@ void expectEqual(const Bundle &a, const Bundle &b) {
       EXPECT_EQ(p.grid, q.grid);
       EXPECT_EQ(p.blockSize, q.blockSize);
       EXPECT_EQ(p.dynamicSharedBytes, q.dynamicSharedBytes);
+      EXPECT_EQ(p.clusterBlocks, q.clusterBlocks);
       EXPECT_EQ(p.tile, q.tile);
       ASSERT_EQ(p.params.size(), q.params.size());
       for (size_t j = 0; j < p.params.size(); ++j) {
@@ -283,12 +285,12 @@ TEST(BundleTest, BadMagic) {
 
 TEST(BundleTest, UnsupportedVersion) {
   std::vector<uint8_t> bytes = bytesOf(makeBundle());
-  putU32(bytes, kVersionAt, 2);
+  putU32(bytes, kVersionAt, 1);
   Bundle back;
   Status s = read(bytes, back);
   EXPECT_EQ(s.code(), ErrorCode::Unsupported);
-  EXPECT_EQ(s.message(), "bundle version 2 is not supported (this runtime "
-                         "supports version 1)");
+  EXPECT_EQ(s.message(), "bundle version 1 is not supported (this runtime "
+                         "supports version 2)");
   Bundle b = makeBundle();
   b.version = 0;
   EXPECT_EQ(validateBundle(b).code(), ErrorCode::Unsupported);
@@ -519,6 +521,13 @@ TEST(BundleTest, StepErrors) {
   EXPECT_CONTAINS(
       invalidAfter([](Bundle &b) { b.entries[0].steps[1].blockSize = 1025; }),
       "block size 1025 out of range");
+  EXPECT_EQ(
+      invalidAfter([](Bundle &b) { b.entries[0].steps[2].clusterBlocks = 0; }),
+      "entry 0 ('qwen3', sm_90a): step 2: cluster of 0 blocks out of range "
+      "[1, 8]");
+  EXPECT_CONTAINS(
+      invalidAfter([](Bundle &b) { b.entries[0].steps[2].clusterBlocks = 9; }),
+      "cluster of 9 blocks out of range [1, 8]");
   EXPECT_CONTAINS(
       invalidAfter([](Bundle &b) { b.entries[0].steps[0].grid = "s0 +"; }),
       "entry 0 ('qwen3', sm_90a): step 0: grid: expression 's0 +'");

@@ -29,7 +29,10 @@
 namespace moec::rt {
 
 /// Bumped on every incompatible change of the byte format.
-constexpr uint32_t kBundleVersion = 1;
+constexpr uint32_t kBundleVersion = 2;
+
+/// Most blocks of a thread-block cluster (the portable limit of sm_90).
+constexpr uint32_t kBundleMaxClusterBlocks = 8;
 
 /// Limits the reader enforces (and the writer, so that every bundle written
 /// can be read back). See docs/bundle.md.
@@ -107,6 +110,11 @@ struct LaunchStep {
   uint32_t dynamicSharedBytes = 0;
   std::string tile;         ///< the #moe.tile<...> the kernel was built with
   std::vector<ParamDesc> params;
+  /// Blocks per thread-block cluster along x (1: no cluster). The grid is
+  /// a multiple of it; the kernel walks its work with a grid stride, so a
+  /// launcher may run fewer clusters than the grid asks for (as many as
+  /// fit on the device at once).
+  uint32_t clusterBlocks = 1;
 };
 
 /// One op of the function, as the float64 reference evaluates it. Operands

@@ -41,7 +41,9 @@ public:
   /// once and resolves every step's kernel; later calls for the same entry
   /// only look it up. Other binary kinds are Unsupported.
   Status prepare(const Entry &entry) override;
-  /// cuLaunchKernel(grid,1,1, blockSize,1,1, dynamicSharedBytes, stream).
+  /// cuLaunchKernel(grid,1,1, blockSize,1,1, dynamicSharedBytes, stream);
+  /// a step with clusterBlocks > 1 by cuLaunchKernelEx in clusters, at
+  /// most as many as fit on the device at once (docs/bundle.md).
   /// Asynchronous: errors of the kernel itself show at synchronize().
   Status launch(const Entry &entry, const LaunchStep &step, uint64_t gridBlocks,
                 void **params) override;
@@ -59,6 +61,10 @@ public:
   void *stream() const;
 
 private:
+  /// launch() of a step in clusters; `function` is its CUfunction.
+  Status launchClusters(const LaunchStep &step, void *function,
+                        uint64_t gridBlocks, void **params);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -69,6 +69,8 @@ constexpr int64_t kBlockK = 64;    ///< K per stage: one 128-byte row
 constexpr int64_t kThreads = 256;  ///< 2 warpgroups
 /// Warp-specialized blocks: a producer warpgroup then the 2 MMA warpgroups.
 constexpr int64_t kSpecializedThreads = 384;
+/// Warps of the two MMA warpgroups: the arrivals that free a stage.
+constexpr int64_t kMmaWarps = 8;
 /// Registers per thread after setmaxnreg in a warp-specialized block: the
 /// producer gives up what the MMA warpgroups take (72 x 128 + 216 x 256 =
 /// the 168 x 384 a block of 384 threads starts with).
@@ -104,6 +106,10 @@ struct HopperPlan {
   /// A producer warpgroup copies, the two MMA warpgroups only compute;
   /// they hand stages over through mbarriers instead of block barriers.
   bool warpSpecialized = false;
+  /// Blocks per cluster (1 or 2; 2 only warp-specialized): the blocks of
+  /// a pair compute m-tiles 2j and 2j+1 of the same expert and columns and
+  /// each multicasts half of the weight tile to both.
+  int64_t cluster = 1;
   NVVM::WGMMATypes elemType = NVVM::WGMMATypes::bf16;
 
   int64_t threads() const {
@@ -133,7 +139,7 @@ struct HopperPlan {
 moe::TileAttr tileOf(MLIRContext *context, const HopperPlan &plan) {
   return moe::TileAttr::get(context, kBlockM, plan.blockN, kBlockK,
                             plan.threads(), plan.stages, plan.bandM,
-                            plan.warpSpecialized ? 128 : 0);
+                            plan.warpSpecialized ? 128 : 0, plan.cluster);
 }
 
 /// Positions of the optional kernel arguments (-1 if absent). Without
@@ -184,7 +190,12 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   int64_t fullArrivals =
       (lhsMap ? 0 : plan.copyThreads()) + (rhsMap ? 1 : 0);
   const int64_t G = plan.groups(), E = plan.experts, BN = plan.blockN;
-  const int64_t S = plan.stages, K = plan.k;
+  const int64_t S = plan.stages, K = plan.k, C = plan.cluster;
+  assert((C == 1 || plan.warpSpecialized) && "clusters are warp-specialized");
+  // The block's rank in its cluster (clusters are consecutive blocks along
+  // x) and the cluster's index: the units the tile schedule hands out.
+  Value rank = b.rem(block, b.idx(C));
+  Value firstUnit = b.div(block, b.idx(C));
   Value outWidth = b.dim(out, 1);
   // Rows of one expert's rhs: N of [E, N, K] (or of a dense [N, K]).
   auto rhsType = cast<MemRefType>(rhs.getType());
@@ -222,9 +233,21 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
         NVVM::MBarrierInitOp::create(b, stageBarrier(false, b.idx(s)),
                                      b.i32(fullArrivals), Value());
         NVVM::MBarrierInitOp::create(b, stageBarrier(true, b.idx(s)),
-                                     b.i32(2 * 128), Value());
+                                     b.i32(kMmaWarps * C), Value());
       }
+      // Visible to the other block of the cluster (below) before its
+      // multicasts and arrivals reach them.
+      if (C > 1)
+        NVVM::FenceMbarrierInitOp::create(b);
     });
+  // Every block of the cluster has its barriers ready; this also keeps the
+  // blocks resident together from here (cluster barriers at the end).
+  auto clusterSync = [&] {
+    NVVM::ClusterArriveOp::create(b, UnitAttr());
+    NVVM::ClusterWaitOp::create(b, UnitAttr());
+  };
+  if (C > 1)
+    clusterSync();
 
   // Rows [start, end) of group g: experts, then the tail up to `rows`.
   auto groupBounds = [&](Value g) -> std::pair<Value, Value> {
@@ -249,7 +272,10 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   };
   forOwnGroups([&](Value g) {
     auto [start, end] = groupBounds(g);
-    b.storeI32(b.ceilDiv(b.sub(end, start), b.idx(kBlockM)), tables[0], {g});
+    // m-tiles, in units of C (a cluster's blocks share a unit).
+    b.storeI32(b.ceilDiv(b.ceilDiv(b.sub(end, start), b.idx(kBlockM)),
+                         b.idx(C)),
+               tables[0], {g});
     // The tiles read their group's rows from here, not from global memory.
     b.storeI32(start, groupStarts, {g});
     b.ifThen(b.eq(g, b.idx(G - 1)),
@@ -273,8 +299,10 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
 
   int64_t outTileN = plan.outTileN();
   Value nTiles = b.ceilDiv(outWidth, b.idx(outTileN));
-  Value mTilesTotal = b.loadIdx(tileEnds, {b.idx(G - 1)});
-  Value tilesTotal = b.mul(mTilesTotal, nTiles);
+  // Tiles of the schedule: (group, m-unit, n-tile); an m-unit is C m-tiles,
+  // one per block of a cluster.
+  Value unitsTotal = b.loadIdx(tileEnds, {b.idx(G - 1)});
+  Value tilesTotal = b.mul(unitsTotal, nTiles);
 
   // Per-thread copy coordinates: chunk c of rows rowOf(i) = thread/8 + 32i;
   // the swizzled chunk is the same for all of them (32i keeps r % 8).
@@ -301,6 +329,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
 
   Value invalid = b.idx(-1);
   Value gridSize = gpu::GridDimOp::create(b, gpu::Dimension::x);
+  Value tileStride = b.div(gridSize, b.idx(C));
 
   /// Where one tile is, and for a gathered lhs this thread's source rows
   /// (i32, -1: zero-fill). Carried from one tile to the next, so that the
@@ -344,19 +373,26 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     // share B tiles and the band's A rows stay in L2 over the n sweep (in
     // m-tile order, a large expert would stream all its weights once per
     // m-tile).
+    // (mTiles and the band count m-units of C m-tiles.)
     Value local = b.sub(tile, b.mul(tilesBefore, nTiles));
-    const int64_t bandM = plan.bandM;
+    const int64_t bandM = std::max<int64_t>(1, plan.bandM / C);
     Value bandTiles = b.mul(b.idx(bandM), nTiles);
     Value band = b.div(local, bandTiles), inBand = b.rem(local, bandTiles);
     Value bandHeight =
         b.minIdx(b.idx(bandM), b.sub(mTiles, b.mul(band, b.idx(bandM))));
     Value nTile = b.div(inBand, bandHeight);
-    Value mLocal = b.add(b.mul(band, b.idx(bandM)), b.rem(inBand, bandHeight));
+    Value mUnit = b.add(b.mul(band, b.idx(bandM)), b.rem(inBand, bandHeight));
+    Value mLocal = C > 1 ? b.add(b.mul(mUnit, b.idx(C)), rank) : mUnit;
     Value groupBegin = b.loadIdx(groupStarts, {g});
     Value groupEnd = b.loadIdx(groupStarts, {b.add(g, b.idx(1))});
     groupEnd = b.select(b.ult(groupBegin, groupEnd), groupEnd, groupBegin);
     t.rowStart = b.add(groupBegin, b.mul(mLocal, b.idx(kBlockM)));
     t.rowCount = b.minIdx(b.sub(groupEnd, t.rowStart), b.idx(kBlockM));
+    // The last unit of a group may leave a block of the cluster without
+    // rows: it still loads and multicasts its half of the weights for its
+    // partner, and stores nothing.
+    if (C > 1)
+      t.rowCount = b.select(b.ult(t.rowStart, groupEnd), t.rowCount, b.idx(0));
     t.colStart = b.mul(nTile, b.idx(outTileN));
     if (!gather || !withRows)
       return t;
@@ -459,6 +495,10 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   // a map over [rows, K] (rows past the group's end only reach output rows
   // the epilogue skips). Rows and K past the end arrive as zeros. One
   // thread issues it all; expect_tx is that thread's arrival on `full`.
+  // In a cluster of 2, each block loads one half of the B rows (the gate
+  // or the up rows with SwiGLU) and multicasts it to both blocks at the
+  // same offset, completing on both blocks' `full`: a block's barrier
+  // still expects the whole stage.
   auto loadByTma = [&](const TileState &t, Value slot, Value kt,
                        Value full) {
     int64_t loads = plan.swiglu ? 2 : 1, rows = BN / loads;
@@ -467,23 +507,41 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
         b, Type(), full, b.i32(bytes), NVVM::MemScopeKind::CTA, false,
         Value());
     auto cluster = LLVM::LLVMPointerType::get(ctx, 7);
-    auto load = [&](Value map, Value stageAddress, ValueRange coords) {
+    auto load = [&](Value map, Value stageAddress, ValueRange coords,
+                    Value multicast) {
       Value dst =
           LLVM::AddrSpaceCastOp::create(b, cluster, pointerAt(b, stageAddress, 3));
       NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-          b, dst, map, coords, full, ValueRange(), Value(), Value(),
+          b, dst, map, coords, full, ValueRange(), multicast, Value(),
           NVVM::TMALoadMode::TILE, false, NVVM::CTAGroupKindAttr(), Value());
     };
     Value k0 = toI32(b.mul(kt, b.idx(kBlockK)));
     if (lhsMap)
-      load(lhsMap, stageA(slot), ValueRange{k0, toI32(t.rowStart)});
-    for (int64_t l = 0; l < loads; ++l) {
-      Value row = l ? b.add(t.colStart, outWidth) : t.colStart;
-      SmallVector<Value> coords = {k0, toI32(row)};
+      load(lhsMap, stageA(slot), ValueRange{k0, toI32(t.rowStart)}, Value());
+    // B rows [l * rows, (l + 1) * rows) of the stage: output columns from
+    // colStart, or (SwiGLU) the gate then the up columns.
+    auto rhsRows = [&](Value l) {
+      if (plan.swiglu)
+        return b.add(t.colStart, b.mul(l, outWidth));
+      return b.add(t.colStart, b.mul(l, b.idx(rows)));
+    };
+    auto loadRhs = [&](Value l, int64_t rowsPerLoad, Value multicast) {
+      SmallVector<Value> coords = {k0, toI32(rhsRows(l))};
       if (offsets)
         coords.push_back(toI32(t.group));
-      load(rhsMap, b.add(stageB(slot), b.idx(l * rows * kRowBytes)), coords);
+      load(rhsMap,
+           b.add(stageB(slot), b.mul(l, b.idx(rowsPerLoad * kRowBytes))),
+           coords, multicast);
+    };
+    if (C == 1) {
+      for (int64_t l = 0; l < loads; ++l)
+        loadRhs(b.idx(l), rows, Value());
+      return;
     }
+    // This block's half: rows [rank * BN / 2, (rank + 1) * BN / 2).
+    rows = BN / 2;
+    Value both = arith::ConstantOp::create(b, b.getI16IntegerAttr(3));
+    loadRhs(rank, rows, both);
   };
   auto commit = [&] { NVVM::CpAsyncCommitGroupOp::create(b); };
   int64_t kSlices = (K + kBlockK - 1) / kBlockK;
@@ -785,7 +843,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
                                             toI32(parity), b.i32(1000000));
     };
     auto tileLoop = [&](const std::function<Value(Value, Value)> &body) {
-      auto loop = scf::ForOp::create(b, block, tilesTotal, gridSize,
+      auto loop = scf::ForOp::create(b, firstUnit, tilesTotal, tileStride,
                                      ValueRange{b.idx(0)});
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(loop.getBody());
@@ -839,9 +897,23 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
     // already fills the stages with the next tile.
     b.setInsertionPointToStart(&roles.getElseRegion().front());
     regs(kConsumerRegisters, NVVM::SetMaxRegisterAction::increase);
+    // One arrival per MMA warp, by its lane 0: the warp's wgmma wait
+    // (aligned) has retired the reads of all its lanes. In a cluster the
+    // stage is also freed in the other block, whose multicasts write here.
+    Value leader = b.eq(lane, b.idx(0));
+    Value partner =
+        C > 1 ? toI32(b.sub(b.idx(C - 1), rank)) : Value();
     auto release = [&](Value n) {
-      NVVM::MBarrierArriveOp::create(b, Type(), stageBarrier(true, slotOf(n)),
-                                     Value());
+      b.ifThen(leader, [&] {
+        Value local = stageBarrier(true, slotOf(n));
+        NVVM::MBarrierArriveOp::create(b, Type(), local, Value());
+        if (C == 1)
+          return;
+        Value remote = NVVM::MapaOp::create(
+            b, LLVM::LLVMPointerType::get(ctx, 7), local, partner);
+        NVVM::MBarrierArriveOp::create(b, Type(), remote, Value(),
+                                       NVVM::MemScopeKind::CLUSTER, false);
+      });
     };
     tileLoop([&](Value tile, Value slices) -> Value {
       TileState t = tileState(tile, /*withRows=*/false);
@@ -877,6 +949,12 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
             return slices;
           });
     });
+    // No block leaves while its partner may still multicast into its
+    // shared memory or arrive on its barriers.
+    if (C > 1) {
+      b.setInsertionPointAfter(roles);
+      clusterSync();
+    }
     return;
   }
   // The persistent loop: tiles block, block + gridDim, ... The first tile's
@@ -937,8 +1015,9 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
     // 128-byte swizzled row) by the block's B rows (or half of them per
     // SwiGLU half), one expert deep.
     int64_t rank = cast<MemRefType>(v.rhs.getType()).getRank();
-    SmallVector<int64_t> box = {kBlockK,
-                                plan.swiglu ? plan.blockN / 2 : plan.blockN};
+    SmallVector<int64_t> box = {
+        kBlockK, plan.swiglu || plan.cluster > 1 ? plan.blockN / 2
+                                                 : plan.blockN};
     if (rank == 3)
       box.push_back(1);
     addOptional(tensorMapOperand(ctx.host(), v.rhs, box), pos.rhsMap);
@@ -953,11 +1032,19 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
 
   // Blocks: the persistent count, or fewer when there are fewer tiles
   // (upper bound: rows / 128 + groups m-tiles, times the n-tiles).
+  // In clusters of C: units of C m-tiles (each group's last unit rounded
+  // up: at most one more m-tile per group), C blocks per unit.
+  const int64_t C = plan.cluster;
   Value mTilesBound =
       h.add(h.div(rows, h.idx(kBlockM)), h.idx(plan.groups()));
+  if (C > 1)
+    mTilesBound = h.ceilDiv(h.add(mTilesBound, h.idx(plan.groups())),
+                            h.idx(C));
   Value tilesBound =
       h.mul(mTilesBound, h.ceilDiv(outSizes[1], h.idx(plan.outTileN())));
-  Value grid = h.minIdx(tilesBound, h.idx(kPersistentBlocks));
+  Value grid = h.minIdx(tilesBound, h.idx(kPersistentBlocks / C));
+  if (C > 1)
+    grid = h.mul(grid, h.idx(C));
   if (enabled)
     grid = h.mul(grid, enabled);
   // The tile as built (the bundle records it): the stages and band taken.
@@ -972,7 +1059,8 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
 
 /// Whether `tile` has the form of this kernel's blocks: m = 128, n = 128 or
 /// 256, k = 64, 256 threads, or 384 of which 128 producers (warp
-/// specialization).
+/// specialization, in clusters of 1 or 2: the verifier allows 2 only
+/// there).
 bool isHopperTile(moe::TileAttr tile) {
   if (!tile || tile.getM() != kBlockM || tile.getK() != kBlockK ||
       (tile.getN() != 128 && tile.getN() != 256))
@@ -1071,6 +1159,7 @@ std::optional<HopperPlan> planFor(Type lhsElem, Type rhsElem, Type outElem,
       plan.stages = tile.getStages();
     if (tile.getBandM())
       plan.bandM = tile.getBandM();
+    plan.cluster = tile.getCluster();
   }
   // At most as many stages as fit in shared memory (a deeper pipeline asked
   // for gets the deepest that fits).
@@ -1208,14 +1297,20 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
                                      /*stages=*/16, /*band_m=*/0, producers));
       if (!deepest)
         continue;
-      for (int64_t stages = deepest->stages;
-           stages >= std::max<int64_t>(3, deepest->stages - 1); --stages)
-        for (int64_t band : {4, 8, 16}) {
-          auto tile = moe::TileAttr::get(context, kBlockM, n, kBlockK, threads,
-                                         stages, band, producers);
-          if (groupedPlan(matmul, tile) && !llvm::is_contained(tiles, tile))
-            tiles.push_back(tile);
-        }
+      // Clusters of 2 (weights multicast) only with warp specialization.
+      for (int64_t cluster : {1, 2}) {
+        if (cluster > 1 && !producers)
+          continue;
+        for (int64_t stages = deepest->stages;
+             stages >= std::max<int64_t>(3, deepest->stages - 1); --stages)
+          for (int64_t band : {4, 8, 16}) {
+            auto tile = moe::TileAttr::get(context, kBlockM, n, kBlockK,
+                                           threads, stages, band, producers,
+                                           cluster);
+            if (groupedPlan(matmul, tile) && !llvm::is_contained(tiles, tile))
+              tiles.push_back(tile);
+          }
+      }
     }
   return tiles;
 }

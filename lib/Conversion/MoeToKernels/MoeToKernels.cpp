@@ -269,11 +269,15 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
   }
 
   Value one = hostBuilder.idx(1);
+  // Blocks in clusters along x (the grid is a multiple of the cluster).
+  std::optional<gpu::KernelDim3> cluster;
+  if (tile.getCluster() > 1)
+    cluster = gpu::KernelDim3{hostBuilder.idx(tile.getCluster()), one, one};
   auto launchOp = gpu::LaunchFuncOp::create(
       hostBuilder, kernel, gpu::KernelDim3{gridBlocks, one, one},
       gpu::KernelDim3{hostBuilder.idx(threads), one, one},
       dynamicSharedBytes ? hostBuilder.i32(dynamicSharedBytes) : Value(),
-      operands);
+      operands, /*asyncTokenType=*/Type(), /*asyncDependencies=*/{}, cluster);
   launchOp->setAttr("moe.grid", hostBuilder.getStringAttr(*gridText));
   launchOp->setAttr("moe.scalars", hostBuilder.getArrayAttr(scalarExprs));
   launchOp->setAttr(moe::kTileAttrName, tile);

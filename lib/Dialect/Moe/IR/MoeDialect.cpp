@@ -41,7 +41,8 @@ void MoeDialect::initialize() {
 LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t m, int64_t n, int64_t k,
                                int64_t threads, int64_t stages,
-                               int64_t bandM, int64_t producers) {
+                               int64_t bandM, int64_t producers,
+                               int64_t cluster) {
   if (stages != 0 && (stages < 3 || stages > 16))
     return emitError() << "tile parameter 'stages' must be 0 (the kernel's "
                           "choice) or in [3, 16], got "
@@ -62,6 +63,15 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if ((producers != 0 && producers != 128) || producers >= threads)
     return emitError() << "tile parameter 'producers' must be 0 or 128 (one "
                           "warpgroup) and less than 'threads', got "
+                       << producers;
+  if (cluster != 1 && cluster != 2)
+    return emitError() << "tile parameter 'cluster' must be 1 or 2 (blocks "
+                          "per cluster), got "
+                       << cluster;
+  if (cluster == 2 && producers != 128)
+    return emitError() << "tile parameter 'cluster' = 2 needs 'producers' = "
+                          "128 (the warp-specialized kernel multicasts the "
+                          "weights), got producers = "
                        << producers;
   // m*n is a power of two; when it overflows int64 it is far above any
   // thread count, which then divides it only if it is a power of two too.

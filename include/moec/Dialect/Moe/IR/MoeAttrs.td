@@ -122,6 +122,12 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
       mbarriers instead of block barriers. Other kernels (other targets,
       other operand types) run the `threads - producers` computing threads
       alone, so a tile tuned for `sm90a` stays valid everywhere.
+    * `cluster`, also only for the `sm90a` wgmma matmul: blocks per
+      thread-block cluster (1, the default, or 2). With 2, the blocks of a
+      cluster compute two m-tiles of the same expert and columns, and each
+      loads half of their common weight tile by TMA multicast into both
+      blocks' shared memory (the weights then cross from L2 once per pair).
+      Needs `producers = 128`. Other kernels ignore it.
 
     Constraints (checked by the verifier): `m`, `n` and `k` are powers of
     two (1 included); `threads` is a multiple of 32 (a whole number of
@@ -129,7 +135,8 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
     `threads`; and one of `m*n` and `threads - producers` divides the
     other, so that outputs split evenly over the computing threads. `stages` is 0 or in
     `[3, 16]` (a pipeline keeps one slice computing and one loading);
-    `band_m` is 0 or a power of two up to 64.
+    `band_m` is 0 or a power of two up to 64; `cluster` is 1 or 2, and 2
+    only with `producers = 128`.
 
     Example:
 
@@ -147,13 +154,20 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
     "int64_t":$threads,
     DefaultValuedParameter<"int64_t", "0">:$stages,
     DefaultValuedParameter<"int64_t", "0">:$band_m,
-    DefaultValuedParameter<"int64_t", "0">:$producers
+    DefaultValuedParameter<"int64_t", "0">:$producers,
+    DefaultValuedParameter<"int64_t", "1">:$cluster
   );
   let builders = [
     AttrBuilder<(ins "int64_t":$m, "int64_t":$n, "int64_t":$k,
                      "int64_t":$threads), [{
       return $_get($_ctxt, m, n, k, threads, /*stages=*/0, /*band_m=*/0,
-                   /*producers=*/0);
+                   /*producers=*/0, /*cluster=*/1);
+    }]>,
+    AttrBuilder<(ins "int64_t":$m, "int64_t":$n, "int64_t":$k,
+                     "int64_t":$threads, "int64_t":$stages,
+                     "int64_t":$band_m, "int64_t":$producers), [{
+      return $_get($_ctxt, m, n, k, threads, stages, band_m, producers,
+                   /*cluster=*/1);
     }]>
   ];
   let assemblyFormat = "`<` struct(params) `>`";
