@@ -1964,6 +1964,24 @@ func.func @tile_producers_not_a_warpgroup(%x: tensor<8x16xbf16>, %w: tensor<4x16
 
 // -----
 
+// clusters of 1 or 2 blocks
+func.func @tile_cluster_of_four(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{tile parameter 'cluster' must be 1 or 2 (blocks per cluster), got 4}}
+  %y = moe.grouped_matmul %x, %w, %o {moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384, producers = 128, cluster = 4>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// only the warp-specialized kernel runs in clusters
+func.func @tile_cluster_without_producers(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{tile parameter 'cluster' = 2 needs 'producers' = 128 (the warp-specialized kernel multicasts the weights), got producers = 0}}
+  %y = moe.grouped_matmul %x, %w, %o {moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256, cluster = 2>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
 // producers leave threads to compute
 func.func @tile_producers_only(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{tile parameter 'producers' must be 0 or 128 (one warpgroup) and less than 'threads', got 128}}
