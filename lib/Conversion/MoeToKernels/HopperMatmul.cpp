@@ -1066,7 +1066,7 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
       [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
         emitKernel(b, a, block, thread, plan, pos);
       },
-      plan.sharedBytes());
+      plan.sharedBytes(), plan.cluster);
 }
 
 /// Whether `tile` has the form of this kernel's blocks: m = 128, n = 128 or

@@ -41,12 +41,16 @@ public:
   /// launch over `gridBlocks` blocks of `tile.getThreads()` threads.
   /// `operands` are host memrefs and index values. `dynamicSharedBytes` of
   /// workgroup memory come with each block (gpu.dynamic_shared_memory).
+  /// `clusterBlocks` > 1 launches the blocks in clusters of that many; the
+  /// kernel must then walk its work with a grid stride (a launcher may run
+  /// fewer clusters than the grid asks for, docs/bundle.md).
   virtual mlir::LogicalResult launch(llvm::StringRef suffix,
                                      mlir::Value gridBlocks,
                                      moe::TileAttr tile,
                                      mlir::ValueRange operands,
                                      const KernelBody &body,
-                                     int64_t dynamicSharedBytes = 0) = 0;
+                                     int64_t dynamicSharedBytes = 0,
+                                     int64_t clusterBlocks = 1) = 0;
 };
 
 /// Whether a linalg.matmul reads B as [N, K] (A·Bᵀ); failure for indexing

@@ -94,7 +94,8 @@ public:
   Value tokenCount() override { return tokens; }
   LogicalResult launch(StringRef suffix, Value gridBlocks, moe::TileAttr tile,
                        ValueRange operands, const KernelBody &body,
-                       int64_t dynamicSharedBytes = 0) override;
+                       int64_t dynamicSharedBytes = 0,
+                       int64_t clusterBlocks = 1) override;
 
 private:
   /// Size expression (RPN) of a host index value, or failure.
@@ -209,7 +210,8 @@ Value FuncLowering::newBuffer(Value tensor, ArrayRef<Value> sizes) {
 LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
                                    moe::TileAttr tile, ValueRange operands,
                                    const KernelBody &body,
-                                   int64_t dynamicSharedBytes) {
+                                   int64_t dynamicSharedBytes,
+                                   int64_t clusterBlocks) {
   Location loc = currentOp->getLoc();
   std::string opName =
       currentOp->getName().stripDialect().str();
@@ -271,8 +273,8 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
   Value one = hostBuilder.idx(1);
   // Blocks in clusters along x (the grid is a multiple of the cluster).
   std::optional<gpu::KernelDim3> cluster;
-  if (tile.getCluster() > 1)
-    cluster = gpu::KernelDim3{hostBuilder.idx(tile.getCluster()), one, one};
+  if (clusterBlocks > 1)
+    cluster = gpu::KernelDim3{hostBuilder.idx(clusterBlocks), one, one};
   auto launchOp = gpu::LaunchFuncOp::create(
       hostBuilder, kernel, gpu::KernelDim3{gridBlocks, one, one},
       gpu::KernelDim3{hostBuilder.idx(threads), one, one},
