@@ -12,6 +12,7 @@ energy per FLOP.
 """
 import argparse
 import datetime
+import statistics
 import subprocess
 import sys
 import time
@@ -53,8 +54,7 @@ def samples(path):
 
 
 def median(values):
-    values = sorted(values)
-    return values[len(values) // 2] if values else float("nan")
+    return statistics.median(values) if values else float("nan")
 
 
 def main():

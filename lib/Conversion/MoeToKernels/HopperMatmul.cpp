@@ -141,6 +141,12 @@ struct HopperPlan {
   }
   /// Output columns per block.
   int64_t outTileN() const { return swiglu ? blockN / 2 : blockN; }
+  /// B rows one TMA load brings (the rhs tensor map's box): all of them,
+  /// or half (the gate or the up rows with SwiGLU, a block's half in a
+  /// cluster of 2).
+  int64_t rhsBoxRows() const {
+    return swiglu || cluster > 1 ? blockN / 2 : blockN;
+  }
 };
 
 /// The tile the kernel of `plan` is built with (the bundle records it).
@@ -509,7 +515,7 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
   // still expects the whole stage.
   auto loadByTma = [&](const TileState &t, Value slot, Value kt,
                        Value full) {
-    int64_t loads = plan.swiglu ? 2 : 1, rows = BN / loads;
+    const int64_t rows = plan.rhsBoxRows();
     int64_t bytes = (BN + (lhsMap ? kBlockM : 0)) * kRowBytes;
     NVVM::MBarrierArriveExpectTxOp::create(
         b, Type(), full, b.i32(bytes), NVVM::MemScopeKind::CTA, false,
@@ -533,23 +539,21 @@ void emitKernel(KernelBuilder &b, ValueRange a, Value block, Value thread,
         return b.add(t.colStart, b.mul(l, outWidth));
       return b.add(t.colStart, b.mul(l, b.idx(rows)));
     };
-    auto loadRhs = [&](Value l, int64_t rowsPerLoad, Value multicast) {
+    auto loadRhs = [&](Value l, Value multicast) {
       SmallVector<Value> coords = {k0, toI32(rhsRows(l))};
       if (offsets)
         coords.push_back(toI32(t.group));
-      load(rhsMap,
-           b.add(stageB(slot), b.mul(l, b.idx(rowsPerLoad * kRowBytes))),
+      load(rhsMap, b.add(stageB(slot), b.mul(l, b.idx(rows * kRowBytes))),
            coords, multicast);
     };
     if (C == 1) {
-      for (int64_t l = 0; l < loads; ++l)
-        loadRhs(b.idx(l), rows, Value());
+      for (int64_t l = 0; l < BN / rows; ++l)
+        loadRhs(b.idx(l), Value());
       return;
     }
     // This block's half: rows [rank * BN / 2, (rank + 1) * BN / 2).
-    rows = BN / 2;
     Value both = arith::ConstantOp::create(b, b.getI16IntegerAttr(3));
-    loadRhs(rank, rows, both);
+    loadRhs(rank, both);
   };
   auto commit = [&] { NVVM::CpAsyncCommitGroupOp::create(b); };
   int64_t kSlices = (K + kBlockK - 1) / kBlockK;
@@ -1024,12 +1028,9 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
   addOptional(v.rowScale, pos.rowScale);
   if (plan.warpSpecialized) {
     // The producer loads the rhs by TMA: boxes of 64 K-elements (one
-    // 128-byte swizzled row) by the block's B rows (or half of them per
-    // SwiGLU half), one expert deep.
+    // 128-byte swizzled row) by rhsBoxRows() B rows, one expert deep.
     int64_t rank = cast<MemRefType>(v.rhs.getType()).getRank();
-    SmallVector<int64_t> box = {
-        kBlockK, plan.swiglu || plan.cluster > 1 ? plan.blockN / 2
-                                                 : plan.blockN};
+    SmallVector<int64_t> box = {kBlockK, plan.rhsBoxRows()};
     if (rank == 3)
       box.push_back(1);
     addOptional(tensorMapOperand(ctx.host(), v.rhs, box), pos.rhsMap);
