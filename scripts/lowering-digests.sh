@@ -3,7 +3,7 @@
 # the project ships (examples/, bench/kernels/, test/Integration/) and every
 # lit input of the conversion: the kernel-stage IR of convert-moe-to-kernels
 # for each of its targets, and the bundle and PTX of `moec compile` for
-# sm_90a, sm_80, gfx942 and host. A change to the lowering that must not
+# sm_90a, sm_90 (the nvvm kernels), sm_80 (generic), gfx942 and host. A change to the lowering that must not
 # change what is generated (a restructure) is checked by running this before
 # and after it and diffing the two outputs:
 #   scripts/lowering-digests.sh build > /tmp/before.txt
@@ -41,7 +41,7 @@ done
 
 # Bundles (and PTX) of the compiler driver.
 for src in "${sources[@]}"; do
-  for target in sm_90a sm_80 gfx942 host; do
+  for target in sm_90a sm_90 sm_80 gfx942 host; do
     dir=$work/asm
     rm -rf "$dir"
     if "$build/bin/moec" compile "$src" -o "$work/out.moecb" \
