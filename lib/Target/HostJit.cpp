@@ -11,12 +11,38 @@
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/Support/TargetSelect.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 using namespace mlir;
+
+namespace {
+
+/// The soft-float f32 -> bf16 conversion that LLVM's x86 backend calls on
+/// CPUs without AVX512-BF16 (a bf16 `select` is widened to f32 and rounded
+/// back, even after arith-expand turned the conversions into integer ops).
+/// compiler-rt provides it, but the JIT resolves symbols from this process,
+/// which links libgcc (GCC 12's has none). Round to nearest even, NaNs kept
+/// quiet. The bf16 result travels in the low 16 bits of the f32 return
+/// register (the SysV x86-64 and AArch64 conventions for bf16).
+extern "C" float moecTruncSFBF2(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  uint32_t half;
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    half = (bits >> 16) | 0x40u; // NaN: quiet, sign kept
+  else
+    half = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  float result;
+  std::memcpy(&result, &half, sizeof(result));
+  return result;
+}
+
+} // namespace
 
 namespace moec {
 
@@ -47,6 +73,13 @@ HostProgram::create(ModuleOp module, const TileOverride &tile) {
   if (!engine)
     return module.emitError("cannot JIT the host kernels: ")
            << llvm::toString(engine.takeError());
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap symbols;
+    symbols[interner("__truncsfbf2")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&moecTruncSFBF2),
+        llvm::JITSymbolFlags::Exported};
+    return symbols;
+  });
   program->impl_->engine = std::move(*engine);
   return program;
 }
