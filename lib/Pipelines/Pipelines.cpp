@@ -43,6 +43,9 @@ void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile) {
 void buildMoeToKernelsPipeline(OpPassManager &pm, const TileOverride &tile,
                                const std::string &target) {
   buildMoeOptimizePipeline(pm, tile);
+  MoeSelectKernelOptions select;
+  select.target = target;
+  pm.addPass(createMoeSelectKernel(select));
   ConvertMoeToKernelsOptions options;
   options.target = target;
   pm.addPass(createConvertMoeToKernels(options));

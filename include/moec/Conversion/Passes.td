@@ -10,6 +10,45 @@
 
 include "mlir/Pass/PassBase.td"
 
+def MoeSelectKernel : Pass<"moe-select-kernel", "mlir::ModuleOp"> {
+  let summary = "Choose each op's lowering strategy and tile (#moe.kernel)";
+  let description = [{
+    Records, for every `moe` op and `linalg.matmul` in the module's
+    functions, how `convert-moe-to-kernels` will lower it: the discardable
+    attribute `moe.kernel = #moe.kernel<strategy = ..., tile = ...>`, and
+    on the module the target, `moe.target = #moe.target<...>`.
+
+    The strategy is the fastest one whose kernels apply to the op on the
+    target: `sm90_wgmma` (the Hopper grouped matmul), then `warp` (targets
+    with warp shuffles), then `vector` (16-byte accesses), then `scalar`,
+    which applies to every op. Whether kernels apply is decided from the
+    op's element types, static sizes, attributes and tile alone, by each
+    strategy's pattern (lib/Conversion/MoeToKernels/*/Patterns.cpp). The
+    tile is the op's `moe.tile` (from `moe-tile`, which holds the cost
+    model and the tuning cache, or written by hand), else the cost model's,
+    as the chosen strategy reads it: only `sm90_wgmma` keeps a producer
+    warpgroup (`producers`, `cluster`); the other kernels run the computing
+    threads alone.
+
+    An op that already has a `moe.kernel` keeps it, after a check that its
+    strategy has kernels for the op on this target and that they apply.
+
+    ```mlir
+    %rows = moe.permute %x, %slots, %offsets k = 8
+        {moe.kernel = #moe.kernel<strategy = vector,
+                                  tile = <m = 1, n = 1, k = 1, threads = 256>>}
+        : ...
+    ```
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"\"",
+           "The kernel target (generic, nvvm, sm90a, rocdl or host, as for "
+           "convert-moe-to-kernels). Empty: the module's `moe.target`, else "
+           "`generic`">
+  ];
+  let dependentDialects = ["::moec::moe::MoeDialect"];
+}
+
 def ConvertMoeToKernels : Pass<"convert-moe-to-kernels", "mlir::ModuleOp"> {
   let summary = "Turn moe functions on tensors into buffers, gpu kernels and "
                 "launches";
@@ -34,19 +73,20 @@ def ConvertMoeToKernels : Pass<"convert-moe-to-kernels", "mlir::ModuleOp"> {
     docs/bundle.md over the symbols (dynamic input dimensions).
   }];
   let options = [
-    Option<"target", "target", "std::string", /*default=*/"\"generic\"",
+    Option<"target", "target", "std::string", /*default=*/"\"\"",
            "Which kernels to emit: `generic` (plain dialects only: any "
            "backend), `nvvm` (NVVM FP8 conversions and warp shuffles: "
            "sm_89+), `sm90a` (nvvm plus Hopper's wgmma grouped matmul: "
            "sm_90a only), `rocdl` (warp shuffles) or `host` (no intra-warp "
-           "communication: the host runs a block's threads one by one)">
+           "communication: the host runs a block's threads one by one). "
+           "Empty: the module's `moe.target`, else `generic`">
   ];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::func::FuncDialect",
     "mlir::gpu::GPUDialect", "mlir::LLVM::LLVMDialect",
     "mlir::NVVM::NVVMDialect", "mlir::math::MathDialect",
     "mlir::memref::MemRefDialect", "mlir::scf::SCFDialect",
-    "mlir::vector::VectorDialect"
+    "mlir::vector::VectorDialect", "::moec::moe::MoeDialect"
   ];
 }
 

@@ -1273,13 +1273,32 @@ std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
 std::optional<LogicalResult>
 moec::kernels::lowerMatmulHopper(Operation *op, moe::TileAttr tile,
                                  BufferMap buffer, LoweringContext &ctx) {
-  if (ctx.host().target != KernelTarget::Hopper)
+  if (!ctx.target().hasWgmma())
     return std::nullopt;
   if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op))
     return lowerGrouped(grouped, tile, buffer, ctx);
   if (auto dense = dyn_cast<linalg::MatmulOp>(op))
     return lowerDense(dense, tile, buffer, ctx);
   return std::nullopt;
+}
+
+bool moec::kernels::hopperMatmulApplies(Operation *op, moe::TileAttr tile) {
+  if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op))
+    return groupedPlan(grouped, tile).has_value();
+  auto dense = dyn_cast<linalg::MatmulOp>(op);
+  if (!dense)
+    return false;
+  FailureOr<bool> transposed = matmulTransposesB(dense);
+  if (failed(transposed) || !*transposed)
+    return false;
+  auto lhsType = cast<ShapedType>(dense.getInputs()[0].getType());
+  auto outType = cast<ShapedType>(dense.getResult(0).getType());
+  return planFor(lhsType.getElementType(),
+                 cast<ShapedType>(dense.getInputs()[1].getType())
+                     .getElementType(),
+                 outType.getElementType(), lhsType.getDimSize(1),
+                 outType.getDimSize(1), /*experts=*/1, tile)
+      .has_value();
 }
 
 SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,

@@ -292,7 +292,8 @@ Value KernelBuilder::elementAddress(Value memref, ValueRange indices) {
 
 void KernelBuilder::prefetchL2(Value memref, ValueRange indices,
                                int64_t bytes) {
-  if (!isNVVM() || !isPlainGlobal(cast<MemRefType>(memref.getType())))
+  if (!target().hasBulkL2Prefetch() ||
+      !isPlainGlobal(cast<MemRefType>(memref.getType())))
     return;
   assert(bytes > 0 && bytes % 16 == 0 && bytes <= INT32_MAX &&
          "a bulk prefetch moves whole 16-byte pieces");
@@ -323,7 +324,8 @@ void KernelBuilder::storeVecStreaming(Value vec, Value memref,
   Type elem = type.getElementType();
   int64_t bytes = type.getNumElements() *
                   std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8);
-  if (!isNVVM() || bytes != 16 || !isPlainGlobal(memrefType)) {
+  if (!target().hasStreamingStores() || bytes != 16 ||
+      !isPlainGlobal(memrefType)) {
     storeVec(vec, memref, indices);
     return;
   }
@@ -357,7 +359,7 @@ Value KernelBuilder::loadVecF32(Value memref, ValueRange indices, int64_t n) {
   Value bits = arith::BitcastOp::create(*this, i8x, vec);
   // (Pairs and lanes travel as extract/from_elements: the NVVM lowering
   // has no patterns for strided slices.)
-  if (isNVVM() && n % 2 == 0) {
+  if (target().hasPackedFP8Conversions() && n % 2 == 0) {
     auto i8x2 = VectorType::get({2}, getI8Type());
     auto f16x2 = VectorType::get({2}, getF16Type());
     SmallVector<Value> values;
@@ -384,7 +386,7 @@ Value KernelBuilder::loadVecF32(Value memref, ValueRange indices, int64_t n) {
 void KernelBuilder::storeVecF32(Value vec, Value memref, ValueRange indices) {
   Type elem = cast<MemRefType>(memref.getType()).getElementType();
   int64_t n = cast<VectorType>(vec.getType()).getNumElements();
-  if (isFP8(elem) && isNVVM() && n % 2 == 0) {
+  if (isFP8(elem) && target().hasPackedFP8Conversions() && n % 2 == 0) {
     // NVVM: round to nearest even, saturating to the largest finite value,
     // two at a time; the pair's element 0 is the second operand.
     auto i8x2 = VectorType::get({2}, getI8Type());

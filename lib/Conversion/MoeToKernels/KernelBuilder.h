@@ -19,30 +19,23 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
+#include "moec/Conversion/TargetInfo.h"
+
 #include <functional>
 
 namespace moec::kernels {
-
-/// What the kernels may use beyond the plain dialects (the pass's `target`).
-enum class KernelTarget {
-  Generic, ///< any backend
-  NVVM,    ///< NVVM ops (FP8 conversions, sm_89+) and warp shuffles
-  Hopper,  ///< NVVM plus sm_90a's wgmma, cp.async and proxy fences
-  ROCDL,   ///< warp shuffles
-  Host,    ///< no intra-warp communication
-};
 
 /// An ImplicitLocOpBuilder with the helpers kernel bodies need.
 class KernelBuilder : public mlir::ImplicitLocOpBuilder {
 public:
   using ImplicitLocOpBuilder::ImplicitLocOpBuilder;
 
-  KernelTarget target = KernelTarget::Generic;
-  /// Whether gpu.shuffle may be used (a warp runs in lockstep).
-  bool hasWarpShuffles() const { return isNVVM() || target == KernelTarget::ROCDL; }
-  /// Whether NVVM dialect ops may be used (any NVIDIA target).
-  bool isNVVM() const {
-    return target == KernelTarget::NVVM || target == KernelTarget::Hopper;
+  /// What the kernels may use beyond the plain dialects (set by the pass
+  /// before a kernel body is written).
+  const TargetInfo *targetInfo = nullptr;
+  const TargetInfo &target() const {
+    assert(targetInfo && "KernelBuilder without a target");
+    return *targetInfo;
   }
 
   // Constants.

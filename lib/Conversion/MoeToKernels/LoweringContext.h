@@ -1,8 +1,9 @@
 //===- LoweringContext.h - Host-side state of convert-moe-to-kernels -*- C++ -*-===//
 //
-// Part of moec. What a kernel generator (Kernels.cpp) may ask of the pass
-// (MoeToKernels.cpp): host index values and their size expressions, scratch
-// buffers, and "launch this kernel body over this grid".
+// Part of moec. What a kernel generator (a KernelPattern's emit) may ask of
+// the pass (MoeToKernels.cpp): the target, host index values and their size
+// expressions, scratch buffers, and "launch this kernel body over this
+// grid"; and the helpers the generators of every strategy share.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +12,7 @@
 
 #include "KernelBuilder.h"
 
+#include "moec/Conversion/TargetInfo.h"
 #include "moec/Dialect/Moe/IR/MoeAttrs.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -28,6 +30,8 @@ public:
 
   /// The builder at the host insertion point (before the op being lowered).
   virtual KernelBuilder &host() = 0;
+  /// What the kernels may use.
+  virtual const TargetInfo &target() = 0;
   /// Host index values giving the sizes of a buffer (memref) value.
   virtual llvm::SmallVector<mlir::Value> sizes(mlir::Value buffer) = 0;
   /// A scratch buffer of the given type and sizes (one Value per dimension).
@@ -61,34 +65,6 @@ mlir::FailureOr<bool> matmulTransposesB(mlir::Operation *matmul);
 /// the op) to its buffer; null for a null value.
 using BufferMap = llvm::function_ref<mlir::Value(mlir::Value)>;
 
-/// Lowers one op whose operand and result buffers `buffer` gives (the
-/// results' buffers are allocated before the call).
-mlir::LogicalResult lowerOp(mlir::Operation *op, moe::TileAttr tile,
-                            BufferMap buffer, LoweringContext &ctx);
-
-/// Lowers one op with the vectorized kernels of VectorKernels.cpp; nullopt
-/// where they do not apply (op or shapes), for lowerOp's scalar kernels.
-std::optional<mlir::LogicalResult> lowerVectorized(mlir::Operation *op,
-                                                   moe::TileAttr tile,
-                                                   BufferMap buffer,
-                                                   LoweringContext &ctx);
-
-/// Lowers permute_grad and unpermute_grad with the vectorized and warp
-/// kernels of BackwardKernels.cpp; nullopt where they do not apply (op or
-/// shapes), for lowerOp's scalar kernels.
-std::optional<mlir::LogicalResult> lowerBackward(mlir::Operation *op,
-                                                 moe::TileAttr tile,
-                                                 BufferMap buffer,
-                                                 LoweringContext &ctx);
-
-/// Lowers router_topk and sort_by_expert with the warp kernels of
-/// RoutingKernels.cpp (targets with warp shuffles); nullopt where they do
-/// not apply.
-std::optional<mlir::LogicalResult> lowerRoutingWarp(mlir::Operation *op,
-                                                    moe::TileAttr tile,
-                                                    BufferMap buffer,
-                                                    LoweringContext &ctx);
-
 /// Lowers a grouped matmul (or a dense linalg.matmul) with the wgmma
 /// kernel of HopperMatmul.cpp (target sm90a); nullopt where it does not
 /// apply (op, types or shapes).
@@ -96,6 +72,8 @@ std::optional<mlir::LogicalResult> lowerMatmulHopper(mlir::Operation *op,
                                                      moe::TileAttr tile,
                                                      BufferMap buffer,
                                                      LoweringContext &ctx);
+/// Whether lowerMatmulHopper applies to `op` with `tile` (emits nothing).
+bool hopperMatmulApplies(mlir::Operation *op, moe::TileAttr tile);
 
 /// Host index values for the sizes of each result of `op`, from the sizes of
 /// its operand buffers; fails with a diagnostic where a size cannot be
@@ -105,22 +83,22 @@ resultSizes(mlir::Operation *op, BufferMap buffer, LoweringContext &ctx,
             llvm::SmallVector<llvm::SmallVector<mlir::Value>> &sizes);
 
 //===----------------------------------------------------------------------===//
-// Helpers shared by the kernel generators (Kernels.cpp, VectorKernels.cpp,
-// BackwardKernels.cpp)
+// Helpers shared by the kernel generators (KernelHelpers.cpp unless noted)
 //===----------------------------------------------------------------------===//
 
 /// Lanes of a warp, as the warp kernels (shuffles, ballots, redux) use
 /// them (NVIDIA warps; AMD wave64 runs two such groups per wavefront).
 constexpr int64_t kWarp = 32;
 
-/// The element type of a memref value.
-inline mlir::Type elementType(mlir::Value memref) {
-  return mlir::cast<mlir::MemRefType>(memref.getType()).getElementType();
+/// The element type of a memref or tensor value (a buffer, or the op's
+/// operand it stands for: both have the same shape and element type).
+inline mlir::Type elementType(mlir::Value shaped) {
+  return mlir::cast<mlir::ShapedType>(shaped.getType()).getElementType();
 }
 
-/// The static size of dimension d of a memref value, if any.
-inline std::optional<int64_t> staticDim(mlir::Value memref, unsigned d) {
-  int64_t size = mlir::cast<mlir::MemRefType>(memref.getType()).getDimSize(d);
+/// The static size of dimension d of a memref or tensor value, if any.
+inline std::optional<int64_t> staticDim(mlir::Value shaped, unsigned d) {
+  int64_t size = mlir::cast<mlir::ShapedType>(shaped.getType()).getDimSize(d);
   if (mlir::ShapedType::isDynamic(size))
     return std::nullopt;
   return size;
@@ -172,14 +150,19 @@ mlir::Value isPaddingRow(KernelBuilder &b, mlir::Value slots,
 
 /// Elements per thread for rows of `rowLength` elements of the (float)
 /// types accessed: the widest 16-byte vector of the narrowest type, if it
-/// divides the row; 0 otherwise.
+/// divides the row; 0 otherwise. (Vector/VectorCommon.cpp)
 int64_t chunkWidth(std::optional<int64_t> rowLength,
                    std::initializer_list<mlir::Type> types);
+
+/// Elements per chunk of emitCombine over `rows` into `out` (memrefs or
+/// tensors); 0 where it does not apply. (Vector/Permute.cpp)
+int64_t combineWidth(mlir::Value rows, mlir::Value out);
 
 /// The vectorized combine of unpermute: out[t] = sum over j < k of
 /// weights[t, j] (1 without weights) times the grouped row of slot t·k + j
 /// in `rows` (found through `positions`, or else the inverse of `slots`;
-/// none: zero); nullopt where the row length has no 16-byte vector access.
+/// none: zero); nullopt where the row length has no 16-byte vector access
+/// (combineWidth is 0). (Vector/Permute.cpp)
 std::optional<mlir::LogicalResult>
 emitCombine(LoweringContext &ctx, moe::TileAttr tile, mlir::Value rows,
             mlir::Value slots, mlir::Value offsets, mlir::Value weights,

@@ -4,11 +4,14 @@
 // buffers that launches one gpu kernel (or a few) per op, and records, as
 // attributes, everything the bundle writer needs: symbols, size expressions,
 // buffer indices, grids, scalar parameters and the op list for the float64
-// reference. The kernel bodies themselves are written in Kernels.cpp.
+// reference. Each op is lowered by the KernelPattern of its strategy: the
+// op's `#moe.kernel` (moe-select-kernel), or the one chosen here the same
+// way; the kernel bodies are in the strategies' folders (Scalar/, Vector/,
+// Warp/, HopperMatmul.cpp).
 //
 //===----------------------------------------------------------------------===//
 
-#include "LoweringContext.h"
+#include "KernelPattern.h"
 
 #include "moec/Conversion/LaunchABI.h"
 #include "moec/Conversion/Passes.h"
@@ -21,7 +24,6 @@
 #include "mlir/IR/Matchers.h"
 
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/ADT/StringSwitch.h"
 
 #include <cstdio>
 
@@ -76,15 +78,17 @@ unsigned odsOperandCount(Operation *op) {
 
 class FuncLowering : public LoweringContext {
 public:
-  FuncLowering(ModuleOp module, func::FuncOp func, KernelTarget target)
-      : module(module), oldFunc(func), target(target),
+  FuncLowering(ModuleOp module, func::FuncOp func,
+               const KernelPatternSet &patterns)
+      : module(module), oldFunc(func), patterns(patterns),
         hostBuilder(func.getLoc(), func) {
-    hostBuilder.target = target;
+    hostBuilder.targetInfo = &patterns.getTarget();
   }
 
   LogicalResult run();
 
   KernelBuilder &host() override { return hostBuilder; }
+  const TargetInfo &target() override { return patterns.getTarget(); }
   SmallVector<Value> sizes(Value buffer) override {
     auto it = sizesOf.find(buffer);
     assert(it != sizesOf.end() && "buffer without recorded sizes");
@@ -108,7 +112,7 @@ private:
 
   ModuleOp module;
   func::FuncOp oldFunc, newFunc;
-  KernelTarget target;
+  const KernelPatternSet &patterns;
   gpu::GPUModuleOp gpuModule;
   KernelBuilder hostBuilder;
   Operation *currentOp = nullptr;
@@ -263,7 +267,7 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
   {
     Block *kernelEntry = &kernel.getBody().front();
     KernelBuilder b(loc, kernelEntry, kernelEntry->end());
-    b.target = target;
+    b.targetInfo = &patterns.getTarget();
     Value block = gpu::BlockIdOp::create(b, gpu::Dimension::x);
     Value thread = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
     body(b, kernel.getArguments(), block, thread);
@@ -326,8 +330,10 @@ void FuncLowering::recordRefOp(
   SmallVector<NamedAttribute> attrs;
   for (NamedAttribute attr : op->getAttrs()) {
     StringRef attrName = attr.getName().getValue();
+    // Lowering choices are not semantics: the reference ignores them.
     if (attrName == "operandSegmentSizes" || attrName == "resultSegmentSizes" ||
-        attrName == moe::kTileAttrName || !name.starts_with("moe."))
+        attrName == moe::kTileAttrName || attrName == moe::kKernelAttrName ||
+        !name.starts_with("moe."))
       continue;
     attrs.push_back(hostBuilder.getNamedAttr(
         attrName, hostBuilder.getStringAttr(attrText(attr.getValue()))));
@@ -375,10 +381,6 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     return success();
   }
 
-  moe::TileAttr tile = op->getAttrOfType<moe::TileAttr>(moe::kTileAttrName);
-  if (!tile)
-    tile = moe::defaultTileFor(op);
-
   std::string refName = op->getName().getStringRef().str();
   SmallVector<std::pair<StringRef, std::string>> extraAttrs;
   if (auto matmul = dyn_cast<linalg::MatmulOp>(op)) {
@@ -389,7 +391,6 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
       return op->emitOpError("only plain or B-transposed indexing maps are "
                              "supported");
     extraAttrs.push_back({"transpose_b", *transposeB ? "true" : "false"});
-    tile = moe::TileAttr::get(op->getContext(), 16, 16, 32, 256);
   } else if (op->getDialect()->getNamespace() != "moe") {
     return op->emitOpError("is not supported in a function lowered to "
                            "kernels (supported: moe ops, linalg.matmul with a "
@@ -409,12 +410,17 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
       return op->emitOpError("operand is not produced by a lowered op or a "
                              "function argument");
 
+  FailureOr<std::pair<const KernelPattern *, moe::TileAttr>> kernel =
+      patterns.kernelFor(op);
+  if (failed(kernel))
+    return failure();
   SmallVector<SmallVector<Value>> resultSizeValues;
   if (failed(resultSizes(op, buffer, *this, resultSizeValues)))
     return failure();
   for (auto [result, sizes] : llvm::zip(op->getResults(), resultSizeValues))
     newBuffer(result, sizes);
-  if (failed(lowerOp(op, tile, buffer, *this)))
+  auto [pattern, tile] = *kernel;
+  if (failed(pattern->lower(op, tile, buffer, *this)))
     return failure();
   recordRefOp(op, refName, extraAttrs);
   return success();
@@ -538,25 +544,18 @@ struct ConvertMoeToKernelsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::optional<KernelTarget> kind =
-        llvm::StringSwitch<std::optional<KernelTarget>>(target)
-            .Case("generic", KernelTarget::Generic)
-            .Case("nvvm", KernelTarget::NVVM)
-            .Case("sm90a", KernelTarget::Hopper)
-            .Case("rocdl", KernelTarget::ROCDL)
-            .Case("host", KernelTarget::Host)
-            .Default(std::nullopt);
-    if (!kind) {
-      module.emitError("convert-moe-to-kernels: unknown target '")
-          << target << "' (expected generic, nvvm, sm90a, rocdl or host)";
+    FailureOr<moe::TargetAttr> targetAttr = kernelTargetOf(module, target);
+    if (failed(targetAttr))
       return signalPassFailure();
-    }
+    std::unique_ptr<TargetInfo> targetInfo = TargetInfo::create(*targetAttr);
+    KernelPatternSet patterns(*targetInfo);
+    populateMoeToKernelsPatterns(patterns, *targetInfo);
     SmallVector<func::FuncOp> funcs;
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal())
         funcs.push_back(func);
     for (func::FuncOp func : funcs) {
-      FuncLowering lowering(module, func, *kind);
+      FuncLowering lowering(module, func, patterns);
       if (failed(lowering.run()))
         return signalPassFailure();
     }

@@ -100,6 +100,27 @@ TileBucketAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 //===----------------------------------------------------------------------===//
+// TargetAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult TargetAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 StringRef kind, StringRef chip,
+                                 int64_t smCount, int64_t sharedMemory) {
+  if (!llvm::is_contained({"generic", "nvvm", "sm90a", "rocdl", "host"}, kind))
+    return emitError() << "target kind must be one of generic, nvvm, sm90a, "
+                          "rocdl or host, got '"
+                       << kind << "'";
+  if (smCount < 0 || smCount > 65536)
+    return emitError() << "target 'sm_count' must be in [0, 65536], got "
+                       << smCount;
+  if (sharedMemory < 0 || sharedMemory > (int64_t(1) << 30))
+    return emitError() << "target 'shared_memory' must be in [0, 2^30] "
+                          "bytes, got "
+                       << sharedMemory;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Discardable attributes
 //===----------------------------------------------------------------------===//
 
@@ -108,6 +129,14 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
   if (attr.getName() == kTileAttrName && !isa<TileAttr>(attr.getValue()))
     return op->emitError() << "attribute '" << kTileAttrName
                            << "' must be a #moe.tile<...>, got "
+                           << attr.getValue();
+  if (attr.getName() == kKernelAttrName && !isa<KernelAttr>(attr.getValue()))
+    return op->emitError() << "attribute '" << kKernelAttrName
+                           << "' must be a #moe.kernel<...>, got "
+                           << attr.getValue();
+  if (attr.getName() == kTargetAttrName && !isa<TargetAttr>(attr.getValue()))
+    return op->emitError() << "attribute '" << kTargetAttrName
+                           << "' must be a #moe.target<...>, got "
                            << attr.getValue();
   if (attr.getName() == kTileBucketsAttrName) {
     auto buckets = dyn_cast<ArrayAttr>(attr.getValue());

@@ -28,6 +28,14 @@ constexpr llvm::StringLiteral kTileAttrName = "moe.tile";
 /// TileBucketAttr). The dialect verifies it.
 constexpr llvm::StringLiteral kTileBucketsAttrName = "moe.tile_buckets";
 
+/// Name of the discardable attribute that carries the lowering strategy
+/// and tile `moe-select-kernel` chose for an op (see KernelAttr).
+constexpr llvm::StringLiteral kKernelAttrName = "moe.kernel";
+
+/// Name of the module attribute that carries the kernel target (see
+/// TargetAttr).
+constexpr llvm::StringLiteral kTargetAttrName = "moe.target";
+
 /// In the host code that convert-moe-to-kernels builds: the box (an
 /// i64 array, innermost dimension first) on the `unrealized_conversion_cast`
 /// of a buffer to `!llvm.ptr` that stands for a launch's TMA descriptor of

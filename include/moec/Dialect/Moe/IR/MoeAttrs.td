@@ -83,6 +83,22 @@ def Moe_QuantAxis : I32EnumAttr<"QuantAxis",
 }
 def Moe_QuantAxisAttr : Moe_EnumAttr<Moe_QuantAxis, "axis">;
 
+def Moe_KernelStrategy : I32EnumAttr<"KernelStrategy",
+    "the family of kernels an op is lowered with", [
+      // One thread per output element or row: every op, every target.
+      I32EnumAttrCase<"scalar", 0>,
+      // 16-byte vector accesses per thread (bandwidth-bound ops).
+      I32EnumAttrCase<"vector", 1>,
+      // A warp per row or chunk, with shuffles (routing, row-wise
+      // quantization): targets with warp shuffles.
+      I32EnumAttrCase<"warp", 2>,
+      // The Hopper warpgroup-MMA matmul (wgmma, TMA, mbarriers): sm90a.
+      I32EnumAttrCase<"sm90_wgmma", 3>
+    ]> {
+  let cppNamespace = "::moec::moe";
+  let genSpecializedAttr = 0;
+}
+
 //===----------------------------------------------------------------------===//
 // Tile configuration
 //===----------------------------------------------------------------------===//
@@ -200,6 +216,70 @@ def Moe_TileBucketAttr : AttrDef<Moe_Dialect, "TileBucket"> {
     ```
   }];
   let parameters = (ins "int64_t":$max_rows, "TileAttr":$tile);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Kernel selection
+//===----------------------------------------------------------------------===//
+
+def Moe_KernelAttr : AttrDef<Moe_Dialect, "Kernel"> {
+  let mnemonic = "kernel";
+  let summary = "The lowering strategy chosen for an op, and its tile";
+  let description = [{
+    Attached to an op as the discardable attribute `moe.kernel` by the
+    `moe-select-kernel` pass: which family of kernels
+    `convert-moe-to-kernels` lowers the op with, and the tile those kernels
+    are built with. The strategy is the fastest one whose kernels apply to
+    the op's types and static sizes on the target (`sm90_wgmma`, then
+    `warp`, then `vector`, then `scalar`, which applies to every op).
+
+    The tile is the op's `moe.tile` (or the cost model's) as the strategy
+    reads it: kernels other than `sm90_wgmma` run the computing threads
+    alone (`producers = 0`), and `sm90_wgmma` records the block it builds
+    (its `n`, `stages`, `band_m`, `producers` and `cluster` chosen).
+
+    Example:
+
+    ```mlir
+    %y = moe.grouped_matmul %x, %w, %offsets {moe.kernel = #moe.kernel<
+        strategy = sm90_wgmma,
+        tile = <m = 128, n = 256, k = 64, threads = 384, producers = 128>>}
+        : ...
+    ```
+  }];
+  let parameters = (ins EnumParameter<Moe_KernelStrategy>:$strategy,
+                        "TileAttr":$tile);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def Moe_TargetAttr : AttrDef<Moe_Dialect, "Target"> {
+  let mnemonic = "target";
+  let summary = "The machine kernels are generated for";
+  let description = [{
+    Attached to a module as `moe.target` by `moe-select-kernel`, and read by
+    `convert-moe-to-kernels`: the kernel target `kind` (`generic`, `nvvm`,
+    `sm90a`, `rocdl` or `host`; what each may use is in docs/lowering.md),
+    the chip the code is for (e.g. `sm_90a`, `gfx942`; empty when not one
+    chip), and the facts kernels size themselves by: `sm_count`, the
+    multiprocessors a persistent grid fills, and `shared_memory`, the
+    dynamic shared memory in bytes one block may use (0: the target's
+    kernels use none beyond the static kind).
+
+    Example:
+
+    ```mlir
+    module attributes {moe.target = #moe.target<kind = "sm90a",
+        chip = "sm_90a", sm_count = 132, shared_memory = 232448>} { ... }
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"kernel target">:$kind,
+    StringRefParameter<"chip", "\"\"">:$chip,
+    DefaultValuedParameter<"int64_t", "0">:$sm_count,
+    DefaultValuedParameter<"int64_t", "0">:$shared_memory
+  );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

@@ -1,0 +1,42 @@
+//===- HopperPatterns.cpp - The `sm90_wgmma` strategy's patterns ----------===//
+//
+// Part of moec. The warpgroup-MMA grouped matmul of HopperMatmul.cpp for
+// moe.grouped_matmul and linalg.matmul, on targets with wgmma.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelPattern.h"
+
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+
+namespace {
+
+template <typename OpTy>
+bool matchWgmma(OpTy op, moe::TileAttr tile, const TargetInfo &) {
+  return hopperMatmulApplies(op, tile);
+}
+
+template <typename OpTy>
+LogicalResult emitWgmma(OpTy op, moe::TileAttr tile, BufferMap buffer,
+                        LoweringContext &ctx) {
+  return *lowerMatmulHopper(op, tile, buffer, ctx);
+}
+
+} // namespace
+
+void kernels::populateHopperKernelPatterns(KernelPatternSet &patterns,
+                                           const TargetInfo &target) {
+  if (!target.hasWgmma())
+    return;
+  constexpr auto wgmma = moe::KernelStrategy::sm90_wgmma;
+  patterns.add<moe::GroupedMatmulOp>(wgmma, emitWgmma<moe::GroupedMatmulOp>,
+                                     matchWgmma<moe::GroupedMatmulOp>);
+  patterns.add<linalg::MatmulOp>(wgmma, emitWgmma<linalg::MatmulOp>,
+                                 matchWgmma<linalg::MatmulOp>);
+}

@@ -1,0 +1,234 @@
+//===- Elementwise.cpp - Scalar swiglu, quantize and dequantize -----------===//
+//
+// Part of moec. One thread per output element (or per FP8 group),
+// f32 arithmetic, one rounding at the store.
+//
+//===-------------------------------------------------------------------===//
+
+#include "ScalarKernels.h"
+
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+
+namespace {
+
+/// For colwise groups: the expert group holding scale block `block`, as
+/// (found, first row, end row) of the block.
+SmallVector<Value> colwiseBlockRows(KernelBuilder &b, Value offsets,
+                                    int64_t experts, int64_t group,
+                                    Value block) {
+  auto found = b.loop(
+      b.idx(0), b.idx(experts), {b.idx(0), b.idx(0), b.idx(0), b.idx(0)},
+      [&](Value e, ValueRange it) -> SmallVector<Value> {
+        Value start = groupStart(b, offsets, e);
+        Value end = b.loadIdx(offsets, {e});
+        Value blocks = b.ceilDiv(b.sub(end, start), b.idx(group));
+        Value next = b.add(it[0], blocks);
+        Value here = b.land(b.ule(it[0], block), b.ult(block, next));
+        Value first = b.add(start, b.mul(b.sub(block, it[0]), b.idx(group)));
+        Value last = b.minIdx(b.add(first, b.idx(group)), end);
+        return {next, b.select(here, b.idx(1), it[1]),
+                b.select(here, first, it[2]), b.select(here, last, it[3])};
+      });
+  return {found[1], found[2], found[3]};
+}
+
+} // namespace
+
+LogicalResult scalar::emitSwiglu(moe::SwigluOp op, moe::TileAttr tile,
+                                 BufferMap buffer, LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value in = buffer(op.getInput()), out = buffer(op.getOutput());
+  SmallVector<Value> sizes = ctx.sizes(out);
+  moe::GateUpLayout layout = op.getLayout();
+  return launchPerItem(
+      ctx, "", h.mul(sizes[0], sizes[1]), tile, {in, out},
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        Value half = b.dim(a[1], 1);
+        Value r = b.div(id, half), c = b.rem(id, half);
+        Value g = b.loadF(a[0], {r, gateUpColumn(b, layout, half, c, false)});
+        Value u = b.loadF(a[0], {r, gateUpColumn(b, layout, half, c, true)});
+        b.storeF(b.fmul(b.fmul(g, b.sigmoid(g)), u), a[1], {r, c});
+      });
+}
+
+LogicalResult scalar::emitSwigluGrad(moe::SwigluGradOp op, moe::TileAttr tile,
+                                     BufferMap buffer, LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value in = buffer(op.getInput()), dy = buffer(op.getGradOutput());
+  Value out = buffer(op.getGradInput());
+  SmallVector<Value> sizes = ctx.sizes(dy);
+  moe::GateUpLayout layout = op.getLayout();
+  return launchPerItem(
+      ctx, "", h.mul(sizes[0], sizes[1]), tile, {in, dy, out},
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        Value half = b.dim(a[1], 1);
+        Value r = b.div(id, half), c = b.rem(id, half);
+        Value gc = gateUpColumn(b, layout, half, c, false);
+        Value uc = gateUpColumn(b, layout, half, c, true);
+        Value g = b.loadF(a[0], {r, gc}), u = b.loadF(a[0], {r, uc});
+        Value d = b.loadF(a[1], {r, c}), s = b.sigmoid(g);
+        Value one = b.f32(1);
+        // d/dg silu(g)·u = u·s·(1 + g·(1 − s)); d/du = g·s.
+        Value dg = b.fmul(b.fmul(d, b.fmul(u, s)),
+                          b.fadd(one, b.fmul(g, b.fsub(one, s))));
+        b.storeF(dg, a[2], {r, gc});
+        b.storeF(b.fmul(d, b.fmul(g, s)), a[2], {r, uc});
+      });
+}
+
+LogicalResult scalar::emitQuantize(moe::QuantizeOp op, moe::TileAttr tile,
+                                   BufferMap buffer, LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value in = buffer(op.getInput()), data = buffer(op.getData());
+  Value scales = buffer(op.getScales()), offsets = buffer(op.getOffsets());
+  int64_t g = op.getGroupSize();
+  Type fp8 = cast<MemRefType>(data.getType()).getElementType();
+  double fp8Max = fp8MaxOf(fp8);
+  bool pow2 = op.getPow2Scale();
+  SmallVector<Value> scaleSizes = ctx.sizes(scales);
+  Value groups = h.mul(scaleSizes[0], scaleSizes[1]);
+
+  if (op.getAxis() == moe::QuantAxis::rowwise) {
+    // One thread per (row, group): amax, scale, then the group's data.
+    return launchPerItem(
+        ctx, "rowwise", groups, tile, {in, data, scales},
+        [&](KernelBuilder &b, ValueRange a, Value id) {
+          Value G = b.dim(a[2], 1), K = b.dim(a[0], 1);
+          Value r = b.div(id, G), grp = b.rem(id, G);
+          Value c0 = b.mul(grp, b.idx(g));
+          Value c1 = b.minIdx(b.add(c0, b.idx(g)), K);
+          Value amax = b.loop(
+              c0, c1, {b.f32(0)},
+              [&](Value c, ValueRange it) -> SmallVector<Value> {
+                return {b.fmax(it[0],
+                               math::AbsFOp::create(b, b.loadF(a[0], {r, c})))};
+              })[0];
+          Value scale = groupScale(b, amax, fp8Max, pow2);
+          b.storeF(scale, a[2], {r, grp});
+          b.loop(c0, c1, [&](Value c) {
+            b.storeF(b.fdiv(b.loadF(a[0], {r, c}), scale), a[1], {r, c});
+          });
+        });
+  }
+
+  // Colwise: one thread per (scale block row, column); rows past the last
+  // group are zero and unused scale blocks hold 1.
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  SmallVector<Value> dataSizes = ctx.sizes(data);
+  if (failed(launchPerItem(
+          ctx, "tail", h.mul(dataSizes[0], dataSizes[1]), tile, {offsets, data},
+          [&](KernelBuilder &b, ValueRange a, Value id) {
+            Value K = b.dim(a[1], 1);
+            Value r = b.div(id, K), c = b.rem(id, K);
+            Value end = b.loadIdx(a[0], {b.idx(experts - 1)});
+            b.ifThen(b.ule(end, r), [&] { b.storeF(b.f32(0), a[1], {r, c}); });
+          })))
+    return failure();
+  return launchPerItem(
+      ctx, "colwise", groups, tile, {in, data, scales, offsets},
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        Value K = b.dim(a[2], 1);
+        Value blk = b.div(id, K), c = b.rem(id, K);
+        SmallVector<Value> rows = colwiseBlockRows(b, a[3], experts, g, blk);
+        Value amax = b.loop(
+            rows[1], rows[2], {b.f32(0)},
+            [&](Value r, ValueRange it) -> SmallVector<Value> {
+              return {b.fmax(it[0],
+                             math::AbsFOp::create(b, b.loadF(a[0], {r, c})))};
+            })[0];
+        Value scale = groupScale(b, amax, fp8Max, pow2);
+        b.storeF(scale, a[2], {blk, c});
+        b.loop(rows[1], rows[2], [&](Value r) {
+          b.storeF(b.fdiv(b.loadF(a[0], {r, c}), scale), a[1], {r, c});
+        });
+      });
+}
+
+LogicalResult scalar::emitDequantize(moe::DequantizeOp op, moe::TileAttr tile,
+                                     BufferMap buffer, LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value data = buffer(op.getData()), scales = buffer(op.getScales());
+  Value out = buffer(op.getOutput());
+  int64_t g = op.getGroupSize();
+  SmallVector<Value> outSizes = ctx.sizes(out);
+  auto dataType = cast<MemRefType>(data.getType());
+
+  if (dataType.getElementType().isUnsignedInteger(8)) {
+    // NF4: out[s, r, c] = codebook[nibble] * absmax[e, (r*N + c) / g].
+    Value codebook = buffer(op.getCodebook());
+    Value experts = buffer(op.getExperts());
+    SmallVector<Value> operands = {data, scales, codebook, out};
+    if (experts)
+      operands.push_back(experts);
+    Value count = h.mul(h.mul(outSizes[0], outSizes[1]), outSizes[2]);
+    return launchPerItem(
+        ctx, "nf4", count, tile, operands,
+        [&](KernelBuilder &b, ValueRange a, Value id) {
+          Value K = b.dim(a[3], 1), N = b.dim(a[3], 2);
+          Value sel = b.div(id, b.mul(K, N));
+          Value r = b.rem(b.div(id, N), K), c = b.rem(id, N);
+          Value e = experts ? b.loadIdx(a[4], {sel}) : sel;
+          Value byte =
+              memref::LoadOp::create(b, a[0], {e, r, b.div(c, b.idx(2))});
+          // ui8 is not an arith type; it is i8 once lowered.
+          Value raw = UnrealizedConversionCastOp::create(
+                          b, TypeRange{b.getI8Type()}, ValueRange{byte})
+                          .getResult(0);
+          Value wide = arith::ExtUIOp::create(b, b.getI32Type(), raw);
+          Value odd = b.eq(b.rem(c, b.idx(2)), b.idx(1));
+          Value nibble =
+              b.select(odd, arith::AndIOp::create(b, wide, b.i32(15)),
+                       arith::ShRUIOp::create(b, wide, b.i32(4)));
+          Value code = b.loadF(
+              a[2], {arith::IndexCastOp::create(b, b.getIndexType(), nibble)});
+          Value blockIdx = b.div(b.add(b.mul(r, N), c), b.idx(g));
+          b.storeF(b.fmul(code, b.loadF(a[1], {e, blockIdx})), a[3],
+                   {sel, r, c});
+        });
+  }
+
+  // FP8: output = data * scale of the element's group.
+  Value offsets = buffer(op.getOffsets());
+  bool colwise = op.getAxis() == moe::QuantAxis::colwise;
+  int64_t numExperts =
+      offsets ? cast<MemRefType>(offsets.getType()).getDimSize(0) : 0;
+  SmallVector<Value> operands = {data, scales, out};
+  if (colwise)
+    operands.push_back(offsets);
+  return launchPerItem(
+      ctx, "fp8", h.mul(outSizes[0], outSizes[1]), tile, operands,
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        Value K = b.dim(a[2], 1);
+        Value r = b.div(id, K), c = b.rem(id, K);
+        Value x = b.loadF(a[0], {r, c});
+        if (!colwise) {
+          b.storeF(b.fmul(x, b.loadF(a[1], {r, b.div(c, b.idx(g))})), a[2],
+                   {r, c});
+          return;
+        }
+        // Scale block of row r: blocks of the groups before its group, plus
+        // its offset in its group; rows past the last group are zero.
+        auto found = b.loop(
+            b.idx(0), b.idx(numExperts), {b.idx(0), b.idx(0), b.idx(0)},
+            [&](Value e, ValueRange it) -> SmallVector<Value> {
+              Value start = groupStart(b, a[3], e);
+              Value end = b.loadIdx(a[3], {e});
+              Value here = b.land(b.ule(start, r), b.ult(r, end));
+              Value blk = b.add(it[0], b.div(b.sub(r, start), b.idx(g)));
+              Value blocks = b.ceilDiv(b.sub(end, start), b.idx(g));
+              return {b.add(it[0], blocks), b.select(here, b.idx(1), it[1]),
+                      b.select(here, blk, it[2])};
+            });
+        Value y = b.ifElse(
+            b.eq(found[1], b.idx(1)), b.getF32Type(),
+            [&] {
+              return b.fmul(x, b.loadF(a[1], {found[2], c}));
+            },
+            [&] { return b.f32(0); });
+        b.storeF(y, a[2], {r, c});
+      });
+}

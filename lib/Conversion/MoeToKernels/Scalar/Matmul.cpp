@@ -1,0 +1,325 @@
+//===- Matmul.cpp - Scalar grouped and dense matmul -----------------------===//
+//
+// Part of moec. One thread per output element (or a few sharing its
+// reduction): the reference loop with bias, LoRA, FP8 block scales, SwiGLU
+// and row scale in f32. Every mode and layout the dialect has; the sm90a
+// target uses Hopper/ where it applies.
+//
+//===-------------------------------------------------------------------===//
+
+#include "ScalarKernels.h"
+
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+
+namespace {
+
+/// The expert of grouped row `row`: the number of group ends <= row.
+Value expertOfRow(KernelBuilder &b, Value offsets, Value numExperts,
+                  Value row) {
+  return b.loop(b.idx(0), numExperts, {b.idx(0)},
+                [&](Value e, ValueRange it) -> SmallVector<Value> {
+                  Value end = b.loadIdx(offsets, {e});
+                  return {
+                      b.select(b.ule(end, row), b.add(it[0], b.idx(1)), it[0])};
+                })[0];
+}
+
+/// Everything a grouped matmul output element needs, as kernel arguments.
+struct MatmulArgs {
+  Value lhs, rhs, offsets, gather, bias, loraA, loraB, rowScale;
+  Value lhsScales, rhsScales; ///< FP8 block scales
+  int64_t scaleGroup = 128;
+  int64_t k = 1; ///< slots per token (gather/scatter)
+  bool transposeRhs = false;
+  bool swiglu = false;
+  double loraScaling = 1.0;
+  int64_t rank = 0; ///< LoRA rank
+};
+
+/// y[row, col] of a grouped matmul for expert e (f32), with bias, LoRA,
+/// SwiGLU and row scale applied; zero for a padding row of a gather.
+Value matmulElement(KernelBuilder &b, const MatmulArgs &m, Value e, Value row,
+                    Value col, Value width) {
+  Value K = b.dim(m.lhs, 1);
+  auto dot = [&](Value lhsRow, Value c) {
+    Value acc = b.loop(
+        b.idx(0), K, {b.f32(0)},
+        [&](Value kk, ValueRange it) -> SmallVector<Value> {
+          Value x = b.loadF(m.lhs, {lhsRow, kk});
+          Value w = m.transposeRhs ? b.loadF(m.rhs, {e, c, kk})
+                                   : b.loadF(m.rhs, {e, kk, c});
+          if (m.lhsScales) {
+            // FP8: each operand times its block's scale.
+            Value g = b.idx(m.scaleGroup);
+            Value kb = b.div(kk, g), cb = b.div(c, g);
+            x = b.fmul(x, b.loadF(m.lhsScales, {lhsRow, kb}));
+            w = b.fmul(w, m.transposeRhs ? b.loadF(m.rhsScales, {e, cb, kb})
+                                         : b.loadF(m.rhsScales, {e, kb, cb}));
+          }
+          return {b.fadd(it[0], b.fmul(x, w))};
+        })[0];
+    if (m.bias)
+      acc = b.fadd(acc, b.loadF(m.bias, {e, c}));
+    if (m.loraA) {
+      // (x · A_eᵀ) · B_eᵀ with A_e = A[e*r:(e+1)*r], B_e = B[:, e*r:(e+1)*r].
+      Value base = b.mul(e, b.idx(m.rank));
+      Value lora = b.loop(
+          b.idx(0), b.idx(m.rank), {b.f32(0)},
+          [&](Value r, ValueRange it) -> SmallVector<Value> {
+            Value ar = b.add(base, r);
+            Value xa = b.loop(
+                b.idx(0), K, {b.f32(0)},
+                [&](Value kk, ValueRange st) -> SmallVector<Value> {
+                  return {b.fadd(st[0], b.fmul(b.loadF(m.lhs, {lhsRow, kk}),
+                                               b.loadF(m.loraA, {ar, kk})))};
+                })[0];
+            return {b.fadd(it[0], b.fmul(xa, b.loadF(m.loraB, {c, ar})))};
+          })[0];
+      acc = b.fadd(acc, b.fmul(lora, b.f32(m.loraScaling)));
+    }
+    return acc;
+  };
+  auto compute = [&](Value lhsRow) -> Value {
+    Value y;
+    if (m.swiglu) {
+      Value g = dot(lhsRow, col);
+      Value u = dot(lhsRow, b.add(col, width));
+      y = b.fmul(b.fmul(g, b.sigmoid(g)), u);
+    } else {
+      y = dot(lhsRow, col);
+    }
+    if (m.rowScale)
+      y = b.fmul(y, b.loadF(m.rowScale, {row}));
+    return y;
+  };
+  if (!m.gather)
+    return compute(row);
+  auto [slot, valid] = b.loadSigned(m.gather, {row});
+  return b.ifElse(
+      valid, b.getF32Type(), [&] { return compute(b.div(slot, b.idx(m.k))); },
+      [&] { return b.f32(0); });
+}
+
+} // namespace
+
+LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
+                                        moe::TileAttr tile, BufferMap buffer,
+                                        LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value lhs = buffer(op.getLhs()), rhs = buffer(op.getRhs());
+  Value offsets = buffer(op.getOffsets()), out = buffer(op.getOut());
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  int64_t slotsPerToken = op.getK().value_or(1);
+
+  if (op.getMode() == moe::MatmulMode::weight_grad) {
+    // out[e, i, n] = sum over rows r of group e of lhs_r[i] · rhs[r, n].
+    Value gather = buffer(op.getGatherSlots());
+    SmallVector<Value> outSizes = ctx.sizes(out);
+    Value count = h.mul(h.mul(outSizes[0], outSizes[1]), outSizes[2]);
+    SmallVector<Value> operands = {lhs, rhs, offsets, out};
+    if (gather)
+      operands.push_back(gather);
+    return launchPerItem(
+        ctx, "weight_grad", count, tile, operands,
+        [&](KernelBuilder &b, ValueRange a, Value id) {
+          Value K = b.dim(a[3], 1), N = b.dim(a[3], 2);
+          Value e = b.div(id, b.mul(K, N));
+          Value i = b.rem(b.div(id, N), K), n = b.rem(id, N);
+          Value start = groupStart(b, a[2], e);
+          Value end = b.loadIdx(a[2], {e});
+          Value acc = b.loop(
+              start, end, {b.f32(0)},
+              [&](Value r, ValueRange it) -> SmallVector<Value> {
+                Value x;
+                if (gather) {
+                  auto [slot, valid] = b.loadSigned(a[4], {r});
+                  x = b.ifElse(
+                      valid, b.getF32Type(),
+                      [&] {
+                        return b.loadF(a[0],
+                                       {b.div(slot, b.idx(slotsPerToken)), i});
+                      },
+                      [&] { return b.f32(0); });
+                } else {
+                  x = b.loadF(a[0], {r, i});
+                }
+                return {b.fadd(it[0], b.fmul(x, b.loadF(a[1], {r, n})))};
+              })[0];
+          b.storeF(acc, a[3], {e, i, n});
+        });
+  }
+
+  // Kernel arguments: lhs, rhs, offsets, out, then the optional operands in
+  // a fixed order, remembered by position.
+  SmallVector<Value> operands = {lhs, rhs, offsets, out};
+  auto addOptional = [&](Value v) -> int {
+    if (!v)
+      return -1;
+    operands.push_back(v);
+    return operands.size() - 1;
+  };
+  int gatherAt = addOptional(buffer(op.getGatherSlots()));
+  int biasAt = addOptional(buffer(op.getBias()));
+  int loraAAt = addOptional(buffer(op.getLoraA()));
+  int loraBAt = addOptional(buffer(op.getLoraB()));
+  int rowScaleAt = addOptional(buffer(op.getRowScale()));
+  int lhsScalesAt = addOptional(buffer(op.getLhsScales()));
+  int rhsScalesAt = addOptional(buffer(op.getRhsScales()));
+  Value scatter = buffer(op.getScatterSlots());
+  int64_t rank = 0;
+  if (op.getLoraA())
+    rank = cast<ShapedType>(op.getLoraA().getType()).getDimSize(0) / experts;
+  bool swiglu = op.getActivation() == moe::Activation::swiglu;
+  auto unpack = [&, rank, swiglu](ValueRange a) {
+    MatmulArgs m;
+    m.lhs = a[0];
+    m.rhs = a[1];
+    m.offsets = a[2];
+    auto at = [&](int i) { return i < 0 ? Value() : a[i]; };
+    m.gather = at(gatherAt);
+    m.bias = at(biasAt);
+    m.loraA = at(loraAAt);
+    m.loraB = at(loraBAt);
+    m.rowScale = at(rowScaleAt);
+    m.lhsScales = at(lhsScalesAt);
+    m.rhsScales = at(rhsScalesAt);
+    m.scaleGroup = op.getScaleGroup();
+    m.k = slotsPerToken;
+    m.transposeRhs = op.getTransposeRhs();
+    m.swiglu = swiglu;
+    m.loraScaling = op.getLoraScaling().convertToDouble();
+    m.rank = rank;
+    return m;
+  };
+
+  SmallVector<Value> outSizes = ctx.sizes(out);
+  Value width = outSizes[1];
+
+  if (scatter) {
+    // Combined in token order: out[t, c] = sum_j w[t, j] · y[pos(t·k+j), c].
+    Value scatterWeights = buffer(op.getScatterWeights());
+    Value numSlots = h.mul(outSizes[0], h.idx(slotsPerToken));
+    FailureOr<Value> inverse =
+        emitInverse(ctx, tile, scatter, offsets, numSlots,
+                    buffer(op.getScatterPositions()));
+    if (failed(inverse))
+      return failure();
+    int inverseAt = addOptional(*inverse);
+    int weightsAt = addOptional(scatterWeights);
+    return launchPerItem(
+        ctx, "scatter", h.mul(outSizes[0], width), tile, operands,
+        [&](KernelBuilder &b, ValueRange a, Value id) {
+          MatmulArgs m = unpack(a);
+          Value outArg = a[3];
+          Value W = b.dim(outArg, 1);
+          Value t = b.div(id, W), c = b.rem(id, W);
+          Value acc = b.loop(
+              b.idx(0), b.idx(slotsPerToken), {b.f32(0)},
+              [&](Value j, ValueRange it) -> SmallVector<Value> {
+                auto [row, valid] = b.loadSigned(
+                    a[inverseAt], {b.add(b.mul(t, b.idx(slotsPerToken)), j)});
+                Value term = b.ifElse(
+                    valid, b.getF32Type(),
+                    [&] {
+                      Value e = expertOfRow(b, m.offsets, b.idx(experts), row);
+                      Value y = matmulElement(b, m, e, row, c, W);
+                      if (weightsAt >= 0)
+                        y = b.fmul(y, b.loadF(a[weightsAt], {t, j}));
+                      return y;
+                    },
+                    [&] { return b.f32(0); });
+                return {b.fadd(it[0], term)};
+              })[0];
+          b.storeF(acc, outArg, {t, c});
+        });
+  }
+
+  // Grouped output through the ragged tile schedule. Tiles are numbered
+  // expert by expert (ceil(rows_e / m) m-tiles each, times the n-tiles),
+  // then the rows past the last group (written as zeros). The grid is an
+  // upper bound on that count, floor(M / m) + E + 1 m-tiles, so the host
+  // never needs the group sizes; blocks past the real count exit at once.
+  int64_t tm = tile.getM(), tn = tile.getN(), threads = tile.getThreads();
+  Value rowsTotal = outSizes[0];
+  Value nTiles = h.ceilDiv(width, h.idx(tn));
+  Value mTilesBound = h.add(h.div(rowsTotal, h.idx(tm)), h.idx(experts + 1));
+  Value grid = h.mul(mTilesBound, nTiles);
+  operands.push_back(rowsTotal);
+  return ctx.launch(
+      "", grid, tile, operands,
+      [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
+        MatmulArgs m = unpack(a);
+        Value outArg = a[3];
+        Value M = a.back();
+        Value W = b.dim(outArg, 1);
+        Value NT = b.ceilDiv(W, b.idx(tn));
+        Value mTile = b.div(block, NT), nTile = b.rem(block, NT);
+        // Walk the groups (experts, then the tail) to find this m-tile's.
+        auto found = b.loop(
+            b.idx(0), b.idx(experts + 1),
+            {b.idx(0), b.idx(experts + 1), b.idx(0), b.idx(0)},
+            [&](Value g, ValueRange it) -> SmallVector<Value> {
+              Value start = groupStart(b, m.offsets, g);
+              Value end = b.ifElse(
+                  b.eq(g, b.idx(experts)), b.getIndexType(), [&] { return M; },
+                  [&] { return b.loadIdx(m.offsets, {g}); });
+              Value tiles = b.ceilDiv(b.sub(end, start), b.idx(tm));
+              Value next = b.add(it[0], tiles);
+              Value here = b.land(b.ule(it[0], mTile), b.ult(mTile, next));
+              Value rowStart =
+                  b.add(start, b.mul(b.sub(mTile, it[0]), b.idx(tm)));
+              return {next, b.select(here, g, it[1]),
+                      b.select(here, rowStart, it[2]),
+                      b.select(here, end, it[3])};
+            });
+        Value group = found[1], rowStart = found[2], rowEnd = found[3];
+        b.ifThen(b.ult(group, b.idx(experts + 1)), [&] {
+          int64_t perThread = std::max<int64_t>(1, tm * tn / threads);
+          b.loop(b.idx(0), b.idx(perThread), [&](Value q) {
+            Value local = b.add(b.mul(q, b.idx(threads)), thread);
+            Value row = b.add(rowStart, b.div(local, b.idx(tn)));
+            Value col = b.add(b.mul(nTile, b.idx(tn)), b.rem(local, b.idx(tn)));
+            Value inTile = b.ult(local, b.idx(tm * tn));
+            Value ok =
+                b.land(inTile, b.land(b.ult(row, rowEnd), b.ult(col, W)));
+            b.ifThen(ok, [&] {
+              Value y = b.ifElse(
+                  b.eq(group, b.idx(experts)), b.getF32Type(),
+                  [&] { return b.f32(0); },
+                  [&] { return matmulElement(b, m, group, row, col, W); });
+              b.storeF(y, outArg, {row, col});
+            });
+          });
+        });
+      });
+}
+
+LogicalResult scalar::emitDenseMatmul(linalg::MatmulOp op, moe::TileAttr tile,
+                                      BufferMap buffer, LoweringContext &ctx) {
+  // The conversion checked the indexing maps (matmulTransposesB).
+  bool transposeB = *matmulTransposesB(op);
+  KernelBuilder &h = ctx.host();
+  Value a = buffer(op.getInputs()[0]), bm = buffer(op.getInputs()[1]);
+  Value c = buffer(op.getResult(0));
+  SmallVector<Value> cSizes = ctx.sizes(c);
+  return launchPerItem(
+      ctx, "", h.mul(cSizes[0], cSizes[1]), tile, {a, bm, c},
+      [&](KernelBuilder &b, ValueRange args, Value id) {
+        Value N = b.dim(args[2], 1), K = b.dim(args[0], 1);
+        Value i = b.div(id, N), j = b.rem(id, N);
+        Value acc = b.loop(b.idx(0), K, {b.f32(0)},
+                           [&](Value kk, ValueRange it) -> SmallVector<Value> {
+                             Value x = b.loadF(args[0], {i, kk});
+                             Value w = transposeB ? b.loadF(args[1], {j, kk})
+                                                  : b.loadF(args[1], {kk, j});
+                             return {b.fadd(it[0], b.fmul(x, w))};
+                           })[0];
+        b.storeF(acc, args[2], {i, j});
+      });
+}

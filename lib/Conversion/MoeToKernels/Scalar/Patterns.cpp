@@ -1,0 +1,40 @@
+//===- Patterns.cpp - The `scalar` strategy's patterns --------------------===//
+//
+// Part of moec.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ScalarKernels.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+using namespace moec::kernels::scalar;
+
+namespace {
+
+/// A dense matmul with the plain or the B-transposed indexing maps.
+bool matchDenseMatmul(linalg::MatmulOp op, moe::TileAttr, const TargetInfo &) {
+  return succeeded(matmulTransposesB(op));
+}
+
+} // namespace
+
+void kernels::populateScalarKernelPatterns(KernelPatternSet &patterns,
+                                           const TargetInfo &) {
+  constexpr auto scalar = moe::KernelStrategy::scalar;
+  patterns.add<moe::RouterTopKOp>(scalar, emitRouterTopK);
+  patterns.add<moe::SortByExpertOp>(scalar, emitSortByExpert);
+  patterns.add<moe::PermuteOp>(scalar, emitPermute);
+  patterns.add<moe::UnpermuteOp>(scalar, emitUnpermute);
+  patterns.add<moe::PermuteGradOp>(scalar, emitPermuteGrad);
+  patterns.add<moe::UnpermuteGradOp>(scalar, emitUnpermuteGrad);
+  patterns.add<moe::GroupedMatmulOp>(scalar, emitGroupedMatmul);
+  patterns.add<linalg::MatmulOp>(scalar, emitDenseMatmul, matchDenseMatmul);
+  patterns.add<moe::SwigluOp>(scalar, emitSwiglu);
+  patterns.add<moe::SwigluGradOp>(scalar, emitSwigluGrad);
+  patterns.add<moe::QuantizeOp>(scalar, emitQuantize);
+  patterns.add<moe::DequantizeOp>(scalar, emitDequantize);
+}

@@ -1,0 +1,270 @@
+//===- Routing.cpp - Scalar router_topk and sort_by_expert ----------------===//
+//
+// Part of moec. The naive kernels of the routing ops, mirroring the
+// float64 reference loop by loop: one thread per token (router_topk) or per
+// expert (sort_by_expert). They run everywhere; targets with warp shuffles
+// use Warp/ where it applies.
+//
+//===-------------------------------------------------------------------===//
+
+#include "ScalarKernels.h"
+
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+
+LogicalResult scalar::emitRouterTopK(moe::RouterTopKOp op, moe::TileAttr tile,
+                                     BufferMap buffer, LoweringContext &ctx) {
+  Value logits = buffer(op.getLogits());
+  Value bias = buffer(op.getSelectionBias());
+  auto logitsType = cast<MemRefType>(logits.getType());
+  int64_t experts = logitsType.getDimSize(1);
+  int64_t k = op.getK();
+  bool softmax = op.getScoring() == moe::Scoring::softmax;
+  bool topkThenSoftmax = op.getOrder() == moe::TopKOrder::topk_then_softmax;
+  int64_t groups = op.getNumGroups().value_or(0);
+  int64_t topkGroups = op.getTopkGroups().value_or(0);
+  bool renormalize = op.getRenormalize();
+  double scaling = op.getScalingFactor().convertToDouble();
+  // Without a bias the ranking of softmax/sigmoid scores is the ranking of
+  // the logits: select on the logits so that f32 rounding of the scores
+  // cannot reorder near-ties.
+  bool selectOnScores = bias && !topkThenSoftmax;
+
+  SmallVector<Value> operands = {logits, buffer(op.getWeights()),
+                                 buffer(op.getIds())};
+  if (bias)
+    operands.push_back(bias);
+  Value tokens = ctx.sizes(logits)[0];
+  return launchPerItem(
+      ctx, "", tokens, tile, operands,
+      [&](KernelBuilder &b, ValueRange args, Value t) {
+        Value lg = args[0], weights = args[1], ids = args[2];
+        Value biasArg = bias ? args[3] : Value();
+        Value E = b.idx(experts);
+        auto f32x = MemRefType::get({experts}, b.getF32Type());
+        Value score = b.alloca(f32x);
+        Value select = b.alloca(f32x);
+        Value allowed = b.alloca(MemRefType::get({experts}, b.getI32Type()));
+        Value negInf = b.f32(-std::numeric_limits<float>::infinity());
+
+        // Scores: softmax (with the row maximum subtracted), sigmoid, or the
+        // raw logits (topk_then_softmax normalizes the k selected later).
+        Value peak = b.loop(b.idx(0), E, {negInf},
+                            [&](Value e, ValueRange it) -> SmallVector<Value> {
+                              return {b.fmax(it[0], b.loadF(lg, {t, e}))};
+                            })[0];
+        Value sum = b.loop(b.idx(0), E, {b.f32(0)},
+                           [&](Value e, ValueRange it) -> SmallVector<Value> {
+                             Value x = b.loadF(lg, {t, e});
+                             Value s = topkThenSoftmax ? x
+                                       : softmax       ? b.exp(b.fsub(x, peak))
+                                                       : b.sigmoid(x);
+                             memref::StoreOp::create(b, s, score, {e});
+                             return {b.fadd(it[0], s)};
+                           })[0];
+        b.loop(b.idx(0), E, [&](Value e) {
+          Value x = b.loadF(lg, {t, e});
+          Value s = memref::LoadOp::create(b, score, {e});
+          if (softmax && !topkThenSoftmax) {
+            s = b.fdiv(s, sum);
+            memref::StoreOp::create(b, s, score, {e});
+          }
+          Value sel = selectOnScores ? s : x;
+          if (bias)
+            sel = b.fadd(sel, b.loadF(biasArg, {e}));
+          memref::StoreOp::create(b, sel, select, {e});
+          memref::StoreOp::create(b, b.i32(groups ? 0 : 1), allowed, {e});
+        });
+
+        // Group-limited routing: a group scores the sum of its two best
+        // selection scores; the best `topk_groups` groups stay allowed.
+        if (groups) {
+          int64_t size = experts / groups;
+          Value gscore = b.alloca(MemRefType::get({groups}, b.getF32Type()));
+          b.loop(b.idx(0), b.idx(groups), [&](Value g) {
+            Value base = b.mul(g, b.idx(size));
+            auto best = b.loop(
+                b.idx(0), b.idx(size), {negInf, negInf},
+                [&](Value i, ValueRange it) -> SmallVector<Value> {
+                  Value v = memref::LoadOp::create(b, select, {b.add(base, i)});
+                  Value isFirst = b.fgt(v, it[0]);
+                  Value isSecond = b.fgt(v, it[1]);
+                  Value second =
+                      b.select(isFirst, it[0], b.select(isSecond, v, it[1]));
+                  return {b.select(isFirst, v, it[0]), second};
+                });
+            Value total = size > 1 ? b.fadd(best[0], best[1]) : best[0];
+            memref::StoreOp::create(b, total, gscore, {g});
+          });
+          b.loop(b.idx(0), b.idx(topkGroups), [&](Value) {
+            auto best =
+                b.loop(b.idx(0), b.idx(groups), {negInf, b.idx(0), b.idx(0)},
+                       [&](Value g, ValueRange it) -> SmallVector<Value> {
+                         Value v = memref::LoadOp::create(b, gscore, {g});
+                         Value first = b.eq(it[2], b.idx(0));
+                         Value better =
+                             arith::OrIOp::create(b, first, b.fgt(v, it[0]));
+                         return {b.select(better, v, it[0]),
+                                 b.select(better, g, it[1]), b.idx(1)};
+                       });
+            // Ties keep the lower group (strict >); a picked group drops to
+            // -inf so it is not picked again.
+            Value g = best[1];
+            memref::StoreOp::create(b, negInf, gscore, {g});
+            Value base = b.mul(g, b.idx(size));
+            b.loop(b.idx(0), b.idx(size), [&](Value i) {
+              memref::StoreOp::create(b, b.i32(1), allowed, {b.add(base, i)});
+            });
+          });
+        }
+
+        // Top-k: k passes, each taking the best allowed expert not taken yet
+        // (strict >, so ties keep the lower id as in a stable sort).
+        Value sumW = b.loop(
+            b.idx(0), b.idx(k), {b.f32(0)},
+            [&](Value j, ValueRange it) -> SmallVector<Value> {
+              auto best = b.loop(
+                  b.idx(0), E, {negInf, b.idx(0), b.idx(0)},
+                  [&](Value e, ValueRange st) -> SmallVector<Value> {
+                    Value ok =
+                        b.eq(memref::LoadOp::create(b, allowed, {e}), b.i32(1));
+                    Value v = memref::LoadOp::create(b, select, {e});
+                    Value first = b.eq(st[2], b.idx(0));
+                    Value better = b.land(
+                        ok, arith::OrIOp::create(b, first, b.fgt(v, st[0])));
+                    return {b.select(better, v, st[0]),
+                            b.select(better, e, st[1]),
+                            b.select(better, b.idx(1), st[2])};
+                  });
+              Value e = best[1];
+              memref::StoreOp::create(b, b.i32(0), allowed, {e});
+              b.storeI32(e, ids, {t, j});
+              Value w = memref::LoadOp::create(b, score, {e});
+              memref::StoreOp::create(b, w, weights, {t, j});
+              return {b.fadd(it[0], w)};
+            })[0];
+
+        // Weights: softmax over the k picked logits, renormalization,
+        // scaling.
+        if (topkThenSoftmax) {
+          Value top = b.loop(b.idx(0), b.idx(k), {negInf},
+                             [&](Value j, ValueRange it) -> SmallVector<Value> {
+                               return {b.fmax(it[0], memref::LoadOp::create(
+                                                         b, weights, {t, j}))};
+                             })[0];
+          sumW = b.loop(b.idx(0), b.idx(k), {b.f32(0)},
+                        [&](Value j, ValueRange it) -> SmallVector<Value> {
+                          Value v = b.exp(b.fsub(
+                              memref::LoadOp::create(b, weights, {t, j}), top));
+                          memref::StoreOp::create(b, v, weights, {t, j});
+                          return {b.fadd(it[0], v)};
+                        })[0];
+          b.loop(b.idx(0), b.idx(k), [&](Value j) {
+            Value v = memref::LoadOp::create(b, weights, {t, j});
+            memref::StoreOp::create(b, b.fdiv(v, sumW), weights, {t, j});
+          });
+          sumW = b.f32(1.0);
+        }
+        if (renormalize || scaling != 1.0) {
+          Value factor = b.f32(scaling);
+          if (renormalize)
+            factor = b.fdiv(factor, sumW);
+          b.loop(b.idx(0), b.idx(k), [&](Value j) {
+            Value v = memref::LoadOp::create(b, weights, {t, j});
+            memref::StoreOp::create(b, b.fmul(v, factor), weights, {t, j});
+          });
+        }
+      });
+}
+
+LogicalResult scalar::emitSortByExpert(moe::SortByExpertOp op,
+                                       moe::TileAttr tile, BufferMap buffer,
+                                       LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value ids = buffer(op.getIds());
+  Value sorted = buffer(op.getSortedExpertIds());
+  Value slots = buffer(op.getSlots());
+  Value offsets = buffer(op.getOffsets());
+  int64_t experts = op.getNumExperts();
+  int64_t align = op.getAlign().value_or(1);
+  SmallVector<Value> idSizes = ctx.sizes(ids);
+  Value numSlots = h.mul(idSizes[0], idSizes[1]);
+  Value capacity = ctx.sizes(slots)[0];
+  Value counts = ctx.allocTemp(MemRefType::get({experts}, h.getI32Type()),
+                               {h.idx(experts)});
+  int64_t k = cast<MemRefType>(ids.getType()).getDimSize(1);
+
+  // 1. Per expert (one thread each): how many slots chose it.
+  if (failed(launchPerItem(
+          ctx, "count", h.idx(experts), tile, {ids, counts, numSlots},
+          [&](KernelBuilder &b, ValueRange a, Value e) {
+            Value n = b.loop(
+                b.idx(0), a[2], {b.idx(0)},
+                [&](Value s, ValueRange it) -> SmallVector<Value> {
+                  Value id =
+                      b.loadIdx(a[0], {b.div(s, b.idx(k)), b.rem(s, b.idx(k))});
+                  return {b.select(b.eq(id, e), b.add(it[0], b.idx(1)), it[0])};
+                })[0];
+            b.storeI32(n, a[1], {e});
+          })))
+    return failure();
+
+  // 2. One thread: the group ends (each group padded to `align`), the
+  //    expert id of every row, and -1 past the last group.
+  moe::TileAttr single = moe::TileAttr::get(op.getContext(), 1, 1, 1, 32);
+  if (failed(launchPerItem(
+          ctx, "offsets", h.idx(1), single, {counts, offsets, sorted, capacity},
+          [&](KernelBuilder &b, ValueRange a, Value) {
+            Value end =
+                b.loop(b.idx(0), b.idx(experts), {b.idx(0)},
+                       [&](Value e, ValueRange it) -> SmallVector<Value> {
+                         Value n = b.loadIdx(a[0], {e});
+                         Value padded =
+                             b.mul(b.ceilDiv(n, b.idx(align)), b.idx(align));
+                         Value next = b.add(it[0], padded);
+                         b.loop(it[0], next,
+                                [&](Value r) { b.storeI32(e, a[2], {r}); });
+                         b.storeI32(next, a[1], {e});
+                         return {next};
+                       })[0];
+            b.loop(end, a[3], [&](Value r) { b.storeI32Const(-1, a[2], {r}); });
+          })))
+    return failure();
+
+  // 3. Per expert: its slots in increasing order (a stable sort), then -1
+  //    for its padding rows; -1 past the last group. With `positions`, each
+  //    slot's row as well.
+  Value positions = buffer(op.getPositions());
+  SmallVector<Value> placeOperands = {ids,   counts,   offsets,
+                                      slots, numSlots, capacity};
+  if (positions)
+    placeOperands.push_back(positions);
+  return launchPerItem(
+      ctx, "place", h.idx(experts), tile, placeOperands,
+      [&](KernelBuilder &b, ValueRange a, Value e) {
+        Value end = b.loadIdx(a[2], {e});
+        Value n = b.loadIdx(a[1], {e});
+        Value padded = b.mul(b.ceilDiv(n, b.idx(align)), b.idx(align));
+        Value start = b.sub(end, padded);
+        Value pos =
+            b.loop(b.idx(0), a[4], {start},
+                   [&](Value s, ValueRange it) -> SmallVector<Value> {
+                     Value id = b.loadIdx(
+                         a[0], {b.div(s, b.idx(k)), b.rem(s, b.idx(k))});
+                     Value match = b.eq(id, e);
+                     b.ifThen(match, [&] {
+                       b.storeI32(s, a[3], {it[0]});
+                       if (positions)
+                         b.storeI32(it[0], a[6], {s});
+                     });
+                     return {b.select(match, b.add(it[0], b.idx(1)), it[0])};
+                   })[0];
+        b.loop(pos, end, [&](Value r) { b.storeI32Const(-1, a[3], {r}); });
+        b.ifThen(b.eq(e, b.idx(experts - 1)), [&] {
+          b.loop(end, a[5], [&](Value r) { b.storeI32Const(-1, a[3], {r}); });
+        });
+      });
+}

@@ -1,0 +1,124 @@
+// RUN: moec-opt %s --moe-select-kernel=target=nvvm -split-input-file | FileCheck %s --check-prefix=NVVM
+// RUN: moec-opt %s --moe-select-kernel=target=sm90a -split-input-file | FileCheck %s --check-prefix=SM90A
+// RUN: moec-opt %s --moe-select-kernel=target=rocdl -split-input-file | FileCheck %s --check-prefix=ROCDL
+// RUN: moec-opt %s --moe-select-kernel=target=host -split-input-file | FileCheck %s --check-prefix=HOST
+// RUN: moec-opt %s --moe-select-kernel -split-input-file | FileCheck %s --check-prefix=GENERIC
+// The selection survives a round trip and convert-moe-to-kernels follows it:
+// RUN: moec-opt %s --moe-select-kernel=target=nvvm -split-input-file | moec-opt -split-input-file --convert-moe-to-kernels | FileCheck %s --check-prefix=LOWERED
+
+// The module records the target and its facts.
+// NVVM: module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152>}
+// SM90A: module attributes {moe.target = #moe.target<kind = "sm90a", chip = "sm_90a", sm_count = 132, shared_memory = 232448>}
+// ROCDL: module attributes {moe.target = #moe.target<kind = "rocdl", chip = "gfx942", sm_count = 304, shared_memory = 65536>}
+// HOST: module attributes {moe.target = #moe.target<kind = "host">}
+// GENERIC: module attributes {moe.target = #moe.target<kind = "generic", shared_memory = 49152>}
+
+// Routing: a warp per token and the warp counting sort where the target has
+// shuffles; the scalar kernels on the host and the generic target.
+// NVVM-LABEL: func.func @route
+// NVVM: moe.router_topk {{.*}}moe.kernel = #moe.kernel<strategy = warp, tile = <m = 1, n = 1, k = 1, threads = 128>>
+// NVVM: moe.sort_by_expert {{.*}}moe.kernel = #moe.kernel<strategy = warp,
+// ROCDL: moe.router_topk {{.*}}strategy = warp
+// ROCDL: moe.sort_by_expert {{.*}}strategy = warp
+// HOST: moe.router_topk {{.*}}strategy = scalar
+// HOST: moe.sort_by_expert {{.*}}strategy = scalar
+// GENERIC: moe.router_topk {{.*}}strategy = scalar
+// LOWERED: gpu.func @route_k0_router_topk_warp
+// LOWERED: gpu.func @route_k1_sort_by_expert_rank
+func.func @route(%logits: tensor<?x128xbf16>)
+    -> (tensor<?x8xf32>, tensor<?xi32>, tensor<?xi32>, tensor<128xi32>) {
+  %w, %ids = moe.router_topk %logits k = 8 {renormalize}
+      : tensor<?x128xbf16> -> tensor<?x8xf32>, tensor<?x8xi32>
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 128 align = 16
+      : tensor<?x8xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
+  return %w, %sorted, %slots, %offsets
+      : tensor<?x8xf32>, tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
+}
+
+// -----
+
+// Router shapes the warp kernel cannot take (E = 40 is not a multiple of
+// 32) fall back to the scalar kernel on every target.
+// NVVM-LABEL: func.func @route_40
+// NVVM: moe.router_topk {{.*}}strategy = scalar
+func.func @route_40(%logits: tensor<?x40xf32>)
+    -> (tensor<?x2xf32>, tensor<?x2xi32>) {
+  %w, %ids = moe.router_topk %logits k = 2
+      : tensor<?x40xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+  return %w, %ids : tensor<?x2xf32>, tensor<?x2xi32>
+}
+
+// -----
+
+// The bf16 grouped matmul takes the wgmma kernel on sm90a only; its tile
+// keeps the producer warpgroup. Elsewhere the scalar matmul.
+// SM90A-LABEL: func.func @gate_up
+// SM90A: moe.grouped_matmul {{.*}}moe.kernel = #moe.kernel<strategy = sm90_wgmma, tile = <m = 128, n = 256, k = 64, threads = 384, producers = 128>>
+// NVVM-LABEL: func.func @gate_up
+// NVVM: moe.grouped_matmul {{.*}}strategy = scalar
+// HOST: moe.grouped_matmul {{.*}}strategy = scalar
+func.func @gate_up(%x: tensor<?x256xbf16>, %w: tensor<8x512x256xbf16>,
+                   %offsets: tensor<8xi32>) -> tensor<?x512xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets
+      {transpose_rhs, moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384, producers = 128>}
+      : tensor<?x256xbf16>, tensor<8x512x256xbf16>, tensor<8xi32>
+      -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}
+
+// -----
+
+// f32 operands are not a wgmma type: the scalar matmul even on sm90a.
+// SM90A-LABEL: func.func @f32_matmul
+// SM90A: moe.grouped_matmul {{.*}}strategy = scalar
+func.func @f32_matmul(%x: tensor<?x64xf32>, %w: tensor<4x64x64xf32>,
+                      %offsets: tensor<4xi32>) -> tensor<?x64xf32> {
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}
+      : tensor<?x64xf32>, tensor<4x64x64xf32>, tensor<4xi32> -> tensor<?x64xf32>
+  return %y : tensor<?x64xf32>
+}
+
+// -----
+
+// Bandwidth-bound ops: 16-byte vectors where the row length allows (the
+// tile's producer warpgroup dropped: only the wgmma kernel has one), the
+// scalar kernel where it does not (36 bf16 is not a multiple of 8).
+// NVVM-LABEL: func.func @swiglu
+// NVVM: moe.swiglu {{.*}}moe.kernel = #moe.kernel<strategy = vector, tile = <m = 1, n = 1, k = 1, threads = 256>>
+// NVVM: moe.swiglu {{.*}}strategy = scalar
+// HOST: moe.swiglu {{.*}}strategy = vector
+func.func @swiglu(%x: tensor<?x64xbf16>, %z: tensor<?x72xbf16>)
+    -> (tensor<?x32xbf16>, tensor<?x36xbf16>) {
+  %y = moe.swiglu %x
+      {moe.tile = #moe.tile<m = 1, n = 1, k = 1, threads = 384, producers = 128>}
+      : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  %u = moe.swiglu %z : tensor<?x72xbf16> -> tensor<?x36xbf16>
+  return %y, %u : tensor<?x32xbf16>, tensor<?x36xbf16>
+}
+
+// -----
+
+// Row-wise FP8 quantization: the warp kernel with shuffles, the vector
+// kernel on the host.
+// NVVM-LABEL: func.func @quantize
+// NVVM: moe.quantize {{.*}}strategy = warp
+// HOST: moe.quantize {{.*}}strategy = vector
+func.func @quantize(%x: tensor<?x256xbf16>)
+    -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>) {
+  %d, %s = moe.quantize %x group_size = 128
+      : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+  return %d, %s : tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+}
+
+// -----
+
+// A choice written by hand is kept (here the scalar kernel where the
+// vector one would apply).
+// NVVM-LABEL: func.func @kept
+// NVVM: moe.swiglu {{.*}}moe.kernel = #moe.kernel<strategy = scalar, tile = <m = 1, n = 1, k = 1, threads = 64>>
+func.func @kept(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
+  %y = moe.swiglu %x
+      {moe.kernel = #moe.kernel<strategy = scalar, tile = <m = 1, n = 1, k = 1, threads = 64>>}
+      : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  return %y : tensor<?x32xbf16>
+}
