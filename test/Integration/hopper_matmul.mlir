@@ -1,5 +1,5 @@
 // Grouped matmuls at the shapes of the sm_90a wgmma kernel
-// (HopperMatmul.cpp: 16-bit lhs and rhs, rhs [E, N, K], K and N multiples
+// (Hopper/HopperKernel.h: 16-bit lhs and rhs, rhs [E, N, K], K and N multiples
 // of 8). The host runs the scalar kernels on these entries, so the checks
 // below pin the reference semantics; scripts/gpu-correctness.sh runs the
 // same entries through the wgmma kernel on the H200. The shapes leave

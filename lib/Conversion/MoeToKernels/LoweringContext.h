@@ -66,14 +66,12 @@ mlir::FailureOr<bool> matmulTransposesB(mlir::Operation *matmul);
 using BufferMap = llvm::function_ref<mlir::Value(mlir::Value)>;
 
 /// Lowers a grouped matmul (or a dense linalg.matmul) with the wgmma
-/// kernel of HopperMatmul.cpp (target sm90a); nullopt where it does not
-/// apply (op, types or shapes).
+/// kernel of Hopper/ (targets with wgmma); nullopt where it does not apply
+/// (op, types or shapes: hopper::hopperPlanFor).
 std::optional<mlir::LogicalResult> lowerMatmulHopper(mlir::Operation *op,
                                                      moe::TileAttr tile,
                                                      BufferMap buffer,
                                                      LoweringContext &ctx);
-/// Whether lowerMatmulHopper applies to `op` with `tile` (emits nothing).
-bool hopperMatmulApplies(mlir::Operation *op, moe::TileAttr tile);
 
 /// Host index values for the sizes of each result of `op`, from the sizes of
 /// its operand buffers; fails with a diagnostic where a size cannot be

@@ -7,7 +7,7 @@
 // reference. Each op is lowered by the KernelPattern of its strategy: the
 // op's `#moe.kernel` (moe-select-kernel), or the one chosen here the same
 // way; the kernel bodies are in the strategies' folders (Scalar/, Vector/,
-// Warp/, HopperMatmul.cpp).
+// Warp/, Hopper/).
 //
 //===----------------------------------------------------------------------===//
 

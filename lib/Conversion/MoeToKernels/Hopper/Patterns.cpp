@@ -1,11 +1,13 @@
 //===- HopperPatterns.cpp - The `sm90_wgmma` strategy's patterns ----------===//
 //
-// Part of moec. The warpgroup-MMA grouped matmul of HopperMatmul.cpp for
-// moe.grouped_matmul and linalg.matmul, on targets with wgmma.
+// Part of moec. The warpgroup-MMA grouped matmul (HopperKernel.h) for
+// moe.grouped_matmul and linalg.matmul A·Bᵀ, on targets with wgmma.
 //
 //===----------------------------------------------------------------------===//
 
-#include "KernelPattern.h"
+#include "HopperPlan.h"
+
+#include "../KernelPattern.h"
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
@@ -18,8 +20,9 @@ using namespace moec::kernels;
 namespace {
 
 template <typename OpTy>
-bool matchWgmma(OpTy op, moe::TileAttr tile, const TargetInfo &) {
-  return hopperMatmulApplies(op, tile);
+bool matchWgmma(OpTy op, moe::TileAttr tile, const TargetInfo &target) {
+  return hopper::hopperPlanFor(op, tile, hopper::limitsOf(target))
+      .has_value();
 }
 
 template <typename OpTy>

@@ -1,0 +1,256 @@
+//===- Epilogue.cpp - Outputs of the sm_90a matmul ------------------------===//
+//
+// Part of moec. From the wgmma accumulators in registers to the output:
+// bias, SwiGLU (the block's B rows are BN/2 gate columns then the matching
+// BN/2 up columns, so a thread holds both halves), row scale, then rounded
+// stores: column pairs, 16-byte chunks traded within a quad of lanes, or
+// (block-barrier kernel, plain epilogue) through a padded shared-memory
+// tile and out as 16-byte row stores.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HopperKernel.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+using namespace moec::kernels::hopper;
+
+Epilogue::Epilogue(KernelEnv &env, const MmaLoop &mma) : env(env), mma(mma) {
+  const HopperPlan &plan = env.plan;
+  const KernelArgs &args = env.args;
+  int64_t outTileN = plan.outTileN();
+  auto outType = cast<MemRefType>(args.out.getType());
+  outElem = outType.getElementType();
+  outBytes = outElem.getIntOrFloatBitWidth() / 8;
+  outVector = 16 / outBytes;
+  // Staging rows lie 16 bytes apart beyond the tile width, so that the pair
+  // stores of a warp's 8 rows hit different banks.
+  stagingStride = outTileN + outVector; // elements
+  outChunks = outTileN / 8;
+  // The output tile goes through shared memory when it fits in the stages
+  // the next tile's prologue leaves free: direct pair stores fill half of
+  // each 32-byte sector. Only for a plain epilogue: with a gather, SwiGLU,
+  // bias or row scale the kernel already needs all 255 registers, and
+  // staging spills (ptxas, measured on the bench shapes). Also only for
+  // whole column tiles and whole K slices: with a partial last tile
+  // (N = 264) or slice (K = 520) the staged kernel spilled 20-148 bytes
+  // (ptxas). Not warp-specialized: there the producer is already refilling
+  // every stage with the next tile.
+  int64_t outN = outType.getDimSize(1);
+  bool staged = !plan.warpSpecialized && !plan.swiglu && !args.gather &&
+                !args.bias && !args.rowScale && !ShapedType::isDynamic(outN) &&
+                outN % outTileN == 0 && plan.k % kBlockK == 0 &&
+                kBlockM * stagingStride * outBytes <=
+                    (plan.stages - plan.ahead()) * plan.stageBytes();
+  // Otherwise 16-bit outputs go out as 16-byte chunks gathered within each
+  // quad of lanes (no shared memory, few registers): on the H200 the
+  // gathered gate_up ran 3-12 % faster (Qwen3 T=8192 0.810 -> 0.736 ms).
+  // Not with SwiGLU, where it measured 4-8 % slower at DeepSeek-V3 and the
+  // dense MLP.
+  bool quad = !staged && !plan.swiglu && outBytes == 2 && outTileN % 32 == 0;
+  stores = staged ? Stores::Staged : quad ? Stores::QuadGather : Stores::Pairs;
+}
+
+// Accumulator 4j + 2h + q of a thread: row warpgroup*64 + warp*16 +
+// lane/4 + 8h, column 8j + 2(lane % 4) + q.
+void Epilogue::placeFragment() {
+  KernelBuilder &b = env.b;
+  rowInTile =
+      b.add(b.add(b.mul(mma.warpgroup, b.idx(64)), b.mul(mma.warp, b.idx(16))),
+            b.div(mma.lane, b.idx(4)));
+  colInTile = b.mul(b.rem(mma.lane, b.idx(4)), b.idx(2));
+}
+
+Value Epilogue::accumulator(Value result, int64_t index) {
+  return LLVM::ExtractValueOp::create(env.b, result, ArrayRef<int64_t>{index})
+      .getResult();
+}
+
+// The output value of accumulator pair (h, j), element q of the pair: bias,
+// SwiGLU, row scale applied. `c` must be a column in range.
+Value Epilogue::outputAt(Value result, Value group, int64_t h, int64_t j,
+                         int64_t q, Value c, Value scale) {
+  KernelBuilder &b = env.b;
+  Value bias = env.args.bias;
+  Value y = accumulator(result, 4 * j + 2 * h + q);
+  if (env.plan.swiglu) {
+    Value up = accumulator(result, 4 * (j + outChunks) + 2 * h + q);
+    if (bias) {
+      y = b.fadd(y, b.loadF(bias, {group, c}));
+      up = b.fadd(up, b.loadF(bias, {group, b.add(c, env.outWidth)}));
+    }
+    y = b.fmul(b.fmul(y, b.sigmoid(y)), up);
+  } else if (bias) {
+    y = b.fadd(y, b.loadF(bias, {group, c}));
+  }
+  return scale ? b.fmul(y, scale) : y;
+}
+
+void Epilogue::emit(const TileState &t, Value result) {
+  KernelBuilder &b = env.b;
+  // Built here, not once per kernel: nothing more stays live across the
+  // k-loop.
+  Value staging;
+  if (stores == Stores::Staged) {
+    auto workgroup = gpu::AddressSpaceAttr::get(b.getContext(),
+                                                gpu::AddressSpace::Workgroup);
+    Value byteShift =
+        b.sub(env.stageA(b.idx(env.plan.ahead())), addressOf(b, env.smem));
+    staging = memref::ViewOp::create(
+        b,
+        MemRefType::get({ShapedType::kDynamic}, outElem,
+                        MemRefLayoutAttrInterface(), workgroup),
+        env.smem, byteShift, ValueRange{b.idx(kBlockM * stagingStride)});
+  }
+  if (stores == Stores::QuadGather)
+    return quadStores(t, result);
+  pairStores(t, result, staging);
+  if (stores == Stores::Staged)
+    stagedStores(t, staging);
+}
+
+// The 4 lanes of a quad hold columns 8j + [0, 8) of one row as pairs: a 4x4
+// transpose of 32-bit words through index shuffles gives lane q all 8
+// columns of chunk 4m + q, one 16-byte store, so that a warp store writes 8
+// rows x 64 bytes instead of 8 rows x 16 bytes.
+void Epilogue::quadStores(const TileState &t, Value result) {
+  KernelBuilder &b = env.b;
+  Type i32 = b.getI32Type();
+  Value quadLane = b.rem(mma.lane, b.idx(4));
+  Value quadBase = b.sub(mma.lane, quadLane);
+  for (int64_t h = 0; h < 2; ++h) {
+    Value r = b.add(rowInTile, b.idx(8 * h));
+    Value rowOk = b.ult(r, t.rowCount);
+    Value row = b.add(t.rowStart, r);
+    Value scale =
+        env.args.rowScale
+            ? b.loadF(env.args.rowScale, {b.select(rowOk, row, t.rowStart)})
+            : Value();
+    for (int64_t m = 0; m < outChunks / 4; ++m) {
+      SmallVector<Value> words = quadWords(t, result, h, m, scale);
+      SmallVector<Value> gathered = quadTranspose(words, quadLane, quadBase);
+      Value chunk = b.add(b.idx(4 * m), quadLane);
+      Value col = b.add(t.colStart, b.mul(chunk, b.idx(8)));
+      b.ifThen(b.land(rowOk, b.ult(col, env.outWidth)), [&] {
+        Value vec = vector::BitCastOp::create(
+            b, VectorType::get({8}, outElem),
+            vector::FromElementsOp::create(b, VectorType::get({4}, i32),
+                                           gathered));
+        b.storeVec(vec, env.args.out, {row, col});
+      });
+    }
+  }
+}
+
+// Lane q's words of chunks 4m .. 4m+3 (packed pairs).
+SmallVector<Value> Epilogue::quadWords(const TileState &t, Value result,
+                                       int64_t h, int64_t m, Value scale) {
+  KernelBuilder &b = env.b;
+  auto pairType = VectorType::get({2}, outElem);
+  SmallVector<Value> words;
+  for (int64_t d = 0; d < 4; ++d) {
+    int64_t j = 4 * m + d;
+    Value col = b.add(t.colStart, b.add(b.idx(8 * j), colInTile));
+    Value c = b.minIdx(col, b.sub(env.outWidth, b.idx(2)));
+    SmallVector<Value> pair;
+    for (int64_t q = 0; q < 2; ++q)
+      pair.push_back(arith::TruncFOp::create(
+          b, outElem,
+          outputAt(result, t.group, h, j, q, b.add(c, b.idx(q)), scale)));
+    Value word = vector::BitCastOp::create(
+        b, VectorType::get({1}, b.getI32Type()),
+        vector::FromElementsOp::create(b, pairType, pair));
+    words.push_back(vector::ExtractOp::create(b, word, 0));
+  }
+  return words;
+}
+
+// Round d: lane q sends its word of chunk 4m + (q + d) % 4 to lane
+// (q + d) % 4 and receives, from lane (q - d) % 4, that lane's word of
+// chunk 4m + q, which is word (q - d) % 4 of the output.
+SmallVector<Value> Epilogue::quadTranspose(ArrayRef<Value> words,
+                                           Value quadLane, Value quadBase) {
+  KernelBuilder &b = env.b;
+  SmallVector<Value> gathered(4, b.i32(0));
+  for (int64_t d = 0; d < 4; ++d) {
+    Value sendIdx = b.rem(b.add(quadLane, b.idx(d)), b.idx(4));
+    Value send = words[0];
+    for (int64_t w = 1; w < 4; ++w)
+      send = b.select(b.eq(sendIdx, b.idx(w)), words[w], send);
+    Value fromIdx = b.rem(b.add(quadLane, b.idx(4 - d)), b.idx(4));
+    Value got = send;
+    if (d)
+      got = gpu::ShuffleOp::create(
+                b, send,
+                arith::IndexCastOp::create(b, b.getI32Type(),
+                                           b.add(quadBase, fromIdx)),
+                b.i32(32), gpu::ShuffleMode::IDX)
+                .getShuffleResult();
+    for (int64_t w = 0; w < 4; ++w)
+      gathered[w] = b.select(b.eq(fromIdx, b.idx(w)), got, gathered[w]);
+  }
+  return gathered;
+}
+
+// Every thread's column pairs, to the output or to the staging tile.
+void Epilogue::pairStores(const TileState &t, Value result, Value staging) {
+  KernelBuilder &b = env.b;
+  for (int64_t h = 0; h < 2; ++h) {
+    Value r = b.add(rowInTile, b.idx(8 * h));
+    b.ifThen(b.ult(r, t.rowCount), [&] {
+      Value row = b.add(t.rowStart, r);
+      Value scale =
+          env.args.rowScale ? b.loadF(env.args.rowScale, {row}) : Value();
+      for (int64_t j = 0; j < outChunks; ++j) {
+        Value colInOut = b.add(b.idx(8 * j), colInTile);
+        Value col = b.add(t.colStart, colInOut);
+        b.ifThen(b.ult(col, env.outWidth), [&] {
+          SmallVector<Value> pair;
+          for (int64_t q = 0; q < 2; ++q)
+            pair.push_back(outputAt(result, t.group, h, j, q,
+                                    b.add(col, b.idx(q)), scale));
+          if (staging)
+            b.storeVecF(pair, staging,
+                        {b.add(b.mul(r, b.idx(stagingStride)), colInOut)});
+          else
+            b.storeVecF(pair, env.args.out, {row, col});
+        });
+      }
+    });
+  }
+}
+
+void Epilogue::forRowChunks(const TileState &t, int64_t width,
+                            function_ref<void(Value, Value, Value)> body) {
+  KernelBuilder &b = env.b;
+  int64_t perRow = env.plan.outTileN() / width;
+  for (int64_t q = 0; q < kBlockM * perRow / kThreads; ++q) {
+    Value id = b.add(mma.mathThread, b.idx(q * kThreads));
+    Value r = b.div(id, b.idx(perRow));
+    Value c = b.mul(b.rem(id, b.idx(perRow)), b.idx(width));
+    Value col = b.add(t.colStart, c);
+    b.ifThen(b.land(b.ult(r, t.rowCount), b.ult(col, env.outWidth)),
+             [&] { body(r, c, col); });
+  }
+}
+
+// From the staging tile to the output, 16 bytes a thread at a time.
+void Epilogue::stagedStores(const TileState &t, Value staging) {
+  KernelBuilder &b = env.b;
+  gpu::BarrierOp::create(b);
+  forRowChunks(t, outVector, [&](Value r, Value c, Value col) {
+    Value v = b.loadVec(staging, {b.add(b.mul(r, b.idx(stagingStride)), c)},
+                        outVector);
+    b.storeVec(v, env.args.out, {b.add(t.rowStart, r), col});
+  });
+}
+
+void Epilogue::zeroFill(const TileState &t) {
+  KernelBuilder &b = env.b;
+  int64_t width = std::min<int64_t>(8, KernelBuilder::vectorWidth(outElem));
+  forRowChunks(t, width, [&](Value r, Value, Value col) {
+    b.storeVecF(SmallVector<Value>(width, mma.zeroF), env.args.out,
+                {b.add(t.rowStart, r), col});
+  });
+}

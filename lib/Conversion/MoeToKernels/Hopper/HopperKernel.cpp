@@ -1,0 +1,255 @@
+//===- HopperKernel.cpp - The sm_90a kernels composed from their parts ----===//
+//
+// Part of moec. The block-barrier and the warp-specialized kernels of
+// HopperKernel.h as compositions of the schedule, the producer pipeline,
+// the MMA loop, the epilogue and the cluster part, plus the state they
+// share (arguments, shared-memory layout).
+//
+//===----------------------------------------------------------------------===//
+
+#include "HopperKernel.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+using namespace moec::kernels::hopper;
+
+Value hopper::toI32(KernelBuilder &b, Value index) {
+  return arith::IndexCastOp::create(b, b.getI32Type(), index).getResult();
+}
+
+Value hopper::bitAnd(KernelBuilder &b, Value x, int64_t mask) {
+  return arith::AndIOp::create(b, x, b.idx(mask));
+}
+
+KernelArgs::KernelArgs(ValueRange a, const HopperArgs &pos)
+    : lhs(a[0]), rhs(a[1]), out(a[2]), rows(a.back()) {
+  auto at = [&](int position) { return position >= 0 ? a[position] : Value(); };
+  offsets = at(pos.offsets);
+  gather = at(pos.gather);
+  bias = at(pos.bias);
+  rowScale = at(pos.rowScale);
+  rhsMap = at(pos.rhsMap);
+  lhsMap = at(pos.lhsMap);
+}
+
+void KernelEnv::readShapes() {
+  outWidth = b.dim(args.out, 1);
+  auto rhsType = cast<MemRefType>(args.rhs.getType());
+  rhsRows = b.dim(args.rhs, rhsType.getRank() - 2);
+}
+
+void KernelEnv::carveSharedMemory() {
+  const int64_t G = plan.groups();
+  auto workgroup =
+      gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
+  smem = gpu::DynamicSharedMemoryOp::create(
+      b, MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
+                         MemRefLayoutAttrInterface(), workgroup));
+  auto tableType = MemRefType::get({ShapedType::kDynamic}, b.getI32Type(),
+                                   MemRefLayoutAttrInterface(), workgroup);
+  tables[0] = memref::ViewOp::create(b, tableType, smem, b.idx(0),
+                                     ValueRange{b.idx(G)});
+  tables[1] = memref::ViewOp::create(b, tableType, smem, b.idx(G * 4),
+                                     ValueRange{b.idx(G)});
+  groupStarts = memref::ViewOp::create(b, tableType, smem, b.idx(G * 8),
+                                       ValueRange{b.idx(G + 1)});
+  barrierBase = b.add(addressOf(b, smem), b.idx(plan.tableBytes()));
+  stageBase = bitAnd(
+      b, b.add(barrierBase, b.idx(plan.barrierBytes() + 1023)), ~1023);
+}
+
+Value KernelEnv::stageA(Value slot) {
+  return b.add(stageBase, b.mul(slot, b.idx(plan.stageBytes())));
+}
+
+Value KernelEnv::stageB(Value slot) {
+  return b.add(stageA(slot), b.idx(kBlockM * kRowBytes));
+}
+
+Value KernelEnv::stageBarrier(bool empty, Value slot) {
+  Value index = empty ? b.add(slot, b.idx(plan.stages)) : slot;
+  return pointerAt(b, b.add(barrierBase, b.mul(index, b.idx(8))), 3);
+}
+
+SmallVector<Value> TileState::values() const {
+  SmallVector<Value> v = {group, rowStart, rowCount, colStart};
+  llvm::append_range(v, lhsRows);
+  return v;
+}
+
+TileState TileState::from(ValueRange v) {
+  TileState t{v[0], v[1], v[2], v[3], {}};
+  t.lhsRows.assign(v.begin() + 4, v.end());
+  return t;
+}
+
+HopperKernel::HopperKernel(KernelBuilder &b, ValueRange args, Value block,
+                           Value thread, const HopperPlan &plan,
+                           const HopperArgs &pos)
+    : env{b, plan, KernelArgs(args, pos), block, thread},
+      cluster(env), schedule(env, cluster), producer(env, cluster),
+      mma(env, producer, cluster), epilogue(env, mma) {
+  assert((plan.cluster == 1 || plan.warpSpecialized) &&
+         "clusters are warp-specialized");
+}
+
+void HopperKernel::emit() {
+  emitPreamble();
+  if (env.plan.warpSpecialized)
+    emitWarpSpecialized();
+  else
+    emitBlockBarrier();
+}
+
+void HopperKernel::emitPreamble() {
+  cluster.place();
+  env.readShapes();
+  env.carveSharedMemory();
+  if (env.plan.warpSpecialized)
+    producer.initBarriers();
+  // Every block of the cluster has its barriers ready; this also keeps the
+  // blocks resident together from here (cluster barriers at the end).
+  if (cluster.active())
+    cluster.sync();
+  schedule.scan();
+  producer.placeThreads();
+  mma.placeThreads();
+  producer.placeInvalid();
+  schedule.placeGrid();
+  epilogue.placeFragment();
+}
+
+TileState HopperKernel::tileState(Value tile, bool withRows) {
+  TileState t = schedule.locate(tile);
+  if (env.args.gather && withRows)
+    producer.lookupRows(t);
+  return t;
+}
+
+TileState HopperKernel::noTile() {
+  TileState t = schedule.none();
+  producer.clearRows(t);
+  return t;
+}
+
+TileState HopperKernel::nextState(Value tile) {
+  KernelBuilder &b = env.b;
+  Value next = b.add(tile, schedule.gridSize);
+  auto branch =
+      scf::IfOp::create(b, producer.stateTypes(),
+                        b.ult(next, schedule.tilesTotal), /*withElse=*/true);
+  OpBuilder::InsertionGuard inner(b);
+  b.setInsertionPointToStart(&branch.getThenRegion().front());
+  scf::YieldOp::create(b, tileState(next).values());
+  b.setInsertionPointToStart(&branch.getElseRegion().front());
+  scf::YieldOp::create(b, noTile().values());
+  return TileState::from(branch.getResults());
+}
+
+// The persistent loop: tiles block, block + gridDim, ... The first tile's
+// prologue goes out before the loop; each iteration finds the next tile
+// first (its lookups overlap the wgmmas), issues its prologue once this
+// tile's wgmmas are done, then stores this tile.
+void HopperKernel::emitBlockBarrier() {
+  KernelBuilder &b = env.b;
+  Value gridSize = schedule.gridSize;
+  TileState first = nextState(b.sub(env.block, gridSize));
+  producer.loadPrologue(first);
+  auto loop = scf::ForOp::create(b, env.block, schedule.tilesTotal, gridSize,
+                                 first.values());
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  TileState t = TileState::from(loop.getRegionIterArgs());
+  TileState next = nextState(loop.getInductionVar());
+  auto branch = scf::IfOp::create(b, b.eq(t.group, b.idx(env.plan.experts)),
+                                  /*withElse=*/true);
+  b.setInsertionPointToStart(&branch.getThenRegion().front());
+  producer.loadPrologue(next);
+  epilogue.zeroFill(t);
+  b.setInsertionPointToStart(&branch.getElseRegion().front());
+  Value result = mma.blockBarrierLoop(t);
+  // Every warpgroup is done with the stages before they are refilled.
+  gpu::BarrierOp::create(b);
+  producer.loadPrologue(next);
+  epilogue.emit(t, result);
+  b.setInsertionPointAfter(branch);
+  scf::YieldOp::create(b, next.values());
+}
+
+void HopperKernel::tileLoop(const std::function<Value(Value, Value)> &body) {
+  KernelBuilder &b = env.b;
+  auto loop = scf::ForOp::create(b, cluster.firstUnit, schedule.tilesTotal,
+                                 schedule.tileStride, ValueRange{b.idx(0)});
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  scf::YieldOp::create(
+      b, body(loop.getInductionVar(), loop.getRegionIterArgs()[0]));
+}
+
+static void setMaxRegisters(KernelBuilder &b, int64_t count,
+                            NVVM::SetMaxRegisterAction action) {
+  NVVM::SetMaxRegisterOp::create(
+      b, b.getI32IntegerAttr(count),
+      NVVM::SetMaxRegisterActionAttr::get(b.getContext(), action));
+}
+
+// Both roles walk the same tiles and count the K slices they pass through
+// the stages (ProducerPipeline::waitRound).
+void HopperKernel::emitWarpSpecialized() {
+  KernelBuilder &b = env.b;
+  auto roles = scf::IfOp::create(b, b.ult(env.thread, b.idx(kProducerThreads)),
+                                 /*withElse=*/true);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&roles.getThenRegion().front());
+  producerRole();
+  b.setInsertionPointToStart(&roles.getElseRegion().front());
+  consumerRole();
+  // No block leaves while its partner may still multicast into its shared
+  // memory or arrive on its barriers.
+  if (cluster.active()) {
+    b.setInsertionPointAfter(roles);
+    cluster.sync();
+  }
+}
+
+// Producer: for each slice, wait until its stage is free, copy, and let the
+// stage's full barrier count the copies' completion.
+void HopperKernel::producerRole() {
+  KernelBuilder &b = env.b;
+  setMaxRegisters(b, kProducerRegisters, NVVM::SetMaxRegisterAction::decrease);
+  tileLoop([&](Value tile, Value slices) -> Value {
+    TileState t = tileState(tile);
+    return b.ifElse(
+        b.ult(t.group, b.idx(env.plan.experts)), b.getIndexType(),
+        [&] { return producer.produceTile(t, slices); },
+        [&] { return slices; });
+  });
+  producer.drain();
+}
+
+// MMA warpgroups: wgmmas on each slice once it has landed; a stage is
+// released once the wgmmas reading it are done (one group stays in flight),
+// then the tile's epilogue from registers while the producer already fills
+// the stages with the next tile.
+void HopperKernel::consumerRole() {
+  KernelBuilder &b = env.b;
+  setMaxRegisters(b, kConsumerRegisters, NVVM::SetMaxRegisterAction::increase);
+  mma.placeReleasers();
+  tileLoop([&](Value tile, Value slices) -> Value {
+    TileState t = tileState(tile, /*withRows=*/false);
+    return b.ifElse(
+        b.ult(t.group, b.idx(env.plan.experts)), b.getIndexType(),
+        [&] {
+          Value result = mma.specializedLoop(slices);
+          Value end = b.add(slices, b.idx(env.plan.kSlices()));
+          mma.release(b.sub(end, b.idx(1)));
+          epilogue.emit(t, result);
+          return end;
+        },
+        [&] {
+          epilogue.zeroFill(t);
+          return slices;
+        });
+  });
+}

@@ -1,0 +1,376 @@
+//===- HopperKernel.h - Grouped matmul on sm_90a (wgmma) --------*- C++ -*-===//
+//
+// Part of moec. The grouped matmul of the `sm90a` target: warpgroup MMA
+// (wgmma) from shared memory fed by a multi-stage pipeline (TMA and
+// cp.async), in a persistent grid that walks the ragged (expert, m-tile,
+// n-tile) schedule. Two kernels: one with block barriers, described first,
+// and a warp-specialized one (the default at n = 256), described after.
+//
+// Block: 128 x BN output tile, 2 MMA warpgroups, each owning 64 rows and
+// issuing m64nBNk16 wgmmas over a 64-wide K slice. Shared
+// memory holds `stages` K slices of A (128 rows) and B (BN rows), each row
+// 64 elements = 128 bytes, in the 128-byte swizzle wgmma reads (16-byte chunk
+// c of row r at chunk c ^ (r % 8)). In the block-barrier kernel (256
+// threads) every thread copies 16-byte chunks with cp.async, which also
+// gathers the rows of a gathered lhs (the row index is looked up per row, a
+// missing row is zero-filled): the path TMA cannot give on sm_90. Loads run
+// `stages - 2` slices ahead; one wgmma group stays in flight while the next
+// slice's copies are issued, and a block barrier separates the slices.
+//
+// Each block first builds the m-tile prefix of the groups (experts, then the
+// rows past the last group, written as zeros) and the groups' first rows in
+// shared memory with a parallel scan, then takes tiles blockIdx,
+// blockIdx + gridDim, ... and finds each tile's group by binary search in
+// shared memory: no host synchronization, no serial walk over the experts,
+// no global reads per tile beyond a gathered lhs's row indices. Inside a
+// group, tiles go in bands of 8 m-tiles, n-tile by n-tile (B reuse in L2).
+//
+// Warp-specialized variant (tile `producers = 128`, 384 threads): a
+// producer warpgroup issues every copy and the two MMA warpgroups only
+// compute. The rhs (weights) tile comes by TMA, one cp.async.bulk.tensor
+// per stage (two with SwiGLU: gate rows, up rows) from a tensor map the
+// runtime encodes per launch and passes by value (a 128-byte grid-constant
+// parameter); lhs rows in order come by TMA too, gathered ones by the
+// producer threads' cp.async.
+// Each stage has a "full" mbarrier (completed by the producer threads'
+// cp.async arrivals and the TMA's bytes) and an "empty" one (completed
+// when the 256 MMA threads have retired the wgmmas reading it), so the
+// roles hand stages over without block barriers, the producer runs up to
+// `stages - 1` slices ahead, and it fills the next tile's stages during
+// this tile's epilogue. setmaxnreg moves registers from the producer to
+// the MMA warpgroups.
+//
+// Clusters (tile `cluster = 2`, warp-specialized only): the blocks of a
+// cluster take m-tiles 2j and 2j+1 of one expert and n-tile (the schedule
+// counts m-units of 2 m-tiles), each loads half of the B rows by TMA
+// multicast into both blocks, and a stage's "empty" barrier counts the MMA
+// warps of both blocks (remote arrivals through mapa). A pair whose expert
+// has an odd m-tile count leaves its second block without rows: it still
+// loads its half of B and keeps the barriers in step.
+//
+// Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
+// columns then the matching BN/2 up columns, so a thread holds both halves),
+// row scale, then rounded stores; in the block-barrier kernel a plain
+// epilogue goes through a padded shared-memory tile and out as 16-byte row
+// stores (the warp-specialized one has no free stage for it).
+//
+// The kernel is built from parts, each a class below with its own file:
+//   TileSchedule      the shared-memory scan and the tile -> (group, rows,
+//                     columns) lookup (TileSchedule.cpp);
+//   ProducerPipeline  the copies into the stages (cp.async, gathers, TMA)
+//                     and the full/empty mbarrier handover
+//                     (ProducerPipeline.cpp);
+//   MmaLoop           the wgmmas over a tile's K slices, behind block
+//                     barriers or mbarriers (MmaLoop.cpp);
+//   Epilogue          bias, SwiGLU, row scale and the stores (Epilogue.cpp);
+//   ClusterPart       rank, multicast, remote arrivals, cluster barriers
+//                     (Cluster.cpp).
+// HopperKernel (HopperKernel.cpp) composes them: the block-barrier kernel
+// runs producer and MMA loop in every thread, the warp-specialized one
+// gives each its own warpgroups, and a cluster kernel is the
+// warp-specialized one with an active ClusterPart. What depends on how
+// the operands lie in memory switches on HopperPlan::layout, so that a new
+// operand layout is a new case at each of those places.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_LIB_CONVERSION_MOETOKERNELS_HOPPER_HOPPERKERNEL_H
+#define MOEC_LIB_CONVERSION_MOETOKERNELS_HOPPER_HOPPERKERNEL_H
+
+#include "HopperPlan.h"
+
+#include "../LoweringContext.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
+namespace moec::kernels::hopper {
+
+/// Positions of the optional kernel arguments (-1 if absent). Without
+/// offsets the matmul is dense: one group of all rows, rhs [N, K].
+struct HopperArgs {
+  int offsets = -1, gather = -1, bias = -1, rowScale = -1;
+  int rhsMap = -1; ///< the rhs's TMA descriptor (warp-specialized)
+  int lhsMap = -1; ///< the lhs's, when its rows are not gathered
+};
+
+/// The kernel's arguments by role (null where absent).
+struct KernelArgs {
+  KernelArgs(mlir::ValueRange a, const HopperArgs &pos);
+  mlir::Value lhs, rhs, out, rows;
+  mlir::Value offsets, gather, bias, rowScale, rhsMap, lhsMap;
+};
+
+/// What every part reads: the builder, the plan, the arguments, the
+/// block's ids, and where shared memory puts the scan tables, the
+/// barriers and the stages.
+struct KernelEnv {
+  KernelBuilder &b;
+  const HopperPlan &plan;
+  KernelArgs args;
+  mlir::Value block, thread;
+  /// Output columns, and the rows of one expert's rhs (N of [E, N, K]).
+  mlir::Value outWidth, rhsRows;
+  mlir::Value smem, tables[2], groupStarts, barrierBase, stageBase;
+
+  /// outWidth and rhsRows.
+  void readShapes();
+  /// The two scan tables and the groups' first rows, then the barriers,
+  /// then the 1024-aligned stages.
+  void carveSharedMemory();
+  /// Shared addresses of stage `slot`'s A (128 rows) and B tiles.
+  mlir::Value stageA(mlir::Value slot);
+  mlir::Value stageB(mlir::Value slot);
+  /// The full (or empty) mbarrier of stage `slot` (warp-specialized).
+  mlir::Value stageBarrier(bool empty, mlir::Value slot);
+};
+
+/// Where one tile is, and for a gathered lhs this thread's source rows
+/// (i32, -1: zero-fill). Carried from one tile to the next, so that the
+/// next tile's gather lookups overlap this tile's wgmmas and its first
+/// copies start before this tile's stores. Kept small: every value is
+/// live across the k-loop.
+struct TileState {
+  mlir::Value group, rowStart, rowCount, colStart;
+  llvm::SmallVector<mlir::Value> lhsRows;
+
+  llvm::SmallVector<mlir::Value> values() const;
+  static TileState from(mlir::ValueRange v);
+};
+
+/// The blocks of a cluster: their rank, the unit of the schedule they
+/// share, the barriers that keep them resident together, and the remote
+/// arrivals and multicasts between them. With a cluster of 1 only the
+/// rank (0) and unit (the block) are used.
+class ClusterPart {
+public:
+  explicit ClusterPart(KernelEnv &env) : env(env) {}
+  bool active() const { return env.plan.cluster > 1; }
+  /// rank and firstUnit.
+  void place();
+  /// Makes the mbarrier initialization visible to the other blocks.
+  void fenceBarrierInit();
+  /// arrive + wait of every thread of every block of the cluster.
+  void sync();
+  /// The multicast mask of a TMA load into every block of the cluster.
+  mlir::Value multicastMask();
+  /// The other block's rank (i32).
+  mlir::Value partnerRank();
+  /// An arrival on the barrier at `local`'s offset in block `partner`.
+  void arriveRemote(mlir::Value local, mlir::Value partner);
+
+  /// The block's rank in its cluster (clusters are consecutive blocks
+  /// along x) and the cluster's index: the units the schedule hands out.
+  mlir::Value rank, firstUnit;
+
+private:
+  KernelEnv &env;
+};
+
+/// The ragged tile schedule: each block scans the groups' m-tile counts
+/// into shared memory, then finds any tile's group by binary search.
+class TileSchedule {
+public:
+  TileSchedule(KernelEnv &env, const ClusterPart &cluster)
+      : env(env), cluster(cluster) {}
+  /// The scan: tileEnds, nTiles, tilesTotal.
+  void scan();
+  /// gridSize and tileStride.
+  void placeGrid();
+  /// Tile `tile` (< tilesTotal), without gathered rows.
+  TileState locate(mlir::Value tile);
+  /// A tile past the end: no rows, no copies.
+  TileState none();
+
+  mlir::Value tileEnds, nTiles, tilesTotal, gridSize, tileStride;
+
+private:
+  std::pair<mlir::Value, mlir::Value> groupBounds(mlir::Value g);
+  void forOwnGroups(const std::function<void(mlir::Value)> &body);
+  KernelEnv &env;
+  const ClusterPart &cluster;
+};
+
+/// The copies into the stages: cp.async 16-byte chunks (gathered lhs rows
+/// and, without tensor maps, everything), TMA for the operands with tensor
+/// maps, and the full/empty mbarriers of the warp-specialized handover.
+class ProducerPipeline {
+public:
+  ProducerPipeline(KernelEnv &env, ClusterPart &cluster)
+      : env(env), cluster(cluster) {}
+  /// Warp-specialized: the full and empty mbarriers of every stage.
+  void initBarriers();
+  /// This thread's copy coordinates and the operands' base addresses.
+  void placeThreads();
+  /// The -1 that marks a row without a source (zero-fill).
+  void placeInvalid();
+  /// A gathered lhs: the source rows of this thread's copies of tile `t`.
+  void lookupRows(TileState &t);
+  /// A gathered lhs: no source rows (a tile past the end).
+  void clearRows(TileState &t);
+  /// The element types of TileState::values() (block-barrier carry).
+  llvm::SmallVector<mlir::Type> stateTypes();
+
+  /// This thread's cp.async copies of slice `kt` into stage `slot`.
+  void loadStage(const TileState &t, mlir::Value slot, mlir::Value kt);
+  /// The TMA loads of slice `kt`, completing on `full`.
+  void loadByTma(const TileState &t, mlir::Value slot, mlir::Value kt,
+                 mlir::Value full);
+  void commit();
+  /// The first `ahead` slices of a tile, one commit group each.
+  void loadPrologue(const TileState &t);
+
+  /// Slice `n` of the role's walk: its stage, and waiting for the phase
+  /// of its round (or the round before) on the stage's barrier.
+  mlir::Value slotOf(mlir::Value n);
+  void waitRound(bool empty, mlir::Value n, bool previous);
+  /// The producer role's k-loop over tile `t` (slices counted from
+  /// `slices`): the count after it.
+  mlir::Value produceTile(const TileState &t, mlir::Value slices);
+  /// The producer's last copies land before it exits.
+  void drain();
+
+  mlir::Value invalid;
+
+private:
+  mlir::Value rowOf(int64_t i);
+  mlir::Value smemOffset(int64_t i);
+  int64_t lhsRowsPerThread() const;
+  int64_t rhsRowsPerThread() const;
+  mlir::Value lhsRowBytes(const TileState &t, int64_t i);
+  mlir::Value rhsRowBytes(const TileState &t, int64_t i);
+  void copyChunk(mlir::Value dst, mlir::Value base, mlir::Value rowBytes,
+                 mlir::Value kBytes, mlir::Value kValid);
+  void tmaLoad(mlir::Value map, mlir::Value stageAddress,
+               mlir::ValueRange coords, mlir::Value multicast,
+               mlir::Value full);
+  mlir::Value rhsTmaRow(const TileState &t, mlir::Value l);
+  void loadRhsByTma(const TileState &t, mlir::Value slot, mlir::Value k0,
+                    mlir::Value l, mlir::Value multicast, mlir::Value full);
+
+  KernelEnv &env;
+  ClusterPart &cluster;
+  mlir::Value chunk, row0, swizzled, lhsBase, rhsBase, rowBytesK;
+};
+
+/// The wgmmas of a tile: accumulators in registers, one commit group per
+/// K slice, behind block barriers or the stages' mbarriers.
+class MmaLoop {
+public:
+  MmaLoop(KernelEnv &env, ProducerPipeline &producer, ClusterPart &cluster)
+      : env(env), producer(producer), cluster(cluster) {}
+  /// The MMA thread's warpgroup, warp and lane, the accumulator type.
+  void placeThreads();
+  /// Block-barrier kernel: the k-loop of one tile whose prologue is in
+  /// flight, issuing the copies `ahead` slices on: the accumulators.
+  mlir::Value blockBarrierLoop(const TileState &t);
+  /// Warp-specialized kernel: the k-loop over slices `slices`.. as the
+  /// producer fills them, releasing each stage once read: the
+  /// accumulators (the last slice's stage is not yet released).
+  mlir::Value specializedLoop(mlir::Value slices);
+  /// Warp-specialized: the lane 0s that release stages (and their
+  /// partner block in a cluster).
+  void placeReleasers();
+  /// Frees the stage of slice `n` (in both blocks of a cluster).
+  void release(mlir::Value n);
+
+  mlir::Value mathThread, warpgroup, lane, warp, zeroF;
+  mlir::Type accType;
+
+private:
+  mlir::scf::ForOp accumulatorLoop();
+  mlir::Value zeroAccumulators();
+  mlir::Value sliceMma(mlir::Value current, mlir::Value slot);
+  void fenceAsyncShared();
+
+  KernelEnv &env;
+  ProducerPipeline &producer;
+  ClusterPart &cluster;
+  mlir::Value leader, partner;
+};
+
+/// From the accumulators to the output: the element-wise steps (bias,
+/// SwiGLU, row scale) of outputAt, then one of three ways to store.
+class Epilogue {
+public:
+  Epilogue(KernelEnv &env, const MmaLoop &mma);
+  /// Row and column of this thread's first accumulator in the tile.
+  void placeFragment();
+  /// The tile's outputs from the accumulators `result`.
+  void emit(const TileState &t, mlir::Value result);
+  /// Rows past the last group: zeros.
+  void zeroFill(const TileState &t);
+
+private:
+  /// Pairs: every thread stores its column pairs. QuadGather: a quad of
+  /// lanes trades words so that each stores 16 bytes. Staged: through a
+  /// padded shared-memory tile, then 16-byte row stores.
+  enum class Stores { Pairs, QuadGather, Staged };
+
+  mlir::Value accumulator(mlir::Value result, int64_t index);
+  mlir::Value outputAt(mlir::Value result, mlir::Value group, int64_t h,
+                       int64_t j, int64_t q, mlir::Value c,
+                       mlir::Value scale);
+  void quadStores(const TileState &t, mlir::Value result);
+  llvm::SmallVector<mlir::Value> quadWords(const TileState &t,
+                                           mlir::Value result, int64_t h,
+                                           int64_t m, mlir::Value scale);
+  llvm::SmallVector<mlir::Value> quadTranspose(
+      llvm::ArrayRef<mlir::Value> words, mlir::Value quadLane,
+      mlir::Value quadBase);
+  void pairStores(const TileState &t, mlir::Value result,
+                  mlir::Value staging);
+  void stagedStores(const TileState &t, mlir::Value staging);
+  /// The (row, column-in-tile, column) of this thread's `width`-element
+  /// chunks of the tile, those in range.
+  void forRowChunks(
+      const TileState &t, int64_t width,
+      llvm::function_ref<void(mlir::Value, mlir::Value, mlir::Value)> body);
+
+  KernelEnv &env;
+  const MmaLoop &mma;
+  mlir::Type outElem;
+  int64_t outBytes, outVector, stagingStride, outChunks;
+  Stores stores;
+  mlir::Value rowInTile, colInTile;
+};
+
+/// One grouped matmul kernel: the parts above, composed into the
+/// block-barrier or the warp-specialized (optionally clustered) kernel.
+class HopperKernel {
+public:
+  HopperKernel(KernelBuilder &b, mlir::ValueRange args, mlir::Value block,
+               mlir::Value thread, const HopperPlan &plan,
+               const HopperArgs &pos);
+  void emit();
+
+private:
+  /// What every variant sets up first, in this order (the order of the
+  /// values in the generated kernel).
+  void emitPreamble();
+  void emitBlockBarrier();
+  void emitWarpSpecialized();
+  void producerRole();
+  void consumerRole();
+  /// A loop over this block's tiles carrying the slice count.
+  void tileLoop(
+      const std::function<mlir::Value(mlir::Value, mlir::Value)> &body);
+  TileState tileState(mlir::Value tile, bool withRows = true);
+  TileState noTile();
+  /// The state of the tile after `tile` (or of none).
+  TileState nextState(mlir::Value tile);
+
+  KernelEnv env;
+  ClusterPart cluster;
+  TileSchedule schedule;
+  ProducerPipeline producer;
+  MmaLoop mma;
+  Epilogue epilogue;
+};
+
+/// Small index helpers of the parts.
+mlir::Value toI32(KernelBuilder &b, mlir::Value index);
+mlir::Value bitAnd(KernelBuilder &b, mlir::Value x, int64_t mask);
+
+} // namespace moec::kernels::hopper
+
+#endif // MOEC_LIB_CONVERSION_MOETOKERNELS_HOPPER_HOPPERKERNEL_H

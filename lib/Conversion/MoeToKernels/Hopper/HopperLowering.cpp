@@ -1,0 +1,215 @@
+//===- HopperLowering.cpp - Launches of the sm_90a grouped matmul ---------===//
+//
+// Part of moec. The host side of the wgmma kernel (HopperKernel.h): which
+// ops it lowers, the launch operands (tensor maps included), the persistent
+// grid, one launch per tile bucket, and the combine of a scattered output.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HopperKernel.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+using namespace moec::kernels::hopper;
+
+namespace {
+
+/// The operands of one wgmma matmul launch (null where absent).
+struct HopperOperands {
+  Value lhs, rhs, out, offsets, gather, bias, rowScale;
+};
+
+/// The launch operands of `v` for `plan` (tensor maps included), and
+/// where the kernel finds each in `pos`.
+SmallVector<Value> launchOperands(LoweringContext &ctx,
+                                  const HopperOperands &v,
+                                  const HopperPlan &plan, HopperArgs &pos) {
+  SmallVector<Value> operands = {v.lhs, v.rhs, v.out};
+  auto addOptional = [&](Value value, int &at) {
+    if (!value)
+      return;
+    at = operands.size();
+    operands.push_back(value);
+  };
+  addOptional(v.offsets, pos.offsets);
+  addOptional(v.gather, pos.gather);
+  addOptional(v.bias, pos.bias);
+  addOptional(v.rowScale, pos.rowScale);
+  if (plan.warpSpecialized) {
+    // The producer loads the rhs by TMA: boxes of 64 K-elements (one
+    // 128-byte swizzled row) by rhsBoxRows() B rows, one expert deep.
+    int64_t rank = cast<MemRefType>(v.rhs.getType()).getRank();
+    SmallVector<int64_t> box = {kBlockK, plan.rhsBoxRows()};
+    if (rank == 3)
+      box.push_back(1);
+    addOptional(tensorMapOperand(ctx.host(), v.rhs, box), pos.rhsMap);
+    // Rows in order: the lhs too, 128 rows by 64 K-elements.
+    if (!v.gather)
+      addOptional(tensorMapOperand(ctx.host(), v.lhs, {kBlockK, kBlockM}),
+                  pos.lhsMap);
+  }
+  return operands;
+}
+
+/// Launches the wgmma kernel for `plan` over the rows of `v.out`; with
+/// `enabled` (a host index, 0 or 1) the grid is multiplied by it.
+LogicalResult launchHopperMatmul(LoweringContext &ctx,
+                                 const HopperOperands &v,
+                                 const HopperPlan &plan, StringRef suffix,
+                                 Value enabled = {}) {
+  KernelBuilder &h = ctx.host();
+  HopperArgs pos;
+  SmallVector<Value> operands = launchOperands(ctx, v, plan, pos);
+  SmallVector<Value> outSizes = ctx.sizes(v.out);
+  Value rows = outSizes[0];
+  operands.push_back(rows);
+
+  // Blocks: the persistent count, or fewer when there are fewer tiles
+  // (upper bound: rows / 128 + groups m-tiles, times the n-tiles).
+  // In clusters of C: units of C m-tiles (each group's last unit rounded
+  // up: at most one more m-tile per group), C blocks per unit.
+  const int64_t C = plan.cluster;
+  Value mTilesBound =
+      h.add(h.div(rows, h.idx(kBlockM)), h.idx(plan.groups()));
+  if (C > 1)
+    mTilesBound = h.ceilDiv(h.add(mTilesBound, h.idx(plan.groups())),
+                            h.idx(C));
+  Value tilesBound =
+      h.mul(mTilesBound, h.ceilDiv(outSizes[1], h.idx(plan.outTileN())));
+  Value grid = h.minIdx(tilesBound, h.idx(plan.persistentBlocks / C));
+  if (C > 1)
+    grid = h.mul(grid, h.idx(C));
+  if (enabled)
+    grid = h.mul(grid, enabled);
+  // The tile as built (the bundle records it): the stages and band taken.
+  moe::TileAttr tile = tileOf(h.getContext(), plan);
+  return ctx.launch(
+      suffix, grid, tile, operands,
+      [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
+        HopperKernel(b, a, block, thread, plan, pos).emit();
+      },
+      plan.sharedBytes(), plan.cluster);
+}
+
+/// 1 when `rows` > `bound`, else 0, on the host (for launch grids).
+Value above(KernelBuilder &h, Value rows, int64_t bound) {
+  return h.minIdx(h.idx(1), h.div(rows, h.idx(bound + 1)));
+}
+
+/// Launches the kernel of `base`, or with the op's `moe.tile_buckets` one
+/// variant per bucket: each launch's grid is 0 unless the row count of
+/// `v.out` falls in its bucket (the base plan takes the rows above every
+/// bucket). `planOf` makes the plan of a bucket's tile.
+LogicalResult launchBucketed(
+    LoweringContext &ctx, Operation *op, const HopperOperands &v,
+    const HopperPlan &base,
+    function_ref<std::optional<HopperPlan>(moe::TileAttr)> planOf) {
+  auto bucketList = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName);
+  SmallVector<std::pair<moe::TileBucketAttr, HopperPlan>> buckets;
+  if (bucketList)
+    for (auto bucket : bucketList.getAsRange<moe::TileBucketAttr>()) {
+      std::optional<HopperPlan> plan = planOf(bucket.getTile());
+      if (!plan || !isHopperTile(bucket.getTile()))
+        return op->emitOpError("has a tile bucket the sm90a matmul cannot "
+                               "build: ")
+               << bucket;
+      buckets.push_back({bucket, *plan});
+    }
+  // Last buckets that would build the base kernel again: the base serves
+  // their rows.
+  MLIRContext *context = op->getContext();
+  moe::TileAttr baseTile = tileOf(context, base);
+  while (!buckets.empty() &&
+         tileOf(context, buckets.back().second) == baseTile)
+    buckets.pop_back();
+  if (buckets.empty())
+    return launchHopperMatmul(ctx, v, base, "wgmma");
+  KernelBuilder &h = ctx.host();
+  Value rows = ctx.sizes(v.out)[0];
+  int64_t below = 0;
+  for (auto &[bucket, plan] : buckets) {
+    // rows in (below, max_rows]: above(below) - above(max_rows).
+    Value enabled = h.sub(above(h, rows, below),
+                          above(h, rows, bucket.getMaxRows()));
+    std::string suffix = "wgmma_le" + std::to_string(bucket.getMaxRows());
+    if (failed(launchHopperMatmul(ctx, v, plan, suffix, enabled)))
+      return failure();
+    below = bucket.getMaxRows();
+  }
+  return launchHopperMatmul(ctx, v, base, "wgmma", above(h, rows, below));
+}
+
+std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
+                                          moe::TileAttr tile, BufferMap buffer,
+                                          LoweringContext &ctx) {
+  auto outType = cast<ShapedType>(op.getOut().getType());
+  HopperLimits limits = limitsOf(ctx.target());
+  auto planOf = [&](moe::TileAttr tile) {
+    return groupedPlan(op, tile, limits);
+  };
+  std::optional<HopperPlan> plan = planOf(tile);
+  if (!plan)
+    return std::nullopt;
+
+  HopperOperands v;
+  v.lhs = buffer(op.getLhs());
+  v.rhs = buffer(op.getRhs());
+  v.offsets = buffer(op.getOffsets());
+  v.gather = buffer(op.getGatherSlots());
+  v.bias = buffer(op.getBias());
+  v.rowScale = buffer(op.getRowScale());
+  Value out = buffer(op.getOut());
+  Value scatter = buffer(op.getScatterSlots());
+  if (!scatter) {
+    v.out = out;
+    return launchBucketed(ctx, op, v, *plan, planOf);
+  }
+  // Combined in token order: the grouped rows go to a scratch buffer, then
+  // unpermute's combine sums each token's k rows with its weights.
+  KernelBuilder &h = ctx.host();
+  Value groupedRows = ctx.sizes(scatter)[0];
+  v.out = ctx.allocTemp(
+      MemRefType::get({ShapedType::kDynamic, outType.getDimSize(1)},
+                      outType.getElementType()),
+      {groupedRows, h.idx(outType.getDimSize(1))});
+  if (failed(launchBucketed(ctx, op, v, *plan, planOf)))
+    return failure();
+  std::optional<LogicalResult> combined =
+      emitCombine(ctx, tile, v.out, scatter, v.offsets,
+                  buffer(op.getScatterWeights()), out, plan->slotsPerToken,
+                  buffer(op.getScatterPositions()));
+  if (!combined)
+    return op.emitOpError("has no vectorized combine for its output width");
+  return *combined;
+}
+
+std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
+                                        moe::TileAttr tile, BufferMap buffer,
+                                        LoweringContext &ctx) {
+  std::optional<HopperPlan> plan =
+      hopperPlanFor(op, tile, limitsOf(ctx.target()));
+  if (!plan)
+    return std::nullopt;
+  HopperOperands v;
+  v.lhs = buffer(op.getInputs()[0]);
+  v.rhs = buffer(op.getInputs()[1]);
+  v.out = buffer(op.getResult(0));
+  return launchHopperMatmul(ctx, v, *plan, "wgmma");
+}
+
+} // namespace
+
+std::optional<LogicalResult>
+moec::kernels::lowerMatmulHopper(Operation *op, moe::TileAttr tile,
+                                 BufferMap buffer, LoweringContext &ctx) {
+  if (!ctx.target().hasWgmma())
+    return std::nullopt;
+  if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op))
+    return lowerGrouped(grouped, tile, buffer, ctx);
+  if (auto dense = dyn_cast<linalg::MatmulOp>(op))
+    return lowerDense(dense, tile, buffer, ctx);
+  return std::nullopt;
+}

@@ -1,0 +1,185 @@
+//===- HopperPlan.cpp - Plan of the sm_90a grouped matmul -----------------===//
+//
+// Part of moec. Which ops, types, shapes and tiles the wgmma kernel applies
+// to, the plan it builds them with, and the tiles the autotuner measures.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HopperPlan.h"
+
+#include "../LoweringContext.h"
+
+#include "moec/Conversion/TuningSpace.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+using namespace moec::kernels::hopper;
+
+HopperLimits hopper::limitsOf(const TargetInfo &target) {
+  return {target.smCount(), target.sharedMemoryPerBlock()};
+}
+
+moe::TileAttr hopper::tileOf(MLIRContext *context, const HopperPlan &plan) {
+  return moe::TileAttr::get(context, kBlockM, plan.blockN, kBlockK,
+                            plan.threads(), plan.stages, plan.bandM,
+                            plan.warpSpecialized ? kProducerThreads : 0,
+                            plan.cluster);
+}
+
+bool hopper::isHopperTile(moe::TileAttr tile) {
+  if (!tile || tile.getM() != kBlockM || tile.getK() != kBlockK ||
+      (tile.getN() != 128 && tile.getN() != 256))
+    return false;
+  if (tile.getProducers() == 0)
+    return tile.getThreads() == kThreads;
+  return tile.getProducers() == kProducerThreads &&
+         tile.getThreads() == kSpecializedThreads;
+}
+
+std::optional<HopperPlan>
+hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
+                int64_t width, int64_t experts, moe::TileAttr tile,
+                const HopperLimits &limits) {
+  if (lhsElem != rhsElem || !(lhsElem.isBF16() || lhsElem.isF16()))
+    return std::nullopt;
+  if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
+    return std::nullopt;
+  // 16-byte copies along K, pairs and 8-wide chunks along N.
+  if (ShapedType::isDynamic(k) || ShapedType::isDynamic(width) || k % 8 ||
+      width % 8 || experts + 1 > kMaxGroups)
+    return std::nullopt;
+  HopperPlan plan;
+  plan.experts = experts;
+  plan.k = k;
+  plan.elemType =
+      lhsElem.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
+  plan.persistentBlocks = limits.smCount;
+  plan.maxSharedBytes = limits.maxSharedBytes;
+  // A tile of this kernel's form (m = 128, n = 128 or 256, k = 64, 256
+  // threads) set on the op picks the block width, and its `stages` and
+  // `band_m` (when set) the pipeline depth and the tile order. Otherwise
+  // 256 (m64n256 wgmmas: measured faster on the H200 at most MoE shapes of
+  // bench/grouped_gemm.py) unless the output is narrower than that.
+  plan.blockN = width >= 256 ? 256 : 128;
+  // n = 256 gets the warp-specialized kernel with TMA for the weights (and
+  // for the lhs when its rows are in order). On the H200 it was faster than
+  // the block-barrier kernel at every bench/grouped_gemm.py shape with
+  // T >= 2048 we measured: gathered gate_up 1.00-1.16x (DeepSeek-V3 up to
+  // 1.24x), down 1.00-1.20x, dense SwiGLU 1.07x
+  // (bench/results/warp-specialization-h200.md). With cp.async for the
+  // weights it had been slower at long K and DeepSeek-V3 SwiGLU; n = 128
+  // (cp.async weights) was slower everywhere, so it keeps block barriers.
+  plan.warpSpecialized = plan.blockN == 256;
+  if (isHopperTile(tile)) {
+    plan.blockN = tile.getN();
+    plan.warpSpecialized = tile.getProducers() != 0;
+    if (tile.getStages())
+      plan.stages = tile.getStages();
+    if (tile.getBandM())
+      plan.bandM = tile.getBandM();
+    plan.cluster = tile.getCluster();
+  }
+  // At most as many stages as fit in shared memory (a deeper pipeline asked
+  // for gets the deepest that fits).
+  while (plan.sharedBytes() > plan.maxSharedBytes && plan.stages > 3)
+    --plan.stages;
+  if (plan.sharedBytes() > plan.maxSharedBytes)
+    return std::nullopt;
+  return plan;
+}
+
+std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
+                                              moe::TileAttr tile,
+                                              const HopperLimits &limits) {
+  if (op.getMode() != moe::MatmulMode::forward || !op.getTransposeRhs() ||
+      op.getLoraA() || op.getLhsScales())
+    return std::nullopt;
+  auto lhsType = cast<ShapedType>(op.getLhs().getType());
+  auto outType = cast<ShapedType>(op.getOut().getType());
+  int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
+  std::optional<HopperPlan> plan = planFor(
+      lhsType.getElementType(),
+      cast<ShapedType>(op.getRhs().getType()).getElementType(),
+      outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
+      experts, tile, limits);
+  if (plan) {
+    plan->slotsPerToken = op.getK().value_or(1);
+    plan->swiglu = op.getActivation() == moe::Activation::swiglu;
+  }
+  return plan;
+}
+
+/// The plan for a dense A·Bᵀ (B read as [N, K]): one group of all rows.
+static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
+                                           moe::TileAttr tile,
+                                           const HopperLimits &limits) {
+  FailureOr<bool> transposed = matmulTransposesB(op);
+  if (failed(transposed) || !*transposed)
+    return std::nullopt;
+  auto lhsType = cast<ShapedType>(op.getInputs()[0].getType());
+  auto outType = cast<ShapedType>(op.getResult(0).getType());
+  return planFor(
+      lhsType.getElementType(),
+      cast<ShapedType>(op.getInputs()[1].getType()).getElementType(),
+      outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
+      /*experts=*/1, tile, limits);
+}
+
+std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,
+                                                moe::TileAttr tile,
+                                                const HopperLimits &limits) {
+  if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op))
+    return groupedPlan(grouped, tile, limits);
+  if (auto dense = dyn_cast<linalg::MatmulOp>(op))
+    return densePlan(dense, tile, limits);
+  return std::nullopt;
+}
+
+SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
+                                                  StringRef target) {
+  auto matmul = dyn_cast<moe::GroupedMatmulOp>(op);
+  if (target != "sm_90a" || !matmul)
+    return {};
+  std::optional<HopperPlan> chosen = groupedPlan(matmul, {});
+  if (!chosen)
+    return {};
+  MLIRContext *context = op->getContext();
+  SmallVector<moe::TileAttr> tiles = {tileOf(context, *chosen)};
+  auto outType = cast<ShapedType>(matmul.getOut().getType());
+  SmallVector<int64_t> widths = {128};
+  if (outType.getDimSize(1) >= 256)
+    widths.insert(widths.begin(), 256);
+  // Warp roles: with and without a producer warpgroup, at n = 256 (the
+  // warp-specialized kernel at n = 128 measured slower at every bench
+  // shape).
+  for (int64_t n : widths)
+    for (int64_t producers : {int64_t(0), kProducerThreads}) {
+      if (producers && n != 256)
+        continue;
+      int64_t threads = producers ? kSpecializedThreads : kThreads;
+      // The deepest pipeline that fits at this width (the plan clamps).
+      std::optional<HopperPlan> deepest = groupedPlan(
+          matmul, moe::TileAttr::get(context, kBlockM, n, kBlockK, threads,
+                                     /*stages=*/16, /*band_m=*/0, producers));
+      if (!deepest)
+        continue;
+      // Clusters of 2 (weights multicast) only with warp specialization.
+      for (int64_t cluster : {1, 2}) {
+        if (cluster > 1 && !producers)
+          continue;
+        for (int64_t stages = deepest->stages;
+             stages >= std::max<int64_t>(3, deepest->stages - 1); --stages)
+          for (int64_t band : {4, 8, 16}) {
+            auto tile = moe::TileAttr::get(context, kBlockM, n, kBlockK,
+                                           threads, stages, band, producers,
+                                           cluster);
+            if (groupedPlan(matmul, tile) && !llvm::is_contained(tiles, tile))
+              tiles.push_back(tile);
+          }
+      }
+    }
+  return tiles;
+}

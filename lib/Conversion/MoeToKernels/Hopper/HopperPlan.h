@@ -1,0 +1,170 @@
+//===- HopperPlan.h - Plan of the sm_90a grouped matmul ---------*- C++ -*-===//
+//
+// Part of moec. The compile-time shape of the wgmma kernel (HopperKernel.h):
+// block width, pipeline depth, tile order, warp roles, cluster size, operand
+// layouts, and the target limits all of it must fit in. Nothing here emits
+// IR: the lowering and a kernel-selection pass ask the same questions
+// (hopperPlanFor) and get the same answers.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOEC_LIB_CONVERSION_MOETOKERNELS_HOPPER_HOPPERPLAN_H
+#define MOEC_LIB_CONVERSION_MOETOKERNELS_HOPPER_HOPPERPLAN_H
+
+#include "moec/Conversion/TargetInfo.h"
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+#include <optional>
+
+namespace moec::kernels::hopper {
+
+constexpr int64_t kBlockM = 128;   ///< rows per block (2 warpgroups x 64)
+constexpr int64_t kBlockK = 64;    ///< K per stage: one 128-byte row
+constexpr int64_t kThreads = 256;  ///< 2 warpgroups
+/// Warp-specialized blocks: a producer warpgroup then the 2 MMA warpgroups.
+constexpr int64_t kSpecializedThreads = 384;
+/// Threads of the producer warpgroup of a warp-specialized block.
+constexpr int64_t kProducerThreads = 128;
+/// Warps of the two MMA warpgroups: the arrivals that free a stage.
+constexpr int64_t kMmaWarps = 8;
+/// Registers per thread after setmaxnreg in a warp-specialized block: the
+/// producer gives up what the MMA warpgroups take (72 x 128 + 216 x 256 =
+/// the 168 x 384 a block of 384 threads starts with).
+constexpr int64_t kProducerRegisters = 72;
+constexpr int64_t kConsumerRegisters = 216;
+constexpr int64_t kRowBytes = 128; ///< bytes of a 64-element 16-bit row
+constexpr int64_t kChunksPerRow = kRowBytes / 16;
+/// Groups the schedule scan handles (experts + the tail), one table entry
+/// per group in shared memory.
+constexpr int64_t kMaxGroups = 1024;
+/// m-tiles per band of the tile order (TileSchedule) unless the tile sets
+/// `band_m`.
+constexpr int64_t kDefaultBandM = 8;
+/// Pipeline depth unless the tile sets `stages`: as many as fit, at most 6.
+constexpr int64_t kMaxDefaultStages = 6;
+
+/// What the kernel must fit on the GPU it runs on. The defaults are the
+/// H100/H200's.
+struct HopperLimits {
+  int64_t smCount = 132;               ///< blocks of the persistent grid
+  int64_t maxSharedBytes = 227 * 1024; ///< dynamic shared memory per block
+};
+
+/// The limits of `target` (its SM count and shared memory per block).
+HopperLimits limitsOf(const TargetInfo &target);
+
+/// How the lhs (A) lies in global memory: what the producer copies from.
+enum class LhsLayout {
+  /// [rows, K], K contiguous: a block's A rows are 128 rows of the group
+  /// (in order, or looked up through the gather slots).
+  RowsK,
+};
+
+/// How the rhs (B) lies in global memory: what the producer copies from
+/// and how the MMA loop reads the stage.
+enum class RhsLayout {
+  /// [E, N, K] (or a dense [N, K]), K contiguous: a block's B rows are its
+  /// output columns, K-major in shared memory (wgmma's "col" B).
+  ExpertNK,
+};
+
+/// The operand layouts of one kernel.
+struct OperandLayout {
+  LhsLayout lhs = LhsLayout::RowsK;
+  RhsLayout rhs = RhsLayout::ExpertNK;
+};
+
+/// The compile-time shape of one Hopper grouped matmul kernel.
+struct HopperPlan {
+  int64_t blockN = 128; ///< B rows (output columns, or gate+up) per block
+  int64_t stages = kMaxDefaultStages;
+  int64_t bandM = kDefaultBandM;
+  /// Slices the copies run ahead: one wgmma group stays in flight while the
+  /// next slice's copies are issued, so the slot refilled is two back.
+  int64_t ahead() const { return stages - 2; }
+  int64_t experts = 0;
+  int64_t k = 0;        ///< reduction length (static)
+  int64_t slotsPerToken = 1;
+  bool swiglu = false;
+  /// A producer warpgroup copies, the two MMA warpgroups only compute;
+  /// they hand stages over through mbarriers instead of block barriers.
+  bool warpSpecialized = false;
+  /// Blocks per cluster (1 or 2; 2 only warp-specialized): the blocks of
+  /// a pair compute m-tiles 2j and 2j+1 of the same expert and columns and
+  /// each multicasts half of the weight tile to both.
+  int64_t cluster = 1;
+  mlir::NVVM::WGMMATypes elemType = mlir::NVVM::WGMMATypes::bf16;
+  OperandLayout layout;
+  /// Blocks of the persistent grid (one per SM) and the dynamic shared
+  /// memory a block may use: the target's (HopperLimits), set by planFor.
+  int64_t persistentBlocks = HopperLimits().smCount;
+  int64_t maxSharedBytes = HopperLimits().maxSharedBytes;
+
+  int64_t threads() const {
+    return warpSpecialized ? kSpecializedThreads : kThreads;
+  }
+  /// Threads that issue the copies: the producer warpgroup, or all.
+  int64_t copyThreads() const {
+    return warpSpecialized ? kProducerThreads : kThreads;
+  }
+
+  int64_t groups() const { return experts + 1; }
+  int64_t stageBytes() const { return (kBlockM + blockN) * kRowBytes; }
+  /// Two ping-pong tables of the scan and the groups' first rows (plus
+  /// the end of the last), rounded to 16 bytes.
+  int64_t tableBytes() const {
+    return (groups() * 8 + (groups() + 1) * 4 + 15) / 16 * 16;
+  }
+  /// A "full" and an "empty" mbarrier per stage (warp-specialized only).
+  int64_t barrierBytes() const { return warpSpecialized ? 16 * stages : 0; }
+  int64_t sharedBytes() const {
+    // + 1024 to round the stages up to the swizzle's 1024-byte alignment.
+    return tableBytes() + barrierBytes() + 1024 + stages * stageBytes();
+  }
+  /// Output columns per block.
+  int64_t outTileN() const { return swiglu ? blockN / 2 : blockN; }
+  /// B rows one TMA load brings (the rhs tensor map's box): all of them,
+  /// or half (the gate or the up rows with SwiGLU, a block's half in a
+  /// cluster of 2).
+  int64_t rhsBoxRows() const {
+    return swiglu || cluster > 1 ? blockN / 2 : blockN;
+  }
+  /// K slices of one tile.
+  int64_t kSlices() const { return (k + kBlockK - 1) / kBlockK; }
+};
+
+/// The tile the kernel of `plan` is built with (the bundle records it).
+moe::TileAttr tileOf(mlir::MLIRContext *context, const HopperPlan &plan);
+
+/// Whether `tile` has the form of this kernel's blocks: m = 128, n = 128 or
+/// 256, k = 64, 256 threads, or 384 of which 128 producers (warp
+/// specialization, in clusters of 1 or 2: the verifier allows 2 only
+/// there).
+bool isHopperTile(moe::TileAttr tile);
+
+/// The plan for lhs [.., k] and output width `width` of 16-bit operands, or
+/// nullopt where the kernel does not apply.
+std::optional<HopperPlan> planFor(mlir::Type lhsElem, mlir::Type rhsElem,
+                                  mlir::Type outElem, int64_t k, int64_t width,
+                                  int64_t experts, moe::TileAttr tile,
+                                  const HopperLimits &limits = {});
+
+/// The plan of the wgmma kernel for `op` with `tile`, or nullopt where the
+/// kernel does not apply.
+std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
+                                      moe::TileAttr tile,
+                                      const HopperLimits &limits = {});
+
+/// The plan of the wgmma kernel for `op` (moe.grouped_matmul, or a
+/// linalg.matmul reading B as [N, K]) with `tile`, or nullopt where the
+/// kernel does not apply: what lowerMatmulHopper would build, without
+/// emitting anything.
+std::optional<HopperPlan> hopperPlanFor(mlir::Operation *op,
+                                        moe::TileAttr tile,
+                                        const HopperLimits &limits = {});
+
+} // namespace moec::kernels::hopper
+
+#endif // MOEC_LIB_CONVERSION_MOETOKERNELS_HOPPER_HOPPERPLAN_H

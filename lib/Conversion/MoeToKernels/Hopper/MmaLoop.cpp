@@ -1,0 +1,171 @@
+//===- MmaLoop.cpp - wgmma over the K slices of the sm_90a matmul ---------===//
+//
+// Part of moec. The two MMA warpgroups issue m64nBNk16 wgmmas from the
+// swizzled stages into f32 accumulators, one commit group per 64-wide K
+// slice with one group in flight; behind block barriers (the copies issued
+// by the same threads) or behind the stages' full mbarriers, releasing
+// each stage on its empty mbarrier once read.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HopperKernel.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+using namespace moec::kernels::hopper;
+
+/// The wgmma shared-memory descriptor of a 128-byte-swizzled, K-major tile
+/// at shared address `address`: start address >> 4 in bits 0-13, leading
+/// byte offset 16 (unused by this swizzle), stride byte offset 1024 (one
+/// 8-row swizzle atom to the next) and the 128-byte swizzle mode in bits
+/// 62-63.
+static Value descriptor(KernelBuilder &b, Value address) {
+  Value start =
+      arith::ShRUIOp::create(b, bitAnd(b, address, 0x3FFFF), b.idx(4));
+  int64_t fixed = (int64_t(1) << 16) | (int64_t(1024 >> 4) << 32) |
+                  (int64_t(1) << 62);
+  return arith::IndexCastOp::create(
+      b, b.getI64Type(), arith::OrIOp::create(b, start, b.idx(fixed)));
+}
+
+/// How wgmma reads the B tile of `layout` from shared memory.
+static NVVM::MMALayout bLayout(RhsLayout layout) {
+  switch (layout) {
+  case RhsLayout::ExpertNK:
+    return NVVM::MMALayout::col; // K-major
+  }
+  llvm_unreachable("unknown rhs layout");
+}
+
+// The MMA threads count from 0 (after the producer warpgroup).
+void MmaLoop::placeThreads() {
+  KernelBuilder &b = env.b;
+  mathThread = env.plan.warpSpecialized
+                   ? b.sub(env.thread, b.idx(kProducerThreads))
+                   : env.thread;
+  warpgroup = b.div(mathThread, b.idx(128));
+  lane = b.rem(env.thread, b.idx(32));
+  warp = b.rem(b.div(env.thread, b.idx(32)), b.idx(4));
+  accType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), SmallVector<Type>(env.plan.blockN / 2, b.getF32Type()));
+  zeroF = b.f32(0);
+}
+
+Value MmaLoop::zeroAccumulators() {
+  KernelBuilder &b = env.b;
+  Value acc = LLVM::UndefOp::create(b, accType);
+  for (int64_t i = 0; i < env.plan.blockN / 2; ++i)
+    acc = LLVM::InsertValueOp::create(b, acc, zeroF, ArrayRef<int64_t>{i});
+  return acc;
+}
+
+/// The loop over a tile's K slices, carrying the accumulators.
+scf::ForOp MmaLoop::accumulatorLoop() {
+  KernelBuilder &b = env.b;
+  return scf::ForOp::create(b, b.idx(0), b.idx(env.plan.kSlices()), b.idx(1),
+                            ValueRange{zeroAccumulators()});
+}
+
+// The 4 wgmmas (one commit group) of the K slice in stage `slot`, added to
+// the accumulators `current`.
+Value MmaLoop::sliceMma(Value current, Value slot) {
+  KernelBuilder &b = env.b;
+  MLIRContext *ctx = b.getContext();
+  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, env.plan.blockN, 16);
+  auto elem = NVVM::WGMMATypesAttr::get(ctx, env.plan.elemType);
+  auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
+  auto one = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+  auto accumulate = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+  auto kMajorA = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+  auto layoutB = NVVM::MMALayoutAttr::get(ctx, bLayout(env.plan.layout.rhs));
+
+  Value aTile =
+      b.add(env.stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
+  Value bTile = env.stageB(slot);
+  NVVM::WgmmaFenceAlignedOp::create(b);
+  for (int64_t kk = 0; kk < kBlockK / 16; ++kk) {
+    Value descA = descriptor(b, b.add(aTile, b.idx(kk * 32)));
+    Value descB = descriptor(b, b.add(bTile, b.idx(kk * 32)));
+    current = NVVM::WgmmaMmaAsyncOp::create(
+        b, accType, current, descA, descB, shape, elem, elem, f32Type,
+        accumulate, one, one, kMajorA, layoutB, NVVM::MMAIntOverflowAttr());
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b);
+  return current;
+}
+
+void MmaLoop::fenceAsyncShared() {
+  MLIRContext *ctx = env.b.getContext();
+  NVVM::FenceProxyOp::create(
+      env.b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
+      NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+}
+
+Value MmaLoop::blockBarrierLoop(const TileState &t) {
+  KernelBuilder &b = env.b;
+  const int64_t ahead = env.plan.ahead(), S = env.plan.stages;
+  auto kLoop = accumulatorLoop();
+  OpBuilder::InsertionGuard inner(b);
+  b.setInsertionPointToStart(kLoop.getBody());
+  Value kt = kLoop.getInductionVar();
+  Value current = kLoop.getRegionIterArgs()[0];
+  // Slice kt has landed (for this thread's copies), is visible to the
+  // async proxy wgmma reads through, and to the whole block.
+  NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(ahead - 1));
+  fenceAsyncShared();
+  gpu::BarrierOp::create(b);
+  // The slot refilled now was read by the wgmmas of slice kt - 2, which
+  // every warpgroup waited for before the barrier.
+  Value next = b.add(kt, b.idx(ahead));
+  b.ifThen(b.ult(next, b.idx(env.plan.kSlices())),
+           [&] { producer.loadStage(t, b.rem(next, b.idx(S)), next); });
+  producer.commit();
+
+  current = sliceMma(current, b.rem(kt, b.idx(S)));
+  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
+  scf::YieldOp::create(b, current);
+  b.setInsertionPointAfter(kLoop);
+  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+  return kLoop.getResult(0);
+}
+
+Value MmaLoop::specializedLoop(Value slices) {
+  KernelBuilder &b = env.b;
+  auto kLoop = accumulatorLoop();
+  {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(kLoop.getBody());
+    Value kt = kLoop.getInductionVar();
+    Value n = b.add(slices, kt);
+    producer.waitRound(/*empty=*/false, n, /*previous=*/false);
+    // The copies were generic-proxy writes; wgmma reads through the async
+    // proxy.
+    fenceAsyncShared();
+    Value acc = sliceMma(kLoop.getRegionIterArgs()[0], producer.slotOf(n));
+    NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
+    b.ifThen(b.ult(b.idx(0), kt), [&] { release(b.sub(n, b.idx(1))); });
+    scf::YieldOp::create(b, acc);
+  }
+  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+  return kLoop.getResult(0);
+}
+
+// One arrival per MMA warp, by its lane 0: the warp's wgmma wait (aligned)
+// has retired the reads of all its lanes. In a cluster the stage is also
+// freed in the other block, whose multicasts write here.
+void MmaLoop::placeReleasers() {
+  KernelBuilder &b = env.b;
+  leader = b.eq(lane, b.idx(0));
+  partner = cluster.active() ? cluster.partnerRank() : Value();
+}
+
+void MmaLoop::release(Value n) {
+  KernelBuilder &b = env.b;
+  b.ifThen(leader, [&] {
+    Value local = env.stageBarrier(true, producer.slotOf(n));
+    NVVM::MBarrierArriveOp::create(b, Type(), local, Value());
+    if (cluster.active())
+      cluster.arriveRemote(local, partner);
+  });
+}

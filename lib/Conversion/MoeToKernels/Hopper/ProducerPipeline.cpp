@@ -1,0 +1,310 @@
+//===- ProducerPipeline.cpp - Stage loads of the sm_90a matmul ------------===//
+//
+// Part of moec. What fills the shared-memory stages: 16-byte cp.async
+// chunks in the 128-byte swizzle (which also gather lhs rows, zero-filling
+// missing ones), TMA loads from tensor maps (multicast in a cluster), and
+// in the warp-specialized kernel the full/empty mbarriers that hand the
+// stages between the producer and the MMA warpgroups.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HopperKernel.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+using namespace moec::kernels::hopper;
+
+// full[s] completes when the producer's copies of stage s have landed
+// (cp.async arrivals, TMA bytes), empty[s] when the MMA warps are done
+// reading it (in both blocks of a cluster). The scan's barrier makes the
+// initialization visible to the block.
+void ProducerPipeline::initBarriers() {
+  KernelBuilder &b = env.b;
+  // Arrivals that complete a stage's full barrier: every producer thread's
+  // cp.async, unless the lhs comes by TMA too, plus the TMA thread's.
+  int64_t fullArrivals = (env.args.lhsMap ? 0 : env.plan.copyThreads()) +
+                         (env.args.rhsMap ? 1 : 0);
+  b.ifThen(b.eq(env.thread, b.idx(0)), [&] {
+    for (int64_t s = 0; s < env.plan.stages; ++s) {
+      NVVM::MBarrierInitOp::create(b, env.stageBarrier(false, b.idx(s)),
+                                   b.i32(fullArrivals), Value());
+      NVVM::MBarrierInitOp::create(b, env.stageBarrier(true, b.idx(s)),
+                                   b.i32(kMmaWarps * env.plan.cluster),
+                                   Value());
+    }
+    if (cluster.active())
+      cluster.fenceBarrierInit();
+  });
+}
+
+// Per-thread copy coordinates: chunk c of rows rowOf(i) = thread/8 + 32i;
+// the swizzled chunk is the same for all of them (32i keeps r % 8).
+void ProducerPipeline::placeThreads() {
+  KernelBuilder &b = env.b;
+  chunk = b.rem(env.thread, b.idx(kChunksPerRow));
+  row0 = b.div(env.thread, b.idx(kChunksPerRow));
+  swizzled = b.mul(arith::XOrIOp::create(b, chunk, b.rem(row0, b.idx(8))),
+                   b.idx(16));
+  lhsBase = addressOf(b, env.args.lhs);
+  rhsBase = addressOf(b, env.args.rhs);
+  rowBytesK = b.idx(env.plan.k * 2);
+}
+
+void ProducerPipeline::placeInvalid() { invalid = env.b.idx(-1); }
+
+Value ProducerPipeline::rowOf(int64_t i) {
+  int64_t rowsPerPass = env.plan.copyThreads() / kChunksPerRow;
+  return env.b.add(row0, env.b.idx(i * rowsPerPass));
+}
+
+Value ProducerPipeline::smemOffset(int64_t i) {
+  KernelBuilder &b = env.b;
+  return b.add(b.mul(rowOf(i), b.idx(kRowBytes)), swizzled);
+}
+
+int64_t ProducerPipeline::lhsRowsPerThread() const {
+  return kBlockM / (env.plan.copyThreads() / kChunksPerRow);
+}
+
+int64_t ProducerPipeline::rhsRowsPerThread() const {
+  return env.plan.blockN / (env.plan.copyThreads() / kChunksPerRow);
+}
+
+void ProducerPipeline::lookupRows(TileState &t) {
+  KernelBuilder &b = env.b;
+  Value expert = b.ult(t.group, b.idx(env.plan.experts));
+  for (int64_t i = 0; i < lhsRowsPerThread(); ++i) {
+    Value r = rowOf(i);
+    Value inRange = b.land(expert, b.ult(r, t.rowCount));
+    Value src = b.ifElse(
+        inRange, b.getIndexType(),
+        [&] {
+          auto [slot, valid] =
+              b.loadSigned(env.args.gather, {b.add(t.rowStart, r)});
+          return b.select(valid, b.div(slot, b.idx(env.plan.slotsPerToken)),
+                          invalid);
+        },
+        [&] { return invalid; });
+    t.lhsRows.push_back(toI32(b, src));
+  }
+}
+
+void ProducerPipeline::clearRows(TileState &t) {
+  if (env.args.gather)
+    t.lhsRows.assign(lhsRowsPerThread(), env.b.i32(-1));
+}
+
+SmallVector<Type> ProducerPipeline::stateTypes() {
+  SmallVector<Type> types(4, env.b.getIndexType());
+  if (env.args.gather)
+    types.append(lhsRowsPerThread(), env.b.getI32Type());
+  return types;
+}
+
+// Source byte offset of this thread's A row i of tile t (-1: zero-fill).
+Value ProducerPipeline::lhsRowBytes(const TileState &t, int64_t i) {
+  KernelBuilder &b = env.b;
+  Value row, valid;
+  switch (env.plan.layout.lhs) {
+  case LhsLayout::RowsK:
+    if (env.args.gather) {
+      row = arith::IndexCastOp::create(b, b.getIndexType(), t.lhsRows[i]);
+      valid = arith::CmpIOp::create(b, arith::CmpIPredicate::ne,
+                                    t.lhsRows[i], b.i32(-1));
+    } else {
+      Value r = rowOf(i);
+      row = b.add(t.rowStart, r);
+      valid = b.land(b.ult(t.group, b.idx(env.plan.experts)),
+                     b.ult(r, t.rowCount));
+    }
+    break;
+  }
+  return b.select(valid, b.mul(row, rowBytesK), invalid);
+}
+
+// Source byte offset of this thread's B row i: an output column, or the
+// gate then the up columns.
+Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i) {
+  KernelBuilder &b = env.b;
+  Value outWidth = env.outWidth;
+  Value rowIndex, valid;
+  switch (env.plan.layout.rhs) {
+  case RhsLayout::ExpertNK: {
+    Value r = rowOf(i);
+    Value n;
+    if (env.plan.swiglu) {
+      int64_t half = env.plan.blockN / 2;
+      Value isUp = b.ule(b.idx(half), r);
+      Value c = b.add(t.colStart, b.select(isUp, b.sub(r, b.idx(half)), r));
+      valid = b.ult(c, outWidth);
+      n = b.select(isUp, b.add(c, outWidth), c);
+    } else {
+      n = b.add(t.colStart, r);
+      valid = b.ult(n, outWidth);
+    }
+    rowIndex = b.add(b.mul(t.group, env.rhsRows), n);
+    break;
+  }
+  }
+  return b.select(b.land(b.ult(t.group, b.idx(env.plan.experts)), valid),
+                  b.mul(rowIndex, rowBytesK), invalid);
+}
+
+void ProducerPipeline::copyChunk(Value dst, Value base, Value rowBytes,
+                                 Value kBytes, Value kValid) {
+  KernelBuilder &b = env.b;
+  auto cacheGlobal = NVVM::LoadCacheModifierKindAttr::get(
+      b.getContext(), NVVM::LoadCacheModifierKind::CG);
+  Value ok = b.land(kValid, arith::CmpIOp::create(
+                                b, arith::CmpIPredicate::ne, rowBytes,
+                                invalid));
+  Value src = b.select(ok, b.add(base, b.add(rowBytes, kBytes)), base);
+  Value bytes = b.select(ok, b.idx(16), b.idx(0));
+  NVVM::CpAsyncOp::create(
+      b, pointerAt(b, dst, 3), pointerAt(b, src, 1),
+      b.getI32IntegerAttr(16), cacheGlobal,
+      arith::IndexCastOp::create(b, b.getI32Type(), bytes));
+}
+
+// An operand with a tensor map comes by TMA (loadByTma), not here.
+void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
+  KernelBuilder &b = env.b;
+  Value kElem = b.add(b.mul(kt, b.idx(kBlockK)), b.mul(chunk, b.idx(8)));
+  Value kValid = b.ult(kElem, b.idx(env.plan.k));
+  Value kBytes = b.mul(kElem, b.idx(2));
+  if (!env.args.lhsMap)
+    for (int64_t i = 0; i < lhsRowsPerThread(); ++i)
+      copyChunk(b.add(env.stageA(slot), smemOffset(i)), lhsBase,
+                lhsRowBytes(t, i), kBytes, kValid);
+  if (env.args.rhsMap)
+    return;
+  for (int64_t i = 0; i < rhsRowsPerThread(); ++i)
+    copyChunk(b.add(env.stageB(slot), smemOffset(i)), rhsBase,
+              rhsRowBytes(t, i), kBytes, kValid);
+}
+
+void ProducerPipeline::tmaLoad(Value map, Value stageAddress,
+                               ValueRange coords, Value multicast,
+                               Value full) {
+  KernelBuilder &b = env.b;
+  auto clusterSpace = LLVM::LLVMPointerType::get(b.getContext(), 7);
+  Value dst = LLVM::AddrSpaceCastOp::create(b, clusterSpace,
+                                            pointerAt(b, stageAddress, 3));
+  NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+      b, dst, map, coords, full, ValueRange(), multicast, Value(),
+      NVVM::TMALoadMode::TILE, false, NVVM::CTAGroupKindAttr(), Value());
+}
+
+// B rows [l * rows, (l + 1) * rows) of the stage: output columns from
+// colStart, or (SwiGLU) the gate then the up columns.
+Value ProducerPipeline::rhsTmaRow(const TileState &t, Value l) {
+  KernelBuilder &b = env.b;
+  switch (env.plan.layout.rhs) {
+  case RhsLayout::ExpertNK:
+    if (env.plan.swiglu)
+      return b.add(t.colStart, b.mul(l, env.outWidth));
+    return b.add(t.colStart, b.mul(l, b.idx(env.plan.rhsBoxRows())));
+  }
+  llvm_unreachable("unknown rhs layout");
+}
+
+void ProducerPipeline::loadRhsByTma(const TileState &t, Value slot, Value k0,
+                                    Value l, Value multicast, Value full) {
+  KernelBuilder &b = env.b;
+  const int64_t rows = env.plan.rhsBoxRows();
+  SmallVector<Value> coords = {k0, toI32(b, rhsTmaRow(t, l))};
+  if (env.args.offsets)
+    coords.push_back(toI32(b, t.group));
+  tmaLoad(env.args.rhsMap,
+          b.add(env.stageB(slot), b.mul(l, b.idx(rows * kRowBytes))), coords,
+          multicast, full);
+}
+
+// Slice kt of the operands with tensor maps by TMA, completing on `full`
+// (the 1024-aligned stages match the maps' 128-byte swizzle). The rhs:
+// the block's columns, or their gate rows then their up rows, from a map
+// over [E, N, K] (or a dense [N, K]). The lhs: the tile's 128 rows from
+// a map over [rows, K] (rows past the group's end only reach output rows
+// the epilogue skips). Rows and K past the end arrive as zeros. One
+// thread issues it all; expect_tx is that thread's arrival on `full`.
+// In a cluster of 2, each block loads one half of the B rows (the gate
+// or the up rows with SwiGLU) and multicasts it to both blocks at the
+// same offset, completing on both blocks' `full`: a block's barrier
+// still expects the whole stage.
+void ProducerPipeline::loadByTma(const TileState &t, Value slot, Value kt,
+                                 Value full) {
+  KernelBuilder &b = env.b;
+  const int64_t BN = env.plan.blockN, rows = env.plan.rhsBoxRows();
+  int64_t bytes = (BN + (env.args.lhsMap ? kBlockM : 0)) * kRowBytes;
+  NVVM::MBarrierArriveExpectTxOp::create(
+      b, Type(), full, b.i32(bytes), NVVM::MemScopeKind::CTA, false,
+      Value());
+  Value k0 = toI32(b, b.mul(kt, b.idx(kBlockK)));
+  if (env.args.lhsMap)
+    tmaLoad(env.args.lhsMap, env.stageA(slot),
+            ValueRange{k0, toI32(b, t.rowStart)}, Value(), full);
+  if (!cluster.active()) {
+    for (int64_t l = 0; l < BN / rows; ++l)
+      loadRhsByTma(t, slot, k0, b.idx(l), Value(), full);
+    return;
+  }
+  // This block's half: rows [rank * BN / 2, (rank + 1) * BN / 2).
+  Value both = cluster.multicastMask();
+  loadRhsByTma(t, slot, k0, cluster.rank, both, full);
+}
+
+void ProducerPipeline::commit() { NVVM::CpAsyncCommitGroupOp::create(env.b); }
+
+// Empty past the last slice or for a tile without expert rows, which keeps
+// every thread's group count the same.
+void ProducerPipeline::loadPrologue(const TileState &t) {
+  KernelBuilder &b = env.b;
+  for (int64_t s = 0; s < env.plan.ahead(); ++s) {
+    if (s < env.plan.kSlices())
+      loadStage(t, b.idx(s), b.idx(s));
+    commit();
+  }
+}
+
+// Slice n uses stage n % S in its (n / S)-th round, whose parity is the
+// phase its barriers complete.
+Value ProducerPipeline::slotOf(Value n) {
+  return env.b.rem(n, env.b.idx(env.plan.stages));
+}
+
+void ProducerPipeline::waitRound(bool empty, Value n, bool previous) {
+  KernelBuilder &b = env.b;
+  Value parity = b.rem(b.div(n, b.idx(env.plan.stages)), b.idx(2));
+  if (previous) // the round before: a fresh barrier counts as done
+    parity = b.sub(b.idx(1), parity);
+  NVVM::MBarrierTryWaitParityOp::create(b, env.stageBarrier(empty, slotOf(n)),
+                                        toI32(b, parity), b.i32(1000000));
+}
+
+Value ProducerPipeline::produceTile(const TileState &t, Value slices) {
+  KernelBuilder &b = env.b;
+  const int64_t kSlices = env.plan.kSlices();
+  auto kLoop = scf::ForOp::create(b, b.idx(0), b.idx(kSlices), b.idx(1));
+  OpBuilder::InsertionGuard inner(b);
+  b.setInsertionPointToStart(kLoop.getBody());
+  Value kt = kLoop.getInductionVar();
+  Value n = b.add(slices, kt);
+  waitRound(/*empty=*/true, n, /*previous=*/true);
+  loadStage(t, slotOf(n), kt);
+  if (env.args.rhsMap)
+    b.ifThen(b.eq(env.thread, b.idx(0)), [&] {
+      loadByTma(t, slotOf(n), kt, env.stageBarrier(false, slotOf(n)));
+    });
+  if (!env.args.lhsMap)
+    NVVM::CpAsyncMBarrierArriveOp::create(
+        b, env.stageBarrier(false, slotOf(n)), b.getBoolAttr(true));
+  b.setInsertionPointAfter(kLoop);
+  return b.add(slices, b.idx(kSlices));
+}
+
+// Their arrivals are tied to the issuing thread: it must not exit first.
+void ProducerPipeline::drain() {
+  NVVM::CpAsyncCommitGroupOp::create(env.b);
+  NVVM::CpAsyncWaitGroupOp::create(env.b, env.b.getI32IntegerAttr(0));
+}

@@ -1,0 +1,132 @@
+//===- TileSchedule.cpp - Ragged tile schedule of the sm_90a matmul -------===//
+//
+// Part of moec. Each block scans the groups' m-tile counts into shared
+// memory (no host synchronization, no serial walk over the experts), then
+// maps a tile index to its group by binary search and to its rows and
+// columns by the banded tile order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HopperKernel.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::kernels;
+using namespace moec::kernels::hopper;
+
+// Rows [start, end) of group g: experts, then the tail up to `rows`.
+std::pair<Value, Value> TileSchedule::groupBounds(Value g) {
+  KernelBuilder &b = env.b;
+  Value rows = env.args.rows;
+  if (!env.args.offsets) // dense: all rows, then an empty tail
+    return {b.select(b.eq(g, b.idx(0)), b.idx(0), rows), rows};
+  Value start = groupStart(b, env.args.offsets, g);
+  Value end = b.ifElse(
+      b.eq(g, b.idx(env.plan.experts)), b.getIndexType(),
+      [&] { return rows; },
+      [&] { return b.loadIdx(env.args.offsets, {g}); });
+  return {start, b.select(b.ult(start, end), end, start)};
+}
+
+// The groups this thread handles in the scan: thread, thread + threads, ...
+void TileSchedule::forOwnGroups(const std::function<void(Value)> &body) {
+  KernelBuilder &b = env.b;
+  const int64_t G = env.plan.groups(), threads = env.plan.threads();
+  int64_t perThread = (G + threads - 1) / threads;
+  for (int64_t q = 0; q < perThread; ++q) {
+    Value g = b.add(env.thread, b.idx(q * threads));
+    b.ifThen(b.ult(g, b.idx(G)), [&] { body(g); });
+  }
+}
+
+// m-tiles per group, then an inclusive Hillis-Steele scan across the
+// block, ping-ponging between the two tables.
+void TileSchedule::scan() {
+  KernelBuilder &b = env.b;
+  const int64_t G = env.plan.groups(), C = env.plan.cluster;
+  forOwnGroups([&](Value g) {
+    auto [start, end] = groupBounds(g);
+    // m-tiles, in units of C (a cluster's blocks share a unit).
+    b.storeI32(b.ceilDiv(b.ceilDiv(b.sub(end, start), b.idx(kBlockM)),
+                         b.idx(C)),
+               env.tables[0], {g});
+    // The tiles read their group's rows from here, not from global memory.
+    b.storeI32(start, env.groupStarts, {g});
+    b.ifThen(b.eq(g, b.idx(G - 1)),
+             [&] { b.storeI32(end, env.groupStarts, {b.idx(G)}); });
+  });
+  gpu::BarrierOp::create(b);
+  int current = 0;
+  for (int64_t d = 1; d < G; d *= 2) {
+    Value src = env.tables[current], dst = env.tables[1 - current];
+    forOwnGroups([&](Value g) {
+      Value v = b.loadIdx(src, {g});
+      Value has = b.ule(b.idx(d), g);
+      Value before =
+          b.loadIdx(src, {b.select(has, b.sub(g, b.idx(d)), b.idx(0))});
+      b.storeI32(b.add(v, b.select(has, before, b.idx(0))), dst, {g});
+    });
+    gpu::BarrierOp::create(b);
+    current = 1 - current;
+  }
+  tileEnds = env.tables[current];
+
+  nTiles = b.ceilDiv(env.outWidth, b.idx(env.plan.outTileN()));
+  // Tiles of the schedule: (group, m-unit, n-tile); an m-unit is C m-tiles,
+  // one per block of a cluster.
+  Value unitsTotal = b.loadIdx(tileEnds, {b.idx(G - 1)});
+  tilesTotal = b.mul(unitsTotal, nTiles);
+}
+
+void TileSchedule::placeGrid() {
+  KernelBuilder &b = env.b;
+  gridSize = gpu::GridDimOp::create(b, gpu::Dimension::x);
+  tileStride = b.div(gridSize, b.idx(env.plan.cluster));
+}
+
+TileState TileSchedule::locate(Value tile) {
+  KernelBuilder &b = env.b;
+  const int64_t G = env.plan.groups(), C = env.plan.cluster;
+  TileState t;
+  // Group g owns tiles [before, end) * nTiles (its m-tiles times the
+  // n-tiles).
+  t.group = firstGreater(b, tileEnds, G, b.div(tile, nTiles));
+  Value g = t.group;
+  Value tilesBefore = b.ifElse(
+      b.eq(g, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
+      [&] { return b.loadIdx(tileEnds, {b.sub(g, b.idx(1))}); });
+  Value mTiles = b.sub(b.loadIdx(tileEnds, {g}), tilesBefore);
+  // Inside the group, bands of bandM m-tiles: a band's tiles go n-tile
+  // by n-tile with the m-tiles fastest, so the blocks running together
+  // share B tiles and the band's A rows stay in L2 over the n sweep (in
+  // m-tile order, a large expert would stream all its weights once per
+  // m-tile).
+  // (mTiles and the band count m-units of C m-tiles.)
+  Value local = b.sub(tile, b.mul(tilesBefore, nTiles));
+  const int64_t bandM = std::max<int64_t>(1, env.plan.bandM / C);
+  Value bandTiles = b.mul(b.idx(bandM), nTiles);
+  Value band = b.div(local, bandTiles), inBand = b.rem(local, bandTiles);
+  Value bandHeight =
+      b.minIdx(b.idx(bandM), b.sub(mTiles, b.mul(band, b.idx(bandM))));
+  Value nTile = b.div(inBand, bandHeight);
+  Value mUnit = b.add(b.mul(band, b.idx(bandM)), b.rem(inBand, bandHeight));
+  Value mLocal =
+      C > 1 ? b.add(b.mul(mUnit, b.idx(C)), cluster.rank) : mUnit;
+  Value groupBegin = b.loadIdx(env.groupStarts, {g});
+  Value groupEnd = b.loadIdx(env.groupStarts, {b.add(g, b.idx(1))});
+  groupEnd = b.select(b.ult(groupBegin, groupEnd), groupEnd, groupBegin);
+  t.rowStart = b.add(groupBegin, b.mul(mLocal, b.idx(kBlockM)));
+  t.rowCount = b.minIdx(b.sub(groupEnd, t.rowStart), b.idx(kBlockM));
+  // The last unit of a group may leave a block of the cluster without
+  // rows: it still loads and multicasts its half of the weights for its
+  // partner, and stores nothing.
+  if (C > 1)
+    t.rowCount = b.select(b.ult(t.rowStart, groupEnd), t.rowCount, b.idx(0));
+  t.colStart = b.mul(nTile, b.idx(env.plan.outTileN()));
+  return t;
+}
+
+TileState TileSchedule::none() {
+  KernelBuilder &b = env.b;
+  return TileState{b.idx(env.plan.experts), b.idx(0), b.idx(0), b.idx(0), {}};
+}

@@ -1,0 +1,130 @@
+// RUN: moec-opt %s --convert-moe-to-kernels=target=sm90a -split-input-file | FileCheck %s
+
+// The two kernels of the sm90a grouped matmul (lib/Conversion/MoeToKernels/
+// Hopper/HopperKernel.h) at the kernel stage, part by part.
+
+// Warp-specialized (n = 256, 384 threads of which 128 producers): the scan
+// tables and a full/empty mbarrier pair per stage in dynamic shared memory
+// (full: the TMA thread's arrival, the lhs rows being in order; empty: the
+// 8 MMA warps); the producer warpgroup gives up registers, waits for a free
+// stage and loads the lhs (2-d map) and the rhs (3-d map) by TMA, no
+// cp.async; the MMA warpgroups take registers, wait for a full stage, fence
+// the async proxy, issue 4 wgmmas per K slice, free the stage, and store
+// 16-byte chunks traded within each quad of lanes.
+// CHECK-LABEL: gpu.func @ws_k0_grouped_matmul_wgmma(
+// CHECK-SAME: %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr, %{{.*}}: index)
+// CHECK-SAME: known_block_size = array<i32: 384, 1, 1>
+// CHECK: gpu.dynamic_shared_memory
+// CHECK-COUNT-3: memref.view
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c1_i32{{(_[0-9]+)?}} :
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c8_i32{{(_[0-9]+)?}} :
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c1_i32{{(_[0-9]+)?}} :
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c8_i32{{(_[0-9]+)?}} :
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c1_i32{{(_[0-9]+)?}} :
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c8_i32{{(_[0-9]+)?}} :
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c1_i32{{(_[0-9]+)?}} :
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c8_i32{{(_[0-9]+)?}} :
+// CHECK-NOT: nvvm.mbarrier.init
+// CHECK-NOT: nvvm.cluster
+// CHECK: gpu.barrier
+// CHECK: nvvm.setmaxregister decrease 72
+// CHECK-NOT: nvvm.cp.async.shared.global
+// CHECK: nvvm.mbarrier.try_wait.parity
+// CHECK-NOT: nvvm.cp.async.shared.global
+// CHECK: nvvm.mbarrier.arrive.expect_tx %{{.*}}, %c49152_i32
+// CHECK-NOT: nvvm.cp.async.shared.global
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %arg5, %{{.*}}, box[%{{[0-9]+}}, %{{[0-9]+}}]
+// CHECK-NOT: nvvm.cp.async.shared.global
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %arg4, %{{.*}}, box[%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}]
+// CHECK-NOT: nvvm.cp.async.shared.global
+// CHECK: nvvm.cp.async.commit.group
+// CHECK-NEXT: nvvm.cp.async.wait.group 0
+// CHECK: nvvm.setmaxregister increase 216
+// CHECK: scf.for {{.*}} -> (!llvm.struct<(f32,
+// CHECK-NEXT: arith.addi
+// CHECK: nvvm.mbarrier.try_wait.parity
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK: nvvm.mbarrier.arrive %{{.*}} : !llvm.ptr<3>
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: nvvm.mbarrier.arrive %{{.*}} : !llvm.ptr<3>
+// CHECK-NOT: nvvm.mapa
+// CHECK: gpu.shuffle idx
+// CHECK: vector.store %{{.*}} : memref<?x256xbf16>, vector<8xbf16>
+// CHECK-NOT: nvvm.cluster
+// CHECK: gpu.return
+// CHECK-LABEL: func.func @ws(
+// CHECK: gpu.launch_func @ws_kernels::@ws_k0_grouped_matmul_wgmma
+// CHECK-SAME: threads in (%c384,
+// CHECK-SAME: dynamic_shared_memory_size %c197760_i32
+// CHECK-SAME: moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384, stages = 4, band_m = 8, producers = 128>
+func.func @ws(%x: tensor<?x128xbf16>, %w: tensor<4x256x128xbf16>,
+              %offsets: tensor<4xi32>) -> tensor<?x256xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets
+      {transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            stages = 4, producers = 128>}
+      : tensor<?x128xbf16>, tensor<4x256x128xbf16>, tensor<4xi32>
+      -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
+}
+
+// -----
+
+// Block barriers (n = 128, 256 threads): no mbarriers, no TMA; every
+// thread copies 16-byte chunks with cp.async (4 lhs and 4 rhs rows a
+// slice), the first tile's 2 slices ahead of the persistent loop; each K
+// slice waits for its copies, fences the async proxy and syncs the block,
+// issues the copies 2 slices on, then 4 wgmmas; the plain epilogue goes
+// through a staging tile in the stages (pair stores, a barrier, 16-byte
+// loads and stores).
+// CHECK-LABEL: gpu.func @bb_k0_grouped_matmul_wgmma(
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK: gpu.dynamic_shared_memory
+// CHECK-NOT: nvvm.mbarrier
+// CHECK: gpu.barrier
+// CHECK-NOT: nvvm.mbarrier
+// CHECK-COUNT-8: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg
+// CHECK-NEXT: nvvm.cp.async.commit.group
+// CHECK-COUNT-8: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg
+// CHECK-NEXT: nvvm.cp.async.commit.group
+// CHECK: scf.for %{{.*}} = %block_id_x to %{{.*}} step %grid_dim_x
+// CHECK: scf.for {{.*}} -> (!llvm.struct<(f32,
+// CHECK-NEXT: nvvm.cp.async.wait.group 1
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: gpu.barrier
+// CHECK: nvvm.cp.async.shared.global
+// CHECK: nvvm.cp.async.commit.group
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NEXT: gpu.barrier
+// CHECK: memref.view %{{.*}} to memref<?xbf16, #gpu.address_space<workgroup>>
+// CHECK: vector.store %{{.*}} : memref<?xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
+// CHECK: gpu.barrier
+// CHECK: vector.load %{{.*}} : memref<?xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// CHECK-NEXT: arith.addi
+// CHECK-NEXT: vector.store %{{.*}} : memref<?x128xbf16>, vector<8xbf16>
+// CHECK-NOT: nvvm.setmaxregister
+// CHECK-NOT: nvvm.cp.async.bulk
+// CHECK: gpu.return
+// CHECK-LABEL: func.func @bb(
+// CHECK: gpu.launch_func @bb_kernels::@bb_k0_grouped_matmul_wgmma
+// CHECK-SAME: threads in (%c256,
+// CHECK-SAME: dynamic_shared_memory_size %c132160_i32
+// CHECK-SAME: moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, stages = 4, band_m = 8>
+func.func @bb(%x: tensor<?x128xbf16>, %w: tensor<4x128x128xbf16>,
+              %offsets: tensor<4xi32>) -> tensor<?x128xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets
+      {transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
+                            stages = 4>}
+      : tensor<?x128xbf16>, tensor<4x128x128xbf16>, tensor<4xi32>
+      -> tensor<?x128xbf16>
+  return %y : tensor<?x128xbf16>
+}
