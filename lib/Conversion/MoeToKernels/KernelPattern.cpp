@@ -82,8 +82,8 @@ moe::TileAttr kernels::requestedTile(Operation *op) {
   return moe::defaultTileFor(op);
 }
 
-FailureOr<moe::TargetAttr> kernels::kernelTargetOf(ModuleOp module,
-                                                   StringRef kind) {
+FailureOr<moe::TargetAttr> kernels::resolveKernelTarget(ModuleOp module,
+                                                        StringRef kind) {
   auto attr = module->getAttrOfType<moe::TargetAttr>(moe::kTargetAttrName);
   if (kind.empty())
     return attr ? attr

@@ -157,8 +157,16 @@ moe::TileAttr requestedTile(mlir::Operation *op);
 /// facts of the kind `kind` names (TargetInfo::defaultAttr), or `generic`
 /// when both are absent; failure (with a diagnostic) for an unknown kind
 /// or one that disagrees with the module's attribute.
-mlir::FailureOr<moe::TargetAttr> kernelTargetOf(mlir::ModuleOp module,
-                                                llvm::StringRef kind);
+mlir::FailureOr<moe::TargetAttr> resolveKernelTarget(mlir::ModuleOp module,
+                                                     llvm::StringRef kind);
+
+/// Declares the `match<Name>` and `emit<Name>` functions of one pattern of
+/// a strategy (a strategy folder's header lists its ops with it); they
+/// are registered with KernelPatternSet::add.
+#define MOEC_DECLARE_KERNEL_PATTERN(OpTy, Name)                                \
+  bool match##Name(OpTy op, moe::TileAttr tile, const TargetInfo &target);     \
+  mlir::LogicalResult emit##Name(OpTy op, moe::TileAttr tile,                  \
+                                 BufferMap buffer, LoweringContext &ctx);
 
 void populateScalarKernelPatterns(KernelPatternSet &patterns,
                                   const TargetInfo &target);

@@ -544,7 +544,8 @@ struct ConvertMoeToKernelsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    FailureOr<moe::TargetAttr> targetAttr = kernelTargetOf(module, target);
+    FailureOr<moe::TargetAttr> targetAttr =
+        resolveKernelTarget(module, target);
     if (failed(targetAttr))
       return signalPassFailure();
     std::unique_ptr<TargetInfo> targetInfo = TargetInfo::create(*targetAttr);

@@ -16,22 +16,18 @@
 
 namespace moec::kernels::vectorized {
 
-#define MOEC_KERNEL_PATTERN_FUNCTIONS(OpTy, Name)                              \
-  bool match##Name(moe::OpTy op, moe::TileAttr tile,                           \
-                   const TargetInfo &target);                                  \
-  mlir::LogicalResult emit##Name(moe::OpTy op, moe::TileAttr tile,             \
-                                 BufferMap buffer, LoweringContext &ctx);
-
-MOEC_KERNEL_PATTERN_FUNCTIONS(PermuteOp, Permute)             // Permute.cpp
-MOEC_KERNEL_PATTERN_FUNCTIONS(UnpermuteOp, Unpermute)         // Permute.cpp
-MOEC_KERNEL_PATTERN_FUNCTIONS(PermuteGradOp, PermuteGrad)     // Permute.cpp
-MOEC_KERNEL_PATTERN_FUNCTIONS(UnpermuteGradOp, UnpermuteGrad) // Permute.cpp
-MOEC_KERNEL_PATTERN_FUNCTIONS(SwigluOp, Swiglu)               // Swiglu.cpp
-MOEC_KERNEL_PATTERN_FUNCTIONS(SwigluGradOp, SwigluGrad)       // Swiglu.cpp
-MOEC_KERNEL_PATTERN_FUNCTIONS(QuantizeOp, Quantize)           // Quantize.cpp
-MOEC_KERNEL_PATTERN_FUNCTIONS(DequantizeOp, Dequantize)       // Dequantize.cpp
-
-#undef MOEC_KERNEL_PATTERN_FUNCTIONS
+// Permute.cpp
+MOEC_DECLARE_KERNEL_PATTERN(moe::PermuteOp, Permute)
+MOEC_DECLARE_KERNEL_PATTERN(moe::UnpermuteOp, Unpermute)
+MOEC_DECLARE_KERNEL_PATTERN(moe::PermuteGradOp, PermuteGrad)
+MOEC_DECLARE_KERNEL_PATTERN(moe::UnpermuteGradOp, UnpermuteGrad)
+// Swiglu.cpp
+MOEC_DECLARE_KERNEL_PATTERN(moe::SwigluOp, Swiglu)
+MOEC_DECLARE_KERNEL_PATTERN(moe::SwigluGradOp, SwigluGrad)
+// Quantize.cpp
+MOEC_DECLARE_KERNEL_PATTERN(moe::QuantizeOp, Quantize)
+// Dequantize.cpp
+MOEC_DECLARE_KERNEL_PATTERN(moe::DequantizeOp, Dequantize)
 
 } // namespace moec::kernels::vectorized
 

@@ -16,17 +16,12 @@
 
 namespace moec::kernels::warp {
 
-#define MOEC_KERNEL_PATTERN_FUNCTIONS(OpTy, Name)                              \
-  bool match##Name(moe::OpTy op, moe::TileAttr tile,                           \
-                   const TargetInfo &target);                                  \
-  mlir::LogicalResult emit##Name(moe::OpTy op, moe::TileAttr tile,             \
-                                 BufferMap buffer, LoweringContext &ctx);
-
-MOEC_KERNEL_PATTERN_FUNCTIONS(RouterTopKOp, RouterTopK)     // RouterTopK.cpp
-MOEC_KERNEL_PATTERN_FUNCTIONS(SortByExpertOp, SortByExpert) // SortByExpert.cpp
-MOEC_KERNEL_PATTERN_FUNCTIONS(QuantizeOp, Quantize) // QuantizeRowwise.cpp
-
-#undef MOEC_KERNEL_PATTERN_FUNCTIONS
+// RouterTopK.cpp
+MOEC_DECLARE_KERNEL_PATTERN(moe::RouterTopKOp, RouterTopK)
+// SortByExpert.cpp
+MOEC_DECLARE_KERNEL_PATTERN(moe::SortByExpertOp, SortByExpert)
+// QuantizeRowwise.cpp
+MOEC_DECLARE_KERNEL_PATTERN(moe::QuantizeOp, Quantize)
 
 } // namespace moec::kernels::warp
 

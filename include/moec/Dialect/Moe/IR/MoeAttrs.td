@@ -260,7 +260,8 @@ def Moe_TargetAttr : AttrDef<Moe_Dialect, "Target"> {
   let description = [{
     Attached to a module as `moe.target` by `moe-select-kernel`, and read by
     `convert-moe-to-kernels`: the kernel target `kind` (`generic`, `nvvm`,
-    `sm90a`, `rocdl` or `host`; what each may use is in docs/lowering.md),
+    `sm90a`, `rocdl` or `host`; what each may use: docs/README.md, "Lowering
+    strategies and targets"),
     the chip the code is for (e.g. `sm_90a`, `gfx942`; empty when not one
     chip), and the facts kernels size themselves by: `sm_count`, the
     multiprocessors a persistent grid fills, and `shared_memory`, the
