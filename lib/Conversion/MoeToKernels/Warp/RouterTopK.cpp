@@ -74,7 +74,8 @@ void sortDescending(KernelBuilder &b, SmallVector<Value> &keys) {
       exchange(i, i + 1);
 }
 
-/// The static shape of the warp kernel for one router_topk.
+/// The static shape of the warp kernel for one router_topk, and what it
+/// computes (the op's scoring options).
 struct RouterTopKPlan {
   int64_t experts, k, perLane, groups, groupLanes, groupSize, topkGroups;
   /// Experts per lane after the group selection (0: no compaction).
@@ -82,6 +83,12 @@ struct RouterTopKPlan {
   /// Elements per logit load: the widest power-of-two access that divides
   /// a lane's experts.
   int64_t access;
+  /// Whether there is a selection bias, and the scoring options.
+  bool bias, softmax, topkThenSoftmax, renormalize;
+  /// As in the scalar kernel: without a bias the ranking of the scores is
+  /// that of the logits, so select on the logits.
+  bool selectOnScores;
+  double scaling;
 };
 
 std::optional<RouterTopKPlan> planRouterTopK(moe::RouterTopKOp op,
@@ -114,7 +121,210 @@ std::optional<RouterTopKPlan> planRouterTopK(moe::RouterTopKOp op,
                         int64_t(1) << llvm::countr_zero(uint64_t(p.perLane)));
   if (p.access < 1)
     return std::nullopt;
+  p.bias = bool(op.getSelectionBias());
+  p.softmax = op.getScoring() == moe::Scoring::softmax;
+  p.topkThenSoftmax = op.getOrder() == moe::TopKOrder::topk_then_softmax;
+  p.renormalize = op.getRenormalize();
+  p.selectOnScores = p.bias && !p.topkThenSoftmax;
+  p.scaling = op.getScalingFactor().convertToDouble();
   return p;
+}
+
+/// The warp of one token: the phases of the kernel body, in the order they
+/// are emitted, and the values they pass on.
+struct TokenWarp {
+  KernelBuilder &b;
+  const RouterTopKPlan &p;
+  /// The token, the lane (as index and i32), the lane's first expert.
+  Value t, laneIdx, lane, first;
+  /// The lane's logits and bias values; the values it selects on.
+  SmallVector<Value> x, biasValues, select;
+  /// Softmax statistics over the token's logits (softmax_then_topk only).
+  Value peak, sum;
+
+  void loadLogits(Value lg, Value biasArg);
+  void computeSelection();
+  Value groupAvailable();
+  SmallVector<Value> compactKeys(Value available);
+  SmallVector<Value> laneKeys(Value available);
+  Value pickTopK(ArrayRef<Value> keys);
+  void storeWeight(Value lg, Value weights, Value ids, Value myId);
+};
+
+/// Loads the lane's logits (and bias values).
+void TokenWarp::loadLogits(Value lg, Value biasArg) {
+  for (int64_t c = 0; c < p.perLane; c += p.access) {
+    llvm::append_range(x,
+                       b.loadVecF(lg, {t, b.add(first, b.idx(c))}, p.access));
+    if (p.bias)
+      llvm::append_range(
+          biasValues, b.loadVecF(biasArg, {b.add(first, b.idx(c))}, p.access));
+  }
+}
+
+/// Softmax statistics (the weights need them), and the scores where
+/// selection runs on them (with a bias).
+void TokenWarp::computeSelection() {
+  if (p.softmax && !p.topkThenSoftmax) {
+    peak = x[0];
+    for (Value v : x)
+      peak = b.fmax(peak, v);
+    peak = warpReduce(b, peak, /*max=*/true);
+    sum = b.f32(0);
+    for (Value v : x)
+      sum = b.fadd(sum, b.exp(b.fsub(v, peak)));
+    sum = warpReduce(b, sum, /*max=*/false);
+  }
+  SmallVector<Value> score(x);
+  if (p.selectOnScores)
+    for (Value &s : score)
+      s = p.softmax ? b.fdiv(b.exp(b.fsub(s, peak)), sum) : b.sigmoid(s);
+  for (int64_t i = 0; i < p.perLane; ++i) {
+    Value v = p.selectOnScores ? score[i] : x[i];
+    select.push_back(p.bias ? b.fadd(v, biasValues[i]) : v);
+  }
+}
+
+/// Group-limited routing: a group scores the sum of its two best selection
+/// values; the lane's experts stay available if its group ranks among the
+/// `topk_groups` best (ties: lower group). Returns that as i1 (true without
+/// groups).
+Value TokenWarp::groupAvailable() {
+  Value available = arith::ConstantIntOp::create(b, b.getI1Type(), 1);
+  if (!p.groups)
+    return available;
+  Value negInf = b.f32(-std::numeric_limits<float>::infinity());
+  Value best = negInf, second = negInf;
+  for (Value v : select) {
+    Value isFirst = b.fgt(v, best);
+    second = b.select(isFirst, best, b.select(b.fgt(v, second), v, second));
+    best = b.select(isFirst, v, best);
+  }
+  for (int64_t mask = p.groupLanes / 2; mask > 0; mask /= 2) {
+    Value otherBest = shuffleXor(b, best, mask);
+    Value otherSecond = shuffleXor(b, second, mask);
+    Value low = arith::MinimumFOp::create(b, best, otherBest);
+    second = b.fmax(low, b.fmax(second, otherSecond));
+    best = b.fmax(best, otherBest);
+  }
+  Value mine = p.groupSize > 1 ? b.fadd(best, second) : best;
+  Value group = b.div(lane, b.i32(p.groupLanes));
+  Value rank = b.i32(0);
+  for (int64_t g = 0; g < p.groups; ++g) {
+    Value other = shuffleIdx(b, mine, b.i32(g * p.groupLanes));
+    Value before = lor(b, b.fgt(other, mine),
+                       b.land(feq(b, other, mine), slt(b, b.i32(g), group)));
+    rank = b.add(rank, arith::ExtUIOp::create(b, b.getI32Type(), before));
+  }
+  return slt(b, rank, b.i32(p.topkGroups));
+}
+
+/// Only the kept groups' experts can win: spread them over the warp,
+/// `compact` per lane, so that the sort and the rounds work on fewer keys.
+/// Lane l takes part l % lanesPerGroup of the (l / lanesPerGroup)-th kept
+/// group in group order, so ids still increase with the lane.
+SmallVector<Value> TokenWarp::compactKeys(Value available) {
+  Value target = b.div(lane, b.i32(kWarp / p.topkGroups));
+  Value offset = b.rem(lane, b.i32(kWarp / p.topkGroups));
+  Value sourceGroup = b.i32(0), keptBefore = b.i32(0);
+  // A shuffle per group (a ballot and shifts measured 1 – 2 %
+  // slower at DeepSeek-V3 T=32768).
+  for (int64_t g = 0; g < p.groups; ++g) {
+    Value kept =
+        shuffleIdx(b, arith::ExtUIOp::create(b, b.getI32Type(), available),
+                   b.i32(g * p.groupLanes));
+    Value isTarget = b.land(b.eq(kept, b.i32(1)), b.eq(keptBefore, target));
+    sourceGroup = b.select(isTarget, b.i32(g), sourceGroup);
+    keptBefore = b.add(keptBefore, kept);
+  }
+  int64_t parts = p.perLane / p.compact;
+  Value sourceLane = b.add(b.mul(sourceGroup, b.i32(p.groupLanes)),
+                           b.div(offset, b.i32(parts)));
+  Value part = b.rem(offset, b.i32(parts));
+  SmallVector<Value> keys;
+  for (int64_t c = 0; c < p.compact; ++c) {
+    Value v = b.f32(0);
+    for (int64_t q = 0; q < parts; ++q)
+      v = b.select(b.eq(part, b.i32(q)),
+                   shuffleIdx(b, select[q * p.compact + c], sourceLane), v);
+    Value id = b.add(b.mul(sourceLane, b.i32(p.perLane)),
+                     b.add(b.mul(part, b.i32(p.compact)), b.i32(c)));
+    keys.push_back(rankKey(b, v, id, p.experts));
+  }
+  return keys;
+}
+
+/// The lane's own keys, 0 where its group is out.
+SmallVector<Value> TokenWarp::laneKeys(Value available) {
+  Value firstId = toI32(b, first);
+  Value zero64 = arith::ConstantIntOp::create(b, b.getI64Type(), 0);
+  SmallVector<Value> keys;
+  for (int64_t i = 0; i < p.perLane; ++i)
+    keys.push_back(b.select(
+        available, rankKey(b, select[i], b.add(firstId, b.i32(i)), p.experts),
+        zero64));
+  return keys;
+}
+
+/// k rounds: the warp's best head wins and its lane pops it; round j's
+/// winner stays in lane j, whose expert id is returned. The reduction runs
+/// on the high words (the values); lanes hold increasing ids and each
+/// lane's equal values are sorted by id, so among equal heads the lowest
+/// lane holds the lowest id.
+Value TokenWarp::pickTopK(ArrayRef<Value> keys) {
+  SmallVector<Value> high, low;
+  for (Value key : keys) {
+    high.push_back(
+        arith::TruncIOp::create(b, b.getI32Type(), shr64(b, key, 32)));
+    low.push_back(arith::TruncIOp::create(b, b.getI32Type(), key));
+  }
+  Value myId = b.i32(0);
+  for (int64_t j = 0; j < p.k; ++j) {
+    Value best = warpMaxU32(b, high[0]);
+    Value winner = lowestLaneWith(b, b.eq(high[0], best), lane);
+    Value winnerLow = shuffleIdx(b, low[0], winner);
+    Value won = b.eq(lane, winner);
+    for (size_t i = 0; i + 1 < high.size(); ++i) {
+      high[i] = b.select(won, high[i + 1], high[i]);
+      low[i] = b.select(won, low[i + 1], low[i]);
+    }
+    high.back() = b.select(won, b.i32(0), high.back());
+    myId = b.select(b.eq(lane, b.i32(j)),
+                    b.sub(b.i32(p.experts - 1), winnerLow), myId);
+  }
+  return myId;
+}
+
+/// Weights, in the lanes j < k: the picked expert's score from its logit
+/// (read again: the line is in L1); for topk_then_softmax the softmax over
+/// the k picked logits; renormalization, scaling. Stores weight and id.
+void TokenWarp::storeWeight(Value lg, Value weights, Value ids, Value myId) {
+  Value picking = b.ult(laneIdx, b.idx(p.k));
+  Value logit = b.loadF(lg, {t, toIndex(b, myId)});
+  Value myWeight = logit;
+  if (p.topkThenSoftmax) {
+    Value negInf = b.f32(-std::numeric_limits<float>::infinity());
+    Value top = warpReduce(b, b.select(picking, logit, negInf), /*max=*/true);
+    myWeight = b.exp(b.fsub(logit, top));
+    Value expSum = warpReduce(b, b.select(picking, myWeight, b.f32(0)),
+                              /*max=*/false);
+    myWeight = b.fdiv(myWeight, expSum);
+  } else if (p.softmax) {
+    myWeight = b.fdiv(b.exp(b.fsub(logit, peak)), sum);
+  } else {
+    myWeight = b.sigmoid(logit);
+  }
+  if (p.renormalize && !p.topkThenSoftmax) {
+    Value total = warpReduce(b, b.select(picking, myWeight, b.f32(0)),
+                             /*max=*/false);
+    myWeight = b.fdiv(myWeight, total);
+  }
+  if (p.scaling != 1.0)
+    myWeight = b.fmul(myWeight, b.f32(p.scaling));
+  b.ifThen(b.ult(laneIdx, b.idx(p.k)), [&] {
+    memref::StoreOp::create(b, myWeight, weights, {t, laneIdx});
+    memref::StoreOp::create(b, myId, ids, {t, laneIdx});
+  });
 }
 
 } // namespace
@@ -127,216 +337,39 @@ bool warp::matchRouterTopK(moe::RouterTopKOp op, moe::TileAttr tile,
 LogicalResult warp::emitRouterTopK(moe::RouterTopKOp op, moe::TileAttr tile,
                                    BufferMap buffer, LoweringContext &ctx) {
   RouterTopKPlan plan = *planRouterTopK(op, tile);
-  const int64_t experts = plan.experts, k = plan.k, perLane = plan.perLane;
-  const int64_t groups = plan.groups, groupLanes = plan.groupLanes;
-  const int64_t groupSize = plan.groupSize, topkGroups = plan.topkGroups;
-  const int64_t compact = plan.compact, access = plan.access;
-  const int64_t threads = tile.getThreads();
   Value logits = buffer(op.getLogits());
   Value bias = buffer(op.getSelectionBias());
-
-  bool softmax = op.getScoring() == moe::Scoring::softmax;
-  bool topkThenSoftmax = op.getOrder() == moe::TopKOrder::topk_then_softmax;
-  bool renormalize = op.getRenormalize();
-  double scaling = op.getScalingFactor().convertToDouble();
-  // As in the scalar kernel: without a bias the ranking of the scores is
-  // that of the logits, so select on the logits.
-  bool selectOnScores = bias && !topkThenSoftmax;
-
   SmallVector<Value> operands = {logits, buffer(op.getWeights()),
                                  buffer(op.getIds())};
   if (bias)
     operands.push_back(bias);
   KernelBuilder &h = ctx.host();
   Value tokens = ctx.sizes(logits)[0];
-  int64_t tokensPerBlock = threads / kWarp;
+  int64_t tokensPerBlock = tile.getThreads() / kWarp;
   return ctx.launch(
       "warp", h.ceilDiv(tokens, h.idx(tokensPerBlock)), tile, operands,
       [&](KernelBuilder &b, ValueRange args, Value block, Value thread) {
-        Value lg = args[0], weights = args[1], ids = args[2];
-        Value laneIdx = b.rem(thread, b.idx(kWarp));
-        Value t = b.add(b.mul(block, b.idx(tokensPerBlock)),
-                        b.div(thread, b.idx(kWarp)));
+        Value lg = args[0];
+        TokenWarp w{b, plan};
+        w.laneIdx = b.rem(thread, b.idx(kWarp));
+        w.t = b.add(b.mul(block, b.idx(tokensPerBlock)),
+                    b.div(thread, b.idx(kWarp)));
         // The condition is the same for the whole warp: every lane of a
         // live warp takes part in the shuffles.
-        b.ifThen(b.ult(t, b.dim(lg, 0)), [&] {
-          Value lane = toI32(b, laneIdx);
-          Value first = b.mul(laneIdx, b.idx(perLane));
-          SmallVector<Value> x, biasValues;
-          for (int64_t c = 0; c < perLane; c += access) {
-            llvm::append_range(
-                x, b.loadVecF(lg, {t, b.add(first, b.idx(c))}, access));
-            if (bias)
-              llvm::append_range(
-                  biasValues,
-                  b.loadVecF(args[3], {b.add(first, b.idx(c))}, access));
-          }
-
-          // Softmax statistics (the weights need them), and the scores
-          // where selection runs on them (with a bias).
-          Value peak, sum;
-          if (softmax && !topkThenSoftmax) {
-            peak = x[0];
-            for (Value v : x)
-              peak = b.fmax(peak, v);
-            peak = warpReduce(b, peak, /*max=*/true);
-            sum = b.f32(0);
-            for (Value v : x)
-              sum = b.fadd(sum, b.exp(b.fsub(v, peak)));
-            sum = warpReduce(b, sum, /*max=*/false);
-          }
-          SmallVector<Value> score(x);
-          if (selectOnScores)
-            for (Value &s : score)
-              s = softmax ? b.fdiv(b.exp(b.fsub(s, peak)), sum) : b.sigmoid(s);
-          SmallVector<Value> select;
-          for (int64_t i = 0; i < perLane; ++i) {
-            Value v = selectOnScores ? score[i] : x[i];
-            select.push_back(bias ? b.fadd(v, biasValues[i]) : v);
-          }
-
-          // Group-limited routing: a group scores the sum of its two best
-          // selection values; the lane's experts stay available if its
-          // group ranks among the `topk_groups` best (ties: lower group).
-          Value available = arith::ConstantIntOp::create(b, b.getI1Type(), 1);
-          if (groups) {
-            Value negInf = b.f32(-std::numeric_limits<float>::infinity());
-            Value best = negInf, second = negInf;
-            for (Value v : select) {
-              Value isFirst = b.fgt(v, best);
-              second = b.select(isFirst, best,
-                                b.select(b.fgt(v, second), v, second));
-              best = b.select(isFirst, v, best);
-            }
-            for (int64_t mask = groupLanes / 2; mask > 0; mask /= 2) {
-              Value otherBest = shuffleXor(b, best, mask);
-              Value otherSecond = shuffleXor(b, second, mask);
-              Value low = arith::MinimumFOp::create(b, best, otherBest);
-              second = b.fmax(low, b.fmax(second, otherSecond));
-              best = b.fmax(best, otherBest);
-            }
-            Value mine = groupSize > 1 ? b.fadd(best, second) : best;
-            Value group = b.div(lane, b.i32(groupLanes));
-            Value rank = b.i32(0);
-            for (int64_t g = 0; g < groups; ++g) {
-              Value other = shuffleIdx(b, mine, b.i32(g * groupLanes));
-              Value before =
-                  lor(b, b.fgt(other, mine),
-                      b.land(feq(b, other, mine), slt(b, b.i32(g), group)));
-              rank = b.add(rank,
-                           arith::ExtUIOp::create(b, b.getI32Type(), before));
-            }
-            available = slt(b, rank, b.i32(topkGroups));
-          }
-          // Each lane sorts its keys (0 where its group is out) and keeps
-          // the best min(k, V): a lane gives at most k winners.
-          SmallVector<Value> keys;
-          if (compact) {
-            // Only the kept groups' experts can win: spread them over the
-            // warp, `compact` per lane, so that the sort and the rounds
-            // below work on fewer keys. Lane l takes part l % lanesPerGroup
-            // of the (l / lanesPerGroup)-th kept group in group order, so
-            // ids still increase with the lane.
-            Value target = b.div(lane, b.i32(kWarp / topkGroups));
-            Value offset = b.rem(lane, b.i32(kWarp / topkGroups));
-            Value sourceGroup = b.i32(0), keptBefore = b.i32(0);
-            // A shuffle per group (a ballot and shifts measured 1 – 2 %
-            // slower at DeepSeek-V3 T=32768).
-            for (int64_t g = 0; g < groups; ++g) {
-              Value kept = shuffleIdx(
-                  b, arith::ExtUIOp::create(b, b.getI32Type(), available),
-                  b.i32(g * groupLanes));
-              Value isTarget =
-                  b.land(b.eq(kept, b.i32(1)), b.eq(keptBefore, target));
-              sourceGroup = b.select(isTarget, b.i32(g), sourceGroup);
-              keptBefore = b.add(keptBefore, kept);
-            }
-            int64_t parts = perLane / compact;
-            Value sourceLane = b.add(b.mul(sourceGroup, b.i32(groupLanes)),
-                                     b.div(offset, b.i32(parts)));
-            Value part = b.rem(offset, b.i32(parts));
-            for (int64_t c = 0; c < compact; ++c) {
-              Value v = b.f32(0);
-              for (int64_t q = 0; q < parts; ++q)
-                v = b.select(b.eq(part, b.i32(q)),
-                             shuffleIdx(b, select[q * compact + c], sourceLane),
-                             v);
-              Value id = b.add(b.mul(sourceLane, b.i32(perLane)),
-                               b.add(b.mul(part, b.i32(compact)), b.i32(c)));
-              keys.push_back(rankKey(b, v, id, experts));
-            }
-          } else {
-            Value firstId = toI32(b, first);
-            Value zero64 = arith::ConstantIntOp::create(b, b.getI64Type(), 0);
-            for (int64_t i = 0; i < perLane; ++i)
-              keys.push_back(b.select(
-                  available,
-                  rankKey(b, select[i], b.add(firstId, b.i32(i)), experts),
-                  zero64));
-          }
+        b.ifThen(b.ult(w.t, b.dim(lg, 0)), [&] {
+          w.lane = toI32(b, w.laneIdx);
+          w.first = b.mul(w.laneIdx, b.idx(plan.perLane));
+          w.loadLogits(lg, bias ? args[3] : Value());
+          w.computeSelection();
+          Value available = w.groupAvailable();
+          // Each lane sorts its keys and keeps the best min(k, V): a lane
+          // gives at most k winners.
+          SmallVector<Value> keys =
+              plan.compact ? w.compactKeys(available) : w.laneKeys(available);
           sortDescending(b, keys);
-          keys.resize(std::min<int64_t>(k, keys.size()));
-
-          // k rounds: the warp's best head wins and its lane pops it; round
-          // j's winner stays in lane j. The reduction runs on the high
-          // words (the values); lanes hold increasing ids and each lane's
-          // equal values are sorted by id, so among equal heads the lowest
-          // lane holds the lowest id.
-          SmallVector<Value> high, low;
-          for (Value key : keys) {
-            high.push_back(
-                arith::TruncIOp::create(b, b.getI32Type(), shr64(b, key, 32)));
-            low.push_back(arith::TruncIOp::create(b, b.getI32Type(), key));
-          }
-          Value myId = b.i32(0);
-          for (int64_t j = 0; j < k; ++j) {
-            Value best = warpMaxU32(b, high[0]);
-            Value winner = lowestLaneWith(b, b.eq(high[0], best), lane);
-            Value winnerLow = shuffleIdx(b, low[0], winner);
-            Value won = b.eq(lane, winner);
-            for (size_t i = 0; i + 1 < high.size(); ++i) {
-              high[i] = b.select(won, high[i + 1], high[i]);
-              low[i] = b.select(won, low[i + 1], low[i]);
-            }
-            high.back() = b.select(won, b.i32(0), high.back());
-            myId = b.select(b.eq(lane, b.i32(j)),
-                            b.sub(b.i32(experts - 1), winnerLow), myId);
-          }
-
-          // Weights, in the lanes j < k: the picked expert's score from its
-          // logit (read again: the line is in L1); for topk_then_softmax the
-          // softmax over the k picked logits; renormalization, scaling.
-          Value picking = b.ult(laneIdx, b.idx(k));
-          Value logit = b.loadF(lg, {t, toIndex(b, myId)});
-          Value myWeight = logit;
-          if (topkThenSoftmax) {
-            Value negInf = b.f32(-std::numeric_limits<float>::infinity());
-            Value top = warpReduce(b, b.select(picking, logit, negInf),
-                                   /*max=*/true);
-            myWeight = b.exp(b.fsub(logit, top));
-            Value sum = warpReduce(b, b.select(picking, myWeight, b.f32(0)),
-                                   /*max=*/false);
-            myWeight = b.fdiv(myWeight, sum);
-          } else if (softmax) {
-            myWeight = b.fdiv(b.exp(b.fsub(logit, peak)), sum);
-          } else {
-            myWeight = b.sigmoid(logit);
-          }
-          if (renormalize && !topkThenSoftmax) {
-            Value total = warpReduce(b, b.select(picking, myWeight, b.f32(0)),
-                                     /*max=*/false);
-            myWeight = b.fdiv(myWeight, total);
-          }
-          if (scaling != 1.0)
-            myWeight = b.fmul(myWeight, b.f32(scaling));
-          b.ifThen(b.ult(laneIdx, b.idx(k)), [&] {
-            memref::StoreOp::create(b, myWeight, weights, {t, laneIdx});
-            memref::StoreOp::create(b, myId, ids, {t, laneIdx});
-          });
+          keys.resize(std::min<int64_t>(plan.k, keys.size()));
+          Value myId = w.pickTopK(keys);
+          w.storeWeight(lg, args[1], args[2], myId);
         });
       });
 }
-
-//===----------------------------------------------------------------------===//
-// sort_by_expert
-//===----------------------------------------------------------------------===//
