@@ -16,7 +16,6 @@
 #include "moec/Conversion/LaunchABI.h"
 #include "moec/Conversion/Passes.h"
 #include "moec/Dialect/Moe/IR/MoeOps.h"
-#include "moec/Dialect/Moe/Transforms/Tiling.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "llvm/ADT/TypeSwitch.h"
