@@ -46,3 +46,10 @@ func.func @not_a_kernel(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
   %y = moe.swiglu %x {moe.kernel = 1} : tensor<?x64xbf16> -> tensor<?x32xbf16>
   return %y : tensor<?x32xbf16>
 }
+
+// -----
+
+// expected-error @+1 {{target kind 'sm90a' needs 'sm_count' >= 1 (its persistent grid), got 0}}
+module attributes {moe.target = #moe.target<kind = "sm90a", chip = "sm_90a", shared_memory = 232448>} {
+}
+

@@ -117,6 +117,12 @@ LogicalResult TargetAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "target 'shared_memory' must be in [0, 2^30] "
                           "bytes, got "
                        << sharedMemory;
+  // The sm90a matmul sizes its persistent grid by the SM count: 0 would
+  // launch no blocks.
+  if (kind == "sm90a" && smCount < 1)
+    return emitError() << "target kind 'sm90a' needs 'sm_count' >= 1 (its "
+                          "persistent grid), got "
+                       << smCount;
   return success();
 }
 
