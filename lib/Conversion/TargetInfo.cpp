@@ -73,8 +73,9 @@ moe::TargetAttr TargetInfo::defaultAttr(MLIRContext *context, StringRef kind) {
     int64_t smCount, sharedMemory;
   };
   // sm90a: an H100/H200 (132 SMs, 227 KiB of shared memory a block may
-  // opt into); nvvm: the sm_89+ kernels use no dynamic shared memory
-  // beyond 48 KiB; gfx942: an MI300X (304 CUs, 64 KiB LDS).
+  // opt into); gfx942: an MI300X (304 CUs, 64 KiB LDS); 48 KiB, what any
+  // CUDA block gets without opting in, elsewhere. Only the sm90a matmul
+  // reads these facts today.
   std::optional<Facts> facts =
       llvm::StringSwitch<std::optional<Facts>>(kind)
           .Case("generic", Facts{"", 0, 48 * 1024})

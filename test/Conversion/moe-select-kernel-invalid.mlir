@@ -35,21 +35,20 @@ module attributes {moe.target = #moe.target<kind = "sm90a", chip = "sm_90a", sm_
 
 // -----
 
-// expected-error @+1 {{target kind must be one of generic, nvvm, sm90a, rocdl or host, got 'ptx'}}
-module attributes {moe.target = #moe.target<kind = "ptx">} {
-}
-
-// -----
-
 func.func @not_a_kernel(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
   // expected-error @+1 {{attribute 'moe.kernel' must be a #moe.kernel<...>, got 1 : i64}}
   %y = moe.swiglu %x {moe.kernel = 1} : tensor<?x64xbf16> -> tensor<?x32xbf16>
   return %y : tensor<?x32xbf16>
 }
 
+
 // -----
 
-// expected-error @+1 {{target kind 'sm90a' needs 'sm_count' >= 1 (its persistent grid), got 0}}
-module attributes {moe.target = #moe.target<kind = "sm90a", chip = "sm_90a", shared_memory = 232448>} {
+// A hand-written tile with a producer warpgroup for kernels without one.
+func.func @producers_for_vector(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
+  // expected-error @+1 {{'moe.swiglu' op 'vector' kernels have no producer warpgroup: its moe.kernel tile needs producers = 0}}
+  %y = moe.swiglu %x
+      {moe.kernel = #moe.kernel<strategy = vector, tile = <m = 1, n = 1, k = 1, threads = 384, producers = 128>>}
+      : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  return %y : tensor<?x32xbf16>
 }
-

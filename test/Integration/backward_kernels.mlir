@@ -1,5 +1,5 @@
-// The backward of permute and unpermute (BackwardKernels.cpp, and the scalar
-// kernels of Kernels.cpp where the row length has no 16-byte vectors), each
+// The backward of permute and unpermute (Vector/Permute.cpp, and the scalar
+// kernels of Scalar/ where the row length has no 16-byte vectors), each
 // entry checked against the float64 reference on the host backend here and
 // on the H200 by scripts/gpu-correctness.sh. The gradients of the grouped
 // rows are inputs of their own size M (`moe.sym`), the capacity of the

@@ -1,4 +1,4 @@
-// Routing at the shapes of the warp kernels (RoutingKernels.cpp: E a
+// Routing at the shapes of the warp kernels (Warp/: E a
 // multiple of 32 up to 512 for router_topk, any E up to 512 for
 // sort_by_expert). The host runs the scalar kernels on these entries, so the
 // checks below pin the reference semantics; scripts/gpu-correctness.sh runs

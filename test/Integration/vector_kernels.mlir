@@ -1,4 +1,4 @@
-// The vectorized kernels (lib/Conversion/MoeToKernels/VectorKernels.cpp) at
+// The vectorized kernels (lib/Conversion/MoeToKernels/Vector/) at
 // shapes they accept (row lengths that 16-byte vectors divide), E = 8: each
 // entry checked against the float64 reference on the host backend here and
 // on the H200 by scripts/gpu-correctness.sh. Edge cases: T=1 (most experts

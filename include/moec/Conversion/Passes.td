@@ -21,7 +21,7 @@ def MoeSelectKernel : Pass<"moe-select-kernel", "mlir::ModuleOp"> {
     The strategy is the fastest one whose kernels apply to the op on the
     target: `sm90_wgmma` (the Hopper grouped matmul), then `warp` (targets
     with warp shuffles), then `vector` (16-byte accesses), then `scalar`,
-    which applies to every op. Whether kernels apply is decided from the
+    which applies to every moe op. Whether kernels apply is decided from the
     op's element types, static sizes, attributes and tile alone, by each
     strategy's pattern (lib/Conversion/MoeToKernels/*/Patterns.cpp). The
     tile is the op's `moe.tile` (from `moe-tile`, which holds the cost

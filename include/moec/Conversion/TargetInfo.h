@@ -1,4 +1,4 @@
-//===- TargetInfo.h - What kernels may use on each target ------*- C++ -*-===//
+//===- TargetInfo.h - What kernels may use on each target -------*- C++ -*-===//
 //
 // Part of moec. One TargetInfo per kernel target of convert-moe-to-kernels
 // (generic, nvvm, sm90a, rocdl, host): the questions kernel generators ask
@@ -37,7 +37,8 @@ public:
 
   moe::TargetAttr attr() const { return targetAttr; }
   llvm::StringRef kind() const { return targetAttr.getKind(); }
-  /// Multiprocessors a persistent grid fills (0: unknown).
+  /// Multiprocessors a persistent grid fills (0 for targets without one:
+  /// the verifier requires it for sm90a).
   int64_t smCount() const { return targetAttr.getSmCount(); }
   /// Dynamic shared memory one block may use, in bytes.
   int64_t sharedMemoryPerBlock() const { return targetAttr.getSharedMemory(); }

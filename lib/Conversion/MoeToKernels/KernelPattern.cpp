@@ -53,6 +53,12 @@ KernelPatternSet::kernelFor(Operation *op) const {
     return op->emitOpError("has no '")
            << moe::stringifyKernelStrategy(strategy) << "' kernel for target '"
            << target.kind() << "' (its " << moe::kKernelAttrName << ")";
+  if (kernel.getTile().getProducers() != 0 &&
+      strategy != moe::KernelStrategy::sm90_wgmma)
+    return op->emitOpError("'")
+           << moe::stringifyKernelStrategy(strategy)
+           << "' kernels have no producer warpgroup: its "
+           << moe::kKernelAttrName << " tile needs producers = 0";
   if (!pattern->matches(op, kernel.getTile()))
     return op->emitOpError("'")
            << moe::stringifyKernelStrategy(strategy)

@@ -1,4 +1,4 @@
-//===- KernelPattern.h - One lowering strategy of one op -------*- C++ -*-===//
+//===- KernelPattern.h - One lowering strategy of one op --------*- C++ -*-===//
 //
 // Part of moec. convert-moe-to-kernels lowers each op with one strategy
 // (scalar, vector, warp, sm90_wgmma: moe::KernelStrategy). A KernelPattern
@@ -21,6 +21,10 @@
 
 #include "mlir/IR/BuiltinOps.h"
 
+#include <memory>
+#include <string>
+#include <vector>
+
 namespace moec::kernels {
 
 /// The kernels of one strategy for one op.
@@ -37,9 +41,9 @@ public:
   /// Whether these kernels compute `op` with `tile` on the target. Reads
   /// types, static sizes and attributes only; emits nothing.
   virtual bool matches(mlir::Operation *op, moe::TileAttr tile) const = 0;
-  /// The tile the kernels are built with when the op asks for `tile`
-  /// (recorded in `#moe.kernel`): `tile` itself unless the strategy
-  /// settles more of it.
+  /// The tile recorded in `#moe.kernel` when the op asks for `tile`: `tile`
+  /// itself unless a strategy overrides this to settle more of it (none
+  /// does yet).
   virtual moe::TileAttr builtTile(mlir::Operation *op,
                                   moe::TileAttr tile) const {
     return tile;

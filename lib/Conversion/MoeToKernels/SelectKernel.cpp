@@ -40,6 +40,10 @@ struct MoeSelectKernelPass
 
     MLIRContext *context = &getContext();
     WalkResult walked = module.walk([&](Operation *op) {
+      // The conversion lowers matmuls on tensors (it rejects others).
+      if (auto matmul = dyn_cast<linalg::MatmulOp>(op);
+          matmul && !matmul.hasPureTensorSemantics())
+        return WalkResult::advance();
       if (!isa<linalg::MatmulOp>(op) &&
           !isa_and_nonnull<moe::MoeDialect>(op->getDialect()))
         return WalkResult::advance();

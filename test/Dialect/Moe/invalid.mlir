@@ -2430,3 +2430,54 @@ func.func @weight_grad_scatter_positions(%x: tensor<8x16xbf16>, %dy: tensor<8x32
   %dw = "moe.grouped_matmul"(%x, %dy, %o, %p) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<4x16x32xf32>
   return
 }
+
+// -----
+
+// moe.kernel must be a #moe.kernel
+func.func @kernel_not_kernel(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{attribute 'moe.kernel' must be a #moe.kernel<...>, got #moe.tile<m = 1, n = 1, k = 1, threads = 256>}}
+  %a = moe.swiglu %x {moe.kernel = #moe.tile<m = 1, n = 1, k = 1, threads = 256>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// moe.target must be a #moe.target
+// expected-error @+1 {{attribute 'moe.target' must be a #moe.target<...>, got "sm90a"}}
+module attributes {moe.target = "sm90a"} {
+}
+
+// -----
+
+// target kind must be known
+// expected-error @+1 {{target kind must be one of generic, nvvm, sm90a, rocdl or host, got 'sm_90a'}}
+module attributes {moe.target = #moe.target<kind = "sm_90a">} {
+}
+
+// -----
+
+// target sm_count in range
+// expected-error @+1 {{target 'sm_count' must be in [0, 65536], got -1}}
+module attributes {moe.target = #moe.target<kind = "nvvm", sm_count = -1>} {
+}
+
+// -----
+
+// target shared_memory in range
+// expected-error @+1 {{target 'shared_memory' must be in [0, 2^30] bytes, got 2147483648}}
+module attributes {moe.target = #moe.target<kind = "generic", shared_memory = 2147483648>} {
+}
+
+// -----
+
+// sm90a needs SMs for its persistent grid
+// expected-error @+1 {{target kind 'sm90a' needs 'sm_count' >= 1 (its persistent grid), got 0}}
+module attributes {moe.target = #moe.target<kind = "sm90a">} {
+}
+
+// -----
+
+// sm90a blocks get at most 227 KiB of shared memory
+// expected-error @+1 {{target kind 'sm90a' allows at most 232448 bytes (227 KiB) of 'shared_memory' per block, got 262144}}
+module attributes {moe.target = #moe.target<kind = "sm90a", sm_count = 132, shared_memory = 262144>} {
+}

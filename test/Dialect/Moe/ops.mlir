@@ -298,3 +298,16 @@ func.func @tile_attr_bounds(%x: tensor<?x64xf32>, %w: tensor<8x64x64xf32>, %o: t
   %s = arith.addf %y, %z : tensor<?x64xf32>
   return %s : tensor<?x64xf32>
 }
+
+// -----
+
+// The lowering's choices: a module's target and an op's strategy and tile.
+// CHECK: module attributes {moe.target = #moe.target<kind = "sm90a", chip = "sm_90a", sm_count = 132, shared_memory = 232448>}
+// CHECK-LABEL: func @kernel_attrs
+module attributes {moe.target = #moe.target<kind = "sm90a", chip = "sm_90a", sm_count = 132, shared_memory = 232448>} {
+  func.func @kernel_attrs(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
+    // CHECK: moe.swiglu %{{.*}} {moe.kernel = #moe.kernel<strategy = vector, tile = <m = 1, n = 1, k = 1, threads = 256>>}
+    %a = moe.swiglu %x {moe.kernel = #moe.kernel<strategy = vector, tile = <m = 1, n = 1, k = 1, threads = 256>>} : tensor<?x64xbf16> -> tensor<?x32xbf16>
+    return %a : tensor<?x32xbf16>
+  }
+}

@@ -82,6 +82,10 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
       plan.bandM = tile.getBandM();
     plan.cluster = tile.getCluster();
   }
+  // The persistent grid needs a whole cluster of SMs (fewer would launch
+  // no blocks at all).
+  if (plan.persistentBlocks < plan.cluster)
+    return std::nullopt;
   // At most as many stages as fit in shared memory (a deeper pipeline asked
   // for gets the deepest that fits).
   while (plan.sharedBytes() > plan.maxSharedBytes && plan.stages > 3)

@@ -1,4 +1,4 @@
-//===- HopperPatterns.cpp - The `sm90_wgmma` strategy's patterns ----------===//
+//===- Patterns.cpp - The `sm90_wgmma` strategy's patterns ----------------===//
 //
 // Part of moec. The warpgroup-MMA grouped matmul (HopperKernel.h) for
 // moe.grouped_matmul and linalg.matmul A·Bᵀ, on targets with wgmma.

@@ -1,4 +1,4 @@
-//===- VectorCommon.h - Shared parts of the vectorized kernels -*- C++ -*-===//
+//===- VectorCommon.h - Shared parts of the vector kernels ------*- C++ -*-===//
 //
 // Part of moec. The unrolled per-item launch of the bandwidth-bound kernels
 // and the FP8 quantization pieces that the vector and warp quantize kernels

@@ -123,6 +123,12 @@ LogicalResult TargetAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "target kind 'sm90a' needs 'sm_count' >= 1 (its "
                           "persistent grid), got "
                        << smCount;
+  // What an sm_90 block may opt into: a deeper pipeline would fail at
+  // launch.
+  if (kind == "sm90a" && sharedMemory > 227 * 1024)
+    return emitError() << "target kind 'sm90a' allows at most 232448 bytes "
+                          "(227 KiB) of 'shared_memory' per block, got "
+                       << sharedMemory;
   return success();
 }
 

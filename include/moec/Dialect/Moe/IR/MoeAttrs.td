@@ -233,12 +233,13 @@ def Moe_KernelAttr : AttrDef<Moe_Dialect, "Kernel"> {
     `convert-moe-to-kernels` lowers the op with, and the tile those kernels
     are built with. The strategy is the fastest one whose kernels apply to
     the op's types and static sizes on the target (`sm90_wgmma`, then
-    `warp`, then `vector`, then `scalar`, which applies to every op).
+    `warp`, then `vector`, then `scalar`, which applies to every moe op).
 
     The tile is the op's `moe.tile` (or the cost model's) as the strategy
     reads it: kernels other than `sm90_wgmma` run the computing threads
-    alone (`producers = 0`), and `sm90_wgmma` records the block it builds
-    (its `n`, `stages`, `band_m`, `producers` and `cluster` chosen).
+    alone (`producers = 0`, required in a hand-written `#moe.kernel`);
+    `sm90_wgmma` keeps the tile as asked (its kernel fills in what the tile
+    leaves open: `stages`, `band_m`, and `n` for a tile not of its form).
 
     Example:
 
@@ -264,9 +265,10 @@ def Moe_TargetAttr : AttrDef<Moe_Dialect, "Target"> {
     strategies and targets"),
     the chip the code is for (e.g. `sm_90a`, `gfx942`; empty when not one
     chip), and the facts kernels size themselves by: `sm_count`, the
-    multiprocessors a persistent grid fills, and `shared_memory`, the
-    dynamic shared memory in bytes one block may use (0: the target's
-    kernels use none beyond the static kind).
+    multiprocessors a persistent grid fills (at least 1 for sm90a), and
+    `shared_memory`, the dynamic shared memory in bytes one block may use
+    (at most 227 KiB for sm90a). Today the sm90a matmul reads both: its
+    grid and its pipeline depth; other kernels do not.
 
     Example:
 
