@@ -32,7 +32,7 @@ KernelPatternSet::select(Operation *op, moe::TileAttr tile) const {
     const KernelPattern *pattern = find(op, strategy);
     moe::TileAttr strategyTile = tileForStrategy(tile, strategy);
     if (pattern && pattern->matches(op, strategyTile))
-      return {pattern, pattern->builtTile(op, strategyTile)};
+      return {pattern, strategyTile};
   }
   return {nullptr, {}};
 }

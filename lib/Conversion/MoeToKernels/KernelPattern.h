@@ -41,13 +41,6 @@ public:
   /// Whether these kernels compute `op` with `tile` on the target. Reads
   /// types, static sizes and attributes only; emits nothing.
   virtual bool matches(mlir::Operation *op, moe::TileAttr tile) const = 0;
-  /// The tile recorded in `#moe.kernel` when the op asks for `tile`: `tile`
-  /// itself unless a strategy overrides this to settle more of it (none
-  /// does yet).
-  virtual moe::TileAttr builtTile(mlir::Operation *op,
-                                  moe::TileAttr tile) const {
-    return tile;
-  }
   /// Emits the kernels and their launches. Called only where `matches`
   /// holds; the results' buffers are allocated.
   virtual mlir::LogicalResult lower(mlir::Operation *op, moe::TileAttr tile,
