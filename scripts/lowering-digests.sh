@@ -9,6 +9,9 @@
 #   scripts/lowering-digests.sh build > /tmp/before.txt
 #   ... change, rebuild ...
 #   scripts/lowering-digests.sh build > /tmp/after.txt && diff /tmp/before.txt /tmp/after.txt
+# A "bundle" line covers the whole file, the host IR's text included; its
+# "launches" line only what `moec inspect --params` shows: buffers, launches,
+# parameters, reference ops.
 # Usage: scripts/lowering-digests.sh [build-dir]
 set -uo pipefail
 build=${1:-build}
@@ -47,6 +50,10 @@ for src in "${sources[@]}"; do
     if "$build/bin/moec" compile "$src" -o "$work/out.moecb" \
          --target "$target" --emit-asm "$dir" >"$work/log" 2>&1; then
       digest "bundle $target $src" "$work/out.moecb"
+      # What the runtime reads, apart from the host source text the bundle
+      # also carries: a change to the host IR's form keeps this line.
+      "$build/bin/moec" inspect --params "$work/out.moecb" >"$work/inspect" 2>&1
+      digest "launches $target $src" "$work/inspect"
       for asm in "$dir"/*; do
         [[ -f $asm ]] && digest "asm $target $src $(basename "$asm")" "$asm"
       done

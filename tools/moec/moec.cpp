@@ -5,7 +5,7 @@
 //   moec compile in.mlir -o out.moecb [--target sm_90a,gfx942,host]
 //                [--emit-asm DIR] [--tuning-cache CACHE.json]
 //   moec tune in.mlir -o tune.moecb [--target sm_90a]
-//   moec inspect out.moecb [--source]
+//   moec inspect out.moecb [--params] [--source]
 //   moec run in.mlir [--entry NAME] [--sym T=64 ...] [--routing uniform|
 //                one-expert|half-experts] [--seed N] [--iters N]
 //
@@ -63,7 +63,7 @@ int usage() {
          "  moec compile IN.mlir -o OUT.moecb [--target sm_90a,gfx942,host]"
          " [--emit-asm DIR] [--tuning-cache CACHE.json]\n"
          "  moec tune IN.mlir -o TUNE.moecb [--target sm_90a]\n"
-         "  moec inspect BUNDLE.moecb [--source]\n"
+         "  moec inspect BUNDLE.moecb [--params] [--source]\n"
          "  moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
          "uniform|one-expert|half-experts] [--seed N] [--iters N]\n";
   return 2;
@@ -96,6 +96,7 @@ struct Args {
   uint64_t seed = 1;
   int iters = 5;
   bool source = false;
+  bool params = false; ///< inspect: list each launch's parameters
 };
 
 bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
@@ -155,6 +156,8 @@ bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
         args.iters = std::max<int>(1, static_cast<int>(n));
     } else if (arg == "--source") {
       args.source = true;
+    } else if (arg == "--params") {
+      args.params = true;
     } else if (!arg.empty() && arg[0] == '-') {
       error = "unknown option '" + arg + "'";
       return false;
@@ -258,6 +261,27 @@ int tune(const Args &args) {
   return 0;
 }
 
+/// One line per kernel parameter of a launch, as the runtime passes it.
+void printParams(const moec::rt::LaunchStep &step) {
+  using Kind = moec::rt::ParamDesc::Kind;
+  for (auto [i, p] : llvm::enumerate(step.params)) {
+    llvm::outs() << "      " << i << ": ";
+    if (p.kind == Kind::Buffer)
+      llvm::outs() << "buffer " << p.buffer << "\n";
+    else if (p.kind == Kind::Scalar)
+      llvm::outs() << "scalar [" << p.expr << "]\n";
+    else
+      llvm::outs() << "tensor map of buffer " << p.buffer << ", box ["
+                   << llvm::join(llvm::map_range(p.box,
+                                                 [](uint32_t extent) {
+                                                   return std::to_string(
+                                                       extent);
+                                                 }),
+                                 ", ")
+                   << "]\n";
+  }
+}
+
 int inspect(const Args &args) {
   if (args.positional.size() != 1)
     return usage();
@@ -284,7 +308,7 @@ int inspect(const Args &args) {
                    << moec::rt::elemTypeName(b.elem) << " ["
                    << llvm::join(b.dims, ", ") << "]\n";
     llvm::outs() << "  launches:\n";
-    for (const moec::rt::LaunchStep &step : entry.steps)
+    for (const moec::rt::LaunchStep &step : entry.steps) {
       llvm::outs() << "    " << step.kernel << " grid [" << step.grid
                    << "] x " << step.blockSize << " threads, "
                    << (step.clusterBlocks > 1
@@ -293,6 +317,9 @@ int inspect(const Args &args) {
                            : std::string())
                    << step.params.size() << " params, smem "
                    << step.dynamicSharedBytes << " " << step.tile << "\n";
+      if (args.params)
+        printParams(step);
+    }
     llvm::outs() << "  reference ops:\n";
     for (const moec::rt::RefOp &op : entry.refOps) {
       llvm::outs() << "    " << op.name << " (";
