@@ -318,7 +318,7 @@ lowerToKernels(ModuleOp module, std::vector<rt::Entry> &entries,
       })))
     return failure();
   for (auto func : kernels->getOps<func::FuncOp>()) {
-    if (!func->hasAttr("moe.entry"))
+    if (!func->hasAttr(moe::MoeDialect::EntryAttrHelper::getNameStr()))
       continue;
     FailureOr<rt::Entry> entry = describeEntry(func);
     if (failed(entry))

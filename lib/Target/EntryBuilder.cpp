@@ -1,8 +1,10 @@
 //===- EntryBuilder.cpp - Bundle entries from lowered functions -----------===//
 //
 // Part of moec. Reads what convert-moe-to-kernels recorded on a lowered
-// function (symbols, size expressions, buffer indices, grids, scalars, the
-// reference op list) and writes it as an rt::Entry. Memref kernel arguments
+// function (the moe dialect's typed attributes: symbols, #moe.size buffer
+// sizes, buffer indices, #moe.launch grids and scalars, the #moe.ref_op
+// list) and writes it as an rt::Entry, sizes in the runtime's reverse Polish
+// form. Memref kernel arguments
 // are expanded the way the LLVM lowering passes them (allocated pointer,
 // aligned pointer, offset, sizes, strides), so the runtime can pass
 // parameters without knowing anything about memrefs.
@@ -12,6 +14,7 @@
 #include "EntryBuilder.h"
 
 #include "moec/Conversion/LaunchABI.h"
+#include "moec/Dialect/Moe/IR/MoeDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -43,32 +46,42 @@ FailureOr<rt::ElemType> elemTypeOf(Type type, Location loc) {
                         << " cannot cross the runtime boundary";
 }
 
-static std::vector<std::string> stringArray(ArrayAttr attr) {
+/// The runtime's form of sizes (the dialect verifies that `moe.dims` holds
+/// #moe.size).
+static std::vector<std::string> reversePolish(ArrayRef<moe::SizeAttr> sizes) {
   std::vector<std::string> out;
-  if (attr)
-    for (Attribute a : attr)
-      out.push_back(cast<StringAttr>(a).getValue().str());
+  for (moe::SizeAttr size : sizes)
+    out.push_back(size.toReversePolish());
   return out;
+}
+
+static std::vector<std::string> reversePolish(ArrayAttr sizes) {
+  if (!sizes)
+    return {};
+  return reversePolish(llvm::to_vector(sizes.getAsRange<moe::SizeAttr>()));
 }
 
 FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
   rt::Entry entry;
-  auto entryName = func->getAttrOfType<StringAttr>("moe.entry");
-  auto numBuffers = func->getAttrOfType<IntegerAttr>("moe.num_buffers");
-  if (!entryName || !numBuffers)
+  auto *attrs = func->getContext()->getLoadedDialect<moe::MoeDialect>();
+  StringAttr entryName =
+      attrs ? attrs->getEntryAttrHelper().getAttr(func) : StringAttr();
+  if (!entryName)
     return func.emitOpError("was not produced by convert-moe-to-kernels");
+  IntegerAttr numBuffers = attrs->getNumBuffersAttrHelper().getAttr(func);
+  ArrayAttr symbols = attrs->getSymbolsAttrHelper().getAttr(func);
+  ArrayAttr refOps = attrs->getRefOpsAttrHelper().getAttr(func);
+  if (!numBuffers || !symbols || !refOps)
+    return func.emitOpError("lacks the moe.num_buffers, moe.symbols or "
+                            "moe.ref_ops that convert-moe-to-kernels records");
   entry.name = entryName.getValue().str();
   entry.buffers.resize(numBuffers.getInt());
 
   // Symbols, then the input buffers whose dynamic sizes they are.
-  for (Attribute a : func->getAttrOfType<ArrayAttr>("moe.symbols")) {
-    auto triple = cast<ArrayAttr>(a);
-    int64_t arg = cast<IntegerAttr>(triple[0]).getInt();
-    int64_t dim = cast<IntegerAttr>(triple[1]).getInt();
-    entry.symbols.push_back({cast<StringAttr>(triple[2]).getValue().str(),
-                             static_cast<uint32_t>(arg),
-                             static_cast<uint32_t>(dim)});
-  }
+  for (auto symbol : symbols.getAsRange<moe::DimSymbolAttr>())
+    entry.symbols.push_back({symbol.getName().str(),
+                             static_cast<uint32_t>(symbol.getArg()),
+                             static_cast<uint32_t>(symbol.getDim())});
 
   unsigned numArgs = func.getNumArguments();
   unsigned numOutputs = 0;
@@ -80,15 +93,16 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
       return failure();
     rt::BufferDesc &desc = entry.buffers[i];
     desc.elem = *elem;
-    if (func.getArgAttr(i, "moe.output")) {
+    if (func.getArgAttr(i, attrs->getOutputAttrHelper().getName())) {
       desc.role = rt::BufferRole::Output;
       desc.name = "result" + std::to_string(numOutputs++);
-      desc.dims =
-          stringArray(func.getArgAttrOfType<ArrayAttr>(i, "moe.dims"));
+      desc.dims = reversePolish(func.getArgAttrOfType<ArrayAttr>(
+          i, attrs->getDimsAttrHelper().getName()));
       continue;
     }
     desc.role = rt::BufferRole::Input;
-    auto argName = func.getArgAttrOfType<StringAttr>(i, "moe.name");
+    auto argName = func.getArgAttrOfType<StringAttr>(
+        i, attrs->getNameAttrHelper().getName());
     desc.name = argName ? argName.getValue().str() : "arg" + std::to_string(i);
     for (int64_t d = 0; d < type.getRank(); ++d) {
       if (!type.isDynamicDim(d)) {
@@ -97,7 +111,7 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
       }
       // The lowering names the symbol of every dynamic dimension.
       auto symbols = func.getArgAttrOfType<DenseI64ArrayAttr>(
-          i, "moe.dim_symbols");
+          i, attrs->getDimSymbolsAttrHelper().getName());
       if (!symbols || symbols.size() != type.getRank() || symbols[d] < 0 ||
           symbols[d] >= static_cast<int64_t>(entry.symbols.size()))
         return func.emitOpError("argument ")
@@ -111,7 +125,7 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
     bufferOf[func.getArgument(i)] = i;
   WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
     if (auto alloc = dyn_cast<memref::AllocOp>(op)) {
-      auto index = alloc->getAttrOfType<IntegerAttr>("moe.buffer");
+      IntegerAttr index = attrs->getBufferAttrHelper().getAttr(alloc);
       if (!index || index.getInt() >= static_cast<int64_t>(entry.buffers.size()))
         return alloc.emitOpError("has no valid moe.buffer index");
       FailureOr<rt::ElemType> elem =
@@ -122,16 +136,19 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
       desc.role = rt::BufferRole::Temp;
       desc.elem = *elem;
       desc.name = "tmp" + std::to_string(index.getInt());
-      desc.dims = stringArray(alloc->getAttrOfType<ArrayAttr>("moe.dims"));
+      desc.dims = reversePolish(attrs->getDimsAttrHelper().getAttr(alloc));
       bufferOf[alloc] = index.getInt();
       return WalkResult::advance();
     }
     auto launch = dyn_cast<gpu::LaunchFuncOp>(op);
     if (!launch)
       return WalkResult::advance();
+    moe::LaunchAttr sizes = attrs->getLaunchAttrHelper().getAttr(launch);
+    if (!sizes)
+      return launch.emitOpError("has no moe.launch (its grid and scalars)");
     rt::LaunchStep step;
     step.kernel = launch.getKernelName().getValue().str();
-    step.grid = launch->getAttrOfType<StringAttr>("moe.grid").getValue().str();
+    step.grid = sizes.getGrid().toReversePolish();
     APInt threads;
     if (!matchPattern(launch.getBlockSizeX(), m_ConstantInt(&threads)))
       return launch.emitOpError("block size must be a constant");
@@ -150,13 +167,14 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
         return launch.emitOpError("cluster size must be a constant along x");
       step.clusterBlocks = blocks.getZExtValue();
     }
-    if (Attribute tile = launch->getAttr("moe.tile")) {
+    if (Attribute tile = launch->getAttr(moe::kTileAttrName)) {
       llvm::raw_string_ostream os(step.tile);
       tile.print(os);
     }
-    std::vector<std::string> scalars =
-        stringArray(launch->getAttrOfType<ArrayAttr>("moe.scalars"));
-    for (auto [i, operand] : llvm::enumerate(launch.getKernelOperands())) {
+    // The kernel's integer operands take moe.launch's scalars in order.
+    std::vector<std::string> scalars = reversePolish(sizes.getScalars());
+    size_t nextScalar = 0;
+    for (Value operand : launch.getKernelOperands()) {
       auto memrefType = dyn_cast<MemRefType>(operand.getType());
       if (auto map = tensorMapOf(operand)) {
         auto source = bufferOf.find(map->first);
@@ -171,9 +189,12 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
         continue;
       }
       if (!memrefType) {
+        if (nextScalar == scalars.size())
+          return launch.emitOpError("moe.launch lists ")
+                 << scalars.size() << " scalars; the kernel has more";
         rt::ParamDesc p;
         p.kind = rt::ParamDesc::Kind::Scalar;
-        p.expr = scalars.at(i);
+        p.expr = scalars[nextScalar++];
         step.params.push_back(p);
         continue;
       }
@@ -213,23 +234,28 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
              "the memref ABI the launches count with");
       (void)before;
     }
+    if (nextScalar != scalars.size())
+      return launch.emitOpError("moe.launch lists ")
+             << scalars.size() << " scalars; the kernel has " << nextScalar;
     entry.steps.push_back(std::move(step));
     return WalkResult::advance();
   });
   if (walk.wasInterrupted())
     return failure();
 
-  for (Attribute a : func->getAttrOfType<ArrayAttr>("moe.ref_ops")) {
-    auto dict = cast<DictionaryAttr>(a);
+  for (auto op : refOps.getAsRange<moe::RefOpAttr>()) {
     rt::RefOp refOp;
-    refOp.name = dict.getAs<StringAttr>("name").getValue().str();
-    for (NamedAttribute attr : dict.getAs<DictionaryAttr>("attrs"))
-      refOp.attrs.push_back({attr.getName().str(),
-                             cast<StringAttr>(attr.getValue()).str()});
-    for (int32_t v : dict.getAs<DenseI32ArrayAttr>("operands").asArrayRef())
-      refOp.operands.push_back(v);
-    for (int32_t v : dict.getAs<DenseI32ArrayAttr>("results").asArrayRef())
-      refOp.results.push_back(v);
+    refOp.name = op.getName().str();
+    for (NamedAttribute attr : op.getAttrs()) {
+      auto text = dyn_cast<StringAttr>(attr.getValue());
+      if (!text)
+        return func.emitOpError("reference op '")
+               << refOp.name << "' has a non-string attribute '"
+               << attr.getName().getValue() << "'";
+      refOp.attrs.push_back({attr.getName().str(), text.str()});
+    }
+    llvm::append_range(refOp.operands, op.getOperands().asArrayRef());
+    llvm::append_range(refOp.results, op.getResults().asArrayRef());
     entry.refOps.push_back(std::move(refOp));
   }
 

@@ -103,7 +103,9 @@ moec::buildTuningCandidates(ModuleOp module, const std::string &target) {
         for (auto [i, arg] : llvm::enumerate(args)) {
           mapping.map(arg.second, body->getArgument(i));
           if (isRowsRole(arg.first, gathered))
-            candidate.setArgAttr(i, "moe.sym", builder.getStringAttr("M"));
+            candidate.setArgAttr(i,
+                                 moe::MoeDialect::SymAttrHelper::getNameStr(),
+                                 builder.getStringAttr("M"));
         }
         auto copy = cast<moe::GroupedMatmulOp>(builder.clone(*op, mapping));
         copy.getScatterPositionsMutable().clear();

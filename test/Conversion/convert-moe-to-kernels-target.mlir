@@ -199,7 +199,7 @@ func.func @fallback(%x: tensor<?x64xbf16>, %w: tensor<8x64x128xbf16>,
 // NVVM-LABEL: gpu.func @unpermute_grad_k3_unpermute_grad_pad
 // NVVM-LABEL: func.func @unpermute_grad
 // NVVM: @unpermute_grad_k2_unpermute_grad_token_warp
-// NVVM-SAME: moe.grid = "s0 32 * 256 cdiv"
+// NVVM-SAME: moe.launch = #moe.launch<grid = <s0 * 32 ceildiv 256>
 // ROCDL-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_token_warp
 // ROCDL-COUNT-10: gpu.shuffle xor
 // HOST-LABEL: gpu.func @unpermute_grad_k2_unpermute_grad_token_vec
@@ -207,9 +207,9 @@ func.func @fallback(%x: tensor<?x64xbf16>, %w: tensor<8x64x128xbf16>,
 // HOST-LABEL: gpu.func @unpermute_grad_k3_unpermute_grad_pad
 // HOST-LABEL: func.func @unpermute_grad
 // HOST: @unpermute_grad_k2_unpermute_grad_token_vec
-// HOST-SAME: moe.grid = "s0 256 cdiv"
+// HOST-SAME: moe.launch = #moe.launch<grid = <s0 ceildiv 256>
 // HOST: @unpermute_grad_k3_unpermute_grad_pad
-// HOST-SAME: moe.grid = "s1 256 cdiv"
+// HOST-SAME: moe.launch = #moe.launch<grid = <s1 ceildiv 256>
 func.func @unpermute_grad(%dy: tensor<?x64xbf16>, %w: tensor<?x2xf32>,
                           %rows: tensor<?x64xbf16> {moe.sym = "M"},
                           %slots: tensor<?xi32> {moe.sym = "M"},

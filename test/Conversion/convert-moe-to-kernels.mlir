@@ -9,12 +9,12 @@
 // CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<?x64xbf16>, vector<8xbf16>
 // CHECK: llvm.call_intrinsic "llvm.exp2.f32"
 // CHECK: vector.store %{{.*}} {alignment = 16 : i64} : memref<?x32xbf16>, vector<8xbf16>
-// CHECK: func.func @swiglu(%[[X:.*]]: memref<?x64xbf16> {moe.dim_symbols = array<i64: 0, -1>}, %[[Y:.*]]: memref<?x32xbf16> {moe.dims = ["s0", "32"], moe.output})
+// CHECK: func.func @swiglu(%[[X:.*]]: memref<?x64xbf16> {moe.dim_symbols = array<i64: 0, -1>}, %[[Y:.*]]: memref<?x32xbf16> {moe.dims = [#moe.size<s0>, #moe.size<32>], moe.output})
 // CHECK-SAME: moe.entry = "swiglu"
-// CHECK-SAME: moe.symbols = {{\[\[}}0, 0, "T"]]
+// CHECK-SAME: moe.symbols = [#moe.dim_symbol<name = "T", arg = 0, dim = 0>]
 // CHECK: gpu.launch_func @swiglu_kernels::@swiglu_k0_swiglu_vec
 // CHECK-SAME: args(%[[X]] : memref<?x64xbf16>, %[[Y]] : memref<?x32xbf16>
-// CHECK-SAME: moe.grid = "s0 4 * 256 cdiv"
+// CHECK-SAME: moe.launch = #moe.launch<grid = <s0 * 4 ceildiv 256>, scalars = [<s0 * 4>]>
 func.func @swiglu(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
   %y = moe.swiglu %x : tensor<?x64xbf16> -> tensor<?x32xbf16>
   return %y : tensor<?x32xbf16>
@@ -31,10 +31,10 @@ func.func @swiglu(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
 // CHECK: gpu.func @route_k2_sort_by_expert_place
 // CHECK: gpu.func @route_k3_grouped_matmul
 // CHECK: func.func @route
-// CHECK: memref.alloc() {moe.buffer = {{[0-9]+}} : i32, moe.dims = ["8"]} : memref<8xi32>
+// CHECK: memref.alloc() {moe.buffer = {{[0-9]+}} : i32, moe.dims = [#moe.size<8>]} : memref<8xi32>
 // CHECK: gpu.launch_func @route_kernels::@route_k0_sort_by_expert_count
 // CHECK: gpu.launch_func @route_kernels::@route_k3_grouped_matmul
-// CHECK-SAME: moe.grid = "s0 2 * 16 / 9 + 24 16 cdiv *"
+// CHECK-SAME: moe.launch = #moe.launch<grid = <(s0 * 2 floordiv 16 + 9) * (24 ceildiv 16)>
 // CHECK: memref.dealloc
 func.func @route(%ids: tensor<?x2xi32>, %x: tensor<?x16xf32>,
                  %w: tensor<8x16x24xf32>) -> tensor<?x24xf32> {
@@ -53,7 +53,7 @@ func.func @route(%ids: tensor<?x2xi32>, %x: tensor<?x16xf32>,
 // CHECK-LABEL: gpu.module @swiglu_odd_kernels
 // CHECK: gpu.func @swiglu_odd_k0_swiglu(
 // CHECK-NOT: vector.load
-// CHECK: moe.grid = "s0 18 * 256 cdiv"
+// CHECK: moe.launch = #moe.launch<grid = <s0 * 18 ceildiv 256>
 func.func @swiglu_odd(%x: tensor<?x36xbf16>) -> tensor<?x18xbf16> {
   %y = moe.swiglu %x : tensor<?x36xbf16> -> tensor<?x18xbf16>
   return %y : tensor<?x18xbf16>
@@ -65,7 +65,7 @@ func.func @swiglu_odd(%x: tensor<?x36xbf16>) -> tensor<?x18xbf16> {
 // to the lowered entry, where the bundle takes its buffer names from it.
 // CHECK-LABEL: func.func @named
 // CHECK-SAME: %{{.*}}: memref<?x8xf32> {moe.dim_symbols = array<i64: 0, -1>, moe.name = "hidden"}
-// CHECK-SAME: %{{.*}}: memref<?x4xf32> {moe.dims = ["s0", "4"], moe.output}
+// CHECK-SAME: %{{.*}}: memref<?x4xf32> {moe.dims = [#moe.size<s0>, #moe.size<4>], moe.output}
 func.func @named(%x: tensor<?x8xf32> {moe.name = "hidden"}) -> tensor<?x4xf32> {
   %y = moe.swiglu %x : tensor<?x8xf32> -> tensor<?x4xf32>
   return %y : tensor<?x4xf32>
@@ -77,7 +77,7 @@ func.func @named(%x: tensor<?x8xf32> {moe.name = "hidden"}) -> tensor<?x4xf32> {
 // with moe.sym: here the permuted rows (R = T·k) next to the T tokens'
 // weights.
 // CHECK-LABEL: func.func @combine_rows
-// CHECK-SAME: moe.symbols = {{\[\[}}0, 0, "R"], [3, 0, "T"]]
+// CHECK-SAME: moe.symbols = [#moe.dim_symbol<name = "R", arg = 0, dim = 0>, #moe.dim_symbol<name = "T", arg = 3, dim = 0>]
 func.func @combine_rows(%rows: tensor<?x16xbf16> {moe.sym = "R"},
                         %slots: tensor<?xi32> {moe.sym = "R"},
                         %offsets: tensor<4xi32>, %w: tensor<?x2xf32>)
@@ -101,9 +101,9 @@ func.func @combine_rows(%rows: tensor<?x16xbf16> {moe.sym = "R"},
 // CHECK: gpu.func @permute_grad_k6_permute_grad_slot_fill
 // CHECK: gpu.func @permute_grad_k7_permute_grad_slot_scatter
 // CHECK: func.func @permute_grad(
-// CHECK-SAME: memref<?x64xbf16> {moe.dims = ["s1", "64"], moe.output}
-// CHECK-SAME: memref<?x3xf32> {moe.dims = ["s1", "3"], moe.output}
-// CHECK-SAME: moe.symbols = {{\[\[}}0, 0, "M"], [2, 0, "T"]]
+// CHECK-SAME: memref<?x64xbf16> {moe.dims = [#moe.size<s1>, #moe.size<64>], moe.output}
+// CHECK-SAME: memref<?x3xf32> {moe.dims = [#moe.size<s1>, #moe.size<3>], moe.output}
+// CHECK-SAME: moe.symbols = [#moe.dim_symbol<name = "M", arg = 0, dim = 0>, #moe.dim_symbol<name = "T", arg = 2, dim = 0>]
 func.func @permute_grad(%drows: tensor<?x64xbf16> {moe.sym = "M"},
                         %dprobs: tensor<?xf32> {moe.sym = "M"},
                         %ids: tensor<?x3xi32>)
@@ -127,9 +127,9 @@ func.func @permute_grad(%drows: tensor<?x64xbf16> {moe.sym = "M"},
 // CHECK: gpu.func @unpermute_grad_odd_k3_unpermute_grad_weights(
 // CHECK: func.func @unpermute_grad_odd(
 // CHECK: @unpermute_grad_odd_k0_unpermute_grad_scatter
-// CHECK-SAME: moe.grid = "s1 36 * 256 cdiv"
+// CHECK-SAME: moe.launch = #moe.launch<grid = <s1 * 36 ceildiv 256>
 // CHECK: @unpermute_grad_odd_k3_unpermute_grad_weights
-// CHECK-SAME: moe.grid = "s0 2 * 256 cdiv"
+// CHECK-SAME: moe.launch = #moe.launch<grid = <s0 * 2 ceildiv 256>
 func.func @unpermute_grad_odd(%dy: tensor<?x36xbf16>, %w: tensor<?x2xf32>,
                               %rows: tensor<?x36xbf16> {moe.sym = "M"},
                               %slots: tensor<?xi32> {moe.sym = "M"},

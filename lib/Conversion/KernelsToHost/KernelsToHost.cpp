@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Conversion/Passes.h"
+#include "moec/Dialect/Moe/IR/MoeDialect.h"
 
 #include "mlir/IR/IRMapping.h"
 
@@ -116,7 +117,7 @@ struct ConvertKernelsToHostPass
     SmallVector<func::FuncOp> launchers;
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.getOps<gpu::LaunchFuncOp>().empty() ||
-          func->hasAttr("moe.entry"))
+          func->hasAttr(moec::moe::MoeDialect::EntryAttrHelper::getNameStr()))
         launchers.push_back(func);
     OpBuilder builder(module.getBodyRegion());
     builder.setInsertionPointToEnd(module.getBody());

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moec/Conversion/Passes.h"
+#include "moec/Dialect/Moe/IR/MoeDialect.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -25,7 +26,8 @@ using namespace mlir;
 
 namespace {
 
-constexpr llvm::StringLiteral kListAttr = "moe.grid_constant_args";
+constexpr llvm::StringLiteral kListAttr =
+    moec::moe::MoeDialect::GridConstantArgsAttrHelper::getNameStr();
 /// Bytes of a CUtensorMap, and the alignment the driver requires.
 constexpr int64_t kTensorMapBytes = 128;
 constexpr int64_t kTensorMapAlign = 64;

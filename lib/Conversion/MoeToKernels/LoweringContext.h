@@ -37,6 +37,9 @@ public:
   /// A scratch buffer of the given type and sizes (one Value per dimension).
   virtual mlir::Value allocTemp(mlir::MemRefType type,
                                 llvm::ArrayRef<mlir::Value> sizes) = 0;
+  /// The host value of an index value of the function being lowered (a
+  /// constant or a tensor.dim already lowered); null for any other.
+  virtual mlir::Value hostScalar(mlir::Value value) = 0;
   /// The host index value of the token count T: the symbol of the
   /// function arguments' dynamic leading dimensions (those `moe.sym` does
   /// not name otherwise); null when no argument has one.
@@ -73,9 +76,11 @@ std::optional<mlir::LogicalResult> lowerMatmulHopper(mlir::Operation *op,
                                                      BufferMap buffer,
                                                      LoweringContext &ctx);
 
-/// Host index values for the sizes of each result of `op`, from the sizes of
-/// its operand buffers; fails with a diagnostic where a size cannot be
-/// derived.
+/// Host index values for the sizes of each result of `op`: the op's
+/// ReifyRankedShapedTypeOpInterface (lib/Dialect/Moe/IR/MoeResultShapes.cpp;
+/// linalg's for linalg.matmul) translated to the host, with the sizes of
+/// its operand buffers for their tensor.dim; fails with a diagnostic where a
+/// size cannot be derived.
 mlir::LogicalResult
 resultSizes(mlir::Operation *op, BufferMap buffer, LoweringContext &ctx,
             llvm::SmallVector<llvm::SmallVector<mlir::Value>> &sizes);

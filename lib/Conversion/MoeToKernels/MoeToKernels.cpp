@@ -2,12 +2,12 @@
 //
 // Part of moec. Rewrites each function on tensors into a function on
 // buffers that launches one gpu kernel (or a few) per op, and records, as
-// attributes, everything the bundle writer needs: symbols, size expressions,
-// buffer indices, grids, scalar parameters and the op list for the float64
-// reference. Each op is lowered by the KernelPattern of its strategy: the
-// op's `#moe.kernel` (moe-select-kernel), or the one chosen here the same
-// way; the kernel bodies are in the strategies' folders (Scalar/, Vector/,
-// Warp/, Hopper/).
+// the dialect's typed attributes (MoeLoweredAttrs.td), everything the bundle
+// writer needs: symbols, sizes (#moe.size), buffer indices, launches
+// (#moe.launch) and the op list for the float64 reference (#moe.ref_op). Each
+// op is lowered by the KernelPattern of its strategy: the op's `#moe.kernel`
+// (moe-select-kernel), or the one chosen here the same way; the kernel bodies
+// are in the strategies' folders (Scalar/, Vector/, Warp/, Hopper/).
 //
 //===----------------------------------------------------------------------===//
 
@@ -64,15 +64,44 @@ std::string attrText(Attribute attr) {
   return printed;
 }
 
-/// ODS operand counts of ops without an operandSegmentSizes attribute, so
-/// that absent trailing optional operands are listed as -1.
-unsigned odsOperandCount(Operation *op) {
-  return llvm::TypeSwitch<Operation *, unsigned>(op)
-      .Case<moe::RouterTopKOp>([](auto) { return 2; })
-      .Case<moe::UnpermuteOp>([](auto) { return 4; })
-      .Case<moe::PermuteGradOp>([](auto) { return 4; })
-      .Case<moe::QuantizeOp>([](auto) { return 2; })
-      .Default([](Operation *op) { return op->getNumOperands(); });
+/// The buffer index of each ODS operand or result group (-1 for an absent
+/// optional one), from the op's segment sizes where it has them.
+template <typename IndexOf>
+SmallVector<int32_t> groupIndices(Operation *op, ValueRange values,
+                                  StringRef segmentsAttr, IndexOf index) {
+  SmallVector<int32_t> indices;
+  auto segments = op->getAttrOfType<DenseI32ArrayAttr>(segmentsAttr);
+  if (!segments) {
+    for (Value value : values)
+      indices.push_back(index(value));
+    return indices;
+  }
+  unsigned next = 0;
+  for (int32_t length : segments.asArrayRef()) {
+    indices.push_back(length ? index(values[next]) : -1);
+    next += length;
+  }
+  return indices;
+}
+
+/// The ODS operand groups (null for an absent optional one) of ops whose
+/// groups the operands alone do not tell: a matmul's A and B (its
+/// accumulator is the zero fill), and moe ops with one optional operand,
+/// which have no segment sizes (ODS wants two variadic operands for
+/// AttrSizedOperandSegments).
+std::optional<SmallVector<Value>> unsegmentedOperands(Operation *op) {
+  using Operands = std::optional<SmallVector<Value>>;
+  return llvm::TypeSwitch<Operation *, Operands>(op)
+      .Case([](linalg::MatmulOp matmul) {
+        return SmallVector<Value>(matmul.getInputs());
+      })
+      .Case([](moe::RouterTopKOp topk) {
+        return SmallVector<Value>{topk.getLogits(), topk.getSelectionBias()};
+      })
+      .Case([](moe::QuantizeOp quantize) {
+        return SmallVector<Value>{quantize.getInput(), quantize.getOffsets()};
+      })
+      .Default([](Operation *) { return std::nullopt; });
 }
 
 class FuncLowering : public LoweringContext {
@@ -80,7 +109,8 @@ public:
   FuncLowering(ModuleOp module, func::FuncOp func,
                const KernelPatternSet &patterns)
       : module(module), oldFunc(func), patterns(patterns),
-        hostBuilder(func.getLoc(), func) {
+        hostBuilder(func.getLoc(), func),
+        attrs(func->getContext()->getLoadedDialect<moe::MoeDialect>()) {
     hostBuilder.targetInfo = &patterns.getTarget();
   }
 
@@ -95,14 +125,16 @@ public:
   }
   Value allocTemp(MemRefType type, ArrayRef<Value> sizes) override;
   Value tokenCount() override { return tokens; }
+  Value hostScalar(Value value) override { return scalars.lookupOrNull(value); }
   LogicalResult launch(StringRef suffix, Value gridBlocks, moe::TileAttr tile,
                        ValueRange operands, const KernelBody &body,
                        int64_t dynamicSharedBytes = 0,
                        int64_t clusterBlocks = 1) override;
 
 private:
-  /// Size expression (RPN) of a host index value, or failure.
-  FailureOr<std::string> expr(Value v);
+  /// The size a host index value computes, over the entry's symbols, or
+  /// failure.
+  FailureOr<moe::SizeAttr> expr(Value v);
   ArrayAttr exprArray(ArrayRef<Value> sizes, Location loc, bool &ok);
   Value newBuffer(Value tensor, ArrayRef<Value> sizes);
   LogicalResult lowerOneOp(Operation *op);
@@ -114,6 +146,7 @@ private:
   const KernelPatternSet &patterns;
   gpu::GPUModuleOp gpuModule;
   KernelBuilder hostBuilder;
+  moe::MoeDialect *attrs; ///< the lowered function's attribute helpers
   Operation *currentOp = nullptr;
   unsigned kernelCount = 0;
 
@@ -141,55 +174,63 @@ Value FuncLowering::allocTemp(MemRefType type, ArrayRef<Value> sizes) {
       dynamic.push_back(size);
   auto alloc = memref::AllocOp::create(hostBuilder, type, dynamic);
   bool ok = true;
-  alloc->setAttr("moe.dims", exprArray(sizes, alloc.getLoc(), ok));
-  alloc->setAttr("moe.buffer", hostBuilder.getI32IntegerAttr(numBuffers));
+  attrs->getDimsAttrHelper().setAttr(alloc,
+                                     exprArray(sizes, alloc.getLoc(), ok));
+  attrs->getBufferAttrHelper().setAttr(
+      alloc, hostBuilder.getI32IntegerAttr(numBuffers));
   bufferIndex[alloc] = numBuffers++;
   sizesOf[alloc] = SmallVector<Value>(sizes);
   temps.push_back(alloc);
   return alloc;
 }
 
-FailureOr<std::string> FuncLowering::expr(Value v) {
+FailureOr<moe::SizeAttr> FuncLowering::expr(Value v) {
+  MLIRContext *context = v.getContext();
   APInt constant;
-  if (matchPattern(v, m_ConstantInt(&constant)))
-    return std::to_string(constant.getSExtValue());
+  if (matchPattern(v, m_ConstantInt(&constant))) {
+    if (constant.isNegative())
+      return failure();
+    return moe::SizeAttr::constant(context, constant.getSExtValue());
+  }
   auto dimIt = inputDim.find(v);
   if (dimIt != inputDim.end())
-    return "s" + std::to_string(symbolOf.lookup(dimIt->second));
+    return moe::SizeAttr::symbol(context, symbolOf.lookup(dimIt->second));
   Operation *def = v.getDefiningOp();
   if (!def || def->getNumOperands() != 2)
     return failure();
-  const char *op = llvm::TypeSwitch<Operation *, const char *>(def)
-                       .Case<arith::AddIOp>([](auto) { return "+"; })
-                       .Case<arith::SubIOp>([](auto) { return "-"; })
-                       .Case<arith::MulIOp>([](auto) { return "*"; })
-                       .Case<arith::DivUIOp>([](auto) { return "/"; })
-                       .Case<arith::CeilDivUIOp>([](auto) { return "cdiv"; })
-                       .Case<arith::MinUIOp>([](auto) { return "min"; })
-                       .Case<arith::MaxUIOp>([](auto) { return "max"; })
-                       .Default([](Operation *) { return nullptr; });
-  if (!op)
+  using moe::SizeKind;
+  std::optional<SizeKind> kind =
+      llvm::TypeSwitch<Operation *, std::optional<SizeKind>>(def)
+          .Case<arith::AddIOp>([](auto) { return SizeKind::add; })
+          .Case<arith::SubIOp>([](auto) { return SizeKind::sub; })
+          .Case<arith::MulIOp>([](auto) { return SizeKind::mul; })
+          .Case<arith::DivUIOp>([](auto) { return SizeKind::floordiv; })
+          .Case<arith::CeilDivUIOp>([](auto) { return SizeKind::ceildiv; })
+          .Case<arith::MinUIOp>([](auto) { return SizeKind::min; })
+          .Case<arith::MaxUIOp>([](auto) { return SizeKind::max; })
+          .Default([](Operation *) { return std::nullopt; });
+  if (!kind)
     return failure();
-  FailureOr<std::string> lhs = expr(def->getOperand(0));
-  FailureOr<std::string> rhs = expr(def->getOperand(1));
+  FailureOr<moe::SizeAttr> lhs = expr(def->getOperand(0));
+  FailureOr<moe::SizeAttr> rhs = expr(def->getOperand(1));
   if (failed(lhs) || failed(rhs))
     return failure();
-  return *lhs + " " + *rhs + " " + op;
+  return moe::SizeAttr::binary(*kind, *lhs, *rhs);
 }
 
 ArrayAttr FuncLowering::exprArray(ArrayRef<Value> sizes, Location loc,
                                   bool &ok) {
-  SmallVector<Attribute> texts;
+  SmallVector<Attribute> exprs;
   for (Value size : sizes) {
-    FailureOr<std::string> text = expr(size);
-    if (failed(text)) {
+    FailureOr<moe::SizeAttr> built = expr(size);
+    if (failed(built)) {
       emitError(loc) << "a size is not an expression of the input sizes";
       ok = false;
-      text = std::string("0");
+      built = moe::SizeAttr::constant(loc.getContext(), 0);
     }
-    texts.push_back(hostBuilder.getStringAttr(*text));
+    exprs.push_back(*built);
   }
-  return hostBuilder.getArrayAttr(texts);
+  return hostBuilder.getArrayAttr(exprs);
 }
 
 Value FuncLowering::newBuffer(Value tensor, ArrayRef<Value> sizes) {
@@ -203,7 +244,7 @@ Value FuncLowering::newBuffer(Value tensor, ArrayRef<Value> sizes) {
   }
   bool ok = true;
   unsigned argNo = cast<BlockArgument>(output).getArgNumber();
-  newFunc.setArgAttr(argNo, "moe.dims",
+  newFunc.setArgAttr(argNo, attrs->getDimsAttrHelper().getName(),
                      exprArray(sizes, tensor.getLoc(), ok));
   sizesOf[output] = SmallVector<Value>(sizes);
   bufferOf[tensor] = output;
@@ -223,31 +264,29 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
                          .str();
 
   SmallVector<Type> argTypes;
-  SmallVector<Attribute> scalarExprs;
+  SmallVector<moe::SizeAttr> scalarExprs;
   // Tensor maps' positions among the lowered kernel's parameters.
   SmallVector<int64_t> gridConstants;
   int64_t loweredParams = 0;
   for (Value operand : operands) {
     argTypes.push_back(operand.getType());
     if (auto memref = dyn_cast<MemRefType>(operand.getType())) {
-      scalarExprs.push_back(hostBuilder.getStringAttr(""));
       loweredParams += loweredMemrefParams(memref.getRank());
       continue;
     }
     if (tensorMapOf(operand)) {
-      scalarExprs.push_back(hostBuilder.getStringAttr(""));
       gridConstants.push_back(loweredParams++);
       continue;
     }
     ++loweredParams;
-    FailureOr<std::string> text = expr(operand);
-    if (failed(text))
+    FailureOr<moe::SizeAttr> scalar = expr(operand);
+    if (failed(scalar))
       return emitError(loc) << "kernel scalar is not an expression of the "
                                "input sizes";
-    scalarExprs.push_back(hostBuilder.getStringAttr(*text));
+    scalarExprs.push_back(*scalar);
   }
-  FailureOr<std::string> gridText = expr(gridBlocks);
-  if (failed(gridText))
+  FailureOr<moe::SizeAttr> grid = expr(gridBlocks);
+  if (failed(grid))
     return emitError(loc) << "grid is not an expression of the input sizes";
 
   int64_t threads = tile.getThreads();
@@ -261,8 +300,8 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
       {static_cast<int32_t>(threads), 1, 1}));
   // For moe-mark-grid-constant-params once the kernel is an llvm.func.
   if (!gridConstants.empty())
-    kernel->setAttr("moe.grid_constant_args",
-                    moduleBuilder.getDenseI64ArrayAttr(gridConstants));
+    attrs->getGridConstantArgsAttrHelper().setAttr(
+        kernel, moduleBuilder.getDenseI64ArrayAttr(gridConstants));
   {
     Block *kernelEntry = &kernel.getBody().front();
     KernelBuilder b(loc, kernelEntry, kernelEntry->end());
@@ -283,8 +322,9 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
       gpu::KernelDim3{hostBuilder.idx(threads), one, one},
       dynamicSharedBytes ? hostBuilder.i32(dynamicSharedBytes) : Value(),
       operands, /*asyncTokenType=*/Type(), /*asyncDependencies=*/{}, cluster);
-  launchOp->setAttr("moe.grid", hostBuilder.getStringAttr(*gridText));
-  launchOp->setAttr("moe.scalars", hostBuilder.getArrayAttr(scalarExprs));
+  attrs->getLaunchAttrHelper().setAttr(
+      launchOp,
+      moe::LaunchAttr::get(hostBuilder.getContext(), *grid, scalarExprs));
   launchOp->setAttr(moe::kTileAttrName, tile);
   return success();
 }
@@ -293,40 +333,21 @@ void FuncLowering::recordRefOp(
     Operation *op, StringRef name,
     ArrayRef<std::pair<StringRef, std::string>> extraAttrs) {
   auto index = [&](Value tensor) -> int32_t {
+    if (!tensor)
+      return -1;
     Value buffer = bufferOf.lookup(tensor);
     return buffer ? bufferIndex.lookup(buffer) : -1;
   };
-  SmallVector<int32_t> operands, results;
-  if (auto matmul = dyn_cast<linalg::MatmulOp>(op)) {
-    // A and B; the accumulator is the zero fill.
-    for (Value input : matmul.getInputs())
-      operands.push_back(index(input));
-  } else if (auto segments =
-                 op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")) {
-    unsigned next = 0;
-    for (int32_t length : segments.asArrayRef()) {
-      operands.push_back(length ? index(op->getOperand(next)) : -1);
-      next += length;
-    }
-  } else {
-    for (Value operand : op->getOperands())
-      operands.push_back(index(operand));
-    operands.resize(std::max<size_t>(operands.size(), odsOperandCount(op)),
-                    -1);
-  }
-  if (auto segments =
-          op->getAttrOfType<DenseI32ArrayAttr>("resultSegmentSizes")) {
-    unsigned next = 0;
-    for (int32_t length : segments.asArrayRef()) {
-      results.push_back(length ? index(op->getResult(next)) : -1);
-      next += length;
-    }
-  } else {
-    for (Value result : op->getResults())
-      results.push_back(index(result));
-  }
+  SmallVector<int32_t> operands;
+  if (std::optional<SmallVector<Value>> groups = unsegmentedOperands(op))
+    operands = llvm::map_to_vector(*groups, index);
+  else
+    operands =
+        groupIndices(op, op->getOperands(), "operandSegmentSizes", index);
+  SmallVector<int32_t> results =
+      groupIndices(op, op->getResults(), "resultSegmentSizes", index);
 
-  SmallVector<NamedAttribute> attrs;
+  SmallVector<NamedAttribute> semantics;
   for (NamedAttribute attr : op->getAttrs()) {
     StringRef attrName = attr.getName().getValue();
     // Lowering choices are not semantics: the reference ignores them.
@@ -334,20 +355,16 @@ void FuncLowering::recordRefOp(
         attrName == moe::kTileAttrName || attrName == moe::kKernelAttrName ||
         !name.starts_with("moe."))
       continue;
-    attrs.push_back(hostBuilder.getNamedAttr(
+    semantics.push_back(hostBuilder.getNamedAttr(
         attrName, hostBuilder.getStringAttr(attrText(attr.getValue()))));
   }
   for (auto [attrName, text] : extraAttrs)
-    attrs.push_back(hostBuilder.getNamedAttr(attrName,
-                                             hostBuilder.getStringAttr(text)));
-  refOps.push_back(hostBuilder.getDictionaryAttr({
-      hostBuilder.getNamedAttr("name", hostBuilder.getStringAttr(name)),
-      hostBuilder.getNamedAttr("attrs", hostBuilder.getDictionaryAttr(attrs)),
-      hostBuilder.getNamedAttr("operands",
-                               hostBuilder.getDenseI32ArrayAttr(operands)),
-      hostBuilder.getNamedAttr("results",
-                               hostBuilder.getDenseI32ArrayAttr(results)),
-  }));
+    semantics.push_back(
+        hostBuilder.getNamedAttr(attrName, hostBuilder.getStringAttr(text)));
+  refOps.push_back(moe::RefOpAttr::get(
+      hostBuilder.getContext(), name, hostBuilder.getDictionaryAttr(semantics),
+      hostBuilder.getDenseI32ArrayAttr(operands),
+      hostBuilder.getDenseI32ArrayAttr(results)));
 }
 
 LogicalResult FuncLowering::lowerOneOp(Operation *op) {
@@ -459,8 +476,9 @@ LogicalResult FuncLowering::run() {
     auto memrefType = cast<MemRefType>(arg.getType());
     // A user's name for the argument (the Python frontend sets it) becomes
     // the buffer's name in the bundle, so launch errors can quote it.
-    if (auto argName = oldFunc.getArgAttrOfType<StringAttr>(i, "moe.name"))
-      newFunc.setArgAttr(i, "moe.name", argName);
+    StringAttr nameAttr = attrs->getNameAttrHelper().getName();
+    if (auto argName = oldFunc.getArgAttrOfType<StringAttr>(i, nameAttr))
+      newFunc.setArgAttr(i, nameAttr, argName);
     bufferOf[oldFunc.getArgument(i)] = arg;
     bufferIndex[arg] = numBuffers++;
     SmallVector<Value> sizes;
@@ -481,16 +499,16 @@ LogicalResult FuncLowering::run() {
       std::string symbolName =
           ("arg" + Twine(i) + "_d" + Twine(d)).str();
       if (d == 0) {
-        auto named = oldFunc.getArgAttrOfType<StringAttr>(i, "moe.sym");
+        auto named = oldFunc.getArgAttrOfType<StringAttr>(
+            i, attrs->getSymAttrHelper().getName());
         symbolName = named ? named.str() : "T";
       }
       auto [it, isNew] =
           symbolByName.try_emplace(symbolName, symbolAttrs.size());
       unsigned symbol = it->second;
       if (isNew)
-        symbolAttrs.push_back(hostBuilder.getArrayAttr(
-            {hostBuilder.getI64IntegerAttr(i), hostBuilder.getI64IntegerAttr(d),
-             hostBuilder.getStringAttr(symbolName)}));
+        symbolAttrs.push_back(moe::DimSymbolAttr::get(hostBuilder.getContext(),
+                                                      symbolName, i, d));
       symbolOf[{i, d}] = symbol;
       dimSymbols.push_back(symbol);
       inputDim[dim] = {i, d};
@@ -498,7 +516,7 @@ LogicalResult FuncLowering::run() {
         tokens = dim;
       sizes.push_back(dim);
     }
-    newFunc.setArgAttr(i, "moe.dim_symbols",
+    newFunc.setArgAttr(i, attrs->getDimSymbolsAttrHelper().getName(),
                        hostBuilder.getDenseI64ArrayAttr(dimSymbols));
     sizesOf[arg] = sizes;
   }
@@ -512,7 +530,7 @@ LogicalResult FuncLowering::run() {
       return returnOp.emitOpError("result ")
              << r << " must be computed by the function and returned once";
     outputFor[value] = arg;
-    newFunc.setArgAttr(numInputs + r, "moe.output",
+    newFunc.setArgAttr(numInputs + r, attrs->getOutputAttrHelper().getName(),
                        moduleBuilder.getUnitAttr());
   }
 
@@ -527,11 +545,13 @@ LogicalResult FuncLowering::run() {
     memref::DeallocOp::create(hostBuilder, temp);
   func::ReturnOp::create(hostBuilder);
 
-  newFunc->setAttr("moe.symbols", hostBuilder.getArrayAttr(symbolAttrs));
-  newFunc->setAttr("moe.ref_ops", hostBuilder.getArrayAttr(refOps));
-  newFunc->setAttr("moe.num_buffers",
-                   hostBuilder.getI32IntegerAttr(numBuffers));
-  newFunc->setAttr("moe.entry", hostBuilder.getStringAttr(name));
+  attrs->getSymbolsAttrHelper().setAttr(newFunc,
+                                        hostBuilder.getArrayAttr(symbolAttrs));
+  attrs->getRefOpsAttrHelper().setAttr(newFunc,
+                                       hostBuilder.getArrayAttr(refOps));
+  attrs->getNumBuffersAttrHelper().setAttr(
+      newFunc, hostBuilder.getI32IntegerAttr(numBuffers));
+  attrs->getEntryAttrHelper().setAttr(newFunc, hostBuilder.getStringAttr(name));
   oldFunc.erase();
   newFunc.setName(name);
   return success();

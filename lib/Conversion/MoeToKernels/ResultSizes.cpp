@@ -1,8 +1,10 @@
 //===- ResultSizes.cpp - Host sizes of each op's results ------------------===//
 //
 // Part of moec. The sizes convert-moe-to-kernels allocates results with
-// (and records as size expressions for the bundle), from the sizes of the
-// op's operand buffers.
+// (and records as #moe.size for the bundle): each op's reified result
+// shapes (ReifyRankedShapedTypeOpInterface), built next to the op on
+// tensors, translated to host index values with the sizes of the operand
+// buffers, then erased.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,191 +12,151 @@
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
-#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace moec;
 using namespace moec::kernels;
 
+namespace {
+
+/// Records the ops a builder creates, so the reified IR can be erased.
+struct CreatedOps : public OpBuilder::Listener {
+  void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
+    ops.push_back(op);
+  }
+  SmallVector<Operation *> ops;
+};
+
+class SizeTranslator {
+public:
+  SizeTranslator(Operation *op, BufferMap buffer, LoweringContext &ctx)
+      : op(op), buffer(buffer), ctx(ctx), builder(op) {
+    builder.setListener(&created);
+  }
+  ~SizeTranslator() {
+    for (Operation *temp : llvm::reverse(created.ops))
+      temp->erase();
+  }
+
+  /// Host sizes of each result of `shaped`, or failure (no diagnostic).
+  FailureOr<SmallVector<SmallVector<Value>>> resultSizes(Operation *shaped) {
+    auto reifiable = dyn_cast<ReifyRankedShapedTypeOpInterface>(shaped);
+    ReifiedRankedShapedTypeDims reified;
+    if (!reifiable || failed(reifiable.reifyResultShapes(builder, reified)))
+      return failure();
+    SmallVector<SmallVector<Value>> sizes;
+    for (ArrayRef<OpFoldResult> shape : reified) {
+      SmallVector<Value> &dims = sizes.emplace_back();
+      for (OpFoldResult size : shape) {
+        FailureOr<Value> host = toHost(size);
+        if (failed(host))
+          return failure();
+        dims.push_back(*host);
+      }
+    }
+    return sizes;
+  }
+
+private:
+  FailureOr<Value> toHost(OpFoldResult size) {
+    KernelBuilder &h = ctx.host();
+    if (std::optional<int64_t> constant = getConstantIntValue(size))
+      return h.idx(*constant);
+    Value value = cast<Value>(size);
+    if (Value known = ctx.hostScalar(value))
+      return known;
+    Operation *def = value.getDefiningOp();
+    if (auto dim = dyn_cast_or_null<tensor::DimOp>(def)) {
+      std::optional<int64_t> index = dim.getConstantIndex();
+      if (!index)
+        return failure();
+      return dimOf(dim.getSource(), *index);
+    }
+    if (!def || def->getNumOperands() != 2)
+      return failure();
+    FailureOr<Value> lhs = toHost(def->getOperand(0));
+    FailureOr<Value> rhs = toHost(def->getOperand(1));
+    if (failed(lhs) || failed(rhs))
+      return failure();
+    using Build = Value (KernelBuilder::*)(Value, Value);
+    Build build =
+        llvm::TypeSwitch<Operation *, Build>(def)
+            .Case([](arith::AddIOp) { return &KernelBuilder::add; })
+            .Case([](arith::SubIOp) { return &KernelBuilder::sub; })
+            .Case([](arith::MulIOp) { return &KernelBuilder::mul; })
+            .Case([](arith::DivUIOp) { return &KernelBuilder::div; })
+            .Case([](arith::CeilDivUIOp) { return &KernelBuilder::ceilDiv; })
+            .Case([](arith::MinUIOp) { return &KernelBuilder::minIdx; })
+            .Default([](Operation *) { return nullptr; });
+    if (!build)
+      return failure();
+    return (h.*build)(*lhs, *rhs);
+  }
+
+  /// Size `d` of a tensor: its buffer's, or (a value without a buffer, such
+  /// as a matmul's tensor.empty accumulator) its defining op's reified one.
+  FailureOr<Value> dimOf(Value tensor, int64_t d) {
+    auto type = cast<ShapedType>(tensor.getType());
+    if (d < 0 || d >= type.getRank())
+      return failure();
+    if (Value buf = buffer(tensor))
+      return ctx.sizes(buf)[d];
+    auto result = dyn_cast<OpResult>(tensor);
+    if (!result)
+      return failure();
+    FailureOr<SmallVector<SmallVector<Value>>> sizes =
+        resultSizes(result.getOwner());
+    if (failed(sizes))
+      return failure();
+    return (*sizes)[result.getResultNumber()][d];
+  }
+
+  Operation *op;
+  BufferMap buffer;
+  LoweringContext &ctx;
+  CreatedOps created;
+  OpBuilder builder;
+};
+
+} // namespace
+
 LogicalResult
 moec::kernels::resultSizes(Operation *op, BufferMap buffer,
                            LoweringContext &ctx,
                            SmallVector<SmallVector<Value>> &sizes) {
-  KernelBuilder &h = ctx.host();
-  auto sizesOf = [&](Value tensor) { return ctx.sizes(buffer(tensor)); };
-  // Static dimensions come from the type; `dynamic(i, d)` supplies the rest.
-  auto fill = [&](Value result,
-                  const std::function<Value(int64_t)> &dynamic) -> bool {
-    auto type = cast<ShapedType>(result.getType());
-    SmallVector<Value> dims;
-    for (int64_t d = 0; d < type.getRank(); ++d) {
-      if (!type.isDynamicDim(d)) {
-        dims.push_back(h.idx(type.getDimSize(d)));
-        continue;
-      }
-      Value v = dynamic(d);
-      if (!v)
-        return false;
-      dims.push_back(v);
+  FailureOr<SmallVector<SmallVector<Value>>> reified =
+      SizeTranslator(op, buffer, ctx).resultSizes(op);
+  if (succeeded(reified)) {
+    sizes = std::move(*reified);
+    return success();
+  }
+  // permute_grad's token count is not in its operands (its slots are
+  // padded rows): a dynamic one is the function's token count T.
+  if (auto grad = dyn_cast<moe::PermuteGradOp>(op)) {
+    Value tokens = ctx.tokenCount();
+    if (!tokens)
+      return op->emitOpError("cannot size its result for kernels: a dynamic "
+                             "token count needs a function argument whose "
+                             "leading dimension is the token count T");
+    Value hidden = ctx.sizes(buffer(grad.getGradRows()))[1];
+    for (Value result : op->getResults()) {
+      auto type = cast<ShapedType>(result.getType());
+      SmallVector<Value> &dims = sizes.emplace_back();
+      for (int64_t d = 0; d < type.getRank(); ++d)
+        dims.push_back(!type.isDynamicDim(d)
+                           ? ctx.host().idx(type.getDimSize(d))
+                       : d == 0 ? tokens
+                                : hidden);
     }
-    sizes.push_back(dims);
-    return true;
-  };
-  auto fail = [&](const Twine &why) {
-    return op->emitOpError("cannot size its result for kernels: ") << why;
-  };
-  auto rowsOf = [&](Value tensor) {
-    return [&, tensor](int64_t d) -> Value {
-      return d == 0 ? sizesOf(tensor)[0] : Value();
-    };
-  };
-
-  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case<moe::RouterTopKOp>([&](auto r) -> LogicalResult {
-        for (Value result : r->getResults())
-          if (!fill(result, rowsOf(r.getLogits())))
-            return fail("dynamic k");
-        return success();
-      })
-      .Case<moe::SortByExpertOp>([&](auto s) -> LogicalResult {
-        SmallVector<Value> idSizes = sizesOf(s.getIds());
-        Value numSlots = h.mul(idSizes[0], idSizes[1]);
-        Value capacity = numSlots;
-        int64_t align = s.getAlign().value_or(1);
-        if (align > 1)
-          capacity = h.add(capacity, h.idx(s.getNumExperts() * (align - 1)));
-        for (Value result : s->getResults())
-          fill(result, [&](int64_t) {
-            return result == s.getPositions() ? numSlots : capacity;
-          });
-        return success();
-      })
-      .Case<moe::PermuteOp>([&](auto p) -> LogicalResult {
-        Value rows = sizesOf(p.getSlots())[0];
-        Value hidden = sizesOf(p.getTokens())[1];
-        fill(p.getRows(), [&](int64_t d) { return d == 0 ? rows : hidden; });
-        if (p.getPermutedProbs())
-          fill(p.getPermutedProbs(), [&](int64_t) { return rows; });
-        if (p.getPermutedScales()) {
-          Value groups = sizesOf(p.getScales())[1];
-          fill(p.getPermutedScales(),
-               [&](int64_t d) { return d == 0 ? rows : groups; });
-        }
-        return success();
-      })
-      .Case<moe::UnpermuteOp>([&](auto u) -> LogicalResult {
-        Value hidden = sizesOf(u.getRows())[1];
-        Value tokens = u.getWeights() ? sizesOf(u.getWeights())[0] : Value();
-        if (!fill(u.getOut(),
-                  [&](int64_t d) { return d == 0 ? tokens : hidden; }))
-          return fail("a dynamic token count needs `weights` (the number of "
-                      "tokens is their first dimension)");
-        return success();
-      })
-      .Case<moe::PermuteGradOp>([&](auto p) -> LogicalResult {
-        Value hidden = sizesOf(p.getGradRows())[1];
-        Value tokens = ctx.tokenCount();
-        auto dims = [&](int64_t d) {
-          return d == 0 ? tokens : d == 1 ? hidden : Value();
-        };
-        if (!fill(p.getGradTokens(), dims) ||
-            (p.getGradProbs() && !fill(p.getGradProbs(), dims)))
-          return fail("a dynamic token count needs a function argument whose "
-                      "leading dimension is the token count T");
-        return success();
-      })
-      .Case<moe::UnpermuteGradOp>([&](auto u) -> LogicalResult {
-        SmallVector<Value> out = sizesOf(u.getGradOut());
-        Value rows = sizesOf(u.getSlots())[0];
-        fill(u.getGradRows(),
-             [&](int64_t d) { return d == 0 ? rows : out[1]; });
-        if (u.getGradWeights())
-          fill(u.getGradWeights(), [&](int64_t) { return out[0]; });
-        return success();
-      })
-      .Case<moe::GroupedMatmulOp>([&](auto g) -> LogicalResult {
-        SmallVector<Value> lhs = sizesOf(g.getLhs());
-        SmallVector<Value> rhs = sizesOf(g.getRhs());
-        if (g.getMode() == moe::MatmulMode::weight_grad) {
-          fill(g.getOut(), [&](int64_t d) -> Value {
-            return d == 1 ? lhs[1] : d == 2 ? rhs[1] : Value();
-          });
-          return success();
-        }
-        Value n = g.getTransposeRhs() ? rhs[1] : rhs[2];
-        if (g.getActivation() == moe::Activation::swiglu)
-          n = h.div(n, h.idx(2));
-        Value rows;
-        if (g.getScatterSlots()) {
-          if (g.getScatterWeights())
-            rows = sizesOf(g.getScatterWeights())[0];
-          else if (g.getGatherSlots())
-            rows = lhs[0];
-        } else {
-          rows = g.getGatherSlots() ? sizesOf(g.getGatherSlots())[0] : lhs[0];
-        }
-        if (!fill(g.getOut(), [&](int64_t d) { return d == 0 ? rows : n; }))
-          return fail("a scatter with a dynamic token count needs "
-                      "`scatter_weights` or `gather`");
-        return success();
-      })
-      .Case<moe::SwigluOp>([&](auto s) -> LogicalResult {
-        SmallVector<Value> in = sizesOf(s.getInput());
-        fill(s.getOutput(), [&](int64_t d) {
-          return d == 0 ? in[0] : h.div(in[1], h.idx(2));
-        });
-        return success();
-      })
-      .Case<moe::SwigluGradOp>([&](auto s) -> LogicalResult {
-        SmallVector<Value> in = sizesOf(s.getInput());
-        fill(s.getGradInput(), [&](int64_t d) { return in[d]; });
-        return success();
-      })
-      .Case<moe::QuantizeOp>([&](auto q) -> LogicalResult {
-        SmallVector<Value> in = sizesOf(q.getInput());
-        int64_t g = q.getGroupSize();
-        fill(q.getData(), [&](int64_t d) { return in[d]; });
-        if (q.getAxis() == moe::QuantAxis::rowwise) {
-          fill(q.getScales(), [&](int64_t d) {
-            return d == 0 ? in[0] : h.ceilDiv(in[1], h.idx(g));
-          });
-        } else {
-          int64_t experts =
-              cast<ShapedType>(q.getOffsets().getType()).getDimSize(0);
-          // (M + min(E, M)·(g − 1)) / g blocks bound the groups' blocks.
-          Value rows = h.div(h.add(in[0], h.mul(h.minIdx(h.idx(experts), in[0]),
-                                                h.idx(g - 1))),
-                             h.idx(g));
-          fill(q.getScales(), [&](int64_t d) { return d == 0 ? rows : in[1]; });
-        }
-        return success();
-      })
-      .Case<moe::DequantizeOp>([&](auto q) -> LogicalResult {
-        SmallVector<Value> in = sizesOf(q.getData());
-        bool nf4 = cast<ShapedType>(q.getData().getType())
-                       .getElementType()
-                       .isUnsignedInteger(8);
-        fill(q.getOutput(), [&](int64_t d) -> Value {
-          if (!nf4)
-            return in[d];
-          if (d == 0)
-            return q.getExperts() ? sizesOf(q.getExperts())[0] : in[0];
-          return d == 1 ? in[1] : h.mul(in[2], h.idx(2));
-        });
-        return success();
-      })
-      .Case<linalg::MatmulOp>([&](auto m) -> LogicalResult {
-        Value a = m.getInputs()[0], bm = m.getInputs()[1];
-        // B is [K, N] or, transposed, [N, K] (checked by the caller).
-        FailureOr<bool> transposeB = matmulTransposesB(m);
-        bool transposed = succeeded(transposeB) && *transposeB;
-        fill(m.getResult(0), [&](int64_t d) {
-          return d == 0 ? sizesOf(a)[0] : sizesOf(bm)[transposed ? 0 : 1];
-        });
-        return success();
-      })
-      .Default([&](Operation *) -> LogicalResult {
-        return op->emitOpError("is not lowered to kernels yet");
-      });
+    return success();
+  }
+  std::string reason = moe::unreifiableShapeReason(op);
+  return op->emitOpError("cannot size its result for kernels: ")
+         << (reason.empty() ? "a size does not follow from the operands' sizes"
+                            : reason);
 }

@@ -8,6 +8,8 @@
 #include "moec/Dialect/Moe/IR/MoeAttrs.h"
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -168,6 +170,12 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
       previous = bucket.getMaxRows();
     }
   }
-  // Other `moe.*` attributes are left to the passes that set them.
-  return success();
+  return verifyLoweredAttribute(op, attr);
+}
+
+LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
+                                                   unsigned /*regionIndex*/,
+                                                   unsigned /*argIndex*/,
+                                                   NamedAttribute attr) {
+  return verifyLoweredAttribute(op, attr);
 }

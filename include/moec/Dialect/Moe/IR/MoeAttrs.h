@@ -11,6 +11,11 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/LogicalResult.h"
+
+namespace mlir {
+class Operation;
+} // namespace mlir
 
 #include "moec/Dialect/Moe/IR/MoeEnums.h.inc"
 
@@ -41,6 +46,12 @@ constexpr llvm::StringLiteral kTargetAttrName = "moe.target";
 /// of a buffer to `!llvm.ptr` that stands for a launch's TMA descriptor of
 /// that buffer (the bundle's "tensor map" parameter).
 constexpr llvm::StringLiteral kTensorMapBoxAttrName = "moe.tensor_map_box";
+
+/// Checks the form of a discardable attribute that convert-moe-to-kernels
+/// records for the bundle writer (the dialect's `discardableAttrs`, e.g.
+/// `moe.launch` must be a #moe.launch); success for any other attribute.
+llvm::LogicalResult verifyLoweredAttribute(mlir::Operation *op,
+                                           mlir::NamedAttribute attr);
 
 } // namespace moec::moe
 

@@ -287,4 +287,6 @@ def Moe_TargetAttr : AttrDef<Moe_Dialect, "Target"> {
   let genVerifyDecl = 1;
 }
 
+include "moec/Dialect/Moe/IR/MoeLoweredAttrs.td"
+
 #endif // MOEC_DIALECT_MOE_IR_MOEATTRS_TD

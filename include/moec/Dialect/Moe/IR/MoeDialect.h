@@ -8,6 +8,7 @@
 #define MOEC_DIALECT_MOE_IR_MOEDIALECT_H
 
 #include "mlir/IR/Dialect.h"
+#include "moec/Dialect/Moe/IR/MoeAttrs.h"
 
 #include "moec/Dialect/Moe/IR/MoeDialect.h.inc"
 

@@ -9,6 +9,7 @@
 #define MOEC_DIALECT_MOE_IR_MOEDIALECT_TD
 
 include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
 
 def Moe_Dialect : Dialect {
   let name = "moe";
@@ -41,11 +42,45 @@ def Moe_Dialect : Dialect {
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasCanonicalizer = 0;
+  // Result sizes are reified with tensor.dim and arith index ops.
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::tensor::TensorDialect"];
   // Checks discardable `moe.*` attributes (`moe.tile` must be a TileAttr).
   let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  // What convert-moe-to-kernels records on the host function it builds, for
+  // the bundle writer (MoeLoweredAttrs.td). On the function: `entry` (the
+  // entry's name), `num_buffers`, `symbols` (#moe.dim_symbol),
+  // `ref_ops` (#moe.ref_op). On its arguments: `name` (a user's name for
+  // an input), `dim_symbols` (each dimension's symbol, -1 when static),
+  // `output` (a result's buffer) and `dims` (an output's sizes, #moe.size).
+  // On scratch `memref.alloc`s: `buffer` (the buffer index) and `dims`. On
+  // each `gpu.launch_func`: `launch`. On a kernel: `grid_constant_args`
+  // (its TMA descriptors' parameter positions). And on a tensor function's
+  // input, `sym`: the symbol name of its dynamic leading dimension.
+  let discardableAttrs = (ins
+    "::mlir::StringAttr":$entry,
+    "::mlir::IntegerAttr":$num_buffers,
+    "::mlir::ArrayAttr":$symbols,
+    "::mlir::ArrayAttr":$ref_ops,
+    "::mlir::StringAttr":$name,
+    "::mlir::DenseI64ArrayAttr":$dim_symbols,
+    "::mlir::UnitAttr":$output,
+    "::mlir::ArrayAttr":$dims,
+    "::mlir::IntegerAttr":$buffer,
+    "::moec::moe::LaunchAttr":$launch,
+    "::mlir::DenseI64ArrayAttr":$grid_constant_args,
+    "::mlir::StringAttr":$sym
+  );
 }
 
+// Every moe op says how its results' sizes follow from its operands'
+// (ReifyRankedShapedTypeOpInterface, lib/Dialect/Moe/IR/MoeResultShapes.cpp):
+// the one definition the lowering allocates buffers and records the bundle's
+// sizes by, and the checker reads back from the bundle.
 class Moe_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Moe_Dialect, mnemonic, traits>;
+    : Op<Moe_Dialect, mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<ReifyRankedShapedTypeOpInterface,
+                                   ["reifyResultShapes"]>])>;
 
 #endif // MOEC_DIALECT_MOE_IR_MOEDIALECT_TD
