@@ -1,0 +1,82 @@
+// RUN: moec-opt %s --convert-moe-to-kernels -split-input-file | FileCheck %s
+// One op per strategy, its strategy given by a hand-written #moe.kernel:
+// the emitted gpu.func shows the family (KernelPattern, one per op and
+// strategy). The sm90_wgmma strategy's kernels are checked in
+// convert-moe-to-kernels-sm90a.mlir; which strategy each target picks in
+// moe-select-kernel.mlir.
+
+// scalar: one thread per output element, scalar loads and stores.
+// CHECK-LABEL: gpu.func @swiglu_k0_swiglu(
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-NOT: vector.
+// CHECK: memref.load %arg0
+// CHECK: memref.load %arg0
+// CHECK: llvm.call_intrinsic "llvm.exp2.f32"
+// CHECK: memref.store %{{.*}}, %arg1
+// CHECK: gpu.return
+// CHECK: gpu.launch_func  @swiglu_kernels::@swiglu_k0_swiglu
+// CHECK-SAME: moe.launch = #moe.launch<grid = <s0 * 32 ceildiv 256>
+module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152>} {
+  func.func @swiglu(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
+    %y = moe.swiglu %x {moe.kernel = #moe.kernel<strategy = scalar,
+        tile = <m = 1, n = 1, k = 1, threads = 256>>}
+        : tensor<?x64xbf16> -> tensor<?x32xbf16>
+    return %y : tensor<?x32xbf16>
+  }
+}
+
+// -----
+
+// vector: each thread moves 16 bytes (8 bf16) of gate and up per access.
+// CHECK-LABEL: gpu.func @swiglu_k0_swiglu_vec(
+// CHECK: vector.load %arg0{{.*}} : memref<?x64xbf16>, vector<8xbf16>
+// CHECK: vector.load %arg0{{.*}} : memref<?x64xbf16>, vector<8xbf16>
+// CHECK: vector.store %{{.*}}, %arg1{{.*}} : memref<?x32xbf16>, vector<8xbf16>
+// CHECK: gpu.launch_func  @swiglu_kernels::@swiglu_k0_swiglu_vec
+// CHECK-SAME: moe.launch = #moe.launch<grid = <s0 * 4 ceildiv 256>, scalars = [<s0 * 4>]>
+module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152>} {
+  func.func @swiglu(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
+    %y = moe.swiglu %x {moe.kernel = #moe.kernel<strategy = vector,
+        tile = <m = 1, n = 1, k = 1, threads = 256>>}
+        : tensor<?x64xbf16> -> tensor<?x32xbf16>
+    return %y : tensor<?x32xbf16>
+  }
+}
+
+// -----
+
+// scalar routing: a thread per token, a loop over its experts, no warp
+// collectives.
+// CHECK-LABEL: gpu.func @topk_k0_router_topk(
+// CHECK-NOT: gpu.shuffle
+// CHECK-NOT: nvvm.
+// CHECK: scf.for
+// CHECK: gpu.return
+module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152>} {
+  func.func @topk(%l: tensor<?x64xf32>) -> (tensor<?x4xf32>, tensor<?x4xi32>) {
+    %w, %ids = moe.router_topk %l k = 4 {moe.kernel = #moe.kernel<
+        strategy = scalar, tile = <m = 1, n = 1, k = 1, threads = 128>>}
+        : tensor<?x64xf32> -> tensor<?x4xf32>, tensor<?x4xi32>
+    return %w, %ids : tensor<?x4xf32>, tensor<?x4xi32>
+  }
+}
+
+// -----
+
+// warp: a warp per token; the softmax's max and sum are butterfly
+// shuffles, each of the k picks a redux and a ballot.
+// CHECK-LABEL: gpu.func @topk_k0_router_topk_warp(
+// CHECK: vector.load %arg0{{.*}} : memref<?x64xf32>, vector<2xf32>
+// CHECK-COUNT-5: gpu.shuffle  xor
+// CHECK: nvvm.redux.sync  umax
+// CHECK: nvvm.vote.sync  ballot
+// CHECK: gpu.launch_func  @topk_kernels::@topk_k0_router_topk_warp
+// CHECK-SAME: moe.launch = #moe.launch<grid = <s0 ceildiv 4>
+module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152>} {
+  func.func @topk(%l: tensor<?x64xf32>) -> (tensor<?x4xf32>, tensor<?x4xi32>) {
+    %w, %ids = moe.router_topk %l k = 4 {moe.kernel = #moe.kernel<
+        strategy = warp, tile = <m = 1, n = 1, k = 1, threads = 128>>}
+        : tensor<?x64xf32> -> tensor<?x4xf32>, tensor<?x4xi32>
+    return %w, %ids : tensor<?x4xf32>, tensor<?x4xi32>
+  }
+}
