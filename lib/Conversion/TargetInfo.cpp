@@ -6,6 +6,7 @@
 
 #include "moec/Conversion/TargetInfo.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 
 using namespace mlir;
@@ -33,7 +34,8 @@ public:
   bool hasWarpShuffles() const override { return true; }
 };
 
-/// NVIDIA GPUs from sm_89 on through NVVM.
+/// NVIDIA GPUs from sm_89 on through NVVM. The chip (`sm_89`, `sm_90`, ...;
+/// sm_90 when the attribute names none) decides what Hopper adds.
 class NVVMTarget : public TargetInfo {
 public:
   using TargetInfo::TargetInfo;
@@ -41,8 +43,18 @@ public:
   bool hasWarpReduxAndBallot() const override { return true; }
   bool hasPackedFP8Conversions() const override { return true; }
   bool hasStreamingStores() const override { return true; }
-  bool hasBulkL2Prefetch() const override { return true; }
+  bool hasBulkL2Prefetch() const override { return smVersion() >= 90; }
   bool hasAsyncCopy() const override { return true; }
+
+private:
+  /// 89 for sm_89, 90 for sm_90 or sm_90a (the verifier checks the form).
+  unsigned smVersion() const {
+    unsigned version = 90;
+    StringRef chip = attr().getChip();
+    if (chip.consume_front("sm_"))
+      (void)chip.take_while(llvm::isDigit).getAsInteger(10, version);
+    return version;
+  }
 };
 
 /// Hopper (sm_90a): NVVM plus the warpgroup-MMA matmul.
@@ -67,7 +79,8 @@ std::unique_ptr<TargetInfo> TargetInfo::create(moe::TargetAttr attr) {
   return std::unique_ptr<TargetInfo>(new GenericTarget(attr));
 }
 
-moe::TargetAttr TargetInfo::defaultAttr(MLIRContext *context, StringRef kind) {
+moe::TargetAttr TargetInfo::defaultAttr(MLIRContext *context, StringRef kind,
+                                        StringRef chip) {
   struct Facts {
     StringRef chip;
     int64_t smCount, sharedMemory;
@@ -86,6 +99,6 @@ moe::TargetAttr TargetInfo::defaultAttr(MLIRContext *context, StringRef kind) {
           .Default(std::nullopt);
   if (!facts)
     return {};
-  return moe::TargetAttr::get(context, kind, facts->chip, facts->smCount,
-                              facts->sharedMemory);
+  return moe::TargetAttr::get(context, kind, chip.empty() ? facts->chip : chip,
+                              facts->smCount, facts->sharedMemory);
 }

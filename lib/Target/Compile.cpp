@@ -9,6 +9,7 @@
 
 #include "EntryBuilder.h"
 
+#include "moec/Conversion/TargetInfo.h"
 #include "moec/Dialect/Moe/IR/MoeDialect.h"
 #include "moec/Pipelines/Pipelines.h"
 
@@ -308,11 +309,18 @@ std::string kernelTargetOf(StringRef target) {
 }
 
 /// Lowers a clone of `module` to kernels for `kernelTarget` and describes
-/// its entries.
-FailureOr<OwningOpRef<ModuleOp>>
-lowerToKernels(ModuleOp module, std::vector<rt::Entry> &entries,
-               const TileOverride &tile, const std::string &kernelTarget) {
+/// its entries. A `chip` (the compile target, where the kind's kernels
+/// depend on it) goes in the module's #moe.target unless it has one.
+FailureOr<OwningOpRef<ModuleOp>> lowerToKernels(ModuleOp module,
+                                                std::vector<rt::Entry> &entries,
+                                                const TileOverride &tile,
+                                                const std::string &kernelTarget,
+                                                StringRef chip = "") {
   OwningOpRef<ModuleOp> kernels(cast<ModuleOp>(module->clone()));
+  if (!chip.empty() && !(*kernels)->hasAttr(moe::kTargetAttrName))
+    (*kernels)->setAttr(
+        moe::kTargetAttrName,
+        TargetInfo::defaultAttr(module.getContext(), kernelTarget, chip));
   if (failed(runPipeline(*kernels, [&](OpPassManager &pm) {
         buildMoeToKernelsPipeline(pm, tile, kernelTarget);
       })))
@@ -401,7 +409,10 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
   std::map<std::string, Lowered> byFamily;
   auto kernelsFor = [&](const std::string &target) -> FailureOr<Lowered *> {
     std::string family = kernelTargetOf(target);
-    auto it = byFamily.find(family);
+    // NVVM kernels differ by chip (sm_89 has no bulk L2 prefetch); the
+    // other kinds' kernels serve every chip of the kind.
+    std::string chip = family == "nvvm" ? target : "";
+    auto it = byFamily.find(family + ":" + chip);
     if (it != byFamily.end())
       return &it->second;
     Lowered lowered;
@@ -409,13 +420,14 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
     TileOverride tile = options.tile;
     tile.tuningTarget = target;
     FailureOr<OwningOpRef<ModuleOp>> kernels =
-        lowerToKernels(module, lowered.entries, tile, family);
+        lowerToKernels(module, lowered.entries, tile, family, chip);
     if (failed(kernels))
       return failure();
     if (lowered.entries.empty())
       return module.emitError("no function to compile");
     lowered.module = std::move(*kernels);
-    return &byFamily.emplace(family, std::move(lowered)).first->second;
+    return &byFamily.emplace(family + ":" + chip, std::move(lowered))
+                .first->second;
   };
   result.bundle.producer = "moec 0.1";
   for (const std::string &target : options.targets) {
@@ -435,7 +447,14 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
         entry.binary = object;
       }
     } else if (StringRef(target).starts_with("sm_")) {
-      GpuTargetOptions gpu{target, "+ptx80", 3};
+      // PTX 8.0 for the wgmma kernels; sm_89 gets its packed FP8
+      // conversions only from PTX 8.1 on (sm_90 from 7.8).
+      unsigned sm = 0;
+      StringRef(target)
+          .drop_front(3)
+          .take_while(llvm::isDigit)
+          .getAsInteger(10, sm);
+      GpuTargetOptions gpu{target, sm == 89 ? "+ptx81" : "+ptx80", 3};
       if (failed(runPipeline(*lowered, [&](OpPassManager &pm) {
             buildKernelsToNVVMPipeline(pm, gpu);
           })))

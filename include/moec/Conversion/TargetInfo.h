@@ -28,9 +28,11 @@ public:
   static std::unique_ptr<TargetInfo> create(moe::TargetAttr attr);
   /// The attribute for kernel target `kind` (generic, nvvm, sm90a, rocdl,
   /// host) with the facts of the machine moec measures on for that kind
-  /// (an H100/H200 for sm90a); null for an unknown kind.
+  /// (an H100/H200 for sm90a); null for an unknown kind. `chip` (e.g.
+  /// `sm_89` for nvvm) replaces the kind's default chip when not empty.
   static moe::TargetAttr defaultAttr(mlir::MLIRContext *context,
-                                     llvm::StringRef kind);
+                                     llvm::StringRef kind,
+                                     llvm::StringRef chip = "");
   /// The kinds defaultAttr knows, for diagnostics.
   static constexpr llvm::StringLiteral kKinds =
       "generic, nvvm, sm90a, rocdl or host";
@@ -53,7 +55,7 @@ public:
   virtual bool hasPackedFP8Conversions() const { return false; }
   /// st.global.cs: stores that are evicted first.
   virtual bool hasStreamingStores() const { return false; }
-  /// cp.async.bulk.prefetch.L2 with an evict-last cache policy.
+  /// cp.async.bulk.prefetch.L2 with an evict-last cache policy (sm_90+).
   virtual bool hasBulkL2Prefetch() const { return false; }
   /// cp.async: global-to-shared copies that bypass registers.
   virtual bool hasAsyncCopy() const { return false; }

@@ -2470,6 +2470,13 @@ module attributes {moe.target = #moe.target<kind = "generic", shared_memory = 21
 
 // -----
 
+// nvvm kernels need sm_89 or newer (packed FP8 conversions)
+// expected-error @+1 {{target kind 'nvvm' needs a chip sm_89 or newer (e.g. sm_89, sm_90), got 'sm_80'}}
+module attributes {moe.target = #moe.target<kind = "nvvm", chip = "sm_80">} {
+}
+
+// -----
+
 // sm90a needs SMs for its persistent grid
 // expected-error @+1 {{target kind 'sm90a' needs 'sm_count' >= 1 (its persistent grid), got 0}}
 module attributes {moe.target = #moe.target<kind = "sm90a">} {

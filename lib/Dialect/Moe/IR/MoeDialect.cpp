@@ -12,6 +12,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
@@ -119,6 +120,17 @@ LogicalResult TargetAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "target 'shared_memory' must be in [0, 2^30] "
                           "bytes, got "
                        << sharedMemory;
+  // NVVM kernels use sm_89's FP8 conversions; the chip decides the rest.
+  if (kind == "nvvm" && !chip.empty()) {
+    unsigned version = 0;
+    StringRef digits = chip;
+    if (!digits.consume_front("sm_") ||
+        digits.take_while(llvm::isDigit).getAsInteger(10, version) ||
+        version < 89)
+      return emitError() << "target kind 'nvvm' needs a chip sm_89 or newer "
+                            "(e.g. sm_89, sm_90), got '"
+                         << chip << "'";
+  }
   // The sm90a matmul sizes its persistent grid by the SM count: 0 would
   // launch no blocks.
   if (kind == "sm90a" && smCount < 1)
