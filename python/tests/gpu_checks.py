@@ -342,13 +342,14 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16,
 def backward_inputs(entry, experts, align, tokens):
     """Random inputs for a backward entry: T tokens, and for inputs sized by
     the grouped rows M, the sorted capacity T*k + E*(align - 1)."""
-    ids_info = [b for b in entry.inputs if b.name == "ids"]
+    # The i32 input is the routing (names are arg0... in .mlir entries).
+    ids_info = [b for b in entry.inputs if b.dtype == "i32"]
     k = int(ids_info[0].dims[1]) if ids_info else 1
     sizes = {"T": tokens, "M": tokens * k + (experts or 0) * (align - 1)}
     args = []
     for b in entry.inputs:
         shape = [sizes[d] if d in sizes else int(d) for d in b.dims]
-        if b.name == "ids":
+        if b.dtype == "i32":
             args.append(routed_ids(tokens, experts, k))
         else:
             args.append(torch.randn(*shape, device="cuda")
