@@ -1,16 +1,20 @@
 # moec: the two commands a newcomer needs.
 #   make demo   install deps if missing, build, show the moe dialect on an example layer
-#   make test   install deps if missing, build (full and runtime-only), run the
-#               lit + GoogleTest suites
+#   make test   install deps if missing, build (full, runtime-only and the
+#               ASan + UBSan build with the fuzzers), run the lit + GoogleTest
+#               suites (also under the sanitizers), the Python suite and each
+#               fuzzer for a bounded time
 # Other targets: build, configure, docs (regenerate docs/dialects/moe.md),
-# runtime-only (the MLIR-free build the GPU machine uses), clean.
+# runtime-only (the MLIR-free build the GPU machine uses), sanitize (the
+# clang ASan + UBSan build with the fuzzers, fuzz/README.md), clean.
 
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 MLIR_DIR ?= /usr/lib/llvm-22/lib/cmake/mlir
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test check docs runtime-only clean
+.PHONY: all deps configure build demo test check docs runtime-only sanitize \
+	clean
 
 all: build
 
@@ -29,8 +33,8 @@ build: configure
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)
 
-test: build runtime-only
-	@scripts/run-tests.sh $(BUILD_DIR) $(BUILD_DIR)-runtime
+test: build runtime-only sanitize
+	@scripts/run-tests.sh $(BUILD_DIR) $(BUILD_DIR)-runtime $(BUILD_DIR)-asan
 
 check: test
 
@@ -44,5 +48,16 @@ $(BUILD_DIR)-runtime/build.ninja:
 runtime-only: deps $(BUILD_DIR)-runtime/build.ninja
 	cmake --build $(BUILD_DIR)-runtime -j $(JOBS)
 
+# clang for libFuzzer; no Python package (the sanitizer runtimes would have
+# to be preloaded into python3).
+$(BUILD_DIR)-asan/build.ninja:
+	cmake -G Ninja -S . -B $(BUILD_DIR)-asan -DMLIR_DIR=$(MLIR_DIR) \
+	  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang-22 \
+	  -DCMAKE_CXX_COMPILER=clang++-22 -DMOEC_SANITIZE=ON \
+	  -DMOEC_BUILD_PYTHON=OFF $(CMAKE_FLAGS)
+
+sanitize: deps $(BUILD_DIR)-asan/build.ninja
+	cmake --build $(BUILD_DIR)-asan -j $(JOBS)
+
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR)-runtime
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-runtime $(BUILD_DIR)-asan

@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools clang-22 lld-22
+  libclang-rt-22-dev
   pybind11-dev libgtest-dev cmake ninja-build ccache
 )
 requirements="$(dirname "$0")/../python/requirements-test.txt"

@@ -11,6 +11,7 @@
 #include "moec/Runtime/Bundle.h"
 #include "moec/Runtime/Expr.h"
 
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -383,14 +384,30 @@ std::string validateEntry(const Entry &e) {
   return "";
 }
 
+std::string hex32(uint32_t v) {
+  char text[16];
+  std::snprintf(text, sizeof(text), "0x%08x", v);
+  return text;
+}
+
+/// Older bundles cannot be read (the format has no optional parts); they
+/// are rebuilt from their source.
+std::string versionError(uint32_t version) {
+  std::string v = std::to_string(version),
+              ours = std::to_string(kBundleVersion);
+  if (version < kBundleVersion)
+    return "bundle version " + v + " is older than this runtime's (" + ours +
+           "): rebuild it with this moec (moec compile, or clear the JIT "
+           "cache)";
+  return "bundle version " + v + " is newer than this runtime's (" + ours +
+         "): use the moec that wrote it, or rebuild it with this one";
+}
+
 } // namespace
 
 Status validateBundle(const Bundle &bundle) {
   if (bundle.version != kBundleVersion)
-    return Status(ErrorCode::Unsupported,
-                  "bundle version " + std::to_string(bundle.version) +
-                      " is not supported (this runtime supports version " +
-                      std::to_string(kBundleVersion) + ")");
+    return Status(ErrorCode::Unsupported, versionError(bundle.version));
   if (bundle.producer.size() > kBundleMaxStringBytes)
     return Status(ErrorCode::InvalidBundle, "producer: too long");
   if (bundle.entries.size() > kBundleMaxCount)
@@ -509,6 +526,24 @@ void writeEntry(ByteWriter &w, const Entry &e) {
 
 } // namespace
 
+uint32_t bundleChecksum(const uint8_t *data, size_t size) {
+  // Table-driven CRC-32, reflected polynomial 0xEDB88320.
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int bit = 0; bit < 8; ++bit)
+        c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < size; ++i)
+    crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
 Status writeBundle(const Bundle &bundle, std::vector<uint8_t> &bytes) {
   Status s = validateBundle(bundle);
   if (!s)
@@ -518,10 +553,16 @@ Status writeBundle(const Bundle &bundle, std::vector<uint8_t> &bytes) {
   for (char c : kMagic)
     w.u8(static_cast<uint8_t>(c));
   w.u32(kBundleVersion);
+  w.u32(0); // the checksum, filled in below
   w.str(bundle.producer);
   w.count(bundle.entries.size());
   for (const Entry &e : bundle.entries)
     writeEntry(w, e);
+  uint32_t checksum = bundleChecksum(bytes.data() + kBundlePayloadOffset,
+                                     bytes.size() - kBundlePayloadOffset);
+  for (int i = 0; i < 4; ++i)
+    bytes[kBundlePayloadOffset - 4 + i] =
+        static_cast<uint8_t>(checksum >> (8 * i));
   return Status::ok();
 }
 
@@ -856,11 +897,21 @@ Status parseBundle(const uint8_t *data, size_t size, Bundle &bundle) {
   uint32_t version = 0;
   MOEC_TRY(r.u32("version", version));
   if (version != kBundleVersion)
-    return Status(ErrorCode::Unsupported,
-                  "bundle version " + std::to_string(version) +
-                      " is not supported (this runtime supports version " +
-                      std::to_string(kBundleVersion) + ")");
+    return Status(ErrorCode::Unsupported, versionError(version));
   bundle.version = version;
+  // The checksum before anything else: a damaged bundle is refused as
+  // damaged, not for whatever its damaged bytes happen to say.
+  uint32_t stored = 0;
+  MOEC_TRY(r.u32("checksum", stored));
+  uint32_t computed =
+      bundleChecksum(data + kBundlePayloadOffset, size - kBundlePayloadOffset);
+  if (stored != computed)
+    return Status(ErrorCode::InvalidBundle,
+                  "checksum mismatch (stored " + hex32(stored) +
+                      ", computed " + hex32(computed) +
+                      " over the payload): the bundle is damaged (truncated "
+                      "or changed on disk or in a cache); rebuild it with "
+                      "moec compile");
   MOEC_TRY(r.str("producer", bundle.producer));
   uint32_t n = 0;
   MOEC_TRY(r.count("entry count", n, kMinEntry));

@@ -163,7 +163,12 @@ LogicalResult serializeNVVM(ModuleOp kernels, rt::Entry &entry,
   if (options.keepAssembly)
     result.assembly.push_back({entry.name + " " + chip, ptx});
 
-  std::string ptxas = findPtxas();
+  std::string ptxas = options.assemble ? findPtxas() : std::string();
+  if (ptxas.empty() && !options.assemble) {
+    entry.binaryKind = rt::BinaryKind::Ptx;
+    entry.binary.assign(ptx.begin(), ptx.end());
+    return success();
+  }
   if (ptxas.empty()) {
     result.notes.push_back("ptxas not found (looked in $CUDA_HOME/bin, PATH, "
                            "/usr/local/cuda/bin): " + entry.name +

@@ -109,15 +109,17 @@ def validate(info: ArrayInfo, arg: str, dtype: str, shape: Sequence[int],
     if tuple(info.shape) != tuple(shape):
         raise ValueError(f"'{arg}': expected shape {list(shape)}, got "
                          f"{list(info.shape)}")
-    if info.strides is not None and any(
+    elements = 1
+    for extent in shape:
+        elements *= extent
+    # An empty array is contiguous whatever its strides (numpy gives a
+    # (0, 64) array strides (0, 0)): there is no element to misplace.
+    if elements and info.strides is not None and any(
             s != c for s, c, e in zip(info.strides, contiguous_strides(shape),
                                       shape) if e > 1):
         raise ValueError(f"'{arg}': must be contiguous (row-major); got "
                          f"strides {list(info.strides)} for shape "
                          f"{list(shape)} (call .contiguous() first)")
-    elements = 1
-    for extent in shape:
-        elements *= extent
     if elements and info.address == 0:
         raise ValueError(f"'{arg}': null data pointer")
     if device == "cuda" and elements and info.address % CUDA_ALIGNMENT:

@@ -257,6 +257,8 @@ def _store(path: str, data: bytes) -> None:
 
 
 def load(path) -> Bundle:
-    """Reads a .moecb bundle (AOT: compiled elsewhere)."""
+    """Reads a .moecb bundle (AOT: compiled elsewhere). A bundle is code:
+    launching its entries runs the machine code inside it, so load only
+    bundles from sources you trust (docs/bundle.md)."""
     with open(os.fspath(path), "rb") as file:
         return Bundle.from_bytes(file.read())

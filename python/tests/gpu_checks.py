@@ -36,6 +36,8 @@ def prepare(bundles: str) -> None:
         "mixtral_small_block": moe_kernel(
             64, 32, 8, 2, routing="topk_then_softmax"),
         "ops": os.path.join(ROOT, "test", "Integration", "ops.mlir"),
+        "backward_kernels": os.path.join(ROOT, "test", "Integration",
+                                         "backward_kernels.mlir"),
     }
     for name, kernel in kernels.items():
         path = os.path.join(bundles, name + ".moecb")
@@ -309,13 +311,162 @@ def check_validation(bundles: str) -> None:
           f"argument named")
 
 
+def bitwise_equal(a, b) -> bool:
+    """Equal bit for bit (NaNs included), whatever the dtype."""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
+        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def routed_ids(tokens: int, experts: int, k: int):
+    """k distinct experts per token, as a router picks them."""
+    return torch.rand(tokens, experts, device="cuda").argsort(dim=1)[:, :k] \
+        .to(torch.int32).contiguous()
+
+
+# The backward entries (and their routing: experts, align) whose outputs
+# must repeat bit for bit: test/Integration/backward_kernels.mlir and the
+# gradients of test/Integration/ops.mlir.
+BACKWARD_ENTRIES = {
+    ("backward_kernels", "permute_grad_vec"): (8, 2),
+    ("backward_kernels", "permute_grad_scalar"): (8, 2),
+    ("backward_kernels", "unpermute_grad_vec"): (16, 4),
+    ("backward_kernels", "unpermute_grad_mixed"): (8, 2),
+    ("backward_kernels", "unpermute_grad_scalar"): (8, 2),
+    ("ops", "swiglu_fwd_bwd"): (None, 1),
+    ("ops", "gmm_weight_grad"): (8, 1),
+}
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16,
+                "f32": torch.float32}
+
+
+def backward_inputs(entry, experts, align, tokens):
+    """Random inputs for a backward entry: T tokens, and for inputs sized by
+    the grouped rows M, the sorted capacity T*k + E*(align - 1)."""
+    # The i32 input is the routing (names are arg0... in .mlir entries).
+    ids_info = [b for b in entry.inputs if b.dtype == "i32"]
+    k = int(ids_info[0].dims[1]) if ids_info else 1
+    sizes = {"T": tokens, "M": tokens * k + (experts or 0) * (align - 1)}
+    args = []
+    for b in entry.inputs:
+        shape = [sizes[d] if d in sizes else int(d) for d in b.dims]
+        if b.dtype == "i32":
+            args.append(routed_ids(tokens, experts, k))
+        else:
+            args.append(torch.randn(*shape, device="cuda")
+                        .to(TORCH_DTYPES[b.dtype]))
+    return args
+
+
+def repeat_bitwise(fn, runs: int = 5):
+    """Calls `fn` `runs` times; True when every output equals the first run
+    bit for bit."""
+    first = fn()
+    first = first if isinstance(first, tuple) else (first,)
+    first = tuple(t.clone() for t in first)
+    for _ in range(runs - 1):
+        again = fn()
+        again = again if isinstance(again, tuple) else (again,)
+        torch.cuda.synchronize()
+        if not all(bitwise_equal(a, b) for a, b in zip(first, again)):
+            return False
+    return True
+
+
+def check_determinism(bundles: str) -> None:
+    """Run-to-run bitwise determinism: the example layer (AOT), the Qwen3
+    block through moec.torch.MoE, and every backward entry, each 5 runs on
+    the same inputs (fresh outputs every run)."""
+    torch.manual_seed(5)
+    layer = moec.load(os.path.join(bundles, "moe_layer.moecb")).entry(
+        "moe_layer", "sm_90a")
+    failed = []
+    for tokens in (37, 4096):
+        args = example_layer_inputs(tokens)
+        if not repeat_bitwise(lambda: layer(*args)):
+            failed.append(f"moe_layer T={tokens}")
+    block = moec.torch.MoE(2048, 768, 128, 8, device="cuda",
+                           bundle=moec.load(os.path.join(
+                               bundles, "qwen3_moe_block.moecb")))
+    with torch.no_grad():
+        for p in block.parameters():
+            p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+        x = torch.randn(4096, 2048, device="cuda").bfloat16()
+        if not repeat_bitwise(lambda: block(x)):
+            failed.append("moec.torch.MoE Qwen3 T=4096")
+    checked = 3
+    for (bundle_name, name), (experts, align) in BACKWARD_ENTRIES.items():
+        entry = moec.load(os.path.join(bundles, bundle_name + ".moecb")) \
+            .entry(name, "sm_90a")
+        for tokens in (1, 1000):
+            args = backward_inputs(entry, experts, align, tokens)
+            checked += 1
+            if not repeat_bitwise(lambda: entry(*args)):
+                failed.append(f"{name} T={tokens}")
+    print(f"determinism: {checked - len(failed)} of {checked} (entry, T) "
+          f"bitwise identical over 5 runs")
+    assert not failed, f"not bitwise reproducible: {', '.join(failed)}"
+
+
+def check_empty_and_single_token(bundles: str) -> None:
+    """moec.torch.MoE on T = 0 (an expert-parallel rank or a last
+    micro-batch with no tokens) and T = 1, 2-D and 3-D."""
+    torch.manual_seed(6)
+    block = moec.torch.MoE(**MIXTRAL_SMALL, device="cuda",
+                           bundle=moec.load(os.path.join(
+                               bundles, "mixtral_small_block.moecb")))
+    with torch.no_grad():
+        for p in block.parameters():
+            p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+        for shape in ((0, 64), (2, 0, 64)):
+            x = torch.randn(*shape, device="cuda").bfloat16()
+            y = block(x)
+            torch.cuda.synchronize()
+            assert y.shape == x.shape and y.dtype == x.dtype, (shape, y.shape)
+        x = torch.randn(1, 64, device="cuda").bfloat16()
+        y = block(x)
+        ref = torch_moe_block(x.double(), block.gate.weight.double(),
+                              block.w_gate_up.double(), block.w_down.double(),
+                              2, router_dtype=torch.float64, mixtral=True)
+        err = rel(y, ref)
+        # T = 1 is the same token inside a batch.
+        batch = torch.cat([x, torch.randn(63, 64, device="cuda").bfloat16()])
+        same = bitwise_equal(block(batch)[:1], y)
+    print(f"moec.torch.MoE: T=0 gives (0, H) and (2, 0, H); T=1 vs float64 "
+          f"rel error {err:.2e}, equal to its row in a batch of 64: {same}")
+    assert err < 1e-2, err
+
+
+def check_nan_confined(bundles: str) -> None:
+    """A NaN in one token's input makes that token's output non-finite and
+    leaves every other token's output as it was."""
+    torch.manual_seed(7)
+    layer = moec.load(os.path.join(bundles, "moe_layer.moecb")).entry(
+        "moe_layer", "sm_90a")
+    args = example_layer_inputs(256)
+    clean = layer(*args)
+    bad = args[0].clone()
+    bad[100, 7] = float("nan")
+    dirty = layer(bad, *args[1:])
+    torch.cuda.synchronize()
+    others = torch.ones(256, dtype=torch.bool, device="cuda")
+    others[100] = False
+    assert not torch.isfinite(dirty[100]).all(), "the NaN token's output is finite"
+    assert torch.isfinite(dirty[others]).all(), "a NaN leaked to other tokens"
+    err = rel(dirty[others], clean[others])
+    same = bitwise_equal(dirty[others], clean[others])
+    print(f"NaN in token 100 of 256: its output non-finite, the other 255 "
+          f"finite, rel change {err:.2e} (bitwise unchanged: {same})")
+    assert err < 1e-2, err
+
+
 def main(bundles: str) -> int:
     print(f"device: {torch.cuda.get_device_name()}, moec "
           f"{moec.__version__}, compiler here: {moec.has_compiler()}")
     failures = 0
     for check in (check_aot_layer, check_moe_module,
                   check_mixtral_names_and_routing, check_cuda_array_interface,
-                  check_cuda_graph, check_validation):
+                  check_cuda_graph, check_validation, check_determinism,
+                  check_empty_and_single_token, check_nan_confined):
         try:
             check(bundles)
         except AssertionError as error:

@@ -24,3 +24,20 @@ def test_aot_compile_example(tmp_path, monkeypatch):
                    run_name="__main__")
     assert (tmp_path / "moe_layer.moecb").exists()
     assert (tmp_path / "qwen3_moe_block.moecb").exists()
+
+
+def test_moe_layer_example_empty_batch_returns_zero_rows(monkeypatch):
+    # Expert-parallel ranks and a dataset's last micro-batch can have no
+    # tokens; numpy gives an empty (0, H) array strides (0, 0).
+    monkeypatch.syspath_prepend(EXAMPLES)
+    import ml_dtypes
+    import numpy as np
+    from moe_layer import E, H, I, moe_layer
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(0)
+    x = np.empty((0, H), bf16)
+    assert x.strides == (0, 0)  # the strides the old check rejected
+    y = moe_layer(x, rng.standard_normal((E, H)).astype(bf16),
+                  rng.standard_normal((E, 2 * I, H)).astype(bf16),
+                  rng.standard_normal((E, H, I)).astype(bf16))
+    assert y.shape == (0, H) and y.dtype == bf16

@@ -37,3 +37,15 @@ def test_cuda_graph(checks):
 
 def test_validation(checks):
     checks.check_validation(BUNDLES)
+
+
+def test_determinism(checks):
+    checks.check_determinism(BUNDLES)
+
+
+def test_empty_and_single_token(checks):
+    checks.check_empty_and_single_token(BUNDLES)
+
+
+def test_nan_confined(checks):
+    checks.check_nan_confined(BUNDLES)

@@ -46,3 +46,14 @@ def test_compiler_absence_is_explained():
         pytest.skip("this build has the compiler")
     with pytest.raises(ImportError, match="runtime-only build"):
         moec.compile("func.func @f() { return }", target="host")
+
+
+def test_damaged_bundle_is_refused(tmp_path):
+    # A bundle is code: one changed byte must stop it from loading at all.
+    data = bytearray(open(BUNDLE, "rb").read())
+    data[len(data) // 2] ^= 0x01
+    damaged = tmp_path / "damaged.moecb"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(moec.MoecError, match="checksum mismatch .*the bundle "
+                       "is damaged"):
+        moec.load(damaged)

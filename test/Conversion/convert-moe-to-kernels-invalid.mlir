@@ -44,3 +44,25 @@ func.func @permute_grad_unknown_tokens(%drows: tensor<?x16xf32> {moe.sym = "M"},
       : tensor<?x16xf32>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xf32>
   return %y : tensor<?x16xf32>
 }
+
+// -----
+
+// tensor.dim of a dimension the tensor does not have (issue 28: the lowering
+// indexed the buffer's size list with it and crashed).
+func.func @dim_index_out_of_range(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
+  %c = arith.constant 999999999999 : index
+  // expected-error @+1 {{'tensor.dim' op index 999999999999 is out of range for a tensor of rank 2}}
+  %t = tensor.dim %x, %c : tensor<?x64xbf16>
+  %y = moe.swiglu %x : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  return %y : tensor<?x32xbf16>
+}
+
+// -----
+
+func.func @dim_index_negative(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
+  %c = arith.constant -1 : index
+  // expected-error @+1 {{'tensor.dim' op index -1 is out of range for a tensor of rank 2}}
+  %t = tensor.dim %x, %c : tensor<?x64xbf16>
+  %y = moe.swiglu %x : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  return %y : tensor<?x32xbf16>
+}

@@ -188,9 +188,21 @@ void putU32(std::vector<uint8_t> &bytes, size_t at, uint32_t v) {
     bytes[at + i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-// Offsets in the bytes of makeBundle(): magic, version, producer, count.
+// Offsets in the bytes of makeBundle(): magic, version, checksum, producer,
+// count.
 constexpr size_t kVersionAt = 8;
-constexpr size_t kProducerAt = 12;
+constexpr size_t kChecksumAt = 12;
+
+/// Stores the checksum of the (edited) payload, so that a test reaches the
+/// parser's checks behind the checksum's.
+std::vector<uint8_t> &reseal(std::vector<uint8_t> &bytes) {
+  putU32(bytes, kChecksumAt,
+         bundleChecksum(bytes.data() + kBundlePayloadOffset,
+                        bytes.size() - kBundlePayloadOffset));
+  return bytes;
+}
+
+constexpr size_t kProducerAt = 16;
 const size_t kEntryCountAt = kProducerAt + 4 + std::strlen("moec test");
 const size_t kEntry0At = kEntryCountAt + 4;
 const size_t kBinaryKindAt = kEntry0At + 4 + 5 + 4 + 6;
@@ -217,7 +229,7 @@ TEST(BundleTest, RoundTrip) {
 TEST(BundleTest, EmptyBundle) {
   Bundle b;
   std::vector<uint8_t> bytes = bytesOf(b);
-  EXPECT_EQ(bytes.size(), 8u + 4 + 4 + 4);
+  EXPECT_EQ(bytes.size(), 8u + 4 + 4 + 4 + 4);
   Bundle back;
   EXPECT_TRUE(read(bytes, back).isOk());
   EXPECT_TRUE(back.entries.empty());
@@ -289,8 +301,15 @@ TEST(BundleTest, UnsupportedVersion) {
   Bundle back;
   Status s = read(bytes, back);
   EXPECT_EQ(s.code(), ErrorCode::Unsupported);
-  EXPECT_EQ(s.message(), "bundle version 1 is not supported (this runtime "
-                         "supports version 2)");
+  EXPECT_EQ(s.message(), "bundle version 1 is older than this runtime's (3): "
+                         "rebuild it with this moec (moec compile, or clear "
+                         "the JIT cache)");
+  // Version 2, the format before the checksum: rebuilt, not misread.
+  putU32(bytes, kVersionAt, 2);
+  EXPECT_CONTAINS(read(bytes, back).message(), "rebuild it");
+  putU32(bytes, kVersionAt, 4);
+  EXPECT_CONTAINS(read(bytes, back).message(),
+                  "bundle version 4 is newer than this runtime's (3)");
   Bundle b = makeBundle();
   b.version = 0;
   EXPECT_EQ(validateBundle(b).code(), ErrorCode::Unsupported);
@@ -301,7 +320,7 @@ TEST(BundleTest, TrailingBytes) {
   size_t end = bytes.size();
   bytes.push_back(0);
   Bundle back;
-  Status s = read(bytes, back);
+  Status s = read(reseal(bytes), back);
   EXPECT_EQ(s.code(), ErrorCode::InvalidBundle);
   EXPECT_EQ(s.message(), "end: 1 trailing bytes after the last entry (at "
                          "byte " +
@@ -313,7 +332,7 @@ TEST(BundleTest, EnumOutOfRange) {
   std::vector<uint8_t> bytes = bytesOf(makeBundle());
   bytes[kBinaryKindAt] = 9;
   Bundle back;
-  Status s = read(bytes, back);
+  Status s = read(reseal(bytes), back);
   EXPECT_EQ(s.message(), "entry 0 ('qwen3', sm_90a): binary kind: value 9 out "
                          "of range [0, 3] (at byte " +
                              std::to_string(kBinaryKindAt) + ")");
@@ -325,32 +344,32 @@ TEST(BundleTest, AbsurdLengths) {
 
   std::vector<uint8_t> bytes = good;
   putU32(bytes, kEntryCountAt, 0xffffffffu);
-  Status s = read(bytes, back);
+  Status s = read(reseal(bytes), back);
   EXPECT_CONTAINS(s.message(), "entry count: count 4294967295 exceeds the "
                                "limit of 1048576");
 
   bytes = good;
   putU32(bytes, kEntryCountAt, 1000);
-  s = read(bytes, back);
+  s = read(reseal(bytes), back);
   EXPECT_CONTAINS(s.message(), "entry count: count 1000 needs at least");
 
   bytes = good;
   putU32(bytes, kProducerAt, 0x7fffffffu);
-  s = read(bytes, back);
+  s = read(reseal(bytes), back);
   EXPECT_CONTAINS(s.message(), "producer: length 2147483647 exceeds the limit");
 
   bytes = good;
   putU32(bytes, kProducerAt, 100000);
-  s = read(bytes, back);
+  s = read(reseal(bytes), back);
   EXPECT_EQ(s.message(), "producer: length 100000 exceeds the " +
                              std::to_string(good.size() - kProducerAt - 4) +
-                             " bytes left (at byte 12)");
+                             " bytes left (at byte 16)");
 
   // Binary length: u64, just after the kind byte.
   bytes = good;
   for (int i = 0; i < 8; ++i)
     bytes[kBinaryKindAt + 1 + i] = 0xff;
-  s = read(bytes, back);
+  s = read(reseal(bytes), back);
   EXPECT_CONTAINS(s.message(), "entry 0 ('qwen3', sm_90a): binary: length "
                                "18446744073709551615 exceeds the limit");
 }
@@ -365,6 +384,12 @@ TEST(BundleTest, EveryTruncationFails) {
     Status s = readBundle(prefix.data(), prefix.size(), back);
     EXPECT_FALSE(s.isOk()) << "prefix of " << n << " bytes";
     EXPECT_EQ(s.code(), ErrorCode::InvalidBundle) << s.message();
+    // Resealed, the cut reaches the parser's own bounds checks.
+    if (n < kBundlePayloadOffset)
+      continue;
+    s = readBundle(reseal(prefix).data(), prefix.size(), back);
+    EXPECT_FALSE(s.isOk()) << "resealed prefix of " << n << " bytes";
+    EXPECT_EQ(s.code(), ErrorCode::InvalidBundle) << s.message();
   }
 }
 
@@ -376,6 +401,8 @@ TEST(BundleTest, ByteFlipsNeverCrash) {
     for (uint8_t mask : kMasks) {
       std::vector<uint8_t> bytes = good;
       bytes[at] ^= mask;
+      if (at >= kBundlePayloadOffset)
+        reseal(bytes); // past the checksum: the parser's checks
       Bundle back;
       Status s = read(bytes, back);
       ++total;
@@ -391,6 +418,33 @@ TEST(BundleTest, ByteFlipsNeverCrash) {
   }
   EXPECT_GT(failures, 0u);
   EXPECT_LT(failures, total);
+}
+
+TEST(BundleTest, EveryDamagedByteIsRefused) {
+  // CRC-32 detects every error confined to 32 consecutive bits.
+  std::vector<uint8_t> good = bytesOf(makeBundle());
+  for (size_t at = kBundlePayloadOffset; at < good.size(); ++at) {
+    std::vector<uint8_t> bytes = good;
+    bytes[at] ^= 0x5a;
+    Bundle back;
+    Status s = read(bytes, back);
+    EXPECT_EQ(s.code(), ErrorCode::InvalidBundle) << "byte " << at;
+    EXPECT_CONTAINS(s.message(), "checksum mismatch");
+    EXPECT_CONTAINS(s.message(), "the bundle is damaged");
+    EXPECT_TRUE(back.entries.empty());
+  }
+  std::vector<uint8_t> bytes = good;
+  bytes.pop_back(); // truncated
+  Bundle back;
+  EXPECT_CONTAINS(read(bytes, back).message(), "checksum mismatch");
+}
+
+TEST(BundleTest, ChecksumIsCrc32) {
+  // The standard check value of CRC-32 (zlib's crc32("123456789")).
+  const char *digits = "123456789";
+  EXPECT_EQ(bundleChecksum(reinterpret_cast<const uint8_t *>(digits), 9),
+            0xCBF43926u);
+  EXPECT_EQ(bundleChecksum(nullptr, 0), 0u);
 }
 
 TEST(BundleTest, RandomBytesNeverCrash) {
@@ -421,6 +475,9 @@ TEST(BundleTest, RandomBytesNeverCrash) {
         break;
       }
     }
+    // Half resealed, to reach the parser behind the checksum.
+    if (iter % 2 && bytes.size() >= kBundlePayloadOffset)
+      reseal(bytes);
     Bundle back;
     std::vector<uint8_t> exact(bytes); // exact-size heap copy
     (void)readBundle(exact.data(), exact.size(), back);
@@ -451,13 +508,14 @@ TEST(BundleTest, ReaderRunsValidation) {
   b.entries[0].steps[2].params[1].buffer = 5;
   std::vector<uint8_t> other;
   {
-    // Same bundle with one index different: the only differing byte.
+    // Same bundle with one index different: the only differing payload byte.
     Bundle c = b;
     ASSERT_TRUE(writeBundle(c, other).isOk());
   }
   ASSERT_EQ(other.size(), bytes.size());
   size_t diff = 0, where = 0;
-  for (size_t i = 0; i < bytes.size(); ++i)
+  // (The checksum differs too: compare the payloads.)
+  for (size_t i = kBundlePayloadOffset; i < bytes.size(); ++i)
     if (bytes[i] != other[i]) {
       ++diff;
       where = i;
@@ -465,7 +523,7 @@ TEST(BundleTest, ReaderRunsValidation) {
   ASSERT_EQ(diff, 1u);
   bytes[where] = 9;
   Bundle back;
-  Status s = read(bytes, back);
+  Status s = read(reseal(bytes), back);
   EXPECT_EQ(s.toString(), "invalid bundle: entry 0 ('qwen3', sm_90a): step 2: "
                           "param 1: buffer index 9 out of range (7 buffers)");
 }

@@ -28,8 +28,13 @@
 
 namespace moec::rt {
 
-/// Bumped on every incompatible change of the byte format.
-constexpr uint32_t kBundleVersion = 2;
+/// Bumped on every incompatible change of the byte format. Version 3 added
+/// the payload checksum.
+constexpr uint32_t kBundleVersion = 3;
+
+/// Where the payload (everything the checksum covers) starts: after the
+/// magic, the version and the checksum.
+constexpr size_t kBundlePayloadOffset = 16;
 
 /// Most blocks of a thread-block cluster (the portable limit of sm_90).
 constexpr uint32_t kBundleMaxClusterBlocks = 8;
@@ -148,12 +153,18 @@ struct Bundle {
   const Entry *find(const std::string &name, const std::string &target) const;
 };
 
+/// The checksum stored in a bundle's header: CRC-32 (the polynomial of zlib
+/// and PNG) of `size` payload bytes. It catches damage on disk or in a cache,
+/// not tampering: a bundle is code (docs/bundle.md).
+uint32_t bundleChecksum(const uint8_t *data, size_t size);
+
 /// Serializes `bundle` (after checking it with validateBundle).
 Status writeBundle(const Bundle &bundle, std::vector<uint8_t> &bytes);
 Status writeBundleFile(const Bundle &bundle, const std::string &path);
 /// Parses and validates. Truncated, oversized or inconsistent input gives an
 /// InvalidBundle status naming what is wrong and where; never a crash. A
-/// bundle of another format version gives Unsupported.
+/// bundle of another format version gives Unsupported; one whose payload
+/// does not match its checksum, InvalidBundle.
 Status readBundle(const uint8_t *data, size_t size, Bundle &bundle);
 Status readBundleFile(const std::string &path, Bundle &bundle);
 /// Every index in range, every expression well formed over the entry's

@@ -20,6 +20,15 @@ inline constexpr int64_t kDynamicSize = std::numeric_limits<int64_t>::min();
 
 inline bool isDynamicSize(int64_t size) { return size == kDynamicSize; }
 
+/// Limits the verifiers enforce, so that no attribute or static size makes
+/// the compiler build unbounded code or the runtime unbounded tables.
+/// Experts per token (`k`): the vector kernels unroll their per-token loops
+/// over k (k = 64 compiles in about a second; real models use 1 - 16).
+inline constexpr int64_t kMaxTopK = 64;
+/// Experts (`num_experts`, the length of `offsets`, the router's logits
+/// columns): the offsets and histogram tables have one entry per expert.
+inline constexpr int64_t kMaxNumExperts = 65536;
+
 /// True for 1, 2, 4, 8, ...
 bool isPowerOfTwo(int64_t value);
 

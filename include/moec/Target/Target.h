@@ -33,6 +33,9 @@ struct CompileOptions {
   bool keepAssembly = false;
   /// Matmul tile fields replacing the cost model's (moe-tile options).
   TileOverride tile;
+  /// Run ptxas on sm_90a PTX when it is found; false ships the PTX (the
+  /// compiler fuzzer: a child process per input would dominate its time).
+  bool assemble = true;
 };
 
 struct CompileResult {

@@ -382,7 +382,14 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     Value buffer = bufferOf.lookup(dimOp.getSource());
     if (!index || !buffer)
       return op->emitOpError("needs a constant index into a lowered tensor");
-    scalars.map(dimOp.getResult(), sizesOf[buffer][*index]);
+    // tensor.dim's verifier allows any index (an out-of-range one is UB at
+    // run time), but here it indexes the buffer's size list.
+    const SmallVector<Value> &sizes = sizesOf[buffer];
+    if (*index < 0 || *index >= static_cast<int64_t>(sizes.size()))
+      return op->emitOpError("index ")
+             << *index << " is out of range for a tensor of rank "
+             << sizes.size();
+    scalars.map(dimOp.getResult(), sizes[*index]);
     return success();
   }
   if (isa<tensor::EmptyOp>(op))

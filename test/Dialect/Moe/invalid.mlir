@@ -310,7 +310,7 @@ func.func @case33(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi64
 
 // offsets length must be static
 func.func @case34(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<?xi32>) {
-  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<?xi32>'}}
+  // expected-error @+1 {{operand 'offsets' must have a static length in [1, 65536] (the number of experts), got 'tensor<?xi32>'}}
   %r = moe.permute %x, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<?xi32> -> tensor<8x16xbf16>
   return
 }
@@ -1471,7 +1471,7 @@ func.func @case162(%x: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi3
 
 // unpermute: offsets length must be static
 func.func @case163(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<?xi32>) {
-  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<?xi32>'}}
+  // expected-error @+1 {{operand 'offsets' must have a static length in [1, 65536] (the number of experts), got 'tensor<?xi32>'}}
   %y = moe.unpermute %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<?xi32> -> tensor<4x16xbf16>
   return
 }
@@ -1480,7 +1480,7 @@ func.func @case163(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<?xi3
 
 // grouped_matmul: offsets length must be >= 1
 func.func @case164(%x: tensor<8x16xbf16>, %w: tensor<0x16x32xbf16>, %o: tensor<0xi32>) {
-  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<0xi32>'}}
+  // expected-error @+1 {{operand 'offsets' must have a static length in [1, 65536] (the number of experts), got 'tensor<0xi32>'}}
   %y = moe.grouped_matmul %x, %w, %o : tensor<8x16xbf16>, tensor<0x16x32xbf16>, tensor<0xi32> -> tensor<8x32xbf16>
   return
 }
@@ -1570,7 +1570,7 @@ func.func @case173(%x: tensor<256x64xbf16>, %o: tensor<8xi64>) {
 
 // quantize colwise: offsets length static
 func.func @case174(%x: tensor<256x64xbf16>, %o: tensor<?xi32>) {
-  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<?xi32>'}}
+  // expected-error @+1 {{operand 'offsets' must have a static length in [1, 65536] (the number of experts), got 'tensor<?xi32>'}}
   %q, %s = moe.quantize %x offsets(%o : tensor<?xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xbf16> -> tensor<256x64xf8E4M3FN>, tensor<9x64xf32>
   return
 }
@@ -1624,7 +1624,7 @@ func.func @case179(%q: tensor<256x64xf8E4M3FN>, %s: tensor<9x64xf32>, %o: tensor
 
 // FP8 colwise dequantize: offsets length >= 1
 func.func @case180(%q: tensor<256x64xf8E4M3FN>, %s: tensor<2x64xf32>, %o: tensor<0xi32>) {
-  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<0xi32>'}}
+  // expected-error @+1 {{operand 'offsets' must have a static length in [1, 65536] (the number of experts), got 'tensor<0xi32>'}}
   %x = moe.dequantize %q, %s offsets(%o : tensor<0xi32>) group_size = 128 {axis = #moe.axis<colwise>} : tensor<256x64xf8E4M3FN>, tensor<2x64xf32> -> tensor<256x64xbf16>
   return
 }
@@ -1669,7 +1669,7 @@ func.func @case184(%l: tensor<4x8xf32>) {
 
 // sort needs k >= 1
 func.func @case185(%ids: tensor<4x0xi32>) {
-  // expected-error @+1 {{dimension 1 (k) of operand 'ids' must be in [1, num_experts = 8], got 0}}
+  // expected-error @+1 {{dimension 1 (k) of operand 'ids' must be in [1, min(num_experts = 8, 64)], got 0}}
   %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x0xi32> -> tensor<0xi32>, tensor<0xi32>, tensor<8xi32>
   return
 }
@@ -1678,7 +1678,7 @@ func.func @case185(%ids: tensor<4x0xi32>) {
 
 // sort needs k <= num_experts
 func.func @case186(%ids: tensor<4x9xi32>) {
-  // expected-error @+1 {{dimension 1 (k) of operand 'ids' must be in [1, num_experts = 8], got 9}}
+  // expected-error @+1 {{dimension 1 (k) of operand 'ids' must be in [1, min(num_experts = 8, 64)], got 9}}
   %s, %sl, %o = moe.sort_by_expert %ids experts = 8 : tensor<4x9xi32> -> tensor<36xi32>, tensor<36xi32>, tensor<8xi32>
   return
 }
@@ -2047,7 +2047,7 @@ func.func @case222(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4x1x
 
 // permute_grad: offsets static
 func.func @case223(%r: tensor<8x16xbf16>, %slots: tensor<8xi32>, %o: tensor<?xi32>) {
-  // expected-error @+1 {{operand 'offsets' must have a static length >= 1 (the number of experts), got 'tensor<?xi32>'}}
+  // expected-error @+1 {{operand 'offsets' must have a static length in [1, 65536] (the number of experts), got 'tensor<?xi32>'}}
   %y = moe.permute_grad %r, %slots, %o k = 2 : tensor<8x16xbf16>, tensor<8xi32>, tensor<?xi32> -> tensor<4x16xbf16>
   return
 }
@@ -2487,4 +2487,101 @@ module attributes {moe.target = #moe.target<kind = "sm90a">} {
 // sm90a blocks get at most 227 KiB of shared memory
 // expected-error @+1 {{target kind 'sm90a' allows at most 232448 bytes (227 KiB) of 'shared_memory' per block, got 262144}}
 module attributes {moe.target = #moe.target<kind = "sm90a", sm_count = 132, shared_memory = 262144>} {
+}
+
+// -----
+
+// Limits that keep the compiler's code and the runtime's tables bounded
+// (issue 28: k = 2147483647 made convert-moe-to-kernels run out of memory).
+
+func.func @permute_k_too_large(%x: tensor<?x64xbf16>, %slots: tensor<?xi32>,
+                               %offsets: tensor<16xi32>) -> tensor<?x64xbf16> {
+  // expected-error @+1 {{attribute 'k' must be at most 64 (the kernels unroll their per-token loops over k), got 2147483647}}
+  %r = moe.permute %x, %slots, %offsets k = 2147483647
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x64xbf16>
+  return %r : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @router_topk_k_too_large(%l: tensor<4x128xf32>) {
+  // expected-error @+1 {{attribute 'k' must be at most 64 (the kernels unroll their per-token loops over k), got 65}}
+  %w, %i = moe.router_topk %l k = 65 : tensor<4x128xf32> -> tensor<4x65xf32>, tensor<4x65xi32>
+  return
+}
+
+// -----
+
+func.func @router_topk_too_many_experts(%l: tensor<4x65537xf32>) {
+  // expected-error @+1 {{expert dimension (1) of operand 'logits' must be static and at most 65536, got 'tensor<4x65537xf32>'}}
+  %w, %i = moe.router_topk %l k = 2 : tensor<4x65537xf32> -> tensor<4x2xf32>, tensor<4x2xi32>
+  return
+}
+
+// -----
+
+func.func @sort_by_expert_too_many_experts(%ids: tensor<?x2xi32>) {
+  // expected-error @+1 {{attribute 'num_experts' must be at most 65536 (one table entry per expert), got 65537}}
+  %s, %slots, %o = moe.sort_by_expert %ids experts = 65537
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<65537xi32>
+  return
+}
+
+// -----
+
+func.func @sort_by_expert_k_too_large(%ids: tensor<?x65xi32>) {
+  // expected-error @+1 {{dimension 1 (k) of operand 'ids' must be in [1, min(num_experts = 128, 64)], got 65}}
+  %s, %slots, %o = moe.sort_by_expert %ids experts = 128
+      : tensor<?x65xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
+  return
+}
+
+// -----
+
+func.func @permute_too_many_experts(%x: tensor<?x64xbf16>, %slots: tensor<?xi32>,
+                                    %offsets: tensor<65537xi32>) -> tensor<?x64xbf16> {
+  // expected-error @+1 {{operand 'offsets' must have a static length in [1, 65536] (the number of experts), got 'tensor<65537xi32>'}}
+  %r = moe.permute %x, %slots, %offsets k = 2
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<65537xi32> -> tensor<?x64xbf16>
+  return %r : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @unpermute_k_too_large(%rows: tensor<?x64xbf16>, %slots: tensor<?xi32>,
+                                 %offsets: tensor<16xi32>, %w: tensor<?x100xf32>) -> tensor<?x64xbf16> {
+  // expected-error @+1 {{attribute 'k' must be at most 64 (the kernels unroll their per-token loops over k), got 100}}
+  %y = moe.unpermute %rows, %slots, %offsets k = 100 weights(%w : tensor<?x100xf32>)
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @permute_grad_k_too_large(%d: tensor<?x64xbf16>, %slots: tensor<?xi32>,
+                                    %offsets: tensor<16xi32>) -> tensor<?x64xbf16> {
+  // expected-error @+1 {{attribute 'k' must be at most 64 (the kernels unroll their per-token loops over k), got 1000}}
+  %dx = moe.permute_grad %d, %slots, %offsets k = 1000
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x64xbf16>
+  return %dx : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @unpermute_grad_k_too_large(%dy: tensor<?x64xbf16>, %slots: tensor<?xi32>,
+                                      %offsets: tensor<16xi32>) -> tensor<?x64xbf16> {
+  // expected-error @+1 {{attribute 'k' must be at most 64 (the kernels unroll their per-token loops over k), got 65}}
+  %dr = moe.unpermute_grad %dy, %slots, %offsets k = 65
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x64xbf16>
+  return %dr : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @grouped_matmul_k_too_large(%x: tensor<?x64xbf16>, %w: tensor<8x128x64xbf16>,
+                                      %offsets: tensor<8xi32>, %slots: tensor<?xi32>) -> tensor<?x128xbf16> {
+  // expected-error @+1 {{attribute 'k' must be at most 64 (the kernels unroll their per-token loops over k), got 2147483647}}
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>) {k = 2147483647 : i64, transpose_rhs}
+      : tensor<?x64xbf16>, tensor<8x128x64xbf16>, tensor<8xi32> -> tensor<?x128xbf16>
+  return %y : tensor<?x128xbf16>
 }

@@ -12,6 +12,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -81,9 +82,10 @@ FailureOr<int64_t> expectOffsets(Operation *op, Value offsets) {
   if (failed(type))
     return failure();
   int64_t numExperts = type->getDimSize(0);
-  if (ShapedType::isDynamic(numExperts) || numExperts < 1) {
-    op->emitOpError() << "operand 'offsets' must have a static length >= 1 "
-                         "(the number of experts), got "
+  if (ShapedType::isDynamic(numExperts) || numExperts < 1 ||
+      numExperts > kMaxNumExperts) {
+    op->emitOpError() << "operand 'offsets' must have a static length in [1, "
+                      << kMaxNumExperts << "] (the number of experts), got "
                       << offsets.getType();
     return failure();
   }
@@ -100,6 +102,31 @@ LogicalResult expectPositive(Operation *op, StringRef attrName, int64_t value) {
     return op->emitOpError() << "attribute '" << attrName
                              << "' must fit in i32, got " << value;
   return success();
+}
+
+/// `value` is positive and at most `limit`; `why` says what the limit
+/// protects.
+LogicalResult expectAtMost(Operation *op, StringRef attrName, int64_t value,
+                           int64_t limit, StringRef why) {
+  if (failed(expectPositive(op, attrName, value)))
+    return failure();
+  if (value > limit)
+    return op->emitOpError() << "attribute '" << attrName << "' must be at most "
+                             << limit << " (" << why << "), got " << value;
+  return success();
+}
+
+/// Experts per token.
+LogicalResult expectTopK(Operation *op, int64_t k) {
+  return expectAtMost(op, "k", k, kMaxTopK,
+                      "the kernels unroll their per-token loops over k");
+}
+
+/// A number of experts.
+LogicalResult expectNumExperts(Operation *op, StringRef attrName,
+                               int64_t experts) {
+  return expectAtMost(op, attrName, experts, kMaxNumExperts,
+                      "one table entry per expert");
 }
 
 LogicalResult expectSameElementType(Operation *op, StringRef what,
@@ -199,12 +226,12 @@ LogicalResult RouterTopKOp::verify() {
     return failure();
   int64_t tokens = logitsType->getDimSize(0);
   int64_t numExperts = logitsType->getDimSize(1);
-  if (ShapedType::isDynamic(numExperts))
+  if (ShapedType::isDynamic(numExperts) || numExperts > kMaxNumExperts)
     return emitOpError() << "expert dimension (1) of operand 'logits' must be "
-                            "static, got "
-                         << getLogits().getType();
+                            "static and at most "
+                         << kMaxNumExperts << ", got " << getLogits().getType();
   int64_t k = getK();
-  if (failed(expectPositive(op, "k", k)))
+  if (failed(expectTopK(op, k)))
     return failure();
   if (k > numExperts)
     return emitOpError() << "attribute 'k' (" << k
@@ -292,7 +319,7 @@ LogicalResult SortByExpertOp::verify() {
   if (failed(idsType))
     return failure();
   int64_t numExperts = getNumExperts();
-  if (failed(expectPositive(op, "num_experts", numExperts)))
+  if (failed(expectNumExperts(op, "num_experts", numExperts)))
     return failure();
   int64_t align = getAlign().value_or(1);
   if (!isPowerOfTwo(align))
@@ -317,10 +344,11 @@ LogicalResult SortByExpertOp::verify() {
   int64_t topK = idsType->getDimSize(1);
   if (ShapedType::isDynamic(topK))
     return emitOpError() << "dimension 1 (k) of operand 'ids' must be static";
-  if (topK < 1 || topK > numExperts)
+  if (topK < 1 || topK > std::min(numExperts, kMaxTopK))
     return emitOpError() << "dimension 1 (k) of operand 'ids' must be in [1, "
-                            "num_experts = "
-                         << numExperts << "], got " << topK;
+                            "min(num_experts = "
+                         << numExperts << ", " << kMaxTopK << ")], got "
+                         << topK;
   int64_t capacity =
       sortedCapacity(idsType->getDimSize(0), topK, numExperts, align);
   const char *capacityDesc =
@@ -358,7 +386,7 @@ LogicalResult PermuteOp::verify() {
       expectTensor(op, "operand 'slots'", getSlots(), 1, isI32, kI32);
   if (failed(tokensType) || failed(slotsType) ||
       failed(expectOffsets(op, getOffsets())) ||
-      failed(expectPositive(op, "k", getK())))
+      failed(expectTopK(op, getK())))
     return failure();
   int64_t tokens = tokensType->getDimSize(0);
   int64_t rows = slotsType->getDimSize(0);
@@ -432,7 +460,7 @@ LogicalResult UnpermuteOp::verify() {
       expectTensor(op, "result 'out'", getOut(), 2, isWideFloat, kWideFloat);
   if (failed(rowsType) || failed(slotsType) || failed(outType) ||
       failed(expectOffsets(op, getOffsets())) ||
-      failed(expectPositive(op, "k", getK())))
+      failed(expectTopK(op, getK())))
     return failure();
   int64_t rows = rowsType->getDimSize(0);
   int64_t tokens = outType->getDimSize(0);
@@ -472,7 +500,7 @@ LogicalResult PermuteGradOp::verify() {
                                      kWideFloat);
   if (failed(gradRowsType) || failed(slotsType) || failed(gradTokensType) ||
       failed(expectOffsets(op, getOffsets())) ||
-      failed(expectPositive(op, "k", getK())))
+      failed(expectTopK(op, getK())))
     return failure();
   int64_t rows = gradRowsType->getDimSize(0);
   int64_t tokens = gradTokensType->getDimSize(0);
@@ -517,7 +545,7 @@ LogicalResult UnpermuteGradOp::verify() {
                                    isWideFloat, kWideFloat);
   if (failed(gradOutType) || failed(slotsType) || failed(gradRowsType) ||
       failed(expectOffsets(op, getOffsets())) ||
-      failed(expectPositive(op, "k", getK())))
+      failed(expectTopK(op, getK())))
     return failure();
   int64_t rows = gradRowsType->getDimSize(0);
   int64_t tokens = gradOutType->getDimSize(0);
@@ -675,7 +703,7 @@ LogicalResult GroupedMatmulOp::verify() {
   if (!usesSlots && getK())
     return emitOpError() << "attribute 'k' is only used with 'gather' or "
                             "'scatter'";
-  if (getK() && failed(expectPositive(op, "k", *getK())))
+  if (getK() && failed(expectTopK(op, *getK())))
     return failure();
 
   int64_t rows = lhsType->getDimSize(0);

@@ -39,6 +39,15 @@ def Moe_Dialect : Dialect {
     * `T` may be dynamic (`?`); `E`, `k`, `H` and weight shapes are static in
       practice, and verifiers check every size that is known.
     * Matmul-like ops accumulate in f32 whatever their element types.
+    * Limits: every attribute or static size that sizes generated code, a
+      table or a buffer is bounded, and the verifiers reject larger values
+      with a message naming the limit: `1 <= k <= 64` (the kernels unroll
+      their per-token loops over k), `1 <= E <= 65536` (the length of
+      `offsets`, `num_experts`, the router's logits columns; one table entry
+      per expert), and counts (`num_groups`, `topk_groups`, `group_size`,
+      `scale_group`) positive and within i32. `#moe.tile` states its own
+      bounds. A `tensor.dim` that `convert-moe-to-kernels` reads needs a
+      constant index below the tensor's rank (a diagnostic otherwise).
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasCanonicalizer = 0;

@@ -51,6 +51,9 @@ def Moe_RouterTopKOp : Moe_Op<"router_topk", [Pure]> {
     %weights, %ids = moe.router_topk %logits k = 8 {renormalize}
         : tensor<?x128xbf16> -> tensor<?x8xf32>, tensor<?x8xi32>
     ```
+
+    Limits (verified; see the dialect's conventions): `1 <= k <= min(E, 64)`
+    and `E <= 65536` (the logits' columns).
   }];
   let arguments = (ins
     AnyTensor:$logits,
@@ -126,6 +129,9 @@ def Moe_SortByExpertOp : Moe_Op<"sort_by_expert", [Pure]> {
     %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 128 align = 16
         : tensor<?x8xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<128xi32>
     ```
+
+    Limits (verified; see the dialect's conventions): `num_experts <=
+    65536`; `k`, the columns of `ids`, in `[1, min(num_experts, 64)]`.
   }];
   let arguments = (ins
     AnyTensor:$ids,
@@ -178,6 +184,9 @@ def Moe_PermuteOp : Moe_Op<"permute", [Pure, AttrSizedOperandSegments,
         : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32>
         -> tensor<?x2048xbf16>
     ```
+
+    Limits (verified; see the dialect's conventions): `1 <= k <= 64`;
+    `offsets` of static length `1 <= E <= 65536`.
   }];
   let arguments = (ins
     AnyTensor:$tokens,
@@ -228,6 +237,9 @@ def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure, AttrSizedOperandSegments]> {
         : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32>
         -> tensor<?x2048xbf16>
     ```
+
+    Limits (verified; see the dialect's conventions): `1 <= k <= 64`;
+    `offsets` of static length `1 <= E <= 65536`.
   }];
   let arguments = (ins
     AnyTensor:$rows,
@@ -280,6 +292,9 @@ def Moe_PermuteGradOp : Moe_Op<"permute_grad",
         : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32>
         -> tensor<?x2048xbf16>
     ```
+
+    Limits (verified; see the dialect's conventions): `1 <= k <= 64`;
+    `offsets` of static length `1 <= E <= 65536`.
   }];
   let arguments = (ins
     AnyTensor:$grad_rows,
@@ -338,6 +353,9 @@ def Moe_UnpermuteGradOp : Moe_Op<"unpermute_grad",
         : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32>
         -> tensor<?x2048xbf16>
     ```
+
+    Limits (verified; see the dialect's conventions): `1 <= k <= 64`;
+    `offsets` of static length `1 <= E <= 65536`.
   }];
   let arguments = (ins
     AnyTensor:$grad_out,
@@ -429,6 +447,9 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
         : tensor<?x2048xbf16>, tensor<128x1536x2048xbf16>, tensor<128xi32>
         -> tensor<?x768xbf16>
     ```
+
+    Limits (verified; see the dialect's conventions): `1 <= k <= 64` when
+    given; `offsets` of static length `1 <= E <= 65536`.
   }];
   let arguments = (ins
     AnyTensor:$lhs,
