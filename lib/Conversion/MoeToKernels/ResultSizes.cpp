@@ -2,8 +2,8 @@
 //
 // Part of moec. The sizes convert-moe-to-kernels allocates results with
 // (and records as #moe.size for the bundle): each op's reified result
-// shapes (ReifyRankedShapedTypeOpInterface), built next to the op on
-// tensors, translated to host index values with the sizes of the operand
+// shapes (ReifyRankedShapedTypeOpInterface), built on tensors before the
+// op, translated to host index values with the sizes of the operand
 // buffers, then erased.
 //
 //===----------------------------------------------------------------------===//
@@ -24,22 +24,23 @@ using namespace moec::kernels;
 
 namespace {
 
-/// Records the ops a builder creates, so the reified IR can be erased.
-struct CreatedOps : public OpBuilder::Listener {
-  void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
-    ops.push_back(op);
-  }
-  SmallVector<Operation *> ops;
-};
-
 class SizeTranslator {
 public:
+  /// The reified IR goes right before `op` (where the tensors it reads are
+  /// defined); the translator erases whatever ends up there, folding's
+  /// constants included.
   SizeTranslator(Operation *op, BufferMap buffer, LoweringContext &ctx)
-      : op(op), buffer(buffer), ctx(ctx), builder(op) {
-    builder.setListener(&created);
-  }
+      : op(op), before(op->getPrevNode()), buffer(buffer), ctx(ctx),
+        builder(op) {}
   ~SizeTranslator() {
-    for (Operation *temp : llvm::reverse(created.ops))
+    Block *block = op->getBlock();
+    auto first = before ? std::next(before->getIterator()) : block->begin();
+    SmallVector<Operation *> scratch;
+    for (Operation &temp : llvm::make_range(first, op->getIterator()))
+      scratch.push_back(&temp);
+    for (Operation *temp : scratch)
+      temp->dropAllReferences();
+    for (Operation *temp : llvm::reverse(scratch))
       temp->erase();
   }
 
@@ -117,9 +118,9 @@ private:
   }
 
   Operation *op;
+  Operation *before; ///< the op before `op` when it was reached, or null
   BufferMap buffer;
   LoweringContext &ctx;
-  CreatedOps created;
   OpBuilder builder;
 };
 
