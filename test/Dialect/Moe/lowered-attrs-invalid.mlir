@@ -51,3 +51,10 @@ func.func @symbol_by_name(%x: memref<?xf32> {moe.dims = [#moe.size<T * 2>]}) {
 func.func @dangling_operator(%x: memref<?xf32> {moe.dims = [#moe.size<s0 +>]}) {
   return
 }
+
+// -----
+
+// expected-error @+1 {{a size's constants are non-negative, got -3}}
+func.func @negative_constant(%x: memref<?xf32> {moe.dims = [#moe.size<-3 + s0>]}) {
+  return
+}

@@ -141,6 +141,10 @@ private:
     if (integer.has_value()) {
       if (failed(*integer))
         return failure();
+      if (constant < 0)
+        return parser.emitError(parser.getCurrentLocation(),
+                                "a size's constants are non-negative, got ")
+               << constant;
       return SizeAttr::constant(context, constant);
     }
     if (succeeded(parser.parseOptionalLParen())) {
