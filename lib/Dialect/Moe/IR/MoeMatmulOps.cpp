@@ -1,0 +1,288 @@
+//===- MoeMatmulOps.cpp - The grouped matmul's verifier ---------------===//
+//
+// Part of moec. moe.grouped_matmul has the most operand combinations of the
+// dialect (gather, scatter, bias, LoRA, FP8 scales, weight gradient); its
+// verifier lives here. The other ops' are in MoeOps.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "MoeVerifiers.h"
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::moe;
+using namespace moec::moe::verifiers;
+
+//===----------------------------------------------------------------------===//
+// GroupedMatmulOp
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Verifies `mode = weight_grad`: [M, K]ᵀ · [M, N] per group -> [E, K, N].
+LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
+                               int64_t rows, int64_t numExperts) {
+  Operation *raw = op.getOperation();
+  const char *reason = "is not supported with mode = weight_grad";
+  if (failed(rejectOperand(raw, op.getBias(), "bias", reason)) ||
+      failed(rejectOperand(raw, op.getLoraA(), "lora_a", reason)) ||
+      failed(rejectOperand(raw, op.getLoraB(), "lora_b", reason)) ||
+      failed(rejectOperand(raw, op.getRowScale(), "row_scale", reason)) ||
+      failed(
+          rejectOperand(raw, op.getScatterSlots(), "scatter_slots", reason)) ||
+      failed(rejectOperand(raw, op.getScatterWeights(), "scatter_weights",
+                           reason)) ||
+      failed(rejectOperand(raw, op.getScatterPositions(), "scatter_positions",
+                           reason)) ||
+      failed(rejectOperand(raw, op.getLhsScales(), "lhs_scales", reason)) ||
+      failed(rejectOperand(raw, op.getRhsScales(), "rhs_scales", reason)))
+    return failure();
+  if (!isWideFloat(lhsType.getElementType()))
+    return op.emitOpError() << "mode = weight_grad needs bf16, f16 or f32 "
+                               "operands, got 'lhs' of "
+                            << lhsType;
+  if (op.getTransposeRhs())
+    return op.emitOpError() << "attribute 'transpose_rhs' " << reason;
+  if (op.getActivation() != Activation::none)
+    return op.emitOpError() << "attribute 'activation' " << reason;
+
+  auto rhsType = expectTensor(raw, "operand 'rhs' (the output gradient)",
+                              op.getRhs(), 2, isAnyFloat, kAnyFloat);
+  auto outType = expectTensor(raw, "result 'out'", op.getOut(), 3, isWideFloat,
+                              kWideFloat);
+  if (failed(rhsType) || failed(outType) ||
+      failed(expectSameElementType(raw, "operand 'rhs'", *rhsType,
+                                   "operand 'lhs'", lhsType)) ||
+      failed(expectDim(raw, "operand 'rhs'", *rhsType, 0, rows,
+                       "the number of grouped rows")) ||
+      failed(expectDim(raw, "result 'out'", *outType, 0, numExperts,
+                       "the number of experts")) ||
+      failed(expectDim(raw, "result 'out'", *outType, 1, lhsType.getDimSize(1),
+                       "K, the columns of 'lhs'")) ||
+      failed(expectDim(raw, "result 'out'", *outType, 2, rhsType->getDimSize(1),
+                       "N, the columns of 'rhs'")))
+    return failure();
+  return success();
+}
+
+/// FP8 operands carry block scales (`scales(...)`); others must not.
+LogicalResult verifyMatmulScales(GroupedMatmulOp op, RankedTensorType lhsType,
+                                 RankedTensorType rhsType, int64_t reduction,
+                                 int64_t cols) {
+  Operation *raw = op.getOperation();
+  if (bool(op.getLhsScales()) != bool(op.getRhsScales()))
+    return op.emitOpError() << "operands 'lhs_scales' and 'rhs_scales' must "
+                               "be given together";
+  if (!isFP8(lhsType.getElementType())) {
+    const char *reason = "is only used with FP8 'lhs' and 'rhs'";
+    return failure(
+        failed(rejectOperand(raw, op.getLhsScales(), "lhs_scales", reason)) ||
+        failed(rejectOperand(raw, op.getRhsScales(), "rhs_scales", reason)));
+  }
+  if (!op.getLhsScales())
+    return op.emitOpError() << "FP8 'lhs' and 'rhs' require block scales: "
+                               "scales(%lhs_scales, %rhs_scales : ...)";
+  int64_t group = op.getScaleGroup();
+  if (failed(expectPositive(raw, "scale_group", group)))
+    return failure();
+  auto lhsScales = expectTensor(raw, "operand 'lhs_scales'", op.getLhsScales(),
+                                2, isF32, kF32);
+  auto rhsScales = expectTensor(raw, "operand 'rhs_scales'", op.getRhsScales(),
+                                3, isF32, kF32);
+  if (failed(lhsScales) || failed(rhsScales))
+    return failure();
+  int64_t kBlocks = ceilDiv(reduction, group), nBlocks = ceilDiv(cols, group);
+  bool transposed = op.getTransposeRhs();
+  if (failed(expectDim(raw, "operand 'lhs_scales'", *lhsScales, 0,
+                       lhsType.getDimSize(0), "the rows of 'lhs'")) ||
+      failed(expectDim(raw, "operand 'lhs_scales'", *lhsScales, 1, kBlocks,
+                       "ceil(K / scale_group)")) ||
+      failed(expectDim(raw, "operand 'rhs_scales'", *rhsScales, 0,
+                       rhsType.getDimSize(0), "the number of experts")) ||
+      failed(expectDim(raw, "operand 'rhs_scales'", *rhsScales,
+                       transposed ? 2 : 1, kBlocks, "ceil(K / scale_group)")) ||
+      failed(expectDim(raw, "operand 'rhs_scales'", *rhsScales,
+                       transposed ? 1 : 2, nBlocks, "ceil(N / scale_group)")))
+    return failure();
+  return success();
+}
+
+} // namespace
+
+LogicalResult GroupedMatmulOp::verify() {
+  Operation *op = getOperation();
+  auto lhsType = expectTensor(op, "operand 'lhs'", getLhs(), 2, isMatmulInput,
+                              kMatmulInput);
+  if (failed(lhsType))
+    return failure();
+  auto numExperts = expectOffsets(op, getOffsets());
+  if (failed(numExperts))
+    return failure();
+
+  // Slot-indexed gather / scatter need k to turn a slot into a token.
+  bool usesSlots = getGatherSlots() || getScatterSlots();
+  if (usesSlots && !getK())
+    return emitOpError() << "attribute 'k' is required with 'gather' or "
+                            "'scatter' (slot / k is the token)";
+  if (!usesSlots && getK())
+    return emitOpError() << "attribute 'k' is only used with 'gather' or "
+                            "'scatter'";
+  if (getK() && failed(expectTopK(op, *getK())))
+    return failure();
+
+  int64_t rows = lhsType->getDimSize(0);
+  if (Value slots = getGatherSlots()) {
+    auto slotsType =
+        expectTensor(op, "operand 'gather_slots'", slots, 1, isI32, kI32);
+    if (failed(slotsType))
+      return failure();
+    rows = slotsType->getDimSize(0);
+    if (failed(expectEnoughRows(op, "operand 'gather_slots'", rows,
+                                lhsType->getDimSize(0), *getK())))
+      return failure();
+  }
+  if (!getLoraA() && getLoraScaling().convertToFloat() != 1.0f)
+    return emitOpError() << "attribute 'lora_scaling' requires operands "
+                            "'lora_a' and 'lora_b'";
+
+  if (getMode() == MatmulMode::weight_grad)
+    return verifyWeightGrad(*this, *lhsType, rows, *numExperts);
+
+  auto rhsType = expectTensor(op, "operand 'rhs'", getRhs(), 3, isMatmulInput,
+                              kMatmulInput);
+  if (failed(rhsType) ||
+      failed(expectSameElementType(op, "operand 'rhs'", *rhsType,
+                                   "operand 'lhs'", *lhsType)) ||
+      failed(expectDim(op, "operand 'rhs'", *rhsType, 0, *numExperts,
+                       "the number of experts")))
+    return failure();
+  unsigned kDim = getTransposeRhs() ? 2 : 1, nDim = getTransposeRhs() ? 1 : 2;
+  int64_t reduction = lhsType->getDimSize(1);
+  int64_t cols = rhsType->getDimSize(nDim);
+  if (failed(expectDim(op,
+                       getTransposeRhs() ? "operand 'rhs' (transposed)"
+                                         : "operand 'rhs'",
+                       *rhsType, kDim, reduction, "K, the columns of 'lhs'")))
+    return failure();
+
+  if (Value bias = getBias()) {
+    auto biasType =
+        expectTensor(op, "operand 'bias'", bias, 2, isAnyFloat, kAnyFloat);
+    if (failed(biasType) ||
+        failed(expectDim(op, "operand 'bias'", *biasType, 0, *numExperts,
+                         "the number of experts")) ||
+        failed(expectDim(op, "operand 'bias'", *biasType, 1, cols,
+                         "N, the output columns of 'rhs'")))
+      return failure();
+  }
+
+  if (bool(getLoraA()) != bool(getLoraB()))
+    return emitOpError() << "operands 'lora_a' and 'lora_b' must be given "
+                            "together";
+  if (getLoraA()) {
+    auto aType = expectTensor(op, "operand 'lora_a'", getLoraA(), 2, isAnyFloat,
+                              kAnyFloat);
+    auto bType = expectTensor(op, "operand 'lora_b'", getLoraB(), 2, isAnyFloat,
+                              kAnyFloat);
+    if (failed(aType) || failed(bType))
+      return failure();
+    int64_t rankTimesExperts = aType->getDimSize(0);
+    if (ShapedType::isDynamic(rankTimesExperts) || rankTimesExperts == 0 ||
+        rankTimesExperts % *numExperts != 0)
+      return emitOpError() << "dimension 0 of operand 'lora_a' must be a "
+                              "static multiple of the number of experts ("
+                           << *numExperts << ") with a rank r >= 1, got "
+                           << getLoraA().getType();
+    if (failed(expectDim(op, "operand 'lora_a'", *aType, 1, reduction,
+                         "K, the columns of 'lhs'")) ||
+        failed(expectDim(op, "operand 'lora_b'", *bType, 0, cols,
+                         "N, the output columns of 'rhs'")) ||
+        failed(expectDim(op, "operand 'lora_b'", *bType, 1, rankTimesExperts,
+                         "dimension 0 of 'lora_a' (E * r)")))
+      return failure();
+  }
+
+  if (failed(verifyMatmulScales(*this, *lhsType, *rhsType, reduction, cols)))
+    return failure();
+
+  int64_t outCols = cols;
+  if (getActivation() == Activation::swiglu && !ShapedType::isDynamic(cols)) {
+    if (cols % 2 != 0)
+      return emitOpError() << "activation = swiglu needs an even number of "
+                              "output columns in 'rhs', got "
+                           << cols;
+    outCols = cols / 2;
+  }
+
+  if (Value rowScale = getRowScale()) {
+    auto scaleType =
+        expectTensor(op, "operand 'row_scale'", rowScale, 1, isF32, kF32);
+    if (failed(scaleType) ||
+        failed(expectDim(op, "operand 'row_scale'", *scaleType, 0, rows,
+                         "the number of grouped rows")))
+      return failure();
+  }
+
+  auto outType =
+      expectTensor(op, "result 'out'", getOut(), 2, isWideFloat, kWideFloat);
+  if (failed(outType) ||
+      failed(expectDim(op, "result 'out'", *outType, 1, outCols,
+                       getActivation() == Activation::swiglu
+                           ? "N / 2 (swiglu halves the output columns)"
+                           : "N, the output columns of 'rhs'")))
+    return failure();
+
+  if (getScatterWeights() && !getScatterSlots())
+    return emitOpError() << "operand 'scatter_weights' requires operand "
+                            "'scatter_slots'";
+  if (getScatterPositions() && !getScatterSlots())
+    return emitOpError() << "operand 'scatter_positions' requires operand "
+                            "'scatter_slots'";
+  if (Value slots = getScatterSlots()) {
+    auto slotsType =
+        expectTensor(op, "operand 'scatter_slots'", slots, 1, isI32, kI32);
+    if (failed(slotsType) ||
+        failed(expectDim(op, "operand 'scatter_slots'", *slotsType, 0, rows,
+                         "the number of grouped rows")))
+      return failure();
+    int64_t tokens = outType->getDimSize(0);
+    if (failed(expectEnoughRows(op, "operand 'scatter_slots'", rows, tokens,
+                                *getK())) ||
+        failed(expectPositions(op, "operand 'scatter_positions'",
+                               getScatterPositions(), tokens, *getK())))
+      return failure();
+    // Gather and scatter both read slot / k as a token of the same layer.
+    if (getGatherSlots() &&
+        failed(expectDim(op, "result 'out'", *outType, 0,
+                         lhsType->getDimSize(0),
+                         "the tokens of the gathered 'lhs'")))
+      return failure();
+    if (Value weights = getScatterWeights()) {
+      auto weightsType = expectTensor(op, "operand 'scatter_weights'", weights,
+                                      2, isF32, kF32);
+      if (failed(weightsType) ||
+          failed(expectDim(op, "operand 'scatter_weights'", *weightsType, 0,
+                           tokens, "the number of tokens of result 'out'")) ||
+          failed(expectDim(op, "operand 'scatter_weights'", *weightsType, 1,
+                           *getK(), "attribute 'k'")))
+        return failure();
+    }
+    return success();
+  }
+  return expectDim(op, "result 'out'", *outType, 0, rows,
+                   "the number of grouped rows");
+}
+
+LogicalResult GroupedMatmulOp::canonicalize(GroupedMatmulOp op,
+                                            PatternRewriter &rewriter) {
+  // A LoRA adapter scaled by zero contributes nothing: drop its operands.
+  if (op.getLoraA() && op.getLoraScaling().isZero()) {
+    rewriter.modifyOpInPlace(op, [&] {
+      op.getLoraAMutable().clear();
+      op.getLoraBMutable().clear();
+      op.setLoraScaling(APFloat(1.0f));
+    });
+    return success();
+  }
+  return failure();
+}
