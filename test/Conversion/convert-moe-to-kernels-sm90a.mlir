@@ -128,3 +128,29 @@ func.func @bb(%x: tensor<?x128xbf16>, %w: tensor<4x128x128xbf16>,
       -> tensor<?x128xbf16>
   return %y : tensor<?x128xbf16>
 }
+
+// -----
+
+// rhs [E, K, N] (no transpose_rhs: the dX of a backward), warp-specialized:
+// the weights come by TMA as four 64-column boxes of 64 K rows per stage
+// (3-d map, box [64, 64, 1]) and wgmma reads them N-major, transposed
+// (B layout <row>); the lhs rows still come by one 2-d TMA.
+// CHECK-LABEL: gpu.func @dx_k0_grouped_matmul_wgmma(
+// CHECK: nvvm.mbarrier.arrive.expect_tx %{{.*}}, %c49152_i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %arg5, %{{.*}}, box[%{{[0-9]+}}, %{{[0-9]+}}]
+// CHECK-COUNT-4: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %arg4, %{{.*}}, box[%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}]
+// CHECK-NOT: nvvm.cp.async.bulk.tensor
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <row>]
+// CHECK-LABEL: func.func @dx(
+// CHECK: moe.tensor_map_box = array<i64: 64, 64, 1>
+// CHECK: gpu.launch_func @dx_kernels::@dx_k0_grouped_matmul_wgmma
+func.func @dx(%dy: tensor<?x256xbf16>, %w: tensor<4x256x320xbf16>,
+              %offsets: tensor<4xi32>) -> tensor<?x320xbf16> {
+  %dx = moe.grouped_matmul %dy, %w, %offsets
+      {moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            stages = 4, producers = 128>}
+      : tensor<?x256xbf16>, tensor<4x256x320xbf16>, tensor<4xi32>
+      -> tensor<?x320xbf16>
+  return %dx : tensor<?x320xbf16>
+}

@@ -165,23 +165,23 @@ func.func @down_block_barriers(%h: tensor<?x768xbf16>,
 // -----
 
 // Shapes the wgmma kernel does not take keep the scalar grouped matmul on
-// sm90a: rhs [E, K, N] (no transpose_rhs) and K not a multiple of 8.
+// sm90a: f32 operands and K not a multiple of 8.
 // SM90A-LABEL: gpu.func @fallback_k0_grouped_matmul(
 // SM90A-NOT: nvvm.wgmma
 // SM90A-LABEL: gpu.func @fallback_k1_grouped_matmul(
 // SM90A-NOT: nvvm.wgmma
 // SM90A-LABEL: func.func @fallback
-func.func @fallback(%x: tensor<?x64xbf16>, %w: tensor<8x64x128xbf16>,
+func.func @fallback(%x: tensor<?x64xf32>, %w: tensor<8x128x64xf32>,
                     %x20: tensor<?x20xbf16>, %wt: tensor<8x128x20xbf16>,
                     %offsets: tensor<8xi32>)
-    -> (tensor<?x128xbf16>, tensor<?x128xbf16>) {
-  %y = moe.grouped_matmul %x, %w, %offsets
-      : tensor<?x64xbf16>, tensor<8x64x128xbf16>, tensor<8xi32>
-      -> tensor<?x128xbf16>
+    -> (tensor<?x128xf32>, tensor<?x128xbf16>) {
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}
+      : tensor<?x64xf32>, tensor<8x128x64xf32>, tensor<8xi32>
+      -> tensor<?x128xf32>
   %z = moe.grouped_matmul %x20, %wt, %offsets {transpose_rhs}
       : tensor<?x20xbf16>, tensor<8x128x20xbf16>, tensor<8xi32>
       -> tensor<?x128xbf16>
-  return %y, %z : tensor<?x128xbf16>, tensor<?x128xbf16>
+  return %y, %z : tensor<?x128xf32>, tensor<?x128xbf16>
 }
 
 // -----

@@ -1,6 +1,6 @@
 // Grouped matmuls at the shapes of the sm_90a wgmma kernel
-// (Hopper/HopperKernel.h: 16-bit lhs and rhs, rhs [E, N, K], K and N multiples
-// of 8). The host runs the scalar kernels on these entries, so the checks
+// (Hopper/HopperKernel.h: 16-bit lhs and rhs, rhs [E, N, K] or, for the dX
+// of a backward, [E, K, N]; K and N multiples of 8). The host runs the scalar kernels on these entries, so the checks
 // below pin the reference semantics; scripts/gpu-correctness.sh runs the
 // same entries through the wgmma kernel on the H200. The shapes leave
 // partial tiles everywhere: K = 200 and 136 are not multiples of the 64-wide
@@ -21,6 +21,10 @@
 // RUN: moec run %s --entry gmm_cl_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_cl_row_scale --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_cl_aligned_long_k --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_kn_row_scale --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_kn_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_kn_cl_swiglu --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry dense_kn --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -203,4 +207,66 @@ func.func @gmm_cl_aligned_long_k(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
       : tensor<?x1096xbf16>, tensor<8x256x1096xbf16>, tensor<8xi32>
       -> tensor<?x256xbf16>
   return %y : tensor<?x256xbf16>
+}
+
+// rhs [E, K, N] (no transpose_rhs: the dX of a forward with [E, N, K]
+// weights), read N-major and transposed by wgmma. Rows in order with a row
+// scale, the default tile (warp-specialized, n = 256: TMA for both
+// operands, four 64-column boxes per stage): E = 16, K = 136, N = 264.
+func.func @gmm_kn_row_scale(%x: tensor<?x136xf16>, %ids: tensor<?x1xi32>,
+                            %w: tensor<16x136x264xf16>, %s: tensor<?xf32>)
+    -> tensor<?x264xf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets row_scale(%s : tensor<?xf32>)
+      : tensor<?x136xf16>, tensor<16x136x264xf16>, tensor<16xi32>
+      -> tensor<?x264xf16>
+  return %y : tensor<?x264xf16>
+}
+
+// rhs [E, K, N], gathered rows (k = 2), block barriers at n = 128
+// (cp.async for the weights' K rows): E = 8, K = 200, N = 200.
+func.func @gmm_kn_gather(%x: tensor<?x200xbf16>, %ids: tensor<?x2xi32>,
+                         %w: tensor<8x200x200xbf16>) -> tensor<?x200xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 2 : i64,
+       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256>}
+      : tensor<?x200xbf16>, tensor<8x200x200xbf16>, tensor<8xi32>
+      -> tensor<?x200xf32>
+  return %y : tensor<?x200xf32>
+}
+
+// rhs [E, K, N] with SwiGLU in clusters of 2 (each block multicasts the
+// gate or the up column blocks), K = 1096 through 3 stages: E = 8, I = 72.
+func.func @gmm_kn_cl_swiglu(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
+                            %w: tensor<8x1096x144xbf16>)
+    -> tensor<?x72xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8 align = 16
+      : tensor<?x4xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 4 : i64, activation = #moe.activation<swiglu>,
+       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 384,
+                            producers = 128, stages = 3, cluster = 2>}
+      : tensor<?x1096xbf16>, tensor<8x1096x144xbf16>, tensor<8xi32>
+      -> tensor<?x72xbf16>
+  return %y : tensor<?x72xbf16>
+}
+
+// A dense A·B with B [K, N] (linalg.matmul, plain maps): the dX of a
+// dense layer. K = 200, N = 264.
+func.func @dense_kn(%x: tensor<?x200xbf16>, %w: tensor<200x264xbf16>)
+    -> tensor<?x264xf32> {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x200xbf16>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty(%t) : tensor<?x264xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x264xf32>)
+      -> tensor<?x264xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<?x200xbf16>, tensor<200x264xbf16>)
+      outs(%acc : tensor<?x264xf32>) -> tensor<?x264xf32>
+  return %y : tensor<?x264xf32>
 }

@@ -37,6 +37,7 @@ void KernelEnv::readShapes() {
   outWidth = b.dim(args.out, 1);
   auto rhsType = cast<MemRefType>(args.rhs.getType());
   rhsRows = b.dim(args.rhs, rhsType.getRank() - 2);
+  rhsWidth = b.dim(args.rhs, rhsType.getRank() - 1);
 }
 
 void KernelEnv::carveSharedMemory() {

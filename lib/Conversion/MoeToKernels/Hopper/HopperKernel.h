@@ -48,6 +48,12 @@
 // has an odd m-tile count leaves its second block without rows: it still
 // loads its half of B and keeps the barriers in step.
 //
+// Operand layouts (HopperPlan::layout): the rhs is [E, N, K] (the forward,
+// K-major B stages) or [E, K, N] (the dX of a backward: a B stage holds
+// blockN / 64 column blocks of 64 K rows, loaded by TMA one 64 x 64 box
+// each or by cp.async one 16-byte chunk along N each, and wgmma reads it
+// N-major with its B transposed).
+//
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
 // row scale, then rounded stores; in the block-barrier kernel a plain
@@ -108,11 +114,12 @@ struct KernelEnv {
   const HopperPlan &plan;
   KernelArgs args;
   mlir::Value block, thread;
-  /// Output columns, and the rows of one expert's rhs (N of [E, N, K]).
-  mlir::Value outWidth, rhsRows;
+  /// Output columns, the rows of one expert's rhs (N of [E, N, K], K of
+  /// [E, K, N]) and its row length (K, or N).
+  mlir::Value outWidth, rhsRows, rhsWidth;
   mlir::Value smem, tables[2], groupStarts, barrierBase, stageBase;
 
-  /// outWidth and rhsRows.
+  /// outWidth, rhsRows and rhsWidth.
   void readShapes();
   /// The two scan tables and the groups' first rows, then the barriers,
   /// then the 1024-aligned stages.
@@ -237,13 +244,17 @@ private:
   int64_t lhsRowsPerThread() const;
   int64_t rhsRowsPerThread() const;
   mlir::Value lhsRowBytes(const TileState &t, int64_t i);
-  mlir::Value rhsRowBytes(const TileState &t, int64_t i);
+  mlir::Value rhsColumn(const TileState &t, mlir::Value c,
+                        mlir::Value &valid);
+  mlir::Value rhsRowBytes(const TileState &t, int64_t i, mlir::Value kt);
+  /// A 16-byte cp.async from base + rowBytes (+ chunkBytes when given),
+  /// zero-filled where rowBytes is `invalid` or `kValid` (when given) is
+  /// false.
   void copyChunk(mlir::Value dst, mlir::Value base, mlir::Value rowBytes,
-                 mlir::Value kBytes, mlir::Value kValid);
+                 mlir::Value chunkBytes, mlir::Value kValid);
   void tmaLoad(mlir::Value map, mlir::Value stageAddress,
                mlir::ValueRange coords, mlir::Value multicast,
                mlir::Value full);
-  mlir::Value rhsTmaRow(const TileState &t, mlir::Value l);
   void loadRhsByTma(const TileState &t, mlir::Value slot, mlir::Value k0,
                     mlir::Value l, mlir::Value multicast, mlir::Value full);
 

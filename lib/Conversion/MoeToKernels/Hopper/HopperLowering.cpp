@@ -39,13 +39,10 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   addOptional(v.bias, pos.bias);
   addOptional(v.rowScale, pos.rowScale);
   if (plan.warpSpecialized) {
-    // The producer loads the rhs by TMA: boxes of 64 K-elements (one
-    // 128-byte swizzled row) by rhsBoxRows() B rows, one expert deep.
+    // The producer loads the rhs by TMA (HopperPlan::rhsBox).
     int64_t rank = cast<MemRefType>(v.rhs.getType()).getRank();
-    SmallVector<int64_t> box = {kBlockK, plan.rhsBoxRows()};
-    if (rank == 3)
-      box.push_back(1);
-    addOptional(tensorMapOperand(ctx.host(), v.rhs, box), pos.rhsMap);
+    addOptional(tensorMapOperand(ctx.host(), v.rhs, plan.rhsBox(rank)),
+                pos.rhsMap);
     // Rows in order: the lhs too, 128 rows by 64 K-elements.
     if (!v.gather)
       addOptional(tensorMapOperand(ctx.host(), v.lhs, {kBlockK, kBlockM}),

@@ -98,8 +98,8 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
 std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
                                               moe::TileAttr tile,
                                               const HopperLimits &limits) {
-  if (op.getMode() != moe::MatmulMode::forward || !op.getTransposeRhs() ||
-      op.getLoraA() || op.getLhsScales())
+  if (op.getMode() != moe::MatmulMode::forward || op.getLoraA() ||
+      op.getLhsScales())
     return std::nullopt;
   auto lhsType = cast<ShapedType>(op.getLhs().getType());
   auto outType = cast<ShapedType>(op.getOut().getType());
@@ -112,24 +112,32 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
   if (plan) {
     plan->slotsPerToken = op.getK().value_or(1);
     plan->swiglu = op.getActivation() == moe::Activation::swiglu;
+    // Without transpose_rhs the weights are [E, K, N]: the dX of a forward
+    // with [E, N, K] weights.
+    if (!op.getTransposeRhs())
+      plan->layout.rhs = RhsLayout::ExpertKN;
   }
   return plan;
 }
 
-/// The plan for a dense A·Bᵀ (B read as [N, K]): one group of all rows.
+/// The plan for a dense A·Bᵀ (B read as [N, K]) or A·B (B [K, N]): one
+/// group of all rows.
 static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
                                            moe::TileAttr tile,
                                            const HopperLimits &limits) {
   FailureOr<bool> transposed = matmulTransposesB(op);
-  if (failed(transposed) || !*transposed)
+  if (failed(transposed))
     return std::nullopt;
   auto lhsType = cast<ShapedType>(op.getInputs()[0].getType());
   auto outType = cast<ShapedType>(op.getResult(0).getType());
-  return planFor(
+  std::optional<HopperPlan> plan = planFor(
       lhsType.getElementType(),
       cast<ShapedType>(op.getInputs()[1].getType()).getElementType(),
       outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
       /*experts=*/1, tile, limits);
+  if (plan && !*transposed)
+    plan->layout.rhs = RhsLayout::ExpertKN; // B is [K, N]
+  return plan;
 }
 
 std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,

@@ -15,6 +15,7 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <optional>
 
@@ -36,6 +37,11 @@ constexpr int64_t kProducerRegisters = 72;
 constexpr int64_t kConsumerRegisters = 216;
 constexpr int64_t kRowBytes = 128; ///< bytes of a 64-element 16-bit row
 constexpr int64_t kChunksPerRow = kRowBytes / 16;
+/// Columns of one column block of an N-major (ExpertKN) B stage: the 64
+/// elements of a 128-byte swizzled row.
+constexpr int64_t kColumnBlock = 64;
+/// Bytes of one column block: kBlockK rows of 128 bytes.
+constexpr int64_t kColumnBlockBytes = kBlockK * kRowBytes;
 /// Groups the schedule scan handles (experts + the tail), one table entry
 /// per group in shared memory.
 constexpr int64_t kMaxGroups = 1024;
@@ -68,6 +74,11 @@ enum class RhsLayout {
   /// [E, N, K] (or a dense [N, K]), K contiguous: a block's B rows are its
   /// output columns, K-major in shared memory (wgmma's "col" B).
   ExpertNK,
+  /// [E, K, N] (or a dense [K, N]), N contiguous: the dX of a forward with
+  /// [E, N, K] weights. A stage holds the block's columns as blockN / 64
+  /// column blocks of 64 K rows x 64 columns (one 128-byte swizzled row per
+  /// K), N-major in shared memory (wgmma's transposed B).
+  ExpertKN,
 };
 
 /// The operand layouts of one kernel.
@@ -127,9 +138,26 @@ struct HopperPlan {
   int64_t outTileN() const { return swiglu ? blockN / 2 : blockN; }
   /// B rows one TMA load brings (the rhs tensor map's box): all of them,
   /// or half (the gate or the up rows with SwiGLU, a block's half in a
-  /// cluster of 2).
+  /// cluster of 2). With ExpertKN a box is one column block: 64 K rows of
+  /// 64 columns.
   int64_t rhsBoxRows() const {
+    if (layout.rhs == RhsLayout::ExpertKN)
+      return kBlockK;
     return swiglu || cluster > 1 ? blockN / 2 : blockN;
+  }
+  /// TMA loads of the rhs per stage (across the blocks of a cluster).
+  int64_t rhsBoxes() const {
+    if (layout.rhs == RhsLayout::ExpertKN)
+      return blockN / kColumnBlock;
+    return blockN / rhsBoxRows();
+  }
+  /// The rhs tensor map's box, innermost dimension first: 64 elements (one
+  /// 128-byte swizzled row) by rhsBoxRows(), one expert deep for [E, .., ..].
+  llvm::SmallVector<int64_t> rhsBox(int64_t rank) const {
+    llvm::SmallVector<int64_t> box = {kBlockK, rhsBoxRows()};
+    if (rank == 3)
+      box.push_back(1);
+    return box;
   }
   /// K slices of one tile.
   int64_t kSlices() const { return (k + kBlockK - 1) / kBlockK; }

@@ -15,16 +15,21 @@ using namespace moec;
 using namespace moec::kernels;
 using namespace moec::kernels::hopper;
 
-/// The wgmma shared-memory descriptor of a 128-byte-swizzled, K-major tile
-/// at shared address `address`: start address >> 4 in bits 0-13, leading
-/// byte offset 16 (unused by this swizzle), stride byte offset 1024 (one
-/// 8-row swizzle atom to the next) and the 128-byte swizzle mode in bits
-/// 62-63.
-static Value descriptor(KernelBuilder &b, Value address) {
+/// The wgmma shared-memory descriptor of a 128-byte-swizzled tile at shared
+/// address `address`: start address >> 4 in bits 0-13, the leading byte
+/// offset in bits 16-29 and the stride byte offset in bits 32-45 (both >> 4),
+/// the 128-byte swizzle mode in bits 62-63. K-major (the A tile, an ExpertNK
+/// B tile): the leading offset is unused by this swizzle (16) and the stride
+/// is 1024, one 8-row swizzle atom to the next along M or N. N-major (an
+/// ExpertKN B tile, read transposed): the leading offset is the step from
+/// one 64-column block to the next along N, the stride the step from 8 K
+/// rows to the next 8.
+static Value descriptor(KernelBuilder &b, Value address, bool nMajor = false) {
   Value start =
       arith::ShRUIOp::create(b, bitAnd(b, address, 0x3FFFF), b.idx(4));
-  int64_t fixed = (int64_t(1) << 16) | (int64_t(1024 >> 4) << 32) |
-                  (int64_t(1) << 62);
+  int64_t leading = nMajor ? kColumnBlockBytes : 16;
+  int64_t fixed = (int64_t(leading >> 4) << 16) |
+                  (int64_t(1024 >> 4) << 32) | (int64_t(1) << 62);
   return arith::IndexCastOp::create(
       b, b.getI64Type(), arith::OrIOp::create(b, start, b.idx(fixed)));
 }
@@ -34,6 +39,20 @@ static NVVM::MMALayout bLayout(RhsLayout layout) {
   switch (layout) {
   case RhsLayout::ExpertNK:
     return NVVM::MMALayout::col; // K-major
+  case RhsLayout::ExpertKN:
+    return NVVM::MMALayout::row; // N-major: transposed
+  }
+  llvm_unreachable("unknown rhs layout");
+}
+
+/// Bytes from one 16-wide K step of the B tile to the next: 32 bytes along
+/// a K-major row, or 16 rows of an N-major column block.
+static int64_t bStepBytes(RhsLayout layout) {
+  switch (layout) {
+  case RhsLayout::ExpertNK:
+    return 32;
+  case RhsLayout::ExpertKN:
+    return 16 * kRowBytes;
   }
   llvm_unreachable("unknown rhs layout");
 }
@@ -86,7 +105,9 @@ Value MmaLoop::sliceMma(Value current, Value slot) {
   NVVM::WgmmaFenceAlignedOp::create(b);
   for (int64_t kk = 0; kk < kBlockK / 16; ++kk) {
     Value descA = descriptor(b, b.add(aTile, b.idx(kk * 32)));
-    Value descB = descriptor(b, b.add(bTile, b.idx(kk * 32)));
+    RhsLayout rhs = env.plan.layout.rhs;
+    Value descB = descriptor(b, b.add(bTile, b.idx(kk * bStepBytes(rhs))),
+                             rhs == RhsLayout::ExpertKN);
     current = NVVM::WgmmaMmaAsyncOp::create(
         b, accType, current, descA, descB, shape, elem, elem, f32Type,
         accumulate, one, one, kMajorA, layoutB, NVVM::MMAIntOverflowAttr());

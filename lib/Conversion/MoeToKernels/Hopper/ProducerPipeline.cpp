@@ -123,43 +123,66 @@ Value ProducerPipeline::lhsRowBytes(const TileState &t, int64_t i) {
   return b.select(valid, b.mul(row, rowBytesK), invalid);
 }
 
-// Source byte offset of this thread's B row i: an output column, or the
-// gate then the up columns.
-Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i) {
+// The rhs column of column `c` of the block's tile: colStart + c, or with
+// SwiGLU the gate columns of the first half and the matching up columns
+// (outWidth on) of the second; `valid` says whether it is an output column.
+Value ProducerPipeline::rhsColumn(const TileState &t, Value c, Value &valid) {
   KernelBuilder &b = env.b;
-  Value outWidth = env.outWidth;
-  Value rowIndex, valid;
+  if (!env.plan.swiglu) {
+    Value n = b.add(t.colStart, c);
+    valid = b.ult(n, env.outWidth);
+    return n;
+  }
+  int64_t half = env.plan.blockN / 2;
+  Value isUp = b.ule(b.idx(half), c);
+  Value gate = b.add(t.colStart, b.select(isUp, b.sub(c, b.idx(half)), c));
+  valid = b.ult(gate, env.outWidth);
+  return b.select(isUp, b.add(gate, env.outWidth), gate);
+}
+
+// Source byte offset of this thread's B row i of slice kt (-1: zero-fill).
+// ExpertNK: the row is an output column (K runs along it: copyChunk adds
+// the chunk's K offset). ExpertKN: stage row i is K row i % 64 of column
+// block i / 64, and the offset is that of this thread's 16-byte chunk
+// along N.
+Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i,
+                                    Value kt) {
+  KernelBuilder &b = env.b;
+  Value r = rowOf(i);
+  Value valid, bytes;
   switch (env.plan.layout.rhs) {
   case RhsLayout::ExpertNK: {
-    Value r = rowOf(i);
-    Value n;
-    if (env.plan.swiglu) {
-      int64_t half = env.plan.blockN / 2;
-      Value isUp = b.ule(b.idx(half), r);
-      Value c = b.add(t.colStart, b.select(isUp, b.sub(r, b.idx(half)), r));
-      valid = b.ult(c, outWidth);
-      n = b.select(isUp, b.add(c, outWidth), c);
-    } else {
-      n = b.add(t.colStart, r);
-      valid = b.ult(n, outWidth);
-    }
-    rowIndex = b.add(b.mul(t.group, env.rhsRows), n);
+    Value n = rhsColumn(t, r, valid);
+    bytes = b.mul(b.add(b.mul(t.group, env.rhsRows), n), rowBytesK);
+    break;
+  }
+  case RhsLayout::ExpertKN: {
+    Value block = b.div(r, b.idx(kBlockK));
+    Value kRow = b.add(b.mul(kt, b.idx(kBlockK)), b.rem(r, b.idx(kBlockK)));
+    Value n = rhsColumn(
+        t, b.add(b.mul(block, b.idx(kColumnBlock)), b.mul(chunk, b.idx(8))),
+        valid);
+    valid = b.land(valid, b.ult(kRow, b.idx(env.plan.k)));
+    Value row = b.add(b.mul(t.group, b.idx(env.plan.k)), kRow);
+    bytes = b.mul(b.add(b.mul(row, env.rhsWidth), n), b.idx(2));
     break;
   }
   }
   return b.select(b.land(b.ult(t.group, b.idx(env.plan.experts)), valid),
-                  b.mul(rowIndex, rowBytesK), invalid);
+                  bytes, invalid);
 }
 
 void ProducerPipeline::copyChunk(Value dst, Value base, Value rowBytes,
-                                 Value kBytes, Value kValid) {
+                                 Value chunkBytes, Value kValid) {
   KernelBuilder &b = env.b;
   auto cacheGlobal = NVVM::LoadCacheModifierKindAttr::get(
       b.getContext(), NVVM::LoadCacheModifierKind::CG);
-  Value ok = b.land(kValid, arith::CmpIOp::create(
-                                b, arith::CmpIPredicate::ne, rowBytes,
-                                invalid));
-  Value src = b.select(ok, b.add(base, b.add(rowBytes, kBytes)), base);
+  Value ok = arith::CmpIOp::create(b, arith::CmpIPredicate::ne, rowBytes,
+                                   invalid);
+  if (kValid)
+    ok = b.land(kValid, ok);
+  Value offset = chunkBytes ? b.add(rowBytes, chunkBytes) : rowBytes;
+  Value src = b.select(ok, b.add(base, offset), base);
   Value bytes = b.select(ok, b.idx(16), b.idx(0));
   NVVM::CpAsyncOp::create(
       b, pointerAt(b, dst, 3), pointerAt(b, src, 1),
@@ -179,9 +202,14 @@ void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
                 lhsRowBytes(t, i), kBytes, kValid);
   if (env.args.rhsMap)
     return;
+  // ExpertNK rows run along K (the chunk's K offset is in kBytes);
+  // ExpertKN rows are K rows whose chunks run along N (rhsRowBytes gives
+  // the chunk's offset and checks K and N).
+  bool alongK = env.plan.layout.rhs == RhsLayout::ExpertNK;
   for (int64_t i = 0; i < rhsRowsPerThread(); ++i)
     copyChunk(b.add(env.stageB(slot), smemOffset(i)), rhsBase,
-              rhsRowBytes(t, i), kBytes, kValid);
+              rhsRowBytes(t, i, kt), alongK ? kBytes : Value(),
+              alongK ? kValid : Value());
 }
 
 void ProducerPipeline::tmaLoad(Value map, Value stageAddress,
@@ -196,24 +224,30 @@ void ProducerPipeline::tmaLoad(Value map, Value stageAddress,
       NVVM::TMALoadMode::TILE, false, NVVM::CTAGroupKindAttr(), Value());
 }
 
-// B rows [l * rows, (l + 1) * rows) of the stage: output columns from
-// colStart, or (SwiGLU) the gate then the up columns.
-Value ProducerPipeline::rhsTmaRow(const TileState &t, Value l) {
-  KernelBuilder &b = env.b;
-  switch (env.plan.layout.rhs) {
-  case RhsLayout::ExpertNK:
-    if (env.plan.swiglu)
-      return b.add(t.colStart, b.mul(l, env.outWidth));
-    return b.add(t.colStart, b.mul(l, b.idx(env.plan.rhsBoxRows())));
-  }
-  llvm_unreachable("unknown rhs layout");
-}
-
+// Box l of the stage by TMA. ExpertNK: B rows [l * rows, (l + 1) * rows),
+// output columns from colStart or (SwiGLU) the gate then the up columns,
+// K from k0. ExpertKN: column block l (64 columns, the gate or the up
+// ones with SwiGLU), K rows from k0.
 void ProducerPipeline::loadRhsByTma(const TileState &t, Value slot, Value k0,
                                     Value l, Value multicast, Value full) {
   KernelBuilder &b = env.b;
   const int64_t rows = env.plan.rhsBoxRows();
-  SmallVector<Value> coords = {k0, toI32(b, rhsTmaRow(t, l))};
+  SmallVector<Value> coords;
+  switch (env.plan.layout.rhs) {
+  case RhsLayout::ExpertNK: {
+    Value row = env.plan.swiglu
+                    ? b.add(t.colStart, b.mul(l, env.outWidth))
+                    : b.add(t.colStart, b.mul(l, b.idx(rows)));
+    coords = {k0, toI32(b, row)};
+    break;
+  }
+  case RhsLayout::ExpertKN: {
+    Value valid;
+    Value n = rhsColumn(t, b.mul(l, b.idx(kColumnBlock)), valid);
+    coords = {toI32(b, n), k0};
+    break;
+  }
+  }
   if (env.args.offsets)
     coords.push_back(toI32(b, t.group));
   tmaLoad(env.args.rhsMap,
@@ -235,7 +269,7 @@ void ProducerPipeline::loadRhsByTma(const TileState &t, Value slot, Value k0,
 void ProducerPipeline::loadByTma(const TileState &t, Value slot, Value kt,
                                  Value full) {
   KernelBuilder &b = env.b;
-  const int64_t BN = env.plan.blockN, rows = env.plan.rhsBoxRows();
+  const int64_t BN = env.plan.blockN, boxes = env.plan.rhsBoxes();
   int64_t bytes = (BN + (env.args.lhsMap ? kBlockM : 0)) * kRowBytes;
   NVVM::MBarrierArriveExpectTxOp::create(
       b, Type(), full, b.i32(bytes), NVVM::MemScopeKind::CTA, false,
@@ -245,13 +279,16 @@ void ProducerPipeline::loadByTma(const TileState &t, Value slot, Value kt,
     tmaLoad(env.args.lhsMap, env.stageA(slot),
             ValueRange{k0, toI32(b, t.rowStart)}, Value(), full);
   if (!cluster.active()) {
-    for (int64_t l = 0; l < BN / rows; ++l)
+    for (int64_t l = 0; l < boxes; ++l)
       loadRhsByTma(t, slot, k0, b.idx(l), Value(), full);
     return;
   }
-  // This block's half: rows [rank * BN / 2, (rank + 1) * BN / 2).
+  // This block's half: boxes [rank * boxes / 2, (rank + 1) * boxes / 2).
   Value both = cluster.multicastMask();
-  loadRhsByTma(t, slot, k0, cluster.rank, both, full);
+  for (int64_t l = 0; l < boxes / 2; ++l)
+    loadRhsByTma(t, slot, k0,
+                 b.add(b.mul(cluster.rank, b.idx(boxes / 2)), b.idx(l)), both,
+                 full);
 }
 
 void ProducerPipeline::commit() { NVVM::CpAsyncCommitGroupOp::create(env.b); }

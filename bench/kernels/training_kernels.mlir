@@ -1,0 +1,97 @@
+// The input gradients (dX) of the grouped matmuls of an MoE layer's
+// backward (bf16 in, f32 accumulation, bf16 out) at the expert shapes of
+// five MoE models, for bench/training_kernels.py. The forward weights are
+// in the nn.Linear layout [E, N, K], so dX = dY · W_e reads them as
+// rhs [E, K, N] (no `transpose_rhs`). Per model key:
+//   dx_gate_up_{key}(dg [R, 2I], offsets [E], w_gate_up [E, 2I, H])
+//       -> [R, H]: the gradient of gate_up's grouped input rows;
+//   dx_down_{key}(dy [R, H], offsets [E], w_down [E, H, I]) -> [R, I].
+// R = T*k grouped rows (`moe.sym`), offsets the cumulative group ends.
+// Compile with
+//   build/bin/moec compile bench/kernels/training_kernels.mlir -o .device/training_kernels.moecb --target sm_90a
+
+// ---- mixtral: Mixtral-8x7B, E8 H4096 I14336 k2 ----
+func.func @dx_gate_up_mixtral(%dg: tensor<?x28672xbf16> {moe.sym = "R"},
+    %offsets: tensor<8xi32>, %w_gate_up: tensor<8x28672x4096xbf16>)
+    -> tensor<?x4096xbf16> {
+  %dx = moe.grouped_matmul %dg, %w_gate_up, %offsets
+      : tensor<?x28672xbf16>, tensor<8x28672x4096xbf16>, tensor<8xi32>
+      -> tensor<?x4096xbf16>
+  return %dx : tensor<?x4096xbf16>
+}
+func.func @dx_down_mixtral(%dy: tensor<?x4096xbf16> {moe.sym = "R"},
+    %offsets: tensor<8xi32>, %w_down: tensor<8x4096x14336xbf16>)
+    -> tensor<?x14336xbf16> {
+  %dh = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x4096xbf16>, tensor<8x4096x14336xbf16>, tensor<8xi32>
+      -> tensor<?x14336xbf16>
+  return %dh : tensor<?x14336xbf16>
+}
+// ---- qwen3: Qwen3-30B-A3B, E128 H2048 I768 k8 ----
+func.func @dx_gate_up_qwen3(%dg: tensor<?x1536xbf16> {moe.sym = "R"},
+    %offsets: tensor<128xi32>, %w_gate_up: tensor<128x1536x2048xbf16>)
+    -> tensor<?x2048xbf16> {
+  %dx = moe.grouped_matmul %dg, %w_gate_up, %offsets
+      : tensor<?x1536xbf16>, tensor<128x1536x2048xbf16>, tensor<128xi32>
+      -> tensor<?x2048xbf16>
+  return %dx : tensor<?x2048xbf16>
+}
+func.func @dx_down_qwen3(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<128xi32>, %w_down: tensor<128x2048x768xbf16>)
+    -> tensor<?x768xbf16> {
+  %dh = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x2048xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32>
+      -> tensor<?x768xbf16>
+  return %dh : tensor<?x768xbf16>
+}
+// ---- qwen35: Qwen3.5-35B-A3B, E256 H2048 I512 k8 ----
+func.func @dx_gate_up_qwen35(%dg: tensor<?x1024xbf16> {moe.sym = "R"},
+    %offsets: tensor<256xi32>, %w_gate_up: tensor<256x1024x2048xbf16>)
+    -> tensor<?x2048xbf16> {
+  %dx = moe.grouped_matmul %dg, %w_gate_up, %offsets
+      : tensor<?x1024xbf16>, tensor<256x1024x2048xbf16>, tensor<256xi32>
+      -> tensor<?x2048xbf16>
+  return %dx : tensor<?x2048xbf16>
+}
+func.func @dx_down_qwen35(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<256xi32>, %w_down: tensor<256x2048x512xbf16>)
+    -> tensor<?x512xbf16> {
+  %dh = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x2048xbf16>, tensor<256x2048x512xbf16>, tensor<256xi32>
+      -> tensor<?x512xbf16>
+  return %dh : tensor<?x512xbf16>
+}
+// ---- olmoe: OLMoE-1B-7B, E64 H2048 I1024 k8 ----
+func.func @dx_gate_up_olmoe(%dg: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<64xi32>, %w_gate_up: tensor<64x2048x2048xbf16>)
+    -> tensor<?x2048xbf16> {
+  %dx = moe.grouped_matmul %dg, %w_gate_up, %offsets
+      : tensor<?x2048xbf16>, tensor<64x2048x2048xbf16>, tensor<64xi32>
+      -> tensor<?x2048xbf16>
+  return %dx : tensor<?x2048xbf16>
+}
+func.func @dx_down_olmoe(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<64xi32>, %w_down: tensor<64x2048x1024xbf16>)
+    -> tensor<?x1024xbf16> {
+  %dh = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x2048xbf16>, tensor<64x2048x1024xbf16>, tensor<64xi32>
+      -> tensor<?x1024xbf16>
+  return %dh : tensor<?x1024xbf16>
+}
+// ---- dsv3: DeepSeek-V3, E256 H7168 I2048 k8 ----
+func.func @dx_gate_up_dsv3(%dg: tensor<?x4096xbf16> {moe.sym = "R"},
+    %offsets: tensor<256xi32>, %w_gate_up: tensor<256x4096x7168xbf16>)
+    -> tensor<?x7168xbf16> {
+  %dx = moe.grouped_matmul %dg, %w_gate_up, %offsets
+      : tensor<?x4096xbf16>, tensor<256x4096x7168xbf16>, tensor<256xi32>
+      -> tensor<?x7168xbf16>
+  return %dx : tensor<?x7168xbf16>
+}
+func.func @dx_down_dsv3(%dy: tensor<?x7168xbf16> {moe.sym = "R"},
+    %offsets: tensor<256xi32>, %w_down: tensor<256x7168x2048xbf16>)
+    -> tensor<?x2048xbf16> {
+  %dh = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x7168xbf16>, tensor<256x7168x2048xbf16>, tensor<256xi32>
+      -> tensor<?x2048xbf16>
+  return %dh : tensor<?x2048xbf16>
+}

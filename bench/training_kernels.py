@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The grouped matmuls of an MoE layer's backward: moec against
+torch._grouped_mm on the same inputs, in the same run.
+
+Runs on the GPU machine with the runtime-only moec package and torch:
+
+    # here (MLIR):
+    build/bin/moec compile bench/kernels/training_kernels.mlir \\
+        -o .device/training_kernels.moecb --target sm_90a
+    # on the GPU:
+    PYTHONPATH=/tmp/rt/python_packages python3 bench/training_kernels.py \\
+        .device/training_kernels.moecb --json $OUT/training_kernels.json
+
+Kernels (bf16 in and out, f32 accumulation; forward weights in the
+nn.Linear layout [E, N, K]):
+  dx_gate_up  dg [R, 2I] times w_gate_up [E, 2I, H] -> [R, H]: the input
+              gradient of the gate_up projection (rhs [E, K, N]).
+  dx_down     dy [R, H] times w_down [E, H, I] -> [R, I].
+
+R = T*k grouped rows from random top-k routing (bench/grouped_gemm.py's
+random_routing: at small T some experts are empty). Baseline:
+torch._grouped_mm(a, w, offs=offsets) with w the contiguous [E, K, N]
+weights, which is also the reference (relative error of the float32
+difference < 2e-2). Timing as in bench/grouped_gemm.py: CUDA events, the L2
+evicted before every run, median of --iters. FLOPs are 2*R*K*N; % of peak
+is against torch.mm 8192^3 bf16 measured in the same run. "ratio" is
+torch's time over moec's (> 1: moec is faster).
+"""
+
+import argparse
+import json
+
+import torch
+
+import moec
+from grouped_gemm import (BF16, MODELS, TOLERANCE, fits, free_bytes,
+                          measure_peak, random_routing, random_weights,
+                          rel_err)
+from memory_bound import make_flush, timed
+
+KERNELS = ("dx_gate_up", "dx_down")
+
+
+def dx_case(bundle, kernel, key, dy, offsets, w):
+    """moec's entry `{kernel}_{key}` and torch._grouped_mm on dy · w[e]
+    (w [E, K, N])."""
+    entry = bundle.entry(f"{kernel}_{key}")
+    out = torch.empty(dy.shape[0], w.shape[2], dtype=BF16, device="cuda")
+
+    def run_moec():
+        entry(dy, offsets, w, out=out, check_values=False)
+        return out
+
+    def run_torch():
+        return torch._grouped_mm(dy, w, offs=offsets)
+
+    flops = 2 * dy.shape[0] * w.shape[1] * w.shape[2]
+    return run_moec, run_torch, flops
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle", help="training_kernels.moecb")
+    parser.add_argument("--tokens", default="2048,8192,32768")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--kernels", default=",".join(KERNELS))
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--json", help="write every row here")
+    args = parser.parse_args()
+
+    tokens = [int(t) for t in args.tokens.split(",")]
+    kernels = args.kernels.split(",")
+    for kernel in kernels:
+        if kernel not in KERNELS:
+            parser.error(f"unknown kernel {kernel!r} (known: "
+                         f"{', '.join(KERNELS)})")
+    bundle = moec.load(args.bundle)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    flush = make_flush("read")
+    device = torch.cuda.get_device_name()
+    peak_ms, peak = measure_peak(args.iters, flush, gen)
+    print(f"{device}, torch {torch.__version__}: dense bf16 peak "
+          f"{peak:.0f} TFLOP/s (torch.mm 8192^3, {peak_ms:.3f} ms)",
+          flush=True)
+
+    rows = []
+    for key in args.models.split(","):
+        m = MODELS[key]
+        E, H, I, k = m["E"], m["H"], m["I"], m["k"]
+        if not fits(2 * E * 2 * I * H * 2, f"{key} weights"):
+            continue
+        weights = {"dx_gate_up": random_weights((E, 2 * I, H), gen),
+                   "dx_down": random_weights((E, H, I), gen)}
+        for T in tokens:
+            R = T * k
+            if not fits(R * (2 * I + H) * 2 * 3, f"{key} T={T}"):
+                continue
+            slots, offsets = random_routing(T, E, k, gen)
+            for kernel in kernels:
+                w = weights[kernel]
+                dy = torch.randn(R, w.shape[1], device="cuda", dtype=BF16,
+                                 generator=gen)
+                run_moec, run_torch, flops = dx_case(bundle, kernel, key, dy,
+                                                     offsets, w)
+                err = rel_err(run_moec(), run_torch())
+                ms = {"moec": timed(run_moec, args.iters, flush),
+                      "grouped_mm": timed(run_torch, args.iters, flush)}
+                tflops = {n: flops / t / 1e9 for n, t in ms.items()}
+                row = dict(model=key, T=T, kernel=kernel, flops=flops, ms=ms,
+                           tflops=tflops,
+                           pct_peak={n: 100 * v / peak
+                                     for n, v in tflops.items()},
+                           ratio=ms["grouped_mm"] / ms["moec"], err=err)
+                rows.append(row)
+                print(f"{key:7} T={T:<6} {kernel:11} moec {ms['moec']:8.3f} "
+                      f"ms {tflops['moec']:6.1f} TF/s "
+                      f"{row['pct_peak']['moec']:5.1f}% | grouped_mm "
+                      f"{ms['grouped_mm']:8.3f} ms "
+                      f"{row['pct_peak']['grouped_mm']:5.1f}% "
+                      f"x{row['ratio']:5.2f} | err {err:.1e}"
+                      + ("" if err < TOLERANCE else "  MISMATCH"),
+                      flush=True)
+                del dy
+            del slots, offsets
+            free_bytes()
+        del weights
+        free_bytes()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=device, torch=torch.__version__,
+                           peak_tflops=peak, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
