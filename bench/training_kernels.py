@@ -16,12 +16,15 @@ nn.Linear layout [E, N, K]):
   dx_gate_up  dg [R, 2I] times w_gate_up [E, 2I, H] -> [R, H]: the input
               gradient of the gate_up projection (rhs [E, K, N]).
   dx_down     dy [R, H] times w_down [E, H, I] -> [R, I].
+  dw_gate_up  the weight gradient x_eᵀ · dg_e per expert: x [R, H] and
+              dg [R, 2I] in grouped row order -> [E, H, 2I] (bf16).
+  dw_down     h [R, I] and dy [R, H] -> [E, I, H].
 
 R = T*k grouped rows from random top-k routing (bench/grouped_gemm.py's
-random_routing: at small T some experts are empty). Baseline:
+random_routing: at small T some experts are empty). Baselines, also the
+references (relative error of the float32 difference < 2e-2):
 torch._grouped_mm(a, w, offs=offsets) with w the contiguous [E, K, N]
-weights, which is also the reference (relative error of the float32
-difference < 2e-2). Timing as in bench/grouped_gemm.py: CUDA events, the L2
+weights for dX, torch._grouped_mm(x.t(), dy, offs=offsets) for dW. Timing as in bench/grouped_gemm.py: CUDA events, the L2
 evicted before every run, median of --iters. FLOPs are 2*R*K*N; % of peak
 is against torch.mm 8192^3 bf16 measured in the same run. "ratio" is
 torch's time over moec's (> 1: moec is faster).
@@ -38,7 +41,14 @@ from grouped_gemm import (BF16, MODELS, TOLERANCE, fits, free_bytes,
                           rel_err)
 from memory_bound import make_flush, timed
 
-KERNELS = ("dx_gate_up", "dx_down")
+KERNELS = ("dx_gate_up", "dx_down", "dw_gate_up", "dw_down")
+# (K, N) of each kernel's product for a model m.
+SHAPES = {
+    "dx_gate_up": lambda m: (2 * m["I"], m["H"]),
+    "dx_down": lambda m: (m["H"], m["I"]),
+    "dw_gate_up": lambda m: (m["H"], 2 * m["I"]),
+    "dw_down": lambda m: (m["I"], m["H"]),
+}
 
 
 def dx_case(bundle, kernel, key, dy, offsets, w):
@@ -55,6 +65,23 @@ def dx_case(bundle, kernel, key, dy, offsets, w):
         return torch._grouped_mm(dy, w, offs=offsets)
 
     flops = 2 * dy.shape[0] * w.shape[1] * w.shape[2]
+    return run_moec, run_torch, flops
+
+
+def dw_case(bundle, kernel, key, x, dy, offsets, E):
+    """moec's weight-gradient entry `{kernel}_{key}` and
+    torch._grouped_mm(x.t(), dy, offs=offsets): [E, K, N]."""
+    entry = bundle.entry(f"{kernel}_{key}")
+    out = torch.empty(E, x.shape[1], dy.shape[1], dtype=BF16, device="cuda")
+
+    def run_moec():
+        entry(x, dy, offsets, out=out, check_values=False)
+        return out
+
+    def run_torch():
+        return torch._grouped_mm(x.t(), dy, offs=offsets)
+
+    flops = 2 * x.shape[0] * x.shape[1] * dy.shape[1]
     return run_moec, run_torch, flops
 
 
@@ -90,19 +117,28 @@ def main():
         if not fits(2 * E * 2 * I * H * 2, f"{key} weights"):
             continue
         weights = {"dx_gate_up": random_weights((E, 2 * I, H), gen),
-                   "dx_down": random_weights((E, H, I), gen)}
+                   "dx_down": random_weights((E, H, I), gen)}  # dW: none
         for T in tokens:
             R = T * k
             if not fits(R * (2 * I + H) * 2 * 3, f"{key} T={T}"):
                 continue
             slots, offsets = random_routing(T, E, k, gen)
             for kernel in kernels:
-                w = weights[kernel]
-                dy = torch.randn(R, w.shape[1], device="cuda", dtype=BF16,
-                                 generator=gen)
-                run_moec, run_torch, flops = dx_case(bundle, kernel, key, dy,
-                                                     offsets, w)
-                err = rel_err(run_moec(), run_torch())
+                K, N = SHAPES[kernel](m)
+                dy = torch.randn(R, N if kernel.startswith("dw") else K,
+                                 device="cuda", dtype=BF16, generator=gen)
+                if kernel.startswith("dw"):
+                    x = torch.randn(R, K, device="cuda", dtype=BF16,
+                                    generator=gen)
+                    run_moec, run_torch, flops = dw_case(
+                        bundle, kernel, key, x, dy, offsets, E)
+                else:
+                    run_moec, run_torch, flops = dx_case(
+                        bundle, kernel, key, dy, offsets, weights[kernel])
+                # [E, K, N] weight gradients as [E*K, N]: rel_err goes a
+                # slab of rows at a time.
+                err = rel_err(run_moec().reshape(-1, N),
+                              run_torch().reshape(-1, N))
                 ms = {"moec": timed(run_moec, args.iters, flush),
                       "grouped_mm": timed(run_torch, args.iters, flush)}
                 tflops = {n: flops / t / 1e9 for n, t in ms.items()}
@@ -120,7 +156,8 @@ def main():
                       f"x{row['ratio']:5.2f} | err {err:.1e}"
                       + ("" if err < TOLERANCE else "  MISMATCH"),
                       flush=True)
-                del dy
+                del dy, run_moec, run_torch
+                x = None
             del slots, offsets
             free_bytes()
         del weights

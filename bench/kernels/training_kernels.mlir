@@ -5,7 +5,11 @@
 // rhs [E, K, N] (no `transpose_rhs`). Per model key:
 //   dx_gate_up_{key}(dg [R, 2I], offsets [E], w_gate_up [E, 2I, H])
 //       -> [R, H]: the gradient of gate_up's grouped input rows;
-//   dx_down_{key}(dy [R, H], offsets [E], w_down [E, H, I]) -> [R, I].
+//   dx_down_{key}(dy [R, H], offsets [E], w_down [E, H, I]) -> [R, I];
+//   dw_gate_up_{key}(x [R, H], dg [R, 2I], offsets [E]) -> [E, H, 2I]: the
+//       weight gradient (mode = weight_grad) of gate_up, in the [E, K, N]
+//       layout torch._grouped_mm(x.t(), dg, offs) gives, bf16;
+//   dw_down_{key}(h [R, I], dy [R, H], offsets [E]) -> [E, I, H].
 // R = T*k grouped rows (`moe.sym`), offsets the cumulative group ends.
 // Compile with
 //   build/bin/moec compile bench/kernels/training_kernels.mlir -o .device/training_kernels.moecb --target sm_90a
@@ -94,4 +98,85 @@ func.func @dx_down_dsv3(%dy: tensor<?x7168xbf16> {moe.sym = "R"},
       : tensor<?x7168xbf16>, tensor<256x7168x2048xbf16>, tensor<256xi32>
       -> tensor<?x2048xbf16>
   return %dh : tensor<?x2048xbf16>
+}
+
+func.func @dw_gate_up_mixtral(%x: tensor<?x4096xbf16> {moe.sym = "R"},
+    %dg: tensor<?x28672xbf16> {moe.sym = "R"}, %offsets: tensor<8xi32>)
+    -> tensor<8x4096x28672xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x4096xbf16>, tensor<?x28672xbf16>, tensor<8xi32>
+      -> tensor<8x4096x28672xbf16>
+  return %dw : tensor<8x4096x28672xbf16>
+}
+func.func @dw_down_mixtral(%h: tensor<?x14336xbf16> {moe.sym = "R"},
+    %dy: tensor<?x4096xbf16> {moe.sym = "R"}, %offsets: tensor<8xi32>)
+    -> tensor<8x14336x4096xbf16> {
+  %dw = moe.grouped_matmul %h, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x14336xbf16>, tensor<?x4096xbf16>, tensor<8xi32>
+      -> tensor<8x14336x4096xbf16>
+  return %dw : tensor<8x14336x4096xbf16>
+}
+func.func @dw_gate_up_qwen3(%x: tensor<?x2048xbf16> {moe.sym = "R"},
+    %dg: tensor<?x1536xbf16> {moe.sym = "R"}, %offsets: tensor<128xi32>)
+    -> tensor<128x2048x1536xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x2048xbf16>, tensor<?x1536xbf16>, tensor<128xi32>
+      -> tensor<128x2048x1536xbf16>
+  return %dw : tensor<128x2048x1536xbf16>
+}
+func.func @dw_down_qwen3(%h: tensor<?x768xbf16> {moe.sym = "R"},
+    %dy: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<128xi32>)
+    -> tensor<128x768x2048xbf16> {
+  %dw = moe.grouped_matmul %h, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x768xbf16>, tensor<?x2048xbf16>, tensor<128xi32>
+      -> tensor<128x768x2048xbf16>
+  return %dw : tensor<128x768x2048xbf16>
+}
+func.func @dw_gate_up_qwen35(%x: tensor<?x2048xbf16> {moe.sym = "R"},
+    %dg: tensor<?x1024xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
+    -> tensor<256x2048x1024xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x2048xbf16>, tensor<?x1024xbf16>, tensor<256xi32>
+      -> tensor<256x2048x1024xbf16>
+  return %dw : tensor<256x2048x1024xbf16>
+}
+func.func @dw_down_qwen35(%h: tensor<?x512xbf16> {moe.sym = "R"},
+    %dy: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
+    -> tensor<256x512x2048xbf16> {
+  %dw = moe.grouped_matmul %h, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x512xbf16>, tensor<?x2048xbf16>, tensor<256xi32>
+      -> tensor<256x512x2048xbf16>
+  return %dw : tensor<256x512x2048xbf16>
+}
+func.func @dw_gate_up_olmoe(%x: tensor<?x2048xbf16> {moe.sym = "R"},
+    %dg: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<64xi32>)
+    -> tensor<64x2048x2048xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x2048xbf16>, tensor<?x2048xbf16>, tensor<64xi32>
+      -> tensor<64x2048x2048xbf16>
+  return %dw : tensor<64x2048x2048xbf16>
+}
+func.func @dw_down_olmoe(%h: tensor<?x1024xbf16> {moe.sym = "R"},
+    %dy: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<64xi32>)
+    -> tensor<64x1024x2048xbf16> {
+  %dw = moe.grouped_matmul %h, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x1024xbf16>, tensor<?x2048xbf16>, tensor<64xi32>
+      -> tensor<64x1024x2048xbf16>
+  return %dw : tensor<64x1024x2048xbf16>
+}
+func.func @dw_gate_up_dsv3(%x: tensor<?x7168xbf16> {moe.sym = "R"},
+    %dg: tensor<?x4096xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
+    -> tensor<256x7168x4096xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x7168xbf16>, tensor<?x4096xbf16>, tensor<256xi32>
+      -> tensor<256x7168x4096xbf16>
+  return %dw : tensor<256x7168x4096xbf16>
+}
+func.func @dw_down_dsv3(%h: tensor<?x2048xbf16> {moe.sym = "R"},
+    %dy: tensor<?x7168xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
+    -> tensor<256x2048x7168xbf16> {
+  %dw = moe.grouped_matmul %h, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x2048xbf16>, tensor<?x7168xbf16>, tensor<256xi32>
+      -> tensor<256x2048x7168xbf16>
+  return %dw : tensor<256x2048x7168xbf16>
 }

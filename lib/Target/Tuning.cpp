@@ -34,11 +34,12 @@ constexpr const char *kMatmulOperands[] = {
 /// the combine two small kernels, and the tuner times the matmul.
 constexpr const char *kUntunedOperand = "scatter_positions";
 
-/// Roles whose leading size is the op's row count.
-bool isRowsRole(StringRef role, bool gathered) {
+/// Roles whose leading size is the op's row count (the weight gradient's
+/// rhs is the output gradient, one row per grouped row).
+bool isRowsRole(StringRef role, bool gathered, bool weightGrad) {
   return role == "gather_slots" || role == "row_scale" ||
          role == "scatter_slots" || role == "lhs_scales" ||
-         (role == "lhs" && !gathered);
+         (role == "lhs" && !gathered) || (role == "rhs" && weightGrad);
 }
 
 std::string printed(Attribute attr) {
@@ -83,6 +84,7 @@ moec::buildTuningCandidates(ModuleOp module, const std::string &target) {
               !llvm::is_contained(llvm::make_second_range(args), v))
             args.push_back({role, v});
       bool gathered = op.getGatherSlots() != nullptr;
+      bool weightGrad = op.getMode() == moe::MatmulMode::weight_grad;
 
       llvm::json::Array candidates, roles;
       for (auto &arg : args)
@@ -102,7 +104,7 @@ moec::buildTuningCandidates(ModuleOp module, const std::string &target) {
         IRMapping mapping;
         for (auto [i, arg] : llvm::enumerate(args)) {
           mapping.map(arg.second, body->getArgument(i));
-          if (isRowsRole(arg.first, gathered))
+          if (isRowsRole(arg.first, gathered, weightGrad))
             candidate.setArgAttr(i,
                                  moe::MoeDialect::SymAttrHelper::getNameStr(),
                                  builder.getStringAttr("M"));
@@ -127,8 +129,8 @@ moec::buildTuningCandidates(ModuleOp module, const std::string &target) {
   if (result.numOps == 0)
     return module.emitError("nothing to tune for ")
            << target << ": no op has a kernel that reads tuned tiles there "
-           << "(the sm_90a grouped matmul: forward, bf16/f16, rhs [E, N, K] "
-              "with transpose_rhs, static K and N)";
+           << "(the sm_90a grouped matmul: forward or weight_grad, "
+              "bf16/f16, no LoRA or FP8 scales, static K and N)";
   result.manifest = llvm::json::Object{{"moec_tuning_manifest", 1},
                                        {"target", target},
                                        {"ops", std::move(ops)}};

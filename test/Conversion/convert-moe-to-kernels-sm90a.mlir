@@ -154,3 +154,30 @@ func.func @dx(%dy: tensor<?x256xbf16>, %w: tensor<4x256x320xbf16>,
       -> tensor<?x320xbf16>
   return %dx : tensor<?x320xbf16>
 }
+
+// -----
+
+// The weight gradient (mode = weight_grad): block barriers at n = 128, every
+// copy a cp.async (an expert's last slice must read zeros past its rows, no
+// tensor maps), the slice count of a tile from its expert's rows (the
+// k-loop's bound is not a constant), both operands read transposed
+// (M-major A, N-major B), stored into out[e, row, col].
+// CHECK-LABEL: gpu.func @wgrad_k0_grouped_matmul_wgmma(
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-NOT: nvvm.cp.async.bulk.tensor
+// CHECK: nvvm.cp.async.shared.global
+// CHECK: arith.ceildivui %{{.*}}, %c64
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %{{[0-9]+}} step %c1{{.*}} iter_args({{.*}}) -> (!llvm.struct<(f32,
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
+// CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<4x200x136xf32>, vector<2xf32>
+// CHECK-LABEL: func.func @wgrad(
+// CHECK: gpu.launch_func @wgrad_kernels::@wgrad_k0_grouped_matmul_wgmma
+// CHECK-SAME: threads in (%c256,
+func.func @wgrad(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
+                 %offsets: tensor<4xi32>) -> tensor<4x200x136xf32> {
+  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
+      -> tensor<4x200x136xf32>
+  return %g : tensor<4x200x136xf32>
+}

@@ -25,6 +25,8 @@
 // RUN: moec run %s --entry gmm_kn_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_kn_cl_swiglu --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dense_kn --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_rows --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_gather_ws --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -269,4 +271,37 @@ func.func @dense_kn(%x: tensor<?x200xbf16>, %w: tensor<200x264xbf16>)
   %y = linalg.matmul ins(%x, %w : tensor<?x200xbf16>, tensor<200x264xbf16>)
       outs(%acc : tensor<?x264xf32>) -> tensor<?x264xf32>
   return %y : tensor<?x264xf32>
+}
+
+// The weight gradient (mode = weight_grad): out[e] = X_eᵀ · dY_e, tiles over
+// (expert, 128 K columns, n columns) reducing over the expert's rows, both
+// operands read N-major (transposed A and B). Rows in order, f32 out, block
+// barriers: E = 16, K = 136 (a partial K tile), N = 264; experts without
+// rows get zeros.
+func.func @gmm_wgrad_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
+                          %ids: tensor<?x1xi32>) -> tensor<16x136x264xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
+      -> tensor<16x136x264xf32>
+  return %g : tensor<16x136x264xf32>
+}
+
+// The weight gradient with gathered lhs rows (by slot, no permuted copy),
+// warp-specialized (cp.async producers) at n = 256, bf16 out: E = 8,
+// K = 200, N = 200.
+func.func @gmm_wgrad_gather_ws(%x: tensor<?x200xbf16>, %dy: tensor<?x200xbf16>,
+                               %ids: tensor<?x1xi32>) -> tensor<8x200x200xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {mode = #moe.mode<weight_grad>, k = 1 : i64,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x200xbf16>, tensor<?x200xbf16>, tensor<8xi32>
+      -> tensor<8x200x200xbf16>
+  return %g : tensor<8x200x200xbf16>
 }

@@ -37,8 +37,9 @@ Epilogue::Epilogue(KernelEnv &env, const MmaLoop &mma) : env(env), mma(mma) {
   // (N = 264) or slice (K = 520) the staged kernel spilled 20-148 bytes
   // (ptxas). Not warp-specialized: there the producer is already refilling
   // every stage with the next tile.
-  int64_t outN = outType.getDimSize(1);
-  bool staged = !plan.warpSpecialized && !plan.swiglu && !args.gather &&
+  int64_t outN = outType.getDimSize(outType.getRank() - 1);
+  bool staged = !plan.warpSpecialized && !plan.weightGrad() &&
+                !plan.swiglu && !args.gather &&
                 !args.bias && !args.rowScale && !ShapedType::isDynamic(outN) &&
                 outN % outTileN == 0 && plan.k % kBlockK == 0 &&
                 kBlockM * stagingStride * outBytes <=
@@ -137,7 +138,7 @@ void Epilogue::quadStores(const TileState &t, Value result) {
             b, VectorType::get({8}, outElem),
             vector::FromElementsOp::create(b, VectorType::get({4}, i32),
                                            gathered));
-        b.storeVec(vec, env.args.out, {row, col});
+        b.storeVec(vec, env.args.out, env.outIndices(t, row, col));
       });
     }
   }
@@ -214,7 +215,7 @@ void Epilogue::pairStores(const TileState &t, Value result, Value staging) {
             b.storeVecF(pair, staging,
                         {b.add(b.mul(r, b.idx(stagingStride)), colInOut)});
           else
-            b.storeVecF(pair, env.args.out, {row, col});
+            b.storeVecF(pair, env.args.out, env.outIndices(t, row, col));
         });
       }
     });
@@ -242,7 +243,7 @@ void Epilogue::stagedStores(const TileState &t, Value staging) {
   forRowChunks(t, outVector, [&](Value r, Value c, Value col) {
     Value v = b.loadVec(staging, {b.add(b.mul(r, b.idx(stagingStride)), c)},
                         outVector);
-    b.storeVec(v, env.args.out, {b.add(t.rowStart, r), col});
+    b.storeVec(v, env.args.out, env.outIndices(t, b.add(t.rowStart, r), col));
   });
 }
 
@@ -251,6 +252,6 @@ void Epilogue::zeroFill(const TileState &t) {
   int64_t width = std::min<int64_t>(8, KernelBuilder::vectorWidth(outElem));
   forRowChunks(t, width, [&](Value r, Value, Value col) {
     b.storeVecF(SmallVector<Value>(width, mma.zeroF), env.args.out,
-                {b.add(t.rowStart, r), col});
+                env.outIndices(t, b.add(t.rowStart, r), col));
   });
 }

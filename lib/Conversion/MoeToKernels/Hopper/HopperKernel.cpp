@@ -34,7 +34,8 @@ KernelArgs::KernelArgs(ValueRange a, const HopperArgs &pos)
 }
 
 void KernelEnv::readShapes() {
-  outWidth = b.dim(args.out, 1);
+  outWidth = b.dim(args.out,
+                   cast<MemRefType>(args.out.getType()).getRank() - 1);
   auto rhsType = cast<MemRefType>(args.rhs.getType());
   rhsRows = b.dim(args.rhs, rhsType.getRank() - 2);
   rhsWidth = b.dim(args.rhs, rhsType.getRank() - 1);
@@ -60,6 +61,19 @@ void KernelEnv::carveSharedMemory() {
       b, b.add(barrierBase, b.idx(plan.barrierBytes() + 1023)), ~1023);
 }
 
+Value KernelEnv::slicesOf(const TileState &t) {
+  if (!plan.weightGrad())
+    return b.idx(plan.kSlices());
+  return b.ceilDiv(t.reduceRows, b.idx(kBlockK));
+}
+
+SmallVector<Value> KernelEnv::outIndices(const TileState &t, Value row,
+                                         Value col) {
+  if (plan.weightGrad())
+    return {t.group, row, col};
+  return {row, col};
+}
+
 Value KernelEnv::stageA(Value slot) {
   return b.add(stageBase, b.mul(slot, b.idx(plan.stageBytes())));
 }
@@ -75,13 +89,21 @@ Value KernelEnv::stageBarrier(bool empty, Value slot) {
 
 SmallVector<Value> TileState::values() const {
   SmallVector<Value> v = {group, rowStart, rowCount, colStart};
+  if (reduceStart)
+    v.append({reduceStart, reduceRows});
   llvm::append_range(v, lhsRows);
   return v;
 }
 
-TileState TileState::from(ValueRange v) {
-  TileState t{v[0], v[1], v[2], v[3], {}};
-  t.lhsRows.assign(v.begin() + 4, v.end());
+TileState TileState::from(ValueRange v, bool reduce) {
+  TileState t{v[0], v[1], v[2], v[3], {}, {}, {}};
+  size_t next = 4;
+  if (reduce) {
+    t.reduceStart = v[4];
+    t.reduceRows = v[5];
+    next = 6;
+  }
+  t.lhsRows.assign(v.begin() + next, v.end());
   return t;
 }
 
@@ -123,7 +145,9 @@ void HopperKernel::emitPreamble() {
 
 TileState HopperKernel::tileState(Value tile, bool withRows) {
   TileState t = schedule.locate(tile);
-  if (env.args.gather && withRows)
+  // The weight gradient's gathered rows change every slice: looked up
+  // there (ProducerPipeline::groupRow).
+  if (env.args.gather && withRows && !env.plan.weightGrad())
     producer.lookupRows(t);
   return t;
 }
@@ -145,7 +169,7 @@ TileState HopperKernel::nextState(Value tile) {
   scf::YieldOp::create(b, tileState(next).values());
   b.setInsertionPointToStart(&branch.getElseRegion().front());
   scf::YieldOp::create(b, noTile().values());
-  return TileState::from(branch.getResults());
+  return TileState::from(branch.getResults(), env.plan.weightGrad());
 }
 
 // The persistent loop: tiles block, block + gridDim, ... The first tile's
@@ -161,7 +185,7 @@ void HopperKernel::emitBlockBarrier() {
                                  first.values());
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(loop.getBody());
-  TileState t = TileState::from(loop.getRegionIterArgs());
+  TileState t = TileState::from(loop.getRegionIterArgs(), env.plan.weightGrad());
   TileState next = nextState(loop.getInductionVar());
   auto branch = scf::IfOp::create(b, b.eq(t.group, b.idx(env.plan.experts)),
                                   /*withElse=*/true);
@@ -242,9 +266,15 @@ void HopperKernel::consumerRole() {
     return b.ifElse(
         b.ult(t.group, b.idx(env.plan.experts)), b.getIndexType(),
         [&] {
-          Value result = mma.specializedLoop(slices);
-          Value end = b.add(slices, b.idx(env.plan.kSlices()));
-          mma.release(b.sub(end, b.idx(1)));
+          Value count = env.slicesOf(t);
+          Value result = mma.specializedLoop(slices, count);
+          Value end = b.add(slices, count);
+          // A weight-gradient tile of an expert without rows used no stage.
+          if (env.plan.weightGrad())
+            b.ifThen(b.ult(b.idx(0), count),
+                     [&] { mma.release(b.sub(end, b.idx(1))); });
+          else
+            mma.release(b.sub(end, b.idx(1)));
           epilogue.emit(t, result);
           return end;
         },

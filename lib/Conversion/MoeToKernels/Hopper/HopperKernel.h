@@ -106,6 +106,8 @@ struct KernelArgs {
   mlir::Value offsets, gather, bias, rowScale, rhsMap, lhsMap;
 };
 
+struct TileState;
+
 /// What every part reads: the builder, the plan, the arguments, the
 /// block's ids, and where shared memory puts the scan tables, the
 /// barriers and the stages.
@@ -124,6 +126,12 @@ struct KernelEnv {
   /// The two scan tables and the groups' first rows, then the barriers,
   /// then the 1024-aligned stages.
   void carveSharedMemory();
+  /// The K slices of tile `t`: the plan's, or those of the expert's rows.
+  mlir::Value slicesOf(const TileState &t);
+  /// The output indices of row `row` (of the tile's rows) and column `col`:
+  /// [row, col], or [expert, row, col] for the weight gradient.
+  llvm::SmallVector<mlir::Value> outIndices(const TileState &t,
+                                            mlir::Value row, mlir::Value col);
   /// Shared addresses of stage `slot`'s A (128 rows) and B tiles.
   mlir::Value stageA(mlir::Value slot);
   mlir::Value stageB(mlir::Value slot);
@@ -136,12 +144,17 @@ struct KernelEnv {
 /// next tile's gather lookups overlap this tile's wgmmas and its first
 /// copies start before this tile's stores. Kept small: every value is
 /// live across the k-loop.
+///
+/// The weight gradient's tile: rowStart / rowCount are its output rows
+/// within the expert (K columns of the lhs), reduceStart / reduceRows the
+/// expert's rows it sums over (null in the other kernels).
 struct TileState {
   mlir::Value group, rowStart, rowCount, colStart;
+  mlir::Value reduceStart, reduceRows;
   llvm::SmallVector<mlir::Value> lhsRows;
 
   llvm::SmallVector<mlir::Value> values() const;
-  static TileState from(mlir::ValueRange v);
+  static TileState from(mlir::ValueRange v, bool reduce);
 };
 
 /// The blocks of a cluster: their rank, the unit of the schedule they
@@ -189,8 +202,11 @@ public:
   TileState none();
 
   mlir::Value tileEnds, nTiles, tilesTotal, gridSize, tileStride;
+  /// The weight gradient's tiles along K per expert.
+  mlir::Value kTiles;
 
 private:
+  TileState locateWeightGrad(mlir::Value tile);
   std::pair<mlir::Value, mlir::Value> groupBounds(mlir::Value g);
   void forOwnGroups(const std::function<void(mlir::Value)> &body);
   KernelEnv &env;
@@ -243,7 +259,9 @@ private:
   mlir::Value smemOffset(int64_t i);
   int64_t lhsRowsPerThread() const;
   int64_t rhsRowsPerThread() const;
-  mlir::Value lhsRowBytes(const TileState &t, int64_t i);
+  mlir::Value lhsRowBytes(const TileState &t, int64_t i, mlir::Value kt);
+  mlir::Value groupRow(const TileState &t, mlir::Value r, mlir::Value kt,
+                       mlir::Value &valid);
   mlir::Value rhsColumn(const TileState &t, mlir::Value c,
                         mlir::Value &valid);
   mlir::Value rhsRowBytes(const TileState &t, int64_t i, mlir::Value kt);
@@ -277,7 +295,7 @@ public:
   /// Warp-specialized kernel: the k-loop over slices `slices`.. as the
   /// producer fills them, releasing each stage once read: the
   /// accumulators (the last slice's stage is not yet released).
-  mlir::Value specializedLoop(mlir::Value slices);
+  mlir::Value specializedLoop(mlir::Value slices, mlir::Value count);
   /// Warp-specialized: the lane 0s that release stages (and their
   /// partner block in a cluster).
   void placeReleasers();
@@ -288,7 +306,7 @@ public:
   mlir::Type accType;
 
 private:
-  mlir::scf::ForOp accumulatorLoop();
+  mlir::scf::ForOp accumulatorLoop(mlir::Value count);
   mlir::Value zeroAccumulators();
   mlir::Value sliceMma(mlir::Value current, mlir::Value slot);
   void fenceAsyncShared();

@@ -38,7 +38,9 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   addOptional(v.gather, pos.gather);
   addOptional(v.bias, pos.bias);
   addOptional(v.rowScale, pos.rowScale);
-  if (plan.warpSpecialized) {
+  // The weight gradient copies everything with cp.async: rows past an
+  // expert's end must read as zeros.
+  if (plan.warpSpecialized && !plan.weightGrad()) {
     // The producer loads the rhs by TMA (HopperPlan::rhsBox).
     int64_t rank = cast<MemRefType>(v.rhs.getType()).getRank();
     addOptional(tensorMapOperand(ctx.host(), v.rhs, plan.rhsBox(rank)),
@@ -61,7 +63,9 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
   HopperArgs pos;
   SmallVector<Value> operands = launchOperands(ctx, v, plan, pos);
   SmallVector<Value> outSizes = ctx.sizes(v.out);
-  Value rows = outSizes[0];
+  // The rows the groups split: the output's, or (weight gradient) those
+  // of the output gradient.
+  Value rows = plan.weightGrad() ? ctx.sizes(v.rhs)[0] : outSizes[0];
   operands.push_back(rows);
 
   // Blocks: the persistent count, or fewer when there are fewer tiles
@@ -74,8 +78,13 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
   if (C > 1)
     mTilesBound = h.ceilDiv(h.add(mTilesBound, h.idx(plan.groups())),
                             h.idx(C));
-  Value tilesBound =
-      h.mul(mTilesBound, h.ceilDiv(outSizes[1], h.idx(plan.outTileN())));
+  Value nTiles = h.ceilDiv(outSizes.back(), h.idx(plan.outTileN()));
+  Value tilesBound = h.mul(mTilesBound, nTiles);
+  // The weight gradient: every expert's K tiles times n-tiles.
+  if (plan.weightGrad())
+    tilesBound = h.mul(h.idx(plan.experts * ((plan.k + kBlockM - 1) /
+                                             kBlockM)),
+                       nTiles);
   Value grid = h.minIdx(tilesBound, h.idx(plan.persistentBlocks / C));
   if (C > 1)
     grid = h.mul(grid, h.idx(C));
@@ -160,6 +169,10 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   v.rowScale = buffer(op.getRowScale());
   Value out = buffer(op.getOut());
   Value scatter = buffer(op.getScatterSlots());
+  if (plan->weightGrad()) { // row-count buckets do not apply
+    v.out = out;
+    return launchHopperMatmul(ctx, v, *plan, "wgmma");
+  }
   if (!scatter) {
     v.out = out;
     return launchBucketed(ctx, op, v, *plan, planOf);

@@ -66,6 +66,11 @@ enum class LhsLayout {
   /// [rows, K], K contiguous: a block's A rows are 128 rows of the group
   /// (in order, or looked up through the gather slots).
   RowsK,
+  /// The weight gradient's A = X_eᵀ: the expert's rows of [rows, K] (in
+  /// order or gathered) are the reduction, 128 of its K columns the output
+  /// rows of a block. A stage holds 64 rows of the group as two 64-column
+  /// blocks (one per MMA warpgroup), M-major: wgmma reads A transposed.
+  GroupRowsT,
 };
 
 /// How the rhs (B) lies in global memory: what the producer copies from
@@ -79,6 +84,10 @@ enum class RhsLayout {
   /// column blocks of 64 K rows x 64 columns (one 128-byte swizzled row per
   /// K), N-major in shared memory (wgmma's transposed B).
   ExpertKN,
+  /// The weight gradient's B: the output gradient [rows, N] in the grouped
+  /// row order, the expert's rows the reduction. Stages as ExpertKN, the
+  /// group's rows in place of the K rows.
+  GroupRowsN,
 };
 
 /// The operand layouts of one kernel.
@@ -96,7 +105,8 @@ struct HopperPlan {
   /// next slice's copies are issued, so the slot refilled is two back.
   int64_t ahead() const { return stages - 2; }
   int64_t experts = 0;
-  int64_t k = 0;        ///< reduction length (static)
+  int64_t k = 0; ///< reduction length (static); K of out [E, K, N] for
+                 ///< the weight gradient
   int64_t slotsPerToken = 1;
   bool swiglu = false;
   /// A producer warpgroup copies, the two MMA warpgroups only compute;
@@ -134,20 +144,25 @@ struct HopperPlan {
     // + 1024 to round the stages up to the swizzle's 1024-byte alignment.
     return tableBytes() + barrierBytes() + 1024 + stages * stageBytes();
   }
+  /// The weight gradient (mode = weight_grad): out [E, K, N], tiles over
+  /// (expert, K tile, n-tile), each reducing over its expert's rows.
+  bool weightGrad() const { return layout.lhs == LhsLayout::GroupRowsT; }
   /// Output columns per block.
   int64_t outTileN() const { return swiglu ? blockN / 2 : blockN; }
+  /// B stages that hold 64-column blocks of 64 rows, read N-major.
+  bool nMajorB() const { return layout.rhs != RhsLayout::ExpertNK; }
   /// B rows one TMA load brings (the rhs tensor map's box): all of them,
   /// or half (the gate or the up rows with SwiGLU, a block's half in a
   /// cluster of 2). With ExpertKN a box is one column block: 64 K rows of
   /// 64 columns.
   int64_t rhsBoxRows() const {
-    if (layout.rhs == RhsLayout::ExpertKN)
+    if (nMajorB())
       return kBlockK;
     return swiglu || cluster > 1 ? blockN / 2 : blockN;
   }
   /// TMA loads of the rhs per stage (across the blocks of a cluster).
   int64_t rhsBoxes() const {
-    if (layout.rhs == RhsLayout::ExpertKN)
+    if (nMajorB())
       return blockN / kColumnBlock;
     return blockN / rhsBoxRows();
   }
@@ -159,7 +174,8 @@ struct HopperPlan {
       box.push_back(1);
     return box;
   }
-  /// K slices of one tile.
+  /// K slices of one tile (the weight gradient's depend on the expert's
+  /// rows: HopperKernel's slicesOf).
   int64_t kSlices() const { return (k + kBlockK - 1) / kBlockK; }
 };
 

@@ -40,9 +40,22 @@ static NVVM::MMALayout bLayout(RhsLayout layout) {
   case RhsLayout::ExpertNK:
     return NVVM::MMALayout::col; // K-major
   case RhsLayout::ExpertKN:
+  case RhsLayout::GroupRowsN:
     return NVVM::MMALayout::row; // N-major: transposed
   }
   llvm_unreachable("unknown rhs layout");
+}
+
+/// How wgmma reads the A tile of `layout`: K-major ("row"), or M-major and
+/// transposed ("col") for the weight gradient's X_eᵀ.
+static NVVM::MMALayout aLayout(LhsLayout layout) {
+  switch (layout) {
+  case LhsLayout::RowsK:
+    return NVVM::MMALayout::row;
+  case LhsLayout::GroupRowsT:
+    return NVVM::MMALayout::col;
+  }
+  llvm_unreachable("unknown lhs layout");
 }
 
 /// Bytes from one 16-wide K step of the B tile to the next: 32 bytes along
@@ -52,6 +65,7 @@ static int64_t bStepBytes(RhsLayout layout) {
   case RhsLayout::ExpertNK:
     return 32;
   case RhsLayout::ExpertKN:
+  case RhsLayout::GroupRowsN:
     return 16 * kRowBytes;
   }
   llvm_unreachable("unknown rhs layout");
@@ -79,10 +93,10 @@ Value MmaLoop::zeroAccumulators() {
   return acc;
 }
 
-/// The loop over a tile's K slices, carrying the accumulators.
-scf::ForOp MmaLoop::accumulatorLoop() {
+/// The loop over a tile's `count` K slices, carrying the accumulators.
+scf::ForOp MmaLoop::accumulatorLoop(Value count) {
   KernelBuilder &b = env.b;
-  return scf::ForOp::create(b, b.idx(0), b.idx(env.plan.kSlices()), b.idx(1),
+  return scf::ForOp::create(b, b.idx(0), count, b.idx(1),
                             ValueRange{zeroAccumulators()});
 }
 
@@ -96,21 +110,25 @@ Value MmaLoop::sliceMma(Value current, Value slot) {
   auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
   auto one = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
   auto accumulate = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
-  auto kMajorA = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+  auto layoutA = NVVM::MMALayoutAttr::get(ctx, aLayout(env.plan.layout.lhs));
   auto layoutB = NVVM::MMALayoutAttr::get(ctx, bLayout(env.plan.layout.rhs));
 
+  // A warpgroup's 64 A rows: 64 K-major rows, or (M-major) one 64-column
+  // block, both 64 x 128 bytes on.
   Value aTile =
       b.add(env.stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
   Value bTile = env.stageB(slot);
+  bool mMajorA = env.plan.layout.lhs == LhsLayout::GroupRowsT;
+  int64_t aStep = mMajorA ? 16 * kRowBytes : 32;
   NVVM::WgmmaFenceAlignedOp::create(b);
   for (int64_t kk = 0; kk < kBlockK / 16; ++kk) {
-    Value descA = descriptor(b, b.add(aTile, b.idx(kk * 32)));
+    Value descA = descriptor(b, b.add(aTile, b.idx(kk * aStep)), mMajorA);
     RhsLayout rhs = env.plan.layout.rhs;
     Value descB = descriptor(b, b.add(bTile, b.idx(kk * bStepBytes(rhs))),
-                             rhs == RhsLayout::ExpertKN);
+                             env.plan.nMajorB());
     current = NVVM::WgmmaMmaAsyncOp::create(
         b, accType, current, descA, descB, shape, elem, elem, f32Type,
-        accumulate, one, one, kMajorA, layoutB, NVVM::MMAIntOverflowAttr());
+        accumulate, one, one, layoutA, layoutB, NVVM::MMAIntOverflowAttr());
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b);
   return current;
@@ -126,7 +144,8 @@ void MmaLoop::fenceAsyncShared() {
 Value MmaLoop::blockBarrierLoop(const TileState &t) {
   KernelBuilder &b = env.b;
   const int64_t ahead = env.plan.ahead(), S = env.plan.stages;
-  auto kLoop = accumulatorLoop();
+  Value count = env.slicesOf(t);
+  auto kLoop = accumulatorLoop(count);
   OpBuilder::InsertionGuard inner(b);
   b.setInsertionPointToStart(kLoop.getBody());
   Value kt = kLoop.getInductionVar();
@@ -139,7 +158,7 @@ Value MmaLoop::blockBarrierLoop(const TileState &t) {
   // The slot refilled now was read by the wgmmas of slice kt - 2, which
   // every warpgroup waited for before the barrier.
   Value next = b.add(kt, b.idx(ahead));
-  b.ifThen(b.ult(next, b.idx(env.plan.kSlices())),
+  b.ifThen(b.ult(next, count),
            [&] { producer.loadStage(t, b.rem(next, b.idx(S)), next); });
   producer.commit();
 
@@ -151,9 +170,9 @@ Value MmaLoop::blockBarrierLoop(const TileState &t) {
   return kLoop.getResult(0);
 }
 
-Value MmaLoop::specializedLoop(Value slices) {
+Value MmaLoop::specializedLoop(Value slices, Value count) {
   KernelBuilder &b = env.b;
-  auto kLoop = accumulatorLoop();
+  auto kLoop = accumulatorLoop(count);
   {
     OpBuilder::InsertionGuard inner(b);
     b.setInsertionPointToStart(kLoop.getBody());

@@ -96,17 +96,48 @@ void ProducerPipeline::clearRows(TileState &t) {
 }
 
 SmallVector<Type> ProducerPipeline::stateTypes() {
-  SmallVector<Type> types(4, env.b.getIndexType());
-  if (env.args.gather)
+  SmallVector<Type> types(env.plan.weightGrad() ? 6 : 4,
+                          env.b.getIndexType());
+  if (env.args.gather && !env.plan.weightGrad())
     types.append(lhsRowsPerThread(), env.b.getI32Type());
   return types;
 }
 
-// Source byte offset of this thread's A row i of tile t (-1: zero-fill).
-Value ProducerPipeline::lhsRowBytes(const TileState &t, int64_t i) {
+// Row r of slice kt of the weight gradient's reduction: the expert's row
+// in the grouped order; `valid` is false past the expert's rows.
+Value ProducerPipeline::groupRow(const TileState &t, Value r, Value kt,
+                                 Value &valid) {
+  KernelBuilder &b = env.b;
+  Value inGroup = b.add(b.mul(kt, b.idx(kBlockK)), r);
+  valid = b.ult(inGroup, t.reduceRows);
+  return b.add(t.reduceStart, inGroup);
+}
+
+// Source byte offset of this thread's A row i of tile t, slice kt (-1:
+// zero-fill). RowsK: the K chunk is added by copyChunk. GroupRowsT: stage
+// row i is row i % 64 of the slice, column block i / 64 of the tile's K
+// columns; the offset includes this thread's 16-byte chunk.
+Value ProducerPipeline::lhsRowBytes(const TileState &t, int64_t i, Value kt) {
   KernelBuilder &b = env.b;
   Value row, valid;
   switch (env.plan.layout.lhs) {
+  case LhsLayout::GroupRowsT: {
+    Value q = rowOf(i);
+    Value grouped = groupRow(t, b.rem(q, b.idx(kBlockK)), kt, valid);
+    row = grouped;
+    if (env.args.gather) {
+      Value safe = b.select(valid, grouped, b.idx(0));
+      auto [slot, present] = b.loadSigned(env.args.gather, {safe});
+      valid = b.land(valid, present);
+      row = b.div(slot, b.idx(env.plan.slotsPerToken));
+    }
+    Value col = b.add(b.add(t.rowStart, b.mul(b.div(q, b.idx(kBlockK)),
+                                             b.idx(kColumnBlock))),
+                      b.mul(chunk, b.idx(8)));
+    valid = b.land(valid, b.ult(col, b.idx(env.plan.k)));
+    return b.select(valid, b.add(b.mul(row, rowBytesK), b.mul(col, b.idx(2))),
+                    invalid);
+  }
   case LhsLayout::RowsK:
     if (env.args.gather) {
       row = arith::IndexCastOp::create(b, b.getIndexType(), t.lhsRows[i]);
@@ -167,6 +198,15 @@ Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i,
     bytes = b.mul(b.add(b.mul(row, env.rhsWidth), n), b.idx(2));
     break;
   }
+  case RhsLayout::GroupRowsN: {
+    Value block = b.div(r, b.idx(kBlockK));
+    Value row = groupRow(t, b.rem(r, b.idx(kBlockK)), kt, valid);
+    Value n = b.add(t.colStart, b.add(b.mul(block, b.idx(kColumnBlock)),
+                                      b.mul(chunk, b.idx(8))));
+    valid = b.land(valid, b.ult(n, env.outWidth));
+    bytes = b.mul(b.add(b.mul(row, env.rhsWidth), n), b.idx(2));
+    break;
+  }
   }
   return b.select(b.land(b.ult(t.group, b.idx(env.plan.experts)), valid),
                   bytes, invalid);
@@ -196,15 +236,17 @@ void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
   Value kElem = b.add(b.mul(kt, b.idx(kBlockK)), b.mul(chunk, b.idx(8)));
   Value kValid = b.ult(kElem, b.idx(env.plan.k));
   Value kBytes = b.mul(kElem, b.idx(2));
+  bool lhsAlongK = env.plan.layout.lhs == LhsLayout::RowsK;
   if (!env.args.lhsMap)
     for (int64_t i = 0; i < lhsRowsPerThread(); ++i)
       copyChunk(b.add(env.stageA(slot), smemOffset(i)), lhsBase,
-                lhsRowBytes(t, i), kBytes, kValid);
+                lhsRowBytes(t, i, kt), lhsAlongK ? kBytes : Value(),
+                lhsAlongK ? kValid : Value());
   if (env.args.rhsMap)
     return;
   // ExpertNK rows run along K (the chunk's K offset is in kBytes);
-  // ExpertKN rows are K rows whose chunks run along N (rhsRowBytes gives
-  // the chunk's offset and checks K and N).
+  // ExpertKN / GroupRowsN rows are K rows whose chunks run along N
+  // (rhsRowBytes gives the chunk's offset and checks K and N).
   bool alongK = env.plan.layout.rhs == RhsLayout::ExpertNK;
   for (int64_t i = 0; i < rhsRowsPerThread(); ++i)
     copyChunk(b.add(env.stageB(slot), smemOffset(i)), rhsBase,
@@ -247,6 +289,8 @@ void ProducerPipeline::loadRhsByTma(const TileState &t, Value slot, Value k0,
     coords = {toI32(b, n), k0};
     break;
   }
+  case RhsLayout::GroupRowsN:
+    llvm_unreachable("the weight gradient's rhs has no tensor map");
   }
   if (env.args.offsets)
     coords.push_back(toI32(b, t.group));
@@ -298,7 +342,10 @@ void ProducerPipeline::commit() { NVVM::CpAsyncCommitGroupOp::create(env.b); }
 void ProducerPipeline::loadPrologue(const TileState &t) {
   KernelBuilder &b = env.b;
   for (int64_t s = 0; s < env.plan.ahead(); ++s) {
-    if (s < env.plan.kSlices())
+    if (env.plan.weightGrad())
+      b.ifThen(b.ult(b.idx(s), env.slicesOf(t)),
+               [&] { loadStage(t, b.idx(s), b.idx(s)); });
+    else if (s < env.plan.kSlices())
       loadStage(t, b.idx(s), b.idx(s));
     commit();
   }
@@ -321,8 +368,8 @@ void ProducerPipeline::waitRound(bool empty, Value n, bool previous) {
 
 Value ProducerPipeline::produceTile(const TileState &t, Value slices) {
   KernelBuilder &b = env.b;
-  const int64_t kSlices = env.plan.kSlices();
-  auto kLoop = scf::ForOp::create(b, b.idx(0), b.idx(kSlices), b.idx(1));
+  Value kSlices = env.slicesOf(t);
+  auto kLoop = scf::ForOp::create(b, b.idx(0), kSlices, b.idx(1));
   OpBuilder::InsertionGuard inner(b);
   b.setInsertionPointToStart(kLoop.getBody());
   Value kt = kLoop.getInductionVar();
@@ -337,7 +384,7 @@ Value ProducerPipeline::produceTile(const TileState &t, Value slices) {
     NVVM::CpAsyncMBarrierArriveOp::create(
         b, env.stageBarrier(false, slotOf(n)), b.getBoolAttr(true));
   b.setInsertionPointAfter(kLoop);
-  return b.add(slices, b.idx(kSlices));
+  return b.add(slices, kSlices);
 }
 
 // Their arrivals are tied to the issuing thread: it must not exit first.

@@ -20,7 +20,8 @@ using namespace moec::moe;
 
 std::optional<std::string> moec::moe::tuningKey(Operation *op) {
   auto matmul = dyn_cast<GroupedMatmulOp>(op);
-  if (!matmul || matmul.getMode() != MatmulMode::forward)
+  if (!matmul || (matmul.getMode() != MatmulMode::forward &&
+                  matmul.getMode() != MatmulMode::weight_grad))
     return std::nullopt;
   auto lhs = cast<ShapedType>(matmul.getLhs().getType());
   auto rhs = cast<ShapedType>(matmul.getRhs().getType());
@@ -31,6 +32,16 @@ std::optional<std::string> moec::moe::tuningKey(Operation *op) {
   };
   std::string key;
   llvm::raw_string_ostream os(key);
+  if (matmul.getMode() == MatmulMode::weight_grad) {
+    // out [E, K, N] from lhs [M, K] (or gathered) and rhs [M, N].
+    os << "grouped_matmul weight_grad " << lhs.getElementType() << "x"
+       << rhs.getElementType() << "->" << out.getElementType()
+       << " E=" << dim(out.getDimSize(0)) << " K=" << dim(lhs.getDimSize(1))
+       << " N=" << dim(rhs.getDimSize(1));
+    if (matmul.getGatherSlots())
+      os << " gather k=" << matmul.getK().value_or(1);
+    return key;
+  }
   // N is the rhs width (gate and up together for SwiGLU): what the kernel
   // tiles.
   os << "grouped_matmul " << lhs.getElementType() << "x"
