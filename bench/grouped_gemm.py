@@ -375,6 +375,17 @@ def measure_peak(iters, flush, gen):
     return ms, 2 * n ** 3 / ms / 1e9
 
 
+def report_peak(iters, flush, gen):
+    """Measures the dense bf16 peak and prints it with the device: (device
+    name, milliseconds of the peak's matmul, peak TFLOP/s)."""
+    device = torch.cuda.get_device_name()
+    peak_ms, peak = measure_peak(iters, flush, gen)
+    print(f"{device}, torch {torch.__version__}: dense bf16 peak "
+          f"{peak:.0f} TFLOP/s (torch.mm {PEAK_SIZE}^3, {peak_ms:.3f} ms)",
+          flush=True)
+    return device, peak_ms, peak
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", help="grouped_gemm.moecb")
@@ -403,12 +414,7 @@ def main():
     bundle = moec.load(args.bundle)
     gen = torch.Generator(device="cuda").manual_seed(0)
     flush = make_flush("read")
-    device = torch.cuda.get_device_name()
-
-    peak_ms, peak = measure_peak(args.iters, flush, gen)
-    print(f"{device}, torch {torch.__version__}: dense bf16 peak "
-          f"{peak:.0f} TFLOP/s (torch.mm {PEAK_SIZE}^3, {peak_ms:.3f} ms)",
-          flush=True)
+    device, peak_ms, peak = report_peak(args.iters, flush, gen)
     free_bytes()
 
     rows = []

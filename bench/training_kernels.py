@@ -37,8 +37,8 @@ import torch
 
 import moec
 from grouped_gemm import (BF16, MODELS, TOLERANCE, fits, free_bytes,
-                          measure_peak, random_routing, random_weights,
-                          rel_err)
+                          random_routing, random_weights, rel_err,
+                          report_peak)
 from memory_bound import make_flush, timed
 
 KERNELS = ("dx_gate_up", "dx_down", "dw_gate_up", "dw_down")
@@ -104,11 +104,7 @@ def main():
     bundle = moec.load(args.bundle)
     gen = torch.Generator(device="cuda").manual_seed(0)
     flush = make_flush("read")
-    device = torch.cuda.get_device_name()
-    peak_ms, peak = measure_peak(args.iters, flush, gen)
-    print(f"{device}, torch {torch.__version__}: dense bf16 peak "
-          f"{peak:.0f} TFLOP/s (torch.mm 8192^3, {peak_ms:.3f} ms)",
-          flush=True)
+    device, peak_ms, peak = report_peak(args.iters, flush, gen)
 
     rows = []
     for key in args.models.split(","):
@@ -165,7 +161,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(device=device, torch=torch.__version__,
-                           peak_tflops=peak, rows=rows), f, indent=1)
+                           peak_tflops=peak, peak_ms=peak_ms, rows=rows),
+                      f, indent=1)
 
 
 if __name__ == "__main__":
