@@ -38,10 +38,10 @@ Epilogue::Epilogue(KernelEnv &env, const MmaLoop &mma) : env(env), mma(mma) {
   // (ptxas). Not warp-specialized: there the producer is already refilling
   // every stage with the next tile.
   int64_t outN = outType.getDimSize(outType.getRank() - 1);
-  bool staged = !plan.warpSpecialized && !plan.weightGrad() &&
-                !plan.swiglu && !args.gather &&
-                !args.bias && !args.rowScale && !ShapedType::isDynamic(outN) &&
-                outN % outTileN == 0 && plan.k % kBlockK == 0 &&
+  bool staged = !plan.warpSpecialized && !plan.weightGrad() && !plan.swiglu &&
+                !args.gather && !args.bias && !args.rowScale &&
+                !ShapedType::isDynamic(outN) && outN % outTileN == 0 &&
+                plan.k % kBlockK == 0 &&
                 kBlockM * stagingStride * outBytes <=
                     (plan.stages - plan.ahead()) * plan.stageBytes();
   // Otherwise 16-bit outputs go out as 16-byte chunks gathered within each

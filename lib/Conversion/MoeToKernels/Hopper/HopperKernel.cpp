@@ -34,8 +34,8 @@ KernelArgs::KernelArgs(ValueRange a, const HopperArgs &pos)
 }
 
 void KernelEnv::readShapes() {
-  outWidth = b.dim(args.out,
-                   cast<MemRefType>(args.out.getType()).getRank() - 1);
+  outWidth =
+      b.dim(args.out, cast<MemRefType>(args.out.getType()).getRank() - 1);
   auto rhsType = cast<MemRefType>(args.rhs.getType());
   rhsRows = b.dim(args.rhs, rhsType.getRank() - 2);
   rhsWidth = b.dim(args.rhs, rhsType.getRank() - 1);
@@ -185,7 +185,8 @@ void HopperKernel::emitBlockBarrier() {
                                  first.values());
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(loop.getBody());
-  TileState t = TileState::from(loop.getRegionIterArgs(), env.plan.weightGrad());
+  TileState t =
+      TileState::from(loop.getRegionIterArgs(), env.plan.weightGrad());
   TileState next = nextState(loop.getInductionVar());
   auto branch = scf::IfOp::create(b, b.eq(t.group, b.idx(env.plan.experts)),
                                   /*withElse=*/true);

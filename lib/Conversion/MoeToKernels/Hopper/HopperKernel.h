@@ -130,8 +130,8 @@ struct KernelEnv {
   mlir::Value slicesOf(const TileState &t);
   /// The output indices of row `row` (of the tile's rows) and column `col`:
   /// [row, col], or [expert, row, col] for the weight gradient.
-  llvm::SmallVector<mlir::Value> outIndices(const TileState &t,
-                                            mlir::Value row, mlir::Value col);
+  llvm::SmallVector<mlir::Value> outIndices(const TileState &t, mlir::Value row,
+                                            mlir::Value col);
   /// Shared addresses of stage `slot`'s A (128 rows) and B tiles.
   mlir::Value stageA(mlir::Value slot);
   mlir::Value stageB(mlir::Value slot);
@@ -262,8 +262,7 @@ private:
   mlir::Value lhsRowBytes(const TileState &t, int64_t i, mlir::Value kt);
   mlir::Value groupRow(const TileState &t, mlir::Value r, mlir::Value kt,
                        mlir::Value &valid);
-  mlir::Value rhsColumn(const TileState &t, mlir::Value c,
-                        mlir::Value &valid);
+  mlir::Value rhsColumn(const TileState &t, mlir::Value c, mlir::Value &valid);
   mlir::Value rhsRowBytes(const TileState &t, int64_t i, mlir::Value kt);
   /// A 16-byte cp.async from base + rowBytes (+ chunkBytes when given),
   /// zero-filled where rowBytes is `invalid` or `kValid` (when given) is

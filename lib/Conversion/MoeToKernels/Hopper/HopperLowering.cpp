@@ -53,6 +53,13 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   return operands;
 }
 
+/// The rows the groups split (host index): the output's, or (weight
+/// gradient) those of the output gradient.
+Value groupedRows(LoweringContext &ctx, const HopperOperands &v,
+                  const HopperPlan &plan) {
+  return plan.weightGrad() ? ctx.sizes(v.rhs)[0] : ctx.sizes(v.out)[0];
+}
+
 /// Launches the wgmma kernel for `plan` over the rows of `v.out`; with
 /// `enabled` (a host index, 0 or 1) the grid is multiplied by it.
 LogicalResult launchHopperMatmul(LoweringContext &ctx,
@@ -63,9 +70,7 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
   HopperArgs pos;
   SmallVector<Value> operands = launchOperands(ctx, v, plan, pos);
   SmallVector<Value> outSizes = ctx.sizes(v.out);
-  // The rows the groups split: the output's, or (weight gradient) those
-  // of the output gradient.
-  Value rows = plan.weightGrad() ? ctx.sizes(v.rhs)[0] : outSizes[0];
+  Value rows = groupedRows(ctx, v, plan);
   operands.push_back(rows);
 
   // Blocks: the persistent count, or fewer when there are fewer tiles
@@ -82,9 +87,8 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
   Value tilesBound = h.mul(mTilesBound, nTiles);
   // The weight gradient: every expert's K tiles times n-tiles.
   if (plan.weightGrad())
-    tilesBound = h.mul(h.idx(plan.experts * ((plan.k + kBlockM - 1) /
-                                             kBlockM)),
-                       nTiles);
+    tilesBound =
+        h.mul(h.idx(plan.experts * ((plan.k + kBlockM - 1) / kBlockM)), nTiles);
   Value grid = h.minIdx(tilesBound, h.idx(plan.persistentBlocks / C));
   if (C > 1)
     grid = h.mul(grid, h.idx(C));
@@ -106,8 +110,8 @@ Value above(KernelBuilder &h, Value rows, int64_t bound) {
 }
 
 /// Launches the kernel of `base`, or with the op's `moe.tile_buckets` one
-/// variant per bucket: each launch's grid is 0 unless the row count of
-/// `v.out` falls in its bucket (the base plan takes the rows above every
+/// variant per bucket: each launch's grid is 0 unless the row count
+/// (groupedRows) falls in its bucket (the base plan takes the rows above every
 /// bucket). `planOf` makes the plan of a bucket's tile.
 LogicalResult launchBucketed(
     LoweringContext &ctx, Operation *op, const HopperOperands &v,
@@ -134,7 +138,7 @@ LogicalResult launchBucketed(
   if (buckets.empty())
     return launchHopperMatmul(ctx, v, base, "wgmma");
   KernelBuilder &h = ctx.host();
-  Value rows = ctx.sizes(v.out)[0];
+  Value rows = groupedRows(ctx, v, base);
   int64_t below = 0;
   for (auto &[bucket, plan] : buckets) {
     // rows in (below, max_rows]: above(below) - above(max_rows).
@@ -169,10 +173,6 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   v.rowScale = buffer(op.getRowScale());
   Value out = buffer(op.getOut());
   Value scatter = buffer(op.getScatterSlots());
-  if (plan->weightGrad()) { // row-count buckets do not apply
-    v.out = out;
-    return launchHopperMatmul(ctx, v, *plan, "wgmma");
-  }
   if (!scatter) {
     v.out = out;
     return launchBucketed(ctx, op, v, *plan, planOf);
@@ -180,11 +180,11 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   // Combined in token order: the grouped rows go to a scratch buffer, then
   // unpermute's combine sums each token's k rows with its weights.
   KernelBuilder &h = ctx.host();
-  Value groupedRows = ctx.sizes(scatter)[0];
+  Value slotRows = ctx.sizes(scatter)[0];
   v.out = ctx.allocTemp(
       MemRefType::get({ShapedType::kDynamic, outType.getDimSize(1)},
                       outType.getElementType()),
-      {groupedRows, h.idx(outType.getDimSize(1))});
+      {slotRows, h.idx(outType.getDimSize(1))});
   if (failed(launchBucketed(ctx, op, v, *plan, planOf)))
     return failure();
   std::optional<LogicalResult> combined =

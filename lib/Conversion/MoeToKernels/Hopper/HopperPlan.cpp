@@ -115,16 +115,15 @@ static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
   moe::TileAttr chosen =
       isHopperTile(tile)
           ? tile
-          : moe::TileAttr::get(op.getContext(), kBlockM,
-                               !ShapedType::isDynamic(width) && width >= 256
-                                   ? 256
-                                   : 128,
-                               kBlockK, kThreads, 0, 0, 0);
-  std::optional<HopperPlan> plan = planFor(
-      lhsType.getElementType(),
-      cast<ShapedType>(op.getRhs().getType()).getElementType(),
-      outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(2),
-      experts, chosen, limits);
+          : moe::TileAttr::get(
+                op.getContext(), kBlockM,
+                !ShapedType::isDynamic(width) && width >= 256 ? 256 : 128,
+                kBlockK, kThreads, 0, 0, 0);
+  std::optional<HopperPlan> plan =
+      planFor(lhsType.getElementType(),
+              cast<ShapedType>(op.getRhs().getType()).getElementType(),
+              outType.getElementType(), lhsType.getDimSize(1),
+              outType.getDimSize(2), experts, chosen, limits);
   if (!plan)
     return std::nullopt;
   plan->slotsPerToken = op.getK().value_or(1);

@@ -28,8 +28,8 @@ static Value descriptor(KernelBuilder &b, Value address, bool nMajor = false) {
   Value start =
       arith::ShRUIOp::create(b, bitAnd(b, address, 0x3FFFF), b.idx(4));
   int64_t leading = nMajor ? kColumnBlockBytes : 16;
-  int64_t fixed = (int64_t(leading >> 4) << 16) |
-                  (int64_t(1024 >> 4) << 32) | (int64_t(1) << 62);
+  int64_t fixed = (int64_t(leading >> 4) << 16) | (int64_t(1024 >> 4) << 32) |
+                  (int64_t(1) << 62);
   return arith::IndexCastOp::create(
       b, b.getI64Type(), arith::OrIOp::create(b, start, b.idx(fixed)));
 }

@@ -96,8 +96,7 @@ void ProducerPipeline::clearRows(TileState &t) {
 }
 
 SmallVector<Type> ProducerPipeline::stateTypes() {
-  SmallVector<Type> types(env.plan.weightGrad() ? 6 : 4,
-                          env.b.getIndexType());
+  SmallVector<Type> types(env.plan.weightGrad() ? 6 : 4, env.b.getIndexType());
   if (env.args.gather && !env.plan.weightGrad())
     types.append(lhsRowsPerThread(), env.b.getI32Type());
   return types;
@@ -131,9 +130,9 @@ Value ProducerPipeline::lhsRowBytes(const TileState &t, int64_t i, Value kt) {
       valid = b.land(valid, present);
       row = b.div(slot, b.idx(env.plan.slotsPerToken));
     }
-    Value col = b.add(b.add(t.rowStart, b.mul(b.div(q, b.idx(kBlockK)),
-                                             b.idx(kColumnBlock))),
-                      b.mul(chunk, b.idx(8)));
+    Value col = b.add(
+        b.add(t.rowStart, b.mul(b.div(q, b.idx(kBlockK)), b.idx(kColumnBlock))),
+        b.mul(chunk, b.idx(8)));
     valid = b.land(valid, b.ult(col, b.idx(env.plan.k)));
     return b.select(valid, b.add(b.mul(row, rowBytesK), b.mul(col, b.idx(2))),
                     invalid);
@@ -176,8 +175,7 @@ Value ProducerPipeline::rhsColumn(const TileState &t, Value c, Value &valid) {
 // the chunk's K offset). ExpertKN: stage row i is K row i % 64 of column
 // block i / 64, and the offset is that of this thread's 16-byte chunk
 // along N.
-Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i,
-                                    Value kt) {
+Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i, Value kt) {
   KernelBuilder &b = env.b;
   Value r = rowOf(i);
   Value valid, bytes;
@@ -208,8 +206,8 @@ Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i,
     break;
   }
   }
-  return b.select(b.land(b.ult(t.group, b.idx(env.plan.experts)), valid),
-                  bytes, invalid);
+  return b.select(b.land(b.ult(t.group, b.idx(env.plan.experts)), valid), bytes,
+                  invalid);
 }
 
 void ProducerPipeline::copyChunk(Value dst, Value base, Value rowBytes,
@@ -217,8 +215,8 @@ void ProducerPipeline::copyChunk(Value dst, Value base, Value rowBytes,
   KernelBuilder &b = env.b;
   auto cacheGlobal = NVVM::LoadCacheModifierKindAttr::get(
       b.getContext(), NVVM::LoadCacheModifierKind::CG);
-  Value ok = arith::CmpIOp::create(b, arith::CmpIPredicate::ne, rowBytes,
-                                   invalid);
+  Value ok =
+      arith::CmpIOp::create(b, arith::CmpIPredicate::ne, rowBytes, invalid);
   if (kValid)
     ok = b.land(kValid, ok);
   Value offset = chunkBytes ? b.add(rowBytes, chunkBytes) : rowBytes;
@@ -277,9 +275,8 @@ void ProducerPipeline::loadRhsByTma(const TileState &t, Value slot, Value k0,
   SmallVector<Value> coords;
   switch (env.plan.layout.rhs) {
   case RhsLayout::ExpertNK: {
-    Value row = env.plan.swiglu
-                    ? b.add(t.colStart, b.mul(l, env.outWidth))
-                    : b.add(t.colStart, b.mul(l, b.idx(rows)));
+    Value row = env.plan.swiglu ? b.add(t.colStart, b.mul(l, env.outWidth))
+                                : b.add(t.colStart, b.mul(l, b.idx(rows)));
     coords = {k0, toI32(b, row)};
     break;
   }

@@ -113,8 +113,8 @@ TileState TileSchedule::locateWeightGrad(Value tile) {
   t.colStart = b.mul(b.div(inBand, bandHeight), b.idx(env.plan.outTileN()));
   t.reduceStart = b.loadIdx(env.groupStarts, {t.group});
   Value end = b.loadIdx(env.groupStarts, {b.add(t.group, b.idx(1))});
-  t.reduceRows = b.select(b.ult(t.reduceStart, end),
-                          b.sub(end, t.reduceStart), b.idx(0));
+  t.reduceRows =
+      b.select(b.ult(t.reduceStart, end), b.sub(end, t.reduceStart), b.idx(0));
   return t;
 }
 
@@ -164,8 +164,8 @@ TileState TileSchedule::locate(Value tile) {
 
 TileState TileSchedule::none() {
   KernelBuilder &b = env.b;
-  TileState t{b.idx(env.plan.experts), b.idx(0), b.idx(0), b.idx(0),
-              {}, {}, {}};
+  TileState t{
+      b.idx(env.plan.experts), b.idx(0), b.idx(0), b.idx(0), {}, {}, {}};
   if (env.plan.weightGrad())
     t.reduceStart = t.reduceRows = b.idx(0);
   return t;
