@@ -4,6 +4,7 @@
 #               ASan + UBSan build with the fuzzers), run the lit + GoogleTest
 #               suites (also under the sanitizers), the Python suite and each
 #               fuzzer for a bounded time
+# As a Python package: pip install . (README, "Use from Python").
 # Other targets: build, configure, docs (regenerate docs/dialects/moe.md),
 # runtime-only (the MLIR-free build the GPU machine uses), sanitize (the
 # clang ASan + UBSan build with the fuzzers, fuzz/README.md), clean.
@@ -59,5 +60,7 @@ $(BUILD_DIR)-asan/build.ninja:
 sanitize: deps $(BUILD_DIR)-asan/build.ninja
 	cmake --build $(BUILD_DIR)-asan -j $(JOBS)
 
+# build-pip*: the build trees of `pip install .` (pyproject.toml).
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR)-runtime $(BUILD_DIR)-asan
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-runtime $(BUILD_DIR)-asan build-pip \
+	  build-pip-runtime

@@ -1,6 +1,9 @@
 """Ahead of time, part 1 (where MLIR is): compile kernels to bundle files.
 
-    PYTHONPATH=build/python_packages python3 examples/aot_compile.py OUT_DIR
+    python3 examples/aot_compile.py OUT_DIR
+
+with moec installed (`pip install .`; or PYTHONPATH=build/python_packages
+after `make`).
 
 Writes OUT_DIR/moe_layer.moecb (the layer of examples/moe_layer.py) and
 OUT_DIR/qwen3_moe_block.moecb (moec.torch.MoE's kernel at the Qwen3-30B-A3B

@@ -1,7 +1,10 @@
 """Ahead of time, part 2 (on the GPU machine, runtime only): load the bundle
 compiled by examples/aot_compile.py and check it against torch in float64.
 
-    PYTHONPATH=build-runtime/python_packages python3 examples/aot_run.py DIR
+    python3 examples/aot_run.py DIR
+
+with the runtime-only package installed there (MOEC_RUNTIME_ONLY=ON
+pip install .).
 """
 
 import sys

@@ -1,7 +1,10 @@
 """A fused MoE layer in moec, in about 20 lines, run on the host with numpy
 (or on a GPU: pass torch CUDA tensors instead).
 
-    PYTHONPATH=build/python_packages python3 examples/moe_layer.py
+    python3 examples/moe_layer.py
+
+with moec installed (`pip install .`; or PYTHONPATH=build/python_packages
+after `make`).
 """
 
 import ml_dtypes

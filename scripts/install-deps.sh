@@ -8,19 +8,24 @@ packages=(
   libclang-rt-22-dev
   pybind11-dev libgtest-dev cmake ninja-build ccache
 )
-requirements="$(dirname "$0")/../python/requirements-test.txt"
+python_dir="$(dirname "$0")/../python"
+requirements=(-r "$python_dir/requirements-test.txt"
+              -r "$python_dir/requirements-build.txt")
 
-# Python test dependencies (pinned) for the python3 on PATH, which the
-# Python package is built for.
+# Python test and build dependencies (pinned) for the python3 on PATH, which
+# the Python package is built for (make test installs them again into the
+# venvs it installs moec into).
 install_python_deps() {
-  if python3 -c "import numpy, pytest, ml_dtypes" 2>/dev/null; then
+  if python3 -c "import numpy, pytest, ml_dtypes, scikit_build_core, pybind11" \
+      2>/dev/null; then
     return 0
   fi
-  echo "install-deps: pip installing $(grep -v '^#' "$requirements" | xargs)"
+  echo "install-deps: pip installing" \
+    "$(cat "$python_dir"/requirements-{test,build}.txt | grep -v '^#' | xargs)"
   # Debian's own python3 refuses pip without --break-system-packages.
-  python3 -m pip install -q --disable-pip-version-check -r "$requirements" ||
+  python3 -m pip install -q --disable-pip-version-check "${requirements[@]}" ||
     python3 -m pip install -q --disable-pip-version-check \
-      --break-system-packages -r "$requirements"
+      --break-system-packages "${requirements[@]}"
 }
 
 missing=()
@@ -35,6 +40,11 @@ if ! python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.
 fi
 if ! python3 -m pip --version >/dev/null 2>&1; then
   missing+=(python3-pip)
+fi
+# `python3 -m venv` (make test installs moec into fresh venvs); Debian ships
+# ensurepip separately.
+if ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then
+  missing+=(python3-venv)
 fi
 
 if ((${#missing[@]} == 0)); then

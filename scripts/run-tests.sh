@@ -2,9 +2,11 @@
 # `make test`: runs the lit suite (FileCheck tests + GoogleTest units through
 # lit) of the full build, then the GoogleTest units of the runtime-only build
 # (the MLIR-free configuration the GPU machine uses), then the Python suite
-# (python/tests, pytest) against both builds' packages, then, with a
-# sanitizer build, the lit suite again under ASan + UBSan and each fuzzer
-# from the checked-in corpus with a fixed seed, for MOEC_FUZZ_SECONDS
+# (python/tests, pytest) against the package as `pip install .` installs it
+# into a fresh venv, full and runtime-only (needs python3-venv, and PyPI or
+# pip's cache for the pinned requirements), then, with a sanitizer build,
+# the lit suite again under ASan + UBSan and each fuzzer from the
+# checked-in corpus with a fixed seed, for MOEC_FUZZ_SECONDS
 # (default 60) the bundle reader and MOEC_FUZZ_COMPILER_SECONDS (default 180:
 # its 380 seeds alone take about 150 s on 2 cores) the compiler; ends with
 # one line "N passed, M failed".
@@ -55,18 +57,47 @@ if [[ -n $runtime_build ]]; then
   fi
 fi
 
-# pytest over one build's package; adds to the counts.
+# The Python suite runs against the package as pip installs it, each in a
+# fresh venv, so that a file missing from the package fails here: the full
+# package (compiler, runtime, CUDA launcher, commands) and the runtime-only
+# one the GPU machine installs.
+venvs=$(mktemp -d)
+trap 'rm -rf "$log" "$venvs"' EXIT
+cuda=0
+grep -q '^MOEC_HAVE_CUDA:INTERNAL=ON' "$build/CMakeCache.txt" && cuda=1
+
+# Runs "$@", quiet; on failure shows its output and counts one failure.
+quiet() {
+  "$@" >"$log" 2>&1 && return 0
+  tail -60 "$log"
+  echo "run-tests: failed: $*"
+  failed=$((failed + 1))
+  status=1
+  return 1
+}
+
+# A fresh venv $1 with the pinned test requirements, and moec installed
+# into it from "${@:2}" (a wheel, or . and pip's options).
+pip_install() {
+  local venv=$1 start=$SECONDS
+  shift
+  quiet python3 -m venv "$venv" &&
+    quiet "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+      -r python/requirements-test.txt -r python/requirements-build.txt &&
+    quiet "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+      --no-build-isolation "$@" || return 1
+  echo "installed in $((SECONDS - start)) s (venv and requirements included)"
+}
+
+# pytest (python/tests) with the venv's python; adds to the counts. $2:
+# full or runtime, for test_package.py.
 run_pytest() {
-  local package_dir=$1 label=$2
-  if [[ ! -d $package_dir ]]; then
-    echo "== Python suite ($label): $package_dir missing (pybind11 not found?)"
-    failed=$((failed + 1))
-    status=1
-    return
-  fi
-  echo "== Python suite ($label) =="
-  PYTHONPATH="$package_dir" MOEC_TEST_BUNDLE="$bundle" \
-    python3 -m pytest -q -p no:cacheprovider python/tests 2>&1 | tee "$log"
+  local venv=$1 kind=$2
+  echo "== Python suite (installed package: $kind) =="
+  MOEC_TEST_INSTALLED="$kind" MOEC_TEST_EXPECT_CUDA=$cuda \
+    MOEC_TEST_BUNDLE="$bundle" \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests 2>&1 |
+    tee "$log"
   local rc=${PIPESTATUS[0]}
   local line n
   line=$(grep -E '^[0-9]+ (passed|failed|skipped)|^=+ .*(passed|failed|error)' "$log" | tail -1)
@@ -82,18 +113,49 @@ run_pytest() {
   fi
 }
 
-# A bundle compiled by the CLI, for the tests of the runtime-only package.
-bundle=$(mktemp --suffix=.moecb)
-trap 'rm -f "$log" "$bundle"' EXIT
-if ! "$build/bin/moec" compile test/Integration/ops.mlir -o "$bundle" \
-    --target sm_90a,host >/dev/null; then
-  echo "run-tests: compiling the test bundle failed"
-  failed=$((failed + 1))
-  status=1
+# The full package's wheel is built from $build itself (`pip wheel .`):
+# scikit-build-core configures the tree make built, keeping make's
+# settings (tests on; no Python hints, site-packages or FindPython
+# backport, so the cache keeps the interpreter make found and gets no
+# temporary paths), so nothing compiles again. The backend runs from a venv
+# kept in $build: scikit-build-core clears a build tree's CMake cache when
+# its own location changes (a fresh venv each time would rebuild all).
+echo "== pip: full package (wheel built from $build) =="
+start=$SECONDS
+build_venv=$build/pip-build-venv
+bundle=$venvs/ops.moecb
+if { [[ -x $build_venv/bin/python ]] || quiet python3 -m venv "$build_venv"; } &&
+    quiet "$build_venv/bin/python" -m pip install -q \
+      --disable-pip-version-check -r python/requirements-build.txt &&
+    quiet "$build_venv/bin/python" -m pip wheel -q --disable-pip-version-check \
+      --no-build-isolation --no-deps -w "$venvs/wheels" \
+      --config-settings=build-dir="$build" \
+      --config-settings=cmake.define.MOEC_BUILD_TESTS=ON \
+      --config-settings=cmake.python-hints=false \
+      --config-settings=search.site-packages=false \
+      --config-settings=backport.find-python=0 . &&
+    echo "wheel built in $((SECONDS - start)) s: $(ls "$venvs/wheels")" &&
+    pip_install "$venvs/full" "$venvs"/wheels/moec-*.whl; then
+  full_installed=1
+  # The bundle the tests of loading without the compiler use, compiled by
+  # the installed CLI.
+  quiet "$venvs/full/bin/moec" compile test/Integration/ops.mlir \
+    -o "$bundle" --target sm_90a,host
 fi
-run_pytest "$build/python_packages" "full build"
+if [[ ! -f $bundle ]]; then
+  quiet "$build/bin/moec" compile test/Integration/ops.mlir -o "$bundle" \
+    --target sm_90a,host
+fi
+[[ -n ${full_installed:-} ]] && run_pytest "$venvs/full" full
+
+# The runtime-only package is built from scratch, in a temporary tree, with
+# pip's pybind11, as on a GPU machine (about a minute on 2 cores).
 if [[ -n $runtime_build ]]; then
-  run_pytest "$runtime_build/python_packages" "runtime-only build"
+  echo "== pip: runtime-only package (MOEC_RUNTIME_ONLY=ON pip install .) =="
+  if MOEC_RUNTIME_ONLY=ON pip_install "$venvs/runtime" \
+      --config-settings=build-dir="$venvs/runtime-build" .; then
+    run_pytest "$venvs/runtime" runtime
+  fi
 fi
 
 # One fuzzer for a fixed time and seed, on a copy of the checked-in corpus;

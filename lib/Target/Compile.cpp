@@ -12,6 +12,7 @@
 #include "moec/Conversion/TargetInfo.h"
 #include "moec/Dialect/Moe/IR/MoeDialect.h"
 #include "moec/Pipelines/Pipelines.h"
+#include "moec/Version.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -434,7 +435,7 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
     return &byFamily.emplace(family + ":" + chip, std::move(lowered))
                 .first->second;
   };
-  result.bundle.producer = "moec 0.1";
+  result.bundle.producer = MOEC_PRODUCER;
   for (const std::string &target : options.targets) {
     FailureOr<Lowered *> kernels = kernelsFor(target);
     if (failed(kernels))

@@ -26,7 +26,7 @@ from ._compile import (TARGETS, Kernel, cache_dir, compile, compiler_fingerprint
 from ._ir import T, Tensor, TensorSpec
 from ._native import has_compiler, has_cuda
 
-__version__ = "0.1"
+from ._version import __version__
 
 __all__ = [
     "Bundle", "BufferInfo", "Entry", "Kernel", "MoecError", "T", "TARGETS",

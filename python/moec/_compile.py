@@ -178,17 +178,23 @@ def cache_dir() -> str:
 
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
-    """The package version and the compiler module's size and modification
-    time: any rebuild of the compiler gives new cache keys (as ccache keys
-    on a compiler's mtime). Found without importing the module, so a cache
-    hit never loads MLIR."""
+    """The package version and a SHA-256 of the compiler module's bytes (our
+    whole compiler is linked into it): a rebuilt compiler gives new cache
+    keys, while the same build under another path or with another mtime (a
+    reinstall, another venv) keeps them. Read without importing the module,
+    so a cache hit never loads MLIR (hashing its 2 MB takes a few ms, once
+    per process). Not covered: the system's libMLIR / libLLVM, which the
+    module links dynamically; clear the cache after upgrading them."""
     import importlib.util
     spec = importlib.util.find_spec("moec._compiler")
     if spec is None or not spec.origin:
         _native.compiler()  # raises the explanatory ImportError
-    stat = os.stat(spec.origin)
+    digest = hashlib.sha256()
+    with open(spec.origin, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
     from . import __version__
-    return f"moec {__version__} {stat.st_size} {stat.st_mtime_ns}"
+    return f"moec {__version__} {digest.hexdigest()}"
 
 
 def _targets(target) -> list:

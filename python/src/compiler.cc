@@ -13,6 +13,7 @@
 #include "moec/Runtime/Executor.h"
 #include "moec/Target/HostJit.h"
 #include "moec/Target/Target.h"
+#include "moec/Version.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -140,7 +141,7 @@ PYBIND11_MODULE(_compiler, m) {
   py::register_local_exception<CompileError>(m, "CompileError",
                                              PyExc_ValueError);
 
-  m.def("version", [] { return std::string("moec 0.1"); });
+  m.def("version", [] { return std::string(MOEC_PRODUCER); });
   m.def("stages", [] { return moec::loweringStages(); });
   m.def(
       "verify",

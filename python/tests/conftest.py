@@ -32,6 +32,11 @@ def _has_torch_cuda() -> bool:
     return torch.cuda.is_available() and moec.has_cuda()
 
 
+def pytest_report_header(config):
+    # Which package the suite runs against: make test installs it with pip.
+    return f"moec {moec.__version__} from {moec.__path__[0]}"
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "compiler: needs moec._compiler")
     config.addinivalue_line("markers", "cuda: needs torch and a CUDA GPU")

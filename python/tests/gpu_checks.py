@@ -2,11 +2,12 @@
 
 First, where the compiler is, write the bundles the checks load:
 
-    PYTHONPATH=build/python_packages python3 python/tests/gpu_checks.py --prepare DIR
+    python3 python/tests/gpu_checks.py --prepare DIR
 
-then, on the GPU machine (runtime-only package, torch), run them directly
+then, on the GPU machine (the runtime-only package installed with
+MOEC_RUNTIME_ONLY=ON pip install .; torch), run them directly
 
-    PYTHONPATH=build-runtime/python_packages python3 python/tests/gpu_checks.py DIR
+    python3 python/tests/gpu_checks.py DIR
 
 or through test_gpu.py under pytest (MOEC_GPU_BUNDLES=DIR). Each check
 prints what it measured and raises AssertionError on failure.

@@ -48,6 +48,17 @@ def test_cache_key_covers_ir_and_options(private_cache):
     assert len(bundles) == 4
 
 
+def test_cache_key_is_the_compiler_module_content():
+    # Not its path or mtime: an installed package keeps its keys across
+    # reinstalls of the same build, and any rebuilt compiler changes them.
+    import hashlib
+    import importlib.util
+    origin = importlib.util.find_spec("moec._compiler").origin
+    with open(origin, "rb") as file:
+        digest = hashlib.sha256(file.read()).hexdigest()
+    assert moec.compiler_fingerprint() == f"moec {moec.__version__} {digest}"
+
+
 def test_corrupt_cache_entry_is_recompiled(private_cache):
     moec.compile(make_kernel(), target="host")
     for root, _, files in os.walk(private_cache):

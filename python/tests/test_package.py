@@ -1,0 +1,83 @@
+"""The package as pip installs it. `make test` installs moec into a fresh
+venv (the full package, then the runtime-only one) and sets
+MOEC_TEST_INSTALLED=full or runtime, and MOEC_TEST_EXPECT_CUDA=1 where the
+build found the CUDA toolkit; a file missing from the package fails here or
+in the other tests, which import the installed package too."""
+
+import importlib.metadata
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+import moec
+
+KIND = os.environ.get("MOEC_TEST_INSTALLED")
+EXPECT_CUDA = os.environ.get("MOEC_TEST_EXPECT_CUDA") == "1"
+pytestmark = pytest.mark.skipif(
+    KIND not in ("full", "runtime"),
+    reason="MOEC_TEST_INSTALLED not set (make test sets it)")
+SOURCE = pathlib.Path(__file__).resolve().parents[1] / "moec"
+SCRIPTS = pathlib.Path(sysconfig.get_path("scripts"))
+
+
+def test_imported_from_site_packages():
+    site = pathlib.Path(sysconfig.get_path("platlib")).resolve()
+    assert site in pathlib.Path(moec.__file__).resolve().parents, (
+        f"moec imported from {moec.__file__}, not from {site}")
+
+
+def test_version_is_the_metadata_version():
+    assert moec.__version__ == importlib.metadata.version("moec")
+
+
+def test_imports_from_another_directory():
+    out = subprocess.run(
+        [sys.executable, "-c", "import moec; print(moec.__version__)"],
+        cwd="/", capture_output=True, text=True, check=True).stdout
+    assert out.strip() == moec.__version__
+
+
+def test_every_source_file_is_installed():
+    installed = {pathlib.PurePosixPath(f).name
+                 for f in importlib.metadata.files("moec")
+                 if str(f).startswith("moec/")}
+    missing = sorted(p.name for p in SOURCE.glob("*.py")
+                     if p.name not in installed)
+    assert not missing, f"not in the installed package: {missing}"
+    assert "_version.py" in installed
+
+
+def test_native_modules():
+    def has(name):
+        return importlib.util.find_spec(f"moec.{name}") is not None
+    assert has("_runtime")
+    assert has("_cuda") == EXPECT_CUDA
+    if KIND == "full":
+        assert moec.has_compiler()  # imports it: libMLIR.so must load
+        assert moec.CompileError is not None
+    else:
+        assert not has("_compiler")
+        with pytest.raises(ImportError, match="runtime-only build"):
+            moec.ir("func.func @f() { return }")
+
+
+def test_commands():
+    def command(name):
+        return (SCRIPTS / name).is_file() and os.access(SCRIPTS / name,
+                                                         os.X_OK)
+    assert command("moec") == (KIND == "full")
+    assert command("moec-opt") == (KIND == "full")
+    # moec-runner needs the CUDA launcher (and libcuda.so.1 to start).
+    assert command("moec-runner") == EXPECT_CUDA
+    if KIND == "full":
+        usage = subprocess.run([SCRIPTS / "moec", "--help"],
+                               capture_output=True, text=True,
+                               check=True).stderr
+        assert "moec compile" in usage
+        subprocess.run([SCRIPTS / "moec-opt", "--version"],
+                       capture_output=True, check=True)
