@@ -174,7 +174,8 @@ Value ProducerPipeline::rhsColumn(const TileState &t, Value c, Value &valid) {
 // ExpertNK: the row is an output column (K runs along it: copyChunk adds
 // the chunk's K offset). ExpertKN: stage row i is K row i % 64 of column
 // block i / 64, and the offset is that of this thread's 16-byte chunk
-// along N.
+// along N. GroupRowsN: the same with the slice's rows of the expert in
+// place of K rows.
 Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i, Value kt) {
   KernelBuilder &b = env.b;
   Value r = rowOf(i);
