@@ -14,7 +14,9 @@ requirements=(-r "$python_dir/requirements-test.txt"
 
 # Python test and build dependencies (pinned) for the python3 on PATH, which
 # the Python package is built for (make test installs them again into the
-# venvs it installs moec into).
+# venvs it installs moec into). Not torch and transformers
+# (python/requirements-torch.txt, about 5 GB): make test installs them only
+# into its venv of the full package.
 install_python_deps() {
   if python3 -c "import numpy, pytest, ml_dtypes, scikit_build_core, pybind11" \
       2>/dev/null; then

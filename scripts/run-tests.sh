@@ -3,8 +3,9 @@
 # lit) of the full build, then the GoogleTest units of the runtime-only build
 # (the MLIR-free configuration the GPU machine uses), then the Python suite
 # (python/tests, pytest) against the package as `pip install .` installs it
-# into a fresh venv, full and runtime-only (needs python3-venv, and PyPI or
-# pip's cache for the pinned requirements), then, with a sanitizer build,
+# into a fresh venv, full (with torch and transformers, for moec.torch) and
+# runtime-only (needs python3-venv, and PyPI or pip's cache for the pinned
+# requirements), then, with a sanitizer build,
 # the lit suite again under ASan + UBSan and each fuzzer from the
 # checked-in corpus with a fixed seed, for MOEC_FUZZ_SECONDS
 # (default 60) the bundle reader and MOEC_FUZZ_COMPILER_SECONDS (default 180:
@@ -89,13 +90,23 @@ pip_install() {
   echo "installed in $((SECONDS - start)) s (venv and requirements included)"
 }
 
+# torch and transformers (python/requirements-torch.txt: PyPI's CUDA build
+# of torch, about 5 GB installed) into venv $1, for the moec.torch tests.
+install_torch() {
+  local start=$SECONDS
+  quiet "$1/bin/python" -m pip install -q --disable-pip-version-check \
+    -r python/requirements-torch.txt || return 1
+  echo "torch and transformers installed in $((SECONDS - start)) s"
+}
+
 # pytest (python/tests) with the venv's python; adds to the counts. $2:
-# full or runtime, for test_package.py.
+# full or runtime, for test_package.py; $3: 1 where torch and transformers
+# were installed (their tests then fail instead of skipping without them).
 run_pytest() {
-  local venv=$1 kind=$2
+  local venv=$1 kind=$2 torch=${3:-0}
   echo "== Python suite (installed package: $kind) =="
   MOEC_TEST_INSTALLED="$kind" MOEC_TEST_EXPECT_CUDA=$cuda \
-    MOEC_TEST_BUNDLE="$bundle" \
+    MOEC_TEST_EXPECT_TORCH=$torch MOEC_TEST_BUNDLE="$bundle" \
     "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests 2>&1 |
     tee "$log"
   local rc=${PIPESTATUS[0]}
@@ -141,12 +152,15 @@ if { [[ -x $build_venv/bin/python ]] || quiet python3 -m venv "$build_venv"; } &
   # the installed CLI.
   quiet "$venvs/full/bin/moec" compile test/Integration/ops.mlir \
     -o "$bundle" --target sm_90a,host
+  # Only here: the runtime-only suite has no compiler for moec.torch's host
+  # kernels, and a second torch would cost another 5 GB and minutes.
+  install_torch "$venvs/full" && full_torch=1
 fi
 if [[ ! -f $bundle ]]; then
   quiet "$build/bin/moec" compile test/Integration/ops.mlir -o "$bundle" \
     --target sm_90a,host
 fi
-[[ -n ${full_installed:-} ]] && run_pytest "$venvs/full" full
+[[ -n ${full_installed:-} ]] && run_pytest "$venvs/full" full "${full_torch:-0}"
 
 # The runtime-only package is built from scratch, in a temporary tree, with
 # pip's pybind11, as on a GPU machine (about a minute on 2 cores).
