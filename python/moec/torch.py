@@ -9,8 +9,10 @@ The forward pass is one moec kernel: router matmul, top-k, sort, gathered
 gate_up grouped matmul with fused SwiGLU, down projection with fused
 weighted combine. Weights keep the checkpoint layout: `gate.weight` [E, H],
 `w_gate_up` [E, 2I, H] (gate_proj rows, then up_proj rows) and `w_down`
-[E, H, I]. Training is not supported yet: backward raises
-NotImplementedError.
+[E, H, I]. The forward is the custom op `torch.ops.moec.moe_block` (with a
+fake implementation), so `torch.compile(..., fullgraph=True)` traces a model
+holding MoE blocks without a graph break. Training is not supported yet:
+backward raises NotImplementedError.
 """
 
 from __future__ import annotations
@@ -20,22 +22,101 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ._bundle import Bundle
+from ._bundle import Bundle, Entry
 from ._compile import Kernel, compile as _compile
 from .layers import ROUTINGS, moe_kernel
 
 
-class _NoBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, fn, x, *weights):
-        return fn(x, *weights)
+class _Launcher:
+    """The kernel and compiled bundle of one block configuration. Shared by
+    every MoE block of that configuration, so a model's layers trace,
+    compile and (on the host) JIT their kernel once."""
 
-    @staticmethod
-    def backward(ctx, *grads):
-        raise NotImplementedError(
-            "moec.torch.MoE has no backward pass yet (training support is "
-            "planned); run it under torch.no_grad() or use a torch MoE block "
-            "for training")
+    def __init__(self, hidden_size, intermediate_size, num_experts, top_k,
+                 norm_topk_prob, routing, dtype, tile, bundle):
+        self.args = (hidden_size, intermediate_size, num_experts, top_k)
+        self.norm_topk_prob, self.routing = norm_topk_prob, routing
+        self.dtype, self.tile, self.bundle = dtype, tile, bundle
+        # Keeps the given bundle alive (its id is part of the key) after
+        # self.bundle is replaced by one compiled for a target it lacks.
+        self._given_bundle = bundle
+        self._kernel: Optional[Kernel] = None
+
+    def kernel(self) -> Kernel:
+        if self._kernel is None:
+            self._kernel = moe_kernel(
+                *self.args, norm_topk_prob=self.norm_topk_prob,
+                routing=self.routing, dtype=self.dtype)
+        return self._kernel
+
+    def entry(self, device: torch.device) -> Entry:
+        target = "host" if device.type == "cpu" else "sm_90a"
+        if self.bundle is None or target not in self.bundle.targets:
+            self.bundle = _compile(self.kernel(), target, self.tile)
+        return self.bundle.entry("moe_block", target)
+
+
+# The custom op reaches its launcher through an int argument (an op takes no
+# Python objects): an index into _LAUNCHERS, one per configuration (and per
+# precompiled bundle given).
+_LAUNCHERS: list = []
+_LAUNCHER_INDEX: dict = {}
+
+
+def _launcher_index(*config, tile, bundle) -> int:
+    key = config + (tuple(sorted((tile or {}).items())),
+                    None if bundle is None else id(bundle))
+    if key not in _LAUNCHER_INDEX:
+        _LAUNCHER_INDEX[key] = len(_LAUNCHERS)
+        _LAUNCHERS.append(_Launcher(*config, tile, bundle))
+    return _LAUNCHER_INDEX[key]
+
+
+@torch.library.custom_op("moec::moe_block", mutates_args=())
+def _moe_block(x: torch.Tensor, gate_w: torch.Tensor, w_gate_up: torch.Tensor,
+               w_down: torch.Tensor, launcher: int) -> torch.Tensor:
+    """The block's forward on tokens x [T, H] (contiguous)."""
+    return _LAUNCHERS[launcher].entry(x.device)(x, gate_w, w_gate_up, w_down)
+
+
+@_moe_block.register_fake
+def _(x, gate_w, w_gate_up, w_down, launcher):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("moec::moe_block_backward", mutates_args=())
+def _moe_block_backward(
+        grad: torch.Tensor, x: torch.Tensor, gate_w: torch.Tensor,
+        w_gate_up: torch.Tensor, w_down: torch.Tensor, launcher: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of x and the three weights. An op of its own (not a raise
+    inside the autograd formula) so that torch.compile can trace a forward
+    that requires grad: only running the backward fails."""
+    raise NotImplementedError(
+        "moec.torch.MoE has no backward pass yet (training support is "
+        "planned); run it under torch.no_grad() or use a torch MoE block "
+        "for training")
+
+
+@_moe_block_backward.register_fake
+def _(grad, x, gate_w, w_gate_up, w_down, launcher):
+    return (torch.empty_like(x), torch.empty_like(gate_w),
+            torch.empty_like(w_gate_up), torch.empty_like(w_down))
+
+
+def _setup_context(ctx, inputs, output):
+    x, gate_w, w_gate_up, w_down, launcher = inputs
+    ctx.save_for_backward(x, gate_w, w_gate_up, w_down)
+    ctx.launcher = launcher
+
+
+def _backward(ctx, grad):
+    grads = torch.ops.moec.moe_block_backward(grad, *ctx.saved_tensors,
+                                              ctx.launcher)
+    return (*grads, None)
+
+
+_moe_block.register_autograd(_backward, setup_context=_setup_context)
 
 
 class MoE(nn.Module):
@@ -43,9 +124,11 @@ class MoE(nn.Module):
 
     `routing="softmax_then_topk"` with `norm_topk_prob` is Qwen3 (and
     Qwen3.5, OLMoE without renormalization); `routing="topk_then_softmax"`
-    is Mixtral. `bundle`: a precompiled bundle of `kernel()` (e.g.
-    `moec.load(path)` on a machine without the compiler); otherwise the
-    kernel is compiled for the input's device on first use (cached on disk).
+    is Mixtral. `dtype` (of the weights and of x): torch.bfloat16,
+    torch.float16 or torch.float32. `bundle`: a precompiled bundle of
+    `kernel()` (e.g. `moec.load(path)` on a machine without the compiler);
+    otherwise the kernel is compiled for the input's device on first use
+    (cached on disk, and shared by the blocks of one configuration).
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int,
@@ -55,6 +138,21 @@ class MoE(nn.Module):
                  bundle: Optional[Bundle] = None,
                  tile: Optional[dict] = None):
         super().__init__()
+        self._configure(hidden_size, intermediate_size, num_experts, top_k,
+                        norm_topk_prob, routing, dtype, bundle, tile)
+        factory = dict(dtype=dtype, device=device)
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
+        self.w_gate_up = nn.Parameter(torch.empty(
+            num_experts, 2 * intermediate_size, hidden_size, **factory))
+        self.w_down = nn.Parameter(torch.empty(
+            num_experts, hidden_size, intermediate_size, **factory))
+        nn.init.normal_(self.w_gate_up, std=hidden_size ** -0.5)
+        nn.init.normal_(self.w_down, std=intermediate_size ** -0.5)
+
+    def _configure(self, hidden_size, intermediate_size, num_experts, top_k,
+                   norm_topk_prob, routing, dtype, bundle, tile) -> None:
+        """Checks and sets the configuration; no parameters (moec.hf's
+        block adopts a transformers block's own)."""
         if routing not in ROUTINGS:
             raise ValueError(f"'routing': expected one of {', '.join(ROUTINGS)}"
                              f", got {routing!r}")
@@ -67,41 +165,39 @@ class MoE(nn.Module):
         if top_k > num_experts:
             raise ValueError(f"'top_k' ({top_k}) exceeds 'num_experts' "
                              f"({num_experts})")
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"'dtype': expected torch.bfloat16, torch.float16"
+                             f" or torch.float32, got {dtype}")
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
         self.tile = tile
-        factory = dict(dtype=dtype, device=device)
-        self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
-        self.w_gate_up = nn.Parameter(torch.empty(
-            num_experts, 2 * intermediate_size, hidden_size, **factory))
-        self.w_down = nn.Parameter(torch.empty(
-            num_experts, hidden_size, intermediate_size, **factory))
-        nn.init.normal_(self.w_gate_up, std=hidden_size ** -0.5)
-        nn.init.normal_(self.w_down, std=intermediate_size ** -0.5)
-        self._kernel: Optional[Kernel] = None
-        self._bundle = bundle
+        # Fixed here: torch.compile sees a constant.
+        self._launcher = _launcher_index(
+            hidden_size, intermediate_size, num_experts, top_k,
+            norm_topk_prob, routing, dtype, tile=tile, bundle=bundle)
 
     def kernel(self) -> Kernel:
         """The traced forward kernel (for moec.compile / AOT bundles)."""
-        if self._kernel is None:
-            self._kernel = moe_kernel(
-                self.hidden_size, self.intermediate_size, self.num_experts,
-                self.top_k, norm_topk_prob=self.norm_topk_prob,
-                routing=self.routing, dtype=self.w_down.dtype)
-        return self._kernel
+        return _LAUNCHERS[self._launcher].kernel()
 
     @torch.no_grad()
     def load_hf_state_dict(self, state_dict: dict, prefix: str = "") -> None:
-        """Loads a Hugging Face block's weights: Qwen3-MoE names
-        (`experts.{e}.gate_proj/up_proj/down_proj.weight`) or Mixtral names
-        (`experts.{e}.w1/w3/w2.weight`), plus `gate.weight`."""
+        """Loads a Hugging Face block's weights, `gate.weight` and the experts:
+        fused (transformers >= 5: `experts.gate_up_proj` [E, 2I, H],
+        `experts.down_proj` [E, H, I]), or per expert with Qwen3-MoE / OLMoE
+        names (`experts.{e}.gate_proj/up_proj/down_proj.weight`) or Mixtral
+        names (`experts.{e}.w1/w3/w2.weight`)."""
         def get(key):
             if prefix + key not in state_dict:
                 raise KeyError(f"state_dict has no '{prefix + key}'")
             return state_dict[prefix + key]
 
         self.gate.weight.copy_(get("gate.weight"))
+        if prefix + "experts.gate_up_proj" in state_dict:
+            self.w_gate_up.copy_(get("experts.gate_up_proj"))
+            self.w_down.copy_(get("experts.down_proj"))
+            return
         qwen = prefix + "experts.0.gate_proj.weight" in state_dict
         names = (("gate_proj", "up_proj", "down_proj") if qwen
                  else ("w1", "w3", "w2"))
@@ -112,12 +208,6 @@ class MoE(nn.Module):
             self.w_gate_up[e, I:].copy_(get(base + names[1] + ".weight"))
             self.w_down[e].copy_(get(base + names[2] + ".weight"))
 
-    def _bundle_for(self, x: torch.Tensor) -> Bundle:
-        target = "host" if x.device.type == "cpu" else "sm_90a"
-        if self._bundle is None or target not in self._bundle.targets:
-            self._bundle = _compile(self.kernel(), target, self.tile)
-        return self._bundle
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.hidden_size:
             raise ValueError(f"'x': expected last dimension {self.hidden_size}"
@@ -125,22 +215,15 @@ class MoE(nn.Module):
         if x.dtype != self.w_down.dtype:
             raise ValueError(f"'x': expected dtype {self.w_down.dtype} (the "
                              f"block's), got {x.dtype}")
-        shape = x.shape
         tokens = x.reshape(-1, self.hidden_size).contiguous()
-        bundle = self._bundle_for(tokens)
-        target = "host" if tokens.device.type == "cpu" else "sm_90a"
-        entry = bundle.entry("moe_block", target)
-        weights = (self.gate.weight.contiguous(),
-                   self.w_gate_up.contiguous(), self.w_down.contiguous())
-        if torch.is_grad_enabled() and (x.requires_grad or any(
-                w.requires_grad for w in weights)):
-            y = _NoBackward.apply(entry, tokens, *weights)
-        else:
-            y = entry(tokens, *weights)
-        return y.reshape(shape)
+        y = torch.ops.moec.moe_block(
+            tokens, self.gate.weight.contiguous(), self.w_gate_up.contiguous(),
+            self.w_down.contiguous(), self._launcher)
+        return y.reshape(x.shape)
 
     def extra_repr(self) -> str:
         return (f"hidden_size={self.hidden_size}, intermediate_size="
                 f"{self.intermediate_size}, num_experts={self.num_experts}, "
                 f"top_k={self.top_k}, routing={self.routing}, norm_topk_prob="
                 f"{self.norm_topk_prob}")
+
