@@ -13,6 +13,9 @@ weighted combine. Weights keep the checkpoint layout: `gate.weight` [E, H],
 fake implementation), so `torch.compile(..., fullgraph=True)` traces a model
 holding MoE blocks without a graph break. Training is not supported yet:
 backward raises NotImplementedError.
+
+`replace_moe_blocks(model)` swaps the sparse MoE blocks of a transformers
+Qwen3-MoE, Mixtral or OLMoE model for MoE blocks (moec.hf).
 """
 
 from __future__ import annotations
@@ -227,3 +230,10 @@ class MoE(nn.Module):
                 f"top_k={self.top_k}, routing={self.routing}, norm_topk_prob="
                 f"{self.norm_topk_prob}")
 
+
+def replace_moe_blocks(model: nn.Module, **kwargs) -> list:
+    """Swaps the sparse MoE blocks of a transformers Qwen3-MoE, Mixtral or
+    OLMoE model for MoE blocks holding the same parameters; returns the
+    names of the swapped modules. See moec.hf.replace_moe_blocks."""
+    from .hf import replace_moe_blocks as replace  # transformers is optional
+    return replace(model, **kwargs)

@@ -1,0 +1,161 @@
+"""Swapping the sparse MoE blocks of Hugging Face transformers models for
+moec.torch.MoE.
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(...)
+    moec.torch.replace_moe_blocks(model)   # or moec.hf.replace_moe_blocks
+
+Qwen3-MoE, Mixtral and OLMoE blocks of transformers >= 5 (experts stored
+fused: `experts.gate_up_proj` [E, 2I, H], `experts.down_proj` [E, H, I],
+the layout moec's kernel takes) are replaced by blocks that hold the same
+parameter objects under the same names, so the model's state dict,
+`save_pretrained` and an optimizer built before the swap keep working.
+transformers is imported only when a model is swapped.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .torch import MoE
+
+
+def _block_routings() -> dict:
+    """{transformers sparse MoE block class: moec routing}."""
+    import transformers
+    major = int(transformers.__version__.split(".")[0])
+    if major < 5:
+        raise ImportError(
+            f"moec.hf needs transformers >= 5 (experts stored as fused "
+            f"tensors; checked with 5.24), found {transformers.__version__}")
+    from transformers.models.mixtral.modeling_mixtral import (
+        MixtralSparseMoeBlock)
+    from transformers.models.olmoe.modeling_olmoe import OlmoeSparseMoeBlock
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import (
+        Qwen3MoeSparseMoeBlock)
+    # Mixtral's router (softmax over all experts, top-k, renormalized) is
+    # the softmax of the top-k logits.
+    return {Qwen3MoeSparseMoeBlock: "softmax_then_topk",
+            OlmoeSparseMoeBlock: "softmax_then_topk",
+            MixtralSparseMoeBlock: "topk_then_softmax"}
+
+
+def _is_silu(module: nn.Module) -> bool:
+    from transformers.activations import SiLUActivation
+    return isinstance(module, (nn.SiLU, SiLUActivation))
+
+
+class _Experts(nn.Module):
+    """The experts' weights under transformers' names (no forward: the
+    moec kernel computes the experts)."""
+
+    def __init__(self, gate_up_proj: nn.Parameter, down_proj: nn.Parameter):
+        super().__init__()
+        self.gate_up_proj, self.down_proj = gate_up_proj, down_proj
+
+    def extra_repr(self) -> str:
+        return (f"gate_up_proj={list(self.gate_up_proj.shape)}, "
+                f"down_proj={list(self.down_proj.shape)}")
+
+
+class HFMoE(MoE):
+    """A moec.torch.MoE in place of a transformers sparse MoE block.
+
+    It adopts the block's parameters under the block's names: the router
+    module `gate` (its `weight` is the router matrix) and `experts.
+    gate_up_proj` / `experts.down_proj`. The router module is kept because
+    transformers records router logits (`output_router_logits`) with hooks
+    on it: when it has hooks, it runs on the block's input as well (the
+    moec kernel routes by itself). Mixtral's router jitter applies in
+    training as in transformers.
+    """
+
+    def __init__(self, block: nn.Module, routing: str, name: str = "block",
+                 bundle=None, tile=None):
+        nn.Module.__init__(self)
+        gate, experts = block.gate, block.experts
+        extra = sorted(set(dict(block.named_children())) - {"gate", "experts"})
+        if extra:
+            raise ValueError(
+                f"'model': {name} ({type(block).__name__}) has submodules "
+                f"{', '.join(extra)} besides gate and experts (shared "
+                f"experts?), which moec.torch.MoE does not compute")
+        if not _is_silu(experts.act_fn):
+            raise ValueError(
+                f"'model': {name}: the experts' activation is "
+                f"{type(experts.act_fn).__name__}; moec's experts are SwiGLU "
+                f"(config.hidden_act 'silu')")
+        dtype = experts.down_proj.dtype
+        for what, tensor in (("gate.weight", gate.weight),
+                             ("experts.gate_up_proj", experts.gate_up_proj)):
+            if tensor.dtype != dtype:
+                raise ValueError(
+                    f"'model': {name}.{what} is {tensor.dtype}, its "
+                    f"experts.down_proj {dtype}: moec takes one dtype")
+        num_experts, hidden = gate.weight.shape
+        self._configure(hidden, experts.down_proj.shape[2], num_experts,
+                        gate.top_k, getattr(gate, "norm_topk_prob", True),
+                        routing, dtype, bundle, tile)
+        for child in dict(block.named_children()):  # the block's key order
+            if child == "gate":
+                self.gate = gate
+            else:
+                self.experts = _Experts(experts.gate_up_proj,
+                                        experts.down_proj)
+        self.jitter_noise = float(getattr(block, "jitter_noise", 0.0))
+
+    @property
+    def w_gate_up(self) -> nn.Parameter:
+        return self.experts.gate_up_proj
+
+    @property
+    def w_down(self) -> nn.Parameter:
+        return self.experts.down_proj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and self.jitter_noise > 0:
+            x = x * torch.empty_like(x).uniform_(1.0 - self.jitter_noise,
+                                                 1.0 + self.jitter_noise)
+        if self.gate._forward_hooks:
+            self.gate(x.reshape(-1, self.hidden_size))
+        return super().forward(x)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", jitter_noise={self.jitter_noise}"
+                                       if self.jitter_noise else "")
+
+
+def replace_moe_blocks(model: nn.Module, *, bundle=None,
+                       tile=None) -> list:
+    """Replaces every Qwen3-MoE, Mixtral and OLMoE sparse MoE block of
+    `model` (a transformers model, or any module holding such blocks) by an
+    HFMoE holding the same parameters, with the block's routing (Qwen3 and
+    OLMoE: softmax then top-k, renormalized when the config's
+    norm_topk_prob is set; Mixtral: top-k then softmax). Returns the
+    qualified names of the replaced modules. `bundle` and `tile` are passed
+    to every block (see moec.torch.MoE). Raises ValueError, naming the
+    block, for blocks moec cannot compute (shared experts, an activation
+    other than SiLU, mixed dtypes), and when there is no block to replace.
+    """
+    routings = _block_routings()
+    blocks = [(name, module) for name, module in model.named_modules()
+              if isinstance(module, tuple(routings))]
+    if not blocks:
+        raise ValueError(
+            f"'model': no Qwen3-MoE, Mixtral or OLMoE sparse MoE block in "
+            f"{type(model).__name__} (other families, e.g. with shared "
+            f"experts, are not supported)")
+    if blocks[0][0] == "":
+        raise ValueError("'model': is itself a sparse MoE block; pass the "
+                         "module that holds it")
+    # Build every replacement before changing the model: an error leaves it
+    # as it was.
+    swaps = []
+    for name, block in blocks:
+        routing = next(r for cls, r in routings.items()
+                       if isinstance(block, cls))
+        swaps.append((name, HFMoE(block, routing, name, bundle, tile)))
+    for name, new in swaps:
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent), attr, new)
+    return [name for name, _ in swaps]
