@@ -175,7 +175,7 @@ def test_generate_greedy():
                        original.generate(prompt, **args))
 
 
-def test_load_original_checkpoint():
+def test_checkpoints_load_and_save(tmp_path):
     original = make_model("qwen3", seed=3)
     model = make_model("qwen3", seed=4)
     moec.torch.replace_moe_blocks(model)
@@ -183,6 +183,15 @@ def test_load_original_checkpoint():
     with torch.no_grad():
         assert rel(model(tokens()).logits,
                    original(tokens()).logits) < TOL[torch.float32]
+    # What the swapped model saves, transformers loads as its own.
+    with torch.no_grad():
+        model.model.layers[1].mlp.experts.down_proj.mul_(2.0)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert type(loaded.model.layers[1].mlp).__name__ == "Qwen3MoeSparseMoeBlock"
+    with torch.no_grad():
+        assert rel(loaded(tokens()).logits,
+                   model(tokens()).logits) < TOL[torch.float32]
 
 
 def test_torch_compile_fullgraph():
