@@ -86,6 +86,10 @@ using OpResults = std::vector<std::optional<ref::DTensor>>;
 /// ops and combinations the checker does not map.
 OpResults evaluate(const OpInputs &in);
 
+/// The scoring options of moe.router_topk and moe.router_topk_grad (scoring,
+/// order, renormalize, scaling_factor) from their attributes.
+ref::RouterOptions routerScoreOptions(const rt::RefOp &op);
+
 /// moe.router_topk's options from its attributes and optional bias.
 ref::RouterOptions routerOptions(const rt::RefOp &op, const ref::DTensor *bias);
 

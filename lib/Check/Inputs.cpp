@@ -229,7 +229,8 @@ void skewRouterLogits(const rt::Entry &entry, const InputOptions &options,
         break;
       HostArray &a = inputs[inputSlot[aIdx]];
       HostArray &b = inputs[inputSlot[bIdx]];
-      if (a.shape.size() != 2 || b.shape.size() != 2)
+      if (a.shape.size() != 2 || b.shape.size() != 2 ||
+          boolAttr(mm, "transpose_a"))
         break;
       const bool transposed = boolAttr(mm, "transpose_b");
       const int64_t rows = a.shape[0], red = a.shape[1];

@@ -136,6 +136,12 @@ OpResults evalRouterTopK(const rt::RefOp &op, const Operands &x) {
   return {std::move(r.weights), toDoubles(r.ids)};
 }
 
+OpResults evalRouterTopKGrad(const rt::RefOp &op, const Operands &x) {
+  return {ref::routerTopKGrad(x.required(0, "logits"), x.ints(1, "ids"),
+                              x.required(2, "grad_weights"),
+                              routerScoreOptions(op))};
+}
+
 OpResults evalSortByExpert(const rt::RefOp &op, const Operands &x) {
   ref::SortResult r = ref::sortByExpert(x.ints(0, "ids"), sortExperts(op),
                                         intAttr(op, "align", 1));
@@ -292,27 +298,42 @@ OpResults evalDequantize(const rt::RefOp &op, const Operands &x) {
   unsupported(op, std::string(rt::elemTypeName(dataElem)) + " data");
 }
 
-/// linalg.matmul [A, B] -> [C]: C = A·B, or A·Bᵀ with transpose_b.
+/// linalg.matmul [A, B] -> [C]: C = A·B, with Aᵀ for transpose_a and Bᵀ
+/// for transpose_b.
 OpResults evalMatmul(const rt::RefOp &op, const Operands &x) {
   const DTensor &a = x.required(0, "A"), &b = x.required(1, "B");
-  const bool transposed = boolAttr(op, "transpose_b");
+  const bool transA = boolAttr(op, "transpose_a");
+  const bool transB = boolAttr(op, "transpose_b");
   if (a.shape.size() != 2 || b.shape.size() != 2)
     unsupported(op, "an operand of rank other than 2");
-  const int64_t m = a.dim(0), red = a.dim(1);
-  const int64_t n = transposed ? b.dim(0) : b.dim(1);
-  if ((transposed ? b.dim(1) : b.dim(0)) != red)
+  const int64_t m = a.dim(transA ? 1 : 0), red = a.dim(transA ? 0 : 1);
+  const int64_t n = transB ? b.dim(0) : b.dim(1);
+  if ((transB ? b.dim(1) : b.dim(0)) != red)
     throw std::invalid_argument(
         "linalg.matmul: shapes " + shapeString(a.shape) + " and " +
         shapeString(b.shape) + " do not multiply" +
-        (transposed ? " (transpose_b)" : ""));
+        (transA ? " (transpose_a)" : "") + (transB ? " (transpose_b)" : ""));
   DTensor c({m, n});
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
       for (int64_t l = 0; l < red; ++l)
-        acc += a.at(i, l) * (transposed ? b.at(j, l) : b.at(l, j));
+        acc += (transA ? a.at(l, i) : a.at(i, l)) *
+               (transB ? b.at(j, l) : b.at(l, j));
       c.at(i, j) = acc;
     }
+  return {std::move(c)};
+}
+
+/// linalg.add [A, B] -> [C]: element-wise sum of equal shapes.
+OpResults evalAdd(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required(0, "lhs"), &b = x.required(1, "rhs");
+  if (a.shape != b.shape)
+    throw std::invalid_argument("linalg.add: shapes " + shapeString(a.shape) +
+                                " and " + shapeString(b.shape) + " differ");
+  DTensor c = a;
+  for (size_t i = 0; i < c.data.size(); ++i)
+    c.data[i] += b.data[i];
   return {std::move(c)};
 }
 
@@ -334,9 +355,10 @@ void rowScores(const double *row, int64_t experts,
 
 } // namespace
 
-ref::RouterOptions routerOptions(const rt::RefOp &op, const DTensor *bias) {
+/// The options moe.router_topk and moe.router_topk_grad share: scoring,
+/// order, renormalize, scaling_factor.
+ref::RouterOptions routerScoreOptions(const rt::RefOp &op) {
   ref::RouterOptions o;
-  o.k = requiredIntAttr(op, "k");
   const std::string scoring = enumAttr(op, "scoring", "softmax");
   if (scoring == "softmax")
     o.scoring = ref::Scoring::Softmax;
@@ -352,6 +374,13 @@ ref::RouterOptions routerOptions(const rt::RefOp &op, const DTensor *bias) {
   else
     badEnum(op, "order", order);
   o.renormalize = boolAttr(op, "renormalize");
+  o.scalingFactor = floatAttr(op, "scaling_factor", 1.0);
+  return o;
+}
+
+ref::RouterOptions routerOptions(const rt::RefOp &op, const DTensor *bias) {
+  ref::RouterOptions o = routerScoreOptions(op);
+  o.k = requiredIntAttr(op, "k");
   if (bias) {
     if (bias->shape.size() != 1)
       throw std::invalid_argument("'selection_bias' must have rank 1, got " +
@@ -360,7 +389,6 @@ ref::RouterOptions routerOptions(const rt::RefOp &op, const DTensor *bias) {
   }
   o.numGroups = intAttr(op, "num_groups", 0);
   o.topkGroups = intAttr(op, "topk_groups", 0);
-  o.scalingFactor = floatAttr(op, "scaling_factor", 1.0);
   return o;
 }
 
@@ -447,6 +475,8 @@ OpResults evaluate(const OpInputs &in) {
   OpResults results;
   if (op.name == "moe.router_topk")
     results = evalRouterTopK(op, x);
+  else if (op.name == "moe.router_topk_grad")
+    results = evalRouterTopKGrad(op, x);
   else if (op.name == "moe.sort_by_expert")
     results = evalSortByExpert(op, x);
   else if (op.name == "moe.permute")
@@ -469,6 +499,8 @@ OpResults evaluate(const OpInputs &in) {
     results = evalDequantize(op, x);
   else if (op.name == "linalg.matmul")
     results = evalMatmul(op, x);
+  else if (op.name == "linalg.add")
+    results = evalAdd(op, x);
   else
     throw UnsupportedError("op '" + op.name +
                            "' is not known to the checker");

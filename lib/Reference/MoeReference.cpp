@@ -148,6 +148,25 @@ double relativeError(const DTensor &out, const DTensor &ref) {
 // Routing
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// The softmax (over the row) or sigmoid scores of one row of logits.
+void rowScores(const double *row, int64_t experts, Scoring scoring,
+               std::vector<double> &scores) {
+  if (scoring == Scoring::Softmax) {
+    double peak = *std::max_element(row, row + experts), sum = 0;
+    for (int64_t e = 0; e < experts; ++e)
+      sum += scores[e] = std::exp(row[e] - peak);
+    for (double &s : scores)
+      s /= sum;
+  } else {
+    for (int64_t e = 0; e < experts; ++e)
+      scores[e] = sigmoid(row[e]);
+  }
+}
+
+} // namespace
+
 RouterResult routerTopK(const DTensor &logits, const RouterOptions &options) {
   expectRank(logits, "logits", 2);
   const int64_t tokens = logits.dim(0), experts = logits.dim(1);
@@ -172,16 +191,7 @@ RouterResult routerTopK(const DTensor &logits, const RouterOptions &options) {
   std::vector<int64_t> order(experts);
   for (int64_t t = 0; t < tokens; ++t) {
     const double *row = &logits.data[t * experts];
-    if (options.scoring == Scoring::Softmax) {
-      double peak = *std::max_element(row, row + experts), sum = 0;
-      for (int64_t e = 0; e < experts; ++e)
-        sum += scores[e] = std::exp(row[e] - peak);
-      for (double &s : scores)
-        s /= sum;
-    } else {
-      for (int64_t e = 0; e < experts; ++e)
-        scores[e] = sigmoid(row[e]);
-    }
+    rowScores(row, experts, options.scoring, scores);
     // Selection runs on the raw logits for topk_then_softmax, on the scores
     // otherwise, plus the selection bias.
     for (int64_t e = 0; e < experts; ++e)
@@ -245,6 +255,80 @@ RouterResult routerTopK(const DTensor &logits, const RouterOptions &options) {
       result.weights.at(t, j) *= options.scalingFactor;
   }
   return result;
+}
+
+DTensor routerTopKGrad(const DTensor &logits, const ITensor &ids,
+                       const DTensor &gradWeights,
+                       const RouterOptions &options) {
+  expectRank(logits, "logits", 2);
+  expectRank(ids, "ids", 2);
+  expectRank(gradWeights, "grad_weights", 2);
+  const int64_t tokens = logits.dim(0), experts = logits.dim(1);
+  const int64_t k = ids.dim(1);
+  if (ids.dim(0) != tokens || gradWeights.dim(0) != tokens ||
+      gradWeights.dim(1) != k)
+    fail("'ids' and 'grad_weights' must be [T, k] for logits of T rows");
+  if (k < 1 || k > experts)
+    fail("'k' must be in [1, " + std::to_string(experts) + "], got " +
+         std::to_string(k));
+  const bool topkThenSoftmax = options.order == TopKOrder::TopKThenSoftmax;
+  const double c = options.scalingFactor;
+  DTensor grad({tokens, experts}, 0.0);
+  std::vector<double> scores(experts), p(k), dp(k);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const double *row = &logits.data[t * experts];
+    for (int64_t j = 0; j < k; ++j)
+      if (ids.at(t, j) < 0 || ids.at(t, j) >= experts)
+        fail("'ids' holds expert " + std::to_string(ids.at(t, j)) +
+             " outside [0, " + std::to_string(experts) + ")");
+    // The forward's selected values p_j, before renormalization and scaling.
+    if (topkThenSoftmax) {
+      double peak = row[ids.at(t, 0)], sum = 0;
+      for (int64_t j = 0; j < k; ++j)
+        peak = std::max(peak, row[ids.at(t, j)]);
+      for (int64_t j = 0; j < k; ++j)
+        sum += p[j] = std::exp(row[ids.at(t, j)] - peak);
+      for (double &v : p)
+        v /= sum;
+    } else {
+      rowScores(row, experts, options.scoring, scores);
+      for (int64_t j = 0; j < k; ++j)
+        p[j] = scores[ids.at(t, j)];
+    }
+    // w_j = c p_j / Z: back through the scaling and renormalization.
+    double z = 1, dot = 0;
+    if (options.renormalize) {
+      z = 0;
+      for (int64_t j = 0; j < k; ++j)
+        z += p[j];
+      for (int64_t j = 0; j < k; ++j)
+        dot += gradWeights.at(t, j) * p[j] / z;
+    }
+    for (int64_t j = 0; j < k; ++j)
+      dp[j] = c * (gradWeights.at(t, j) - dot) / z;
+    // Then back through the scores.
+    double *out = &grad.data[t * experts];
+    if (topkThenSoftmax || options.scoring == Scoring::Softmax) {
+      double mix = 0;
+      for (int64_t j = 0; j < k; ++j)
+        mix += dp[j] * p[j];
+      if (topkThenSoftmax) {
+        for (int64_t j = 0; j < k; ++j)
+          out[ids.at(t, j)] += p[j] * (dp[j] - mix);
+      } else {
+        for (int64_t e = 0; e < experts; ++e)
+          out[e] = -scores[e] * mix;
+        for (int64_t j = 0; j < k; ++j)
+          out[ids.at(t, j)] += scores[ids.at(t, j)] * dp[j];
+      }
+    } else {
+      for (int64_t j = 0; j < k; ++j) {
+        double s = scores[ids.at(t, j)];
+        out[ids.at(t, j)] += dp[j] * s * (1 - s);
+      }
+    }
+  }
+  return grad;
 }
 
 SortResult sortByExpert(const ITensor &ids, int64_t numExperts,

@@ -23,13 +23,15 @@ from . import ops
 from ._bundle import Bundle, BufferInfo, Entry, MoecError
 from ._compile import (TARGETS, Kernel, cache_dir, compile, compiler_fingerprint,
                        ir, kernel, load)
+from ._grad import Gradient
 from ._ir import T, Tensor, TensorSpec
 from ._native import has_compiler, has_cuda
 
 from ._version import __version__
 
 __all__ = [
-    "Bundle", "BufferInfo", "Entry", "Kernel", "MoecError", "T", "TARGETS",
+    "Bundle", "BufferInfo", "Entry", "Gradient", "Kernel", "MoecError", "T",
+    "TARGETS",
     "Tensor", "TensorSpec", "cache_dir", "compile", "compiler_fingerprint",
     "has_compiler", "has_cuda", "ir", "kernel", "load", "ops",
 ]

@@ -97,6 +97,11 @@ class Kernel:
                 tile: Optional[dict] = None, **kwargs) -> Bundle:
         return compile(self, target, tile, **kwargs)
 
+    def grad(self, wrt: Optional[Sequence[str]] = None, save: str = "all"):
+        """The backward of this kernel (moec.Gradient): see its docstring."""
+        from ._grad import Gradient
+        return Gradient(self, wrt, save)
+
     def __call__(self, *args, **kwargs):
         from ._args import describe
         device = "cpu"

@@ -15,7 +15,8 @@ from . import _dtypes
 from ._ir import Dim, Sym, Value, check_value, current_builder
 
 __all__ = [
-    "matmul", "router_topk", "sort_by_expert", "permute", "unpermute",
+    "matmul", "router_topk", "router_topk_grad", "sort_by_expert", "permute",
+    "unpermute",
     "permute_grad", "unpermute_grad", "grouped_matmul", "swiglu",
     "swiglu_grad", "quantize", "dequantize",
 ]
@@ -107,6 +108,25 @@ def matmul(x, w, *, transpose_rhs: bool = False, out_dtype="f32") -> Value:
     return out
 
 
+def _router_attrs(op: str, scoring: str, order: str, renormalize: bool,
+                  scaling_factor: float) -> dict:
+    """The scoring attributes router_topk and router_topk_grad share."""
+    _choice(scoring, "scoring", op, ("softmax", "sigmoid"))
+    _choice(order, "order", op, ("softmax_then_topk", "topk_then_softmax"))
+    if not scaling_factor > 0:
+        raise ValueError(f"{op}: 'scaling_factor' must be positive")
+    attrs = {}
+    if scoring != "softmax":
+        attrs["scoring"] = f"#moe.scoring<{scoring}>"
+    if order != "softmax_then_topk":
+        attrs["order"] = f"#moe.order<{order}>"
+    if renormalize:
+        attrs["renormalize"] = True
+    if scaling_factor != 1.0:
+        attrs["scaling_factor"] = f"{_float(scaling_factor)} : f32"
+    return attrs
+
+
 def router_topk(logits, k: int, *, scoring: str = "softmax",
                 order: str = "softmax_then_topk", renormalize: bool = False,
                 bias=None, num_groups: Optional[int] = None,
@@ -127,25 +147,13 @@ def router_topk(logits, k: int, *, scoring: str = "softmax",
     if isinstance(experts, int) and k > experts:
         raise ValueError(f"{op}: 'k' ({k}) exceeds the number of experts "
                          f"({experts})")
-    _choice(scoring, "scoring", op, ("softmax", "sigmoid"))
-    _choice(order, "order", op, ("softmax_then_topk", "topk_then_softmax"))
-    attrs = {}
-    if scoring != "softmax":
-        attrs["scoring"] = f"#moe.scoring<{scoring}>"
-    if order != "softmax_then_topk":
-        attrs["order"] = f"#moe.order<{order}>"
-    if renormalize:
-        attrs["renormalize"] = True
+    attrs = _router_attrs(op, scoring, order, renormalize, scaling_factor)
     if (num_groups is None) != (topk_groups is None):
         raise ValueError(f"{op}: give 'num_groups' and 'topk_groups' together")
     if num_groups is not None:
         attrs["num_groups"] = f"{_positive(num_groups, 'num_groups', op)} : i64"
         attrs["topk_groups"] = (
             f"{_positive(topk_groups, 'topk_groups', op)} : i64")
-    if scaling_factor != 1.0:
-        if not scaling_factor > 0:
-            raise ValueError(f"{op}: 'scaling_factor' must be positive")
-        attrs["scaling_factor"] = f"{_float(scaling_factor)} : f32"
     bias_text = ""
     if bias is not None:
         bias = check_value(bias, "bias", op)
@@ -160,6 +168,45 @@ def router_topk(logits, k: int, *, scoring: str = "softmax",
            f"{bias_text} k = {k}{_attr_dict(attrs)} : {logits.type} -> "
            f"{weights.type}, {ids.type}")
     return weights, ids
+
+
+def router_topk_grad(logits, ids, grad_weights, *, scoring: str = "softmax",
+                     order: str = "softmax_then_topk",
+                     renormalize: bool = False, scaling_factor: float = 1.0,
+                     out_dtype=None) -> Value:
+    """Gradient of router_topk's weights with respect to its logits.
+
+    `ids` [T, k] i32 are the experts the forward selected and
+    `grad_weights` [T, k] f32 the gradient of its weights; `scoring`,
+    `order`, `renormalize` and `scaling_factor` must be the forward's.
+    Returns [T, E] of `out_dtype` (default: the logits' type).
+    """
+    op = "router_topk_grad"
+    logits = check_value(logits, "logits", op)
+    ids = check_value(ids, "ids", op)
+    grad_weights = check_value(grad_weights, "grad_weights", op)
+    _rank(logits, 2, "logits", op)
+    _rank(ids, 2, "ids", op)
+    _rank(grad_weights, 2, "grad_weights", op)
+    _dtype_in(logits, _dtypes.FLOATS, "logits", op)
+    _dtype_in(ids, ("i32",), "ids", op)
+    _dtype_in(grad_weights, ("f32",), "grad_weights", op)
+    _same_dim(ids.shape, grad_weights.shape, "'ids' and 'grad_weights' shapes",
+              op)
+    _same_dim(ids.shape[0], logits.shape[0],
+              "'ids' and 'logits' token counts", op)
+    out_dtype = (logits.dtype if out_dtype is None
+                 else _dtypes.canonical(out_dtype, "out_dtype"))
+    if out_dtype not in ("bf16", "f16", "f32"):
+        raise ValueError(f"{op}: 'out_dtype' must be bf16, f16 or f32, got "
+                         f"{out_dtype}")
+    attrs = _router_attrs(op, scoring, order, renormalize, scaling_factor)
+    b = current_builder()
+    out = b.fresh(logits.shape, out_dtype)
+    b.emit(f"{out.name} = moe.router_topk_grad {logits.name}, {ids.name}, "
+           f"{grad_weights.name}{_attr_dict(attrs)} : {logits.type}, "
+           f"{ids.type}, {grad_weights.type} -> {out.type}")
+    return out
 
 
 def sort_by_expert(ids, num_experts: int, *, align: Optional[int] = None,

@@ -10,6 +10,7 @@
 
 #include "PyStatus.h"
 
+#include "moec/Dialect/Moe/Transforms/Passes.h"
 #include "moec/Runtime/Executor.h"
 #include "moec/Target/HostJit.h"
 #include "moec/Target/Target.h"
@@ -18,6 +19,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -168,6 +170,28 @@ PYBIND11_MODULE(_compiler, m) {
       },
       py::arg("text"), py::arg("stage"), py::arg("tile") = py::dict(),
       "The module lowered to `stage` (see stages()), printed.");
+  m.def(
+      "autodiff",
+      [](const std::string &text, const std::string &func,
+         const std::vector<int64_t> &wrt, const std::string &save) {
+        Session session(text, "<moec module>");
+        moec::moe::MoeAutodiffPassOptions options;
+        options.funcName = func;
+        options.wrt.assign(wrt.begin(), wrt.end());
+        options.save = save;
+        PassManager pm(&session.context);
+        pm.addPass(moec::moe::createMoeAutodiffPass(options));
+        bool ok;
+        {
+          py::gil_scoped_release release;
+          ok = succeeded(pm.run(*session.module));
+        }
+        if (!ok)
+          session.fail("moe-autodiff failed");
+        return print(*session.module);
+      },
+      py::arg("text"), py::arg("func"), py::arg("wrt"), py::arg("save"),
+      "Runs moe-autodiff: the module with `func`_fwd and `func`_grad added.");
   m.def(
       "compile",
       [](const std::string &text, const std::vector<std::string> &targets,

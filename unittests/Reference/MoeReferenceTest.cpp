@@ -131,6 +131,56 @@ TEST(Reference, RouterRejectsBadArguments) {
   EXPECT_THROW(routerTopK(logits, options), std::invalid_argument);
 }
 
+// router_topk_grad against central differences of router_topk's weights
+// (with the ids held: selection is piecewise constant) for every scoring:
+// Qwen3 (softmax, renormalized), plain softmax, Mixtral (top-k then
+// softmax), DeepSeek-V3 (sigmoid, bias, renormalized, scaled), and a
+// scaled sigmoid without renormalization.
+TEST(Reference, RouterTopKGradMatchesFiniteDifferences) {
+  std::mt19937 rng(11);
+  const int64_t tokens = 5, experts = 12;
+  std::vector<RouterOptions> cases(5);
+  cases[0].k = 4, cases[0].renormalize = true;
+  cases[1].k = 3;
+  cases[2].k = 2, cases[2].order = TopKOrder::TopKThenSoftmax;
+  cases[3].k = 3, cases[3].scoring = Scoring::Sigmoid,
+  cases[3].renormalize = true, cases[3].scalingFactor = 2.5;
+  cases[3].selectionBias = randomTensor({experts}, rng).data;
+  cases[4].k = 2, cases[4].scoring = Scoring::Sigmoid,
+  cases[4].scalingFactor = 0.5;
+  for (const RouterOptions &options : cases) {
+    DTensor logits = randomTensor({tokens, experts}, rng);
+    RouterResult r = routerTopK(logits, options);
+    DTensor dw = randomTensor({tokens, options.k}, rng);
+    DTensor grad = routerTopKGrad(logits, r.ids, dw, options);
+    // <dw, w(logits)> with the selection fixed to r.ids.
+    auto loss = [&](const DTensor &l) {
+      RouterResult moved = routerTopK(l, options);
+      EXPECT_EQ(moved.ids.data, r.ids.data) << "the step changed the routing";
+      return dot(dw, moved.weights);
+    };
+    const double h = 1e-6;
+    for (int64_t i = 0; i < logits.numElements(); ++i) {
+      DTensor up = logits, down = logits;
+      up.data[i] += h;
+      down.data[i] -= h;
+      double numeric = (loss(up) - loss(down)) / (2 * h);
+      EXPECT_NEAR(grad.data[i], numeric, 1e-6)
+          << "logit " << i << ", k = " << options.k;
+    }
+  }
+}
+
+TEST(Reference, RouterTopKGradRejectsBadArguments) {
+  RouterOptions options;
+  DTensor logits({2, 4}, 0.5), dw({2, 1}, 1.0);
+  EXPECT_THROW(routerTopKGrad(logits, ITensor({2, 1}, {0, 4}), dw, options),
+               std::invalid_argument);
+  EXPECT_THROW(
+      routerTopKGrad(logits, ITensor({2, 2}, {0, 1, 2, 3}), dw, options),
+      std::invalid_argument);
+}
+
 TEST(Reference, SortByExpert) {
   ITensor ids({2, 2}, {2, 0, 0, 1});
   SortResult s = sortByExpert(ids, 3);

@@ -73,6 +73,14 @@ struct RouterResult {
 /// moe.router_topk on logits [T, E].
 RouterResult routerTopK(const DTensor &logits, const RouterOptions &options);
 
+/// moe.router_topk_grad: the gradient of the logits [T, E] given the
+/// forward's logits, its selected `ids` [T, k] and the gradient of its
+/// weights [T, k]. Uses options.scoring, order, renormalize and
+/// scalingFactor (k comes from `ids`; selection options do not enter).
+DTensor routerTopKGrad(const DTensor &logits, const ITensor &ids,
+                       const DTensor &gradWeights,
+                       const RouterOptions &options);
+
 struct SortResult {
   ITensor sortedExpertIds; ///< [M]
   ITensor slots;           ///< [M]

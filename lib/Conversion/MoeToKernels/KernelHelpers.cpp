@@ -197,7 +197,7 @@ double moec::kernels::fp8MaxOf(Type type) {
   return isa<Float8E4M3FNType>(type) ? 448.0 : 57344.0;
 }
 
-FailureOr<bool> moec::kernels::matmulTransposesB(Operation *op) {
+FailureOr<MatmulLayout> moec::kernels::matmulLayout(Operation *op) {
   auto matmul = dyn_cast<linalg::MatmulOp>(op);
   if (!matmul)
     return failure();
@@ -208,11 +208,23 @@ FailureOr<bool> moec::kernels::matmulTransposesB(Operation *op) {
   auto map = [&](ArrayRef<AffineExpr> results) {
     return AffineMap::get(3, 0, results, ctx);
   };
-  if (maps.size() != 3 || maps[0] != map({m, k}) || maps[2] != map({m, n}))
+  if (maps.size() != 3 || maps[2] != map({m, n}))
     return failure();
-  if (maps[1] == map({k, n}))
-    return false;
+  MatmulLayout layout;
+  if (maps[0] == map({k, m}))
+    layout.transposeA = true;
+  else if (maps[0] != map({m, k}))
+    return failure();
   if (maps[1] == map({n, k}))
-    return true;
-  return failure();
+    layout.transposeB = true;
+  else if (maps[1] != map({k, n}))
+    return failure();
+  return layout;
+}
+
+FailureOr<bool> moec::kernels::matmulTransposesB(Operation *op) {
+  FailureOr<MatmulLayout> layout = matmulLayout(op);
+  if (failed(layout) || layout->transposeA)
+    return failure();
+  return layout->transposeB;
 }

@@ -83,6 +83,9 @@ moe::TileAttr kernels::requestedTile(Operation *op) {
   // The scalar dense matmul's block (the sm90_wgmma one picks its own).
   if (isa<linalg::MatmulOp>(op))
     return moe::TileAttr::get(op->getContext(), 16, 16, 32, 256);
+  // One thread per element of a linalg.add.
+  if (isa<linalg::AddOp>(op))
+    return moe::TileAttr::get(op->getContext(), 1, 1, 1, 256);
   if (auto tile = op->getAttrOfType<moe::TileAttr>(moe::kTileAttrName))
     return tile;
   return moe::defaultTileFor(op);

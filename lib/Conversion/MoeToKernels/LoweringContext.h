@@ -64,6 +64,15 @@ public:
 /// maps other than the plain and B-transposed ones.
 mlir::FailureOr<bool> matmulTransposesB(mlir::Operation *matmul);
 
+/// How a linalg.matmul reads its operands: A as [M, K] or, transposed, as
+/// [K, M] (the weight gradient Aᵀ·dC of a dense layer); B as [K, N] or
+/// [N, K]. Failure for other indexing maps.
+struct MatmulLayout {
+  bool transposeA = false;
+  bool transposeB = false;
+};
+mlir::FailureOr<MatmulLayout> matmulLayout(mlir::Operation *matmul);
+
 /// Maps a tensor value of the function being lowered (operand or result of
 /// the op) to its buffer; null for a null value.
 using BufferMap = llvm::function_ref<mlir::Value(mlir::Value)>;

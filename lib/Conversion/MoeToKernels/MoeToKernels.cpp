@@ -92,8 +92,8 @@ SmallVector<int32_t> groupIndices(Operation *op, ValueRange values,
 std::optional<SmallVector<Value>> unsegmentedOperands(Operation *op) {
   using Operands = std::optional<SmallVector<Value>>;
   return llvm::TypeSwitch<Operation *, Operands>(op)
-      .Case([](linalg::MatmulOp matmul) {
-        return SmallVector<Value>(matmul.getInputs());
+      .Case<linalg::MatmulOp, linalg::AddOp>([](auto linalgOp) {
+        return SmallVector<Value>(linalgOp.getInputs());
       })
       .Case([](moe::RouterTopKOp topk) {
         return SmallVector<Value>{topk.getLogits(), topk.getSelectionBias()};
@@ -409,24 +409,31 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
   if (auto matmul = dyn_cast<linalg::MatmulOp>(op)) {
     if (!zeroFilled.contains(matmul.getOutputs()[0]))
       return op->emitOpError("needs a zero-filled tensor.empty accumulator");
-    FailureOr<bool> transposeB = kernels::matmulTransposesB(matmul);
-    if (failed(transposeB))
-      return op->emitOpError("only plain or B-transposed indexing maps are "
-                             "supported");
-    extraAttrs.push_back({"transpose_b", *transposeB ? "true" : "false"});
+    FailureOr<kernels::MatmulLayout> layout = kernels::matmulLayout(matmul);
+    if (failed(layout))
+      return op->emitOpError("only indexing maps that read A as [M, K] or "
+                             "[K, M] and B as [K, N] or [N, K] are supported");
+    extraAttrs.push_back(
+        {"transpose_a", layout->transposeA ? "true" : "false"});
+    extraAttrs.push_back(
+        {"transpose_b", layout->transposeB ? "true" : "false"});
+  } else if (auto add = dyn_cast<linalg::AddOp>(op)) {
+    if (!add.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
+      return op->emitOpError("needs a tensor.empty init (the sum overwrites "
+                             "it)");
   } else if (op->getDialect()->getNamespace() != "moe") {
     return op->emitOpError("is not supported in a function lowered to "
                            "kernels (supported: moe ops, linalg.matmul with a "
-                           "zero-filled accumulator, tensor.dim, constants)");
+                           "zero-filled accumulator, linalg.add, tensor.dim, "
+                           "constants)");
   }
 
   auto buffer = [&](Value tensor) -> Value {
     return tensor ? bufferOf.lookup(tensor) : Value();
   };
-  SmallVector<Value> inputs = isa<linalg::MatmulOp>(op)
-                                  ? SmallVector<Value>(cast<linalg::MatmulOp>(
-                                                           op)
-                                                           .getInputs())
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+  SmallVector<Value> inputs = linalgOp
+                                  ? SmallVector<Value>(linalgOp.getDpsInputs())
                                   : SmallVector<Value>(op->getOperands());
   for (Value operand : inputs)
     if (!buffer(operand))

@@ -40,11 +40,12 @@ struct MoeSelectKernelPass
 
     MLIRContext *context = &getContext();
     WalkResult walked = module.walk([&](Operation *op) {
-      // The conversion lowers matmuls on tensors (it rejects others).
-      if (auto matmul = dyn_cast<linalg::MatmulOp>(op);
-          matmul && !matmul.hasPureTensorSemantics())
+      // The conversion lowers matmuls and adds on tensors (it rejects
+      // others).
+      if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+          linalgOp && !linalgOp.hasPureTensorSemantics())
         return WalkResult::advance();
-      if (!isa<linalg::MatmulOp>(op) &&
+      if (!isa<linalg::MatmulOp, linalg::AddOp>(op) &&
           !isa_and_nonnull<moe::MoeDialect>(op->getDialect()))
         return WalkResult::advance();
       auto kernel = patterns.kernelFor(op);

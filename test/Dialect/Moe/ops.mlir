@@ -20,6 +20,17 @@ func.func @router_mixtral(%logits: tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<
 
 // -----
 
+// CHECK-LABEL: func @router_grad
+func.func @router_grad(%logits: tensor<?x128xf32>, %ids: tensor<?x8xi32>, %dw: tensor<?x8xf32>) -> (tensor<?x128xbf16>, tensor<?x128xf32>) {
+  // CHECK: moe.router_topk_grad %{{.*}}, %{{.*}}, %{{.*}} {renormalize} : tensor<?x128xf32>, tensor<?x8xi32>, tensor<?x8xf32> -> tensor<?x128xbf16>
+  %d = moe.router_topk_grad %logits, %ids, %dw {renormalize} : tensor<?x128xf32>, tensor<?x8xi32>, tensor<?x8xf32> -> tensor<?x128xbf16>
+  // CHECK: moe.router_topk_grad {{.*}} {order = #moe.order<topk_then_softmax>, scaling_factor = 2.500000e+00 : f32}
+  %m = moe.router_topk_grad %logits, %ids, %dw {order = #moe.order<topk_then_softmax>, scaling_factor = 2.5 : f32} : tensor<?x128xf32>, tensor<?x8xi32>, tensor<?x8xf32> -> tensor<?x128xf32>
+  return %d, %m : tensor<?x128xbf16>, tensor<?x128xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func @router_qwen3
 func.func @router_qwen3(%logits: tensor<?x128xf16>) -> (tensor<?x8xf32>, tensor<?x8xi32>) {
   // The default scoring is elided when printed.

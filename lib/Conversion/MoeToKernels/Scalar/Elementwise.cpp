@@ -1,4 +1,4 @@
-//===- Elementwise.cpp - Scalar swiglu, quantize and dequantize -----------===//
+//===- Elementwise.cpp - Scalar swiglu, add, quantize, dequantize --------===//
 //
 // Part of moec. One thread per output element (or per FP8 group),
 // f32 arithmetic, one rounding at the store.
@@ -8,6 +8,8 @@
 #include "ScalarKernels.h"
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 
 using namespace mlir;
 using namespace moec;
@@ -231,4 +233,34 @@ LogicalResult scalar::emitDequantize(moe::DequantizeOp op, moe::TileAttr tile,
             [&] { return b.f32(0); });
         b.storeF(y, a[2], {r, c});
       });
+}
+
+LogicalResult scalar::emitElementwiseAdd(linalg::AddOp op, moe::TileAttr tile,
+                                         BufferMap buffer,
+                                         LoweringContext &ctx) {
+  // Gradients reaching one value along several paths (e.g. the tokens of an
+  // MoE layer: the router and the experts) are summed by linalg.add.
+  KernelBuilder &h = ctx.host();
+  Value lhs = buffer(op.getInputs()[0]), rhs = buffer(op.getInputs()[1]);
+  Value out = buffer(op.getResult(0));
+  SmallVector<Value> sizes = ctx.sizes(out);
+  Value count = h.idx(1);
+  for (Value size : sizes)
+    count = h.mul(count, size);
+  int64_t rank = sizes.size();
+  return launchPerItem(ctx, "", count, tile, {lhs, rhs, out},
+                       [&](KernelBuilder &b, ValueRange a, Value id) {
+                         // The flat index to coordinates, last dimension
+                         // fastest.
+                         SmallVector<Value> index(rank);
+                         Value rest = id;
+                         for (int64_t d = rank - 1; d >= 0; --d) {
+                           Value size = b.dim(a[2], d);
+                           index[d] = d == 0 ? rest : b.rem(rest, size);
+                           rest = b.div(rest, size);
+                         }
+                         b.storeF(
+                             b.fadd(b.loadF(a[0], index), b.loadF(a[1], index)),
+                             a[2], index);
+                       });
 }

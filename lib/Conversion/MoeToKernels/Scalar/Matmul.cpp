@@ -302,8 +302,8 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
 
 LogicalResult scalar::emitDenseMatmul(linalg::MatmulOp op, moe::TileAttr tile,
                                       BufferMap buffer, LoweringContext &ctx) {
-  // The conversion checked the indexing maps (matmulTransposesB).
-  bool transposeB = *matmulTransposesB(op);
+  // The conversion checked the indexing maps (matmulLayout).
+  MatmulLayout layout = *matmulLayout(op);
   KernelBuilder &h = ctx.host();
   Value a = buffer(op.getInputs()[0]), bm = buffer(op.getInputs()[1]);
   Value c = buffer(op.getResult(0));
@@ -311,15 +311,18 @@ LogicalResult scalar::emitDenseMatmul(linalg::MatmulOp op, moe::TileAttr tile,
   return launchPerItem(
       ctx, "", h.mul(cSizes[0], cSizes[1]), tile, {a, bm, c},
       [&](KernelBuilder &b, ValueRange args, Value id) {
-        Value N = b.dim(args[2], 1), K = b.dim(args[0], 1);
+        Value N = b.dim(args[2], 1);
+        Value K = b.dim(args[0], layout.transposeA ? 0 : 1);
         Value i = b.div(id, N), j = b.rem(id, N);
-        Value acc = b.loop(b.idx(0), K, {b.f32(0)},
-                           [&](Value kk, ValueRange it) -> SmallVector<Value> {
-                             Value x = b.loadF(args[0], {i, kk});
-                             Value w = transposeB ? b.loadF(args[1], {j, kk})
-                                                  : b.loadF(args[1], {kk, j});
-                             return {b.fadd(it[0], b.fmul(x, w))};
-                           })[0];
+        Value acc =
+            b.loop(b.idx(0), K, {b.f32(0)},
+                   [&](Value kk, ValueRange it) -> SmallVector<Value> {
+                     Value x = layout.transposeA ? b.loadF(args[0], {kk, i})
+                                                 : b.loadF(args[0], {i, kk});
+                     Value w = layout.transposeB ? b.loadF(args[1], {j, kk})
+                                                 : b.loadF(args[1], {kk, j});
+                     return {b.fadd(it[0], b.fmul(x, w))};
+                   })[0];
         b.storeF(acc, args[2], {i, j});
       });
 }

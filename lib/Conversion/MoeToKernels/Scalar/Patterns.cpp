@@ -15,9 +15,9 @@ using namespace moec::kernels::scalar;
 
 namespace {
 
-/// A dense matmul with the plain or the B-transposed indexing maps.
+/// A dense matmul with A and B each plain or transposed.
 bool matchDenseMatmul(linalg::MatmulOp op, moe::TileAttr, const TargetInfo &) {
-  return succeeded(matmulTransposesB(op));
+  return succeeded(matmulLayout(op));
 }
 
 } // namespace
@@ -26,6 +26,7 @@ void kernels::populateScalarKernelPatterns(KernelPatternSet &patterns,
                                            const TargetInfo &) {
   constexpr auto scalar = moe::KernelStrategy::scalar;
   patterns.add<moe::RouterTopKOp>(scalar, emitRouterTopK);
+  patterns.add<moe::RouterTopKGradOp>(scalar, emitRouterTopKGrad);
   patterns.add<moe::SortByExpertOp>(scalar, emitSortByExpert);
   patterns.add<moe::PermuteOp>(scalar, emitPermute);
   patterns.add<moe::UnpermuteOp>(scalar, emitUnpermute);
@@ -33,6 +34,7 @@ void kernels::populateScalarKernelPatterns(KernelPatternSet &patterns,
   patterns.add<moe::UnpermuteGradOp>(scalar, emitUnpermuteGrad);
   patterns.add<moe::GroupedMatmulOp>(scalar, emitGroupedMatmul);
   patterns.add<linalg::MatmulOp>(scalar, emitDenseMatmul, matchDenseMatmul);
+  patterns.add<linalg::AddOp>(scalar, emitElementwiseAdd);
   patterns.add<moe::SwigluOp>(scalar, emitSwiglu);
   patterns.add<moe::SwigluGradOp>(scalar, emitSwigluGrad);
   patterns.add<moe::QuantizeOp>(scalar, emitQuantize);

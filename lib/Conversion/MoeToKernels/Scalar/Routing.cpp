@@ -1,7 +1,8 @@
-//===- Routing.cpp - Scalar router_topk and sort_by_expert ----------------===//
+//===- Routing.cpp - Scalar router_topk(_grad) and sort_by_expert ---------===//
 //
 // Part of moec. The naive kernels of the routing ops, mirroring the
-// float64 reference loop by loop: one thread per token (router_topk) or per
+// float64 reference loop by loop: one thread per token (router_topk and its
+// gradient) or per
 // expert (sort_by_expert). They run everywhere; targets with warp shuffles
 // use Warp/ where it applies.
 //
@@ -177,6 +178,145 @@ LogicalResult scalar::emitRouterTopK(moe::RouterTopKOp op, moe::TileAttr tile,
             memref::StoreOp::create(b, b.fmul(v, factor), weights, {t, j});
           });
         }
+      });
+}
+
+LogicalResult scalar::emitRouterTopKGrad(moe::RouterTopKGradOp op,
+                                         moe::TileAttr tile, BufferMap buffer,
+                                         LoweringContext &ctx) {
+  Value logits = buffer(op.getLogits());
+  int64_t experts = cast<MemRefType>(logits.getType()).getDimSize(1);
+  int64_t k = cast<MemRefType>(buffer(op.getIds()).getType()).getDimSize(1);
+  bool softmax = op.getScoring() == moe::Scoring::softmax;
+  bool topkThenSoftmax = op.getOrder() == moe::TopKOrder::topk_then_softmax;
+  bool renormalize = op.getRenormalize();
+  double scaling = op.getScalingFactor().convertToDouble();
+  SmallVector<Value> operands = {logits, buffer(op.getIds()),
+                                 buffer(op.getGradWeights()),
+                                 buffer(op.getGradLogits())};
+  // The textbook forms (softmax: s·(g − Σ g·s)) cancel catastrophically in
+  // f32 when one expert takes nearly all the weight (1 − s rounds to 0), so
+  // every difference below is formed where it is exact: as a sum of the
+  // other terms (Σ_i p_i (g_j − g_i)), or sigmoid(−x) for 1 − sigmoid(x).
+  return launchPerItem(
+      ctx, "", ctx.sizes(logits)[0], tile, operands,
+      [&](KernelBuilder &b, ValueRange args, Value t) {
+        Value lg = args[0], ids = args[1], dw = args[2], out = args[3];
+        Value E = b.idx(experts), K = b.idx(k), zero = b.f32(0);
+        Value negInf = b.f32(-std::numeric_limits<float>::infinity());
+        auto f32k = MemRefType::get({k}, b.getF32Type());
+        Value p = b.alloca(f32k), dp = b.alloca(f32k);
+        auto idOf = [&](Value j) { return b.loadIdx(ids, {t, j}); };
+        auto logitOf = [&](Value j) { return b.loadF(lg, {t, idOf(j)}); };
+        auto at = [&](Value buf, Value j) {
+          return memref::LoadOp::create(b, buf, {j}).getResult();
+        };
+        // Σ_i p_i (v_j − v_i) over the k selected, for buffer v.
+        auto spread = [&](Value v, Value j) {
+          Value vj = at(v, j);
+          return b.loop(b.idx(0), K, {zero},
+                        [&](Value i, ValueRange it) -> SmallVector<Value> {
+                          Value d = b.fsub(vj, at(v, i));
+                          return {b.fadd(it[0], b.fmul(at(p, i), d))};
+                        })[0];
+        };
+
+        // The forward's selected values p_j (before renormalization and
+        // scaling): the softmax over the k picked logits, or the scores.
+        // `top` is the first largest logit's index and `restSum` the sum of
+        // the others' exp(x − peak), so that 1 − s_top = restSum / sum
+        // exactly where it is tiny.
+        Value peak = negInf, sum = b.f32(1), top = b.idx(0), restSum = zero;
+        if (softmax) {
+          Value n = topkThenSoftmax ? K : E;
+          auto x = [&](Value i) {
+            return topkThenSoftmax ? logitOf(i) : b.loadF(lg, {t, i});
+          };
+          auto best = b.loop(
+              b.idx(0), n, {negInf, b.idx(0)},
+              [&](Value i, ValueRange it) -> SmallVector<Value> {
+                Value v = x(i), better = b.fgt(v, it[0]);
+                return {b.select(better, v, it[0]), b.select(better, i, it[1])};
+              });
+          peak = best[0];
+          top = best[1];
+          restSum =
+              b.loop(b.idx(0), n, {zero},
+                     [&](Value i, ValueRange it) -> SmallVector<Value> {
+                       Value v = b.exp(b.fsub(x(i), peak));
+                       return {b.fadd(it[0], b.select(b.eq(i, top), zero, v))};
+                     })[0];
+          sum = b.fadd(restSum, b.f32(1));
+        }
+        auto scoreOf = [&](Value x) {
+          return softmax ? b.fdiv(b.exp(b.fsub(x, peak)), sum) : b.sigmoid(x);
+        };
+        Value z =
+            b.loop(b.idx(0), K, {zero},
+                   [&](Value j, ValueRange it) -> SmallVector<Value> {
+                     Value v = scoreOf(logitOf(j));
+                     memref::StoreOp::create(b, v, p, {j});
+                     memref::StoreOp::create(b, b.loadF(dw, {t, j}), dp, {j});
+                     return {b.fadd(it[0], v)};
+                   })[0];
+        // w_j = c p_j / Z: dp_j = c (g_j − Σ_i g_i p_i / Z) / Z
+        //                       = c Σ_i p_i (g_j − g_i) / Z².
+        Value c = b.f32(scaling);
+        if (renormalize) {
+          Value factor = b.fdiv(c, b.fmul(z, z));
+          Value g = b.alloca(f32k);
+          b.loop(b.idx(0), K, [&](Value j) {
+            memref::StoreOp::create(b, at(dp, j), g, {j});
+          });
+          b.loop(b.idx(0), K, [&](Value j) {
+            memref::StoreOp::create(b, b.fmul(factor, spread(g, j)), dp, {j});
+          });
+        } else if (scaling != 1.0) {
+          b.loop(b.idx(0), K, [&](Value j) {
+            memref::StoreOp::create(b, b.fmul(c, at(dp, j)), dp, {j});
+          });
+        }
+
+        // Back through the scores, one expert at a time: `m` is its place
+        // among the selected (k when not selected).
+        Value mix =
+            b.loop(b.idx(0), K, {zero},
+                   [&](Value j, ValueRange it) -> SmallVector<Value> {
+                     return {b.fadd(it[0], b.fmul(at(dp, j), at(p, j)))};
+                   })[0];
+        b.loop(b.idx(0), E, [&](Value e) {
+          Value m = b.loop(b.idx(0), K, {K},
+                           [&](Value j, ValueRange it) -> SmallVector<Value> {
+                             return {b.select(b.eq(idOf(j), e), j, it[0])};
+                           })[0];
+          Value selected = b.ult(m, K);
+          Value mm = b.select(selected, m, b.idx(0));
+          Value x = b.loadF(lg, {t, e});
+          Value grad;
+          if (topkThenSoftmax) {
+            // p_m Σ_i p_i (dp_m − dp_i); unselected logits take none.
+            grad = b.fmul(at(p, mm), spread(dp, mm));
+          } else if (!softmax) {
+            // dp_m s (1 − s) with 1 − s = sigmoid(−x).
+            grad = b.fmul(b.fmul(at(dp, mm), b.sigmoid(x)),
+                          b.sigmoid(b.fsub(zero, x)));
+          } else {
+            // Softmax over all experts: s_e (dp[e] − Σ_j dp_j p_j). For a
+            // selected e, dp_m − Σ_j dp_j p_j = dp_m (1 − p_m) −
+            // Σ_{j≠m} dp_j p_j; 1 − p_m is the other experts' share (at most
+            // one expert, the top, can have p_m > 1/2).
+            Value s = scoreOf(x);
+            Value others = b.select(b.eq(e, top), b.fdiv(restSum, sum),
+                                    b.fsub(b.f32(1), s));
+            Value rest = b.fsub(mix, b.fmul(at(dp, mm), at(p, mm)));
+            Value own = b.fsub(b.fmul(at(dp, mm), others), rest);
+            grad = b.select(selected, b.fmul(s, own),
+                            b.fsub(zero, b.fmul(s, mix)));
+          }
+          if (topkThenSoftmax || !softmax)
+            grad = b.select(selected, grad, zero);
+          b.storeF(grad, out, {t, e});
+        });
       });
 }
 

@@ -20,6 +20,7 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
 namespace mlir::linalg {
+class AddOp;
 class MatmulOp;
 } // namespace mlir::linalg
 
@@ -30,6 +31,7 @@ namespace moec::kernels::scalar {
                                  BufferMap buffer, LoweringContext &ctx);
 
 MOEC_SCALAR_KERNEL(moe::RouterTopKOp, RouterTopK)       // Routing.cpp
+MOEC_SCALAR_KERNEL(moe::RouterTopKGradOp, RouterTopKGrad) // Routing.cpp
 MOEC_SCALAR_KERNEL(moe::SortByExpertOp, SortByExpert)   // Routing.cpp
 MOEC_SCALAR_KERNEL(moe::PermuteOp, Permute)             // Permute.cpp
 MOEC_SCALAR_KERNEL(moe::UnpermuteOp, Unpermute)         // Permute.cpp
@@ -37,6 +39,7 @@ MOEC_SCALAR_KERNEL(moe::PermuteGradOp, PermuteGrad)     // Permute.cpp
 MOEC_SCALAR_KERNEL(moe::UnpermuteGradOp, UnpermuteGrad) // Permute.cpp
 MOEC_SCALAR_KERNEL(moe::GroupedMatmulOp, GroupedMatmul) // Matmul.cpp
 MOEC_SCALAR_KERNEL(mlir::linalg::MatmulOp, DenseMatmul) // Matmul.cpp
+MOEC_SCALAR_KERNEL(mlir::linalg::AddOp, ElementwiseAdd) // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::SwigluOp, Swiglu)               // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::SwigluGradOp, SwigluGrad)       // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::QuantizeOp, Quantize)           // Elementwise.cpp

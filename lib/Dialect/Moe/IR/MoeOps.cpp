@@ -29,6 +29,35 @@ static_assert(kDynamicSize == ShapedType::kDynamic,
 // RouterTopKOp
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// The logits' expert dimension: static and within the limit.
+LogicalResult expectExpertColumns(Operation *op, Value logits,
+                                  int64_t numExperts) {
+  if (ShapedType::isDynamic(numExperts) || numExperts > kMaxNumExperts)
+    return op->emitOpError()
+           << "expert dimension (1) of operand 'logits' must be static and at "
+              "most "
+           << kMaxNumExperts << ", got " << logits.getType();
+  return success();
+}
+
+/// The scoring attributes router_topk and its gradient share.
+LogicalResult verifyScoring(Operation *op, Scoring scoring, TopKOrder order,
+                            float scale) {
+  if (order == TopKOrder::topk_then_softmax && scoring != Scoring::softmax)
+    return op->emitOpError() << "order = topk_then_softmax requires scoring = "
+                                "softmax, got scoring = "
+                             << stringifyScoring(scoring);
+  if (!(scale > 0.0f) || std::isinf(scale))
+    return op->emitOpError() << "attribute 'scaling_factor' must be finite and "
+                                "positive, got "
+                             << scale;
+  return success();
+}
+
+} // namespace
+
 LogicalResult RouterTopKOp::verify() {
   Operation *op = getOperation();
   auto logitsType =
@@ -37,10 +66,8 @@ LogicalResult RouterTopKOp::verify() {
     return failure();
   int64_t tokens = logitsType->getDimSize(0);
   int64_t numExperts = logitsType->getDimSize(1);
-  if (ShapedType::isDynamic(numExperts) || numExperts > kMaxNumExperts)
-    return emitOpError() << "expert dimension (1) of operand 'logits' must be "
-                            "static and at most "
-                         << kMaxNumExperts << ", got " << getLogits().getType();
+  if (failed(expectExpertColumns(op, getLogits(), numExperts)))
+    return failure();
   int64_t k = getK();
   if (failed(expectTopK(op, k)))
     return failure();
@@ -62,11 +89,9 @@ LogicalResult RouterTopKOp::verify() {
       return failure();
   }
 
-  if (getOrder() == TopKOrder::topk_then_softmax &&
-      getScoring() != Scoring::softmax)
-    return emitOpError() << "order = topk_then_softmax requires scoring = "
-                            "softmax, got scoring = "
-                         << stringifyScoring(getScoring());
+  if (failed(verifyScoring(op, getScoring(), getOrder(),
+                           getScalingFactor().convertToFloat())))
+    return failure();
 
   if (Value bias = getSelectionBias()) {
     auto biasType =
@@ -101,11 +126,6 @@ LogicalResult RouterTopKOp::verify() {
                            << " experts in the 'topk_groups' best groups";
   }
 
-  float scale = getScalingFactor().convertToFloat();
-  if (!(scale > 0.0f) || std::isinf(scale))
-    return emitOpError() << "attribute 'scaling_factor' must be finite and "
-                            "positive, got "
-                         << scale;
   return success();
 }
 
@@ -118,6 +138,55 @@ LogicalResult RouterTopKOp::canonicalize(RouterTopKOp op,
     return success();
   }
   return failure();
+}
+
+//===----------------------------------------------------------------------===//
+// RouterTopKGradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RouterTopKGradOp::verify() {
+  Operation *op = getOperation();
+  auto logitsType = expectTensor(op, "operand 'logits'", getLogits(), 2,
+                                 isAnyFloat, kAnyFloat);
+  auto idsType = expectTensor(op, "operand 'ids'", getIds(), 2, isI32, kI32);
+  auto gradType = expectTensor(op, "operand 'grad_weights'", getGradWeights(),
+                               2, isF32, kF32);
+  auto resultType = expectTensor(op, "result 'grad_logits'", getGradLogits(), 2,
+                                 isWideFloat, kWideFloat);
+  if (failed(logitsType) || failed(idsType) || failed(gradType) ||
+      failed(resultType))
+    return failure();
+  int64_t tokens = logitsType->getDimSize(0);
+  int64_t numExperts = logitsType->getDimSize(1);
+  if (failed(expectExpertColumns(op, getLogits(), numExperts)))
+    return failure();
+  int64_t k = idsType->getDimSize(1);
+  if (ShapedType::isDynamic(k))
+    return emitOpError() << "dimension 1 of operand 'ids' (k) must be static, "
+                            "got "
+                         << getIds().getType();
+  if (failed(expectTopK(op, k)))
+    return failure();
+  if (k > numExperts)
+    return emitOpError() << "k (" << k
+                         << ", the columns of 'ids') must not exceed the "
+                            "number of experts ("
+                         << numExperts << ")";
+  if (failed(expectDim(op, "operand 'ids'", *idsType, 0, tokens,
+                       "the number of tokens of 'logits'")) ||
+      failed(expectDim(op, "operand 'grad_weights'", *gradType, 0, tokens,
+                       "the number of tokens of 'logits'")) ||
+      failed(expectDim(op, "operand 'grad_weights'", *gradType, 1, k,
+                       "the columns of 'ids'")) ||
+      failed(expectDim(op, "result 'grad_logits'", *resultType, 0, tokens,
+                       "the number of tokens of 'logits'")) ||
+      failed(expectDim(op, "result 'grad_logits'", *resultType, 1, numExperts,
+                       "the number of experts")))
+    return failure();
+  if (failed(verifyScoring(op, getScoring(), getOrder(),
+                           getScalingFactor().convertToFloat())))
+    return failure();
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

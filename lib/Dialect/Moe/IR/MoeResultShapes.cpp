@@ -109,6 +109,14 @@ RouterTopKOp::reifyResultShapes(OpBuilder &builder,
 }
 
 LogicalResult
+RouterTopKGradOp::reifyResultShapes(OpBuilder &builder,
+                                    ReifiedRankedShapedTypeDims &shapes) {
+  SizeBuilder s(builder, *this, shapes);
+  s.fill(getGradLogits(), [&](int64_t d) { return s.dim(getLogits(), d); });
+  return success();
+}
+
+LogicalResult
 SortByExpertOp::reifyResultShapes(OpBuilder &builder,
                                   ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);

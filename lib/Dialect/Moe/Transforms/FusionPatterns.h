@@ -7,9 +7,17 @@
 #ifndef MOEC_LIB_DIALECT_MOE_TRANSFORMS_FUSIONPATTERNS_H
 #define MOEC_LIB_DIALECT_MOE_TRANSFORMS_FUSIONPATTERNS_H
 
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace moec::moe {
+
+/// The sort with a `positions` result: `sort` itself, or a copy of it with
+/// the result added (the old op's uses move to the copy, which takes its
+/// place; `sort` is erased). Shared by moe-share-positions and
+/// moe-autodiff.
+SortByExpertOp withPositions(SortByExpertOp sort);
 
 /// Applies fusion patterns greedily and nothing else: folding and region
 /// simplification are canonicalize's job.

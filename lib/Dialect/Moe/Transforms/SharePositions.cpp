@@ -11,6 +11,8 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 
+#include "FusionPatterns.h"
+
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -21,6 +23,28 @@ namespace moec::moe {
 
 using namespace mlir;
 using namespace moec::moe;
+
+// Declared in FusionPatterns.h.
+SortByExpertOp moec::moe::withPositions(SortByExpertOp sort) {
+  if (sort.getPositions())
+    return sort;
+  auto idsType = cast<RankedTensorType>(sort.getIds().getType());
+  int64_t tokens = idsType.getDimSize(0), k = idsType.getDimSize(1);
+  int64_t slots =
+      ShapedType::isDynamic(tokens) ? ShapedType::kDynamic : tokens * k;
+  auto positionsType = RankedTensorType::get({slots}, idsType.getElementType());
+  OpBuilder builder(sort);
+  auto copy = SortByExpertOp::create(
+      builder, sort.getLoc(), sort.getSortedExpertIds().getType(),
+      sort.getSlots().getType(), sort.getOffsets().getType(), positionsType,
+      sort.getIds(), sort.getNumExpertsAttr(), sort.getAlignAttr());
+  copy->setDiscardableAttrs(sort->getDiscardableAttrDictionary());
+  for (auto [from, to] :
+       llvm::zip(sort->getResults(), copy->getResults().take_front(3)))
+    from.replaceAllUsesWith(to);
+  sort.erase();
+  return copy;
+}
 
 namespace {
 
@@ -53,29 +77,6 @@ std::optional<MutableOperandRange> positionsOperand(OpOperand &use,
             return op.getScatterPositionsMutable();
           })
       .Default([](Operation *) { return std::nullopt; });
-}
-
-/// The sort with a `positions` result: `sort` itself, or a copy of it with
-/// the result added (the old op's uses move to the copy).
-SortByExpertOp withPositions(SortByExpertOp sort) {
-  if (sort.getPositions())
-    return sort;
-  auto idsType = cast<RankedTensorType>(sort.getIds().getType());
-  int64_t tokens = idsType.getDimSize(0), k = idsType.getDimSize(1);
-  int64_t slots = ShapedType::isDynamic(tokens) ? ShapedType::kDynamic
-                                                : tokens * k;
-  auto positionsType = RankedTensorType::get({slots}, idsType.getElementType());
-  OpBuilder builder(sort);
-  auto copy = SortByExpertOp::create(
-      builder, sort.getLoc(), sort.getSortedExpertIds().getType(),
-      sort.getSlots().getType(), sort.getOffsets().getType(), positionsType,
-      sort.getIds(), sort.getNumExpertsAttr(), sort.getAlignAttr());
-  copy->setDiscardableAttrs(sort->getDiscardableAttrDictionary());
-  for (auto [from, to] :
-       llvm::zip(sort->getResults(), copy->getResults().take_front(3)))
-    from.replaceAllUsesWith(to);
-  sort.erase();
-  return copy;
 }
 
 struct MoeSharePositionsPass

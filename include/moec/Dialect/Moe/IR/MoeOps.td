@@ -97,6 +97,60 @@ def Moe_RouterTopKOp : Moe_Op<"router_topk", [Pure]> {
   let hasCanonicalizeMethod = 1;
 }
 
+def Moe_RouterTopKGradOp : Moe_Op<"router_topk_grad", [Pure]> {
+  let summary = "Gradient of moe.router_topk's weights with respect to its logits";
+  let description = [{
+    The backward of `moe.router_topk`: given the forward's `logits` `[T, E]`,
+    the experts it selected `ids` `[T, k]` (i32) and the gradient of its
+    routing weights `grad_weights` `[T, k]` (f32), returns the gradient of
+    the logits `[T, E]` (bf16, f16 or f32; computed in f32 and rounded once).
+    Selection is not differentiable: the ids are taken as given, so the
+    selection bias and group-limited routing do not enter; `scoring`,
+    `order`, `renormalize` and `scaling_factor` must be the forward's.
+
+    With `c = scaling_factor` and, per token, the selected values
+    `p_j = s[ids[j]]` (`s` the softmax or sigmoid scores; for
+    `topk_then_softmax`, the softmax of the k selected logits), the forward
+    weights are `w_j = c * p_j / Z` with `Z = sum_j p_j` under `renormalize`
+    and 1 otherwise. So `dp_j = c * (dw_j - sum_i dw_i * w_i / c) / Z`
+    (without the sum when not renormalizing), and then
+
+    * `softmax_then_topk`, softmax scores:
+      `dlogits[e] = s[e] * (dp[e] - sum_j dp_j * p_j)` where `dp[e]` is
+      `dp_j` for `e = ids[j]` and 0 for experts not selected;
+    * sigmoid scores: `dlogits[e] = dp[e] * s[e] * (1 - s[e])`;
+    * `topk_then_softmax`: `dlogits[ids[j]] = p_j * (dp_j - sum_i dp_i * p_i)`,
+      0 for experts not selected.
+
+    Example:
+
+    ```mlir
+    %dlogits = moe.router_topk_grad %logits, %ids, %dweights {renormalize}
+        : tensor<?x128xf32>, tensor<?x8xi32>, tensor<?x8xf32>
+        -> tensor<?x128xbf16>
+    ```
+
+    Limits (verified; see the dialect's conventions): as `moe.router_topk`:
+    `1 <= k <= min(E, 64)`, `E <= 65536`.
+  }];
+  let arguments = (ins
+    AnyTensor:$logits,
+    AnyTensor:$ids,
+    AnyTensor:$grad_weights,
+    DefaultValuedAttr<Moe_ScoringAttr, "::moec::moe::Scoring::softmax">:$scoring,
+    DefaultValuedAttr<Moe_TopKOrderAttr,
+                      "::moec::moe::TopKOrder::softmax_then_topk">:$order,
+    UnitAttr:$renormalize,
+    DefaultValuedAttr<F32Attr, "1.0f">:$scaling_factor
+  );
+  let results = (outs AnyTensor:$grad_logits);
+  let assemblyFormat = [{
+    $logits `,` $ids `,` $grad_weights attr-dict `:` type($logits) `,`
+    type($ids) `,` type($grad_weights) `->` type($grad_logits)
+  }];
+  let hasVerifier = 1;
+}
+
 def Moe_SortByExpertOp : Moe_Op<"sort_by_expert", [Pure]> {
   let summary = "Orders token slots by expert and computes group offsets";
   let description = [{

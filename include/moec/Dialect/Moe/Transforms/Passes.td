@@ -136,6 +136,75 @@ def MoeSharePositionsPass : Pass<"moe-share-positions"> {
   let dependentDialects = ["::moec::moe::MoeDialect"];
 }
 
+def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
+  let summary = "Derives the backward (vector-Jacobian product) of a function "
+                "of moe ops";
+  let description = [{
+    For the function `@f` (option `func`; the module's only function when
+    empty) this pass adds two functions next to it and leaves `@f` as it
+    is:
+
+    * `@f_fwd(args) -> (results, saved)`: `@f` plus the values the
+      backward reads (see `save`), returned after `@f`'s results.
+    * `@f_grad(args, saved, grads of the results) -> (grads of wrt)`: the
+      gradient of `sum_r <grad_r, result_r>` with respect to each
+      differentiable argument. Integer results take no gradient argument.
+
+    Differentiable arguments: option `wrt` (argument indices), else the
+    arguments with the unit attribute `moe.wrt` (an error if one of them
+    has no gradient), else every floating-point argument that reaches a
+    floating-point result through differentiable ops (a router's selection
+    bias, which only selects, does not). `@f_grad` records `moe.grad_of`
+    (the function's name),
+    `moe.wrt` (the argument indices, in result order) and
+    `moe.saved_results` (for each saved argument, the index of the
+    `@f_fwd` result that holds it).
+
+    Rules, applied in reverse program order; gradients that reach a value
+    along several paths are summed with `linalg.add`:
+
+    * `moe.unpermute` -> `moe.unpermute_grad` (with `weights(w, rows)`, so
+      the routing weights get their gradient);
+    * `moe.permute` -> `moe.permute_grad` (its `probs` too);
+    * `moe.grouped_matmul` (forward; plain or gathered lhs, either rhs
+      layout) -> the input gradient, a grouped matmul with the other rhs
+      layout (then `moe.permute_grad` for a gathered lhs), and the weight
+      gradient, `mode = weight_grad` (a gathered lhs is read by slot when
+      the weights are `[E, K, N]`; with `transpose_rhs` the gathered rows
+      are permuted once, since the weight gradient gathers only its lhs);
+    * `moe.swiglu` -> `moe.swiglu_grad`;
+    * `moe.router_topk` -> `moe.router_topk_grad` (the ids are not
+      differentiable; the selection bias only selects);
+    * `linalg.matmul` (zero-filled accumulator) -> two `linalg.matmul`s.
+
+    Ops with integer results (`moe.sort_by_expert`, `tensor.dim`, ...) and
+    constants carry no gradient. A differentiable value reaching an op
+    without a rule (FP8 quantization, LoRA, bias, row scale, scatter or an
+    activation fused into a grouped matmul, the backward ops themselves) is
+    an error naming it: differentiate the unfused form; the fusion passes
+    fuse both functions afterwards. Every `moe.sort_by_expert` of `@f_fwd`
+    gets its `positions` result, which the gradient ops take.
+
+    `save` chooses what `@f_fwd` keeps for `@f_grad`: `all` (default) every
+    value the gradient ops read; `matmuls` only the results of matmuls and
+    routing, recomputing copies and element-wise ops (permute, swiglu) in
+    the backward, as ScatterMoE does to save memory; `inputs` nothing, the
+    backward recomputes the whole forward.
+  }];
+  let options = [
+    Option<"funcName", "func", "std::string", /*default=*/"\"\"",
+           "The function to differentiate (empty: the module's only one)">,
+    ListOption<"wrt", "wrt", "int64_t",
+               "Indices of the arguments to differentiate with respect to">,
+    Option<"save", "save", "std::string", /*default=*/"\"all\"",
+           "What the forward keeps for the backward: all, matmuls or inputs">
+  ];
+  let dependentDialects = ["::moec::moe::MoeDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def MoeTilePass : Pass<"moe-tile"> {
   let summary = "Attaches a #moe.tile configuration to every moe op";
   let description = [{

@@ -1,0 +1,140 @@
+"""`Kernel.grad()`: the backward of a kernel, derived by moe-autodiff."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Optional, Sequence, Union
+
+from . import _native
+from ._bundle import Bundle
+
+#: What the forward keeps for the backward (moe-autodiff's `save` option).
+SAVE_POLICIES = ("all", "matmuls", "inputs")
+
+
+def _as_tuple(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+class Gradient:
+    """The vector-Jacobian product of a kernel `f`.
+
+    `kernel.grad(wrt=None, save="all")` runs the compiler pass
+    `moe-autodiff`, which adds two functions to the kernel's module:
+    `f_fwd` (f's results, then the values the backward reads) and `f_grad`
+    (f's inputs, those saved values and one gradient per floating-point
+    result, to the gradients of the `wrt` arguments). `wrt`: argument names
+    (default: every floating-point argument but a router's selection bias).
+    `save`: "all" keeps every value the backward reads, "matmuls" only
+    matmul and routing results (the backward recomputes permutes and
+    SwiGLU), "inputs" nothing (the backward recomputes the forward).
+
+        grad = kernel.grad(wrt=["w_gate_up", "w_down"])
+        outputs, saved = grad.forward(*args)
+        d_w_gate_up, d_w_down = grad.backward(args, saved, (dy,))
+    """
+
+    def __init__(self, kernel, wrt: Optional[Sequence[str]] = None,
+                 save: str = "all"):
+        names = kernel.arg_names
+        if isinstance(wrt, str):
+            wrt = [wrt]
+        indices = []
+        for name in wrt or ():
+            if name not in names:
+                raise ValueError(f"'wrt': {kernel.name} has no argument "
+                                 f"{name!r} (arguments: {', '.join(names)})")
+            indices.append(names.index(name))
+        if save not in SAVE_POLICIES:
+            raise ValueError(f"'save': expected one of "
+                             f"{', '.join(SAVE_POLICIES)}, got {save!r}")
+        self.kernel = kernel
+        self.save = save
+        self._wrt_indices = indices
+        self._module: Optional[str] = None
+        self._bundles: dict = {}
+
+    @property
+    def forward_name(self) -> str:
+        return self.kernel.name + "_fwd"
+
+    @property
+    def backward_name(self) -> str:
+        return self.kernel.name + "_grad"
+
+    @property
+    def module(self) -> str:
+        """The kernel's module with `f_fwd` and `f_grad` added (MLIR text)."""
+        if self._module is None:
+            self._module = _native.compiler().autodiff(
+                self.kernel.module, self.kernel.name, self._wrt_indices,
+                self.save)
+        return self._module
+
+    def _grad_attr(self, attr: str) -> list:
+        """An array attribute of f_grad's signature."""
+        header = re.search(r"func\.func @" + re.escape(self.backward_name) +
+                           r"\(.*", self.module).group(0)
+        found = re.search(attr + r" = array<i64(?:: ([0-9, ]*))?>", header)
+        return [int(v) for v in found.group(1).split(",")] if found.group(1) \
+            else []
+
+    @property
+    def wrt(self) -> list:
+        """Names of the arguments whose gradients `backward` returns."""
+        return [self.kernel.arg_names[i] for i in self._grad_attr("moe.wrt")]
+
+    @property
+    def saved_results(self) -> list:
+        """For each saved value, the index of the `f_fwd` result holding it."""
+        return self._grad_attr("moe.saved_results")
+
+    def ir(self, stage: str = "moe", tile: Optional[dict] = None) -> str:
+        """The three functions at one pipeline stage (as Kernel.ir)."""
+        from ._compile import ir
+        return ir(self.module, stage, tile)
+
+    def print_ir(self, stages: Sequence[str] = ("moe", "optimized", "kernels"),
+                 tile: Optional[dict] = None, file=None) -> None:
+        for stage in stages:
+            print(f"// ----- {self.backward_name} at stage '{stage}' -----",
+                  file=file or sys.stdout)
+            print(self.ir(stage, tile), file=file or sys.stdout)
+
+    def compile(self, target: Union[str, Sequence[str]] = "sm_90a",
+                tile: Optional[dict] = None, **kwargs) -> Bundle:
+        from ._compile import compile
+        return compile(self.module, target, tile, **kwargs)
+
+    def _bundle_for(self, value) -> tuple:
+        from ._args import describe
+        device = describe(value, self.kernel.arg_names[0]).device
+        target = "host" if device == "cpu" else "sm_90a"
+        if target not in self._bundles:
+            self._bundles[target] = self.compile(target)
+        return self._bundles[target], target
+
+    def forward(self, *args) -> tuple:
+        """Runs `f_fwd`: (f's results, the saved values), both tuples."""
+        bundle, target = self._bundle_for(args[0])
+        out = _as_tuple(bundle.entry(self.forward_name, target)(*args))
+        count = len(bundle.entry(self.kernel.name, target).outputs)
+        return out[:count], tuple(out[i] for i in self.saved_results)
+
+    def backward(self, args: Sequence, saved: Sequence,
+                 grad_outputs: Sequence) -> tuple:
+        """Runs `f_grad`: the gradients of the `wrt` arguments, in order.
+        `grad_outputs`: one gradient per floating-point result of f."""
+        bundle, target = self._bundle_for(args[0])
+        entry = bundle.entry(self.backward_name, target)
+        expected = len(entry.inputs) - len(args) - len(saved)
+        if len(grad_outputs) != expected:
+            raise ValueError(f"'grad_outputs': {self.kernel.name} has "
+                             f"{expected} floating-point results, got "
+                             f"{len(grad_outputs)} gradients")
+        return _as_tuple(entry(*args, *saved, *grad_outputs))
+
+    def __repr__(self) -> str:
+        return (f"<moec gradient of {self.kernel.name} wrt "
+                f"{', '.join(self.wrt)} (save={self.save})>")

@@ -1,0 +1,244 @@
+"""The backward moe-autodiff derives (Kernel.grad), on the host backend.
+
+Each rule against central differences of the moec forward (f32 kernels,
+random directions), and the whole MoE block's gradient against the float64
+reference's gradient (central differences of reference.moe_block, every
+element), for each save policy, in f32 and bf16, with the edge cases: one
+token (most experts empty), every token on one expert.
+"""
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+import moec
+from moec import ops
+from moec.layers import moe_kernel
+
+from conftest import rel_error
+import reference
+
+pytestmark = pytest.mark.compiler
+BF16 = ml_dtypes.bfloat16
+E, H, I, K = 4, 16, 8, 2
+
+
+def _random(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _layer_inputs(rng, tokens, one_expert=False):
+    x = _random(rng, tokens, H)
+    gate_w = _random(rng, E, H, scale=0.5)
+    if one_expert:
+        # Every token's first choice is expert 0: a large logit from a
+        # constant feature.
+        x[:, 0] = 1.0
+        gate_w[0, 0] = 8.0
+    return [x, gate_w, _random(rng, E, 2 * I, H, scale=H ** -0.5),
+            _random(rng, E, H, I, scale=I ** -0.5)]
+
+
+def _reference_gradient(args, dy, eps=1e-6, **routing):
+    """d<dy, moe_block(args)> / d args in float64, by central differences
+    (the routing must not change under the step; checked)."""
+    args = [reference.f64(a) for a in args]
+    _, ids = reference.moe_block(*args, K, **routing)
+    grads = []
+    for i, arg in enumerate(args):
+        grad = np.zeros_like(arg)
+        for index in np.ndindex(arg.shape):
+            values = []
+            for step in (eps, -eps):
+                moved = list(args)
+                moved[i] = arg.copy()
+                moved[i][index] += step
+                out, moved_ids = reference.moe_block(*moved, K, **routing)
+                assert (moved_ids == ids).all(), "the step changed the routing"
+                values.append(float((out * dy).sum()))
+            grad[index] = (values[0] - values[1]) / (2 * eps)
+        grads.append(grad)
+    return grads
+
+
+@pytest.mark.parametrize("tokens,one_expert,save", [
+    (7, False, "all"), (7, False, "matmuls"), (7, False, "inputs"),
+    (1, False, "all"), (6, True, "all")])
+def test_block_gradient_matches_float64(tokens, one_expert, save):
+    rng = np.random.default_rng(tokens + 10 * one_expert)
+    args = _layer_inputs(rng, tokens, one_expert)
+    grad = moe_kernel(H, I, E, K, dtype="f32").grad(save=save)
+    assert grad.wrt == ["x", "gate_w", "w_gate_up", "w_down"]
+    (y,), saved = grad.forward(*args)
+    ref_y, _ = reference.moe_block(*args, K)
+    assert rel_error(y, ref_y) < 1e-5
+    dy = _random(rng, tokens, H)
+    got = grad.backward(args, saved, (dy,))
+    want = _reference_gradient(args, reference.f64(dy))
+    for name, g, w in zip(grad.wrt, got, want):
+        assert g.shape == w.shape
+        assert rel_error(g, w) < 1e-4, name
+
+
+@pytest.mark.parametrize("order", ["softmax_then_topk", "topk_then_softmax"])
+def test_block_gradient_bf16(order):
+    # bf16 kernels against the float64 gradient of the bf16-rounded inputs:
+    # the target of 1e-2.
+    rng = np.random.default_rng(3)
+    args = [a.astype(BF16) for a in _layer_inputs(rng, 9)]
+    renormalize = order == "softmax_then_topk"
+    grad = moe_kernel(H, I, E, K, routing=order, dtype="bf16",
+                      norm_topk_prob=renormalize).grad()
+    (y,), saved = grad.forward(*args)
+    dy = _random(rng, 9, H).astype(BF16)
+    got = grad.backward(args, saved, (dy,))
+    want = _reference_gradient(args, reference.f64(dy), order=order,
+                               renormalize=renormalize)
+    for name, g, w in zip(grad.wrt, got, want):
+        assert g.dtype == BF16
+        assert rel_error(g, w) < 1e-2, name
+
+
+def test_wrt_and_saved_values():
+    kernel = moe_kernel(H, I, E, K, dtype="f32")
+    grad = kernel.grad(wrt=["w_gate_up", "w_down"], save="matmuls")
+    assert grad.wrt == ["w_gate_up", "w_down"]
+    # Saved: the routing weights, slots, offsets, positions and the two
+    # matmul outputs (no router gradient: no logits or ids); the permuted
+    # rows and SwiGLU are recomputed.
+    assert len(grad.saved_results) == 6
+    backward = grad.module.split("func.func @moe_block_grad")[1]
+    assert "moe.permute " in backward and "moe.swiglu " in backward
+    assert "router_topk_grad" not in backward
+    rng = np.random.default_rng(5)
+    args = _layer_inputs(rng, 5)
+    (y,), saved = grad.forward(*args)
+    dy = _random(rng, 5, H)
+    d_w_gate_up, d_w_down = grad.backward(args, saved, (dy,))
+    full = kernel.grad().backward(args, kernel.grad().forward(*args)[1], (dy,))
+    assert rel_error(d_w_gate_up, full[2]) < 1e-6
+    assert rel_error(d_w_down, full[3]) < 1e-6
+    assert "moe_block_grad" in grad.ir("optimized")
+
+
+def test_bad_arguments():
+    kernel = moe_kernel(H, I, E, K, dtype="f32")
+    with pytest.raises(ValueError, match="'wrt': moe_block has no argument "
+                                         "'w_up'"):
+        kernel.grad(wrt=["w_up"])
+    with pytest.raises(ValueError, match="'save': expected one of"):
+        kernel.grad(save="some")
+    grad = kernel.grad()
+    args = _layer_inputs(np.random.default_rng(0), 3)
+    _, saved = grad.forward(*args)
+    with pytest.raises(ValueError, match="'grad_outputs': moe_block has 1 "
+                                         "floating-point results, got 2"):
+        grad.backward(args, saved, (args[0], args[0]))
+
+
+# -- each rule against central differences of the moec forward -------------
+
+def _check_rule(fn, signature, args, seed, eps=1e-2, tol=2e-3, wrt=None):
+    """Directional derivatives of <dy, f(args)> along random directions
+    against the gradients; results that are ids must not move."""
+    kernel = moec.kernel(fn, signature=signature)
+    grad = kernel.grad(wrt)
+    if wrt:
+        assert grad.wrt == wrt
+    rng = np.random.default_rng(seed)
+    outs, saved = grad.forward(*args)
+    floats = [o for o in outs if o.dtype == np.float32]
+    dys = [_random(rng, *o.shape) for o in floats]
+    grads = grad.backward(args, saved, dys)
+    names = kernel.arg_names
+    forward = kernel.compile("host", cache=False)
+    for name, g in zip(grad.wrt, grads):
+        i = names.index(name)
+        for _ in range(3):
+            v = _random(rng, *args[i].shape)
+            values = []
+            for step in (eps, -eps):
+                moved = list(args)
+                moved[i] = (args[i] + step * v).astype(np.float32)
+                moved_outs = forward(*moved)
+                moved_outs = (moved_outs if isinstance(moved_outs, tuple)
+                              else (moved_outs,))
+                for o, m in zip(outs, moved_outs):
+                    if o.dtype != np.float32:
+                        assert (o == m).all(), "the step changed the routing"
+                values.append(sum(float((m.astype(np.float64) * dy).sum())
+                                  for m, dy in zip(
+                                      [m for m in moved_outs
+                                       if m.dtype == np.float32], dys)))
+            numeric = (values[0] - values[1]) / (2 * eps)
+            analytic = float((g.astype(np.float64) * v).sum())
+            assert abs(analytic - numeric) <= tol * max(abs(numeric), 1.0), \
+                (name, analytic, numeric)
+    return grad
+
+
+def test_rule_swiglu():
+    _check_rule(lambda h: ops.swiglu(h), {"h": moec.Tensor["T", 2 * I, "f32"]},
+                [_random(np.random.default_rng(1), 5, 2 * I)], 1)
+
+
+def test_rule_dense_matmul():
+    def fn(x, w, wt):
+        return (ops.matmul(x, w), ops.matmul(x, wt, transpose_rhs=True))
+    rng = np.random.default_rng(2)
+    _check_rule(fn, {"x": moec.Tensor["T", H, "f32"],
+                     "w": moec.Tensor[H, 6, "f32"],
+                     "wt": moec.Tensor[5, H, "f32"]},
+                [_random(rng, 7, H), _random(rng, H, 6), _random(rng, 5, H)],
+                2)
+
+
+@pytest.mark.parametrize("router", ["qwen3", "mixtral", "deepseek", "plain"])
+def test_rule_router_permute_combine(router):
+    # router_topk -> sort -> permute -> one matmul per expert -> unpermute
+    # with the routing weights: the routing-weight, permute and combine
+    # rules together (the matmul makes a token's k rows differ, else a
+    # renormalized combine would not depend on the logits).
+    options = {"qwen3": dict(renormalize=True),
+               "mixtral": dict(order="topk_then_softmax"),
+               "deepseek": dict(scoring="sigmoid", renormalize=True,
+                                scaling_factor=2.5),
+               "plain": {}}[router]
+
+    def fn(x, logits, bias, w):
+        weights, ids = ops.router_topk(
+            logits, K, bias=bias if router == "deepseek" else None, **options)
+        _, slots, offsets = ops.sort_by_expert(ids, E)
+        rows = ops.permute(x, slots, offsets, K)
+        h = ops.grouped_matmul(rows, w, offsets, transpose_rhs=True)
+        return ops.unpermute(h, slots, offsets, K, weights=weights), ids
+
+    rng = np.random.default_rng(4)
+    _check_rule(fn, {"x": moec.Tensor["T", H, "f32"],
+                     "logits": moec.Tensor["T", E, "f32"],
+                     "bias": moec.Tensor[E, "f32"],
+                     "w": moec.Tensor[E, H, H, "f32"]},
+                [_random(rng, 6, H), _random(rng, 6, E), _random(rng, E),
+                 _random(rng, E, H, H, scale=H ** -0.5)], 4,
+                wrt=["x", "logits", "w"])
+
+
+@pytest.mark.parametrize("transpose_rhs", [False, True])
+def test_rule_gathered_grouped_matmul(transpose_rhs):
+    def fn(x, logits, w):
+        weights, ids = ops.router_topk(logits, K)
+        _, slots, offsets = ops.sort_by_expert(ids, E)
+        h = ops.grouped_matmul(x, w, offsets, gather=slots, k=K,
+                               transpose_rhs=transpose_rhs)
+        return ops.unpermute(h, slots, offsets, K), ids
+
+    rng = np.random.default_rng(6)
+    w_shape = (E, 12, H) if transpose_rhs else (E, H, 12)
+    grad = _check_rule(fn, {"x": moec.Tensor["T", H, "f32"],
+                            "logits": moec.Tensor["T", E, "f32"],
+                            "w": moec.Tensor[w_shape + ("f32",)]},
+                       [_random(rng, 7, H), _random(rng, 7, E),
+                        _random(rng, *w_shape, scale=0.3)], 6)
+    # The logits reach no result (an unweighted combine): left out.
+    assert grad.wrt == ["x", "w"]

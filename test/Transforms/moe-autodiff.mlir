@@ -1,0 +1,136 @@
+// RUN: moec-opt %s -split-input-file -moe-autodiff | FileCheck %s
+// RUN: moec-opt %s -split-input-file -moe-autodiff="save=matmuls" | FileCheck %s --check-prefix=MATMULS
+// RUN: moec-opt %s -split-input-file -moe-autodiff="save=inputs" | FileCheck %s --check-prefix=INPUTS
+// RUN: moec-opt %s -split-input-file -moe-autodiff="wrt=2,3" | FileCheck %s --check-prefix=WEIGHTS
+
+// The transposed-A map of the router weight's gradient (checked below).
+// CHECK-DAG: #[[AT:map[0-9]+]] = affine_map<(d0, d1, d2) -> (d2, d0)>
+// CHECK-DAG: #[[BT:map[0-9]+]] = affine_map<(d0, d1, d2) -> (d2, d1)>
+
+// An MoE block (router, permute, gate_up, SwiGLU, down, weighted combine).
+// @layer stays as it is; @layer_fwd returns what @layer_grad reads.
+// CHECK-LABEL: func.func @layer(
+// CHECK:         moe.sort_by_expert %{{.*}} experts = 4 : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>{{$}}
+// CHECK:         return %{{.*}} : tensor<?x16xbf16>
+// CHECK-LABEL: func.func @layer_fwd(
+// CHECK:         %[[LOGITS:.*]] = linalg.matmul
+// CHECK:         %[[W:.*]], %[[IDS:.*]] = moe.router_topk %[[LOGITS]]
+// CHECK:         %{{.*}}, %[[SLOTS:.*]], %[[OFFS:.*]], %[[POS:.*]] = moe.sort_by_expert
+// CHECK:         %[[ROWS:.*]] = moe.permute
+// CHECK:         %[[H:.*]] = moe.grouped_matmul %[[ROWS]]
+// CHECK:         %[[A:.*]] = moe.swiglu %[[H]]
+// CHECK:         %[[DOWN:.*]] = moe.grouped_matmul %[[A]]
+// CHECK:         %[[Y:.*]] = moe.unpermute %[[DOWN]]
+// CHECK:         return %[[Y]], %[[LOGITS]], %[[W]], %[[IDS]], %[[SLOTS]], %[[OFFS]], %[[POS]], %[[ROWS]], %[[H]], %[[A]], %[[DOWN]] :
+// CHECK-LABEL: func.func @layer_grad(
+// CHECK-SAME:    %[[X:[a-z0-9]+]]: tensor<?x16xbf16>, %[[GW:[a-z0-9]+]]: tensor<4x16xbf16>, %[[WGU:[a-z0-9]+]]: tensor<4x24x16xbf16>, %[[WD:[a-z0-9]+]]: tensor<4x16x12xbf16>,
+// CHECK-SAME:    %[[SLOGITS:[a-z0-9]+]]: tensor<?x4xf32> {moe.name = "saved0", moe.sym = "T"}, %[[SW:[a-z0-9]+]]: tensor<?x2xf32> {moe.name = "saved1", moe.sym = "T"}, %[[SIDS:[a-z0-9]+]]: tensor<?x2xi32> {moe.name = "saved2", moe.sym = "T"},
+// CHECK-SAME:    %[[SSLOTS:[a-z0-9]+]]: tensor<?xi32> {moe.name = "saved3", moe.sym = "rows0"}, %[[SOFFS:[a-z0-9]+]]: tensor<4xi32> {moe.name = "saved4"}, %[[SPOS:[a-z0-9]+]]: tensor<?xi32> {moe.name = "saved5", moe.sym = "rows1"},
+// CHECK-SAME:    %[[SROWS:[a-z0-9]+]]: tensor<?x16xbf16> {moe.name = "saved6", moe.sym = "rows0"}, %[[SH:[a-z0-9]+]]: tensor<?x24xbf16> {moe.name = "saved7", moe.sym = "rows0"}, %[[SA:[a-z0-9]+]]: tensor<?x12xbf16> {moe.name = "saved8", moe.sym = "rows0"}, %[[SDOWN:[a-z0-9]+]]: tensor<?x16xbf16> {moe.name = "saved9", moe.sym = "rows0"},
+// CHECK-SAME:    %[[DY:[a-z0-9]+]]: tensor<?x16xbf16> {moe.name = "grad_result0", moe.sym = "T"})
+// CHECK-SAME:    -> (tensor<?x16xbf16>, tensor<4x16xbf16>, tensor<4x24x16xbf16>, tensor<4x16x12xbf16>)
+// CHECK-SAME:    attributes {moe.grad_of = "layer", moe.saved_results = array<i64: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10>, moe.wrt = array<i64: 0, 1, 2, 3>}
+// CHECK-NOT:     moe.router_topk %
+// CHECK:         %[[DROWS:.*]], %[[DW:.*]] = moe.unpermute_grad %[[DY]], %[[SSLOTS]], %[[SOFFS]] k = 2 positions(%[[SPOS]] : tensor<?xi32>) weights(%[[SW]], %[[SDOWN]] :
+// CHECK:         %[[DA:.*]] = moe.grouped_matmul %[[DROWS]], %[[WD]], %[[SOFFS]] : tensor<?x16xbf16>, tensor<4x16x12xbf16>, tensor<4xi32> -> tensor<?x12xbf16>
+// CHECK:         %[[DWD:.*]] = moe.grouped_matmul %[[DROWS]], %[[SA]], %[[SOFFS]] {mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x12xbf16>, tensor<4xi32> -> tensor<4x16x12xbf16>
+// CHECK:         %[[DH:.*]] = moe.swiglu_grad %[[SH]], %[[DA]]
+// CHECK:         %[[DR:.*]] = moe.grouped_matmul %[[DH]], %[[WGU]], %[[SOFFS]] : tensor<?x24xbf16>, tensor<4x24x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
+// CHECK:         %[[DWGU:.*]] = moe.grouped_matmul %[[DH]], %[[SROWS]], %[[SOFFS]] {mode = #moe.mode<weight_grad>}
+// CHECK:         %[[DT:.*]] = moe.permute_grad %[[DR]], %[[SSLOTS]], %[[SOFFS]] k = 2 positions(%[[SPOS]] : tensor<?xi32>)
+// CHECK:         %[[DL:.*]] = moe.router_topk_grad %[[SLOGITS]], %[[SIDS]], %[[DW]] {renormalize} : tensor<?x4xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x4xf32>
+// The router's input gradient dlogits · gate_w, summed with the experts'.
+// CHECK:         %[[DXR:.*]] = linalg.matmul ins(%[[DL]], %[[GW]] : tensor<?x4xf32>, tensor<4x16xbf16>)
+// CHECK:         %[[DX:.*]] = linalg.add ins(%[[DT]], %[[DXR]] : tensor<?x16xbf16>, tensor<?x16xbf16>)
+// The router weight's gradient dlogitsᵀ · x: A read transposed.
+// CHECK:         %[[DGW:.*]] = linalg.matmul indexing_maps = [#[[AT]], #[[BT]], #{{map[0-9]*}}] ins(%[[DL]], %[[X]] : tensor<?x4xf32>, tensor<?x16xbf16>) outs(%{{.*}} : tensor<4x16xbf16>)
+// CHECK:         return %[[DX]], %[[DGW]], %[[DWGU]], %[[DWD]]
+
+// save=matmuls keeps matmul and routing results; the permuted rows and the
+// SwiGLU output are recomputed in the backward.
+// MATMULS-LABEL: func.func @layer_fwd(
+// MATMULS:         return %{{[0-9]+}}, %{{[0-9]+}}, %weights, %ids, %slots, %offsets, %positions, %{{[0-9]+}}, %{{[0-9]+}} :
+// MATMULS-LABEL: func.func @layer_grad(
+// MATMULS-SAME:    moe.saved_results = array<i64: 1, 2, 3, 4, 5, 6, 7, 8>
+// MATMULS:         moe.permute %arg0
+// MATMULS:         moe.swiglu %
+// MATMULS:         moe.unpermute_grad
+
+// save=inputs: the backward takes the forward's inputs and the output
+// gradient only, and recomputes the forward.
+// INPUTS-LABEL: func.func @layer_grad(
+// INPUTS-SAME:    %arg0: tensor<?x16xbf16>, %arg1: tensor<4x16xbf16>, %arg2: tensor<4x24x16xbf16>, %arg3: tensor<4x16x12xbf16>, %arg4: tensor<?x16xbf16> {moe.name = "grad_result0", moe.sym = "T"})
+// INPUTS-SAME:    moe.saved_results = array<i64>
+// INPUTS:         moe.router_topk
+// INPUTS:         moe.sort_by_expert
+// INPUTS:         moe.unpermute_grad
+
+// wrt=2,3 (LoRA-free expert fine-tuning with a frozen router and no input
+// gradient): only the weight gradients, no router or permute gradient.
+// WEIGHTS-LABEL: func.func @layer_grad(
+// WEIGHTS-SAME:    -> (tensor<4x24x16xbf16>, tensor<4x16x12xbf16>)
+// WEIGHTS-SAME:    moe.wrt = array<i64: 2, 3>
+// WEIGHTS-NOT:     moe.router_topk_grad
+// WEIGHTS-NOT:     moe.permute_grad
+// WEIGHTS-NOT:     linalg.matmul
+// WEIGHTS:         return
+func.func @layer(%x: tensor<?x16xbf16>, %gate_w: tensor<4x16xbf16>,
+                 %w_gate_up: tensor<4x24x16xbf16>, %w_down: tensor<4x16x12xbf16>)
+    -> tensor<?x16xbf16> {
+  %c0 = arith.constant 0 : index
+  %tokens = tensor.dim %x, %c0 : tensor<?x16xbf16>
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty(%tokens) : tensor<?x4xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%empty : tensor<?x4xf32>) -> tensor<?x4xf32>
+  %logits = linalg.matmul
+      indexing_maps = [affine_map<(m, n, k) -> (m, k)>,
+                       affine_map<(m, n, k) -> (n, k)>,
+                       affine_map<(m, n, k) -> (m, n)>]
+      ins(%x, %gate_w : tensor<?x16xbf16>, tensor<4x16xbf16>)
+      outs(%acc : tensor<?x4xf32>) -> tensor<?x4xf32>
+  %weights, %ids = moe.router_topk %logits k = 2 {renormalize}
+      : tensor<?x4xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 2
+      : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
+  %h = moe.grouped_matmul %rows, %w_gate_up, %offsets {transpose_rhs}
+      : tensor<?x16xbf16>, tensor<4x24x16xbf16>, tensor<4xi32> -> tensor<?x24xbf16>
+  %a = moe.swiglu %h : tensor<?x24xbf16> -> tensor<?x12xbf16>
+  %down = moe.grouped_matmul %a, %w_down, %offsets {transpose_rhs}
+      : tensor<?x12xbf16>, tensor<4x16x12xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
+  %y = moe.unpermute %down, %slots, %offsets k = 2 weights(%weights : tensor<?x2xf32>)
+      : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
+  return %y : tensor<?x16xbf16>
+}
+
+// -----
+
+// Gathered lhs. With [E, K, N] weights the weight gradient gathers x by
+// slot; with [E, N, K] (transpose_rhs) the rows are permuted once for it.
+// The input gradient of a gathered matmul goes back to tokens through
+// permute_grad. Arguments marked moe.wrt choose what is differentiated.
+// CHECK-LABEL: func.func @gathered_grad(
+// CHECK-SAME:    -> (tensor<?x16xbf16>, tensor<4x16x8xbf16>, tensor<4x8x16xbf16>)
+// CHECK-SAME:    moe.wrt = array<i64: 1, 2, 3>
+// CHECK:         moe.grouped_matmul %{{.*}}, %arg3, %{{.*}} : tensor<?x8xbf16>, tensor<4x8x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
+// CHECK:         %[[ROWS:.*]] = moe.permute %arg1, %{{.*}}, %{{.*}} k = 2 positions
+// CHECK:         moe.grouped_matmul %{{.*}}, %[[ROWS]], %{{.*}} {mode = #moe.mode<weight_grad>} : tensor<?x8xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x8x16xbf16>
+// CHECK:         moe.grouped_matmul %{{.*}}, %arg2, %{{.*}} {transpose_rhs} : tensor<?x8xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
+// CHECK:         moe.permute_grad
+// CHECK:         linalg.add
+// CHECK:         moe.grouped_matmul %arg1, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x8xbf16>, tensor<4xi32> -> tensor<4x16x8xbf16>
+func.func @gathered(%ids: tensor<?x2xi32>, %x: tensor<?x16xbf16> {moe.wrt},
+                    %w1: tensor<4x16x8xbf16> {moe.wrt},
+                    %w2: tensor<4x8x16xbf16> {moe.wrt})
+    -> (tensor<?x8xbf16>, tensor<?x8xbf16>) {
+  %sorted, %slots, %offsets, %positions = moe.sort_by_expert %ids experts = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>, tensor<?xi32>
+  %a = moe.grouped_matmul %x, %w1, %offsets gather(%slots : tensor<?xi32>) {k = 2 : i64}
+      : tensor<?x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<?x8xbf16>
+  %b = moe.grouped_matmul %x, %w2, %offsets gather(%slots : tensor<?xi32>) {k = 2 : i64, transpose_rhs}
+      : tensor<?x16xbf16>, tensor<4x8x16xbf16>, tensor<4xi32> -> tensor<?x8xbf16>
+  %sum = moe.unpermute %a, %slots, %offsets k = 2 positions(%positions : tensor<?xi32>)
+      : tensor<?x8xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x8xbf16>
+  return %sum, %b : tensor<?x8xbf16>, tensor<?x8xbf16>
+}
