@@ -38,12 +38,14 @@
 // CHECK:         %[[DR:.*]] = moe.grouped_matmul %[[DH]], %[[WGU]], %[[SOFFS]] : tensor<?x24xbf16>, tensor<4x24x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
 // CHECK:         %[[DWGU:.*]] = moe.grouped_matmul %[[DH]], %[[SROWS]], %[[SOFFS]] {mode = #moe.mode<weight_grad>}
 // CHECK:         %[[DT:.*]] = moe.permute_grad %[[DR]], %[[SSLOTS]], %[[SOFFS]] k = 2 positions(%[[SPOS]] : tensor<?xi32>)
-// CHECK:         %[[DL:.*]] = moe.router_topk_grad %[[SLOGITS]], %[[SIDS]], %[[DW]] {renormalize} : tensor<?x4xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x4xf32>
+// The logits were accumulated in f32 from bf16 operands: their gradient is
+// bf16, so the router's backward matmuls take like operands.
+// CHECK:         %[[DL:.*]] = moe.router_topk_grad %[[SLOGITS]], %[[SIDS]], %[[DW]] {renormalize} : tensor<?x4xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x4xbf16>
 // The router's input gradient dlogits · gate_w, summed with the experts'.
-// CHECK:         %[[DXR:.*]] = linalg.matmul ins(%[[DL]], %[[GW]] : tensor<?x4xf32>, tensor<4x16xbf16>)
+// CHECK:         %[[DXR:.*]] = linalg.matmul ins(%[[DL]], %[[GW]] : tensor<?x4xbf16>, tensor<4x16xbf16>)
 // CHECK:         %[[DX:.*]] = linalg.add ins(%[[DT]], %[[DXR]] : tensor<?x16xbf16>, tensor<?x16xbf16>)
 // The router weight's gradient dlogitsᵀ · x: A read transposed.
-// CHECK:         %[[DGW:.*]] = linalg.matmul indexing_maps = [#[[AT]], #[[BT]], #{{map[0-9]*}}] ins(%[[DL]], %[[X]] : tensor<?x4xf32>, tensor<?x16xbf16>) outs(%{{.*}} : tensor<4x16xbf16>)
+// CHECK:         %[[DGW:.*]] = linalg.matmul indexing_maps = [#[[AT]], #[[BT]], #{{map[0-9]*}}] ins(%[[DL]], %[[X]] : tensor<?x4xbf16>, tensor<?x16xbf16>) outs(%{{.*}} : tensor<4x16xbf16>)
 // CHECK:         return %[[DX]], %[[DGW]], %[[DWGU]], %[[DWD]]
 
 // save=matmuls keeps matmul and routing results; the permuted rows and the

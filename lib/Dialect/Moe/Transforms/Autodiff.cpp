@@ -204,6 +204,9 @@ void GradientBuilder::accumulate(Value v, Value g) {
     slot = g;
     return;
   }
+  // Only the router's logits take a gradient of another type, and only
+  // when they have one use (rule(RouterTopKOp)).
+  assert(slot.getType() == g.getType() && "gradients of one value differ");
   auto type = cast<RankedTensorType>(slot.getType());
   Value init = emptyLike(type, slot);
   slot =
@@ -358,11 +361,23 @@ LogicalResult GradientBuilder::rule(SwigluOp op) {
 
 LogicalResult GradientBuilder::rule(RouterTopKOp op) {
   Value dWeights = gradOf(op.getWeights());
+  Value logits = op.getLogits();
+  // Logits that a linalg.matmul of bf16 (f16) operands accumulated in f32,
+  // and that nothing else reads, get their gradient in that type: the
+  // router's two backward matmuls then take like operands (the fast
+  // kernels), as under torch.autocast.
+  Type gradType = logits.getType();
+  if (auto matmul = logits.getDefiningOp<linalg::MatmulOp>();
+      matmul && logits.hasOneUse()) {
+    Type a = elementOf(matmul.getInputs()[0]);
+    if (a == elementOf(matmul.getInputs()[1]) && a != elementOf(logits))
+      gradType = cast<RankedTensorType>(logits.getType()).clone(a);
+  }
   auto grad = create<RouterTopKGradOp>(
-      op.getLoc(), op.getLogits().getType(), P(op.getLogits()), P(op.getIds()),
-      dWeights, op.getScoringAttr(), op.getOrderAttr(), op.getRenormalizeAttr(),
+      op.getLoc(), gradType, P(logits), P(op.getIds()), dWeights,
+      op.getScoringAttr(), op.getOrderAttr(), op.getRenormalizeAttr(),
       op.getScalingFactorAttr());
-  accumulate(op.getLogits(), grad.getGradLogits());
+  accumulate(logits, grad.getGradLogits());
   return success();
 }
 
