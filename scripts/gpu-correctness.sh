@@ -76,7 +76,8 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_tile_buckets gmm_ws_swiglu_gather gmm_ws_row_scale \
              gmm_ws_aligned_long_k gmm_cl_swiglu_gather gmm_cl_row_scale \
              gmm_cl_aligned_long_k gmm_kn_row_scale gmm_kn_gather \
-             gmm_kn_cl_swiglu dense_kn gmm_wgrad_rows gmm_wgrad_gather_ws; do
+             gmm_kn_cl_swiglu dense_kn gmm_wgrad_rows gmm_wgrad_gather_ws \
+             dense_at_b dense_at_b_narrow; do
   for t in 1 45 3000; do
     run hopper.moecb $entry $t uniform --iters 5
   done
@@ -84,6 +85,12 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
     run hopper.moecb $entry 300 $routing --iters 5
   done
 done
+# The gathered weight gradient at the default tile: its grouped gradient
+# has T*k rows (symbol M).
+for t in 1 45 3000; do
+  run hopper.moecb gmm_wgrad_gather $t uniform --sym M=$((2 * t)) --iters 5
+done
+run hopper.moecb gmm_wgrad_gather 300 one-expert --sym M=600 --iters 5
 # permute / unpermute backward: the row gradients are inputs of the aligned
 # capacity M = T*k + E*(align-1) (3T+8 for k=3 of 8 experts padded to 2,
 # 8T+48 for k=8 of 16 padded to 4).

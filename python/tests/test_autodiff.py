@@ -242,3 +242,23 @@ def test_rule_gathered_grouped_matmul(transpose_rhs):
                         _random(rng, *w_shape, scale=0.3)], 6)
     # The logits reach no result (an unweighted combine): left out.
     assert grad.wrt == ["x", "w"]
+
+
+def test_training_step_kernels(tmp_path):
+    # bench/kernels/training_step.mlir is what bench/training_step.py
+    # generates, and moe-autodiff derives every layer's backward.
+    import pathlib
+    import subprocess
+    import sys
+    bench = pathlib.Path(__file__).resolve().parents[2] / "bench"
+    out = tmp_path / "training_step.mlir"
+    subprocess.run([sys.executable, str(bench / "training_step.py"),
+                    "--emit-mlir", str(out)], check=True)
+    checked_in = bench / "kernels" / "training_step.mlir"
+    assert out.read_text() == checked_in.read_text(), \
+        "regenerate bench/kernels/training_step.mlir (--emit-mlir)"
+    text = checked_in.read_text()
+    compiler = moec._native.compiler()
+    for key in ("qwen3", "mixtral", "dsv3"):
+        text = compiler.autodiff(text, f"layer_{key}", [], "all")
+        assert f"func.func @layer_{key}_grad(" in text

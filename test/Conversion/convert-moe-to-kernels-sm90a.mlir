@@ -181,3 +181,33 @@ func.func @wgrad(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
       -> tensor<4x200x136xf32>
   return %g : tensor<4x200x136xf32>
 }
+
+// -----
+
+// A dense Aᵀ·B (A read as [K, M]: the router's weight gradient) runs on the
+// weight gradient's kernel with one group: a one-thread kernel writes the
+// row count as its offsets, then the wgmma kernel (M-major A, N-major B)
+// stores into the rank-2 out[row, col].
+// CHECK-LABEL: gpu.func @dense_at_b_k0_matmul_rows(
+// CHECK: memref.store %{{.*}}, %arg0[%{{.*}}] : memref<1xi32>
+// CHECK-LABEL: gpu.func @dense_at_b_k1_matmul_wgmma(
+// CHECK-SAME: %arg2: memref<128x2048xbf16>, %arg3: memref<1xi32>
+// CHECK: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
+// CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}] {{.*}} : memref<128x2048xbf16>, vector<8xbf16>
+// CHECK-LABEL: func.func @dense_at_b(
+// CHECK: gpu.launch_func @dense_at_b_kernels::@dense_at_b_k0_matmul_rows
+// CHECK: gpu.launch_func @dense_at_b_kernels::@dense_at_b_k1_matmul_wgmma
+func.func @dense_at_b(%dl: tensor<?x128xbf16>, %x: tensor<?x2048xbf16>)
+    -> tensor<128x2048xbf16> {
+  %zero = arith.constant 0.0 : bf16
+  %e = tensor.empty() : tensor<128x2048xbf16>
+  %acc = linalg.fill ins(%zero : bf16) outs(%e : tensor<128x2048xbf16>)
+      -> tensor<128x2048xbf16>
+  %y = linalg.matmul
+      indexing_maps = [affine_map<(m, n, k) -> (k, m)>,
+                       affine_map<(m, n, k) -> (k, n)>,
+                       affine_map<(m, n, k) -> (m, n)>]
+      ins(%dl, %x : tensor<?x128xbf16>, tensor<?x2048xbf16>)
+      outs(%acc : tensor<128x2048xbf16>) -> tensor<128x2048xbf16>
+  return %y : tensor<128x2048xbf16>
+}

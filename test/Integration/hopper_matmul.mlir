@@ -27,6 +27,9 @@
 // RUN: moec run %s --entry dense_kn --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_rows --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_gather_ws --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_gather --sym T=45 --sym M=90 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry dense_at_b --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry dense_at_b_narrow --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -273,6 +276,40 @@ func.func @dense_kn(%x: tensor<?x200xbf16>, %w: tensor<200x264xbf16>)
   return %y : tensor<?x264xf32>
 }
 
+// A dense Aᵀ·B (A read transposed, as (k, m)): the weight gradient of a
+// dense layer such as the router's, on the weight gradient's kernel with
+// one group of all T rows. M = 136 (a partial 128-row tile), N = 264.
+func.func @dense_at_b(%dl: tensor<?x136xbf16>, %x: tensor<?x264xbf16>)
+    -> tensor<136x264xbf16> {
+  %zero = arith.constant 0.0 : bf16
+  %e = tensor.empty() : tensor<136x264xbf16>
+  %acc = linalg.fill ins(%zero : bf16) outs(%e : tensor<136x264xbf16>)
+      -> tensor<136x264xbf16>
+  %y = linalg.matmul
+      indexing_maps = [affine_map<(m, n, k) -> (k, m)>,
+                       affine_map<(m, n, k) -> (k, n)>,
+                       affine_map<(m, n, k) -> (m, n)>]
+      ins(%dl, %x : tensor<?x136xbf16>, tensor<?x264xbf16>)
+      outs(%acc : tensor<136x264xbf16>) -> tensor<136x264xbf16>
+  return %y : tensor<136x264xbf16>
+}
+
+// The same with 8 output rows (Mixtral's 8 experts), f32 out.
+func.func @dense_at_b_narrow(%dl: tensor<?x8xbf16>, %x: tensor<?x512xbf16>)
+    -> tensor<8x512xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x512xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<8x512xf32>)
+      -> tensor<8x512xf32>
+  %y = linalg.matmul
+      indexing_maps = [affine_map<(m, n, k) -> (k, m)>,
+                       affine_map<(m, n, k) -> (k, n)>,
+                       affine_map<(m, n, k) -> (m, n)>]
+      ins(%dl, %x : tensor<?x8xbf16>, tensor<?x512xbf16>)
+      outs(%acc : tensor<8x512xf32>) -> tensor<8x512xf32>
+  return %y : tensor<8x512xf32>
+}
+
 // The weight gradient (mode = weight_grad): out[e] = X_eᵀ · dY_e, tiles over
 // (expert, 128 K columns, n columns) reducing over the expert's rows, both
 // operands read N-major (transposed A and B). Rows in order, f32 out, block
@@ -304,4 +341,19 @@ func.func @gmm_wgrad_gather_ws(%x: tensor<?x200xbf16>, %dy: tensor<?x200xbf16>,
       : tensor<?x200xbf16>, tensor<?x200xbf16>, tensor<8xi32>
       -> tensor<8x200x200xbf16>
   return %g : tensor<8x200x200xbf16>
+}
+
+// The same at the default tile (block barriers; gathered rows looked up per
+// slice: the state carried between tiles holds none), k = 2, N = 40: the
+// gate_up weight gradient of a small layer's derived backward.
+func.func @gmm_wgrad_gather(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
+                                {moe.sym = "M"},
+                            %ids: tensor<?x2xi32>) -> tensor<6x48x40xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {mode = #moe.mode<weight_grad>, k = 2 : i64}
+      : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
+      -> tensor<6x48x40xbf16>
+  return %g : tensor<6x48x40xbf16>
 }

@@ -69,7 +69,8 @@ Value KernelEnv::slicesOf(const TileState &t) {
 
 SmallVector<Value> KernelEnv::outIndices(const TileState &t, Value row,
                                          Value col) {
-  if (plan.weightGrad())
+  // [E, K, N] per expert; a dense Aᵀ·B (one group) is [K, N].
+  if (plan.weightGrad() && cast<MemRefType>(args.out.getType()).getRank() == 3)
     return {t.group, row, col};
   return {row, col};
 }

@@ -207,6 +207,18 @@ std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
   v.lhs = buffer(op.getInputs()[0]);
   v.rhs = buffer(op.getInputs()[1]);
   v.out = buffer(op.getResult(0));
+  if (plan->weightGrad()) {
+    // Aᵀ·B on the weight gradient's kernel: one group whose end, the row
+    // count, a one-thread kernel writes as its offsets.
+    KernelBuilder &h = ctx.host();
+    v.offsets = ctx.allocTemp(MemRefType::get({1}, h.getI32Type()), {h.idx(1)});
+    if (failed(launchPerItem(ctx, "rows", h.idx(1), tile,
+                             {v.offsets, ctx.sizes(v.rhs)[0]},
+                             [](KernelBuilder &b, ValueRange a, Value) {
+                               b.storeI32(a[1], a[0], {b.idx(0)});
+                             })))
+      return failure();
+  }
   return launchHopperMatmul(ctx, v, *plan, "wgmma");
 }
 

@@ -103,31 +103,40 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
 /// ran 0.57-0.80x torch._grouped_mm; n = 256 with block barriers 0.86-1.22x
 /// and with a producer warpgroup 0.80-1.13x, ahead only at short
 /// reductions (DeepSeek-V3 T=8192): the tuner picks per shape.
-static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
-                                                moe::TileAttr tile,
-                                                const HopperLimits &limits) {
-  auto lhsType = cast<ShapedType>(op.getLhs().getType());
-  auto outType = cast<ShapedType>(op.getOut().getType());
-  int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
+/// lhs [M, K] and rhs [M, N] reduced over their rows per group into
+/// [K, width]: the weight gradient's plan (also a dense Aᵀ·B's, one group).
+static std::optional<HopperPlan>
+rowReductionPlan(ShapedType lhsType, Type rhsElem, Type outElem, int64_t width,
+                 int64_t experts, moe::TileAttr tile,
+                 const HopperLimits &limits) {
   if (isHopperTile(tile) && tile.getCluster() > 1)
     return std::nullopt;
-  int64_t width = outType.getDimSize(2);
   moe::TileAttr chosen =
       isHopperTile(tile)
           ? tile
           : moe::TileAttr::get(
-                op.getContext(), kBlockM,
+                lhsType.getContext(), kBlockM,
                 !ShapedType::isDynamic(width) && width >= 256 ? 256 : 128,
                 kBlockK, kThreads, 0, 0, 0);
   std::optional<HopperPlan> plan =
-      planFor(lhsType.getElementType(),
-              cast<ShapedType>(op.getRhs().getType()).getElementType(),
-              outType.getElementType(), lhsType.getDimSize(1),
-              outType.getDimSize(2), experts, chosen, limits);
-  if (!plan)
-    return std::nullopt;
-  plan->slotsPerToken = op.getK().value_or(1);
-  plan->layout = {LhsLayout::GroupRowsT, RhsLayout::GroupRowsN};
+      planFor(lhsType.getElementType(), rhsElem, outElem, lhsType.getDimSize(1),
+              width, experts, chosen, limits);
+  if (plan)
+    plan->layout = {LhsLayout::GroupRowsT, RhsLayout::GroupRowsN};
+  return plan;
+}
+
+static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
+                                                moe::TileAttr tile,
+                                                const HopperLimits &limits) {
+  auto outType = cast<ShapedType>(op.getOut().getType());
+  std::optional<HopperPlan> plan = rowReductionPlan(
+      cast<ShapedType>(op.getLhs().getType()),
+      cast<ShapedType>(op.getRhs().getType()).getElementType(),
+      outType.getElementType(), outType.getDimSize(2),
+      cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits);
+  if (plan)
+    plan->slotsPerToken = op.getK().value_or(1);
   return plan;
 }
 
@@ -160,21 +169,31 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
 }
 
 /// The plan for a dense A·Bᵀ (B read as [N, K]) or A·B (B [K, N]): one
-/// group of all rows.
+/// group of all rows; or for Aᵀ·B (A read as [K, M], B [K, N]: a weight
+/// gradient such as the router's), the weight gradient's kernel with one
+/// group of all rows (lowerDense gives it the offsets).
 static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
                                            moe::TileAttr tile,
                                            const HopperLimits &limits) {
-  FailureOr<bool> transposed = matmulTransposesB(op);
-  if (failed(transposed))
+  FailureOr<MatmulLayout> layout = matmulLayout(op);
+  if (failed(layout))
     return std::nullopt;
   auto lhsType = cast<ShapedType>(op.getInputs()[0].getType());
   auto outType = cast<ShapedType>(op.getResult(0).getType());
+  Type rhsElem = cast<ShapedType>(op.getInputs()[1].getType()).getElementType();
+  if (layout->transposeA)
+    return layout->transposeB
+               ? std::nullopt
+               : rowReductionPlan(lhsType, rhsElem, outType.getElementType(),
+                                  outType.getDimSize(1), /*experts=*/1, tile,
+                                  limits);
+  bool transposed = layout->transposeB;
   std::optional<HopperPlan> plan = planFor(
       lhsType.getElementType(),
       cast<ShapedType>(op.getInputs()[1].getType()).getElementType(),
       outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
       /*experts=*/1, tile, limits);
-  if (plan && !*transposed)
+  if (plan && !transposed)
     plan->layout.rhs = RhsLayout::ExpertKN; // B is [K, N]
   return plan;
 }

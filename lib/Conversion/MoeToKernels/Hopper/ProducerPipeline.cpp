@@ -91,7 +91,9 @@ void ProducerPipeline::lookupRows(TileState &t) {
 }
 
 void ProducerPipeline::clearRows(TileState &t) {
-  if (env.args.gather)
+  // The weight gradient carries no rows (stateTypes): it looks them up per
+  // slice.
+  if (env.args.gather && !env.plan.weightGrad())
     t.lhsRows.assign(lhsRowsPerThread(), env.b.i32(-1));
 }
 
