@@ -11,8 +11,17 @@ weighted combine. Weights keep the checkpoint layout: `gate.weight` [E, H],
 `w_gate_up` [E, 2I, H] (gate_proj rows, then up_proj rows) and `w_down`
 [E, H, I]. The forward is the custom op `torch.ops.moec.moe_block` (with a
 fake implementation), so `torch.compile(..., fullgraph=True)` traces a model
-holding MoE blocks without a graph break. Training is not supported yet:
-backward raises NotImplementedError.
+holding MoE blocks without a graph break.
+
+Training: when gradients are needed, the forward runs the kernel pair that
+the compiler pass moe-autodiff derives from the block (Kernel.grad,
+docs/training.md): `moe_block_fwd` returns the output and what the backward
+reads (router logits, routing, the permuted rows, the gate_up, SwiGLU and
+down outputs), `moe_block_grad` returns the gradients of x, the router and
+both expert weights (custom ops `moec::moe_block_train` and
+`moec::moe_block_backward`). `.grad` accumulates as usual; under
+`torch.autocast` to bf16 or f16, f32 blocks run the kernels of that type
+(gradients flow back to the f32 parameters).
 
 `replace_moe_blocks(model)` swaps the sparse MoE blocks of a transformers
 Qwen3-MoE, Mixtral or OLMoE model for MoE blocks (moec.hf).
@@ -27,6 +36,7 @@ from torch import nn
 
 from ._bundle import Bundle, Entry
 from ._compile import Kernel, compile as _compile
+from ._grad import Gradient
 from .layers import ROUTINGS, moe_kernel
 
 
@@ -44,6 +54,8 @@ class _Launcher:
         # self.bundle is replaced by one compiled for a target it lacks.
         self._given_bundle = bundle
         self._kernel: Optional[Kernel] = None
+        self._gradient: Optional[Gradient] = None
+        self._train_bundle: Optional[Bundle] = None
 
     def kernel(self) -> Kernel:
         if self._kernel is None:
@@ -57,6 +69,44 @@ class _Launcher:
         if self.bundle is None or target not in self.bundle.targets:
             self.bundle = _compile(self.kernel(), target, self.tile)
         return self.bundle.entry("moe_block", target)
+
+    def gradient(self) -> Gradient:
+        """The derived forward-with-saves and backward (save="all")."""
+        if self._gradient is None:
+            self._gradient = self.kernel().grad()
+        return self._gradient
+
+    def train_entries(self, device: torch.device) -> tuple:
+        """(moe_block_fwd, moe_block_grad) for the device: from the given
+        bundle when it holds them (compile gradient().module for AOT),
+        else compiled."""
+        target = "host" if device.type == "cpu" else "sm_90a"
+        for bundle in (self._given_bundle, self._train_bundle):
+            if bundle is not None and any(
+                    e.name == "moe_block_grad" and e.target == target
+                    for e in bundle.entries):
+                return (bundle.entry("moe_block_fwd", target),
+                        bundle.entry("moe_block_grad", target))
+        self._train_bundle = _compile(self.gradient().module, target,
+                                      self.tile)
+        return self.train_entries(device)
+
+    def saved_like(self, x: torch.Tensor) -> list:
+        """Empty tensors shaped as moe_block_fwd's results for tokens x
+        (the fake implementation; checked against the kernel's on the
+        first real run): y, router logits, routing weights, ids, slots,
+        offsets, positions, permuted rows, gate_up, SwiGLU and down
+        outputs."""
+        H, I, E, k = self.args
+        T, R = x.shape[0], x.shape[0] * k
+        f32, i32 = torch.float32, torch.int32
+
+        def empty(shape, dtype=x.dtype):
+            return x.new_empty(shape, dtype=dtype)
+        return [empty((T, H)), empty((T, E), f32), empty((T, k), f32),
+                empty((T, k), i32), empty((R,), i32), empty((E,), i32),
+                empty((R,), i32), empty((R, H)), empty((R, 2 * I)),
+                empty((R, I)), empty((R, H))]
 
 
 # The custom op reaches its launcher through an int argument (an op takes no
@@ -87,39 +137,72 @@ def _(x, gate_w, w_gate_up, w_down, launcher):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("moec::moe_block_train", mutates_args=())
+def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
+                     w_gate_up: torch.Tensor, w_down: torch.Tensor,
+                     launcher: int) -> list[torch.Tensor]:
+    """The block's forward for training: [y, *what the backward reads]."""
+    launcher_ = _LAUNCHERS[launcher]
+    fwd, _ = launcher_.train_entries(x.device)
+    outs = list(fwd(x, gate_w, w_gate_up, w_down))
+    expected = launcher_.saved_like(x)
+    if [(o.shape, o.dtype) for o in outs] != \
+            [(e.shape, e.dtype) for e in expected]:
+        raise RuntimeError(
+            "moec.torch: moe_block_fwd's results do not match the shapes "
+            "the fake implementation declares (an internal error): "
+            f"{[(tuple(o.shape), o.dtype) for o in outs]}")
+    return outs
+
+
+@_moe_block_train.register_fake
+def _(x, gate_w, w_gate_up, w_down, launcher):
+    return _LAUNCHERS[launcher].saved_like(x)
+
+
 @torch.library.custom_op("moec::moe_block_backward", mutates_args=())
 def _moe_block_backward(
         grad: torch.Tensor, x: torch.Tensor, gate_w: torch.Tensor,
-        w_gate_up: torch.Tensor, w_down: torch.Tensor, launcher: int
+        w_gate_up: torch.Tensor, w_down: torch.Tensor,
+        saved: list[torch.Tensor], launcher: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of x and the three weights. An op of its own (not a raise
-    inside the autograd formula) so that torch.compile can trace a forward
-    that requires grad: only running the backward fails."""
-    raise NotImplementedError(
-        "moec.torch.MoE has no backward pass yet (training support is "
-        "planned); run it under torch.no_grad() or use a torch MoE block "
-        "for training")
+    """Gradients of x and the three weights: moe_block_grad on the inputs,
+    the saved values and the output's gradient."""
+    _, backward = _LAUNCHERS[launcher].train_entries(x.device)
+    grads = backward(x, gate_w, w_gate_up, w_down, *saved, grad.contiguous())
+    return tuple(grads)
 
 
 @_moe_block_backward.register_fake
-def _(grad, x, gate_w, w_gate_up, w_down, launcher):
+def _(grad, x, gate_w, w_gate_up, w_down, saved, launcher):
     return (torch.empty_like(x), torch.empty_like(gate_w),
             torch.empty_like(w_gate_up), torch.empty_like(w_down))
 
 
 def _setup_context(ctx, inputs, output):
     x, gate_w, w_gate_up, w_down, launcher = inputs
-    ctx.save_for_backward(x, gate_w, w_gate_up, w_down)
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.save_for_backward(x, gate_w, w_gate_up, w_down, *output[1:])
     ctx.launcher = launcher
 
 
-def _backward(ctx, grad):
-    grads = torch.ops.moec.moe_block_backward(grad, *ctx.saved_tensors,
-                                              ctx.launcher)
-    return (*grads, None)
+def _backward(ctx, grads):
+    x, gate_w, w_gate_up, w_down, *saved = ctx.saved_tensors
+    return (*torch.ops.moec.moe_block_backward(
+        grads[0], x, gate_w, w_gate_up, w_down, saved, ctx.launcher), None)
 
 
-_moe_block.register_autograd(_backward, setup_context=_setup_context)
+_moe_block_train.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _no_backward(ctx, grad):
+    raise RuntimeError(
+        "moec.torch: moec::moe_block is the inference op; MoE.forward runs "
+        "moec::moe_block_train when gradients are needed")
+
+
+_moe_block.register_autograd(_no_backward,
+                             setup_context=lambda ctx, inputs, output: None)
 
 
 class MoE(nn.Module):
@@ -175,10 +258,20 @@ class MoE(nn.Module):
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
         self.tile = tile
-        # Fixed here: torch.compile sees a constant.
+        # Fixed here: torch.compile sees a constant. Under autocast the
+        # blocks run the kernels of the autocast type (_launcher_for).
         self._launcher = _launcher_index(
             hidden_size, intermediate_size, num_experts, top_k,
             norm_topk_prob, routing, dtype, tile=tile, bundle=bundle)
+        self._launchers = {dtype: self._launcher}
+
+    def _launcher_for(self, dtype: torch.dtype) -> int:
+        if dtype not in self._launchers:
+            self._launchers[dtype] = _launcher_index(
+                self.hidden_size, self.intermediate_size, self.num_experts,
+                self.top_k, self.norm_topk_prob, self.routing, dtype,
+                tile=self.tile, bundle=None)
+        return self._launchers[dtype]
 
     def kernel(self) -> Kernel:
         """The traced forward kernel (for moec.compile / AOT bundles)."""
@@ -215,13 +308,28 @@ class MoE(nn.Module):
         if x.shape[-1] != self.hidden_size:
             raise ValueError(f"'x': expected last dimension {self.hidden_size}"
                              f", got shape {list(x.shape)}")
-        if x.dtype != self.w_down.dtype:
-            raise ValueError(f"'x': expected dtype {self.w_down.dtype} (the "
-                             f"block's), got {x.dtype}")
+        weights = (self.gate.weight, self.w_gate_up, self.w_down)
+        dtype = self.w_down.dtype
+        device_type = x.device.type
+        if torch.is_autocast_enabled(device_type) and dtype == torch.float32:
+            # Autocast: the kernels of the autocast type on casts of x and
+            # the weights (their gradients flow back through the casts).
+            dtype = torch.get_autocast_dtype(device_type)
+            if dtype not in (torch.bfloat16, torch.float16):
+                dtype = torch.float32
+            x = x.to(dtype)
+            weights = tuple(w.to(dtype) for w in weights)
+        elif x.dtype != dtype:
+            raise ValueError(f"'x': expected dtype {dtype} (the block's), got "
+                             f"{x.dtype}")
+        launcher = self._launcher_for(dtype)
         tokens = x.reshape(-1, self.hidden_size).contiguous()
-        y = torch.ops.moec.moe_block(
-            tokens, self.gate.weight.contiguous(), self.w_gate_up.contiguous(),
-            self.w_down.contiguous(), self._launcher)
+        weights = tuple(w.contiguous() for w in weights)
+        if torch.is_grad_enabled() and (tokens.requires_grad or any(
+                w.requires_grad for w in weights)):
+            y = torch.ops.moec.moe_block_train(tokens, *weights, launcher)[0]
+        else:
+            y = torch.ops.moec.moe_block(tokens, *weights, launcher)
         return y.reshape(x.shape)
 
     def extra_repr(self) -> str:

@@ -1,0 +1,165 @@
+"""Training moec.torch.MoE on the host backend: its gradients against the
+same block in float64 torch autograd (with moec's routing), .grad
+accumulation, torch.autocast, the training custom ops under opcheck, a
+transformers model's gradients after replace_moe_blocks."""
+
+import os
+
+import pytest
+
+if os.environ.get("MOEC_TEST_EXPECT_TORCH") == "1":
+    import torch
+else:
+    torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import moec.torch  # noqa: E402
+from test_torch_moe import make_block, rel  # noqa: E402
+
+pytestmark = pytest.mark.compiler
+GRAD_TOL = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
+
+
+def reference_grads(block, x, dy, ids):
+    """float64 gradients of <dy, block(x)> (x [T, H]) with the experts
+    fixed to `ids` (the kernel's routing: a near tie may go either way)."""
+    params = [t.detach().double().requires_grad_()
+              for t in (x, block.gate.weight, block.w_gate_up, block.w_down)]
+    xd, gate_w, w_gate_up, w_down = params
+    logits = xd @ gate_w.T
+    ids = ids.long()
+    if block.routing == "topk_then_softmax":
+        weights = logits.gather(1, ids).softmax(dim=-1)
+    else:
+        weights = logits.softmax(dim=-1).gather(1, ids)
+        if block.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+    inter = block.intermediate_size
+    out = torch.zeros_like(xd)
+    for e in range(block.num_experts):
+        token, slot = (ids == e).nonzero(as_tuple=True)
+        h = xd[token] @ w_gate_up[e].T
+        a = F.silu(h[:, :inter]) * h[:, inter:]
+        out = out.index_add(0, token,
+                            (a @ w_down[e].T) * weights[token, slot, None])
+    (out * dy.double()).sum().backward()
+    return [p.grad for p in params]
+
+
+def kernel_ids(block, tokens):
+    """The experts the kernel picks (moe_block_fwd's ids)."""
+    outs = torch.ops.moec.moe_block_train(
+        tokens.detach(), block.gate.weight.detach(),
+        block.w_gate_up.detach(), block.w_down.detach(), block._launcher)
+    return outs[3]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("routing,norm", [("softmax_then_topk", True),
+                                          ("topk_then_softmax", True),
+                                          ("softmax_then_topk", False)])
+@pytest.mark.parametrize("tokens", [1, 13])
+def test_gradients_match_float64(dtype, routing, norm, tokens):
+    block = make_block(40, 24, experts=6, k=2, routing=routing,
+                       norm_topk_prob=norm, dtype=dtype, seed=tokens)
+    gen = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, 40, generator=gen).to(dtype).requires_grad_()
+    dy = torch.randn(tokens, 40, generator=gen).to(dtype)
+    y = block(x)
+    assert y.requires_grad and y.dtype == dtype
+    y.backward(dy)
+    want = reference_grads(block, x, dy, kernel_ids(block, x))
+    got = [x.grad, block.gate.weight.grad, block.w_gate_up.grad,
+           block.w_down.grad]
+    for name, g, w in zip(("x", "gate", "w_gate_up", "w_down"), got, want):
+        assert g.dtype == dtype and g.shape == w.shape, name
+        assert rel(g, w) < GRAD_TOL[dtype], name
+
+
+def test_all_tokens_on_one_expert():
+    block = make_block(32, 16, experts=4, k=2, dtype=torch.float32)
+    with torch.no_grad():
+        block.gate.weight[0, 0] = 20.0
+    x = torch.randn(9, 32)
+    x[:, 0] = 1.0
+    x.requires_grad_()
+    dy = torch.randn(9, 32)
+    block(x).backward(dy)
+    ids = kernel_ids(block, x)
+    assert (ids == 0).any(dim=1).all()
+    want = reference_grads(block, x, dy, ids)
+    for g, w in zip((x.grad, block.gate.weight.grad, block.w_gate_up.grad,
+                     block.w_down.grad), want):
+        assert rel(g, w) < GRAD_TOL[torch.float32]
+
+
+def test_grad_accumulates_and_frozen_weights():
+    block = make_block(32, 16, experts=4, k=2, dtype=torch.float32)
+    x = torch.randn(2, 5, 32)  # [..., hidden]: leading dims are flattened
+    block(x).sum().backward()
+    first = block.w_down.grad.clone()
+    block(x).sum().backward()
+    assert torch.allclose(block.w_down.grad, 2 * first, rtol=1e-6, atol=0)
+    # A frozen router and no input gradient: the experts still train.
+    block.zero_grad()
+    block.gate.weight.requires_grad_(False)
+    block(x).sum().backward()
+    assert block.gate.weight.grad is None
+    assert block.w_gate_up.grad is not None and block.w_down.grad is not None
+    # No gradient needed at all: the inference op, no graph.
+    with torch.no_grad():
+        assert not block(x).requires_grad
+
+
+def test_autocast_runs_bf16_and_trains_f32_weights():
+    block = make_block(32, 16, experts=4, k=2, dtype=torch.float32, seed=3)
+    x = torch.randn(7, 32)
+    dy = torch.randn(7, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = block(x)
+    assert y.dtype == torch.bfloat16
+    y.float().backward(dy)
+    assert block.w_gate_up.grad.dtype == torch.float32
+    f32 = make_block(32, 16, experts=4, k=2, dtype=torch.float32, seed=3)
+    f32(x).backward(dy)
+    for a, b in ((block.w_gate_up, f32.w_gate_up), (block.w_down, f32.w_down),
+                 (block.gate.weight, f32.gate.weight)):
+        assert rel(a.grad, b.grad) < 3e-2
+
+
+def test_training_ops_opcheck():
+    block = make_block(40, 20, dtype=torch.float32)
+    x = torch.randn(11, 40, requires_grad=True)
+    args = (x, block.gate.weight, block.w_gate_up, block.w_down,
+            block._launcher)
+    torch.library.opcheck(torch.ops.moec.moe_block_train.default, args,
+                          test_utils=("test_schema", "test_faketensor",
+                                      "test_autograd_registration",
+                                      "test_aot_dispatch_dynamic"))
+
+
+def test_transformers_gradients_after_swap():
+    transformers = pytest.importorskip("transformers") \
+        if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1" else \
+        __import__("transformers")
+    config = transformers.Qwen3MoeConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=48,
+        moe_intermediate_size=16, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+        max_position_embeddings=64)
+    torch.manual_seed(0)
+    original = transformers.AutoModelForCausalLM.from_config(
+        config, dtype=torch.float32)
+    swapped = transformers.AutoModelForCausalLM.from_config(
+        config, dtype=torch.float32)
+    swapped.load_state_dict(original.state_dict())
+    assert moec.torch.replace_moe_blocks(swapped)
+    ids = torch.randint(0, 96, (2, 11), generator=torch.Generator()
+                        .manual_seed(1))
+    for model in (original, swapped):
+        model(input_ids=ids, labels=ids).loss.backward()
+    grads = dict(original.named_parameters())
+    for name, p in swapped.named_parameters():
+        assert p.grad is not None, name
+        assert rel(p.grad, grads[name].grad) < 1e-4, name
