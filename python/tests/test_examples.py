@@ -41,3 +41,18 @@ def test_moe_layer_example_empty_batch_returns_zero_rows(monkeypatch):
                   rng.standard_normal((E, 2 * I, H)).astype(bf16),
                   rng.standard_normal((E, H, I)).astype(bf16))
     assert y.shape == (0, H) and y.dtype == bf16
+
+
+def test_finetune_example(capsys, monkeypatch):
+    # Training a tiny Qwen3-MoE-shaped model with its MoE blocks on moec,
+    # next to plain torch: the loss falls and the curves track (--check).
+    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+    monkeypatch.setattr(sys, "argv", [
+        "finetune_moe.py", "--device", "cpu", "--steps", "40", "--batch", "4",
+        "--seq", "64", "--small", "--check"])
+    runpy.run_path(os.path.join(EXAMPLES, "finetune_moe.py"),
+                   run_name="__main__")
+    out = capsys.readouterr().out
+    assert "loss fell: True" in out and "tracks torch within 5 %: True" in out
