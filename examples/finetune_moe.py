@@ -115,17 +115,24 @@ def main():
     for step in range(0, args.steps, max(1, args.steps // 10)):
         print(f"{step:5d} {torch_losses[step]:11.4f} {moec_losses[step]:10.4f}")
     print(f"final {torch_losses[-1]:11.4f} {moec_losses[-1]:10.4f}")
-    print(f"tokens/s: torch {torch_tps:,.0f}, moec {moec_tps:,.0f} "
-          f"({moec_tps / torch_tps:.2f}x)")
+    if torch_tps and moec_tps:
+        print(f"tokens/s: torch {torch_tps:,.0f}, moec {moec_tps:,.0f} "
+              f"({moec_tps / torch_tps:.2f}x)")
     # bf16 training of two implementations drifts apart slowly: compare the
     # averages of the last quarter of the curves.
     tail = max(1, args.steps // 4)
     torch_tail = sum(torch_losses[-tail:]) / tail
     moec_tail = sum(moec_losses[-tail:]) / tail
     fell = moec_tail < 0.9 * moec_losses[0]
-    tracks = abs(moec_tail - torch_tail) <= 0.05 * torch_tail
+    # Early on the two runs differ only by rounding: a wrong expert gradient
+    # shows there first (later, attention alone could learn the bigrams).
+    early = min(5, args.steps)
+    tracks = abs(moec_tail - torch_tail) <= 0.05 * torch_tail and all(
+        abs(m - t) <= 0.01 * t for m, t in zip(moec_losses[:early],
+                                                 torch_losses[:early]))
     print(f"loss fell: {fell} ({moec_losses[0]:.3f} -> {moec_tail:.3f}); "
-          f"tracks torch within 5 %: {tracks} ({torch_tail:.3f})")
+          f"tracks torch within 5 % (first steps 1 %): {tracks} "
+          f"({torch_tail:.3f})")
     if args.check and not (fell and tracks):
         raise SystemExit(1)
 

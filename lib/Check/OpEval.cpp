@@ -337,22 +337,6 @@ OpResults evalAdd(const rt::RefOp &op, const Operands &x) {
   return {std::move(c)};
 }
 
-/// Softmax or sigmoid scores of one row of logits.
-void rowScores(const double *row, int64_t experts,
-               const ref::RouterOptions &o, std::vector<double> &scores) {
-  scores.resize(experts);
-  if (o.scoring == ref::Scoring::Sigmoid) {
-    for (int64_t e = 0; e < experts; ++e)
-      scores[e] = 1.0 / (1.0 + std::exp(-row[e]));
-    return;
-  }
-  double peak = *std::max_element(row, row + experts), sum = 0;
-  for (int64_t e = 0; e < experts; ++e)
-    sum += scores[e] = std::exp(row[e] - peak);
-  for (double &s : scores)
-    s /= sum;
-}
-
 } // namespace
 
 /// The options moe.router_topk and moe.router_topk_grad share: scoring,
@@ -422,7 +406,7 @@ int64_t excuseRouterTies(const rt::RefOp &op, const DTensor &logits,
     if (!valid)
       continue;
     const double *row = &logits.data[t * experts];
-    rowScores(row, experts, o, scores);
+    ref::rowScores(row, experts, o.scoring, scores);
     double largest = 0;
     for (int64_t e = 0; e < experts; ++e) {
       select[e] = (logitOrder ? row[e] : scores[e]) +

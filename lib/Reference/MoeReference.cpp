@@ -148,11 +148,9 @@ double relativeError(const DTensor &out, const DTensor &ref) {
 // Routing
 //===----------------------------------------------------------------------===//
 
-namespace {
-
-/// The softmax (over the row) or sigmoid scores of one row of logits.
 void rowScores(const double *row, int64_t experts, Scoring scoring,
                std::vector<double> &scores) {
+  scores.resize(experts);
   if (scoring == Scoring::Softmax) {
     double peak = *std::max_element(row, row + experts), sum = 0;
     for (int64_t e = 0; e < experts; ++e)
@@ -164,8 +162,6 @@ void rowScores(const double *row, int64_t experts, Scoring scoring,
       scores[e] = sigmoid(row[e]);
   }
 }
-
-} // namespace
 
 RouterResult routerTopK(const DTensor &logits, const RouterOptions &options) {
   expectRank(logits, "logits", 2);

@@ -107,6 +107,13 @@ class Gradient:
         from ._compile import compile
         return compile(self.module, target, tile, **kwargs)
 
+    def _check_args(self, args, what: str = "args") -> None:
+        names = self.kernel.arg_names
+        if len(args) != len(names):
+            raise TypeError(f"'{what}': {self.kernel.name} takes "
+                            f"{len(names)} arguments ({', '.join(names)}), "
+                            f"got {len(args)}")
+
     def _bundle_for(self, value) -> tuple:
         from ._args import describe
         device = describe(value, self.kernel.arg_names[0]).device
@@ -117,6 +124,7 @@ class Gradient:
 
     def forward(self, *args) -> tuple:
         """Runs `f_fwd`: (f's results, the saved values), both tuples."""
+        self._check_args(args)
         bundle, target = self._bundle_for(args[0])
         out = _as_tuple(bundle.entry(self.forward_name, target)(*args))
         count = len(bundle.entry(self.kernel.name, target).outputs)
@@ -126,6 +134,11 @@ class Gradient:
                  grad_outputs: Sequence) -> tuple:
         """Runs `f_grad`: the gradients of the `wrt` arguments, in order.
         `grad_outputs`: one gradient per floating-point result of f."""
+        self._check_args(args)
+        if len(saved) != len(self.saved_results):
+            raise ValueError(f"'saved': expected the {len(self.saved_results)}"
+                             f" saved values forward() returned, got "
+                             f"{len(saved)}")
         bundle, target = self._bundle_for(args[0])
         entry = bundle.entry(self.backward_name, target)
         expected = len(entry.inputs) - len(args) - len(saved)

@@ -91,22 +91,17 @@ class _Launcher:
                                       self.tile)
         return self.train_entries(device)
 
-    def saved_like(self, x: torch.Tensor) -> list:
-        """Empty tensors shaped as moe_block_fwd's results for tokens x
-        (the fake implementation; checked against the kernel's on the
-        first real run): y, router logits, routing weights, ids, slots,
-        offsets, positions, permuted rows, gate_up, SwiGLU and down
-        outputs."""
+    def saved_specs(self, x: torch.Tensor) -> list:
+        """(shape, dtype) of moe_block_fwd's results for tokens x (save=
+        "all"): y, router logits, routing weights, ids, slots, offsets,
+        positions, permuted rows, gate_up, SwiGLU and down outputs. The fake
+        implementation's, checked against the kernel's on every run."""
         H, I, E, k = self.args
         T, R = x.shape[0], x.shape[0] * k
-        f32, i32 = torch.float32, torch.int32
-
-        def empty(shape, dtype=x.dtype):
-            return x.new_empty(shape, dtype=dtype)
-        return [empty((T, H)), empty((T, E), f32), empty((T, k), f32),
-                empty((T, k), i32), empty((R,), i32), empty((E,), i32),
-                empty((R,), i32), empty((R, H)), empty((R, 2 * I)),
-                empty((R, I)), empty((R, H))]
+        f32, i32, dt = torch.float32, torch.int32, x.dtype
+        return [((T, H), dt), ((T, E), f32), ((T, k), f32), ((T, k), i32),
+                ((R,), i32), ((E,), i32), ((R,), i32), ((R, H), dt),
+                ((R, 2 * I), dt), ((R, I), dt), ((R, H), dt)]
 
 
 # The custom op reaches its launcher through an int argument (an op takes no
@@ -145,19 +140,20 @@ def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
     launcher_ = _LAUNCHERS[launcher]
     fwd, _ = launcher_.train_entries(x.device)
     outs = list(fwd(x, gate_w, w_gate_up, w_down))
-    expected = launcher_.saved_like(x)
-    if [(o.shape, o.dtype) for o in outs] != \
-            [(e.shape, e.dtype) for e in expected]:
+    if [(tuple(o.shape), o.dtype) for o in outs] != \
+            launcher_.saved_specs(x):
         raise RuntimeError(
-            "moec.torch: moe_block_fwd's results do not match the shapes "
-            "the fake implementation declares (an internal error): "
+            "moec.torch: moe_block_fwd's results are not those of "
+            "kernel().grad(save=\"all\") (a bundle compiled from another "
+            "module?): "
             f"{[(tuple(o.shape), o.dtype) for o in outs]}")
     return outs
 
 
 @_moe_block_train.register_fake
 def _(x, gate_w, w_gate_up, w_down, launcher):
-    return _LAUNCHERS[launcher].saved_like(x)
+    return [x.new_empty(shape, dtype=dtype)
+            for shape, dtype in _LAUNCHERS[launcher].saved_specs(x)]
 
 
 @torch.library.custom_op("moec::moe_block_backward", mutates_args=())

@@ -262,3 +262,38 @@ def test_training_step_kernels(tmp_path):
     for key in ("qwen3", "mixtral", "dsv3"):
         text = compiler.autodiff(text, f"layer_{key}", [], "all")
         assert f"func.func @layer_{key}_grad(" in text
+
+
+def test_ops_router_topk_grad():
+    # ops.router_topk_grad written by hand equals the central differences of
+    # router_topk's weights (selection held: the ids must not move).
+    def fn(logits, dw):
+        w, ids = ops.router_topk(logits, 3, scoring="sigmoid",
+                                 renormalize=True, scaling_factor=2.0)
+        d = ops.router_topk_grad(logits, ids, dw, scoring="sigmoid",
+                                 renormalize=True, scaling_factor=2.0)
+        return w, ids, d
+
+    kernel = moec.kernel(fn, signature={"logits": moec.Tensor["T", 8, "f32"],
+                                        "dw": moec.Tensor["T", 3, "f32"]})
+    assert "moe.router_topk_grad" in kernel.module
+    rng = np.random.default_rng(9)
+    logits, dw = _random(rng, 5, 8), _random(rng, 5, 3)
+    w, ids, d = kernel(logits, dw)
+    eps = 1e-2
+    for t, e in [(0, int(ids[0, 0])), (2, int(ids[2, 1])), (4, 0), (1, 7)]:
+        values = []
+        for step in (eps, -eps):
+            moved = logits.copy()
+            moved[t, e] += step
+            w2, ids2, _ = kernel(moved, dw)
+            assert (ids2 == ids).all()
+            values.append(float((w2.astype(np.float64) * dw).sum()))
+        numeric = (values[0] - values[1]) / (2 * eps)
+        assert abs(d[t, e] - numeric) < 2e-3 * max(1.0, abs(numeric))
+    with pytest.raises(ValueError, match="router_topk_grad: 'grad_weights' "
+                                         "must be f32"):
+        moec.kernel(lambda l, g: ops.router_topk_grad(
+            l, ops.router_topk(l, 2)[1], g),
+            signature={"l": moec.Tensor["T", 8, "f32"],
+                       "g": moec.Tensor["T", 2, "bf16"]}).module

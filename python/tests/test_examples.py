@@ -55,4 +55,4 @@ def test_finetune_example(capsys, monkeypatch):
     runpy.run_path(os.path.join(EXAMPLES, "finetune_moe.py"),
                    run_name="__main__")
     out = capsys.readouterr().out
-    assert "loss fell: True" in out and "tracks torch within 5 %: True" in out
+    assert "loss fell: True" in out and "(first steps 1 %): True" in out

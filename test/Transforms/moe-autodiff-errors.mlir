@@ -68,3 +68,15 @@ module {
     return %a : tensor<?x6xbf16>
   }
 }
+
+// -----
+
+// The result's element type must be the operands' (dX and dW multiply the
+// output's gradient with them).
+func.func @f32_out(%x: tensor<?x16xbf16>, %w: tensor<4x24x16xbf16>, %offsets: tensor<4xi32>)
+    -> tensor<?x24xf32> {
+  // expected-error @+1 {{moe-autodiff: the gradient rule needs the result in the operands' element type ('bf16'), got 'f32'}}
+  %h = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}
+      : tensor<?x16xbf16>, tensor<4x24x16xbf16>, tensor<4xi32> -> tensor<?x24xf32>
+  return %h : tensor<?x24xf32>
+}

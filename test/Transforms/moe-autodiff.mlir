@@ -136,3 +136,22 @@ func.func @gathered(%ids: tensor<?x2xi32>, %x: tensor<?x16xbf16> {moe.wrt},
       : tensor<?x8xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x8xbf16>
   return %sum, %b : tensor<?x8xbf16>, tensor<?x8xbf16>
 }
+
+// -----
+
+// An op without a rule is fine where no differentiable argument reaches it
+// (a quantized copy of a frozen input returned next to the result).
+// CHECK-LABEL: func.func @frozen_side_grad(
+// CHECK-SAME:    -> tensor<?x24xbf16>
+// CHECK-SAME:    moe.wrt = array<i64: 2>
+// CHECK-NOT:     moe.quantize
+// CHECK:         moe.swiglu_grad
+func.func @frozen_side(%y: tensor<?x256xbf16>, %c: tensor<?x24xbf16>,
+                       %x: tensor<?x24xbf16> {moe.wrt}, %z: tensor<?x24xbf16>)
+    -> (tensor<?x12xbf16>, tensor<?x12xbf16>, tensor<?x256xf8E4M3FN>,
+        tensor<?x2xf32>) {
+  %a = moe.swiglu %x : tensor<?x24xbf16> -> tensor<?x12xbf16>
+  %b = moe.swiglu %z : tensor<?x24xbf16> -> tensor<?x12xbf16>
+  %q, %s = moe.quantize %y group_size = 128 : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+  return %a, %b, %q, %s : tensor<?x12xbf16>, tensor<?x12xbf16>, tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+}

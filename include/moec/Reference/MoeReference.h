@@ -70,6 +70,11 @@ struct RouterResult {
   ITensor ids;     ///< [T, k]
 };
 
+/// The softmax (over the row) or sigmoid scores of one row of E logits,
+/// into `scores` (resized to E).
+void rowScores(const double *row, int64_t experts, Scoring scoring,
+               std::vector<double> &scores);
+
 /// moe.router_topk on logits [T, E].
 RouterResult routerTopK(const DTensor &logits, const RouterOptions &options);
 

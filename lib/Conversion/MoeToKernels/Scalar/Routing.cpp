@@ -308,7 +308,14 @@ LogicalResult scalar::emitRouterTopKGrad(moe::RouterTopKGradOp op,
             Value s = scoreOf(x);
             Value others = b.select(b.eq(e, top), b.fdiv(restSum, sum),
                                     b.fsub(b.f32(1), s));
-            Value rest = b.fsub(mix, b.fmul(at(dp, mm), at(p, mm)));
+            // Σ_{j≠m} dp_j p_j summed directly (mix − dp_m p_m would cancel
+            // when p_m is near 1).
+            Value rest = b.loop(
+                b.idx(0), K, {zero},
+                [&](Value j, ValueRange it) -> SmallVector<Value> {
+                  Value term = b.fmul(at(dp, j), at(p, j));
+                  return {b.fadd(it[0], b.select(b.eq(j, mm), zero, term))};
+                })[0];
             Value own = b.fsub(b.fmul(at(dp, mm), others), rest);
             grad = b.select(selected, b.fmul(s, own),
                             b.fsub(zero, b.fmul(s, mix)));

@@ -165,8 +165,12 @@ LogicalResult RouterTopKGradOp::verify() {
     return emitOpError() << "dimension 1 of operand 'ids' (k) must be static, "
                             "got "
                          << getIds().getType();
-  if (failed(expectTopK(op, k)))
-    return failure();
+  if (k < 1 || k > kMaxTopK)
+    return emitOpError() << "dimension 1 of operand 'ids' (k) must be in [1, "
+                         << kMaxTopK
+                         << "] (the kernels unroll their per-token loops over "
+                            "k), got "
+                         << k;
   if (k > numExperts)
     return emitOpError() << "k (" << k
                          << ", the columns of 'ids') must not exceed the "

@@ -292,6 +292,12 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
            << " (differentiate the unfused form: the fusion passes run "
               "after moe-autodiff)";
 
+  // dX and dW multiply the output's gradient with the weights and the rows,
+  // which must then share their element type.
+  if (elementOf(op.getOut()) != elementOf(op.getRhs()))
+    return op.emitOpError("moe-autodiff: the gradient rule needs the result "
+                          "in the operands' element type (")
+           << elementOf(op.getRhs()) << "), got " << elementOf(op.getOut());
   Location loc = op.getLoc();
   Value dY = gradOf(op.getOut());
   Value lhs = op.getLhs(), rhs = op.getRhs(), offsets = P(op.getOffsets());
@@ -306,10 +312,11 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
   FloatAttr one = builder.getF32FloatAttr(1.0f);
 
   // The rows of the lhs as the matmul read them: [M, K].
-  auto rowsType = RankedTensorType::get(
-      {cast<RankedTensorType>((slots ? slots : lhs).getType()).getDimSize(0),
-       kDim},
-      elementOf(lhs));
+  auto rowsType =
+      slots ? RankedTensorType::get(
+                  {cast<RankedTensorType>(slots.getType()).getDimSize(0), kDim},
+                  elementOf(lhs))
+            : cast<RankedTensorType>(lhs.getType());
   if (active(lhs)) {
     // dX = dY · W_e (or dY · W_eᵀ): the same weights read the other way.
     UnitAttr flip = transposed ? UnitAttr() : builder.getUnitAttr();
@@ -370,7 +377,8 @@ LogicalResult GradientBuilder::rule(RouterTopKOp op) {
   if (auto matmul = logits.getDefiningOp<linalg::MatmulOp>();
       matmul && logits.hasOneUse()) {
     Type a = elementOf(matmul.getInputs()[0]);
-    if (a == elementOf(matmul.getInputs()[1]) && a != elementOf(logits))
+    if (isa<BFloat16Type, Float16Type>(a) &&
+        a == elementOf(matmul.getInputs()[1]) && elementOf(logits).isF32())
       gradType = cast<RankedTensorType>(logits.getType()).clone(a);
   }
   auto grad = create<RouterTopKGradOp>(
@@ -415,7 +423,7 @@ LogicalResult GradientBuilder::rule(linalg::MatmulOp op) {
   if (active(a)) {
     // dA [M, K] = dC · Bᵀ, or dC · B when B is [N, K]: (m, n') · (n', k).
     auto type = cast<RankedTensorType>(a.getType());
-    accumulate(a, matmul(dC, P(b), type, dC,
+    accumulate(a, matmul(dC, P(b), type, P(a),
                          {map({m, k}), transposeB ? map({k, n}) : map({n, k}),
                           map({m, n})}));
   }
@@ -431,9 +439,12 @@ LogicalResult GradientBuilder::rule(linalg::MatmulOp op) {
 }
 
 LogicalResult GradientBuilder::differentiate(Operation *op) {
+  // Results seeded by the output gradients of ops that no differentiable
+  // argument reaches have nothing to pass on.
   bool anyGrad = llvm::any_of(op->getResults(),
                               [&](Value r) { return gradOf(r) != Value(); });
-  if (!anyGrad)
+  if (!anyGrad ||
+      llvm::none_of(op->getOperands(), [&](Value v) { return active(v); }))
     return success();
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<UnpermuteOp, PermuteOp, GroupedMatmulOp, SwigluOp, RouterTopKOp,
