@@ -36,7 +36,7 @@ from torch import nn
 
 from ._bundle import Bundle, Entry
 from ._compile import Kernel, compile as _compile
-from ._grad import Gradient
+from ._grad import SAVE_POLICIES, Gradient
 from .layers import ROUTINGS, moe_kernel
 
 
@@ -46,9 +46,10 @@ class _Launcher:
     compile and (on the host) JIT their kernel once."""
 
     def __init__(self, hidden_size, intermediate_size, num_experts, top_k,
-                 norm_topk_prob, routing, dtype, tile, bundle):
+                 norm_topk_prob, routing, dtype, save, tile, bundle):
         self.args = (hidden_size, intermediate_size, num_experts, top_k)
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
+        self.save = save
         self.dtype, self.tile, self.bundle = dtype, tile, bundle
         # Keeps the given bundle alive (its id is part of the key) after
         # self.bundle is replaced by one compiled for a target it lacks.
@@ -71,9 +72,9 @@ class _Launcher:
         return self.bundle.entry("moe_block", target)
 
     def gradient(self) -> Gradient:
-        """The derived forward-with-saves and backward (save="all")."""
+        """The derived forward-with-saves and backward."""
         if self._gradient is None:
-            self._gradient = self.kernel().grad()
+            self._gradient = self.kernel().grad(save=self.save)
         return self._gradient
 
     def train_entries(self, device: torch.device) -> tuple:
@@ -92,16 +93,23 @@ class _Launcher:
         return self.train_entries(device)
 
     def saved_specs(self, x: torch.Tensor) -> list:
-        """(shape, dtype) of moe_block_fwd's results for tokens x (save=
-        "all"): y, router logits, routing weights, ids, slots, offsets,
-        positions, permuted rows, gate_up, SwiGLU and down outputs. The fake
+        """(shape, dtype) of moe_block_fwd's results for tokens x: y, then
+        what the save policy keeps (docs/training.md): "all": router
+        logits, routing weights, ids, slots, offsets, positions, permuted
+        rows, gate_up, SwiGLU and down outputs; "matmuls": the same without
+        the permuted rows and the SwiGLU output; "inputs": none. The fake
         implementation's, checked against the kernel's on every run."""
         H, I, E, k = self.args
         T, R = x.shape[0], x.shape[0] * k
         f32, i32, dt = torch.float32, torch.int32, x.dtype
-        return [((T, H), dt), ((T, E), f32), ((T, k), f32), ((T, k), i32),
-                ((R,), i32), ((E,), i32), ((R,), i32), ((R, H), dt),
-                ((R, 2 * I), dt), ((R, I), dt), ((R, H), dt)]
+        if self.save == "inputs":
+            return [((T, H), dt)]
+        routing = [((T, E), f32), ((T, k), f32), ((T, k), i32), ((R,), i32),
+                   ((E,), i32), ((R,), i32)]
+        if self.save == "matmuls":
+            return [((T, H), dt)] + routing + [((R, 2 * I), dt), ((R, H), dt)]
+        return [((T, H), dt)] + routing + [((R, H), dt), ((R, 2 * I), dt),
+                                           ((R, I), dt), ((R, H), dt)]
 
 
 # The custom op reaches its launcher through an int argument (an op takes no
@@ -139,13 +147,15 @@ def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
     """The block's forward for training: [y, *what the backward reads]."""
     launcher_ = _LAUNCHERS[launcher]
     fwd, _ = launcher_.train_entries(x.device)
-    outs = list(fwd(x, gate_w, w_gate_up, w_down))
+    outs = fwd(x, gate_w, w_gate_up, w_down)
+    # An entry with one result (save="inputs": y alone) returns it bare.
+    outs = list(outs) if isinstance(outs, tuple) else [outs]
     if [(tuple(o.shape), o.dtype) for o in outs] != \
             launcher_.saved_specs(x):
         raise RuntimeError(
             "moec.torch: moe_block_fwd's results are not those of "
-            "kernel().grad(save=\"all\") (a bundle compiled from another "
-            "module?): "
+            f"kernel().grad(save={launcher_.save!r}) (a bundle compiled "
+            "from another module?): "
             f"{[(tuple(o.shape), o.dtype) for o in outs]}")
     return outs
 
@@ -207,7 +217,10 @@ class MoE(nn.Module):
     `routing="softmax_then_topk"` with `norm_topk_prob` is Qwen3 (and
     Qwen3.5, OLMoE without renormalization); `routing="topk_then_softmax"`
     is Mixtral. `dtype` (of the weights and of x): torch.bfloat16,
-    torch.float16 or torch.float32. `bundle`: a precompiled bundle of
+    torch.float16 or torch.float32. `save`: what a training forward keeps
+    for the backward: "all" (fastest), "matmuls" (the backward recomputes
+    the permuted rows and SwiGLU: less memory) or "inputs" (it recomputes
+    the whole forward). `bundle`: a precompiled bundle of
     `kernel()` (e.g. `moec.load(path)` on a machine without the compiler);
     otherwise the kernel is compiled for the input's device on first use
     (cached on disk, and shared by the blocks of one configuration).
@@ -218,10 +231,10 @@ class MoE(nn.Module):
                  routing: str = "softmax_then_topk",
                  dtype: torch.dtype = torch.bfloat16, device=None,
                  bundle: Optional[Bundle] = None,
-                 tile: Optional[dict] = None):
+                 tile: Optional[dict] = None, save: str = "all"):
         super().__init__()
         self._configure(hidden_size, intermediate_size, num_experts, top_k,
-                        norm_topk_prob, routing, dtype, bundle, tile)
+                        norm_topk_prob, routing, dtype, bundle, tile, save)
         factory = dict(dtype=dtype, device=device)
         self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
         self.w_gate_up = nn.Parameter(torch.empty(
@@ -232,7 +245,8 @@ class MoE(nn.Module):
         nn.init.normal_(self.w_down, std=intermediate_size ** -0.5)
 
     def _configure(self, hidden_size, intermediate_size, num_experts, top_k,
-                   norm_topk_prob, routing, dtype, bundle, tile) -> None:
+                   norm_topk_prob, routing, dtype, bundle, tile,
+                   save: str = "all") -> None:
         """Checks and sets the configuration; no parameters (moec.hf's
         block adopts a transformers block's own)."""
         if routing not in ROUTINGS:
@@ -250,15 +264,18 @@ class MoE(nn.Module):
         if dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise ValueError(f"'dtype': expected torch.bfloat16, torch.float16"
                              f" or torch.float32, got {dtype}")
+        if save not in SAVE_POLICIES:
+            raise ValueError(f"'save': expected one of "
+                             f"{', '.join(SAVE_POLICIES)}, got {save!r}")
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
-        self.tile = tile
+        self.tile, self.save = tile, save
         # Fixed here: torch.compile sees a constant. Under autocast the
         # blocks run the kernels of the autocast type (_launcher_for).
         self._launcher = _launcher_index(
             hidden_size, intermediate_size, num_experts, top_k,
-            norm_topk_prob, routing, dtype, tile=tile, bundle=bundle)
+            norm_topk_prob, routing, dtype, save, tile=tile, bundle=bundle)
         self._launchers = {dtype: self._launcher}
 
     def _launcher_for(self, dtype: torch.dtype) -> int:
@@ -266,7 +283,7 @@ class MoE(nn.Module):
             self._launchers[dtype] = _launcher_index(
                 self.hidden_size, self.intermediate_size, self.num_experts,
                 self.top_k, self.norm_topk_prob, self.routing, dtype,
-                tile=self.tile, bundle=None)
+                self.save, tile=self.tile, bundle=None)
         return self._launchers[dtype]
 
     def kernel(self) -> Kernel:

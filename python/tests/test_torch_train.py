@@ -163,3 +163,23 @@ def test_transformers_gradients_after_swap():
     for name, p in swapped.named_parameters():
         assert p.grad is not None, name
         assert rel(p.grad, grads[name].grad) < 1e-4, name
+
+
+@pytest.mark.parametrize("save", ["matmuls", "inputs"])
+def test_save_policies_give_the_same_gradients(save):
+    # Keeping less for the backward recomputes it there: the same values.
+    x = torch.randn(9, 32, generator=torch.Generator().manual_seed(4))
+    grads = {}
+    for policy in ("all", save):
+        block = moec.torch.MoE(32, 16, 4, 2, dtype=torch.float32, save=policy)
+        torch.manual_seed(5)
+        with torch.no_grad():
+            for p in block.parameters():
+                p.copy_(torch.randn(p.shape) * 0.3)
+        xg = x.clone().requires_grad_()
+        block(xg).sum().backward()
+        grads[policy] = [xg.grad] + [p.grad for p in block.parameters()]
+    for a, b in zip(grads["all"], grads[save]):
+        assert rel(b, a) < 1e-6
+    with pytest.raises(ValueError, match="'save': expected one of"):
+        moec.torch.MoE(32, 16, 4, 2, save="some")
