@@ -75,6 +75,9 @@ class Entry:
         self._symbol_bindings = info["symbols"]
         self.ref_ops = info["ref_ops"]
         self.steps = info["steps"]
+        #: The function's MLIR after fusion and tiling (its signature keeps
+        #: moe-autodiff's attributes, e.g. moe.saved_results).
+        self.source: str = info.get("source", "")
         buffers = info["buffers"]
         self.inputs = [BufferInfo(b["name"], b["dtype"], b["dims"],
                                   self.symbols)

@@ -13,6 +13,17 @@ from ._bundle import Bundle
 SAVE_POLICIES = ("all", "matmuls", "inputs")
 
 
+def grad_attr(module: str, backward_name: str, attr: str) -> list:
+    """An array attribute (moe.wrt, moe.saved_results) of the signature of
+    the backward function `backward_name` in `module` (moe-autodiff's
+    output)."""
+    header = re.search(r"func\.func @" + re.escape(backward_name) + r"\(.*",
+                       module).group(0)
+    found = re.search(attr + r" = array<i64(?:: ([0-9, ]*))?>", header)
+    return [int(v) for v in found.group(1).split(",")] if found.group(1) \
+        else []
+
+
 def _as_tuple(value) -> tuple:
     return value if isinstance(value, tuple) else (value,)
 
@@ -73,12 +84,7 @@ class Gradient:
         return self._module
 
     def _grad_attr(self, attr: str) -> list:
-        """An array attribute of f_grad's signature."""
-        header = re.search(r"func\.func @" + re.escape(self.backward_name) +
-                           r"\(.*", self.module).group(0)
-        found = re.search(attr + r" = array<i64(?:: ([0-9, ]*))?>", header)
-        return [int(v) for v in found.group(1).split(",")] if found.group(1) \
-            else []
+        return grad_attr(self.module, self.backward_name, attr)
 
     @property
     def wrt(self) -> list:

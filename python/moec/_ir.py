@@ -20,21 +20,23 @@ from . import _dtypes
 
 @dataclass(frozen=True)
 class Sym:
-    """A size `coef*T + const` that depends on the token count T."""
+    """A size `coef*T + const` that depends on the token count T (or on
+    another row count an argument declares, `name`)."""
 
     coef: int = 1
     const: int = 0
+    name: str = "T"
 
     def __mul__(self, other: int) -> "Sym":
-        return Sym(self.coef * other, self.const * other)
+        return Sym(self.coef * other, self.const * other, self.name)
 
     __rmul__ = __mul__
 
     def __add__(self, other: int) -> "Sym":
-        return Sym(self.coef, self.const + other)
+        return Sym(self.coef, self.const + other, self.name)
 
     def __str__(self) -> str:
-        text = "T" if self.coef == 1 else f"{self.coef}*T"
+        text = self.name if self.coef == 1 else f"{self.coef}*{self.name}"
         if self.const:
             text += f"+{self.const}" if self.const > 0 else f"{self.const}"
         return text
@@ -62,9 +64,11 @@ def shape_text(shape: Sequence[Dim]) -> str:
 class TensorSpec:
     """The declared type of a kernel argument: `moec.Tensor["T", 2048, "bf16"]`.
 
-    Dimensions are positive ints, or "T" (the token count) as the first
-    dimension; the last item is the element type (a moec name such as "bf16",
-    or a torch / numpy dtype).
+    Dimensions are positive ints, or a row count as the first dimension:
+    "T" (the token count), or another name (e.g. "M" for rows that are not
+    one per token; arguments naming the same symbol have the same size,
+    given to the compiler as `moe.sym`). The last item is the element type
+    (a moec name such as "bf16", or a torch / numpy dtype).
     """
 
     def __init__(self, shape: Sequence[Union[int, str]], dtype):
@@ -72,14 +76,15 @@ class TensorSpec:
         dims: list[Dim] = []
         for i, d in enumerate(shape):
             if isinstance(d, str):
-                if d != "T":
+                if not d.isidentifier():
                     raise ValueError(
-                        f"dimension {i}: the only symbolic size is 'T' (the "
-                        f"token count), got {d!r}")
+                        f"dimension {i}: a symbolic size must be a name such "
+                        f"as 'T' (the token count), got {d!r}")
                 if i != 0:
                     raise ValueError(
-                        f"dimension {i}: 'T' may only be the first dimension")
-                dims.append(T)
+                        f"dimension {i}: a symbolic size ({d!r}) may only be "
+                        f"the first dimension")
+                dims.append(Sym(name=d))
             elif isinstance(d, int) and not isinstance(d, bool) and d > 0:
                 dims.append(d)
             else:
@@ -154,7 +159,14 @@ class Builder:
     def finish(self, results: Sequence[Value]) -> str:
         # moe.name carries the parameter name into the bundle (error messages
         # of launches from a loaded bundle quote it).
-        params = ", ".join(f'{a.name}: {a.type} {{moe.name = "{a.name[1:]}"}}'
+        # moe.sym names a row count other than T (the bundle's symbol).
+        def attrs(a: Value) -> str:
+            text = f'moe.name = "{a.name[1:]}"'
+            if isinstance(a.shape[0], Sym) and a.shape[0].name != "T":
+                text += f', moe.sym = "{a.shape[0].name}"'
+            return text
+
+        params = ", ".join(f"{a.name}: {a.type} {{{attrs(a)}}}"
                            for a in self.args)
         types = ", ".join(r.type for r in results)
         ret = f"({types})" if len(results) != 1 else types

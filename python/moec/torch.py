@@ -290,32 +290,13 @@ class MoE(nn.Module):
         """The traced forward kernel (for moec.compile / AOT bundles)."""
         return _LAUNCHERS[self._launcher].kernel()
 
-    @torch.no_grad()
     def load_hf_state_dict(self, state_dict: dict, prefix: str = "") -> None:
         """Loads a Hugging Face block's weights, `gate.weight` and the experts:
         fused (transformers >= 5: `experts.gate_up_proj` [E, 2I, H],
         `experts.down_proj` [E, H, I]), or per expert with Qwen3-MoE / OLMoE
         names (`experts.{e}.gate_proj/up_proj/down_proj.weight`) or Mixtral
         names (`experts.{e}.w1/w3/w2.weight`)."""
-        def get(key):
-            if prefix + key not in state_dict:
-                raise KeyError(f"state_dict has no '{prefix + key}'")
-            return state_dict[prefix + key]
-
-        self.gate.weight.copy_(get("gate.weight"))
-        if prefix + "experts.gate_up_proj" in state_dict:
-            self.w_gate_up.copy_(get("experts.gate_up_proj"))
-            self.w_down.copy_(get("experts.down_proj"))
-            return
-        qwen = prefix + "experts.0.gate_proj.weight" in state_dict
-        names = (("gate_proj", "up_proj", "down_proj") if qwen
-                 else ("w1", "w3", "w2"))
-        I = self.intermediate_size
-        for e in range(self.num_experts):
-            base = f"experts.{e}."
-            self.w_gate_up[e, :I].copy_(get(base + names[0] + ".weight"))
-            self.w_gate_up[e, I:].copy_(get(base + names[1] + ".weight"))
-            self.w_down[e].copy_(get(base + names[2] + ".weight"))
+        load_hf_experts(self, state_dict, prefix)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.hidden_size:
@@ -350,6 +331,37 @@ class MoE(nn.Module):
                 f"{self.intermediate_size}, num_experts={self.num_experts}, "
                 f"top_k={self.top_k}, routing={self.routing}, norm_topk_prob="
                 f"{self.norm_topk_prob}")
+
+
+@torch.no_grad()
+def load_hf_experts(block: nn.Module, state_dict: dict, prefix: str = "",
+                    first_expert: int = 0) -> None:
+    """Copies a Hugging Face MoE block's router and experts [first_expert,
+    first_expert + len(block.w_down)) into `block` (its `gate`, `w_gate_up`
+    and `w_down`): MoE.load_hf_state_dict, and the local experts of an
+    expert-parallel block."""
+    def get(key):
+        if prefix + key not in state_dict:
+            raise KeyError(f"state_dict has no '{prefix + key}'")
+        return state_dict[prefix + key]
+
+    experts = range(first_expert, first_expert + block.w_down.shape[0])
+    block.gate.weight.copy_(get("gate.weight"))
+    if prefix + "experts.gate_up_proj" in state_dict:
+        block.w_gate_up.copy_(get("experts.gate_up_proj")[experts.start:
+                                                           experts.stop])
+        block.w_down.copy_(get("experts.down_proj")[experts.start:
+                                                    experts.stop])
+        return
+    qwen = prefix + "experts.0.gate_proj.weight" in state_dict
+    names = (("gate_proj", "up_proj", "down_proj") if qwen
+             else ("w1", "w3", "w2"))
+    inter = block.intermediate_size
+    for local, e in enumerate(experts):
+        base = f"experts.{e}."
+        block.w_gate_up[local, :inter].copy_(get(base + names[0] + ".weight"))
+        block.w_gate_up[local, inter:].copy_(get(base + names[1] + ".weight"))
+        block.w_down[local].copy_(get(base + names[2] + ".weight"))
 
 
 def replace_moe_blocks(model: nn.Module, **kwargs) -> list:

@@ -11,14 +11,31 @@ pytestmark = pytest.mark.compiler
 def test_tensor_spec_checks_dims():
     spec = moec.Tensor["T", 2048, "bf16"]
     assert repr(spec) == "Tensor[T, 2048, bf16]"
-    with pytest.raises(ValueError, match="only symbolic size is 'T'"):
-        moec.Tensor["N", 4, "f32"]
+    assert repr(moec.Tensor["M", 4, "f32"]) == "Tensor[M, 4, f32]"
+    with pytest.raises(ValueError, match="must be a name such as 'T'"):
+        moec.Tensor["T*2", 4, "f32"]
     with pytest.raises(ValueError, match="first dimension"):
         moec.Tensor[4, "T", "f32"]
     with pytest.raises(ValueError, match="'dtype': unsupported element type"):
         moec.Tensor[4, "complex64"]
     with pytest.raises(TypeError, match="moec.Tensor"):
         moec.Tensor[4]
+
+
+def test_second_row_symbol_becomes_moe_sym():
+    # Rows that are not one per token (T*k grouped rows next to T tokens)
+    # get their own symbol: moe.sym on the argument, sizes checked apart.
+    @moec.kernel
+    def combine(rows: moec.Tensor["M", 16, "f32"],
+                weights: moec.Tensor["T", 2, "f32"],
+                slots: moec.Tensor["M", "i32"],
+                offsets: moec.Tensor[4, "i32"]):
+        return ops.unpermute(rows, slots, offsets, k=2, weights=weights)
+
+    text = combine.module
+    assert 'moe.name = "rows", moe.sym = "M"' in text
+    assert 'moe.name = "weights"}' in text
+    assert "moe.unpermute" in moec.ir(combine)
 
 
 def test_every_op_traces_and_verifies():

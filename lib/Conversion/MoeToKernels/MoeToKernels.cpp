@@ -566,6 +566,12 @@ LogicalResult FuncLowering::run() {
   attrs->getNumBuffersAttrHelper().setAttr(
       newFunc, hostBuilder.getI32IntegerAttr(numBuffers));
   attrs->getEntryAttrHelper().setAttr(newFunc, hostBuilder.getStringAttr(name));
+  // The function's own attributes (moe-autodiff's moe.grad_of, moe.wrt and
+  // moe.saved_results) stay, so a bundle's source tells a runtime without
+  // the compiler which forward results a backward takes.
+  for (NamedAttribute attr : oldFunc->getDiscardableAttrs())
+    if (!newFunc->hasAttr(attr.getName()))
+      newFunc->setAttr(attr.getName(), attr.getValue());
   oldFunc.erase();
   newFunc.setName(name);
   return success();

@@ -60,6 +60,36 @@ func.func @combine_without_weights(%rows: tensor<?x64xbf16>,
 
 // -----
 
+// Without weights but with the sort's positions (one per slot, T·k of
+// them): the token count is their size over k. The same for a scatter.
+// CHECK-LABEL: func.func @combine_with_positions
+// CHECK-SAME: %[[POS:[^:]*]]: tensor<?xi32>)
+// CHECK-DAG: %[[K:.*]] = arith.constant 2 : index
+// CHECK-DAG: %[[S:.*]] = tensor.dim %[[POS]], %{{.*}} : tensor<?xi32>
+// CHECK: %[[T:.*]] = arith.divui %[[S]], %[[K]] : index
+// CHECK: %[[S2:.*]] = tensor.dim %[[POS]]
+// CHECK: %[[T2:.*]] = arith.divui %[[S2]], %[[K]] : index
+// CHECK: return %[[T]], %[[T2]]
+func.func @combine_with_positions(%rows: tensor<?x64xbf16>,
+                                  %slots: tensor<?xi32>,
+                                  %offsets: tensor<8xi32>,
+                                  %w: tensor<8x64x32xbf16>,
+                                  %positions: tensor<?xi32>) -> (index, index) {
+  %y = moe.unpermute %rows, %slots, %offsets k = 2
+      positions(%positions : tensor<?xi32>)
+      : tensor<?x64xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x64xf32>
+  %z = moe.grouped_matmul %rows, %w, %offsets scatter(%slots : tensor<?xi32>)
+      scatter_positions(%positions : tensor<?xi32>) {k = 2 : i64}
+      : tensor<?x64xbf16>, tensor<8x64x32xbf16>, tensor<8xi32>
+      -> tensor<?x32xbf16>
+  %c0 = arith.constant 0 : index
+  %a = tensor.dim %y, %c0 : tensor<?x64xf32>
+  %b = tensor.dim %z, %c0 : tensor<?x32xbf16>
+  return %a, %b : index, index
+}
+
+// -----
+
 // Column-wise FP8 scales: (M + min(E, M)·(g − 1)) floordiv g blocks.
 // CHECK-LABEL: func.func @colwise_scales
 // CHECK-DAG: %[[E:.*]] = arith.constant 8 : index

@@ -154,7 +154,13 @@ UnpermuteOp::reifyResultShapes(OpBuilder &builder,
                                ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);
   OpFoldResult hidden = s.dim(getRows(), 1);
-  OpFoldResult tokens = getWeights() ? s.dim(getWeights(), 0) : OpFoldResult();
+  // The token count: the weights' rows, or the slot count over k (the
+  // positions have one entry per slot, no padding rows).
+  OpFoldResult tokens;
+  if (getWeights())
+    tokens = s.dim(getWeights(), 0);
+  else if (getPositions())
+    tokens = s.floorDiv(s.dim(getPositions(), 0), s.constant(getK()));
   return success(
       s.fill(getOut(), [&](int64_t d) { return d == 0 ? tokens : hidden; }));
 }
@@ -208,6 +214,9 @@ GroupedMatmulOp::reifyResultShapes(OpBuilder &builder,
       rows = s.dim(getScatterWeights(), 0);
     else if (getGatherSlots())
       rows = s.dim(getLhs(), 0);
+    else if (getScatterPositions())
+      rows = s.floorDiv(s.dim(getScatterPositions(), 0),
+                        s.constant(static_cast<int64_t>(*getK())));
   } else {
     rows = getGatherSlots() ? s.dim(getGatherSlots(), 0) : s.dim(getLhs(), 0);
   }
@@ -287,8 +296,9 @@ std::string moec::moe::unreifiableShapeReason(Operation *op) {
   return llvm::TypeSwitch<Operation *, std::string>(op)
       .Case([&](RouterTopKOp) { return "dynamic k"; })
       .Case([&](UnpermuteOp) {
-        return "a dynamic token count needs `weights` (the number of tokens "
-               "is their first dimension)";
+        return "a dynamic token count needs `weights` or `positions` (the "
+               "number of tokens is the weights' first dimension, the "
+               "positions' over k)";
       })
       .Case([&](PermuteGradOp p) {
         return dynamicDim0(p.getGradTokens())
@@ -297,8 +307,8 @@ std::string moec::moe::unreifiableShapeReason(Operation *op) {
                    : "";
       })
       .Case([&](GroupedMatmulOp) {
-        return "a scatter with a dynamic token count needs `scatter_weights` "
-               "or `gather`";
+        return "a scatter with a dynamic token count needs `scatter_weights`, "
+               "`scatter_positions` or `gather`";
       })
       .Default([](Operation *) { return ""; });
 }

@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Expert parallelism: moec.ep.ExpertParallelMoE against the same layer
+composed in torch (same all-to-alls, torch._grouped_mm), and its two
+all-to-alls against plain all_to_all_single of the same bytes, same inputs,
+same run. One process per GPU (torchrun), NCCL.
+
+    # here (MLIR): the layers' kernels for world size W, one bundle each
+    python3 bench/expert_parallel.py --emit-bundles .device/ep --world 2
+    # on the GPUs (runtime-only moec package and torch):
+    NCCL_NVLS_ENABLE=0 PYTHONPATH=/tmp/rt/python_packages torchrun \\
+        --nproc_per_node 2 bench/expert_parallel.py .device/ep \\
+        --json $OUT/expert_parallel.json
+
+Layers (bf16): Qwen3-30B-A3B (E128 H2048 I768 top-8) and DeepSeek-V3's
+expert shapes (E256 H7168 I2048 top-8), both with softmax top-k routing
+renormalized (DeepSeek-V3's sigmoid / group routing is not in
+ExpertParallelMoE: the expert work and the bytes exchanged are the same).
+T tokens per rank, random router and expert weights (0.02 * N(0, 1)).
+
+Stages (forward), each timed with CUDA events after a barrier, median of
+--iters, the slowest rank's median reported:
+  dispatch  route (router matmul, top-k, sort, permute into the send
+            buffer), the all_to_all of the per-expert counts, the host read
+            of the splits, the all_to_all of the rows
+  compute   the local experts: gate_up + SwiGLU, down (rows grouped by
+            local expert inside the kernels, back in received order)
+  combine   the reverse all_to_all, the weighted combine
+torch runs the same stages: f32 router logits, softmax, top-k,
+renormalize, stable argsort, index_select into the send buffer, the same
+two all-to-alls; received rows sorted by local expert (stable argsort),
+torch._grouped_mm gate_up, silu * mul, torch._grouped_mm down, scattered
+back; the same reverse all-to-all, weighted index_add_ in f32.
+a2a: all_to_all_single of the send buffer alone, then of the results
+alone, with the same splits: the bandwidth ceiling of dispatch + combine
+("a2a %" = a2a time / (dispatch + combine) time, moec's).
+Correctness: moec's output against torch's, ||y - ref|| / ||ref||, over
+the tokens whose k-th and (k+1)-th logits do not nearly tie.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+MODELS = {
+    "qwen3": dict(name="Qwen3-30B-A3B", E=128, H=2048, I=768, k=8),
+    "dsv3": dict(name="DeepSeek-V3", E=256, H=7168, I=2048, k=8),
+}
+TIE_GAP = 1e-2
+
+
+def bundle_path(folder, key, world):
+    return os.path.join(folder, f"ep_{key}_w{world}.moecb")
+
+
+def emit_bundles(folder, world):
+    """Compiles each layer's ep module (forward kernels and their derived
+    backwards) for sm_90a (needs the compiler: run where MLIR is)."""
+    import moec
+    from moec.ep import ep_module
+    os.makedirs(folder, exist_ok=True)
+    for key, m in MODELS.items():
+        text = ep_module(m["H"], m["I"], m["E"], m["k"], world)
+        path = bundle_path(folder, key, world)
+        moec.compile(text, "sm_90a").save(path)
+        print(f"{path}: {os.path.getsize(path) / 1e6:.1f} MB")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("bundles", help="folder of ep_<model>_w<W>.moecb")
+    parser.add_argument("--emit-bundles", action="store_true",
+                        help="compile the bundles into the folder and exit")
+    parser.add_argument("--world", type=int, default=2,
+                        help="world size to compile for (--emit-bundles)")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--tokens", default="4096,16384",
+                        help="tokens per rank")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.emit_bundles:
+        emit_bundles(args.bundles, args.world)
+        return
+    run(args)
+
+
+def run(args):
+    import torch
+    import torch.distributed as dist
+
+    import moec
+    from moec.ep import ExpertParallelMoE, _exchange
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from grouped_gemm import group_ends, rel_err, swiglu
+
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda",
+                                                           local_rank))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    bf16 = torch.bfloat16
+    results = []
+
+    def timed(stages, iters):
+        """{stage: slowest rank's median ms} of a list of (name, fn) run in
+        order, each fn taking the previous one's result."""
+        times = {name: [] for name, _ in stages}
+        for it in range(iters + 2):
+            dist.barrier()
+            torch.cuda.synchronize()
+            value = None
+            events = []
+            for name, fn in stages:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                value = fn(value)
+                end.record()
+                events.append((name, start, end))
+            torch.cuda.synchronize()
+            if it >= 2:  # two warm-ups
+                for name, start, end in events:
+                    times[name].append(start.elapsed_time(end))
+        medians = torch.tensor([statistics.median(times[n])
+                                for n, _ in stages], device="cuda")
+        dist.all_reduce(medians, op=dist.ReduceOp.MAX)
+        return dict(zip((n for n, _ in stages), medians.tolist()))
+
+    for key in args.models.split(","):
+        m = MODELS[key]
+        E, H, I, k = m["E"], m["H"], m["I"], m["k"]
+        bundle = moec.load(bundle_path(args.bundles, key, world))
+        gen = torch.Generator(device="cuda").manual_seed(1234)
+        block = ExpertParallelMoE(H, I, E, k, dtype=bf16, device="cuda",
+                                  bundle=bundle)
+        with torch.no_grad():
+            for p in block.parameters():
+                p.copy_(torch.randn(p.shape, device="cuda", dtype=bf16,
+                                    generator=gen) * 0.02)
+        gate_w, w_gate_up, w_down = (block.gate.weight.detach(),
+                                     block.w_gate_up.detach(),
+                                     block.w_down.detach())
+        local = block.local_experts
+        for T in (int(t) for t in args.tokens.split(",")):
+            gen.manual_seed(1000 * rank + T)
+            x = torch.randn(T, H, device="cuda", dtype=bf16, generator=gen)
+
+            # -- torch: the same stages --------------------------------
+            def t_dispatch(_):
+                logits = x.float() @ gate_w.float().T
+                probs = torch.softmax(logits, dim=-1)
+                weights, ids = torch.topk(probs, k, dim=-1)
+                weights = weights / weights.sum(-1, keepdim=True)
+                flat = ids.flatten()
+                slots = torch.argsort(flat, stable=True)
+                ends = group_ends(flat, E)
+                counts = torch.diff(ends, prepend=ends.new_zeros(1))
+                send = x.index_select(0, slots // k)
+                recv_counts = torch.empty_like(counts)
+                dist.all_to_all_single(recv_counts, counts)
+                splits = torch.stack([counts.view(world, local).sum(1),
+                                      recv_counts.view(world, local)
+                                      .sum(1)]).tolist()
+                rows = _exchange(send, splits[0], splits[1], None)
+                return dict(rows=rows, recv_counts=recv_counts,
+                            splits=splits, weights=weights, slots=slots)
+
+            def t_compute(s):
+                received = s["rows"].shape[0]
+                ids = torch.repeat_interleave(
+                    torch.arange(local, device="cuda").repeat(world),
+                    s["recv_counts"].long(), output_size=received)
+                order = torch.argsort(ids, stable=True)
+                offs = group_ends(ids, local)
+                a = s["rows"].index_select(0, order)
+                g = torch._grouped_mm(a, w_gate_up.transpose(-2, -1),
+                                      offs=offs)
+                d = torch._grouped_mm(swiglu(g), w_down.transpose(-2, -1),
+                                      offs=offs)
+                out = torch.empty_like(d)
+                out[order] = d
+                s["rows"] = out
+                return s
+
+            def t_combine(s):
+                back = _exchange(s["rows"], s["splits"][1], s["splits"][0],
+                                 None)
+                scaled = back.float() * s["weights"].flatten().index_select(
+                    0, s["slots"]).unsqueeze(1)
+                y = torch.zeros(T, H, dtype=torch.float32, device="cuda")
+                y.index_add_(0, s["slots"] // k, scaled)
+                return y.to(bf16)
+
+            # -- moec ---------------------------------------------------
+            def m_dispatch(_):
+                return block.dispatch(x, False)
+
+            def m_compute(s):
+                return block.compute(s)
+
+            def m_combine(s):
+                return block.combine(s)
+
+            with torch.no_grad():
+                ref = t_combine(t_compute(t_dispatch(None)))
+                got = block(x)
+                logits = x.float() @ gate_w.float().T
+                top = torch.topk(logits, k + 1, dim=-1).values
+                clear = (top[:, k - 1] - top[:, k]) > TIE_GAP
+                err = torch.tensor([rel_err(got[clear], ref[clear]),
+                                    rel_err(got, ref)], device="cuda")
+                dist.all_reduce(err, op=dist.ReduceOp.MAX)
+                state = block.dispatch(x, False)
+                send_splits, recv_splits = state["splits"]
+                send = torch.empty(T * k, H, device="cuda", dtype=bf16)
+                moec_t = timed([("dispatch", m_dispatch),
+                                ("compute", m_compute),
+                                ("combine", m_combine)], args.iters)
+                torch_t = timed([("dispatch", t_dispatch),
+                                 ("compute", t_compute),
+                                 ("combine", t_combine)], args.iters)
+                a2a = timed([("send", lambda _: _exchange(
+                    send, send_splits, recv_splits, None)),
+                    ("back", lambda r: _exchange(r, recv_splits,
+                                                 send_splits, None))],
+                    args.iters)
+                moec_layer = timed([("layer", lambda _: block(x))],
+                                   args.iters)["layer"]
+                torch_layer = timed([("layer", lambda _: t_combine(
+                    t_compute(t_dispatch(None))))], args.iters)["layer"]
+            moved = torch.tensor([float(sum(send_splits))],
+                                 device="cuda")  # rows this rank sends
+            dist.all_reduce(moved, op=dist.ReduceOp.MAX)
+            a2a_ms = a2a["send"] + a2a["back"]
+            row = dict(
+                model=m["name"], key=key, world=world, T=T, E=E, H=H, I=I,
+                k=k, err=err[0].item(), err_all_tokens=err[1].item(),
+                moec=moec_t, torch=torch_t, a2a=a2a,
+                moec_layer_ms=moec_layer, torch_layer_ms=torch_layer,
+                ratio=torch_layer / moec_layer,
+                a2a_fraction=a2a_ms / (moec_t["dispatch"] +
+                                       moec_t["combine"]),
+                a2a_GBps=2 * moved.item() * H * 2 / a2a_ms / 1e6,
+                flops_per_rank=2 * T * H * E + 2 * T * k * 3 * H * I)
+            results.append(row)
+            if rank == 0:
+                print(json.dumps(row), flush=True)
+        del block, bundle
+        torch.cuda.empty_cache()
+
+    if rank == 0:
+        print(f"\n{'model':<14} {'T/rank':>6} {'moec ms':>8} "
+              f"{'torch ms':>8} {'ratio':>5} | {'disp':>6} {'comp':>6} "
+              f"{'comb':>6} | {'a2a ms':>6} {'a2a%':>5} {'err':>8}")
+        for r in results:
+            mt = r["moec"]
+            print(f"{r['model']:<14} {r['T']:>6} {r['moec_layer_ms']:>8.3f} "
+                  f"{r['torch_layer_ms']:>8.3f} {r['ratio']:>5.2f} | "
+                  f"{mt['dispatch']:>6.3f} {mt['compute']:>6.3f} "
+                  f"{mt['combine']:>6.3f} | "
+                  f"{r['a2a']['send'] + r['a2a']['back']:>6.3f} "
+                  f"{100 * r['a2a_fraction']:>5.1f} {r['err']:>8.2e}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(device=torch.cuda.get_device_name(),
+                               world=world, results=results), f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+"""Expert parallelism: an MoE block whose experts are split across the ranks
+of a torch.distributed group, moec kernels on each side of the all-to-alls.
+
+    dist.init_process_group("nccl")            # or "gloo" on CPUs
+    block = moec.ep.ExpertParallelMoE(2048, 768, num_experts=128, top_k=8,
+                                      group=dist.group.WORLD).cuda()
+    y = block(x)                               # x: this rank's tokens
+
+Rank r of a group of W holds experts [r * E / W, (r + 1) * E / W) (the
+global ids of the contiguous slice `block.experts`) and a replicated
+router. One forward, on every rank (docs/expert_parallel.md):
+
+1. `ep_dispatch` (one moec kernel): router matmul, top-k, sort by expert,
+   and the permute that writes the send buffer. Experts are numbered rank
+   by rank, so rows sorted by global expert are already grouped by
+   destination rank, then by its local expert: the buffer goes out as it
+   is, no second copy.
+2. The per-expert counts go through one `all_to_all_single` (every rank
+   learns how many rows it receives for each local expert from each
+   source), then the rows through another (uneven splits).
+3. `ep_experts` (one moec kernel): the received rows, grouped by local
+   expert inside the kernel (the sort's gather fused into the gate_up
+   grouped matmul's prologue), gate_up + SwiGLU, down, and back to the
+   received order.
+4. The reverse `all_to_all_single`, then `ep_combine` (one moec kernel):
+   the weighted combine of each token's k rows (the routing weights never
+   leave their rank).
+
+Backward runs the same path in reverse: each kernel's backward is derived
+by moe-autodiff (Kernel.grad) and the all-to-alls exchange the gradients.
+The router is replicated: each rank's `gate.weight.grad` covers its own
+tokens, so sum it over the group as for any replicated parameter (DDP,
+or `dist.all_reduce`); the experts' gradients are complete on their rank.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import _native, ops
+from ._bundle import Bundle, Entry
+from ._compile import Kernel, compile as _compile
+from ._dtypes import canonical
+from ._grad import SAVE_POLICIES, grad_attr
+from ._ir import Tensor
+
+#: The three kernels of one layer and the arguments each differentiates.
+KERNELS = ("ep_dispatch", "ep_experts", "ep_combine")
+_WRT = {"ep_dispatch": ("x", "gate_w"),
+        "ep_experts": ("rows", "w_gate_up", "w_down"),
+        "ep_combine": ("rows", "weights")}
+
+
+def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
+               top_k: int, world_size: int, *, norm_topk_prob: bool = True,
+               routing: str = "softmax_then_topk", dtype="bf16") -> list:
+    """The three moec kernels of an expert-parallel MoE layer over
+    `world_size` ranks: [ep_dispatch, ep_experts, ep_combine]."""
+    H, I, E, k, dt = (hidden_size, intermediate_size, num_experts, top_k,
+                      canonical(dtype))
+    if E % world_size:
+        raise ValueError(f"'num_experts' ({E}) must be a multiple of the "
+                         f"world size ({world_size})")
+    local = E // world_size
+
+    def ep_dispatch(x, gate_w):
+        logits = ops.matmul(x, gate_w, transpose_rhs=True)
+        weights, ids = ops.router_topk(
+            logits, k=k, order=routing,
+            renormalize=norm_topk_prob and routing == "softmax_then_topk")
+        _, slots, offsets, positions = ops.sort_by_expert(ids, E,
+                                                          positions=True)
+        send = ops.permute(x, slots, offsets, k=k, positions=positions)
+        return send, weights, slots, offsets, positions
+
+    def ep_experts(rows, ids, w_gate_up, w_down):
+        # One "slot" per received row (k = 1); the positions size the
+        # unweighted combine's output (one row per received row).
+        _, slots, offsets, positions = ops.sort_by_expert(ids, local,
+                                                          positions=True)
+        grouped = ops.permute(rows, slots, offsets, k=1, positions=positions)
+        h = ops.grouped_matmul(grouped, w_gate_up, offsets, transpose_rhs=True)
+        down = ops.grouped_matmul(ops.swiglu(h), w_down, offsets,
+                                  transpose_rhs=True)
+        return ops.unpermute(down, slots, offsets, k=1, positions=positions)
+
+    def ep_combine(rows, weights, slots, offsets, positions):
+        return ops.unpermute(rows, slots, offsets, k=k, weights=weights,
+                             positions=positions)
+
+    i32, f32 = "i32", "f32"
+    return [
+        Kernel(ep_dispatch, signature={"x": Tensor["T", H, dt],
+                                       "gate_w": Tensor[E, H, dt]}),
+        Kernel(ep_experts, signature={
+            "rows": Tensor["T", H, dt], "ids": Tensor["T", 1, i32],
+            "w_gate_up": Tensor[local, 2 * I, H, dt],
+            "w_down": Tensor[local, H, I, dt]}),
+        Kernel(ep_combine, signature={
+            "rows": Tensor["M", H, dt], "weights": Tensor["T", k, f32],
+            "slots": Tensor["M", i32], "offsets": Tensor[E, i32],
+            "positions": Tensor["M", i32]}),
+    ]
+
+
+class _Program:
+    """The kernels of one configuration and their derived backwards, in one
+    module (and so one bundle per target), shared by the blocks of that
+    configuration."""
+
+    def __init__(self, config: tuple, save: str, tile, bundle):
+        hidden, inter, experts, top_k, world, norm, routing, dtype = config
+        self.kernels = {k.name: k for k in ep_kernels(
+            hidden, inter, experts, top_k, world, norm_topk_prob=norm,
+            routing=routing, dtype=dtype)}
+        self.save, self.tile = save, tile
+        self._given = bundle
+        self._module: Optional[str] = None
+        self._bundles: dict = {}
+        self._saved: dict = {}
+
+    @property
+    def module(self) -> str:
+        """ep_dispatch, ep_experts, ep_combine and each one's _fwd / _grad
+        (moe-autodiff), MLIR text."""
+        if self._module is None:
+            compiler = _native.compiler()
+            text = "".join(k.module for k in self.kernels.values())
+            for name, kernel in self.kernels.items():
+                wrt = [kernel.arg_names.index(a) for a in _WRT[name]]
+                text = compiler.autodiff(text, name, wrt, self.save)
+            self._module = text
+        return self._module
+
+    def entry(self, name: str, device: torch.device) -> Entry:
+        """Entry `name` for the device: from the given bundle when it holds
+        it, else compiled (the whole module, once per target)."""
+        target = "host" if device.type == "cpu" else "sm_90a"
+        given = self._given
+        if given is not None and any(e.name == name and e.target == target
+                                     for e in given.entries):
+            return given.entry(name, target)
+        if target not in self._bundles:
+            self._bundles[target] = _compile(self.module, target, self.tile)
+        return self._bundles[target].entry(name, target)
+
+    def saved_results(self, name: str, device: torch.device) -> list:
+        """Which `name_fwd` results `name_grad` takes (from the compiled
+        entry, so a bundle-only machine knows it too)."""
+        key = (name, device.type)
+        if key not in self._saved:
+            grad = self.entry(name + "_grad", device)
+            self._saved[key] = grad_attr(grad.source, grad.name,
+                                         "moe.saved_results")
+        return self._saved[key]
+
+
+_PROGRAMS: dict = {}
+
+
+def _program(config: tuple, save: str, tile, bundle) -> _Program:
+    key = config + (save, tuple(sorted((tile or {}).items())),
+                    None if bundle is None else id(bundle))
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = _Program(config, save, tile, bundle)
+    return _PROGRAMS[key]
+
+
+def _outputs(out) -> tuple:
+    return out if isinstance(out, tuple) else (out,)
+
+
+class _KernelFunction(torch.autograd.Function):
+    """One kernel of the layer under autograd: the forward runs `name_fwd`
+    and keeps what `name_grad` reads; the backward runs `name_grad` on the
+    gradients of the float results and returns those of `_WRT[name]`."""
+
+    @staticmethod
+    def forward(ctx, program, name, *args):
+        device = args[0].device
+        count = len(program.entry(name, device).outputs)
+        out = _outputs(program.entry(name + "_fwd", device)(
+            *args, check_values=False))
+        saved = [out[i] for i in program.saved_results(name, device)]
+        out = out[:count]
+        ctx.program, ctx.name, ctx.arg_count = program, name, len(args)
+        ctx.float_results = [i for i, o in enumerate(out)
+                             if o.is_floating_point()]
+        ctx.mark_non_differentiable(
+            *[o for o in out if not o.is_floating_point()])
+        ctx.save_for_backward(*args, *saved)
+        return out
+
+    @staticmethod
+    def backward(ctx, *grads):
+        values = ctx.saved_tensors
+        args, saved = values[:ctx.arg_count], values[ctx.arg_count:]
+        kernel = ctx.program.kernels[ctx.name]
+        grads = [grads[i].contiguous() for i in ctx.float_results]
+        out = _outputs(ctx.program.entry(ctx.name + "_grad", args[0].device)(
+            *args, *saved, *grads, check_values=False))
+        result = [None] * len(args)
+        for arg, grad in zip(_WRT[ctx.name], out):
+            result[kernel.arg_names.index(arg)] = grad
+        return (None, None, *result)
+
+
+def _call(program: _Program, name: str, args, training: bool) -> tuple:
+    """The results of kernel `name` on `args`, under autograd if training."""
+    if training:
+        return _KernelFunction.apply(program, name, *args)
+    return _outputs(program.entry(name, args[0].device)(*args,
+                                                        check_values=False))
+
+
+class _AllToAll(torch.autograd.Function):
+    """`all_to_all_single` with uneven splits; its backward is the reverse
+    exchange of the gradients."""
+
+    @staticmethod
+    def forward(ctx, rows, send_splits, recv_splits, group):
+        ctx.splits, ctx.group = (send_splits, recv_splits), group
+        return _exchange(rows, send_splits, recv_splits, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_splits, recv_splits = ctx.splits
+        return (_exchange(grad.contiguous(), recv_splits, send_splits,
+                          ctx.group), None, None, None)
+
+
+def _exchange(rows: torch.Tensor, send_splits: list, recv_splits: list,
+              group) -> torch.Tensor:
+    """`rows` [S, ...] out in `send_splits` row blocks, in from every rank
+    in `recv_splits`: [sum(recv_splits), ...]."""
+    out = rows.new_empty((sum(recv_splits),) + tuple(rows.shape[1:]))
+    # Only bytes move: bf16 travels as f16 (gloo has no bf16).
+    word = torch.float16 if rows.dtype == torch.bfloat16 else rows.dtype
+    dist.all_to_all_single(out.view(word), rows.contiguous().view(word),
+                           output_split_sizes=recv_splits,
+                           input_split_sizes=send_splits, group=group)
+    return out
+
+
+class ExpertParallelMoE(nn.Module):
+    """A sparse MoE block (as moec.torch.MoE) whose experts are split over
+    the ranks of `group` (default: the world): this rank holds the router
+    `gate` [E, H] (replicated) and its experts' `w_gate_up` [E/W, 2I, H]
+    and `w_down` [E/W, H, I], global experts `self.experts`. Every rank of
+    the group must call forward (and backward) together, each on its own
+    tokens, any number of them (none too).
+
+    `routing`, `norm_topk_prob`, `dtype` (of the weights and x), `save`
+    and `tile` are moec.torch.MoE's. `bundle`: a precompiled bundle of
+    `ep_module(...)` (moec.compile of it), for a machine without the
+    compiler; otherwise the kernels are compiled for x's device on first
+    use (cached on disk).
+    """
+
+    def __init__(self, hidden_size: int, intermediate_size: int,
+                 num_experts: int, top_k: int, *, group=None,
+                 norm_topk_prob: bool = True,
+                 routing: str = "softmax_then_topk",
+                 dtype: torch.dtype = torch.bfloat16, device=None,
+                 bundle: Optional[Bundle] = None,
+                 tile: Optional[dict] = None, save: str = "all"):
+        super().__init__()
+        from .torch import MoE
+        # MoE's argument checks, without its parameters.
+        MoE._configure(self, hidden_size, intermediate_size, num_experts,
+                       top_k, norm_topk_prob, routing, dtype, bundle, tile,
+                       save)
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("ExpertParallelMoE: torch.distributed is not "
+                               "initialized (call init_process_group first)")
+        self.group = group if group is not None else dist.group.WORLD
+        self.world_size = dist.get_world_size(self.group)
+        self.rank = dist.get_rank(self.group)
+        if num_experts % self.world_size:
+            raise ValueError(f"'num_experts' ({num_experts}) must be a "
+                             f"multiple of the group's size "
+                             f"({self.world_size})")
+        self.local_experts = num_experts // self.world_size
+        first = self.rank * self.local_experts
+        self.experts = range(first, first + self.local_experts)
+        self._program = _program(
+            (hidden_size, intermediate_size, num_experts, top_k,
+             self.world_size, norm_topk_prob, routing, dtype), save, tile,
+            bundle)
+        factory = dict(dtype=dtype, device=device)
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
+        self.w_gate_up = nn.Parameter(torch.empty(
+            self.local_experts, 2 * intermediate_size, hidden_size,
+            **factory))
+        self.w_down = nn.Parameter(torch.empty(
+            self.local_experts, hidden_size, intermediate_size, **factory))
+        nn.init.normal_(self.w_gate_up, std=hidden_size ** -0.5)
+        nn.init.normal_(self.w_down, std=intermediate_size ** -0.5)
+
+    @classmethod
+    def from_moe(cls, block: nn.Module, group=None, **kwargs):
+        """This rank's share of a whole moec.torch.MoE block (its router and
+        its slice of the experts, copied)."""
+        ep = cls(block.hidden_size, block.intermediate_size,
+                 block.num_experts, block.top_k, group=group,
+                 norm_topk_prob=block.norm_topk_prob, routing=block.routing,
+                 dtype=block.w_down.dtype, device=block.w_down.device,
+                 tile=block.tile, save=block.save, **kwargs)
+        with torch.no_grad():
+            ep.gate.weight.copy_(block.gate.weight)
+            ep.w_gate_up.copy_(block.w_gate_up[ep.experts.start:
+                                               ep.experts.stop])
+            ep.w_down.copy_(block.w_down[ep.experts.start:ep.experts.stop])
+        return ep
+
+    def load_hf_state_dict(self, state_dict: dict, prefix: str = "") -> None:
+        """Loads the router and this rank's experts from a Hugging Face
+        block's weights (the names moec.torch.MoE.load_hf_state_dict
+        takes)."""
+        from .torch import load_hf_experts
+        load_hf_experts(self, state_dict, prefix, self.experts.start)
+
+    def kernels(self) -> list:
+        """[ep_dispatch, ep_experts, ep_combine] (moec.Kernel)."""
+        return list(self._program.kernels.values())
+
+    # -- the three stages (forward runs them in turn; bench/ times each) ---
+
+    def _training(self, tokens: torch.Tensor) -> bool:
+        return torch.is_grad_enabled() and (tokens.requires_grad or any(
+            p.requires_grad for p in self.parameters()))
+
+    def dispatch(self, tokens: torch.Tensor, training: bool) -> dict:
+        """Routes this rank's tokens [T, H] and sends their rows to the
+        experts' ranks: the state compute() and combine() continue."""
+        send, weights, slots, offsets, positions = _call(
+            self._program, "ep_dispatch", (tokens, self.gate.weight),
+            training)
+        W, local = self.world_size, self.local_experts
+        counts = torch.diff(offsets, prepend=offsets.new_zeros(1))
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts, group=self.group)
+        splits = torch.stack([counts.view(W, local).sum(1),
+                              recv_counts.view(W, local).sum(1)]).tolist()
+        send_splits, recv_splits = splits
+        received = sum(recv_splits)
+        # The local expert of each received row: from each source, the
+        # rows of expert 0, then 1, ... (its sort order).
+        ids = torch.repeat_interleave(
+            torch.arange(local, dtype=torch.int32,
+                         device=tokens.device).repeat(W),
+            recv_counts.long(), output_size=received).view(received, 1)
+        exchange = _AllToAll.apply if training else _exchange
+        rows = exchange(send, send_splits, recv_splits, self.group)
+        return dict(rows=rows, ids=ids, weights=weights, slots=slots,
+                    offsets=offsets, positions=positions,
+                    splits=(send_splits, recv_splits), training=training)
+
+    def compute(self, state: dict) -> dict:
+        """The local experts on the received rows (in received order)."""
+        state["rows"] = _call(
+            self._program, "ep_experts",
+            (state["rows"], state["ids"], self.w_gate_up, self.w_down),
+            state["training"])[0]
+        return state
+
+    def combine(self, state: dict) -> torch.Tensor:
+        """Sends the expert outputs back and combines each token's k rows:
+        [T, H]."""
+        send_splits, recv_splits = state["splits"]
+        exchange = _AllToAll.apply if state["training"] else _exchange
+        back = exchange(state["rows"], recv_splits, send_splits, self.group)
+        return _call(self._program, "ep_combine",
+                     (back, state["weights"], state["slots"],
+                      state["offsets"], state["positions"]),
+                     state["training"])[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.hidden_size:
+            raise ValueError(f"'x': expected last dimension {self.hidden_size}"
+                             f", got shape {list(x.shape)}")
+        if x.dtype != self.w_down.dtype:
+            raise ValueError(f"'x': expected dtype {self.w_down.dtype} (the "
+                             f"block's), got {x.dtype}")
+        tokens = x.reshape(-1, self.hidden_size).contiguous()
+        state = self.dispatch(tokens, self._training(tokens))
+        return self.combine(self.compute(state)).reshape(x.shape)
+
+    def extra_repr(self) -> str:
+        return (f"hidden_size={self.hidden_size}, intermediate_size="
+                f"{self.intermediate_size}, num_experts={self.num_experts}, "
+                f"top_k={self.top_k}, experts={self.experts.start}.."
+                f"{self.experts.stop - 1} of rank {self.rank}/"
+                f"{self.world_size}, routing={self.routing}")
+
+
+def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
+              top_k: int, world_size: int, *, norm_topk_prob: bool = True,
+              routing: str = "softmax_then_topk", dtype=torch.bfloat16,
+              save: str = "all") -> str:
+    """The MLIR module ExpertParallelMoE runs (its three kernels and their
+    derived backwards), to compile ahead of time:
+    `moec.compile(ep_module(...), "sm_90a").save(path)`, then
+    `ExpertParallelMoE(..., bundle=moec.load(path))`."""
+    if save not in SAVE_POLICIES:
+        raise ValueError(f"'save': expected one of {', '.join(SAVE_POLICIES)}"
+                         f", got {save!r}")
+    return _Program((hidden_size, intermediate_size, num_experts, top_k,
+                     world_size, norm_topk_prob, routing, dtype), save, None,
+                    None).module

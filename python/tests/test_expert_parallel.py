@@ -1,0 +1,167 @@
+"""moec.ep.ExpertParallelMoE on the CPU: world sizes 2 and 4 as processes
+(torch.multiprocessing, gloo), host-backend kernels, against the
+single-process moec.torch.MoE on all ranks' tokens: the same output and
+the same gradients (x, the router summed over the ranks, each rank's
+experts), with a rank that has no tokens, ranks that receive none, experts
+with none, T = 1."""
+
+import os
+
+import pytest
+
+if os.environ.get("MOEC_TEST_EXPECT_TORCH") == "1":
+    import torch
+else:
+    torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import moec.ep  # noqa: E402
+from test_torch_moe import make_block, rel  # noqa: E402
+
+pytestmark = pytest.mark.compiler
+H, I, E, K = 32, 24, 8, 2
+# The layer does each row's arithmetic as the single-process block's
+# training forward does (the expert outputs are rounded to the dtype before
+# they travel, as that forward saves them): the output and the gradients of
+# x and the experts are bitwise equal. The router's gradient is a sum over
+# the ranks here (other rounding); inference (no_grad) runs fused kernels
+# with fewer roundings in bf16 (~3e-3 from the training forward). Inference
+# kernels of both layers combine differently (the single-process one in
+# f32 before rounding), so both are compared to the training forward.
+GATE_TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2}
+
+
+def make_case(world, tokens, dtype, routing="softmax_then_topk",
+              only_rank0=False, seed=0):
+    """The single-process block's output and gradients on all ranks'
+    tokens (rank r's are the r-th slice), and what the ranks need."""
+    block = make_block(H, I, experts=E, k=K, routing=routing, dtype=dtype,
+                       seed=seed)
+    gen = torch.Generator().manual_seed(seed + 100)
+    x = torch.randn(sum(tokens), H, generator=gen)
+    if only_rank0:
+        # Every token picks experts of rank 0: the other ranks receive none.
+        x = x.abs() + 0.1
+        with torch.no_grad():
+            block.gate.weight[E // world:] = -block.gate.weight[
+                E // world:].abs()
+            block.gate.weight[:E // world] = block.gate.weight[
+                :E // world].abs()
+    x = x.to(dtype).requires_grad_()
+    dy = torch.randn(sum(tokens), H, generator=gen).to(dtype)
+    y = block(x)
+    y.backward(dy)
+    return dict(world=world, tokens=tokens, dtype=dtype, routing=routing,
+                weights={n: p.detach().clone()
+                         for n, p in block.named_parameters()},
+                x=x.detach(), dy=dy, y=y.detach(), grad_x=x.grad,
+                grads={n: p.grad for n, p in block.named_parameters()})
+
+
+def _worker(rank, init_file, cases, out_dir):
+    world = cases[0]["world"]
+    dist.init_process_group("gloo", init_method=f"file://{init_file}",
+                            rank=rank, world_size=world)
+    try:
+        results = []
+        for case in cases:
+            block = moec.torch.MoE(H, I, E, K, routing=case["routing"],
+                                   dtype=case["dtype"])
+            block.load_state_dict(case["weights"])
+            ep = moec.ep.ExpertParallelMoE.from_moe(block)
+            first = sum(case["tokens"][:rank])
+            rows = slice(first, first + case["tokens"][rank])
+            x = case["x"][rows].clone().requires_grad_()
+            y = ep(x)
+            y.backward(case["dy"][rows])
+            gate = ep.gate.weight.grad.clone()
+            dist.all_reduce(gate)  # the replicated router's gradient
+            with torch.no_grad():
+                inference = ep(x)  # no graph: the plain kernels
+            results.append(dict(y=y.detach(), inference=inference,
+                                grad_x=x.grad, gate=gate,
+                                w_gate_up=ep.w_gate_up.grad,
+                                w_down=ep.w_down.grad,
+                                experts=(ep.experts.start, ep.experts.stop)))
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_world(tmp_path, cases):
+    world = cases[0]["world"]
+    mp.spawn(_worker, args=(str(tmp_path / "init"), cases, str(tmp_path)),
+             nprocs=world, join=True)
+    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+
+
+def check(case, results):
+    first = 0
+    for rank, got in enumerate(results):
+        rows = slice(first, first + case["tokens"][rank])
+        first = rows.stop
+        experts = slice(*got["experts"])
+        exact = [("y", got["y"], case["y"][rows]),
+                 ("grad x", got["grad_x"], case["grad_x"][rows]),
+                 ("grad w_gate_up", got["w_gate_up"],
+                  case["grads"]["w_gate_up"][experts]),
+                 ("grad w_down", got["w_down"],
+                  case["grads"]["w_down"][experts])]
+        for name, value, want in exact:
+            assert value.shape == want.shape and value.dtype == want.dtype, \
+                (rank, name)
+            assert torch.equal(value, want), (rank, name, rel(value, want))
+        # Inference fuses SwiGLU into gate_up (one rounding less in bf16).
+        inference, want = got["inference"], case["y"][rows]
+        assert inference.shape == want.shape, rank
+        if case["dtype"] == torch.float32 or not want.numel():
+            assert torch.equal(inference, want), rank
+        else:
+            assert rel(inference, want) <= GATE_TOL[case["dtype"]], rank
+        want = case["grads"]["gate.weight"]
+        assert got["gate"].dtype == want.dtype
+        assert rel(got["gate"], want) <= GATE_TOL[case["dtype"]], rank
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_matches_single_process(tmp_path, world):
+    # Uneven token counts per rank, T = 1 on one, none on another (world 4).
+    tokens = [13, 1] if world == 2 else [13, 1, 0, 6]
+    cases = [
+        make_case(world, tokens, torch.float32, seed=1),
+        make_case(world, tokens, torch.float32, routing="topk_then_softmax",
+                  seed=2),
+        make_case(world, tokens, torch.bfloat16, seed=3),
+        make_case(world, [5] * world, torch.float32, only_rank0=True, seed=4),
+    ]
+    results = run_world(tmp_path, cases)
+    for i, case in enumerate(cases):
+        check(case, [r[i] for r in results])
+    # The last case sent every row to rank 0: the others got none and their
+    # experts' gradients are zero.
+    last = [r[-1] for r in results]
+    for r in last[1:]:
+        assert r["w_gate_up"].abs().max() == 0 and r["w_down"].abs().max() == 0
+    assert last[0]["w_gate_up"].abs().max() > 0
+
+
+def test_errors(tmp_path):
+    with pytest.raises(RuntimeError, match="torch.distributed is not "
+                                           "initialized"):
+        moec.ep.ExpertParallelMoE(H, I, E, K)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'i'}",
+                            rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match="'top_k'"):
+            moec.ep.ExpertParallelMoE(H, I, E, E + 1)
+        ep = moec.ep.ExpertParallelMoE(H, I, E, K, dtype=torch.float32)
+        with pytest.raises(ValueError, match="'x': expected last dimension"):
+            ep(torch.randn(3, H + 1))
+        with pytest.raises(ValueError, match="'x': expected dtype"):
+            ep(torch.randn(3, H, dtype=torch.float64))
+        with pytest.raises(ValueError, match="'num_experts' \\(8\\) must be "
+                                             "a multiple"):
+            moec.ep.ep_kernels(H, I, E, K, 3)
+    finally:
+        dist.destroy_process_group()
