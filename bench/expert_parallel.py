@@ -18,13 +18,18 @@ ExpertParallelMoE: the expert work and the bytes exchanged are the same).
 T tokens per rank, random router and expert weights (0.02 * N(0, 1)).
 
 Stages (forward), each timed with CUDA events after a barrier, median of
---iters, the slowest rank's median reported:
-  dispatch  route (router matmul, top-k, sort, permute into the send
-            buffer), the all_to_all of the per-expert counts, the host read
-            of the splits, the all_to_all of the rows
-  compute   the local experts: gate_up + SwiGLU, down (rows grouped by
-            local expert inside the kernels, back in received order)
-  combine   the reverse all_to_all, the weighted combine
+--iters, the slowest rank's median reported (so the GPU idles while the
+host launches the first step, and a collective waits for the slower rank):
+  dispatch  route (ep_dispatch: router matmul, top-k, sort, permute into
+            the send buffer), plan (all_gather of the per-expert counts,
+            the host read of the splits: the forward's one sync, the
+            received rows' local experts), send (all_to_all_single of the
+            rows)
+  compute   the local experts (ep_experts): gate_up + SwiGLU, down (rows
+            grouped by local expert inside the kernels, back in received
+            order)
+  combine   send_back (the reverse all_to_all_single), weigh (ep_combine:
+            the weighted combine)
 torch runs the same stages: f32 router logits, softmax, top-k,
 renormalize, stable argsort, index_select into the send buffer, the same
 two all-to-alls; received rows sorted by local expert (stable argsort),
@@ -35,6 +40,17 @@ alone, with the same splits: the bandwidth ceiling of dispatch + combine
 ("a2a %" = a2a time / (dispatch + combine) time, moec's).
 Correctness: moec's output against torch's, ||y - ref|| / ||ref||, over
 the tokens whose k-th and (k+1)-th logits do not nearly tie.
+Training (where T * H <= --train-max: both layers' weights and gradients
+are held at once): forward + backward from the same output gradient, moec
+(ExpertParallelMoE: each kernel's derived backward, the all-to-alls
+reversed) against torch autograd of the same composition (the
+differentiable all_to_all_single of torch.distributed.nn); time, the
+peak memory one step adds (torch.cuda.max_memory_allocated over the step
+minus what was allocated before it: activations, saved values, gradients;
+moec's kernels' own scratch, allocated outside torch, not counted), and the gradients of x, the router and both
+expert weights against torch's (near-tie tokens included, so ~5e-3 is
+bf16 rounding plus the odd differently routed token).
+--profile FILE: torch.profiler's table of moec's Qwen3 forward (per T).
 """
 
 import argparse
@@ -80,11 +96,35 @@ def main():
                         help="tokens per rank")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json")
+    parser.add_argument("--train-max", type=int, default=16384 * 2048,
+                        help="time the training step where T * H is at "
+                             "most this (memory: both layers' weights and "
+                             "gradients are held)")
+    parser.add_argument("--profile", help="write a torch.profiler table of "
+                        "moec's Qwen3 forward (each T) to this file")
     args = parser.parse_args()
     if args.emit_bundles:
         emit_bundles(args.bundles, args.world)
         return
     run(args)
+
+
+def profile(fn, path):
+    """Appends the CUDA-time table of 3 calls of fn to `path` (every rank
+    runs them: they exchange; only one writes)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    fn()
+    with torch_profile(activities=[ProfilerActivity.CPU,
+                                   ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+    if path is None:
+        return
+    with open(path, "a") as f:
+        f.write(prof.key_averages().table(sort_by="cuda_time_total",
+                                          row_limit=25) + "\n")
 
 
 def run(args):
@@ -129,6 +169,12 @@ def run(args):
         dist.all_reduce(medians, op=dist.ReduceOp.MAX)
         return dict(zip((n for n, _ in stages), medians.tolist()))
 
+    # The dense bf16 ceiling of this GPU, same run: torch.mm 8192^3.
+    a = torch.randn(8192, 8192, device="cuda", dtype=bf16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=bf16)
+    mm_ms = timed([("mm", lambda _: torch.mm(a, b))], args.iters)["mm"]
+    peak_tflops = 2 * 8192 ** 3 / mm_ms / 1e9
+    del a, b
     for key in args.models.split(","):
         m = MODELS[key]
         E, H, I, k = m["E"], m["H"], m["I"], m["k"]
@@ -194,15 +240,64 @@ def run(args):
                 y.index_add_(0, s["slots"] // k, scaled)
                 return y.to(bf16)
 
-            # -- moec ---------------------------------------------------
-            def m_dispatch(_):
-                return block.dispatch(x, False)
+            # -- moec: its six steps ------------------------------------
+            moec_steps = [("route", lambda _: block.route(x, False)),
+                          ("plan", block.plan), ("send", block.send),
+                          ("compute", block.compute),
+                          ("send_back", block.send_back),
+                          ("weigh", block.weigh)]
 
-            def m_compute(s):
-                return block.compute(s)
+            # -- training: forward + backward, torch autograd through the
+            # same all-to-alls (torch.distributed.nn's differentiable one)
+            dy = torch.randn(T, H, device="cuda", dtype=bf16, generator=gen)
+            params = [block.gate.weight, block.w_gate_up, block.w_down]
 
-            def m_combine(s):
-                return block.combine(s)
+            def m_train(_):
+                xg = x.detach().requires_grad_()
+                block(xg).backward(dy)
+                return [xg.grad] + [p.grad for p in params]
+
+            t_params = ([p.detach().clone().requires_grad_() for p in params]
+                        if T * H <= args.train_max else [])
+
+            def t_train(_):
+                xg = x.detach().requires_grad_()
+                y = torch_layer_autograd(xg, *t_params)
+                y.backward(dy)
+                return [xg.grad] + [p.grad for p in t_params]
+
+            def torch_layer_autograd(xg, g_w, w1, w2):
+                from torch.distributed.nn.functional import \
+                    all_to_all_single as a2a
+                logits = xg.float() @ g_w.float().T
+                weights, ids = torch.topk(torch.softmax(logits, -1), k, -1)
+                weights = weights / weights.sum(-1, keepdim=True)
+                flat = ids.flatten()
+                slots = torch.argsort(flat, stable=True)
+                ends = group_ends(flat, E)
+                counts = torch.diff(ends, prepend=ends.new_zeros(1))
+                recv_counts = torch.empty_like(counts)
+                dist.all_to_all_single(recv_counts, counts)
+                sp, rp = torch.stack([counts.view(world, local).sum(1),
+                                      recv_counts.view(world, local)
+                                      .sum(1)]).tolist()
+                send = xg.index_select(0, slots // k)
+                rows = a2a(send.new_empty(sum(rp), H), send, rp, sp)
+                lid = torch.repeat_interleave(
+                    torch.arange(local, device="cuda").repeat(world),
+                    recv_counts.long(), output_size=sum(rp))
+                order = torch.argsort(lid, stable=True)
+                offs = group_ends(lid, local)
+                g = torch._grouped_mm(rows.index_select(0, order),
+                                      w1.transpose(-2, -1), offs=offs)
+                d = torch._grouped_mm(swiglu(g), w2.transpose(-2, -1),
+                                      offs=offs)
+                out = torch.zeros_like(d).index_copy(0, order, d)
+                back = a2a(out.new_empty(sum(sp), H), out, sp, rp)
+                scaled = back.float() * weights.flatten().index_select(
+                    0, slots).unsqueeze(1)
+                y = torch.zeros(T, H, dtype=torch.float32, device="cuda")
+                return y.index_add(0, slots // k, scaled).to(bf16)
 
             with torch.no_grad():
                 ref = t_combine(t_compute(t_dispatch(None)))
@@ -216,9 +311,11 @@ def run(args):
                 state = block.dispatch(x, False)
                 send_splits, recv_splits = state["splits"]
                 send = torch.empty(T * k, H, device="cuda", dtype=bf16)
-                moec_t = timed([("dispatch", m_dispatch),
-                                ("compute", m_compute),
-                                ("combine", m_combine)], args.iters)
+                steps = timed(moec_steps, args.iters)
+                moec_t = dict(dispatch=steps["route"] + steps["plan"] +
+                              steps["send"], compute=steps["compute"],
+                              combine=steps["send_back"] + steps["weigh"],
+                              steps=steps)
                 torch_t = timed([("dispatch", t_dispatch),
                                  ("compute", t_compute),
                                  ("combine", t_combine)], args.iters)
@@ -244,7 +341,51 @@ def run(args):
                 a2a_fraction=a2a_ms / (moec_t["dispatch"] +
                                        moec_t["combine"]),
                 a2a_GBps=2 * moved.item() * H * 2 / a2a_ms / 1e6,
-                flops_per_rank=2 * T * H * E + 2 * T * k * 3 * H * I)
+                flops_per_rank=2 * T * H * E + 2 * T * k * 3 * H * I,
+                compute_tflops=2 * T * k * 3 * H * I / moec_t["compute"] / 1e9,
+                peak_tflops=peak_tflops)
+            if T * H > args.train_max:
+                results.append(row)
+                if rank == 0:
+                    print(json.dumps(row), flush=True)
+                continue
+            # Training step: time, and the gradients against torch's.
+            for p in params + t_params:
+                p.grad = None
+            got, want = m_train(None), t_train(None)
+            grad_err = torch.tensor([rel_err(a.reshape(-1, a.shape[-1]),
+                                             b.reshape(-1, b.shape[-1]))
+                                     for a, b in zip(got, want)],
+                                    device="cuda")
+            del got, want
+            dist.all_reduce(grad_err, op=dist.ReduceOp.MAX)
+            train = {}
+            for name, fn, ps in (("moec", m_train, params),
+                                 ("torch", t_train, t_params)):
+                def step(_, fn=fn, ps=ps):
+                    for p in ps:
+                        p.grad = None
+                    return fn(None)
+                for p in params + t_params:
+                    p.grad = None
+                # What one step adds on top of what is resident (both
+                # layers' weights, the inputs): its activations and grads.
+                resident = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                train[name] = timed([(name, step)], args.iters)[name]
+                peak = torch.tensor([(torch.cuda.max_memory_allocated() -
+                                      resident) / 2**30], device="cuda")
+                dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+                train[name + "_peak_GiB"] = peak.item()
+            row.update(train=train, train_ratio=train["torch"] / train["moec"],
+                       grad_err=dict(zip(("x", "gate", "w_gate_up", "w_down"),
+                                         grad_err.tolist())))
+            for p in params + t_params:
+                p.grad = None
+            if args.profile and key == "qwen3":
+                with torch.no_grad():
+                    profile(lambda: block(x), args.profile if rank == 0
+                            else None)
             results.append(row)
             if rank == 0:
                 print(json.dumps(row), flush=True)
@@ -263,6 +404,18 @@ def run(args):
                   f"{mt['combine']:>6.3f} | "
                   f"{r['a2a']['send'] + r['a2a']['back']:>6.3f} "
                   f"{100 * r['a2a_fraction']:>5.1f} {r['err']:>8.2e}")
+        print(f"dense bf16 peak (torch.mm 8192^3, same run): "
+              f"{results[0]['peak_tflops']:.0f} TFLOP/s; moec compute: "
+              + ", ".join(f"{r['compute_tflops']:.0f}" for r in results))
+        print(f"\n{'training':<14} {'T/rank':>6} {'moec ms':>8} "
+              f"{'torch ms':>8} {'ratio':>5} | {'moec GiB':>8} "
+              f"{'torch GiB':>9} | grad err x, gate, w_gate_up, w_down")
+        for r in (r for r in results if "train" in r):
+            t = r["train"]
+            print(f"{r['model']:<14} {r['T']:>6} {t['moec']:>8.3f} "
+                  f"{t['torch']:>8.3f} {r['train_ratio']:>5.2f} | "
+                  f"{t['moec_peak_GiB']:>8.2f} {t['torch_peak_GiB']:>9.2f} | "
+                  + " ".join(f"{v:.1e}" for v in r["grad_err"].values()))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(),

@@ -15,9 +15,10 @@ router. One forward, on every rank (docs/expert_parallel.md):
    by rank, so rows sorted by global expert are already grouped by
    destination rank, then by its local expert: the buffer goes out as it
    is, no second copy.
-2. The per-expert counts go through one `all_to_all_single` (every rank
-   learns how many rows it receives for each local expert from each
-   source), then the rows through another (uneven splits).
+2. The per-expert counts go through one `all_gather` (every rank learns
+   how many rows it sends to and receives from each rank, and for which
+   of its local experts), then the rows through `all_to_all_single`
+   (uneven splits).
 3. `ep_experts` (one moec kernel): the received rows, grouped by local
    expert inside the kernel (the sort's gather fused into the gate_up
    grouped matmul's prologue), gate_up + SwiGLU, down, and back to the
@@ -269,11 +270,13 @@ class ExpertParallelMoE(nn.Module):
                  bundle: Optional[Bundle] = None,
                  tile: Optional[dict] = None, save: str = "all"):
         super().__init__()
-        from .torch import MoE
-        # MoE's argument checks, without its parameters.
-        MoE._configure(self, hidden_size, intermediate_size, num_experts,
-                       top_k, norm_topk_prob, routing, dtype, bundle, tile,
-                       save)
+        from .torch import check_config
+        check_config(hidden_size, intermediate_size, num_experts, top_k,
+                     routing, dtype, save)
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.num_experts, self.top_k = num_experts, top_k
+        self.norm_topk_prob, self.routing = norm_topk_prob, routing
+        self.tile, self.save = tile, save
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("ExpertParallelMoE: torch.distributed is not "
                                "initialized (call init_process_group first)")
@@ -328,37 +331,57 @@ class ExpertParallelMoE(nn.Module):
         """[ep_dispatch, ep_experts, ep_combine] (moec.Kernel)."""
         return list(self._program.kernels.values())
 
-    # -- the three stages (forward runs them in turn; bench/ times each) ---
+    # -- the stages (forward runs them in turn; bench/ times each) --------
 
     def _training(self, tokens: torch.Tensor) -> bool:
         return torch.is_grad_enabled() and (tokens.requires_grad or any(
             p.requires_grad for p in self.parameters()))
 
-    def dispatch(self, tokens: torch.Tensor, training: bool) -> dict:
-        """Routes this rank's tokens [T, H] and sends their rows to the
-        experts' ranks: the state compute() and combine() continue."""
+    def route(self, tokens: torch.Tensor, training: bool) -> dict:
+        """ep_dispatch on this rank's tokens [T, H]: the send buffer (rows
+        in global expert order), the routing weights, slots, offsets and
+        positions: the state the next stages continue."""
         send, weights, slots, offsets, positions = _call(
             self._program, "ep_dispatch", (tokens, self.gate.weight),
             training)
-        W, local = self.world_size, self.local_experts
+        return dict(rows=send, weights=weights, slots=slots, offsets=offsets,
+                    positions=positions, training=training)
+
+    def plan(self, state: dict) -> dict:
+        """Shares the per-expert row counts (one all_gather): the splits of
+        both all-to-alls (read on the host, the one sync of a forward) and
+        the local expert of each row this rank will receive."""
+        W, local, rank = self.world_size, self.local_experts, self.rank
+        offsets = state["offsets"]
         counts = torch.diff(offsets, prepend=offsets.new_zeros(1))
-        recv_counts = torch.empty_like(counts)
-        dist.all_to_all_single(recv_counts, counts, group=self.group)
-        splits = torch.stack([counts.view(W, local).sum(1),
-                              recv_counts.view(W, local).sum(1)]).tolist()
-        send_splits, recv_splits = splits
+        every = counts.new_empty(W * counts.shape[0])
+        dist.all_gather_into_tensor(every, counts, group=self.group)
+        every = every.view(W, W, local)  # [source, dest rank, expert]
+        mine = every[:, rank]  # [source, local expert], on the device
+        rows = every.sum(2).tolist()  # [source][dest]
+        send_splits = rows[rank]
+        recv_splits = [row[rank] for row in rows]
         received = sum(recv_splits)
-        # The local expert of each received row: from each source, the
-        # rows of expert 0, then 1, ... (its sort order).
-        ids = torch.repeat_interleave(
+        # From each source, the rows of local expert 0, then 1, ... (its
+        # sort order).
+        state["ids"] = torch.repeat_interleave(
             torch.arange(local, dtype=torch.int32,
-                         device=tokens.device).repeat(W),
-            recv_counts.long(), output_size=received).view(received, 1)
-        exchange = _AllToAll.apply if training else _exchange
-        rows = exchange(send, send_splits, recv_splits, self.group)
-        return dict(rows=rows, ids=ids, weights=weights, slots=slots,
-                    offsets=offsets, positions=positions,
-                    splits=(send_splits, recv_splits), training=training)
+                         device=offsets.device).repeat(W),
+            mine.reshape(-1).long(), output_size=received).view(received, 1)
+        state["splits"] = (send_splits, recv_splits)
+        return state
+
+    def send(self, state: dict) -> dict:
+        """The rows to the experts' ranks (all_to_all_single)."""
+        send_splits, recv_splits = state["splits"]
+        exchange = _AllToAll.apply if state["training"] else _exchange
+        state["rows"] = exchange(state["rows"], send_splits, recv_splits,
+                                 self.group)
+        return state
+
+    def dispatch(self, tokens: torch.Tensor, training: bool) -> dict:
+        """route, plan and send."""
+        return self.send(self.plan(self.route(tokens, training)))
 
     def compute(self, state: dict) -> dict:
         """The local experts on the received rows (in received order)."""
@@ -368,14 +391,23 @@ class ExpertParallelMoE(nn.Module):
             state["training"])[0]
         return state
 
-    def combine(self, state: dict) -> torch.Tensor:
-        """Sends the expert outputs back and combines each token's k rows:
-        [T, H]."""
+    def send_back(self, state: dict) -> dict:
+        """The expert outputs back to their tokens' ranks."""
         send_splits, recv_splits = state["splits"]
         exchange = _AllToAll.apply if state["training"] else _exchange
-        back = exchange(state["rows"], recv_splits, send_splits, self.group)
+        state["rows"] = exchange(state["rows"], recv_splits, send_splits,
+                                 self.group)
+        return state
+
+    def combine(self, state: dict) -> torch.Tensor:
+        """send_back, then weigh."""
+        return self.weigh(self.send_back(state))
+
+    def weigh(self, state: dict) -> torch.Tensor:
+        """ep_combine on the returned rows: each token's k rows weighted and
+        summed, [T, H]."""
         return _call(self._program, "ep_combine",
-                     (back, state["weights"], state["slots"],
+                     (state["rows"], state["weights"], state["slots"],
                       state["offsets"], state["positions"]),
                      state["training"])[0]
 

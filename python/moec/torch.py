@@ -211,6 +211,30 @@ _moe_block.register_autograd(_no_backward,
                              setup_context=lambda ctx, inputs, output: None)
 
 
+def check_config(hidden_size, intermediate_size, num_experts, top_k,
+                 routing, dtype, save) -> None:
+    """The argument checks of an MoE block (moec.torch.MoE,
+    moec.ep.ExpertParallelMoE): a ValueError naming the argument."""
+    if routing not in ROUTINGS:
+        raise ValueError(f"'routing': expected one of {', '.join(ROUTINGS)}"
+                         f", got {routing!r}")
+    for name, value in (("hidden_size", hidden_size),
+                        ("intermediate_size", intermediate_size),
+                        ("num_experts", num_experts), ("top_k", top_k)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"'{name}': expected a positive int, got "
+                             f"{value!r}")
+    if top_k > num_experts:
+        raise ValueError(f"'top_k' ({top_k}) exceeds 'num_experts' "
+                         f"({num_experts})")
+    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"'dtype': expected torch.bfloat16, torch.float16"
+                         f" or torch.float32, got {dtype}")
+    if save not in SAVE_POLICIES:
+        raise ValueError(f"'save': expected one of "
+                         f"{', '.join(SAVE_POLICIES)}, got {save!r}")
+
+
 class MoE(nn.Module):
     """A sparse MoE block whose forward runs moec kernels.
 
@@ -249,24 +273,8 @@ class MoE(nn.Module):
                    save: str = "all") -> None:
         """Checks and sets the configuration; no parameters (moec.hf's
         block adopts a transformers block's own)."""
-        if routing not in ROUTINGS:
-            raise ValueError(f"'routing': expected one of {', '.join(ROUTINGS)}"
-                             f", got {routing!r}")
-        for name, value in (("hidden_size", hidden_size),
-                            ("intermediate_size", intermediate_size),
-                            ("num_experts", num_experts), ("top_k", top_k)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"'{name}': expected a positive int, got "
-                                 f"{value!r}")
-        if top_k > num_experts:
-            raise ValueError(f"'top_k' ({top_k}) exceeds 'num_experts' "
-                             f"({num_experts})")
-        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ValueError(f"'dtype': expected torch.bfloat16, torch.float16"
-                             f" or torch.float32, got {dtype}")
-        if save not in SAVE_POLICIES:
-            raise ValueError(f"'save': expected one of "
-                             f"{', '.join(SAVE_POLICIES)}, got {save!r}")
+        check_config(hidden_size, intermediate_size, num_experts, top_k,
+                     routing, dtype, save)
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
