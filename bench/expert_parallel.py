@@ -11,11 +11,11 @@ same run. One process per GPU (torchrun), NCCL.
         --nproc_per_node 2 bench/expert_parallel.py .device/ep \\
         --json $OUT/expert_parallel.json
 
-Layers (bf16): Qwen3-30B-A3B (E128 H2048 I768 top-8) and DeepSeek-V3's
-expert shapes (E256 H7168 I2048 top-8), both with softmax top-k routing
-renormalized (DeepSeek-V3's sigmoid / group routing is not in
-ExpertParallelMoE: the expert work and the bytes exchanged are the same).
-T tokens per rank, random router and expert weights (0.02 * N(0, 1)).
+Layers (bf16): Qwen3-30B-A3B (E128 H2048 I768 top-8, softmax top-k
+renormalized) and DeepSeek-V3 (E256 H7168 I2048 top-8, sigmoid scores with
+a selection bias, 8 groups of which the best 4, renormalized, x 2.5; its
+shared expert is not part of the layer). T tokens per rank, random router
+and expert weights (0.02 * N(0, 1)), selection bias 0.01 * N(0, 1).
 
 Stages (forward), each timed with CUDA events after a barrier, median of
 --iters, the slowest rank's median reported (so the GPU idles while the
@@ -39,7 +39,9 @@ a2a: all_to_all_single of the send buffer alone, then of the results
 alone, with the same splits: the bandwidth ceiling of dispatch + combine
 ("a2a %" = a2a time / (dispatch + combine) time, moec's).
 Correctness: moec's output against torch's, ||y - ref|| / ||ref||, over
-the tokens whose k-th and (k+1)-th logits do not nearly tie.
+the tokens both routers send to the same experts (err; routed_apart counts
+the others, near ties that go either way; err_all_tokens includes them),
+root mean square over the ranks. received_rows: each rank's expert load.
 Training (where T * H <= --train-max: both layers' weights and gradients
 are held at once): forward + backward from the same output gradient, moec
 (ExpertParallelMoE: each kernel's derived backward, the all-to-alls
@@ -61,10 +63,13 @@ import statistics
 import sys
 
 MODELS = {
-    "qwen3": dict(name="Qwen3-30B-A3B", E=128, H=2048, I=768, k=8),
-    "dsv3": dict(name="DeepSeek-V3", E=256, H=7168, I=2048, k=8),
+    "qwen3": dict(name="Qwen3-30B-A3B", E=128, H=2048, I=768, k=8,
+                  router={}),
+    "dsv3": dict(name="DeepSeek-V3", E=256, H=7168, I=2048, k=8,
+                 router=dict(scoring="sigmoid", selection_bias=True,
+                             num_groups=8, topk_groups=4,
+                             scaling_factor=2.5)),
 }
-TIE_GAP = 1e-2
 
 
 def bundle_path(folder, key, world):
@@ -78,7 +83,8 @@ def emit_bundles(folder, world):
     from moec.ep import ep_module
     os.makedirs(folder, exist_ok=True)
     for key, m in MODELS.items():
-        text = ep_module(m["H"], m["I"], m["E"], m["k"], world)
+        text = ep_module(m["H"], m["I"], m["E"], m["k"], world,
+                         **m["router"])
         path = bundle_path(folder, key, world)
         moec.compile(text, "sm_90a").save(path)
         print(f"{path}: {os.path.getsize(path) / 1e6:.1f} MB")
@@ -135,6 +141,7 @@ def run(args):
     from moec.ep import ExpertParallelMoE, _exchange
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from grouped_gemm import group_ends, rel_err, swiglu
+    from training_step import route
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local_rank)
@@ -181,11 +188,24 @@ def run(args):
         bundle = moec.load(bundle_path(args.bundles, key, world))
         gen = torch.Generator(device="cuda").manual_seed(1234)
         block = ExpertParallelMoE(H, I, E, k, dtype=bf16, device="cuda",
+                                  **m["router"],
                                   bundle=bundle)
         with torch.no_grad():
             for p in block.parameters():
                 p.copy_(torch.randn(p.shape, device="cuda", dtype=bf16,
                                     generator=gen) * 0.02)
+            for b in block.buffers():  # DeepSeek's selection bias
+                b.copy_(torch.randn(b.shape, device="cuda", dtype=b.dtype,
+                                    generator=gen) * 0.01)
+        sel_bias = getattr(block, "e_score_correction_bias", None)
+        route_model = (dict(routing="deepseek", k=k, groups=8,
+                            topk_groups=4, scaling=2.5)
+                       if m["router"] else dict(routing="softmax", k=k))
+
+        def torch_route(logits):
+            """(weights, ids) of the layer's router (training_step.py's)."""
+            return route(logits, route_model, sel_bias)
+
         gate_w, w_gate_up, w_down = (block.gate.weight.detach(),
                                      block.w_gate_up.detach(),
                                      block.w_down.detach())
@@ -197,9 +217,7 @@ def run(args):
             # -- torch: the same stages --------------------------------
             def t_dispatch(_):
                 logits = x.float() @ gate_w.float().T
-                probs = torch.softmax(logits, dim=-1)
-                weights, ids = torch.topk(probs, k, dim=-1)
-                weights = weights / weights.sum(-1, keepdim=True)
+                weights, ids = torch_route(logits)
                 flat = ids.flatten()
                 slots = torch.argsort(flat, stable=True)
                 ends = group_ends(flat, E)
@@ -270,8 +288,7 @@ def run(args):
                 from torch.distributed.nn.functional import \
                     all_to_all_single as a2a
                 logits = xg.float() @ g_w.float().T
-                weights, ids = torch.topk(torch.softmax(logits, -1), k, -1)
-                weights = weights / weights.sum(-1, keepdim=True)
+                weights, ids = torch_route(logits)
                 flat = ids.flatten()
                 slots = torch.argsort(flat, stable=True)
                 ends = group_ends(flat, E)
@@ -302,14 +319,24 @@ def run(args):
             with torch.no_grad():
                 ref = t_combine(t_compute(t_dispatch(None)))
                 got = block(x)
-                logits = x.float() @ gate_w.float().T
-                top = torch.topk(logits, k + 1, dim=-1).values
-                clear = (top[:, k - 1] - top[:, k]) > TIE_GAP
-                err = torch.tensor([rel_err(got[clear], ref[clear]),
-                                    rel_err(got, ref)], device="cuda")
-                dist.all_reduce(err, op=dist.ReduceOp.MAX)
-                state = block.dispatch(x, False)
+                # Tokens both routers send to the same experts (a near tie
+                # may go either way): the error there is arithmetic alone.
+                state = block.route(x, False)
+                moec_ids = torch.searchsorted(
+                    state["offsets"].long(), state["positions"].long(),
+                    right=True).view(T, k).sort(1).values
+                torch_ids = torch_route(x.float() @ gate_w.float().T)[1]
+                same = (moec_ids == torch_ids.sort(1).values).all(1)
+                err = torch.tensor([rel_err(got[same], ref[same]) ** 2,
+                                    rel_err(got, ref) ** 2,
+                                    (~same).sum().item()], device="cuda")
+                dist.all_reduce(err)  # mean square over the ranks
+                err[:2] = (err[:2] / world).sqrt()
+                state = block.send(block.plan(state))
                 send_splits, recv_splits = state["splits"]
+                load = torch.tensor([float(sum(recv_splits))], device="cuda")
+                loads = [torch.zeros_like(load) for _ in range(world)]
+                dist.all_gather(loads, load)
                 send = torch.empty(T * k, H, device="cuda", dtype=bf16)
                 steps = timed(moec_steps, args.iters)
                 moec_t = dict(dispatch=steps["route"] + steps["plan"] +
@@ -335,6 +362,8 @@ def run(args):
             row = dict(
                 model=m["name"], key=key, world=world, T=T, E=E, H=H, I=I,
                 k=k, err=err[0].item(), err_all_tokens=err[1].item(),
+                routed_apart=int(err[2].item()),
+                received_rows=[int(v.item()) for v in loads],
                 moec=moec_t, torch=torch_t, a2a=a2a,
                 moec_layer_ms=moec_layer, torch_layer_ms=torch_layer,
                 ratio=torch_layer / moec_layer,
@@ -395,7 +424,8 @@ def run(args):
     if rank == 0:
         print(f"\n{'model':<14} {'T/rank':>6} {'moec ms':>8} "
               f"{'torch ms':>8} {'ratio':>5} | {'disp':>6} {'comp':>6} "
-              f"{'comb':>6} | {'a2a ms':>6} {'a2a%':>5} {'err':>8}")
+              f"{'comb':>6} | {'a2a ms':>6} {'a2a%':>5} {'err':>8} "
+              f"{'apart':>5} rows/rank")
         for r in results:
             mt = r["moec"]
             print(f"{r['model']:<14} {r['T']:>6} {r['moec_layer_ms']:>8.3f} "
@@ -403,7 +433,8 @@ def run(args):
                   f"{mt['dispatch']:>6.3f} {mt['compute']:>6.3f} "
                   f"{mt['combine']:>6.3f} | "
                   f"{r['a2a']['send'] + r['a2a']['back']:>6.3f} "
-                  f"{100 * r['a2a_fraction']:>5.1f} {r['err']:>8.2e}")
+                  f"{100 * r['a2a_fraction']:>5.1f} {r['err']:>8.2e} "
+                  f"{r['routed_apart']:>5} {r['received_rows']}")
         print(f"dense bf16 peak (torch.mm 8192^3, same run): "
               f"{results[0]['peak_tflops']:.0f} TFLOP/s; moec compute: "
               + ", ".join(f"{r['compute_tflops']:.0f}" for r in results))

@@ -58,25 +58,48 @@ _WRT = {"ep_dispatch": ("x", "gate_w"),
 
 def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
                top_k: int, world_size: int, *, norm_topk_prob: bool = True,
-               routing: str = "softmax_then_topk", dtype="bf16") -> list:
+               routing: str = "softmax_then_topk", dtype="bf16",
+               scoring: str = "softmax", selection_bias: bool = False,
+               num_groups: Optional[int] = None,
+               topk_groups: Optional[int] = None,
+               scaling_factor: float = 1.0) -> list:
     """The three moec kernels of an expert-parallel MoE layer over
-    `world_size` ranks: [ep_dispatch, ep_experts, ep_combine]."""
+    `world_size` ranks: [ep_dispatch, ep_experts, ep_combine]. The router:
+    `routing` and `norm_topk_prob` as moec.torch.MoE (Qwen3, Mixtral,
+    OLMoE); DeepSeek-V3's with `scoring="sigmoid"`, `selection_bias=True`
+    (ep_dispatch then takes `bias` [E] f32, which only selects),
+    `num_groups`, `topk_groups` and `scaling_factor` (moec.ops.router_topk).
+    """
     H, I, E, k, dt = (hidden_size, intermediate_size, num_experts, top_k,
                       canonical(dtype))
     if E % world_size:
         raise ValueError(f"'num_experts' ({E}) must be a multiple of the "
                          f"world size ({world_size})")
     local = E // world_size
+    softmax = scoring == "softmax"
+    router = dict(k=k, order=routing, scoring=scoring,
+                  renormalize=norm_topk_prob and (
+                      not softmax or routing == "softmax_then_topk"),
+                  num_groups=num_groups, topk_groups=topk_groups,
+                  scaling_factor=scaling_factor)
 
-    def ep_dispatch(x, gate_w):
+    def dispatch(x, gate_w, bias=None):
         logits = ops.matmul(x, gate_w, transpose_rhs=True)
-        weights, ids = ops.router_topk(
-            logits, k=k, order=routing,
-            renormalize=norm_topk_prob and routing == "softmax_then_topk")
+        weights, ids = ops.router_topk(logits, bias=bias, **router)
         _, slots, offsets, positions = ops.sort_by_expert(ids, E,
                                                           positions=True)
         send = ops.permute(x, slots, offsets, k=k, positions=positions)
         return send, weights, slots, offsets, positions
+
+    dispatch_signature = {"x": Tensor["T", H, dt], "gate_w": Tensor[E, H, dt]}
+    if selection_bias:
+        dispatch_signature["bias"] = Tensor[E, "f32"]
+
+        def ep_dispatch(x, gate_w, bias):
+            return dispatch(x, gate_w, bias)
+    else:
+        def ep_dispatch(x, gate_w):
+            return dispatch(x, gate_w)
 
     def ep_experts(rows, ids, w_gate_up, w_down):
         # One "slot" per received row (k = 1); the positions size the
@@ -95,8 +118,7 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
 
     i32, f32 = "i32", "f32"
     return [
-        Kernel(ep_dispatch, signature={"x": Tensor["T", H, dt],
-                                       "gate_w": Tensor[E, H, dt]}),
+        Kernel(ep_dispatch, signature=dispatch_signature),
         Kernel(ep_experts, signature={
             "rows": Tensor["T", H, dt], "ids": Tensor["T", 1, i32],
             "w_gate_up": Tensor[local, 2 * I, H, dt],
@@ -114,10 +136,11 @@ class _Program:
     configuration."""
 
     def __init__(self, config: tuple, save: str, tile, bundle):
-        hidden, inter, experts, top_k, world, norm, routing, dtype = config
+        hidden, inter, experts, top_k, world, norm, routing, dtype, \
+            router = config
         self.kernels = {k.name: k for k in ep_kernels(
             hidden, inter, experts, top_k, world, norm_topk_prob=norm,
-            routing=routing, dtype=dtype)}
+            routing=routing, dtype=dtype, **dict(router))}
         self.save, self.tile = save, tile
         self._given = bundle
         self._module: Optional[str] = None
@@ -256,7 +279,10 @@ class ExpertParallelMoE(nn.Module):
     tokens, any number of them (none too).
 
     `routing`, `norm_topk_prob`, `dtype` (of the weights and x), `save`
-    and `tile` are moec.torch.MoE's. `bundle`: a precompiled bundle of
+    and `tile` are moec.torch.MoE's. DeepSeek-V3's router:
+    `scoring="sigmoid"`, `selection_bias=True` (a buffer
+    `e_score_correction_bias` [E] f32 that only selects), `num_groups`,
+    `topk_groups`, `scaling_factor`. `bundle`: a precompiled bundle of
     `ep_module(...)` (moec.compile of it), for a machine without the
     compiler; otherwise the kernels are compiled for x's device on first
     use (cached on disk).
@@ -268,11 +294,19 @@ class ExpertParallelMoE(nn.Module):
                  routing: str = "softmax_then_topk",
                  dtype: torch.dtype = torch.bfloat16, device=None,
                  bundle: Optional[Bundle] = None,
-                 tile: Optional[dict] = None, save: str = "all"):
+                 tile: Optional[dict] = None, save: str = "all",
+                 scoring: str = "softmax", selection_bias: bool = False,
+                 num_groups: Optional[int] = None,
+                 topk_groups: Optional[int] = None,
+                 scaling_factor: float = 1.0):
         super().__init__()
         from .torch import check_config
         check_config(hidden_size, intermediate_size, num_experts, top_k,
                      routing, dtype, save)
+        router = _router_options(num_experts, routing, scoring,
+                                 selection_bias, num_groups, topk_groups,
+                                 scaling_factor)
+        self.router_options = dict(router)
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
@@ -292,8 +326,8 @@ class ExpertParallelMoE(nn.Module):
         self.experts = range(first, first + self.local_experts)
         self._program = _program(
             (hidden_size, intermediate_size, num_experts, top_k,
-             self.world_size, norm_topk_prob, routing, dtype), save, tile,
-            bundle)
+             self.world_size, norm_topk_prob, routing, dtype, router), save,
+            tile, bundle)
         factory = dict(dtype=dtype, device=device)
         self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
         self.w_gate_up = nn.Parameter(torch.empty(
@@ -303,6 +337,11 @@ class ExpertParallelMoE(nn.Module):
             self.local_experts, hidden_size, intermediate_size, **factory))
         nn.init.normal_(self.w_gate_up, std=hidden_size ** -0.5)
         nn.init.normal_(self.w_down, std=intermediate_size ** -0.5)
+        if selection_bias:
+            # DeepSeek-V3's e_score_correction_bias: selects, not weighted,
+            # not trained by gradients.
+            self.register_buffer("e_score_correction_bias", torch.zeros(
+                num_experts, dtype=torch.float32, device=device))
 
     @classmethod
     def from_moe(cls, block: nn.Module, group=None, **kwargs):
@@ -323,9 +362,16 @@ class ExpertParallelMoE(nn.Module):
     def load_hf_state_dict(self, state_dict: dict, prefix: str = "") -> None:
         """Loads the router and this rank's experts from a Hugging Face
         block's weights (the names moec.torch.MoE.load_hf_state_dict
-        takes)."""
+        takes), and DeepSeek-V3's `gate.e_score_correction_bias` with a
+        selection bias."""
         from .torch import load_hf_experts
         load_hf_experts(self, state_dict, prefix, self.experts.start)
+        if self.router_options["selection_bias"]:
+            key = prefix + "gate.e_score_correction_bias"
+            if key not in state_dict:
+                raise KeyError(f"state_dict has no '{key}'")
+            with torch.no_grad():
+                self.e_score_correction_bias.copy_(state_dict[key])
 
     def kernels(self) -> list:
         """[ep_dispatch, ep_experts, ep_combine] (moec.Kernel)."""
@@ -341,9 +387,11 @@ class ExpertParallelMoE(nn.Module):
         """ep_dispatch on this rank's tokens [T, H]: the send buffer (rows
         in global expert order), the routing weights, slots, offsets and
         positions: the state the next stages continue."""
+        args = (tokens, self.gate.weight)
+        if self.router_options["selection_bias"]:
+            args += (self.e_score_correction_bias,)
         send, weights, slots, offsets, positions = _call(
-            self._program, "ep_dispatch", (tokens, self.gate.weight),
-            training)
+            self._program, "ep_dispatch", args, training)
         return dict(rows=send, weights=weights, slots=slots, offsets=offsets,
                     positions=positions, training=training)
 
@@ -430,17 +478,49 @@ class ExpertParallelMoE(nn.Module):
                 f"{self.world_size}, routing={self.routing}")
 
 
+def _router_options(num_experts, routing, scoring, selection_bias,
+                    num_groups, topk_groups, scaling_factor) -> tuple:
+    """The router options beyond moec.torch.MoE's, checked (a ValueError
+    naming the argument), as a hashable tuple."""
+    if scoring not in ("softmax", "sigmoid"):
+        raise ValueError(f"'scoring': expected softmax or sigmoid, got "
+                         f"{scoring!r}")
+    if scoring == "sigmoid" and routing != "softmax_then_topk":
+        raise ValueError("'routing': sigmoid scores take the top-k of the "
+                         "scores (routing='softmax_then_topk')")
+    if (num_groups is None) != (topk_groups is None):
+        raise ValueError("'num_groups' and 'topk_groups' go together")
+    if num_groups is not None and (
+            not isinstance(num_groups, int) or num_groups <= 0 or
+            num_experts % num_groups or not 0 < topk_groups <= num_groups):
+        raise ValueError(f"'num_groups' ({num_groups}) must divide "
+                         f"'num_experts' ({num_experts}) and 'topk_groups' "
+                         f"({topk_groups}) be in [1, num_groups]")
+    if not scaling_factor > 0:
+        raise ValueError(f"'scaling_factor' must be positive, got "
+                         f"{scaling_factor!r}")
+    return (("scoring", scoring), ("selection_bias", bool(selection_bias)),
+            ("num_groups", num_groups), ("topk_groups", topk_groups),
+            ("scaling_factor", float(scaling_factor)))
+
+
 def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
               top_k: int, world_size: int, *, norm_topk_prob: bool = True,
               routing: str = "softmax_then_topk", dtype=torch.bfloat16,
-              save: str = "all") -> str:
+              save: str = "all", scoring: str = "softmax",
+              selection_bias: bool = False, num_groups: Optional[int] = None,
+              topk_groups: Optional[int] = None,
+              scaling_factor: float = 1.0) -> str:
     """The MLIR module ExpertParallelMoE runs (its three kernels and their
     derived backwards), to compile ahead of time:
     `moec.compile(ep_module(...), "sm_90a").save(path)`, then
-    `ExpertParallelMoE(..., bundle=moec.load(path))`."""
+    `ExpertParallelMoE(..., bundle=moec.load(path))` with the same
+    arguments."""
     if save not in SAVE_POLICIES:
         raise ValueError(f"'save': expected one of {', '.join(SAVE_POLICIES)}"
                          f", got {save!r}")
+    router = _router_options(num_experts, routing, scoring, selection_bias,
+                             num_groups, topk_groups, scaling_factor)
     return _Program((hidden_size, intermediate_size, num_experts, top_k,
-                     world_size, norm_topk_prob, routing, dtype), save, None,
-                    None).module
+                     world_size, norm_topk_prob, routing, dtype, router),
+                    save, None, None).module

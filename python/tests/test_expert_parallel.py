@@ -3,7 +3,8 @@
 single-process moec.torch.MoE on all ranks' tokens: the same output and
 the same gradients (x, the router summed over the ranks, each rank's
 experts), with a rank that has no tokens, ranks that receive none, experts
-with none, T = 1."""
+with none, T = 1; DeepSeek-V3's routing against a float64 reference at
+world sizes 1, 2 and 4."""
 
 import os
 
@@ -146,6 +147,101 @@ def test_matches_single_process(tmp_path, world):
     assert last[0]["w_gate_up"].abs().max() > 0
 
 
+DEEPSEEK = dict(scoring="sigmoid", selection_bias=True, num_groups=4,
+                topk_groups=2, scaling_factor=2.5)
+
+
+def _deepseek_worker(rank, init_file, case, out_dir):
+    """DeepSeek-V3 routing (sigmoid, selection bias, group-limited top-k,
+    scaling): this rank's output and gradients."""
+    world = case["world"]
+    dist.init_process_group("gloo", init_method=f"file://{init_file}",
+                            rank=rank, world_size=world)
+    try:
+        torch.save(_deepseek_rank(case, rank),
+                   os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _deepseek_rank(case, rank):
+    ep = moec.ep.ExpertParallelMoE(H, I, 16, 4, dtype=torch.float32,
+                                   **DEEPSEEK)
+    ep.load_hf_state_dict(case["state"])
+    first = sum(case["tokens"][:rank])
+    rows = slice(first, first + case["tokens"][rank])
+    x = case["x"][rows].clone().requires_grad_()
+    y = ep(x)
+    y.backward(case["dy"][rows])
+    gate = ep.gate.weight.grad.clone()
+    dist.all_reduce(gate)
+    # The experts the kernel chose: each slot's row, then its group.
+    with torch.no_grad():
+        state = ep.route(x.detach(), False)
+    row = state["positions"].long()
+    ids = torch.searchsorted(state["offsets"].long(), row, right=True)
+    return dict(y=y.detach(), grad_x=x.grad, gate=gate,
+                w_gate_up=ep.w_gate_up.grad, w_down=ep.w_down.grad,
+                ids=ids.view(-1, 4), experts=(ep.experts.start,
+                                              ep.experts.stop))
+
+
+def deepseek_reference(state, x, dy, ids):
+    """float64 output and gradients of DeepSeek-V3's block with the experts
+    fixed to `ids`: weights sigmoid(logits) at ids, renormalized, x 2.5."""
+    gate_w, w1, w2 = (state["gate.weight"], state["experts.gate_up_proj"],
+                      state["experts.down_proj"])
+    params = [t.double().requires_grad_() for t in (x, gate_w, w1, w2)]
+    xd, gd, w1d, w2d = params
+    weights = torch.sigmoid(xd @ gd.T).gather(1, ids)
+    weights = weights / weights.sum(-1, keepdim=True) * 2.5
+    out = torch.zeros_like(xd)
+    for e in range(w1.shape[0]):
+        token, slot = (ids == e).nonzero(as_tuple=True)
+        h = xd[token] @ w1d[e].T
+        a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
+        out = out.index_add(0, token, (a @ w2d[e].T) * weights[token, slot,
+                                                               None])
+    (out * dy.double()).sum().backward()
+    return out.detach(), [p.grad for p in params]
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_deepseek_routing(tmp_path, world):
+    # World 1 is the single-process layer; every world must give the same
+    # output and gradients, and those of a float64 reference.
+    gen = torch.Generator().manual_seed(7)
+    E = 16
+    state = {"gate.weight": torch.randn(E, H, generator=gen) / H ** 0.5,
+             "gate.e_score_correction_bias": 0.1 * torch.randn(
+                 E, generator=gen),
+             "experts.gate_up_proj": torch.randn(E, 2 * I, H,
+                                                 generator=gen) / H ** 0.5,
+             "experts.down_proj": torch.randn(E, H, I,
+                                              generator=gen) / I ** 0.5}
+    tokens = [9, 1, 0, 6][:world] if world > 1 else [11]
+    x = torch.randn(sum(tokens), H, generator=gen)
+    dy = torch.randn(sum(tokens), H, generator=gen)
+    case = dict(world=world, tokens=tokens, state=state, x=x, dy=dy)
+    mp.spawn(_deepseek_worker, args=(str(tmp_path / "init"), case,
+                                     str(tmp_path)), nprocs=world, join=True)
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    ids = torch.cat([r["ids"] for r in results])
+    # Group-limited: a token's experts lie in at most topk_groups groups.
+    assert all(len(set((row // (E // 4)).tolist())) <= 2 for row in ids)
+    want_y, (want_x, want_gate, want_w1, want_w2) = deepseek_reference(
+        state, x, dy, ids)
+    got_y = torch.cat([r["y"] for r in results])
+    got_x = torch.cat([r["grad_x"] for r in results])
+    got_w1 = torch.cat([r["w_gate_up"] for r in results])
+    got_w2 = torch.cat([r["w_down"] for r in results])
+    for name, got, want in (("y", got_y, want_y), ("grad x", got_x, want_x),
+                            ("grad w_gate_up", got_w1, want_w1),
+                            ("grad w_down", got_w2, want_w2),
+                            ("grad gate", results[0]["gate"], want_gate)):
+        assert rel(got, want) < 1e-5, (name, rel(got, want))
+
+
 def test_errors(tmp_path):
     with pytest.raises(RuntimeError, match="torch.distributed is not "
                                            "initialized"):
@@ -163,5 +259,16 @@ def test_errors(tmp_path):
         with pytest.raises(ValueError, match="'num_experts' \\(8\\) must be "
                                              "a multiple"):
             moec.ep.ep_kernels(H, I, E, K, 3)
+        with pytest.raises(ValueError, match="'scoring'"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, scoring="relu")
+        with pytest.raises(ValueError, match="'routing': sigmoid"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, scoring="sigmoid",
+                                      routing="topk_then_softmax")
+        with pytest.raises(ValueError, match="'num_groups' and 'topk_groups'"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, num_groups=2)
+        with pytest.raises(ValueError, match="'num_groups' \\(3\\) must "
+                                             "divide"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, num_groups=3,
+                                      topk_groups=1)
     finally:
         dist.destroy_process_group()
