@@ -30,11 +30,13 @@ host launches the first step, and a collective waits for the slower rank):
             order)
   combine   send_back (the reverse all_to_all_single), weigh (ep_combine:
             the weighted combine)
-torch runs the same stages: f32 router logits, softmax, top-k,
-renormalize, stable argsort, index_select into the send buffer, the same
-two all-to-alls; received rows sorted by local expert (stable argsort),
-torch._grouped_mm gate_up, silu * mul, torch._grouped_mm down, scattered
-back; the same reverse all-to-all, weighted index_add_ in f32.
+torch runs the same stages: router logits from a bf16 F.linear (as
+transformers), then f32 routing (training_step.py's), stable argsort,
+index_select into the send buffer, the same two all-to-alls; received rows
+sorted by local expert (stable argsort), torch._grouped_mm gate_up,
+silu * mul, torch._grouped_mm down, scattered back; the same reverse
+all-to-all, the rows put back in slot order and summed with one bf16 bmm
+by the weights (cast to bf16, as transformers' MoE blocks do).
 a2a: all_to_all_single of the send buffer alone, then of the results
 alone, with the same splits: the bandwidth ceiling of dispatch + combine
 ("a2a %" = a2a time / (dispatch + combine) time, moec's).
@@ -49,9 +51,13 @@ reversed) against torch autograd of the same composition (the
 differentiable all_to_all_single of torch.distributed.nn); time, the
 peak memory one step adds (torch.cuda.max_memory_allocated over the step
 minus what was allocated before it: activations, saved values, gradients;
-moec's kernels' own scratch, allocated outside torch, not counted), and the gradients of x, the router and both
-expert weights against torch's (near-tie tokens included, so ~5e-3 is
-bf16 rounding plus the odd differently routed token).
+plus the high-water mark of the CUDA memory pool where moec's kernels take
+their scratch, outside torch: an upper bound), and the gradients of x, the router and both
+expert weights against torch's, torch run with moec's experts for that
+check (so the difference is bf16 arithmetic, not near ties routed apart).
+Zero-receive check (Qwen3, first): a training step where every token picks
+rank 0's experts; the other ranks receive no rows and their experts'
+gradients must come out zero and finite (PASS / FAIL).
 --profile FILE: torch.profiler's table of moec's Qwen3 forward (per T).
 """
 
@@ -115,6 +121,56 @@ def main():
     run(args)
 
 
+def scratch_high(reset=False):
+    """High-water mark (bytes) of the device's default CUDA memory pool,
+    where moec's runtime allocates its scratch; None if cuda-python is
+    missing. With reset, restarts it."""
+    try:
+        import torch
+        from cuda.bindings import driver
+        err, pool = driver.cuDeviceGetDefaultMemPool(
+            torch.cuda.current_device())
+        attr = driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_USED_MEM_HIGH
+        if reset:
+            driver.cuMemPoolSetAttribute(pool, attr, driver.cuuint64_t(0))
+            return None
+        err, value = driver.cuMemPoolGetAttribute(pool, attr)
+        return int(value) if err == driver.CUresult.CUDA_SUCCESS else None
+    except Exception as error:  # noqa: BLE001 - an optional measurement
+        print(f"scratch_high: {error!r}", file=sys.stderr)
+        return None
+
+
+def zero_receive_check(block, world, rank):
+    """A training step where every token picks rank 0's experts: the other
+    ranks receive no rows, and their experts' gradients must be zeros (not
+    untouched memory). Returns (ok, this rank's received rows)."""
+    import torch
+    import torch.distributed as dist
+    H, local = block.hidden_size, block.local_experts
+    saved = block.gate.weight.detach().clone()
+    with torch.no_grad():
+        block.gate.weight.abs_()
+        block.gate.weight[local:].neg_()
+    x = (torch.randn(64, H, device="cuda").abs() + 0.1).to(saved.dtype)
+    for p in block.parameters():
+        p.grad = None
+    state = block.plan(block.route(x, False))
+    received = sum(state["splits"][1])
+    block(x).float().sum().backward()
+    grads = (block.w_gate_up.grad, block.w_down.grad)
+    finite = all(torch.isfinite(g).all().item() for g in grads)
+    nonzero = any(g.abs().max().item() > 0 for g in grads)
+    ok = finite and (nonzero if rank == 0 else not nonzero)
+    with torch.no_grad():
+        block.gate.weight.copy_(saved)
+    for p in block.parameters():
+        p.grad = None
+    flags = torch.tensor([float(ok)], device="cuda")
+    dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+    return bool(flags.item()), received
+
+
 def profile(fn, path):
     """Appends the CUDA-time table of 3 calls of fn to `path` (every rank
     runs them: they exchange; only one writes)."""
@@ -136,6 +192,7 @@ def profile(fn, path):
 def run(args):
     import torch
     import torch.distributed as dist
+    import torch.nn.functional as F
 
     import moec
     from moec.ep import ExpertParallelMoE, _exchange
@@ -182,6 +239,7 @@ def run(args):
     mm_ms = timed([("mm", lambda _: torch.mm(a, b))], args.iters)["mm"]
     peak_tflops = 2 * 8192 ** 3 / mm_ms / 1e9
     del a, b
+    zero_receive = None
     for key in args.models.split(","):
         m = MODELS[key]
         E, H, I, k = m["E"], m["H"], m["I"], m["k"]
@@ -202,21 +260,40 @@ def run(args):
                             topk_groups=4, scaling=2.5)
                        if m["router"] else dict(routing="softmax", k=k))
 
-        def torch_route(logits):
-            """(weights, ids) of the layer's router (training_step.py's)."""
-            return route(logits, route_model, sel_bias)
+        def torch_route(logits, ids=None):
+            """(weights, ids) of the layer's router (training_step.py's);
+            with `ids`, the weights of those experts."""
+            return route(logits, route_model, sel_bias, ids)
 
         gate_w, w_gate_up, w_down = (block.gate.weight.detach(),
                                      block.w_gate_up.detach(),
                                      block.w_down.detach())
         local = block.local_experts
+        if key == "qwen3":
+            ok, received = zero_receive_check(block, world, rank)
+            if rank == 0:
+                print(f"zero-receive check (ranks > 0 get no rows, their "
+                      f"experts' gradients zero): {'PASS' if ok else 'FAIL'}",
+                      flush=True)
+            zero_receive = dict(ok=ok)
         for T in (int(t) for t in args.tokens.split(",")):
             gen.manual_seed(1000 * rank + T)
             x = torch.randn(T, H, device="cuda", dtype=bf16, generator=gen)
 
+            def weighted_sum(back, weights, slots):
+                """Each token's k rows (back: in expert order, slots[i] the
+                slot of row i) times its weights, summed: back in slot
+                order, then one bf16 bmm [T, 1, k] x [T, k, H] (the weights
+                in the rows' type, as transformers' MoE blocks)."""
+                order = torch.empty_like(slots)
+                order[slots] = torch.arange(slots.numel(), device="cuda")
+                rows = back.index_select(0, order).view(T, k, H)
+                return torch.bmm(weights.to(bf16).unsqueeze(1),
+                                 rows).squeeze(1)
+
             # -- torch: the same stages --------------------------------
             def t_dispatch(_):
-                logits = x.float() @ gate_w.float().T
+                logits = F.linear(x, gate_w).float()
                 weights, ids = torch_route(logits)
                 flat = ids.flatten()
                 slots = torch.argsort(flat, stable=True)
@@ -252,11 +329,7 @@ def run(args):
             def t_combine(s):
                 back = _exchange(s["rows"], s["splits"][1], s["splits"][0],
                                  None)
-                scaled = back.float() * s["weights"].flatten().index_select(
-                    0, s["slots"]).unsqueeze(1)
-                y = torch.zeros(T, H, dtype=torch.float32, device="cuda")
-                y.index_add_(0, s["slots"] // k, scaled)
-                return y.to(bf16)
+                return weighted_sum(back, s["weights"], s["slots"])
 
             # -- moec: its six steps ------------------------------------
             moec_steps = [("route", lambda _: block.route(x, False)),
@@ -278,17 +351,17 @@ def run(args):
             t_params = ([p.detach().clone().requires_grad_() for p in params]
                         if T * H <= args.train_max else [])
 
-            def t_train(_):
+            def t_train(_, ids=None):
                 xg = x.detach().requires_grad_()
-                y = torch_layer_autograd(xg, *t_params)
+                y = torch_layer_autograd(xg, *t_params, ids=ids)
                 y.backward(dy)
                 return [xg.grad] + [p.grad for p in t_params]
 
-            def torch_layer_autograd(xg, g_w, w1, w2):
+            def torch_layer_autograd(xg, g_w, w1, w2, ids=None):
                 from torch.distributed.nn.functional import \
                     all_to_all_single as a2a
-                logits = xg.float() @ g_w.float().T
-                weights, ids = torch_route(logits)
+                logits = F.linear(xg, g_w).float()
+                weights, ids = torch_route(logits, ids)
                 flat = ids.flatten()
                 slots = torch.argsort(flat, stable=True)
                 ends = group_ends(flat, E)
@@ -311,10 +384,7 @@ def run(args):
                                       offs=offs)
                 out = torch.zeros_like(d).index_copy(0, order, d)
                 back = a2a(out.new_empty(sum(sp), H), out, sp, rp)
-                scaled = back.float() * weights.flatten().index_select(
-                    0, slots).unsqueeze(1)
-                y = torch.zeros(T, H, dtype=torch.float32, device="cuda")
-                return y.index_add(0, slots // k, scaled).to(bf16)
+                return weighted_sum(back, weights, slots)
 
             with torch.no_grad():
                 ref = t_combine(t_compute(t_dispatch(None)))
@@ -322,10 +392,11 @@ def run(args):
                 # Tokens both routers send to the same experts (a near tie
                 # may go either way): the error there is arithmetic alone.
                 state = block.route(x, False)
-                moec_ids = torch.searchsorted(
+                kernel_ids = torch.searchsorted(
                     state["offsets"].long(), state["positions"].long(),
-                    right=True).view(T, k).sort(1).values
-                torch_ids = torch_route(x.float() @ gate_w.float().T)[1]
+                    right=True).view(T, k)
+                moec_ids = kernel_ids.sort(1).values
+                torch_ids = torch_route(F.linear(x, gate_w).float())[1]
                 same = (moec_ids == torch_ids.sort(1).values).all(1)
                 err = torch.tensor([rel_err(got[same], ref[same]) ** 2,
                                     rel_err(got, ref) ** 2,
@@ -355,8 +426,9 @@ def run(args):
                                    args.iters)["layer"]
                 torch_layer = timed([("layer", lambda _: t_combine(
                     t_compute(t_dispatch(None))))], args.iters)["layer"]
-            moved = torch.tensor([float(sum(send_splits))],
-                                 device="cuda")  # rows this rank sends
+            # Rows this rank sends to the others (its own stay in place).
+            moved = torch.tensor([float(sum(send_splits) -
+                                        send_splits[rank])], device="cuda")
             dist.all_reduce(moved, op=dist.ReduceOp.MAX)
             a2a_ms = a2a["send"] + a2a["back"]
             row = dict(
@@ -371,7 +443,8 @@ def run(args):
                                        moec_t["combine"]),
                 a2a_GBps=2 * moved.item() * H * 2 / a2a_ms / 1e6,
                 flops_per_rank=2 * T * H * E + 2 * T * k * 3 * H * I,
-                compute_tflops=2 * T * k * 3 * H * I / moec_t["compute"] / 1e9,
+                compute_tflops=(2 * sum(recv_splits) * 3 * H * I /
+                                moec_t["compute"] / 1e9),
                 peak_tflops=peak_tflops)
             if T * H > args.train_max:
                 results.append(row)
@@ -381,7 +454,9 @@ def run(args):
             # Training step: time, and the gradients against torch's.
             for p in params + t_params:
                 p.grad = None
-            got, want = m_train(None), t_train(None)
+            # torch with moec's experts: the gradients then differ by
+            # arithmetic alone (not by near ties routed apart).
+            got, want = m_train(None), t_train(None, kernel_ids)
             grad_err = torch.tensor([rel_err(a.reshape(-1, a.shape[-1]),
                                              b.reshape(-1, b.shape[-1]))
                                      for a, b in zip(got, want)],
@@ -401,11 +476,19 @@ def run(args):
                 # layers' weights, the inputs): its activations and grads.
                 resident = torch.cuda.memory_allocated()
                 torch.cuda.reset_peak_memory_stats()
+                scratch_high(reset=True)
                 train[name] = timed([(name, step)], args.iters)[name]
-                peak = torch.tensor([(torch.cuda.max_memory_allocated() -
-                                      resident) / 2**30], device="cuda")
+                # moec's kernels take their scratch from the CUDA memory
+                # pool (cuMemAllocAsync), outside torch's allocator: its
+                # high-water mark is added (an upper bound: the two peaks
+                # need not coincide).
+                pool = scratch_high()
+                peak = torch.tensor([
+                    (torch.cuda.max_memory_allocated() - resident) / 2**30,
+                    -1.0 if pool is None else pool / 2**30], device="cuda")
                 dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-                train[name + "_peak_GiB"] = peak.item()
+                train[name + "_peak_GiB"] = (peak[0] + max(peak[1], 0)).item()
+                train[name + "_pool_GiB"] = peak[1].item()
             row.update(train=train, train_ratio=train["torch"] / train["moec"],
                        grad_err=dict(zip(("x", "gate", "w_gate_up", "w_down"),
                                          grad_err.tolist())))
@@ -445,12 +528,14 @@ def run(args):
             t = r["train"]
             print(f"{r['model']:<14} {r['T']:>6} {t['moec']:>8.3f} "
                   f"{t['torch']:>8.3f} {r['train_ratio']:>5.2f} | "
-                  f"{t['moec_peak_GiB']:>8.2f} {t['torch_peak_GiB']:>9.2f} | "
+                  f"{t['moec_peak_GiB']:>8.2f} {t['torch_peak_GiB']:>9.2f} "
+                  f"(moec pool {t['moec_pool_GiB']:.2f}) | "
                   + " ".join(f"{v:.1e}" for v in r["grad_err"].values()))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(),
-                               world=world, results=results), f, indent=1)
+                               world=world, zero_receive=zero_receive,
+                               results=results), f, indent=1)
     dist.destroy_process_group()
 
 

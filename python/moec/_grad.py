@@ -18,8 +18,13 @@ def grad_attr(module: str, backward_name: str, attr: str) -> list:
     the backward function `backward_name` in `module` (moe-autodiff's
     output)."""
     header = re.search(r"func\.func @" + re.escape(backward_name) + r"\(.*",
-                       module).group(0)
-    found = re.search(attr + r" = array<i64(?:: ([0-9, ]*))?>", header)
+                       module)
+    found = header and re.search(attr + r" = array<i64(?:: ([0-9, ]*))?>",
+                                 header.group(0))
+    if not found:
+        raise ValueError(f"{backward_name} has no {attr} (not a function "
+                         f"moe-autodiff made, or compiled by an older moec: "
+                         f"compile its module again)")
     return [int(v) for v in found.group(1).split(",")] if found.group(1) \
         else []
 

@@ -14,24 +14,24 @@ router. One forward, on every rank (docs/expert_parallel.md):
    and the permute that writes the send buffer. Experts are numbered rank
    by rank, so rows sorted by global expert are already grouped by
    destination rank, then by its local expert: the buffer goes out as it
-   is, no second copy.
-2. The per-expert counts go through one `all_gather` (every rank learns
-   how many rows it sends to and receives from each rank, and for which
-   of its local experts), then the rows through `all_to_all_single`
-   (uneven splits).
-3. `ep_experts` (one moec kernel): the received rows, grouped by local
+   is, no second copy. The per-expert counts go through one `all_gather`
+   (every rank learns how many rows it sends to and receives from each
+   rank, and for which of its local experts), then the rows through
+   `all_to_all_single` (uneven splits).
+2. `ep_experts` (one moec kernel): the received rows, grouped by local
    expert inside the kernel (the sort's gather fused into the gate_up
    grouped matmul's prologue), gate_up + SwiGLU, down, and back to the
    received order.
-4. The reverse `all_to_all_single`, then `ep_combine` (one moec kernel):
+3. The reverse `all_to_all_single`, then `ep_combine` (one moec kernel):
    the weighted combine of each token's k rows (the routing weights never
    leave their rank).
 
 Backward runs the same path in reverse: each kernel's backward is derived
 by moe-autodiff (Kernel.grad) and the all-to-alls exchange the gradients.
 The router is replicated: each rank's `gate.weight.grad` covers its own
-tokens, so sum it over the group as for any replicated parameter (DDP,
-or `dist.all_reduce`); the experts' gradients are complete on their rank.
+tokens, so sum it over the group (`dist.all_reduce`). The experts'
+gradients are already complete on their rank: keep them out of a data-
+parallel all-reduce (docs/expert_parallel.md).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class _Program:
 
     @property
     def module(self) -> str:
-        """ep_dispatch, ep_experts, ep_combine and each one's _fwd / _grad
+        """The kernels (KERNELS) and each one's _fwd / _grad
         (moe-autodiff), MLIR text."""
         if self._module is None:
             compiler = _native.compiler()
@@ -183,15 +183,19 @@ class _Program:
         return self._saved[key]
 
 
-_PROGRAMS: dict = {}
+# Blocks reach their program through an index (a module then holds no
+# compiled bundle itself: state_dict, deepcopy and pickling stay plain).
+_PROGRAMS: list = []
+_PROGRAM_INDEX: dict = {}
 
 
-def _program(config: tuple, save: str, tile, bundle) -> _Program:
+def _program_index(config: tuple, save: str, tile, bundle) -> int:
     key = config + (save, tuple(sorted((tile or {}).items())),
                     None if bundle is None else id(bundle))
-    if key not in _PROGRAMS:
-        _PROGRAMS[key] = _Program(config, save, tile, bundle)
-    return _PROGRAMS[key]
+    if key not in _PROGRAM_INDEX:
+        _PROGRAM_INDEX[key] = len(_PROGRAMS)
+        _PROGRAMS.append(_Program(config, save, tile, bundle))
+    return _PROGRAM_INDEX[key]
 
 
 def _outputs(out) -> tuple:
@@ -283,9 +287,11 @@ class ExpertParallelMoE(nn.Module):
     `scoring="sigmoid"`, `selection_bias=True` (a buffer
     `e_score_correction_bias` [E] f32 that only selects), `num_groups`,
     `topk_groups`, `scaling_factor`. `bundle`: a precompiled bundle of
-    `ep_module(...)` (moec.compile of it), for a machine without the
-    compiler; otherwise the kernels are compiled for x's device on first
-    use (cached on disk).
+    `ep_module(...)` with the same arguments (moec.compile of it), for a
+    machine without the compiler (a launch checks shapes and dtypes, not
+    router options: a bundle of another router runs that router);
+    otherwise the kernels are compiled for x's device on first use
+    (cached on disk).
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int,
@@ -317,6 +323,8 @@ class ExpertParallelMoE(nn.Module):
         self.group = group if group is not None else dist.group.WORLD
         self.world_size = dist.get_world_size(self.group)
         self.rank = dist.get_rank(self.group)
+        if self.rank < 0:
+            raise ValueError("'group': this process is not a member")
         if num_experts % self.world_size:
             raise ValueError(f"'num_experts' ({num_experts}) must be a "
                              f"multiple of the group's size "
@@ -324,10 +332,13 @@ class ExpertParallelMoE(nn.Module):
         self.local_experts = num_experts // self.world_size
         first = self.rank * self.local_experts
         self.experts = range(first, first + self.local_experts)
-        self._program = _program(
-            (hidden_size, intermediate_size, num_experts, top_k,
-             self.world_size, norm_topk_prob, routing, dtype, router), save,
-            tile, bundle)
+        self._config = (hidden_size, intermediate_size, num_experts, top_k,
+                        self.world_size, norm_topk_prob, routing)
+        self._router = router
+        # One program per weight dtype (a cast block runs the kernels of its
+        # new type; the given bundle serves the dtype it was made for).
+        self._programs = {dtype: _program_index(
+            self._config + (dtype, router), save, tile, bundle)}
         factory = dict(dtype=dtype, device=device)
         self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
         self.w_gate_up = nn.Parameter(torch.empty(
@@ -373,6 +384,15 @@ class ExpertParallelMoE(nn.Module):
             with torch.no_grad():
                 self.e_score_correction_bias.copy_(state_dict[key])
 
+    @property
+    def _program(self) -> _Program:
+        dtype = self.w_down.dtype
+        if dtype not in self._programs:
+            self._programs[dtype] = _program_index(
+                self._config + (dtype, self._router), self.save, self.tile,
+                None)
+        return _PROGRAMS[self._programs[dtype]]
+
     def kernels(self) -> list:
         """[ep_dispatch, ep_experts, ep_combine] (moec.Kernel)."""
         return list(self._program.kernels.values())
@@ -386,10 +406,11 @@ class ExpertParallelMoE(nn.Module):
     def route(self, tokens: torch.Tensor, training: bool) -> dict:
         """ep_dispatch on this rank's tokens [T, H]: the send buffer (rows
         in global expert order), the routing weights, slots, offsets and
-        positions: the state the next stages continue."""
+        positions: the state the next steps continue."""
         args = (tokens, self.gate.weight)
         if self.router_options["selection_bias"]:
-            args += (self.e_score_correction_bias,)
+            # f32 whatever the module was cast to (the kernel's type).
+            args += (self.e_score_correction_bias.float(),)
         send, weights, slots, offsets, positions = _call(
             self._program, "ep_dispatch", args, training)
         return dict(rows=send, weights=weights, slots=slots, offsets=offsets,
@@ -405,11 +426,11 @@ class ExpertParallelMoE(nn.Module):
         every = counts.new_empty(W * counts.shape[0])
         dist.all_gather_into_tensor(every, counts, group=self.group)
         every = every.view(W, W, local)  # [source, dest rank, expert]
-        mine = every[:, rank]  # [source, local expert], on the device
         rows = every.sum(2).tolist()  # [source][dest]
         send_splits = rows[rank]
         recv_splits = [row[rank] for row in rows]
         received = sum(recv_splits)
+        mine = every[:, rank]  # [source, local expert], on the device
         # From each source, the rows of local expert 0, then 1, ... (its
         # sort order).
         state["ids"] = torch.repeat_interleave(
@@ -466,6 +487,9 @@ class ExpertParallelMoE(nn.Module):
         if x.dtype != self.w_down.dtype:
             raise ValueError(f"'x': expected dtype {self.w_down.dtype} (the "
                              f"block's), got {x.dtype}")
+        if x.device != self.w_down.device:
+            raise ValueError(f"'x': expected device {self.w_down.device} (the "
+                             f"block's), got {x.device}")
         tokens = x.reshape(-1, self.hidden_size).contiguous()
         state = self.dispatch(tokens, self._training(tokens))
         return self.combine(self.compute(state)).reshape(x.shape)
@@ -492,11 +516,12 @@ def _router_options(num_experts, routing, scoring, selection_bias,
         raise ValueError("'num_groups' and 'topk_groups' go together")
     if num_groups is not None and (
             not isinstance(num_groups, int) or num_groups <= 0 or
-            num_experts % num_groups or not 0 < topk_groups <= num_groups):
+            not isinstance(topk_groups, int) or num_experts % num_groups or
+            not 0 < topk_groups <= num_groups):
         raise ValueError(f"'num_groups' ({num_groups}) must divide "
                          f"'num_experts' ({num_experts}) and 'topk_groups' "
                          f"({topk_groups}) be in [1, num_groups]")
-    if not scaling_factor > 0:
+    if not isinstance(scaling_factor, (int, float)) or not scaling_factor > 0:
         raise ValueError(f"'scaling_factor' must be positive, got "
                          f"{scaling_factor!r}")
     return (("scoring", scoring), ("selection_bias", bool(selection_bias)),

@@ -361,7 +361,7 @@ def load_hf_experts(block: nn.Module, state_dict: dict, prefix: str = "",
         block.w_down.copy_(get("experts.down_proj")[experts.start:
                                                     experts.stop])
         return
-    qwen = prefix + "experts.0.gate_proj.weight" in state_dict
+    qwen = f"{prefix}experts.{experts.start}.gate_proj.weight" in state_dict
     names = (("gate_proj", "up_proj", "down_proj") if qwen
              else ("w1", "w3", "w2"))
     inter = block.intermediate_size

@@ -227,8 +227,17 @@ def test_deepseek_routing(tmp_path, world):
                                      str(tmp_path)), nprocs=world, join=True)
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
     ids = torch.cat([r["ids"] for r in results])
-    # Group-limited: a token's experts lie in at most topk_groups groups.
-    assert all(len(set((row // (E // 4)).tolist())) <= 2 for row in ids)
+    # The kernel's selection against DeepSeek-V3's, in float64: scores plus
+    # the bias select; groups ranked by their best two; the best 2 of 4.
+    select = (torch.sigmoid(x.double() @ state["gate.weight"].double().T) +
+              state["gate.e_score_correction_bias"].double())
+    groups = select.view(-1, 4, E // 4)
+    best = groups.topk(2, dim=-1).values.sum(-1).topk(2, dim=-1).indices
+    keep = torch.zeros_like(groups[..., 0]).scatter(1, best, 1.0).bool()
+    masked = select.masked_fill(~keep.repeat_interleave(E // 4, 1),
+                                float("-inf"))
+    want_ids = masked.topk(4, dim=-1).indices
+    assert torch.equal(ids.sort(1).values, want_ids.sort(1).values)
     want_y, (want_x, want_gate, want_w1, want_w2) = deepseek_reference(
         state, x, dy, ids)
     got_y = torch.cat([r["y"] for r in results])
@@ -240,6 +249,13 @@ def test_deepseek_routing(tmp_path, world):
                             ("grad w_down", got_w2, want_w2),
                             ("grad gate", results[0]["gate"], want_gate)):
         assert rel(got, want) < 1e-5, (name, rel(got, want))
+
+
+def test_bundle_without_saved_results_is_named():
+    from moec._grad import grad_attr
+    with pytest.raises(ValueError, match="f_grad has no moe.saved_results"):
+        grad_attr("func.func @f_grad(%a: f32) {", "f_grad",
+                  "moe.saved_results")
 
 
 def test_errors(tmp_path):
@@ -270,5 +286,12 @@ def test_errors(tmp_path):
                                              "divide"):
             moec.ep.ExpertParallelMoE(H, I, E, K, num_groups=3,
                                       topk_groups=1)
+        with pytest.raises(ValueError, match="'scaling_factor'"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, scaling_factor="2")
+        # A block cast to bf16 keeps routing with an f32 selection bias.
+        ds = moec.ep.ExpertParallelMoE(H, I, E, K, dtype=torch.float32,
+                                       scoring="sigmoid",
+                                       selection_bias=True).to(torch.bfloat16)
+        assert ds(torch.randn(3, H, dtype=torch.bfloat16)).shape == (3, H)
     finally:
         dist.destroy_process_group()

@@ -1,5 +1,6 @@
 """Tracing kernels into moe IR, and argument errors at trace time."""
 
+import numpy as np
 import pytest
 
 import moec
@@ -35,7 +36,17 @@ def test_second_row_symbol_becomes_moe_sym():
     text = combine.module
     assert 'moe.name = "rows", moe.sym = "M"' in text
     assert 'moe.name = "weights"}' in text
-    assert "moe.unpermute" in moec.ir(combine)
+    entry = moec.compile(combine, "host").entry("combine", "host")
+    assert entry.symbols == ["M", "T"]
+    assert [b.dims for b in entry.inputs[:3]] == [("M", "16"), ("T", "2"),
+                                                  ("M",)]
+    rows = np.ones((6, 16), np.float32)
+    weights = np.full((3, 2), 0.5, np.float32)
+    slots = np.array([0, 2, 4, 1, 3, 5], np.int32)
+    offsets = np.array([3, 6, 6, 6], np.int32)
+    assert entry(rows, weights, slots, offsets).shape == (3, 16)
+    with pytest.raises(ValueError, match="'slots': expected shape \\[6\\]"):
+        entry(rows, weights, slots[:5], offsets)  # M is rows' row count
 
 
 def test_every_op_traces_and_verifies():

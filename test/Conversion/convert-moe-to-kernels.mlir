@@ -140,3 +140,19 @@ func.func @unpermute_grad_odd(%dy: tensor<?x36xbf16>, %w: tensor<?x2xf32>,
       : tensor<?x36xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x36xbf16>
   return %drows, %dw : tensor<?x36xbf16>, tensor<?x2xf32>
 }
+
+// -----
+
+// The function's own attributes stay on the lowered function (moe-autodiff's
+// moe.saved_results reaches the bundle's source: a runtime without the
+// compiler reads which forward results a backward takes), the lowering's
+// own beside them.
+// CHECK-LABEL: func.func @keeps_attrs
+// CHECK-SAME: moe.entry = "keeps_attrs"
+// CHECK-SAME: moe.grad_of = "f"
+// CHECK-SAME: moe.saved_results = array<i64: 2, 0>
+func.func @keeps_attrs(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16>
+    attributes {moe.grad_of = "f", moe.saved_results = array<i64: 2, 0>} {
+  %y = moe.swiglu %x : tensor<?x64xbf16> -> tensor<?x32xbf16>
+  return %y : tensor<?x32xbf16>
+}

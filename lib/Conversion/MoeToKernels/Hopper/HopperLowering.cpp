@@ -111,8 +111,8 @@ Value above(KernelBuilder &h, Value rows, int64_t bound) {
 
 /// Launches the kernel of `base`, or with the op's `moe.tile_buckets` one
 /// variant per bucket: each launch's grid is 0 unless the row count
-/// (groupedRows) falls in its bucket (the base plan takes the rows above every
-/// bucket). `planOf` makes the plan of a bucket's tile.
+/// (groupedRows) falls in its bucket (the first bucket from 0 rows, the base
+/// plan the rows above every bucket). `planOf` makes the plan of a bucket's tile.
 LogicalResult launchBucketed(
     LoweringContext &ctx, Operation *op, const HopperOperands &v,
     const HopperPlan &base,
@@ -141,9 +141,11 @@ LogicalResult launchBucketed(
   Value rows = groupedRows(ctx, v, base);
   int64_t below = 0;
   for (auto &[bucket, plan] : buckets) {
-    // rows in (below, max_rows]: above(below) - above(max_rows).
-    Value enabled = h.sub(above(h, rows, below),
-                          above(h, rows, bucket.getMaxRows()));
+    // rows in (below, max_rows]: above(below) - above(max_rows); the first
+    // bucket takes no rows too, so that some launch writes the output (a
+    // weight gradient of no rows is zeros, not untouched memory).
+    Value from = below == 0 ? h.idx(1) : above(h, rows, below);
+    Value enabled = h.sub(from, above(h, rows, bucket.getMaxRows()));
     std::string suffix = "wgmma_le" + std::to_string(bucket.getMaxRows());
     if (failed(launchHopperMatmul(ctx, v, plan, suffix, enabled)))
       return failure();
