@@ -60,7 +60,7 @@ def make_case(world, tokens, dtype, routing="softmax_then_topk",
                 grads={n: p.grad for n, p in block.named_parameters()})
 
 
-def _worker(rank, init_file, cases, out_dir):
+def _worker(rank, init_file, cases, out_dir, save="all"):
     world = cases[0]["world"]
     dist.init_process_group("gloo", init_method=f"file://{init_file}",
                             rank=rank, world_size=world)
@@ -70,6 +70,7 @@ def _worker(rank, init_file, cases, out_dir):
             block = moec.torch.MoE(H, I, E, K, routing=case["routing"],
                                    dtype=case["dtype"])
             block.load_state_dict(case["weights"])
+            block.save = save  # from_moe takes the block's policy
             ep = moec.ep.ExpertParallelMoE.from_moe(block)
             first = sum(case["tokens"][:rank])
             rows = slice(first, first + case["tokens"][rank])
@@ -90,10 +91,10 @@ def _worker(rank, init_file, cases, out_dir):
         dist.destroy_process_group()
 
 
-def run_world(tmp_path, cases):
+def run_world(tmp_path, cases, save="all"):
     world = cases[0]["world"]
-    mp.spawn(_worker, args=(str(tmp_path / "init"), cases, str(tmp_path)),
-             nprocs=world, join=True)
+    mp.spawn(_worker, args=(str(tmp_path / "init"), cases, str(tmp_path),
+                            save), nprocs=world, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
 
 
@@ -145,6 +146,15 @@ def test_matches_single_process(tmp_path, world):
     for r in last[1:]:
         assert r["w_gate_up"].abs().max() == 0 and r["w_down"].abs().max() == 0
     assert last[0]["w_gate_up"].abs().max() > 0
+
+
+@pytest.mark.parametrize("save", ["matmuls", "inputs"])
+def test_save_policies(tmp_path, save):
+    # What the training forward keeps changes no gradient: the backward
+    # recomputes the rest with the same kernels.
+    cases = [make_case(2, [7, 4], torch.float32, seed=5)]
+    results = run_world(tmp_path, cases, save)
+    check(cases[0], [r[0] for r in results])
 
 
 DEEPSEEK = dict(scoring="sigmoid", selection_bias=True, num_groups=4,
