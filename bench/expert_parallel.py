@@ -52,8 +52,9 @@ differentiable all_to_all_single of torch.distributed.nn); time, the
 peak memory one step adds (torch.cuda.max_memory_allocated over the step
 minus what was allocated before it: activations, saved values, gradients;
 plus the high-water mark of the CUDA memory pool where moec's kernels take
-their scratch, outside torch: an upper bound), and the gradients of x, the router and both
-expert weights against torch's, torch run with moec's experts for that
+their scratch, outside torch: an upper bound), and the gradients of x,
+the router and both expert weights against torch's, torch run with moec's
+experts for that
 check (so the difference is bf16 arithmetic, not near ties routed apart).
 Zero-receive check (Qwen3, first): a training step where every token picks
 rank 0's experts; the other ranks receive no rows and their experts'

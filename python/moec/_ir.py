@@ -171,8 +171,9 @@ class Builder:
         types = ", ".join(r.type for r in results)
         ret = f"({types})" if len(results) != 1 else types
         body = "\n".join(self.lines)
+        names = ", ".join(r.name for r in results)
         return (f"func.func @{self.name}({params}) -> {ret} {{\n{body}\n"
-                f"  return {', '.join(r.name for r in results)} : {types}\n}}\n")
+                f"  return {names} : {types}\n}}\n")
 
 
 _state = threading.local()

@@ -313,7 +313,8 @@ class ExpertParallelMoE(nn.Module):
                                  selection_bias, num_groups, topk_groups,
                                  scaling_factor)
         self.router_options = dict(router)
-        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
         self.tile, self.save = tile, save

@@ -112,7 +112,8 @@ Value above(KernelBuilder &h, Value rows, int64_t bound) {
 /// Launches the kernel of `base`, or with the op's `moe.tile_buckets` one
 /// variant per bucket: each launch's grid is 0 unless the row count
 /// (groupedRows) falls in its bucket (the first bucket from 0 rows, the base
-/// plan the rows above every bucket). `planOf` makes the plan of a bucket's tile.
+/// plan the rows above every bucket). `planOf` makes the plan of a bucket's
+/// tile.
 LogicalResult launchBucketed(
     LoweringContext &ctx, Operation *op, const HopperOperands &v,
     const HopperPlan &base,
