@@ -64,7 +64,6 @@ gradients must come out zero and finite (PASS / FAIL).
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys

@@ -443,11 +443,7 @@ class ExpertParallelMoE(nn.Module):
 
     def send(self, state: dict) -> dict:
         """The rows to the experts' ranks (all_to_all_single)."""
-        send_splits, recv_splits = state["splits"]
-        exchange = _AllToAll.apply if state["training"] else _exchange
-        state["rows"] = exchange(state["rows"], send_splits, recv_splits,
-                                 self.group)
-        return state
+        return self._move_rows(state, *state["splits"])
 
     def dispatch(self, tokens: torch.Tensor, training: bool) -> dict:
         """route, plan and send."""
@@ -464,8 +460,12 @@ class ExpertParallelMoE(nn.Module):
     def send_back(self, state: dict) -> dict:
         """The expert outputs back to their tokens' ranks."""
         send_splits, recv_splits = state["splits"]
+        return self._move_rows(state, recv_splits, send_splits)
+
+    def _move_rows(self, state: dict, out_splits: list,
+                   in_splits: list) -> dict:
         exchange = _AllToAll.apply if state["training"] else _exchange
-        state["rows"] = exchange(state["rows"], recv_splits, send_splits,
+        state["rows"] = exchange(state["rows"], out_splits, in_splits,
                                  self.group)
         return state
 

@@ -60,42 +60,57 @@ def make_case(world, tokens, dtype, routing="softmax_then_topk",
                 grads={n: p.grad for n, p in block.named_parameters()})
 
 
-def _worker(rank, init_file, cases, out_dir, save="all"):
-    world = cases[0]["world"]
+def _worker(rank, world, init_file, out_dir, run, payload):
+    """One rank: `run(payload, rank)` in a gloo group, its result saved."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}",
                             rank=rank, world_size=world)
     try:
-        results = []
-        for case in cases:
-            block = moec.torch.MoE(H, I, E, K, routing=case["routing"],
-                                   dtype=case["dtype"])
-            block.load_state_dict(case["weights"])
-            block.save = save  # from_moe takes the block's policy
-            ep = moec.ep.ExpertParallelMoE.from_moe(block)
-            first = sum(case["tokens"][:rank])
-            rows = slice(first, first + case["tokens"][rank])
-            x = case["x"][rows].clone().requires_grad_()
-            y = ep(x)
-            y.backward(case["dy"][rows])
-            gate = ep.gate.weight.grad.clone()
-            dist.all_reduce(gate)  # the replicated router's gradient
-            with torch.no_grad():
-                inference = ep(x)  # no graph: the plain kernels
-            results.append(dict(y=y.detach(), inference=inference,
-                                grad_x=x.grad, gate=gate,
-                                w_gate_up=ep.w_gate_up.grad,
-                                w_down=ep.w_down.grad,
-                                experts=(ep.experts.start, ep.experts.stop)))
-        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(run(payload, rank),
+                   os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
-def run_world(tmp_path, cases, save="all"):
-    world = cases[0]["world"]
-    mp.spawn(_worker, args=(str(tmp_path / "init"), cases, str(tmp_path),
-                            save), nprocs=world, join=True)
+def spawn(tmp_path, world, run, payload) -> list:
+    """Each rank's result of `run` (a module-level function)."""
+    mp.spawn(_worker, args=(world, str(tmp_path / "init"), str(tmp_path),
+                            run, payload), nprocs=world, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+
+
+def train_rank(ep, case, rank) -> dict:
+    """One training step of `ep` on this rank's slice of the case's tokens:
+    the output and the gradients (the router's summed over the group)."""
+    first = sum(case["tokens"][:rank])
+    rows = slice(first, first + case["tokens"][rank])
+    x = case["x"][rows].clone().requires_grad_()
+    y = ep(x)
+    y.backward(case["dy"][rows])
+    gate = ep.gate.weight.grad.clone()
+    dist.all_reduce(gate)  # the replicated router's gradient
+    return dict(x=x.detach(), y=y.detach(), grad_x=x.grad, gate=gate,
+                w_gate_up=ep.w_gate_up.grad, w_down=ep.w_down.grad,
+                experts=(ep.experts.start, ep.experts.stop))
+
+
+def _moe_cases_rank(payload, rank):
+    cases, save = payload
+    results = []
+    for case in cases:
+        block = moec.torch.MoE(H, I, E, K, routing=case["routing"],
+                               dtype=case["dtype"])
+        block.load_state_dict(case["weights"])
+        block.save = save  # from_moe takes the block's policy
+        ep = moec.ep.ExpertParallelMoE.from_moe(block)
+        result = train_rank(ep, case, rank)
+        with torch.no_grad():
+            result["inference"] = ep(result["x"])  # the plain kernels
+        results.append(result)
+    return results
+
+
+def run_world(tmp_path, cases, save="all"):
+    return spawn(tmp_path, cases[0]["world"], _moe_cases_rank, (cases, save))
 
 
 def check(case, results):
@@ -161,39 +176,20 @@ DEEPSEEK = dict(scoring="sigmoid", selection_bias=True, num_groups=4,
                 topk_groups=2, scaling_factor=2.5)
 
 
-def _deepseek_worker(rank, init_file, case, out_dir):
-    """DeepSeek-V3 routing (sigmoid, selection bias, group-limited top-k,
-    scaling): this rank's output and gradients."""
-    world = case["world"]
-    dist.init_process_group("gloo", init_method=f"file://{init_file}",
-                            rank=rank, world_size=world)
-    try:
-        torch.save(_deepseek_rank(case, rank),
-                   os.path.join(out_dir, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
-
-
 def _deepseek_rank(case, rank):
+    """DeepSeek-V3 routing (sigmoid, selection bias, group-limited top-k,
+    scaling): this rank's output, gradients and the experts it chose."""
     ep = moec.ep.ExpertParallelMoE(H, I, 16, 4, dtype=torch.float32,
                                    **DEEPSEEK)
     ep.load_hf_state_dict(case["state"])
-    first = sum(case["tokens"][:rank])
-    rows = slice(first, first + case["tokens"][rank])
-    x = case["x"][rows].clone().requires_grad_()
-    y = ep(x)
-    y.backward(case["dy"][rows])
-    gate = ep.gate.weight.grad.clone()
-    dist.all_reduce(gate)
+    result = train_rank(ep, case, rank)
     # The experts the kernel chose: each slot's row, then its group.
     with torch.no_grad():
-        state = ep.route(x.detach(), False)
+        state = ep.route(result["x"], False)
     row = state["positions"].long()
     ids = torch.searchsorted(state["offsets"].long(), row, right=True)
-    return dict(y=y.detach(), grad_x=x.grad, gate=gate,
-                w_gate_up=ep.w_gate_up.grad, w_down=ep.w_down.grad,
-                ids=ids.view(-1, 4), experts=(ep.experts.start,
-                                              ep.experts.stop))
+    result["ids"] = ids.view(-1, 4)
+    return result
 
 
 def deepseek_reference(state, x, dy, ids):
@@ -233,9 +229,7 @@ def test_deepseek_routing(tmp_path, world):
     x = torch.randn(sum(tokens), H, generator=gen)
     dy = torch.randn(sum(tokens), H, generator=gen)
     case = dict(world=world, tokens=tokens, state=state, x=x, dy=dy)
-    mp.spawn(_deepseek_worker, args=(str(tmp_path / "init"), case,
-                                     str(tmp_path)), nprocs=world, join=True)
-    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    results = spawn(tmp_path, world, _deepseek_rank, case)
     ids = torch.cat([r["ids"] for r in results])
     # The kernel's selection against DeepSeek-V3's, in float64: scores plus
     # the bias select; groups ranked by their best two; the best 2 of 4.
