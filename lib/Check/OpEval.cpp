@@ -229,6 +229,7 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   o.loraA = x.optional(5);
   o.loraB = x.optional(6);
   o.loraScaling = floatAttr(op, "lora_scaling", 1.0);
+  o.transposeLora = boolAttr(op, "transpose_lora");
   o.swiglu = activation == "swiglu";
   o.rowScale = x.optional(7);
   o.scatterSlots = scatter ? &*scatter : nullptr;
@@ -240,6 +241,16 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   o.rhsScales = x.optional(12);
   o.scaleGroup = intAttr(op, "scale_group", 128);
   return {ref::groupedMatmul(lhs, rhs, offsets, o)};
+}
+
+OpResults evalLoraGrad(const rt::RefOp &op, const Operands &x) {
+  const std::optional<ITensor> gather = x.optionalInts(5, "gather_slots");
+  ref::LoraGradResult r = ref::loraGrad(
+      x.required(0, "lhs"), x.required(1, "grad_out"), x.ints(2, "offsets"),
+      x.required(3, "lora_a"), x.required(4, "lora_b"),
+      floatAttr(op, "lora_scaling", 1.0), gather ? &*gather : nullptr,
+      intAttr(op, "k", 0));
+  return {std::move(r.gradA), std::move(r.gradB)};
 }
 
 OpResults evalSwiglu(const rt::RefOp &op, const Operands &x) {
@@ -473,6 +484,8 @@ OpResults evaluate(const OpInputs &in) {
     results = evalUnpermuteGrad(op, x);
   else if (op.name == "moe.grouped_matmul")
     results = evalGroupedMatmul(op, x);
+  else if (op.name == "moe.lora_grad")
+    results = evalLoraGrad(op, x);
   else if (op.name == "moe.swiglu")
     results = evalSwiglu(op, x);
   else if (op.name == "moe.swiglu_grad")

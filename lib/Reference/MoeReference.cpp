@@ -502,10 +502,26 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
     if (options.loraA->dim(0) % experts != 0)
       fail("dimension 0 of 'lora_a' must be a multiple of the experts");
     rank = options.loraA->dim(0) / experts;
-    expectDim(*options.loraA, "lora_a", 1, red, "K");
-    expectDim(*options.loraB, "lora_b", 0, cols, "N");
+    if (options.transposeLora) {
+      expectDim(*options.loraA, "lora_a", 1, cols, "N (transposed adapter)");
+      expectDim(*options.loraB, "lora_b", 0, red, "K (transposed adapter)");
+    } else {
+      expectDim(*options.loraA, "lora_a", 1, red, "K");
+      expectDim(*options.loraB, "lora_b", 0, cols, "N");
+    }
     expectDim(*options.loraB, "lora_b", 1, experts * rank, "E * r");
+  } else if (options.transposeLora) {
+    fail("'transpose_lora' requires 'lora_a' and 'lora_b'");
   }
+  // The adapter's down (x -> r) and up (r -> N) projections.
+  auto loraDown = [&](int64_t e, int64_t r, int64_t kk) {
+    return options.transposeLora ? options.loraB->at(kk, e * rank + r)
+                                 : options.loraA->at(e * rank + r, kk);
+  };
+  auto loraUp = [&](int64_t e, int64_t r, int64_t n) {
+    return options.transposeLora ? options.loraA->at(e * rank + r, n)
+                                 : options.loraB->at(n, e * rank + r);
+  };
   if (options.swiglu && cols % 2 != 0)
     fail("swiglu needs an even N, got " + std::to_string(cols));
   const int64_t outCols = options.swiglu ? cols / 2 : cols;
@@ -544,13 +560,13 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
         for (int64_t r = 0; r < rank; ++r) {
           double acc = 0;
           for (int64_t kk = 0; kk < red; ++kk)
-            acc += x.at(i, kk) * options.loraA->at(e * rank + r, kk);
+            acc += x.at(i, kk) * loraDown(e, r, kk);
           down[r] = acc;
         }
         for (int64_t n = 0; n < cols; ++n) {
           double acc = 0;
           for (int64_t r = 0; r < rank; ++r)
-            acc += down[r] * options.loraB->at(n, e * rank + r);
+            acc += down[r] * loraUp(e, r, n);
           y[n] += options.loraScaling * acc;
         }
       }
@@ -589,6 +605,46 @@ DTensor groupedMatmulWeightGrad(const DTensor &lhs, const DTensor &grad,
       for (int64_t kk = 0; kk < red; ++kk)
         for (int64_t n = 0; n < cols; ++n)
           out.at(e, kk, n) += x.at(i, kk) * grad.at(i, n);
+  return out;
+}
+
+LoraGradResult loraGrad(const DTensor &lhs, const DTensor &grad,
+                        const ITensor &offsets, const DTensor &loraA,
+                        const DTensor &loraB, double scaling,
+                        const ITensor *gatherSlots, int64_t k) {
+  const DTensor x = groupedRows(lhs, gatherSlots, k);
+  expectRank(grad, "grad_out", 2);
+  expectDim(grad, "grad_out", 0, x.dim(0), "the grouped rows");
+  expectOffsets(offsets, x.dim(0));
+  expectRank(loraA, "lora_a", 2);
+  expectRank(loraB, "lora_b", 2);
+  const int64_t experts = offsets.dim(0), red = x.dim(1), cols = grad.dim(1);
+  if (loraA.dim(0) % experts != 0 || loraA.dim(0) == 0)
+    fail("dimension 0 of 'lora_a' must be a positive multiple of the experts");
+  const int64_t rank = loraA.dim(0) / experts;
+  expectDim(loraA, "lora_a", 1, red, "K");
+  expectDim(loraB, "lora_b", 0, cols, "N");
+  expectDim(loraB, "lora_b", 1, experts * rank, "E * r");
+  LoraGradResult out{DTensor(loraA.shape), DTensor(loraB.shape)};
+  std::vector<double> u(rank), du(rank);
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t i = groupStart(offsets, e); i < offsets.data[e]; ++i) {
+      for (int64_t r = 0; r < rank; ++r) {
+        double up = 0, down = 0;
+        for (int64_t kk = 0; kk < red; ++kk)
+          up += x.at(i, kk) * loraA.at(e * rank + r, kk);
+        for (int64_t n = 0; n < cols; ++n)
+          down += grad.at(i, n) * loraB.at(n, e * rank + r);
+        u[r] = up;
+        du[r] = scaling * down;
+      }
+      for (int64_t r = 0; r < rank; ++r) {
+        for (int64_t kk = 0; kk < red; ++kk)
+          out.gradA.at(e * rank + r, kk) += du[r] * x.at(i, kk);
+        for (int64_t n = 0; n < cols; ++n)
+          out.gradB.at(n, e * rank + r) += scaling * grad.at(i, n) * u[r];
+      }
+    }
   return out;
 }
 

@@ -16,9 +16,8 @@ from ._ir import Dim, Sym, Value, check_value, current_builder
 
 __all__ = [
     "matmul", "router_topk", "router_topk_grad", "sort_by_expert", "permute",
-    "unpermute",
-    "permute_grad", "unpermute_grad", "grouped_matmul", "swiglu",
-    "swiglu_grad", "quantize", "dequantize",
+    "unpermute", "permute_grad", "unpermute_grad", "grouped_matmul",
+    "lora_grad", "swiglu", "swiglu_grad", "quantize", "dequantize",
 ]
 
 
@@ -414,12 +413,14 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
                    scatter=None, scatter_weights=None,
                    scatter_positions=None, scales=None,
                    scale_group: int = 128, mode: str = "forward",
-                   out_dtype=None) -> Value:
+                   transpose_lora: bool = False, out_dtype=None) -> Value:
     """Each expert group of rows times that expert's weights.
 
     lhs [M, K] grouped rows, or token rows [T, K] with `gather=slots` and `k`;
     rhs [E, K, N], or [E, N, K] with `transpose_rhs`. Options: `bias`
-    [E, N]; `lora=(A, B)`; `activation="swiglu"` (output N/2 wide);
+    [E, N]; `lora=(A, B)` (A [E*r, K], B [N, E*r]; with `transpose_lora`
+    the input gradient's term (x · B_e) · A_e, A [E*r, N] and B [K, E*r]);
+    `activation="swiglu"` (output N/2 wide);
     `row_scale` [M]; `scatter=slots` (+ `k`, optional `scatter_weights`
     [T, k] and `scatter_positions`, the sort's row of each slot) to combine
     into token order; `scales=(sx, sw)` for FP8 operands.
@@ -485,6 +486,10 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
             extra += f" lora({a.name}, {bb.name} : {a.type}, {bb.type})"
             if lora_scaling != 1.0:
                 attrs["lora_scaling"] = f"{_float(lora_scaling)} : f32"
+            if transpose_lora:
+                attrs["transpose_lora"] = True
+        elif transpose_lora:
+            raise ValueError(f"{op}: 'transpose_lora' needs 'lora'")
         out_cols = n_dim
         if activation is not None:
             _choice(activation, "activation", op, ("swiglu",))
@@ -533,6 +538,56 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
            f"{offsets.name}{extra}{_attr_dict(attrs)} : {lhs.type}, "
            f"{rhs.type}, {offsets.type} -> {out.type}")
     return out
+
+
+def lora_grad(lhs, grad_out, offsets, lora, *, gather=None,
+              k: Optional[int] = None, lora_scaling: float = 1.0,
+              out_dtype=None) -> tuple:
+    """The gradients (dA, dB) of a grouped matmul's adapter term
+    lora_scaling · (x · A_eᵀ) · B_eᵀ: `lhs` as the forward read it ([M, K]
+    grouped rows, or tokens with `gather=slots` and `k`), `grad_out` [M, N]
+    the output gradient in grouped row order, `lora=(A, B)` the forward's
+    adapters. Results have the adapters' shapes, in `out_dtype` (default:
+    the adapters' type).
+    """
+    op = "lora_grad"
+    lhs = check_value(lhs, "lhs", op)
+    grad_out = check_value(grad_out, "grad_out", op)
+    offsets = check_value(offsets, "offsets", op)
+    _rank(lhs, 2, "lhs", op)
+    _rank(grad_out, 2, "grad_out", op)
+    _rank(offsets, 1, "offsets", op)
+    _dtype_in(offsets, ("i32",), "offsets", op)
+    if not isinstance(lora, (tuple, list)) or len(lora) != 2:
+        raise ValueError(f"{op}: 'lora' must be a pair (A, B)")
+    a = check_value(lora[0], "lora[0]", op)
+    bb = check_value(lora[1], "lora[1]", op)
+    _rank(a, 2, "lora[0]", op)
+    _rank(bb, 2, "lora[1]", op)
+    if lhs.dtype != grad_out.dtype:
+        raise ValueError(f"{op}: 'lhs' and 'grad_out' must share an element "
+                         f"type, got {lhs.dtype} and {grad_out.dtype}")
+    attrs: dict = {}
+    extra = f" lora({a.name}, {bb.name} : {a.type}, {bb.type})"
+    if (gather is None) != (k is None):
+        raise ValueError(f"{op}: 'gather' and 'k' go together")
+    if gather is not None:
+        gather = check_value(gather, "gather", op)
+        _rank(gather, 1, "gather", op)
+        extra += f" gather({gather.name} : {gather.type})"
+        attrs["k"] = f"{_positive(k, 'k', op)} : i64"
+    if lora_scaling != 1.0:
+        attrs["lora_scaling"] = f"{_float(lora_scaling)} : f32"
+    b = current_builder()
+    da = b.fresh(a.shape, _dtypes.canonical(out_dtype or a.dtype,
+                                            "out_dtype"))
+    db = b.fresh(bb.shape, _dtypes.canonical(out_dtype or bb.dtype,
+                                             "out_dtype"))
+    b.emit(f"{da.name}, {db.name} = moe.lora_grad {lhs.name}, "
+           f"{grad_out.name}, {offsets.name}{extra}{_attr_dict(attrs)} : "
+           f"{lhs.type}, {grad_out.type}, {offsets.type} -> {da.type}, "
+           f"{db.type}")
+    return da, db
 
 
 def _gate_up(x: Value, arg: str, op: str) -> Dim:

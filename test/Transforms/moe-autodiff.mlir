@@ -155,3 +155,45 @@ func.func @frozen_side(%y: tensor<?x256xbf16>, %c: tensor<?x24xbf16>,
   %q, %s = moe.quantize %y group_size = 128 : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
   return %a, %b, %q, %s : tensor<?x12xbf16>, tensor<?x12xbf16>, tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
 }
+
+// -----
+
+// LoRA fine-tuning: only the adapters are differentiated (moe.wrt), the
+// base weights and x are frozen. The gathered gate_up's adapters get their
+// gradients from moe.lora_grad reading x by slot; the down projection's
+// from its rows; the input gradient of down (needed on the way to gate_up's
+// adapters) carries the transposed adapter. No weight gradient of W, no
+// gradient of x.
+// CHECK-LABEL: func.func @lora_experts_grad(
+// CHECK-SAME:    -> (tensor<8x16xbf16>, tensor<24x8xbf16>, tensor<8x12xbf16>, tensor<16x8xbf16>)
+// CHECK-SAME:    moe.wrt = array<i64: 4, 5, 6, 7>
+// CHECK-NOT:     mode = #moe.mode<weight_grad>
+// CHECK-NOT:     moe.permute_grad
+// CHECK:         moe.grouped_matmul %{{.*}}, %arg3, %{{.*}} lora(%arg6, %arg7 : tensor<8x12xbf16>, tensor<16x8xbf16>) {lora_scaling = 2.000000e+00 : f32, transpose_lora} : tensor<?x16xbf16>, tensor<4x16x12xbf16>, tensor<4xi32> -> tensor<?x12xbf16>
+// CHECK:         %[[DA2:.*]], %[[DB2:.*]] = moe.lora_grad %{{.*}}, %{{.*}}, %{{.*}} lora(%arg6, %arg7 : tensor<8x12xbf16>, tensor<16x8xbf16>) {lora_scaling = 2.000000e+00 : f32} : tensor<?x12xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<8x12xbf16>, tensor<16x8xbf16>
+// CHECK:         moe.swiglu_grad
+// CHECK:         %[[DA1:.*]], %[[DB1:.*]] = moe.lora_grad %arg1, %{{.*}}, %{{.*}} lora(%arg4, %arg5 : tensor<8x16xbf16>, tensor<24x8xbf16>) gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, lora_scaling = 2.000000e+00 : f32} : tensor<?x16xbf16>, tensor<?x24xbf16>, tensor<4xi32> -> tensor<8x16xbf16>, tensor<24x8xbf16>
+// CHECK-NOT:     mode = #moe.mode<weight_grad>
+// CHECK:         return %[[DA1]], %[[DB1]], %[[DA2]], %[[DB2]]
+func.func @lora_experts(%ids: tensor<?x2xi32>, %x: tensor<?x16xbf16>,
+                        %w1: tensor<4x16x24xbf16>, %w2: tensor<4x16x12xbf16>,
+                        %a1: tensor<8x16xbf16> {moe.wrt},
+                        %b1: tensor<24x8xbf16> {moe.wrt},
+                        %a2: tensor<8x12xbf16> {moe.wrt},
+                        %b2: tensor<16x8xbf16> {moe.wrt})
+    -> tensor<?x16xbf16> {
+  %sorted, %slots, %offsets, %positions = moe.sort_by_expert %ids experts = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>, tensor<?xi32>
+  %h = moe.grouped_matmul %x, %w1, %offsets gather(%slots : tensor<?xi32>)
+      lora(%a1, %b1 : tensor<8x16xbf16>, tensor<24x8xbf16>)
+      {k = 2 : i64, lora_scaling = 2.0 : f32}
+      : tensor<?x16xbf16>, tensor<4x16x24xbf16>, tensor<4xi32> -> tensor<?x24xbf16>
+  %a = moe.swiglu %h : tensor<?x24xbf16> -> tensor<?x12xbf16>
+  %d = moe.grouped_matmul %a, %w2, %offsets
+      lora(%a2, %b2 : tensor<8x12xbf16>, tensor<16x8xbf16>)
+      {transpose_rhs, lora_scaling = 2.0 : f32}
+      : tensor<?x12xbf16>, tensor<4x16x12xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
+  %y = moe.unpermute %d, %slots, %offsets k = 2 positions(%positions : tensor<?xi32>)
+      : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
+  return %y : tensor<?x16xbf16>
+}

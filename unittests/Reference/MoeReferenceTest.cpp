@@ -444,6 +444,79 @@ TEST(Reference, GroupedMatmulLoRAEqualsMergedWeights) {
             1e-14);
 }
 
+// The input gradient's transposed adapter: dy · (W_e + s·A_eᵀ·B_eᵀ)ᵀ.
+TEST(Reference, GroupedMatmulTransposedLoRAIsTheInputGradient) {
+  std::mt19937 rng(5);
+  GroupedProblem p = makeProblem(rng, 1);
+  const int64_t rank = 2, rows = p.tokens * p.k;
+  DTensor a = randomTensor({p.experts * rank, p.red}, rng);
+  DTensor b = randomTensor({p.cols, p.experts * rank}, rng);
+  DTensor dy = randomTensor({rows, p.cols}, rng);
+  DTensor merged = p.w;
+  for (int64_t e = 0; e < p.experts; ++e)
+    for (int64_t kk = 0; kk < p.red; ++kk)
+      for (int64_t n = 0; n < p.cols; ++n)
+        for (int64_t r = 0; r < rank; ++r)
+          merged.at(e, kk, n) +=
+              1.5 * a.at(e * rank + r, kk) * b.at(n, e * rank + r);
+  GroupedMatmulOptions flipped;
+  flipped.transposeRhs = true;
+  DTensor expected = groupedMatmul(dy, merged, p.sorted.offsets, flipped);
+  flipped.loraA = &a;
+  flipped.loraB = &b;
+  flipped.loraScaling = 1.5;
+  flipped.transposeLora = true;
+  EXPECT_LT(relativeError(groupedMatmul(dy, p.w, p.sorted.offsets, flipped),
+                          expected),
+            1e-14);
+}
+
+// lora_grad against central differences of <dy, grouped_matmul(...)> in
+// every adapter element, with gathered rows and alignment padding (slot -1).
+TEST(Reference, LoraGradMatchesFiniteDifferences) {
+  std::mt19937 rng(6);
+  GroupedProblem p = makeProblem(rng, 4);
+  const int64_t rank = 3, rows = p.sorted.slots.dim(0);
+  const double scaling = 0.75, h = 1e-4;
+  DTensor a = randomTensor({p.experts * rank, p.red}, rng);
+  DTensor b = randomTensor({p.cols, p.experts * rank}, rng);
+  DTensor dy = randomTensor({rows, p.cols}, rng);
+  GroupedMatmulOptions o;
+  o.gatherSlots = &p.sorted.slots;
+  o.k = p.k;
+  o.loraA = &a;
+  o.loraB = &b;
+  o.loraScaling = scaling;
+  auto loss = [&] { return dot(dy, groupedMatmul(p.x, p.w, p.sorted.offsets, o)); };
+  LoraGradResult g = loraGrad(p.x, dy, p.sorted.offsets, a, b, scaling,
+                              &p.sorted.slots, p.k);
+  for (DTensor *adapter : {&a, &b}) {
+    const DTensor &grad = adapter == &a ? g.gradA : g.gradB;
+    ASSERT_EQ(grad.shape, adapter->shape);
+    DTensor numeric(adapter->shape);
+    for (size_t i = 0; i < adapter->data.size(); ++i) {
+      double saved = adapter->data[i];
+      adapter->data[i] = saved + h;
+      double up = loss();
+      adapter->data[i] = saved - h;
+      double down = loss();
+      adapter->data[i] = saved;
+      numeric.data[i] = (up - down) / (2 * h);
+    }
+    EXPECT_LT(relativeError(grad, numeric), 1e-8);
+  }
+  // An expert without rows gets zeros.
+  ITensor allToFirst({p.experts}, std::vector<int32_t>(p.experts, rows));
+  LoraGradResult first =
+      loraGrad(p.x, dy, allToFirst, a, b, scaling, &p.sorted.slots, p.k);
+  for (int64_t r = rank; r < p.experts * rank; ++r)
+    for (int64_t kk = 0; kk < p.red; ++kk)
+      EXPECT_EQ(first.gradA.at(r, kk), 0.0);
+  EXPECT_THROW(loraGrad(p.x, dy, p.sorted.offsets, b, a, scaling,
+                        &p.sorted.slots, p.k),
+               std::invalid_argument);
+}
+
 TEST(Reference, GroupedMatmulFP8BlockScales) {
   // FP8 codes times their block scales equal the dequantized product. K = 7
   // and N = 6 are not multiples of the block size 4.

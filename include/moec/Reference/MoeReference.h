@@ -155,6 +155,9 @@ struct GroupedMatmulOptions {
   const DTensor *loraA = nullptr;          ///< [E*r, K]
   const DTensor *loraB = nullptr;          ///< [N, E*r]
   double loraScaling = 1.0;
+  /// The adapter applied transposed (an input gradient):
+  /// s * (x · B_e) · A_e with A [E*r, N] and B [K, E*r].
+  bool transposeLora = false;
   bool swiglu = false;                     ///< halves-layout SwiGLU epilogue
   const DTensor *rowScale = nullptr;       ///< [M]
   const ITensor *scatterSlots = nullptr;   ///< [M]
@@ -178,6 +181,20 @@ DTensor groupedMatmulWeightGrad(const DTensor &lhs, const DTensor &grad,
                                 const ITensor &offsets,
                                 const ITensor *gatherSlots = nullptr,
                                 int64_t k = 0);
+
+struct LoraGradResult {
+  DTensor gradA; ///< [E*r, K], like lora_a
+  DTensor gradB; ///< [N, E*r], like lora_b
+};
+
+/// moe.lora_grad: the gradients of the adapters A [E*r, K] and B [N, E*r] of
+/// a grouped matmul's term s · (x · A_eᵀ) · B_eᵀ, from its lhs (gathered by
+/// `gatherSlots` with k as in the forward) and the output gradient `grad`
+/// [M, N] in grouped row order.
+LoraGradResult loraGrad(const DTensor &lhs, const DTensor &grad,
+                        const ITensor &offsets, const DTensor &loraA,
+                        const DTensor &loraB, double scaling = 1.0,
+                        const ITensor *gatherSlots = nullptr, int64_t k = 0);
 
 //===----------------------------------------------------------------------===//
 // Activation

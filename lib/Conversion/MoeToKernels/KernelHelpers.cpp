@@ -44,6 +44,16 @@ Value moec::kernels::groupStart(KernelBuilder &b, Value offsets, Value e) {
       [&] { return b.loadIdx(offsets, {b.sub(e, b.idx(1))}); });
 }
 
+Value moec::kernels::expertOfRow(KernelBuilder &b, Value offsets,
+                                 Value numExperts, Value row) {
+  return b.loop(b.idx(0), numExperts, {b.idx(0)},
+                [&](Value e, ValueRange it) -> SmallVector<Value> {
+                  Value end = b.loadIdx(offsets, {e});
+                  return {
+                      b.select(b.ule(end, row), b.add(it[0], b.idx(1)), it[0])};
+                })[0];
+}
+
 FailureOr<Value> moec::kernels::emitInverse(LoweringContext &ctx,
                                             moe::TileAttr tile, Value slots,
                                             Value offsets, Value numSlots,

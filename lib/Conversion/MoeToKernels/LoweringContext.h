@@ -145,6 +145,11 @@ mlir::LogicalResult launchPerItem(
 /// First row of group e (0 for e = 0, else offsets[e - 1]).
 mlir::Value groupStart(KernelBuilder &b, mlir::Value offsets, mlir::Value e);
 
+/// The expert of grouped row `row`: the number of group ends <= row (so
+/// `numExperts` for a row past the last group).
+mlir::Value expertOfRow(KernelBuilder &b, mlir::Value offsets,
+                        mlir::Value numExperts, mlir::Value row);
+
 /// A buffer [numSlots] holding the grouped row of each slot (-1 if none):
 /// `positions` when the op was given sort_by_expert's map (nothing to
 /// launch), else a scratch buffer filled by two kernels, a fill and a

@@ -322,3 +322,18 @@ module attributes {moe.target = #moe.target<kind = "sm90a", chip = "sm_90a", sm_
     return %a : tensor<?x32xbf16>
   }
 }
+
+// -----
+
+// LoRA gradients: the input gradient's transposed adapter and lora_grad
+// (gathered and grouped rows).
+// CHECK-LABEL: func @lora_gradients
+func.func @lora_gradients(%x: tensor<?x64xbf16>, %dy: tensor<?x128xbf16>, %slots: tensor<?xi32>, %w: tensor<8x128x64xbf16>, %offsets: tensor<8xi32>, %a: tensor<32x64xbf16>, %b: tensor<128x32xbf16>) -> (tensor<?x64xbf16>, tensor<32x64xf32>, tensor<128x32xf32>, tensor<32x64xbf16>, tensor<128x32xbf16>) {
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} lora(%{{.*}}, %{{.*}} : tensor<32x64xbf16>, tensor<128x32xbf16>) {lora_scaling = 2.000000e+00 : f32, transpose_lora} : tensor<?x128xbf16>, tensor<8x128x64xbf16>, tensor<8xi32> -> tensor<?x64xbf16>
+  %dx = moe.grouped_matmul %dy, %w, %offsets lora(%a, %b : tensor<32x64xbf16>, tensor<128x32xbf16>) {transpose_lora, lora_scaling = 2.0 : f32} : tensor<?x128xbf16>, tensor<8x128x64xbf16>, tensor<8xi32> -> tensor<?x64xbf16>
+  // CHECK: moe.lora_grad %{{.*}}, %{{.*}}, %{{.*}} lora(%{{.*}}, %{{.*}} : tensor<32x64xbf16>, tensor<128x32xbf16>) gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, lora_scaling = 2.000000e+00 : f32} : tensor<?x64xbf16>, tensor<?x128xbf16>, tensor<8xi32> -> tensor<32x64xf32>, tensor<128x32xf32>
+  %da, %db = moe.lora_grad %x, %dy, %offsets lora(%a, %b : tensor<32x64xbf16>, tensor<128x32xbf16>) gather(%slots : tensor<?xi32>) {k = 2 : i64, lora_scaling = 2.0 : f32} : tensor<?x64xbf16>, tensor<?x128xbf16>, tensor<8xi32> -> tensor<32x64xf32>, tensor<128x32xf32>
+  // CHECK: moe.lora_grad %{{.*}}, %{{.*}}, %{{.*}} lora(%{{.*}}, %{{.*}} : tensor<32x64xbf16>, tensor<128x32xbf16>) : tensor<?x64xbf16>, tensor<?x128xbf16>, tensor<8xi32> -> tensor<32x64xbf16>, tensor<128x32xbf16>
+  %da2, %db2 = moe.lora_grad %x, %dy, %offsets lora(%a, %b : tensor<32x64xbf16>, tensor<128x32xbf16>) : tensor<?x64xbf16>, tensor<?x128xbf16>, tensor<8xi32> -> tensor<32x64xbf16>, tensor<128x32xbf16>
+  return %dx, %da, %db, %da2, %db2 : tensor<?x64xbf16>, tensor<32x64xf32>, tensor<128x32xf32>, tensor<32x64xbf16>, tensor<128x32xbf16>
+}

@@ -19,28 +19,28 @@ using namespace moec::kernels;
 
 namespace {
 
-/// The expert of grouped row `row`: the number of group ends <= row.
-Value expertOfRow(KernelBuilder &b, Value offsets, Value numExperts,
-                  Value row) {
-  return b.loop(b.idx(0), numExperts, {b.idx(0)},
-                [&](Value e, ValueRange it) -> SmallVector<Value> {
-                  Value end = b.loadIdx(offsets, {e});
-                  return {
-                      b.select(b.ule(end, row), b.add(it[0], b.idx(1)), it[0])};
-                })[0];
-}
-
 /// Everything a grouped matmul output element needs, as kernel arguments.
 struct MatmulArgs {
   Value lhs, rhs, offsets, gather, bias, loraA, loraB, rowScale;
+  /// [M, r] f32: each grouped row's x · A_eᵀ (x · B_e when transposed),
+  /// computed by a kernel of its own before the matmul.
+  Value loraDown;
   Value lhsScales, rhsScales; ///< FP8 block scales
   int64_t scaleGroup = 128;
   int64_t k = 1; ///< slots per token (gather/scatter)
   bool transposeRhs = false;
   bool swiglu = false;
   double loraScaling = 1.0;
+  bool transposeLora = false;
   int64_t rank = 0; ///< LoRA rank
 };
+
+/// The LoRA up projection's weight of rank index `ar` (e * r + j) for
+/// output column `c`: B[c, ar], or A[ar, c] when transposed.
+Value loraUp(KernelBuilder &b, const MatmulArgs &m, Value ar, Value c) {
+  return m.transposeLora ? b.loadF(m.loraA, {ar, c})
+                         : b.loadF(m.loraB, {c, ar});
+}
 
 /// y[row, col] of a grouped matmul for expert e (f32), with bias, LoRA,
 /// SwiGLU and row scale applied; zero for a padding row of a gather.
@@ -67,19 +67,15 @@ Value matmulElement(KernelBuilder &b, const MatmulArgs &m, Value e, Value row,
     if (m.bias)
       acc = b.fadd(acc, b.loadF(m.bias, {e, c}));
     if (m.loraA) {
-      // (x · A_eᵀ) · B_eᵀ with A_e = A[e*r:(e+1)*r], B_e = B[:, e*r:(e+1)*r].
+      // (x · A_eᵀ) · B_eᵀ with A_e = A[e*r:(e+1)*r], B_e = B[:, e*r:(e+1)*r]:
+      // the row's down projection is already in m.loraDown.
       Value base = b.mul(e, b.idx(m.rank));
       Value lora = b.loop(
           b.idx(0), b.idx(m.rank), {b.f32(0)},
           [&](Value r, ValueRange it) -> SmallVector<Value> {
-            Value ar = b.add(base, r);
-            Value xa = b.loop(
-                b.idx(0), K, {b.f32(0)},
-                [&](Value kk, ValueRange st) -> SmallVector<Value> {
-                  return {b.fadd(st[0], b.fmul(b.loadF(m.lhs, {lhsRow, kk}),
-                                               b.loadF(m.loraA, {ar, kk})))};
-                })[0];
-            return {b.fadd(it[0], b.fmul(xa, b.loadF(m.loraB, {c, ar})))};
+            Value down = b.loadF(m.loraDown, {row, r});
+            Value up = loraUp(b, m, b.add(base, r), c);
+            return {b.fadd(it[0], b.fmul(down, up))};
           })[0];
       acc = b.fadd(acc, b.fmul(lora, b.f32(m.loraScaling)));
     }
@@ -104,6 +100,62 @@ Value matmulElement(KernelBuilder &b, const MatmulArgs &m, Value e, Value row,
   return b.ifElse(
       valid, b.getF32Type(), [&] { return compute(b.div(slot, b.idx(m.k))); },
       [&] { return b.f32(0); });
+}
+
+/// The LoRA down projection of every grouped row, [M, r] f32 in a scratch
+/// buffer: x_i · A_eᵀ (x_i · B_e with transpose_lora), zero for padding rows
+/// and rows past the last group. One thread per (row, rank index), so the
+/// matmul's elements read r values instead of recomputing r dot products.
+FailureOr<Value> emitLoraDown(moe::GroupedMatmulOp op, moe::TileAttr tile,
+                              BufferMap buffer, LoweringContext &ctx,
+                              int64_t rank) {
+  KernelBuilder &h = ctx.host();
+  Value lhs = buffer(op.getLhs()), offsets = buffer(op.getOffsets());
+  Value gather = buffer(op.getGatherSlots());
+  Value down = op.getTransposeLora() ? buffer(op.getLoraB())
+                                     : buffer(op.getLoraA());
+  Value rows = ctx.sizes(gather ? gather : lhs)[0];
+  Value scratch = ctx.allocTemp(
+      MemRefType::get({ShapedType::kDynamic, rank}, h.getF32Type()),
+      {rows, h.idx(rank)});
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  int64_t k = op.getK().value_or(1);
+  bool transposed = op.getTransposeLora();
+  SmallVector<Value> operands = {lhs, offsets, down, scratch};
+  if (gather)
+    operands.push_back(gather);
+  if (failed(launchPerItem(
+          ctx, "lora_down", h.mul(rows, h.idx(rank)), tile, operands,
+          [&](KernelBuilder &b, ValueRange a, Value id) {
+            Value row = b.div(id, b.idx(rank)), j = b.rem(id, b.idx(rank));
+            Value e = expertOfRow(b, a[1], b.idx(experts), row);
+            Value ar = b.add(b.mul(e, b.idx(rank)), j);
+            auto dot = [&](Value lhsRow) {
+              return b.loop(b.idx(0), b.dim(a[0], 1), {b.f32(0)},
+                            [&](Value kk, ValueRange it) -> SmallVector<Value> {
+                              Value w = transposed ? b.loadF(a[2], {kk, ar})
+                                                   : b.loadF(a[2], {ar, kk});
+                              return {b.fadd(
+                                  it[0],
+                                  b.fmul(b.loadF(a[0], {lhsRow, kk}), w))};
+                            })[0];
+            };
+            Value value = b.ifElse(
+                b.ult(e, b.idx(experts)), b.getF32Type(),
+                [&] {
+                  if (!gather)
+                    return dot(row);
+                  auto [slot, valid] = b.loadSigned(a[4], {row});
+                  return b.ifElse(
+                      valid, b.getF32Type(),
+                      [&] { return dot(b.div(slot, b.idx(k))); },
+                      [&] { return b.f32(0); });
+                },
+                [&] { return b.f32(0); });
+            b.storeF(value, a[3], {row, j});
+          })))
+    return failure();
+  return scratch;
 }
 
 } // namespace
@@ -175,6 +227,13 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
   int64_t rank = 0;
   if (op.getLoraA())
     rank = cast<ShapedType>(op.getLoraA().getType()).getDimSize(0) / experts;
+  int loraDownAt = -1;
+  if (op.getLoraA()) {
+    FailureOr<Value> down = emitLoraDown(op, tile, buffer, ctx, rank);
+    if (failed(down))
+      return failure();
+    loraDownAt = addOptional(*down);
+  }
   bool swiglu = op.getActivation() == moe::Activation::swiglu;
   auto unpack = [&, rank, swiglu](ValueRange a) {
     MatmulArgs m;
@@ -186,6 +245,8 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
     m.bias = at(biasAt);
     m.loraA = at(loraAAt);
     m.loraB = at(loraBAt);
+    m.loraDown = at(loraDownAt);
+    m.transposeLora = op.getTransposeLora();
     m.rowScale = at(rowScaleAt);
     m.lhsScales = at(lhsScalesAt);
     m.rhsScales = at(rhsScalesAt);

@@ -34,6 +34,7 @@ void kernels::populateScalarKernelPatterns(KernelPatternSet &patterns,
   patterns.add<moe::UnpermuteGradOp>(scalar, emitUnpermuteGrad);
   patterns.add<moe::GroupedMatmulOp>(scalar, emitGroupedMatmul);
   patterns.add<linalg::MatmulOp>(scalar, emitDenseMatmul, matchDenseMatmul);
+  patterns.add<moe::LoraGradOp>(scalar, emitLoraGrad);
   patterns.add<linalg::AddOp>(scalar, emitElementwiseAdd);
   patterns.add<moe::SwigluOp>(scalar, emitSwiglu);
   patterns.add<moe::SwigluGradOp>(scalar, emitSwigluGrad);

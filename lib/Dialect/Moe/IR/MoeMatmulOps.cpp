@@ -144,6 +144,9 @@ LogicalResult GroupedMatmulOp::verify() {
   if (!getLoraA() && getLoraScaling().convertToFloat() != 1.0f)
     return emitOpError() << "attribute 'lora_scaling' requires operands "
                             "'lora_a' and 'lora_b'";
+  if (!getLoraA() && getTransposeLora())
+    return emitOpError() << "attribute 'transpose_lora' requires operands "
+                            "'lora_a' and 'lora_b'";
 
   if (getMode() == MatmulMode::weight_grad)
     return verifyWeightGrad(*this, *lhsType, rows, *numExperts);
@@ -193,10 +196,18 @@ LogicalResult GroupedMatmulOp::verify() {
                               "static multiple of the number of experts ("
                            << *numExperts << ") with a rank r >= 1, got "
                            << getLoraA().getType();
-    if (failed(expectDim(op, "operand 'lora_a'", *aType, 1, reduction,
-                         "K, the columns of 'lhs'")) ||
-        failed(expectDim(op, "operand 'lora_b'", *bType, 0, cols,
-                         "N, the output columns of 'rhs'")) ||
+    // Transposed (an input gradient), A spans the output columns and B the
+    // reduction.
+    bool flip = getTransposeLora();
+    if (failed(expectDim(op, "operand 'lora_a'", *aType, 1,
+                         flip ? cols : reduction,
+                         flip ? "N, the output columns of 'rhs' "
+                                "(transpose_lora)"
+                              : "K, the columns of 'lhs'")) ||
+        failed(expectDim(op, "operand 'lora_b'", *bType, 0,
+                         flip ? reduction : cols,
+                         flip ? "K, the columns of 'lhs' (transpose_lora)"
+                              : "N, the output columns of 'rhs'")) ||
         failed(expectDim(op, "operand 'lora_b'", *bType, 1, rankTimesExperts,
                          "dimension 0 of 'lora_a' (E * r)")))
       return failure();
@@ -285,4 +296,85 @@ LogicalResult GroupedMatmulOp::canonicalize(GroupedMatmulOp op,
     return success();
   }
   return failure();
+}
+
+//===----------------------------------------------------------------------===//
+// LoraGradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LoraGradOp::verify() {
+  Operation *op = getOperation();
+  // One diagnostic: each check runs only when the ones before it passed.
+  auto lhsType =
+      expectTensor(op, "operand 'lhs'", getLhs(), 2, isWideFloat, kWideFloat);
+  if (failed(lhsType))
+    return failure();
+  auto gradType = expectTensor(op, "operand 'grad_out'", getGradOut(), 2,
+                               isWideFloat, kWideFloat);
+  if (failed(gradType) ||
+      failed(expectSameElementType(op, "operand 'grad_out'", *gradType,
+                                   "operand 'lhs'", *lhsType)))
+    return failure();
+  auto numExperts = expectOffsets(op, getOffsets());
+  if (failed(numExperts))
+    return failure();
+  auto aType = expectTensor(op, "operand 'lora_a'", getLoraA(), 2,
+                            isWideFloat, kWideFloat);
+  if (failed(aType))
+    return failure();
+  auto bType = expectTensor(op, "operand 'lora_b'", getLoraB(), 2,
+                            isWideFloat, kWideFloat);
+  if (failed(bType))
+    return failure();
+
+  if (bool(getGatherSlots()) != bool(getK()))
+    return emitOpError() << "attribute 'k' and operand 'gather_slots' must be "
+                            "given together (slot / k is the token)";
+  int64_t rows = lhsType->getDimSize(0);
+  if (Value slots = getGatherSlots()) {
+    auto slotsType =
+        expectTensor(op, "operand 'gather_slots'", slots, 1, isI32, kI32);
+    if (failed(slotsType) || failed(expectTopK(op, *getK())))
+      return failure();
+    rows = slotsType->getDimSize(0);
+    if (failed(expectEnoughRows(op, "operand 'gather_slots'", rows,
+                                lhsType->getDimSize(0), *getK())))
+      return failure();
+  }
+
+  int64_t rankTimesExperts = aType->getDimSize(0);
+  if (ShapedType::isDynamic(rankTimesExperts) || rankTimesExperts == 0 ||
+      rankTimesExperts % *numExperts != 0)
+    return emitOpError() << "dimension 0 of operand 'lora_a' must be a "
+                            "static multiple of the number of experts ("
+                         << *numExperts << ") with a rank r >= 1, got "
+                         << getLoraA().getType();
+  if (failed(expectDim(op, "operand 'grad_out'", *gradType, 0, rows,
+                       "the number of grouped rows")) ||
+      failed(expectDim(op, "operand 'lora_a'", *aType, 1,
+                       lhsType->getDimSize(1), "K, the columns of 'lhs'")) ||
+      failed(expectDim(op, "operand 'lora_b'", *bType, 0,
+                       gradType->getDimSize(1),
+                       "N, the columns of 'grad_out'")) ||
+      failed(expectDim(op, "operand 'lora_b'", *bType, 1, rankTimesExperts,
+                       "dimension 0 of 'lora_a' (E * r)")))
+    return failure();
+
+  // Each gradient has its adapter's shape.
+  auto expectShapeOf = [&](StringRef name, Value result,
+                           RankedTensorType like,
+                           StringRef likeName) -> LogicalResult {
+    auto type = expectTensor(op, name, result, 2, isWideFloat, kWideFloat);
+    if (failed(type))
+      return failure();
+    if (type->getShape() != like.getShape())
+      return emitOpError() << name << " must have the shape of " << likeName
+                           << " " << like << ", got " << result.getType();
+    return success();
+  };
+  return failure(
+      failed(expectShapeOf("result 'grad_a'", getGradA(), *aType,
+                           "operand 'lora_a'")) ||
+      failed(expectShapeOf("result 'grad_b'", getGradB(), *bType,
+                           "operand 'lora_b'")));
 }

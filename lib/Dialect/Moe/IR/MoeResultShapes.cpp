@@ -243,6 +243,16 @@ SwigluGradOp::reifyResultShapes(OpBuilder &builder,
 }
 
 LogicalResult
+LoraGradOp::reifyResultShapes(OpBuilder &builder,
+                              ReifiedRankedShapedTypeDims &shapes) {
+  // Each gradient has its adapter's (static) shape.
+  SizeBuilder s(builder, *this, shapes);
+  s.fill(getGradA(), [&](int64_t d) { return s.dim(getLoraA(), d); });
+  s.fill(getGradB(), [&](int64_t d) { return s.dim(getLoraB(), d); });
+  return success();
+}
+
+LogicalResult
 QuantizeOp::reifyResultShapes(OpBuilder &builder,
                               ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);

@@ -275,8 +275,6 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     unsupported = "mode = weight_grad";
   else if (op.getBias())
     unsupported = "bias";
-  else if (op.getLoraA())
-    unsupported = "lora";
   else if (op.getRowScale())
     unsupported = "row_scale";
   else if (op.getScatterSlots())
@@ -317,13 +315,19 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
                   {cast<RankedTensorType>(slots.getType()).getDimSize(0), kDim},
                   elementOf(lhs))
             : cast<RankedTensorType>(lhs.getType());
+  // A LoRA adapter term s · (x · A_eᵀ) · B_eᵀ.
+  Value loraA = op.getLoraA(), loraB = op.getLoraB();
+  FloatAttr scaling = op.getLoraScalingAttr();
   if (active(lhs)) {
-    // dX = dY · W_e (or dY · W_eᵀ): the same weights read the other way.
+    // dX = dY · W_e (or dY · W_eᵀ): the same weights read the other way;
+    // with an adapter, plus s · (dY · B_e) · A_e (transpose_lora).
     UnitAttr flip = transposed ? UnitAttr() : builder.getUnitAttr();
+    UnitAttr flipLora = loraA ? builder.getUnitAttr() : UnitAttr();
     Value dRows = create<GroupedMatmulOp>(
-        loc, rowsType, dY, P(rhs), offsets, Value(), Value(), Value(), Value(),
-        Value(), Value(), Value(), Value(), Value(), Value(), forwardMode, flip,
-        IntegerAttr(), one, none);
+        loc, rowsType, dY, P(rhs), offsets, Value(), Value(),
+        loraA ? P(loraA) : Value(), loraB ? P(loraB) : Value(), Value(),
+        Value(), Value(), Value(), Value(), Value(), forwardMode, flip,
+        IntegerAttr(), loraA ? scaling : one, none, IntegerAttr(), flipLora);
     if (slots)
       dRows = create<PermuteGradOp>(loc, lhs.getType(), Type(), dRows, P(slots),
                                     offsets, Value(), op.getKAttr(),
@@ -354,6 +358,17 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
                                    UnitAttr(), IntegerAttr(), one, none);
     }
     accumulate(rhs, dW);
+  }
+  if (active(loraA) || active(loraB)) {
+    // dA and dB from the rows as the forward read them (gathered by slot).
+    auto grads = create<LoraGradOp>(
+        loc, loraA.getType(), loraB.getType(), P(lhs), dY, offsets, P(loraA),
+        P(loraB), slots ? P(slots) : Value(), slots ? op.getKAttr() : nullptr,
+        scaling);
+    if (active(loraA))
+      accumulate(loraA, grads.getGradA());
+    if (active(loraB))
+      accumulate(loraB, grads.getGradB());
   }
   return success();
 }

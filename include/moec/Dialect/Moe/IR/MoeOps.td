@@ -456,6 +456,10 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     * `lora(%A, %B : tensor<(E*r)xKx..>, tensor<Nx(E*r)x..>)`: a rank-`r` LoRA
       adapter per expert; `A_e = A[e*r : (e+1)*r, :]` and
       `B_e = B[:, e*r : (e+1)*r]`, scaled by `lora_scaling` (default 1.0).
+      With `transpose_lora` the adapter is applied transposed, as in the
+      input gradient of a LoRA matmul: the term is
+      `lora_scaling * (x_i · B_e) · A_e` with `A` `[E*r, N]` and `B`
+      `[K, E*r]` (the forward's adapters, passed unchanged).
     * `activation = swiglu`: the epilogue applies `moe.swiglu` (halves
       layout) to each row, so `N` must be even and the output is `N/2` wide.
     * `row_scale(%s : tensor<Mxf32>)`: multiplies output row `i` by `s[i]`
@@ -524,7 +528,8 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     OptionalAttr<I64Attr>:$k,
     DefaultValuedAttr<F32Attr, "1.0f">:$lora_scaling,
     DefaultValuedAttr<Moe_ActivationAttr, "::moec::moe::Activation::none">:$activation,
-    DefaultValuedAttr<I64Attr, "128">:$scale_group
+    DefaultValuedAttr<I64Attr, "128">:$scale_group,
+    UnitAttr:$transpose_lora
   );
   let results = (outs AnyTensor:$out);
   let assemblyFormat = [{
@@ -542,6 +547,60 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
   }];
   let hasVerifier = 1;
   let hasCanonicalizeMethod = 1;
+}
+
+def Moe_LoraGradOp : Moe_Op<"lora_grad", [Pure]> {
+  let summary = "Gradients of the LoRA adapters of a grouped matmul";
+  let description = [{
+    The weight gradients of the adapter term
+    `y_i += lora_scaling * (x_i · A_eᵀ) · B_eᵀ` of
+    `moe.grouped_matmul ... lora(%A, %B)`. `lhs` is the forward's lhs,
+    `[M, K]` grouped rows or, with `gather(%slots : tensor<Mxi32>)` and `k`,
+    the token matrix read by slot as in the grouped matmul (zero rows for
+    slot `-1`); `grad_out` `[M, N]` is the gradient of the forward's output
+    in grouped row order; `lora_a` `[E*r, K]` and `lora_b` `[N, E*r]` are
+    the forward's adapters. With `s = lora_scaling`, per row `i` of group
+    `e`: `u_i = x_i · A_eᵀ` and `du_i = s * dy_i · B_e` (both `[r]`), and
+
+    * `grad_a`: `dA_e = sum_i du_iᵀ · x_i`, `[E*r, K]` like `lora_a`;
+    * `grad_b`: `dB_e = s * sum_i dy_iᵀ · u_i`, `[N, E*r]` like `lora_b`.
+
+    An expert with no rows gets zeros. Sums are accumulated in f32 and
+    rounded once to the result types (bf16, f16 or f32). `lhs` and
+    `grad_out` share one element type (bf16, f16 or f32).
+
+    Example (the adapters of a gathered gate_up projection):
+
+    ```mlir
+    %da, %db = moe.lora_grad %x, %dh, %offsets lora(%a, %b
+        : tensor<2048x2048xbf16>, tensor<1536x2048xbf16>)
+        gather(%slots : tensor<?xi32>) {k = 8 : i64, lora_scaling = 2.0 : f32}
+        : tensor<?x2048xbf16>, tensor<?x1536xbf16>, tensor<128xi32>
+        -> tensor<2048x2048xf32>, tensor<1536x2048xf32>
+    ```
+
+    Limits (verified; see the dialect's conventions): `1 <= k <= 64` when
+    given; `offsets` of static length `1 <= E <= 65536`.
+  }];
+  let arguments = (ins
+    AnyTensor:$lhs,
+    AnyTensor:$grad_out,
+    AnyTensor:$offsets,
+    AnyTensor:$lora_a,
+    AnyTensor:$lora_b,
+    Optional<AnyTensor>:$gather_slots,
+    OptionalAttr<I64Attr>:$k,
+    DefaultValuedAttr<F32Attr, "1.0f">:$lora_scaling
+  );
+  let results = (outs AnyTensor:$grad_a, AnyTensor:$grad_b);
+  let assemblyFormat = [{
+    $lhs `,` $grad_out `,` $offsets
+    `lora` `(` $lora_a `,` $lora_b `:` type($lora_a) `,` type($lora_b) `)`
+    (`gather` `(` $gather_slots^ `:` type($gather_slots) `)`)?
+    attr-dict `:` type($lhs) `,` type($grad_out) `,` type($offsets) `->`
+    type($grad_a) `,` type($grad_b)
+  }];
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

@@ -172,6 +172,9 @@ def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
       gradient, `mode = weight_grad` (a gathered lhs is read by slot when
       the weights are `[E, K, N]`; with `transpose_rhs` the gathered rows
       are permuted once, since the weight gradient gathers only its lhs);
+      with a LoRA adapter, the input gradient carries it transposed
+      (`transpose_lora`) and the adapters' gradients come from
+      `moe.lora_grad` (lhs gathered by slot like the forward's);
     * `moe.swiglu` -> `moe.swiglu_grad`;
     * `moe.router_topk` -> `moe.router_topk_grad` (the ids are not
       differentiable; the selection bias only selects);
@@ -179,7 +182,7 @@ def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
 
     Ops with integer results (`moe.sort_by_expert`, `tensor.dim`, ...) and
     constants carry no gradient. A differentiable value reaching an op
-    without a rule (FP8 quantization, LoRA, bias, row scale, scatter or an
+    without a rule (FP8 quantization, bias, row scale, scatter or an
     activation fused into a grouped matmul, the backward ops themselves) is
     an error naming it: differentiate the unfused form; the fusion passes
     fuse both functions afterwards. Every `moe.sort_by_expert` of `@f_fwd`

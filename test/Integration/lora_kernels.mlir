@@ -1,0 +1,159 @@
+// The LoRA forms of the grouped matmul and their gradients on the host
+// backend, each entry against the float64 reference (and on a GPU by
+// scripts/gpu-correctness.sh): the forward term s·(x·A_eᵀ)·B_eᵀ (gathered
+// by slot, [E, N, K] weights, SwiGLU and a combine fused), the input
+// gradient's transposed term s·(dy·B_e)·A_e (`transpose_lora`), and
+// moe.lora_grad (dA, dB; grouped and gathered rows). Edge cases: T=1 (most
+// experts empty), one expert taking every token's first choice, half the
+// experts without tokens, ranks 8 and 3 (not a multiple of 16), K and N
+// not multiples of 16, bf16 and f32.
+// RUN: moec run %s --entry lora_gather_swiglu --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_gather_swiglu --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_gather_swiglu --sym T=40 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_scatter --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_scatter --sym T=37 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_input_grad --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_input_grad --sym T=37 --sym M=74 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_input_grad --sym T=40 --sym M=80 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_gathered --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_gathered --sym T=37 --sym M=74 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_gathered --sym T=40 --sym M=80 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_gathered --sym T=40 --sym M=80 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_grouped --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_grouped --sym T=37 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// The backward moe-autodiff derives for a LoRA layer (save=inputs, so the
+// gradient function recomputes its forward), with respect to everything
+// and, for LoRA fine-tuning, to the adapters and x only:
+// RUN: moec-opt %s -moe-autodiff="func=lora_layer save=inputs" -o %t.all.mlir
+// RUN: moec run %t.all.mlir --entry lora_layer_grad --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %t.all.mlir --entry lora_layer_grad --sym T=29 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec-opt %s -moe-autodiff="func=lora_layer save=inputs wrt=0,4,5,6,7" -o %t.adapters.mlir
+// RUN: moec run %t.adapters.mlir --entry lora_layer_grad --sym T=29 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %t.adapters.mlir --entry lora_layer_grad --sym T=29 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// PASS: {{^PASS$}}
+
+// gate_up with LoRA (r = 8) on token rows gathered by slot, [E, N, K]
+// weights, SwiGLU in the epilogue; k = 2 of 6 experts, K = 40, N = 2 x 20.
+func.func @lora_gather_swiglu(%x: tensor<?x40xbf16>, %ids: tensor<?x2xi32>,
+                              %w: tensor<6x40x40xbf16>,
+                              %la: tensor<48x40xbf16>, %lb: tensor<40x48xbf16>)
+    -> tensor<?x20xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %h = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      lora(%la, %lb : tensor<48x40xbf16>, tensor<40x48xbf16>)
+      {k = 2 : i64, transpose_rhs, lora_scaling = 2.0 : f32,
+       activation = #moe.activation<swiglu>}
+      : tensor<?x40xbf16>, tensor<6x40x40xbf16>, tensor<6xi32>
+      -> tensor<?x20xbf16>
+  return %h : tensor<?x20xbf16>
+}
+
+// down with LoRA (r = 3) combined back to tokens with routing weights.
+func.func @lora_scatter(%x: tensor<?x24xf32>, %ids: tensor<?x2xi32>,
+                        %weights: tensor<?x2xf32>, %w: tensor<6x24x20xf32>,
+                        %la: tensor<18x24xf32>, %lb: tensor<20x18xf32>)
+    -> tensor<?x20xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 2
+      : tensor<?x24xf32>, tensor<?xi32>, tensor<6xi32> -> tensor<?x24xf32>
+  %y = moe.grouped_matmul %rows, %w, %offsets
+      lora(%la, %lb : tensor<18x24xf32>, tensor<20x18xf32>)
+      scatter(%slots : tensor<?xi32>)
+      scatter_weights(%weights : tensor<?x2xf32>)
+      {k = 2 : i64, lora_scaling = 0.5 : f32}
+      : tensor<?x24xf32>, tensor<6x24x20xf32>, tensor<6xi32> -> tensor<?x20xf32>
+  return %y : tensor<?x20xf32>
+}
+
+// The input gradient of a LoRA matmul with [E, K, N] weights (K = 40,
+// N = 36): dx = dy · W_eᵀ + s · (dy · B_e) · A_e, adapters as the forward
+// holds them (A [E*r, 40], B [36, E*r]).
+func.func @lora_input_grad(%dy: tensor<?x36xbf16> {moe.sym = "M"},
+                           %ids: tensor<?x2xi32>, %w: tensor<6x40x36xbf16>,
+                           %la: tensor<48x40xbf16>, %lb: tensor<36x48xbf16>)
+    -> tensor<?x40xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %dx = moe.grouped_matmul %dy, %w, %offsets
+      lora(%la, %lb : tensor<48x40xbf16>, tensor<36x48xbf16>)
+      {transpose_rhs, transpose_lora, lora_scaling = 2.0 : f32}
+      : tensor<?x36xbf16>, tensor<6x40x36xbf16>, tensor<6xi32>
+      -> tensor<?x40xbf16>
+  return %dx : tensor<?x40xbf16>
+}
+
+// dA and dB of a gathered gate_up (k = 2 of 6 experts, r = 8, K = 40,
+// N = 36), f32 gradients of bf16 adapters.
+func.func @lora_grad_gathered(%x: tensor<?x40xbf16>,
+                              %dy: tensor<?x36xbf16> {moe.sym = "M"},
+                              %ids: tensor<?x2xi32>,
+                              %la: tensor<48x40xbf16>, %lb: tensor<36x48xbf16>)
+    -> (tensor<48x40xf32>, tensor<36x48xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %da, %db = moe.lora_grad %x, %dy, %offsets
+      lora(%la, %lb : tensor<48x40xbf16>, tensor<36x48xbf16>)
+      gather(%slots : tensor<?xi32>) {k = 2 : i64, lora_scaling = 2.0 : f32}
+      : tensor<?x40xbf16>, tensor<?x36xbf16>, tensor<6xi32>
+      -> tensor<48x40xf32>, tensor<36x48xf32>
+  return %da, %db : tensor<48x40xf32>, tensor<36x48xf32>
+}
+
+// dA and dB over grouped rows (k = 1, r = 3), f32 throughout.
+func.func @lora_grad_grouped(%x: tensor<?x24xf32>, %dy: tensor<?x20xf32>,
+                             %ids: tensor<?x1xi32>,
+                             %la: tensor<18x24xf32>, %lb: tensor<20x18xf32>)
+    -> (tensor<18x24xf32>, tensor<20x18xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %da, %db = moe.lora_grad %x, %dy, %offsets
+      lora(%la, %lb : tensor<18x24xf32>, tensor<20x18xf32>)
+      {lora_scaling = 0.5 : f32}
+      : tensor<?x24xf32>, tensor<?x20xf32>, tensor<6xi32>
+      -> tensor<18x24xf32>, tensor<20x18xf32>
+  return %da, %db : tensor<18x24xf32>, tensor<20x18xf32>
+}
+
+// A Qwen3-style block with LoRA (r = 4, s = 2) on both expert projections:
+// router (softmax, top-2, renormalized), gate_up gathered by slot with
+// nn.Linear weights and SwiGLU, down, weighted combine. E = 6, H = 40,
+// I = 20.
+func.func @lora_layer(%x: tensor<?x40xbf16>, %gate_w: tensor<6x40xbf16>,
+                      %w1: tensor<6x40x40xbf16>, %w2: tensor<6x40x20xbf16>,
+                      %a1: tensor<24x40xbf16>, %b1: tensor<40x24xbf16>,
+                      %a2: tensor<24x20xbf16>, %b2: tensor<40x24xbf16>)
+    -> tensor<?x40xbf16> {
+  %c0 = arith.constant 0 : index
+  %tokens = tensor.dim %x, %c0 : tensor<?x40xbf16>
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty(%tokens) : tensor<?x6xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%empty : tensor<?x6xf32>)
+      -> tensor<?x6xf32>
+  %logits = linalg.matmul
+      indexing_maps = [affine_map<(m, n, k) -> (m, k)>,
+                       affine_map<(m, n, k) -> (n, k)>,
+                       affine_map<(m, n, k) -> (m, n)>]
+      ins(%x, %gate_w : tensor<?x40xbf16>, tensor<6x40xbf16>)
+      outs(%acc : tensor<?x6xf32>) -> tensor<?x6xf32>
+  %weights, %ids = moe.router_topk %logits k = 2 {renormalize}
+      : tensor<?x6xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %h = moe.grouped_matmul %x, %w1, %offsets gather(%slots : tensor<?xi32>)
+      lora(%a1, %b1 : tensor<24x40xbf16>, tensor<40x24xbf16>)
+      {k = 2 : i64, transpose_rhs, lora_scaling = 2.0 : f32}
+      : tensor<?x40xbf16>, tensor<6x40x40xbf16>, tensor<6xi32>
+      -> tensor<?x40xbf16>
+  %a = moe.swiglu %h : tensor<?x40xbf16> -> tensor<?x20xbf16>
+  %down = moe.grouped_matmul %a, %w2, %offsets
+      lora(%a2, %b2 : tensor<24x20xbf16>, tensor<40x24xbf16>)
+      {transpose_rhs, lora_scaling = 2.0 : f32}
+      : tensor<?x20xbf16>, tensor<6x40x20xbf16>, tensor<6xi32>
+      -> tensor<?x40xbf16>
+  %y = moe.unpermute %down, %slots, %offsets k = 2
+      weights(%weights : tensor<?x2xf32>)
+      : tensor<?x40xbf16>, tensor<?xi32>, tensor<6xi32> -> tensor<?x40xbf16>
+  return %y : tensor<?x40xbf16>
+}
