@@ -9,6 +9,7 @@
 #   build/bin/moec compile test/Integration/routing_kernels.mlir -o DIR/routing.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/hopper_matmul.mlir -o DIR/hopper.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/backward_kernels.mlir -o DIR/backward.moecb --target sm_90a
+#   build/bin/moec compile test/Integration/lora_kernels.mlir -o DIR/lora.moecb --target sm_90a
 # Usage: scripts/gpu-correctness.sh RUNNER DIR
 set -uo pipefail
 runner=$1 dir=$2
@@ -104,6 +105,20 @@ for entry in permute_grad_vec permute_grad_scalar unpermute_grad_vec \
   done
   for routing in one-expert half-experts; do
     run backward.moecb $entry 300 $routing --iters 5 --sym M=$(backward_m $entry 300)
+  done
+done
+# LoRA forward, its transposed input-gradient form and lora_grad (k = 2:
+# the output gradients have M = 2T rows).
+lora_m() {  # entry T: the M of the entries that take output gradients
+  case $1 in lora_input_grad|lora_grad_gathered) echo --sym M=$((2 * $2)) ;; esac
+}
+for entry in lora_gather_swiglu lora_scatter lora_input_grad lora_grad_gathered \
+             lora_grad_grouped; do
+  for t in 1 45 3000; do
+    run lora.moecb $entry $t uniform --iters 5 $(lora_m $entry $t)
+  done
+  for routing in one-expert half-experts; do
+    run lora.moecb $entry 300 $routing --iters 5 $(lora_m $entry 300)
   done
 done
 run qwen3.moecb qwen3_moe_layer 1 uniform --iters 5

@@ -29,6 +29,7 @@ Qwen3-MoE, Mixtral or OLMoE model for MoE blocks (moec.hf).
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import torch
@@ -46,10 +47,13 @@ class _Launcher:
     compile and (on the host) JIT their kernel once."""
 
     def __init__(self, hidden_size, intermediate_size, num_experts, top_k,
-                 norm_topk_prob, routing, dtype, save, tile, bundle):
+                 norm_topk_prob, routing, dtype, save, lora_rank,
+                 lora_scaling, tile, bundle):
         self.args = (hidden_size, intermediate_size, num_experts, top_k)
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
         self.save = save
+        self.lora_rank, self.lora_scaling = lora_rank, lora_scaling
+        self._saved_template: Optional[list] = None
         self.dtype, self.tile, self.bundle = dtype, tile, bundle
         # Keeps the given bundle alive (its id is part of the key) after
         # self.bundle is replaced by one compiled for a target it lacks.
@@ -62,7 +66,8 @@ class _Launcher:
         if self._kernel is None:
             self._kernel = moe_kernel(
                 *self.args, norm_topk_prob=self.norm_topk_prob,
-                routing=self.routing, dtype=self.dtype)
+                routing=self.routing, dtype=self.dtype,
+                lora_rank=self.lora_rank, lora_scaling=self.lora_scaling)
         return self._kernel
 
     def entry(self, device: torch.device) -> Entry:
@@ -72,9 +77,12 @@ class _Launcher:
         return self.bundle.entry("moe_block", target)
 
     def gradient(self) -> Gradient:
-        """The derived forward-with-saves and backward."""
+        """The derived forward-with-saves and backward: with respect to x
+        and the weights, or with LoRA to x and the adapters (the router and
+        base weights frozen)."""
         if self._gradient is None:
-            self._gradient = self.kernel().grad(save=self.save)
+            wrt = ["x"] + LORA_ARGS if self.lora_rank else None
+            self._gradient = self.kernel().grad(wrt=wrt, save=self.save)
         return self._gradient
 
     def train_entries(self, device: torch.device) -> tuple:
@@ -94,22 +102,41 @@ class _Launcher:
 
     def saved_specs(self, x: torch.Tensor) -> list:
         """(shape, dtype) of moe_block_fwd's results for tokens x: y, then
-        what the save policy keeps (docs/training.md): "all": router
-        logits, routing weights, ids, slots, offsets, positions, permuted
-        rows, gate_up, SwiGLU and down outputs; "matmuls": the same without
-        the permuted rows and the SwiGLU output; "inputs": none. The fake
-        implementation's, checked against the kernel's on every run."""
-        H, I, E, k = self.args
-        T, R = x.shape[0], x.shape[0] * k
-        f32, i32, dt = torch.float32, torch.int32, x.dtype
-        if self.save == "inputs":
-            return [((T, H), dt)]
-        routing = [((T, E), f32), ((T, k), f32), ((T, k), i32), ((R,), i32),
-                   ((E,), i32), ((R,), i32)]
-        if self.save == "matmuls":
-            return [((T, H), dt)] + routing + [((R, 2 * I), dt), ((R, H), dt)]
-        return [((T, H), dt)] + routing + [((R, H), dt), ((R, 2 * I), dt),
-                                           ((R, I), dt), ((R, H), dt)]
+        what the save policy keeps (docs/training.md), read once from the
+        saved arguments of moe_block_grad (their types and row symbols: T,
+        the tokens, or a sort's T*k rows). The fake implementation's,
+        checked against the kernel's on every run."""
+        if self._saved_template is None:
+            self._saved_template = _saved_template(self.gradient().module)
+        T, k = x.shape[0], self.args[3]
+        rows = {"T": T}
+        return [((T, self.args[0]), x.dtype)] + [
+            (tuple(rows.get(d, T * k) if isinstance(d, str) else d
+                   for d in dims), dtype)
+            for dims, dtype in self._saved_template]
+
+
+# The adapters' kernel arguments (moe_kernel's), in order.
+LORA_ARGS = ["gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b"]
+_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
+           "i32": torch.int32}
+
+
+def _saved_template(module: str) -> list:
+    """[(dims, dtype)] of the saved arguments of moe_block_grad in `module`
+    (moe-autodiff's output), in order; a dynamic dimension is its moe.sym
+    name."""
+    header = re.search(r"func\.func @moe_block_grad\((.*)", module).group(1)
+    template = []
+    for shape, elem, attrs in re.findall(
+            r"%\w+: tensor<((?:[0-9?]+x)*)(\w+)> \{([^}]*)\}", header):
+        if not re.search(r'moe\.name = "saved\d+"', attrs):
+            continue
+        sym = re.search(r'moe\.sym = "(\w+)"', attrs)
+        dims = tuple(sym.group(1) if d == "?" else int(d)
+                     for d in shape.split("x")[:-1])
+        template.append((dims, _DTYPES[elem]))
+    return template
 
 
 # The custom op reaches its launcher through an int argument (an op takes no
@@ -130,24 +157,28 @@ def _launcher_index(*config, tile, bundle) -> int:
 
 @torch.library.custom_op("moec::moe_block", mutates_args=())
 def _moe_block(x: torch.Tensor, gate_w: torch.Tensor, w_gate_up: torch.Tensor,
-               w_down: torch.Tensor, launcher: int) -> torch.Tensor:
-    """The block's forward on tokens x [T, H] (contiguous)."""
-    return _LAUNCHERS[launcher].entry(x.device)(x, gate_w, w_gate_up, w_down)
+               w_down: torch.Tensor, adapters: list[torch.Tensor],
+               launcher: int) -> torch.Tensor:
+    """The block's forward on tokens x [T, H] (contiguous); `adapters`: the
+    four LoRA tensors (LORA_ARGS) of a LoRA block, else empty."""
+    return _LAUNCHERS[launcher].entry(x.device)(x, gate_w, w_gate_up, w_down,
+                                                *adapters)
 
 
 @_moe_block.register_fake
-def _(x, gate_w, w_gate_up, w_down, launcher):
+def _(x, gate_w, w_gate_up, w_down, adapters, launcher):
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("moec::moe_block_train", mutates_args=())
 def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
                      w_gate_up: torch.Tensor, w_down: torch.Tensor,
+                     adapters: list[torch.Tensor],
                      launcher: int) -> list[torch.Tensor]:
     """The block's forward for training: [y, *what the backward reads]."""
     launcher_ = _LAUNCHERS[launcher]
     fwd, _ = launcher_.train_entries(x.device)
-    outs = fwd(x, gate_w, w_gate_up, w_down)
+    outs = fwd(x, gate_w, w_gate_up, w_down, *adapters)
     # An entry with one result (save="inputs": y alone) returns it bare.
     outs = list(outs) if isinstance(outs, tuple) else [outs]
     if [(tuple(o.shape), o.dtype) for o in outs] != \
@@ -161,7 +192,7 @@ def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
 
 
 @_moe_block_train.register_fake
-def _(x, gate_w, w_gate_up, w_down, launcher):
+def _(x, gate_w, w_gate_up, w_down, adapters, launcher):
     return [x.new_empty(shape, dtype=dtype)
             for shape, dtype in _LAUNCHERS[launcher].saved_specs(x)]
 
@@ -170,32 +201,42 @@ def _(x, gate_w, w_gate_up, w_down, launcher):
 def _moe_block_backward(
         grad: torch.Tensor, x: torch.Tensor, gate_w: torch.Tensor,
         w_gate_up: torch.Tensor, w_down: torch.Tensor,
-        saved: list[torch.Tensor], launcher: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of x and the three weights: moe_block_grad on the inputs,
-    the saved values and the output's gradient."""
+        adapters: list[torch.Tensor], saved: list[torch.Tensor],
+        launcher: int) -> list[torch.Tensor]:
+    """moe_block_grad on the inputs, the saved values and the output's
+    gradient: the gradients of x and the three weights, or with LoRA of x
+    and the four adapters."""
     _, backward = _LAUNCHERS[launcher].train_entries(x.device)
-    grads = backward(x, gate_w, w_gate_up, w_down, *saved, grad.contiguous())
-    return tuple(grads)
+    grads = backward(x, gate_w, w_gate_up, w_down, *adapters, *saved,
+                     grad.contiguous())
+    return list(grads)
 
 
 @_moe_block_backward.register_fake
-def _(grad, x, gate_w, w_gate_up, w_down, saved, launcher):
-    return (torch.empty_like(x), torch.empty_like(gate_w),
-            torch.empty_like(w_gate_up), torch.empty_like(w_down))
+def _(grad, x, gate_w, w_gate_up, w_down, adapters, saved, launcher):
+    inputs = [x] + (list(adapters) if adapters else [gate_w, w_gate_up,
+                                                     w_down])
+    return [torch.empty_like(t) for t in inputs]
 
 
 def _setup_context(ctx, inputs, output):
-    x, gate_w, w_gate_up, w_down, launcher = inputs
+    x, gate_w, w_gate_up, w_down, adapters, launcher = inputs
     ctx.mark_non_differentiable(*output[1:])
-    ctx.save_for_backward(x, gate_w, w_gate_up, w_down, *output[1:])
+    ctx.save_for_backward(x, gate_w, w_gate_up, w_down, *adapters,
+                          *output[1:])
+    ctx.num_adapters = len(adapters)
     ctx.launcher = launcher
 
 
 def _backward(ctx, grads):
-    x, gate_w, w_gate_up, w_down, *saved = ctx.saved_tensors
-    return (*torch.ops.moec.moe_block_backward(
-        grads[0], x, gate_w, w_gate_up, w_down, saved, ctx.launcher), None)
+    x, gate_w, w_gate_up, w_down, *rest = ctx.saved_tensors
+    adapters, saved = rest[:ctx.num_adapters], rest[ctx.num_adapters:]
+    out = torch.ops.moec.moe_block_backward(
+        grads[0], x, gate_w, w_gate_up, w_down, adapters, saved, ctx.launcher)
+    if adapters:
+        # LoRA: the router and base weights are frozen (MoE.forward checks).
+        return out[0], None, None, None, list(out[1:]), None
+    return (*out, [], None)
 
 
 _moe_block_train.register_autograd(_backward, setup_context=_setup_context)
@@ -248,6 +289,16 @@ class MoE(nn.Module):
     `kernel()` (e.g. `moec.load(path)` on a machine without the compiler);
     otherwise the kernel is compiled for the input's device on first use
     (cached on disk, and shared by the blocks of one configuration).
+
+    LoRA fine-tuning: `lora_rank` r > 0 adds an adapter per expert to both
+    projections, `gate_up_lora_A` [E*r, H], `gate_up_lora_B` [2I, E*r],
+    `down_lora_A` [E*r, I], `down_lora_B` [H, E*r] (expert e's A is rows
+    e*r..e*r+r, its B columns e*r..e*r+r; the layout of one nn.Linear LoRA
+    per expert stacked along r), scaled by `lora_alpha / r` (default
+    alpha: r). A is initialized as nn.Linear's weight, B to zeros, so the
+    block starts as the base block. The router and the base weights are
+    frozen (requires_grad False); the backward computes the gradients of
+    x and the adapters only.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int,
@@ -255,10 +306,12 @@ class MoE(nn.Module):
                  routing: str = "softmax_then_topk",
                  dtype: torch.dtype = torch.bfloat16, device=None,
                  bundle: Optional[Bundle] = None,
-                 tile: Optional[dict] = None, save: str = "all"):
+                 tile: Optional[dict] = None, save: str = "all",
+                 lora_rank: int = 0, lora_alpha: Optional[float] = None):
         super().__init__()
         self._configure(hidden_size, intermediate_size, num_experts, top_k,
-                        norm_topk_prob, routing, dtype, bundle, tile, save)
+                        norm_topk_prob, routing, dtype, bundle, tile, save,
+                        lora_rank, lora_alpha)
         factory = dict(dtype=dtype, device=device)
         self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
         self.w_gate_up = nn.Parameter(torch.empty(
@@ -267,32 +320,68 @@ class MoE(nn.Module):
             num_experts, hidden_size, intermediate_size, **factory))
         nn.init.normal_(self.w_gate_up, std=hidden_size ** -0.5)
         nn.init.normal_(self.w_down, std=intermediate_size ** -0.5)
+        if lora_rank:
+            self._add_adapters(factory)
+
+    def _add_adapters(self, factory: dict) -> None:
+        """The LoRA parameters (see the class docs); freezes the rest."""
+        H, I = self.hidden_size, self.intermediate_size
+        ER = self.num_experts * self.lora_rank
+        for name, rows, cols in (("gate_up", 2 * I, H), ("down", H, I)):
+            a = nn.Parameter(torch.empty(ER, cols, **factory))
+            # As nn.Linear(cols, rows) initializes its weight (peft's A).
+            nn.init.kaiming_uniform_(a, a=5 ** 0.5)
+            setattr(self, name + "_lora_A", a)
+            setattr(self, name + "_lora_B",
+                    nn.Parameter(torch.zeros(rows, ER, **factory)))
+        for p in (self.gate.weight, self.w_gate_up, self.w_down):
+            p.requires_grad_(False)
 
     def _configure(self, hidden_size, intermediate_size, num_experts, top_k,
                    norm_topk_prob, routing, dtype, bundle, tile,
-                   save: str = "all") -> None:
+                   save: str = "all", lora_rank: int = 0,
+                   lora_alpha: Optional[float] = None) -> None:
         """Checks and sets the configuration; no parameters (moec.hf's
         block adopts a transformers block's own)."""
         check_config(hidden_size, intermediate_size, num_experts, top_k,
                      routing, dtype, save)
+        if not isinstance(lora_rank, int) or lora_rank < 0:
+            raise ValueError(f"'lora_rank': expected an int >= 0, got "
+                             f"{lora_rank!r}")
+        if lora_alpha is not None and not lora_rank:
+            raise ValueError("'lora_alpha' needs 'lora_rank' > 0")
+        if lora_alpha is not None and not (isinstance(lora_alpha, (int, float))
+                                           and lora_alpha > 0):
+            raise ValueError(f"'lora_alpha': expected a positive number, got "
+                             f"{lora_alpha!r}")
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
         self.tile, self.save = tile, save
+        self.lora_rank = lora_rank
+        self.lora_scaling = (float(lora_alpha if lora_alpha is not None
+                                   else lora_rank) / lora_rank
+                             if lora_rank else 1.0)
         # Fixed here: torch.compile sees a constant. Under autocast the
         # blocks run the kernels of the autocast type (_launcher_for).
-        self._launcher = _launcher_index(
-            hidden_size, intermediate_size, num_experts, top_k,
-            norm_topk_prob, routing, dtype, save, tile=tile, bundle=bundle)
-        self._launchers = {dtype: self._launcher}
+        self._launchers: dict = {}
+        self._launcher = self._launcher_for(dtype, bundle)
 
-    def _launcher_for(self, dtype: torch.dtype) -> int:
+    def _launcher_for(self, dtype: torch.dtype, bundle=None) -> int:
         if dtype not in self._launchers:
             self._launchers[dtype] = _launcher_index(
                 self.hidden_size, self.intermediate_size, self.num_experts,
                 self.top_k, self.norm_topk_prob, self.routing, dtype,
-                self.save, tile=self.tile, bundle=None)
+                self.save, self.lora_rank, self.lora_scaling, tile=self.tile,
+                bundle=bundle)
         return self._launchers[dtype]
+
+    def adapters(self) -> tuple:
+        """The four LoRA parameters in kernel order (empty without LoRA)."""
+        if not self.lora_rank:
+            return ()
+        return (self.gate_up_lora_A, self.gate_up_lora_B, self.down_lora_A,
+                self.down_lora_B)
 
     def kernel(self) -> Kernel:
         """The traced forward kernel (for moec.compile / AOT bundles)."""
@@ -311,6 +400,12 @@ class MoE(nn.Module):
             raise ValueError(f"'x': expected last dimension {self.hidden_size}"
                              f", got shape {list(x.shape)}")
         weights = (self.gate.weight, self.w_gate_up, self.w_down)
+        adapters = self.adapters()
+        for name, w in zip(("gate.weight", "w_gate_up", "w_down"), weights):
+            if adapters and w.requires_grad:
+                raise ValueError(
+                    f"'{name}' requires grad, but a LoRA block trains its "
+                    f"adapters only: freeze it (requires_grad_(False))")
         dtype = self.w_down.dtype
         device_type = x.device.type
         if torch.is_autocast_enabled(device_type) and dtype == torch.float32:
@@ -321,24 +416,29 @@ class MoE(nn.Module):
                 dtype = torch.float32
             x = x.to(dtype)
             weights = tuple(w.to(dtype) for w in weights)
+            adapters = tuple(a.to(dtype) for a in adapters)
         elif x.dtype != dtype:
             raise ValueError(f"'x': expected dtype {dtype} (the block's), got "
                              f"{x.dtype}")
         launcher = self._launcher_for(dtype)
         tokens = x.reshape(-1, self.hidden_size).contiguous()
         weights = tuple(w.contiguous() for w in weights)
+        adapters = [a.contiguous() for a in adapters]
         if torch.is_grad_enabled() and (tokens.requires_grad or any(
-                w.requires_grad for w in weights)):
-            y = torch.ops.moec.moe_block_train(tokens, *weights, launcher)[0]
+                w.requires_grad for w in weights + tuple(adapters))):
+            y = torch.ops.moec.moe_block_train(tokens, *weights, adapters,
+                                               launcher)[0]
         else:
-            y = torch.ops.moec.moe_block(tokens, *weights, launcher)
+            y = torch.ops.moec.moe_block(tokens, *weights, adapters, launcher)
         return y.reshape(x.shape)
 
     def extra_repr(self) -> str:
         return (f"hidden_size={self.hidden_size}, intermediate_size="
                 f"{self.intermediate_size}, num_experts={self.num_experts}, "
                 f"top_k={self.top_k}, routing={self.routing}, norm_topk_prob="
-                f"{self.norm_topk_prob}")
+                f"{self.norm_topk_prob}"
+                + (f", lora_rank={self.lora_rank}, lora_scaling="
+                   f"{self.lora_scaling}" if self.lora_rank else ""))
 
 
 @torch.no_grad()

@@ -22,10 +22,22 @@ GRAD_TOL = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
 
 def reference_grads(block, x, dy, ids):
     """float64 gradients of <dy, block(x)> (x [T, H]) with the experts
-    fixed to `ids` (the kernel's routing: a near tie may go either way)."""
-    params = [t.detach().double().requires_grad_()
-              for t in (x, block.gate.weight, block.w_gate_up, block.w_down)]
-    xd, gate_w, w_gate_up, w_down = params
+    fixed to `ids` (the kernel's routing: a near tie may go either way):
+    of x and the three weights, or with LoRA of x and the four adapters."""
+    tensors = (x, block.gate.weight, block.w_gate_up, block.w_down,
+               *block.adapters())
+    params = [t.detach().double().requires_grad_() for t in tensors]
+    xd, gate_w, w_gate_up, w_down = params[:4]
+    if block.lora_rank:
+        # The merged weights of each expert: W + s · B_e · A_e.
+        r, s = block.lora_rank, block.lora_scaling
+        merged = []
+        for w, a, b in ((w_gate_up, params[4], params[5]),
+                        (w_down, params[6], params[7])):
+            merged.append(torch.stack([
+                w[e] + s * b[:, e * r:(e + 1) * r] @ a[e * r:(e + 1) * r]
+                for e in range(block.num_experts)]))
+        w_gate_up, w_down = merged
     logits = xd @ gate_w.T
     ids = ids.long()
     if block.routing == "topk_then_softmax":
@@ -43,6 +55,8 @@ def reference_grads(block, x, dy, ids):
         out = out.index_add(0, token,
                             (a @ w_down[e].T) * weights[token, slot, None])
     (out * dy.double()).sum().backward()
+    if block.lora_rank:
+        return [params[0].grad] + [p.grad for p in params[4:]]
     return [p.grad for p in params]
 
 
@@ -50,7 +64,8 @@ def kernel_ids(block, tokens):
     """The experts the kernel picks (moe_block_fwd's ids)."""
     outs = torch.ops.moec.moe_block_train(
         tokens.detach(), block.gate.weight.detach(),
-        block.w_gate_up.detach(), block.w_down.detach(), block._launcher)
+        block.w_gate_up.detach(), block.w_down.detach(),
+        [a.detach() for a in block.adapters()], block._launcher)
     return outs[3]
 
 
@@ -130,7 +145,7 @@ def test_autocast_runs_bf16_and_trains_f32_weights():
 def test_training_ops_opcheck():
     block = make_block(40, 20, dtype=torch.float32)
     x = torch.randn(11, 40, requires_grad=True)
-    args = (x, block.gate.weight, block.w_gate_up, block.w_down,
+    args = (x, block.gate.weight, block.w_gate_up, block.w_down, [],
             block._launcher)
     torch.library.opcheck(torch.ops.moec.moe_block_train.default, args,
                           test_utils=("test_schema", "test_faketensor",
@@ -183,3 +198,140 @@ def test_save_policies_give_the_same_gradients(save):
         assert rel(b, a) < 1e-6
     with pytest.raises(ValueError, match="'save': expected one of"):
         moec.torch.MoE(32, 16, 4, 2, save="some")
+
+
+def lora_block(dtype, seed, rank=3, alpha=6.0, **kwargs):
+    """A LoRA block with random base weights and random (nonzero) B, so that
+    every adapter has a gradient."""
+    block = make_block(40, 24, experts=6, k=2, dtype=dtype, seed=seed)
+    lora = moec.torch.MoE(40, 24, 6, 2, dtype=dtype, lora_rank=rank,
+                          lora_alpha=alpha, **kwargs)
+    gen = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
+        for name in ("gate.weight", "w_gate_up", "w_down"):
+            lora.get_parameter(name).copy_(block.get_parameter(name))
+        for a in (lora.gate_up_lora_A, lora.down_lora_A):
+            a.copy_(torch.randn(a.shape, generator=gen) / a.shape[1] ** 0.5)
+        for b in (lora.gate_up_lora_B, lora.down_lora_B):
+            b.copy_(torch.randn(b.shape, generator=gen) * 0.3)
+    return lora
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens", [1, 13])
+def test_lora_gradients_match_float64(dtype, tokens):
+    block = lora_block(dtype, tokens)
+    assert block.lora_scaling == 2.0
+    gen = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, 40, generator=gen).to(dtype).requires_grad_()
+    dy = torch.randn(tokens, 40, generator=gen).to(dtype)
+    block(x).backward(dy)
+    want = reference_grads(block, x, dy, kernel_ids(block, x))
+    got = [x.grad] + [a.grad for a in block.adapters()]
+    names = ("x", "gate_up_lora_A", "gate_up_lora_B", "down_lora_A",
+             "down_lora_B")
+    for name, g, w in zip(names, got, want):
+        assert g.dtype == dtype and g.shape == w.shape, name
+        assert rel(g, w) < GRAD_TOL[dtype], name
+    for frozen in (block.gate.weight, block.w_gate_up, block.w_down):
+        assert frozen.grad is None
+
+
+def test_lora_all_tokens_on_one_expert_and_no_input_grad():
+    block = lora_block(torch.float32, 5)
+    with torch.no_grad():
+        block.gate.weight[0, 0] = 20.0
+    x = torch.randn(9, 40)
+    x[:, 0] = 1.0
+    dy = torch.randn(9, 40)
+    block(x).backward(dy)  # x needs no gradient: the adapters still train
+    ids = kernel_ids(block, x)
+    assert (ids == 0).any(dim=1).all()
+    want = reference_grads(block, x, dy, ids)[1:]
+    for a, w in zip(block.adapters(), want):
+        assert rel(a.grad, w) < GRAD_TOL[torch.float32]
+    # Experts that received no token have zero adapter gradients.
+    r = block.lora_rank
+    unused = [e for e in range(6) if not (ids == e).any()]
+    assert unused
+    for e in unused:
+        assert not block.gate_up_lora_A.grad[e * r:(e + 1) * r].any()
+        assert not block.down_lora_B.grad[:, e * r:(e + 1) * r].any()
+
+
+def test_lora_block_starts_as_the_base_block_and_freezes_it():
+    base = make_block(40, 24, experts=6, k=2, dtype=torch.float32, seed=2)
+    lora = moec.torch.MoE(40, 24, 6, 2, dtype=torch.float32, lora_rank=4)
+    with torch.no_grad():
+        for name in ("gate.weight", "w_gate_up", "w_down"):
+            lora.get_parameter(name).copy_(base.get_parameter(name))
+    shapes = {n: tuple(p.shape) for n, p in lora.named_parameters()
+              if p.requires_grad}
+    assert shapes == {"gate_up_lora_A": (24, 40), "gate_up_lora_B": (48, 24),
+                      "down_lora_A": (24, 24), "down_lora_B": (40, 24)}
+    x = torch.randn(7, 40)
+    with torch.no_grad():
+        assert torch.equal(lora(x), base(x))
+    assert "lora_rank=4" in repr(lora)
+    lora.w_down.requires_grad_(True)
+    with pytest.raises(ValueError, match="'w_down' requires grad, but a LoRA"):
+        lora(x.requires_grad_())
+    with pytest.raises(ValueError, match="'lora_rank'"):
+        moec.torch.MoE(40, 24, 6, 2, lora_rank=-1)
+    with pytest.raises(ValueError, match="'lora_alpha' needs"):
+        moec.torch.MoE(40, 24, 6, 2, lora_alpha=8)
+    with pytest.raises(ValueError, match="'lora_alpha': expected"):
+        moec.torch.MoE(40, 24, 6, 2, lora_rank=2, lora_alpha=0)
+
+
+def test_lora_save_policies_and_autocast():
+    x = torch.randn(11, 40)
+    dy = torch.randn(11, 40)
+    grads = {}
+    for save in ("all", "matmuls", "inputs"):
+        block = lora_block(torch.float32, 7, save=save)
+        block(x.clone().requires_grad_()).backward(dy)
+        grads[save] = [a.grad for a in block.adapters()]
+    for save in ("matmuls", "inputs"):
+        for g, w in zip(grads[save], grads["all"]):
+            assert torch.equal(g, w), save
+    block = lora_block(torch.float32, 7)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = block(x)
+    assert y.dtype == torch.bfloat16
+    y.float().backward(dy)
+    for g, w in zip((a.grad for a in block.adapters()), grads["all"]):
+        assert g.dtype == torch.float32 and rel(g, w) < 3e-2
+
+
+def test_lora_training_ops_opcheck():
+    block = lora_block(torch.float32, 3)
+    x = torch.randn(11, 40, requires_grad=True)
+    args = (x, block.gate.weight, block.w_gate_up, block.w_down,
+            list(block.adapters()), block._launcher)
+    torch.library.opcheck(torch.ops.moec.moe_block_train.default, args,
+                          test_utils=("test_schema", "test_faketensor",
+                                      "test_autograd_registration",
+                                      "test_aot_dispatch_dynamic"))
+
+
+def test_lora_torch_compile_fullgraph():
+    # A LoRA block between torch layers compiles without a graph break, and
+    # the compiled backward gives eager mode's adapter gradients.
+    torch._dynamo.reset()
+    block = lora_block(torch.float32, 9)
+    proj = torch.nn.Linear(40, 40)
+
+    def model(x):
+        return x + block(torch.relu(proj(x)))
+
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 7, 40)
+    compiled(x).sum().backward()
+    got = [a.grad.clone() for a in block.adapters()] + [proj.weight.grad.clone()]
+    block.zero_grad()
+    proj.zero_grad()
+    model(x).sum().backward()
+    want = [a.grad for a in block.adapters()] + [proj.weight.grad]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
