@@ -29,7 +29,6 @@ Qwen3-MoE, Mixtral or OLMoE model for MoE blocks (moec.hf).
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import torch
@@ -102,41 +101,23 @@ class _Launcher:
 
     def saved_specs(self, x: torch.Tensor) -> list:
         """(shape, dtype) of moe_block_fwd's results for tokens x: y, then
-        what the save policy keeps (docs/training.md), read once from the
-        saved arguments of moe_block_grad (their types and row symbols: T,
-        the tokens, or a sort's T*k rows). The fake implementation's,
-        checked against the kernel's on every run."""
-        if self._saved_template is None:
-            self._saved_template = _saved_template(self.gradient().module)
-        T, k = x.shape[0], self.args[3]
-        rows = {"T": T}
-        return [((T, self.args[0]), x.dtype)] + [
-            (tuple(rows.get(d, T * k) if isinstance(d, str) else d
-                   for d in dims), dtype)
-            for dims, dtype in self._saved_template]
+        what the save policy keeps (docs/training.md), as the compiled
+        entry sizes them (the fake implementation's)."""
+        fwd, _ = self.train_entries(x.device)
+        if fwd.symbols != ["T"]:
+            raise RuntimeError(
+                f"moec.torch: moe_block_fwd sizes its results by "
+                f"{fwd.symbols}, expected the token count T alone (a bundle "
+                f"compiled from another module?)")
+        shapes = fwd.shapes([x.shape[0]])[len(fwd.inputs):]
+        return [(tuple(shape), _DTYPES[out.dtype])
+                for shape, out in zip(shapes, fwd.outputs)]
 
 
 # The adapters' kernel arguments (moe_kernel's), in order.
 LORA_ARGS = ["gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b"]
 _DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
            "i32": torch.int32}
-
-
-def _saved_template(module: str) -> list:
-    """[(dims, dtype)] of the saved arguments of moe_block_grad in `module`
-    (moe-autodiff's output), in order; a dynamic dimension is its moe.sym
-    name."""
-    header = re.search(r"func\.func @moe_block_grad\((.*)", module).group(1)
-    template = []
-    for shape, elem, attrs in re.findall(
-            r"%\w+: tensor<((?:[0-9?]+x)*)(\w+)> \{([^}]*)\}", header):
-        if not re.search(r'moe\.name = "saved\d+"', attrs):
-            continue
-        sym = re.search(r'moe\.sym = "(\w+)"', attrs)
-        dims = tuple(sym.group(1) if d == "?" else int(d)
-                     for d in shape.split("x")[:-1])
-        template.append((dims, _DTYPES[elem]))
-    return template
 
 
 # The custom op reaches its launcher through an int argument (an op takes no
@@ -180,15 +161,7 @@ def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
     fwd, _ = launcher_.train_entries(x.device)
     outs = fwd(x, gate_w, w_gate_up, w_down, *adapters)
     # An entry with one result (save="inputs": y alone) returns it bare.
-    outs = list(outs) if isinstance(outs, tuple) else [outs]
-    if [(tuple(o.shape), o.dtype) for o in outs] != \
-            launcher_.saved_specs(x):
-        raise RuntimeError(
-            "moec.torch: moe_block_fwd's results are not those of "
-            f"kernel().grad(save={launcher_.save!r}) (a bundle compiled "
-            "from another module?): "
-            f"{[(tuple(o.shape), o.dtype) for o in outs]}")
-    return outs
+    return list(outs) if isinstance(outs, tuple) else [outs]
 
 
 @_moe_block_train.register_fake
