@@ -71,7 +71,8 @@ class HFMoE(MoE):
     """
 
     def __init__(self, block: nn.Module, routing: str, name: str = "block",
-                 bundle=None, tile=None):
+                 bundle=None, tile=None, save: str = "all",
+                 lora_rank: int = 0, lora_alpha=None):
         nn.Module.__init__(self)
         gate, experts = block.gate, block.experts
         extra = sorted(set(dict(block.named_children())) - {"gate", "experts"})
@@ -95,7 +96,8 @@ class HFMoE(MoE):
         num_experts, hidden = gate.weight.shape
         self._configure(hidden, experts.down_proj.shape[2], num_experts,
                         gate.top_k, getattr(gate, "norm_topk_prob", True),
-                        routing, dtype, bundle, tile)
+                        routing, dtype, bundle, tile, save, lora_rank,
+                        lora_alpha)
         for child in dict(block.named_children()):  # the block's key order
             if child == "gate":
                 self.gate = gate
@@ -103,6 +105,9 @@ class HFMoE(MoE):
                 self.experts = _Experts(experts.gate_up_proj,
                                         experts.down_proj)
         self.jitter_noise = float(getattr(block, "jitter_noise", 0.0))
+        if lora_rank:
+            self._add_adapters(dict(dtype=dtype,
+                                    device=experts.down_proj.device))
 
     @property
     def w_gate_up(self) -> nn.Parameter:
@@ -125,15 +130,20 @@ class HFMoE(MoE):
                                        if self.jitter_noise else "")
 
 
-def replace_moe_blocks(model: nn.Module, *, bundle=None,
-                       tile=None) -> list:
+def replace_moe_blocks(model: nn.Module, *, bundle=None, tile=None,
+                       save: str = "all", lora_rank: int = 0,
+                       lora_alpha=None) -> list:
     """Replaces every Qwen3-MoE, Mixtral and OLMoE sparse MoE block of
     `model` (a transformers model, or any module holding such blocks) by an
     HFMoE holding the same parameters, with the block's routing (Qwen3 and
     OLMoE: softmax then top-k, renormalized when the config's
     norm_topk_prob is set; Mixtral: top-k then softmax). Returns the
-    qualified names of the replaced modules. `bundle` and `tile` are passed
-    to every block (see moec.torch.MoE). Raises ValueError, naming the
+    qualified names of the replaced modules. `bundle`, `tile`, `save`,
+    `lora_rank` and `lora_alpha` are passed to every block (see
+    moec.torch.MoE: with `lora_rank` each block gains LoRA adapters on its
+    experts and freezes its router and base experts; the rest of the model
+    is left as it is, so freeze it for LoRA fine-tuning). Raises
+    ValueError, naming the
     block, for blocks moec cannot compute (shared experts, an activation
     other than SiLU, mixed dtypes), and when there is no block to replace.
     """
@@ -154,7 +164,8 @@ def replace_moe_blocks(model: nn.Module, *, bundle=None,
     for name, block in blocks:
         routing = next(r for cls, r in routings.items()
                        if isinstance(block, cls))
-        swaps.append((name, HFMoE(block, routing, name, bundle, tile)))
+        swaps.append((name, HFMoE(block, routing, name, bundle, tile, save,
+                                  lora_rank, lora_alpha)))
     for name, new in swaps:
         parent, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent), attr, new)

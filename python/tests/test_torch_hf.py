@@ -252,3 +252,53 @@ def test_unsupported_blocks_raise_and_leave_the_model():
     with pytest.raises(ValueError, match="'model': model.layers.1.mlp.gate."
                        "weight is torch.float32"):
         moec.torch.replace_moe_blocks(model)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "mixtral"])
+def test_lora_on_a_transformers_model(family):
+    # replace_moe_blocks(lora_rank=...): the blocks gain adapters and freeze
+    # their router and experts. Against the original model with the
+    # adapters merged into its expert weights (W + s·B_e·A_e): the same
+    # logits, and the adapters' gradients are the chain rule through the
+    # merged weights' gradients (dA_e = s·B_eᵀ·dW_e, dB_e = s·dW_e·A_eᵀ).
+    original = make_model(family, torch.float32)
+    model = copy.deepcopy(original)
+    moec.torch.replace_moe_blocks(model, lora_rank=3, lora_alpha=6)
+    blocks = [layer.mlp for layer in model.model.layers]
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        ids = tokens()
+        assert rel(model(ids).logits, original(ids).logits) < TOL[torch.float32]
+        for blk in blocks:
+            assert not blk.w_gate_up.requires_grad
+            assert not blk.gate.weight.requires_grad
+            for b in (blk.gate_up_lora_B, blk.down_lora_B):
+                b.copy_(torch.randn(b.shape, generator=gen) * 0.2)
+    merged = copy.deepcopy(original)
+    r, s = 3, 2.0
+    for blk, layer in zip(blocks, merged.model.layers):
+        experts = layer.mlp.experts
+        for name, a, b in (("gate_up_proj", blk.gate_up_lora_A,
+                            blk.gate_up_lora_B),
+                           ("down_proj", blk.down_lora_A, blk.down_lora_B)):
+            w = getattr(experts, name)
+            with torch.no_grad():
+                for e in range(w.shape[0]):
+                    w[e] += s * b[:, e * r:(e + 1) * r] @ a[e * r:(e + 1) * r]
+    out, want = model(ids).logits, merged(ids).logits
+    assert rel(out, want) < 1e-4
+    dy = torch.randn(out.shape, generator=gen)
+    (out * dy).sum().backward()
+    (want * dy).sum().backward()
+    for blk, layer in zip(blocks, merged.model.layers):
+        experts = layer.mlp.experts
+        for name, a, b in (("gate_up_proj", blk.gate_up_lora_A,
+                            blk.gate_up_lora_B),
+                           ("down_proj", blk.down_lora_A, blk.down_lora_B)):
+            dw = getattr(experts, name).grad
+            da = torch.cat([s * b[:, e * r:(e + 1) * r].T @ dw[e]
+                            for e in range(dw.shape[0])])
+            db = torch.cat([s * dw[e] @ a[e * r:(e + 1) * r].T
+                            for e in range(dw.shape[0])], dim=1)
+            assert rel(a.grad, da.detach()) < 1e-4, name
+            assert rel(b.grad, db.detach()) < 1e-4, name
