@@ -14,6 +14,8 @@ transformers is imported only when a model is swapped.
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
@@ -170,3 +172,105 @@ def replace_moe_blocks(model: nn.Module, *, bundle=None, tile=None,
         parent, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent), attr, new)
     return [name for name, _ in swaps]
+
+
+# peft's LoRA on 3-D expert parameters (LoraConfig(target_parameters=[
+# "mlp.experts.gate_up_proj", "mlp.experts.down_proj"]), peft >= 0.17):
+# each target wraps the experts module, the later around the earlier, so
+# the first target's adapter sits under "experts.base_layer." and the
+# second's under "experts.". lora_A is [E*r, in] with expert e's rows
+# e*r..e*r+r (moec's layout); lora_B is [out, r*E] with expert e's rank j
+# in column j*E + e, where moec keeps expert e's columns together
+# (e*r + j).
+_PEFT_KEY = re.compile(r"(.*)\.experts\.((?:base_layer\.)*)lora_([AB])"
+                       r"(?:\.[A-Za-z_]\w*)?\.weight$")
+
+
+def _b_from_peft(b: torch.Tensor, experts: int) -> torch.Tensor:
+    out, er = b.shape
+    return b.reshape(out, er // experts, experts).transpose(1, 2).reshape(
+        out, er)
+
+
+def _b_to_peft(b: torch.Tensor, experts: int) -> torch.Tensor:
+    out, er = b.shape
+    return b.reshape(out, experts, er // experts).transpose(1, 2).reshape(
+        out, er)
+
+
+def _lora_blocks(model: nn.Module) -> list:
+    blocks = [(name, m) for name, m in model.named_modules()
+              if isinstance(m, HFMoE) and m.lora_rank]
+    if not blocks:
+        raise ValueError("'model': no MoE block with LoRA adapters (call "
+                         "replace_moe_blocks(model, lora_rank=r) first)")
+    return blocks
+
+
+@torch.no_grad()
+def load_peft_adapter(model: nn.Module, state_dict: dict) -> int:
+    """Copies the expert adapters of a peft LoRA checkpoint
+    (`get_peft_model_state_dict`, or a peft model's state dict) made with
+    `target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]`
+    into the LoRA blocks of `model` (after `replace_moe_blocks(model,
+    lora_rank=r, lora_alpha=alpha)` with peft's r and alpha). Adapters are
+    told apart by their shapes (gate_up: [E*r, H] and [2I, E*r]; down:
+    [E*r, I] and [H, E*r]); other keys are ignored. Returns the number of
+    tensors copied; raises ValueError naming the block and key when a
+    block finds no adapter or one of another rank."""
+    found: dict = {}
+    for key, value in state_dict.items():
+        match = _PEFT_KEY.match(key)
+        if match:
+            prefix, nesting, which = match.groups()
+            found.setdefault(prefix, {}).setdefault(nesting, {})[which] = (
+                key, value)
+    copied = 0
+    for name, block in _lora_blocks(model):
+        prefix = next((p for p in found
+                       if p == name or p.endswith("." + name)), None)
+        if prefix is None:
+            raise ValueError(f"'state_dict': no peft expert adapter for "
+                             f"{name} (keys ending in '{name}.experts."
+                             f"lora_A.weight')")
+        E, H, I = block.num_experts, block.hidden_size, block.intermediate_size
+        targets = {(H, 2 * I): (block.gate_up_lora_A, block.gate_up_lora_B),
+                   (I, H): (block.down_lora_A, block.down_lora_B)}
+        for pair in found[prefix].values():
+            if set(pair) != {"A", "B"}:
+                raise ValueError(f"'state_dict': {name}: lora_A and lora_B "
+                                 f"must come together, got {sorted(pair)}")
+            (key_a, a), (key_b, b) = pair["A"], pair["B"]
+            target = targets.pop((a.shape[1], b.shape[0]), None)
+            if target is None or tuple(a.shape) != tuple(target[0].shape) \
+                    or tuple(b.shape) != tuple(target[1].shape):
+                raise ValueError(
+                    f"'state_dict': {key_a} {list(a.shape)} / {key_b} "
+                    f"{list(b.shape)} fit no adapter of {name} (rank "
+                    f"{block.lora_rank}, E {E}, H {H}, I {I})")
+            target[0].copy_(a)
+            target[1].copy_(_b_from_peft(b.to(target[1].device), E))
+            copied += 2
+        if targets:
+            raise ValueError(f"'state_dict': {name} has no peft adapter for "
+                             f"its {'gate_up' if (H, 2 * I) in targets else 'down'}"
+                             f" projection")
+    return copied
+
+
+def peft_adapter_state_dict(model: nn.Module) -> dict:
+    """The LoRA blocks' adapters in peft's format (see load_peft_adapter),
+    as `get_peft_model_state_dict` of a peft model of the original
+    transformers model with target_parameters=["mlp.experts.gate_up_proj",
+    "mlp.experts.down_proj"] names them; `peft.set_peft_model_state_dict`
+    loads it."""
+    out = {}
+    for name, block in _lora_blocks(model):
+        base = f"base_model.model.{name}.experts."
+        E = block.num_experts
+        for nesting, a, b in (("base_layer.", block.gate_up_lora_A,
+                               block.gate_up_lora_B),
+                              ("", block.down_lora_A, block.down_lora_B)):
+            out[base + nesting + "lora_A.weight"] = a.detach().clone()
+            out[base + nesting + "lora_B.weight"] = _b_to_peft(b.detach(), E)
+    return out

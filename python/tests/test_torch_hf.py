@@ -302,3 +302,53 @@ def test_lora_on_a_transformers_model(family):
                             for e in range(dw.shape[0])], dim=1)
             assert rel(a.grad, da.detach()) < 1e-4, name
             assert rel(b.grad, db.detach()) < 1e-4, name
+
+
+@pytest.mark.parametrize("family", ["qwen3", "mixtral"])
+def test_peft_adapter_round_trip(family):
+    # A peft LoRA on the fused expert parameters (target_parameters) loads
+    # into replace_moe_blocks(lora_rank=...) blocks with the same logits,
+    # and the moec blocks' adapters exported in peft's format load back
+    # into a fresh peft model with the same logits again.
+    if os.environ.get("MOEC_TEST_EXPECT_TORCH") == "1":
+        import peft
+    else:
+        peft = pytest.importorskip("peft")
+    from moec.hf import load_peft_adapter, peft_adapter_state_dict
+    original = make_model(family, torch.float32)
+    config = peft.LoraConfig(
+        r=2, lora_alpha=6, target_modules=[],
+        target_parameters=["mlp.experts.gate_up_proj",
+                           "mlp.experts.down_proj"])
+    peft_model = peft.get_peft_model(copy.deepcopy(original), config)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:  # lora_B starts at zero: make it count
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    ids = tokens()
+    with torch.no_grad():
+        want = peft_model(ids).logits
+        base = original(ids).logits
+    assert rel(want, base) > 1e-2  # the adapters change the logits
+
+    model = copy.deepcopy(original)
+    moec.torch.replace_moe_blocks(model, lora_rank=2, lora_alpha=6)
+    copied = load_peft_adapter(model,
+                               peft.get_peft_model_state_dict(peft_model))
+    assert copied == 8  # two layers x two projections x (A, B)
+    with torch.no_grad():
+        assert rel(model(ids).logits, want) < 1e-4
+
+    fresh = peft.get_peft_model(copy.deepcopy(original), config)
+    result = peft.set_peft_model_state_dict(fresh,
+                                            peft_adapter_state_dict(model))
+    assert not result.unexpected_keys
+    with torch.no_grad():
+        assert rel(fresh(ids).logits, want) < 1e-6
+
+    # A checkpoint of another rank is refused, naming the block.
+    wrong = copy.deepcopy(original)
+    moec.torch.replace_moe_blocks(wrong, lora_rank=3)
+    with pytest.raises(ValueError, match="model.layers.0.mlp"):
+        load_peft_adapter(wrong, peft.get_peft_model_state_dict(peft_model))
