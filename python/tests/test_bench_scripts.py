@@ -17,3 +17,19 @@ def test_bench_scripts_found():
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_bench_script_compiles(script):
     compile(script.read_text(), str(script), "exec")
+
+
+def test_lora_kernels_mlir_is_current(tmp_path):
+    # bench/kernels/lora_kernels.mlir is what bench/lora_kernels.py emits.
+    import os
+    import sys
+    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
+        pytest.importorskip("torch")
+    out = tmp_path / "lora_kernels.mlir"
+    sys.path.insert(0, str(BENCH))
+    try:
+        import lora_kernels
+        lora_kernels.emit_mlir(str(out))
+    finally:
+        sys.path.remove(str(BENCH))
+    assert out.read_text() == (BENCH / "kernels" / "lora_kernels.mlir").read_text()

@@ -211,3 +211,46 @@ func.func @dense_at_b(%dl: tensor<?x128xbf16>, %x: tensor<?x2048xbf16>)
       outs(%acc : tensor<128x2048xbf16>) -> tensor<128x2048xbf16>
   return %y : tensor<128x2048xbf16>
 }
+
+// -----
+
+// LoRA fused (block barriers, n = 256 without a producer warpgroup): each
+// K slice's 4 wgmmas are followed by 4 m64n16k16 ones (x · A_eᵀ, r = 16)
+// from the stage's A_e tile; after the k-loop the LoRA product U · B_eᵀ is
+// one m64n256k16 wgmma (R = 16) from the last stage, then the epilogue.
+// The adapters are kernel arguments after the gathered slots.
+// CHECK-LABEL: gpu.func @lora_k0_grouped_matmul_wgmma(
+// CHECK-SAME: %arg5: memref<2048x2048xbf16>, %arg6: memref<1536x2048xbf16>
+// CHECK-NOT: nvvm.mbarrier
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 16, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 16, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 16, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 16, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: nvvm.cp.async.wait.group 0
+// CHECK: gpu.barrier
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-LABEL: func.func @lora(
+// CHECK: gpu.launch_func @lora_kernels::@lora_k0_grouped_matmul_wgmma {{.*}} threads in (%c256, %c1, %c1) dynamic_shared_memory_size
+func.func @lora(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
+                %w: tensor<128x1536x2048xbf16>, %offsets: tensor<128xi32>,
+                %a: tensor<2048x2048xbf16>, %b: tensor<1536x2048xbf16>)
+    -> tensor<?x768xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      lora(%a, %b : tensor<2048x2048xbf16>, tensor<1536x2048xbf16>)
+      {k = 8 : i64, transpose_rhs, lora_scaling = 2.0 : f32,
+       activation = #moe.activation<swiglu>}
+      : tensor<?x2048xbf16>, tensor<128x1536x2048xbf16>, tensor<128xi32>
+      -> tensor<?x768xbf16>
+  return %y : tensor<?x768xbf16>
+}

@@ -30,6 +30,10 @@
 // RUN: moec run %s --entry gmm_wgrad_gather --sym T=45 --sym M=90 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dense_at_b --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dense_at_b_narrow --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_lora_kn_r8 --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_lora_long_k_r64 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_lora_staged --sym T=20 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -356,4 +360,79 @@ func.func @gmm_wgrad_gather(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
       : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
       -> tensor<6x48x40xbf16>
   return %g : tensor<6x48x40xbf16>
+}
+
+// LoRA fused into the wgmma kernel (block barriers: x · A_eᵀ in the K
+// loop, s · U · B_eᵀ as one more product before the epilogue). gate_up +
+// SwiGLU on gathered rows with r = 16: E = 8, K = 200, I = 72.
+func.func @gmm_lora_swiglu_gather(%x: tensor<?x200xbf16>, %ids: tensor<?x2xi32>,
+                                  %w: tensor<8x144x200xbf16>,
+                                  %la: tensor<128x200xbf16>,
+                                  %lb: tensor<144x128xbf16>)
+    -> tensor<?x72xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      lora(%la, %lb : tensor<128x200xbf16>, tensor<144x128xbf16>)
+      {k = 2 : i64, transpose_rhs, lora_scaling = 2.0 : f32,
+       activation = #moe.activation<swiglu>}
+      : tensor<?x200xbf16>, tensor<8x144x200xbf16>, tensor<8xi32>
+      -> tensor<?x72xbf16>
+  return %y : tensor<?x72xbf16>
+}
+
+// r = 8 (the U tile padded to 16 columns), rhs [E, K, N], f16: E = 16,
+// K = 136, N = 264 (two n-tiles, the last partial).
+func.func @gmm_lora_kn_r8(%x: tensor<?x136xf16>, %ids: tensor<?x1xi32>,
+                          %w: tensor<16x136x264xf16>,
+                          %la: tensor<128x136xf16>, %lb: tensor<264x128xf16>)
+    -> tensor<?x264xf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets
+      lora(%la, %lb : tensor<128x136xf16>, tensor<264x128xf16>)
+      {lora_scaling = 0.5 : f32}
+      : tensor<?x136xf16>, tensor<16x136x264xf16>, tensor<16xi32>
+      -> tensor<?x264xf16>
+  return %y : tensor<?x264xf16>
+}
+
+// r = 64 over K = 1096 (more slices than stages), with a row scale (the
+// permuted probabilities) and an f32 output: E = 8, N = 128.
+func.func @gmm_lora_long_k_r64(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
+                               %p: tensor<?x4xf32>, %w: tensor<8x128x1096xbf16>,
+                               %la: tensor<512x1096xbf16>,
+                               %lb: tensor<128x512xbf16>)
+    -> tensor<?x128xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x4xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows, %s = moe.permute %x, %slots, %offsets k = 4
+      probs(%p : tensor<?x4xf32> -> tensor<?xf32>)
+      : tensor<?x1096xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x1096xbf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets
+      lora(%la, %lb : tensor<512x1096xbf16>, tensor<128x512xbf16>)
+      row_scale(%s : tensor<?xf32>) {transpose_rhs}
+      : tensor<?x1096xbf16>, tensor<8x128x1096xbf16>, tensor<8xi32>
+      -> tensor<?x128xf32>
+  return %y : tensor<?x128xf32>
+}
+
+// A plain epilogue staged through the stages after the LoRA product
+// (r = 32): E = 16, K = 576, N = 256.
+func.func @gmm_lora_staged(%x: tensor<?x576xbf16>, %ids: tensor<?x1xi32>,
+                           %w: tensor<16x256x576xbf16>,
+                           %la: tensor<512x576xbf16>, %lb: tensor<256x512xbf16>)
+    -> tensor<?x256xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x576xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x576xbf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets
+      lora(%la, %lb : tensor<512x576xbf16>, tensor<256x512xbf16>)
+      {transpose_rhs, lora_scaling = 1.5 : f32}
+      : tensor<?x576xbf16>, tensor<16x256x576xbf16>, tensor<16xi32>
+      -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
 }

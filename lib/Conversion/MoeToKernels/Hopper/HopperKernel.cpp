@@ -31,6 +31,8 @@ KernelArgs::KernelArgs(ValueRange a, const HopperArgs &pos)
   rowScale = at(pos.rowScale);
   rhsMap = at(pos.rhsMap);
   lhsMap = at(pos.lhsMap);
+  loraA = at(pos.loraA);
+  loraB = at(pos.loraB);
 }
 
 void KernelEnv::readShapes() {
@@ -81,6 +83,10 @@ Value KernelEnv::stageA(Value slot) {
 
 Value KernelEnv::stageB(Value slot) {
   return b.add(stageA(slot), b.idx(kBlockM * kRowBytes));
+}
+
+Value KernelEnv::stageLora(Value slot) {
+  return b.add(stageB(slot), b.idx(plan.blockN * kRowBytes));
 }
 
 Value KernelEnv::stageBarrier(bool empty, Value slot) {
@@ -198,6 +204,11 @@ void HopperKernel::emitBlockBarrier() {
   Value result = mma.blockBarrierLoop(t);
   // Every warpgroup is done with the stages before they are refilled.
   gpu::BarrierOp::create(b);
+  // LoRA: through the last stage, which the next tile's prologue leaves
+  // free (its slice `stages - 1` is copied after a barrier its k-loop
+  // passes once every warpgroup has waited for these wgmmas).
+  if (env.plan.lora())
+    result = mma.loraUp(t, result, mma.loraDown);
   producer.loadPrologue(next);
   epilogue.emit(t, result);
   b.setInsertionPointAfter(branch);

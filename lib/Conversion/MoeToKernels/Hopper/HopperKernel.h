@@ -54,6 +54,15 @@
 // each or by cp.async one 16-byte chunk along N each, and wgmma reads it
 // N-major with its B transposed).
 //
+// LoRA (block-barrier kernel, HopperPlan::loraRank): a stage also holds
+// R rows of the adapter's A_e (r rounded up to 16, zeros past r), and each
+// K step adds one m64nRk16 wgmma of the A rows times them into a second,
+// small accumulator U = x · A_eᵀ. After the k-loop, s · U goes to the last
+// stage's A tile (bf16 in the 128-byte swizzle) and B_e's rows for the
+// tile's columns to its B tile, and R / 16 more wgmmas add U · B_eᵀ to the
+// tile's accumulators before the epilogue; the next tile's prologue leaves
+// that stage free.
+//
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
 // row scale, then rounded stores; in the block-barrier kernel a plain
@@ -95,6 +104,7 @@ namespace moec::kernels::hopper {
 /// offsets the matmul is dense: one group of all rows, rhs [N, K].
 struct HopperArgs {
   int offsets = -1, gather = -1, bias = -1, rowScale = -1;
+  int loraA = -1, loraB = -1; ///< a fused LoRA adapter's A and B
   int rhsMap = -1; ///< the rhs's TMA descriptor (warp-specialized)
   int lhsMap = -1; ///< the lhs's, when its rows are not gathered
 };
@@ -104,6 +114,7 @@ struct KernelArgs {
   KernelArgs(mlir::ValueRange a, const HopperArgs &pos);
   mlir::Value lhs, rhs, out, rows;
   mlir::Value offsets, gather, bias, rowScale, rhsMap, lhsMap;
+  mlir::Value loraA, loraB;
 };
 
 struct TileState;
@@ -135,6 +146,8 @@ struct KernelEnv {
   /// Shared addresses of stage `slot`'s A (128 rows) and B tiles.
   mlir::Value stageA(mlir::Value slot);
   mlir::Value stageB(mlir::Value slot);
+  /// Shared address of stage `slot`'s LoRA A_e tile (R rows).
+  mlir::Value stageLora(mlir::Value slot);
   /// The full (or empty) mbarrier of stage `slot` (warp-specialized).
   mlir::Value stageBarrier(bool empty, mlir::Value slot);
 };
@@ -241,6 +254,10 @@ public:
   void commit();
   /// The first `ahead` slices of a tile, one commit group each.
   void loadPrologue(const TileState &t);
+  /// LoRA: this thread's copies of B_e's rows for the tile's columns (R
+  /// columns from group * r, zeros past r) into stage `slot`'s B tile, in
+  /// the K-major layout of an [E, N, K] B stage.
+  void loadLoraUp(const TileState &t, mlir::Value slot);
 
   /// Slice `n` of the role's walk: its stage, and waiting for the phase
   /// of its round (or the round before) on the stage's barrier.
@@ -278,6 +295,7 @@ private:
   KernelEnv &env;
   ClusterPart &cluster;
   mlir::Value chunk, row0, swizzled, lhsBase, rhsBase, rowBytesK;
+  mlir::Value loraABase, loraBBase;
 };
 
 /// The wgmmas of a tile: accumulators in registers, one commit group per
@@ -291,6 +309,14 @@ public:
   /// Block-barrier kernel: the k-loop of one tile whose prologue is in
   /// flight, issuing the copies `ahead` slices on: the accumulators.
   mlir::Value blockBarrierLoop(const TileState &t);
+  /// LoRA (block-barrier kernel): after blockBarrierLoop, `current` plus
+  /// s · U · B_eᵀ, with U = x · A_eᵀ the accumulators `down` the k-loop
+  /// built (loraDown) and B_e loaded for the tile's columns, through the
+  /// last stage (free until the next tile's second slice).
+  mlir::Value loraUp(const TileState &t, mlir::Value current,
+                     mlir::Value down);
+  /// LoRA: the U accumulators of the last blockBarrierLoop.
+  mlir::Value loraDown;
   /// Warp-specialized kernel: the k-loop over slices `slices`.. as the
   /// producer fills them, releasing each stage once read: the
   /// accumulators (the last slice's stage is not yet released).
@@ -302,12 +328,15 @@ public:
   void release(mlir::Value n);
 
   mlir::Value mathThread, warpgroup, lane, warp, zeroF;
-  mlir::Type accType;
+  mlir::Type accType, loraAccType;
 
 private:
   mlir::scf::ForOp accumulatorLoop(mlir::Value count);
-  mlir::Value zeroAccumulators();
-  mlir::Value sliceMma(mlir::Value current, mlir::Value slot);
+  mlir::Value zeroAccumulators(mlir::Type type, int64_t count);
+  /// The wgmmas of the K slice in stage `slot` added to `current`; with
+  /// `down` (LoRA) also x · A_eᵀ added to *down.
+  mlir::Value sliceMma(mlir::Value current, mlir::Value slot,
+                       mlir::Value *down = nullptr);
   void fenceAsyncShared();
 
   KernelEnv &env;

@@ -19,7 +19,7 @@ namespace {
 
 /// The operands of one wgmma matmul launch (null where absent).
 struct HopperOperands {
-  Value lhs, rhs, out, offsets, gather, bias, rowScale;
+  Value lhs, rhs, out, offsets, gather, bias, rowScale, loraA, loraB;
 };
 
 /// The launch operands of `v` for `plan` (tensor maps included), and
@@ -38,6 +38,8 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   addOptional(v.gather, pos.gather);
   addOptional(v.bias, pos.bias);
   addOptional(v.rowScale, pos.rowScale);
+  addOptional(v.loraA, pos.loraA);
+  addOptional(v.loraB, pos.loraB);
   // The weight gradient copies everything with cp.async: rows past an
   // expert's end must read as zeros.
   if (plan.warpSpecialized && !plan.weightGrad()) {
@@ -174,6 +176,8 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   v.gather = buffer(op.getGatherSlots());
   v.bias = buffer(op.getBias());
   v.rowScale = buffer(op.getRowScale());
+  v.loraA = buffer(op.getLoraA());
+  v.loraB = buffer(op.getLoraB());
   Value out = buffer(op.getOut());
   Value scatter = buffer(op.getScatterSlots());
   if (!scatter) {

@@ -42,7 +42,7 @@ bool hopper::isHopperTile(moe::TileAttr tile) {
 std::optional<HopperPlan>
 hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
                 int64_t width, int64_t experts, moe::TileAttr tile,
-                const HopperLimits &limits) {
+                const HopperLimits &limits, int64_t loraRows) {
   if (lhsElem != rhsElem || !(lhsElem.isBF16() || lhsElem.isF16()))
     return std::nullopt;
   if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
@@ -72,7 +72,14 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
   // (bench/results/warp-specialization-h200.md). With cp.async for the
   // weights it had been slower at long K and DeepSeek-V3 SwiGLU; n = 128
   // (cp.async weights) was slower everywhere, so it keeps block barriers.
-  plan.warpSpecialized = plan.blockN == 256;
+  // LoRA: block barriers (the warp-specialized kernel has no free stage
+  // for the adapter's product). At n = 256 the U accumulators on top of the
+  // tile's 128 spill 100-268 bytes (ptxas), yet on an H100 n = 256 ran
+  // 1.11-1.35x faster than n = 128 at every bench/lora_kernels.py shape
+  // measured (Qwen3-30B-A3B, Mixtral, DeepSeek-V3; r = 16 and 64; T = 8192;
+  // bench/results/lora-kernels-h100.md).
+  plan.warpSpecialized = plan.blockN == 256 && loraRows == 0;
+  plan.loraRows = loraRows;
   if (isHopperTile(tile)) {
     plan.blockN = tile.getN();
     plan.warpSpecialized = tile.getProducers() != 0;
@@ -140,10 +147,34 @@ static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
   return plan;
 }
 
+/// A LoRA adapter the wgmma kernel fuses: the forward's (not transposed),
+/// of the operands' type, rank a multiple of 8 (16-byte copies of B_e's
+/// rows) up to 64 (the epilogue's product is one K slice), on the
+/// block-barrier kernel (the warp-specialized one has no free stage for
+/// the epilogue's product). 0 when there is none; nullopt when there is
+/// one the kernel cannot fuse.
+static std::optional<int64_t> fusableLoraRank(moe::GroupedMatmulOp op,
+                                              moe::TileAttr tile) {
+  if (!op.getLoraA())
+    return 0;
+  auto aType = cast<ShapedType>(op.getLoraA().getType());
+  auto bType = cast<ShapedType>(op.getLoraB().getType());
+  Type elem = cast<ShapedType>(op.getLhs().getType()).getElementType();
+  int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
+  int64_t rank = aType.getDimSize(0) / experts;
+  if (op.getTransposeLora() || aType.getElementType() != elem ||
+      bType.getElementType() != elem || rank % 8 != 0 || rank > kBlockK ||
+      (isHopperTile(tile) &&
+       (tile.getProducers() != 0 || tile.getCluster() > 1)))
+    return std::nullopt;
+  return rank;
+}
+
 std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
                                               moe::TileAttr tile,
                                               const HopperLimits &limits) {
-  if (op.getLoraA() || op.getLhsScales())
+  std::optional<int64_t> loraRank = fusableLoraRank(op, tile);
+  if (!loraRank || op.getLhsScales())
     return std::nullopt;
   if (op.getMode() == moe::MatmulMode::weight_grad)
     return weightGradPlan(op, tile, limits);
@@ -156,8 +187,10 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
       lhsType.getElementType(),
       cast<ShapedType>(op.getRhs().getType()).getElementType(),
       outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
-      experts, tile, limits);
+      experts, tile, limits, /*loraRows=*/(*loraRank + 15) / 16 * 16);
   if (plan) {
+    plan->loraRank = *loraRank;
+    plan->loraScaling = op.getLoraScaling().convertToFloat();
     plan->slotsPerToken = op.getK().value_or(1);
     plan->swiglu = op.getActivation() == moe::Activation::swiglu;
     // Without transpose_rhs the weights are [E, K, N]: the dX of a forward
@@ -211,7 +244,9 @@ std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,
 SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
                                                   StringRef target) {
   auto matmul = dyn_cast<moe::GroupedMatmulOp>(op);
-  if (target != "sm_90a" || !matmul)
+  // A LoRA matmul keeps its default plan: python -m moec.tune does not
+  // fill adapters yet.
+  if (target != "sm_90a" || !matmul || matmul.getLoraA())
     return {};
   std::optional<HopperPlan> chosen = groupedPlan(matmul, {});
   if (!chosen)

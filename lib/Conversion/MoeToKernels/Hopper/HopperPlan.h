@@ -109,6 +109,12 @@ struct HopperPlan {
                  ///< the weight gradient
   int64_t slotsPerToken = 1;
   bool swiglu = false;
+  /// A LoRA adapter term s · (x · A_eᵀ) · B_eᵀ (block-barrier kernel
+  /// only): its rank r, the rows R of its A tile per stage (r rounded up to
+  /// 16, the wgmma K step of the epilogue's product) and its scaling s.
+  int64_t loraRank = 0, loraRows = 0;
+  float loraScaling = 1.0f;
+  bool lora() const { return loraRank > 0; }
   /// A producer warpgroup copies, the two MMA warpgroups only compute;
   /// they hand stages over through mbarriers instead of block barriers.
   bool warpSpecialized = false;
@@ -132,7 +138,10 @@ struct HopperPlan {
   }
 
   int64_t groups() const { return experts + 1; }
-  int64_t stageBytes() const { return (kBlockM + blockN) * kRowBytes; }
+  /// A stage: 128 A rows, blockN B rows, then R rows of the LoRA A_e.
+  int64_t stageBytes() const {
+    return (kBlockM + blockN + loraRows) * kRowBytes;
+  }
   /// Two ping-pong tables of the scan and the groups' first rows (plus
   /// the end of the last), rounded to 16 bytes.
   int64_t tableBytes() const {
@@ -193,7 +202,8 @@ bool isHopperTile(moe::TileAttr tile);
 std::optional<HopperPlan> planFor(mlir::Type lhsElem, mlir::Type rhsElem,
                                   mlir::Type outElem, int64_t k, int64_t width,
                                   int64_t experts, moe::TileAttr tile,
-                                  const HopperLimits &limits = {});
+                                  const HopperLimits &limits = {},
+                                  int64_t loraRows = 0);
 
 /// The plan of the wgmma kernel for `op` with `tile`, or nullopt where the
 /// kernel does not apply.

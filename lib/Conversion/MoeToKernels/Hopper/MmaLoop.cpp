@@ -82,27 +82,35 @@ void MmaLoop::placeThreads() {
   warp = b.rem(b.div(env.thread, b.idx(32)), b.idx(4));
   accType = LLVM::LLVMStructType::getLiteral(
       b.getContext(), SmallVector<Type>(env.plan.blockN / 2, b.getF32Type()));
+  // U = x · A_eᵀ: m64nR accumulators, R / 2 a thread.
+  if (env.plan.lora())
+    loraAccType = LLVM::LLVMStructType::getLiteral(
+        b.getContext(),
+        SmallVector<Type>(env.plan.loraRows / 2, b.getF32Type()));
   zeroF = b.f32(0);
 }
 
-Value MmaLoop::zeroAccumulators() {
+Value MmaLoop::zeroAccumulators(Type type, int64_t count) {
   KernelBuilder &b = env.b;
-  Value acc = LLVM::UndefOp::create(b, accType);
-  for (int64_t i = 0; i < env.plan.blockN / 2; ++i)
+  Value acc = LLVM::UndefOp::create(b, type);
+  for (int64_t i = 0; i < count; ++i)
     acc = LLVM::InsertValueOp::create(b, acc, zeroF, ArrayRef<int64_t>{i});
   return acc;
 }
 
-/// The loop over a tile's `count` K slices, carrying the accumulators.
+/// The loop over a tile's `count` K slices, carrying the accumulators
+/// (then LoRA's U accumulators).
 scf::ForOp MmaLoop::accumulatorLoop(Value count) {
   KernelBuilder &b = env.b;
-  return scf::ForOp::create(b, b.idx(0), count, b.idx(1),
-                            ValueRange{zeroAccumulators()});
+  SmallVector<Value> init = {zeroAccumulators(accType, env.plan.blockN / 2)};
+  if (env.plan.lora())
+    init.push_back(zeroAccumulators(loraAccType, env.plan.loraRows / 2));
+  return scf::ForOp::create(b, b.idx(0), count, b.idx(1), init);
 }
 
 // The 4 wgmmas (one commit group) of the K slice in stage `slot`, added to
 // the accumulators `current`.
-Value MmaLoop::sliceMma(Value current, Value slot) {
+Value MmaLoop::sliceMma(Value current, Value slot, Value *down) {
   KernelBuilder &b = env.b;
   MLIRContext *ctx = b.getContext();
   auto shape = NVVM::MMAShapeAttr::get(ctx, 64, env.plan.blockN, 16);
@@ -129,6 +137,19 @@ Value MmaLoop::sliceMma(Value current, Value slot) {
     current = NVVM::WgmmaMmaAsyncOp::create(
         b, accType, current, descA, descB, shape, elem, elem, f32Type,
         accumulate, one, one, layoutA, layoutB, NVVM::MMAIntOverflowAttr());
+    if (down) {
+      // LoRA: the same A rows times the stage's A_e rows (K-major, as an
+      // [E, N, K] B tile), m64nRk16.
+      auto loraShape =
+          NVVM::MMAShapeAttr::get(ctx, 64, env.plan.loraRows, 16);
+      Value descLora =
+          descriptor(b, b.add(env.stageLora(slot), b.idx(kk * 32)));
+      *down = NVVM::WgmmaMmaAsyncOp::create(
+          b, loraAccType, *down, descA, descLora, loraShape, elem, elem,
+          f32Type, accumulate, one, one, layoutA,
+          NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col),
+          NVVM::MMAIntOverflowAttr());
+    }
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b);
   return current;
@@ -150,6 +171,7 @@ Value MmaLoop::blockBarrierLoop(const TileState &t) {
   b.setInsertionPointToStart(kLoop.getBody());
   Value kt = kLoop.getInductionVar();
   Value current = kLoop.getRegionIterArgs()[0];
+  Value down = env.plan.lora() ? kLoop.getRegionIterArgs()[1] : Value();
   // Slice kt has landed (for this thread's copies), is visible to the
   // async proxy wgmma reads through, and to the whole block.
   NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(ahead - 1));
@@ -162,12 +184,86 @@ Value MmaLoop::blockBarrierLoop(const TileState &t) {
            [&] { producer.loadStage(t, b.rem(next, b.idx(S)), next); });
   producer.commit();
 
-  current = sliceMma(current, b.rem(kt, b.idx(S)));
+  current = sliceMma(current, b.rem(kt, b.idx(S)), down ? &down : nullptr);
   NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
-  scf::YieldOp::create(b, current);
+  SmallVector<Value> carried = {current};
+  if (down)
+    carried.push_back(down);
+  scf::YieldOp::create(b, carried);
   b.setInsertionPointAfter(kLoop);
   NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+  loraDown = env.plan.lora() ? kLoop.getResult(1) : Value();
   return kLoop.getResult(0);
+}
+
+// s · U goes to the last stage's A tile (each thread its fragment: row
+// warpgroup*64 + warp*16 + lane/4 + 8h, columns 8j + 2(lane % 4) + q, in
+// the 128-byte swizzle), B_e to its B tile, then R/16 more wgmmas add
+// U · B_eᵀ to the tile's accumulators.
+Value MmaLoop::loraUp(const TileState &t, Value current, Value down) {
+  KernelBuilder &b = env.b;
+  MLIRContext *ctx = b.getContext();
+  const HopperPlan &plan = env.plan;
+  const int64_t R = plan.loraRows;
+  Value slot = b.idx(plan.stages - 1);
+  Type elemType = cast<MemRefType>(env.args.lhs.getType()).getElementType();
+  auto workgroup =
+      gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+  Value tileA = memref::ViewOp::create(
+      b,
+      MemRefType::get({ShapedType::kDynamic}, elemType,
+                      MemRefLayoutAttrInterface(), workgroup),
+      env.smem, b.sub(env.stageA(slot), addressOf(b, env.smem)),
+      ValueRange{b.idx(kBlockM * kBlockK)});
+  Value row0 = b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
+                     b.div(lane, b.idx(4)));
+  Value pairCol = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
+  Value scaling = b.f32(plan.loraScaling);
+  for (int64_t h = 0; h < 2; ++h) {
+    Value row = b.add(row0, b.idx(8 * h));
+    Value rowSwizzle = b.rem(row, b.idx(8));
+    for (int64_t j = 0; j < R / 8; ++j) {
+      SmallVector<Value> pair;
+      for (int64_t q = 0; q < 2; ++q)
+        pair.push_back(b.fmul(
+            LLVM::ExtractValueOp::create(b, down,
+                                         ArrayRef<int64_t>{4 * j + 2 * h + q})
+                .getResult(),
+            scaling));
+      Value chunk = arith::XOrIOp::create(b, b.idx(j), rowSwizzle);
+      b.storeVecF(pair, tileA,
+                  {b.add(b.add(b.mul(row, b.idx(kBlockK)),
+                               b.mul(chunk, b.idx(8))),
+                         pairCol)});
+    }
+  }
+  producer.loadLoraUp(t, slot);
+  producer.commit();
+  NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(0));
+  fenceAsyncShared();
+  gpu::BarrierOp::create(b);
+
+  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, plan.blockN, 16);
+  auto elem = NVVM::WGMMATypesAttr::get(ctx, plan.elemType);
+  auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
+  auto one = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+  auto accumulate = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+  auto kMajor = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+  auto bKMajor = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
+  Value aTile =
+      b.add(env.stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
+  NVVM::WgmmaFenceAlignedOp::create(b);
+  for (int64_t kk = 0; kk < R / 16; ++kk)
+    current = NVVM::WgmmaMmaAsyncOp::create(
+        b, accType, current, descriptor(b, b.add(aTile, b.idx(kk * 32))),
+        descriptor(b, b.add(env.stageB(slot), b.idx(kk * 32))), shape, elem,
+        elem, f32Type, accumulate, one, one, kMajor, bKMajor,
+        NVVM::MMAIntOverflowAttr());
+  NVVM::WgmmaGroupSyncAlignedOp::create(b);
+  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+  // The staged epilogue writes the last stages next.
+  gpu::BarrierOp::create(b);
+  return current;
 }
 
 Value MmaLoop::specializedLoop(Value slices, Value count) {

@@ -49,6 +49,10 @@ void ProducerPipeline::placeThreads() {
   lhsBase = addressOf(b, env.args.lhs);
   rhsBase = addressOf(b, env.args.rhs);
   rowBytesK = b.idx(env.plan.k * 2);
+  if (env.plan.lora()) {
+    loraABase = addressOf(b, env.args.loraA);
+    loraBBase = addressOf(b, env.args.loraB);
+  }
 }
 
 void ProducerPipeline::placeInvalid() { invalid = env.b.idx(-1); }
@@ -243,6 +247,23 @@ void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
       copyChunk(b.add(env.stageA(slot), smemOffset(i)), lhsBase,
                 lhsRowBytes(t, i, kt), lhsAlongK ? kBytes : Value(),
                 lhsAlongK ? kValid : Value());
+  if (env.plan.lora()) {
+    // The LoRA A_e rows group * r + j, j < R (zeros past r), of this
+    // slice's K columns: a K-major tile of R rows after the B tile.
+    const int64_t R = env.plan.loraRows, r = env.plan.loraRank;
+    const int64_t rowsPerPass = env.plan.copyThreads() / kChunksPerRow;
+    for (int64_t i = 0; i * rowsPerPass < R; ++i) {
+      Value j = rowOf(i);
+      b.ifThen(b.ult(j, b.idx(R)), [&] {
+        Value valid = b.land(b.ult(j, b.idx(r)),
+                             b.ult(t.group, b.idx(env.plan.experts)));
+        Value row = b.add(b.mul(t.group, b.idx(r)), j);
+        copyChunk(b.add(env.stageLora(slot), smemOffset(i)), loraABase,
+                  b.select(valid, b.mul(row, rowBytesK), invalid), kBytes,
+                  kValid);
+      });
+    }
+  }
   if (env.args.rhsMap)
     return;
   // ExpertNK rows run along K (the chunk's K offset is in kBytes);
@@ -253,6 +274,24 @@ void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
     copyChunk(b.add(env.stageB(slot), smemOffset(i)), rhsBase,
               rhsRowBytes(t, i, kt), alongK ? kBytes : Value(),
               alongK ? kValid : Value());
+}
+
+void ProducerPipeline::loadLoraUp(const TileState &t, Value slot) {
+  KernelBuilder &b = env.b;
+  const int64_t R = env.plan.loraRows, r = env.plan.loraRank;
+  Value rowBytes = b.idx(env.plan.experts * r * 2); // B is [N, E*r]
+  Value firstCol = b.add(b.mul(t.group, b.idx(r)), b.mul(chunk, b.idx(8)));
+  Value chunkValid = b.ult(b.mul(chunk, b.idx(8)), b.idx(r));
+  b.ifThen(b.ult(chunk, b.idx(R / 8)), [&] {
+    for (int64_t i = 0; i < rhsRowsPerThread(); ++i) {
+      Value valid;
+      Value n = rhsColumn(t, rowOf(i), valid);
+      Value bytes = b.add(b.mul(n, rowBytes), b.mul(firstCol, b.idx(2)));
+      copyChunk(b.add(env.stageB(slot), smemOffset(i)), loraBBase,
+                b.select(b.land(valid, chunkValid), bytes, invalid), Value(),
+                Value());
+    }
+  });
 }
 
 void ProducerPipeline::tmaLoad(Value map, Value stageAddress,
