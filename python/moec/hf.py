@@ -223,16 +223,22 @@ def load_peft_adapter(model: nn.Module, state_dict: dict) -> int:
         match = _PEFT_KEY.match(key)
         if match:
             prefix, nesting, which = match.groups()
-            found.setdefault(prefix, {}).setdefault(nesting, {})[which] = (
-                key, value)
+            pair = found.setdefault(prefix, {}).setdefault(nesting, {})
+            if which in pair:
+                raise ValueError(f"'state_dict': {pair[which][0]} and {key} "
+                                 f"are two adapters of one parameter (load "
+                                 f"one adapter's state dict)")
+            pair[which] = (key, value)
     copied = 0
     for name, block in _lora_blocks(model):
-        prefix = next((p for p in found
-                       if p == name or p.endswith("." + name)), None)
-        if prefix is None:
-            raise ValueError(f"'state_dict': no peft expert adapter for "
-                             f"{name} (keys ending in '{name}.experts."
-                             f"lora_A.weight')")
+        prefixes = [p for p in found if p == name or p.endswith("." + name)]
+        if len(prefixes) != 1:
+            raise ValueError(f"'state_dict': {len(prefixes) or 'no'} peft "
+                             f"expert adapters for {name} (keys ending in "
+                             f"'{name}.experts.lora_A.weight'"
+                             + (f": {', '.join(prefixes)})" if prefixes
+                                else ")"))
+        prefix = prefixes[0]
         E, H, I = block.num_experts, block.hidden_size, block.intermediate_size
         targets = {(H, 2 * I): (block.gate_up_lora_A, block.gate_up_lora_B),
                    (I, H): (block.down_lora_A, block.down_lora_B)}

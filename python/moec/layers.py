@@ -26,6 +26,8 @@ def moe_kernel(hidden_size: int, intermediate_size: int, num_experts: int,
     """
     H, I, E, dt = hidden_size, intermediate_size, num_experts, canonical(dtype)
     r = lora_rank
+    if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+        raise ValueError(f"'lora_rank': expected an int >= 0, got {r!r}")
 
     def experts(x, gate_w, w_gate_up, w_down, gate_up_lora=None,
                 down_lora=None):
@@ -56,8 +58,6 @@ def moe_kernel(hidden_size: int, intermediate_size: int, num_experts: int,
                  "w_down": Tensor[E, H, I, dt]}
     if not r:
         return Kernel(moe_block, name="moe_block", signature=signature)
-    if not isinstance(r, int) or r < 0:
-        raise ValueError(f"'lora_rank': expected an int >= 0, got {r!r}")
     signature.update({"gate_up_lora_a": Tensor[E * r, H, dt],
                       "gate_up_lora_b": Tensor[2 * I, E * r, dt],
                       "down_lora_a": Tensor[E * r, I, dt],

@@ -463,6 +463,11 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
         rows = lhs.shape[0]
 
     if mode == "weight_grad":
+        for arg, value in (("lora", lora), ("transpose_lora", transpose_lora),
+                           ("bias", bias), ("activation", activation)):
+            if value:
+                raise ValueError(f"{op}: '{arg}' is not taken with "
+                                 f"mode='weight_grad'")
         _rank(rhs, 2, "rhs", op)
         attrs["mode"] = "#moe.mode<weight_grad>"
         out_shape: tuple = (experts, lhs.shape[1], rhs.shape[1])
@@ -567,6 +572,18 @@ def lora_grad(lhs, grad_out, offsets, lora, *, gather=None,
     if lhs.dtype != grad_out.dtype:
         raise ValueError(f"{op}: 'lhs' and 'grad_out' must share an element "
                          f"type, got {lhs.dtype} and {grad_out.dtype}")
+    experts = offsets.shape[0]
+    if isinstance(a.shape[0], int) and isinstance(experts, int) and (
+            a.shape[0] == 0 or a.shape[0] % experts):
+        raise ValueError(f"{op}: dimension 0 of 'lora[0]' must be a positive "
+                         f"multiple of the experts ({experts}), got "
+                         f"{a.shape[0]}")
+    _same_dim(a.shape[1], lhs.shape[1], "'lora[0]' columns and 'lhs' "
+              "columns (K)", op)
+    _same_dim(bb.shape[0], grad_out.shape[1], "'lora[1]' rows and "
+              "'grad_out' columns (N)", op)
+    _same_dim(bb.shape[1], a.shape[0], "'lora[1]' columns and 'lora[0]' "
+              "rows (E * r)", op)
     attrs: dict = {}
     extra = f" lora({a.name}, {bb.name} : {a.type}, {bb.type})"
     if (gather is None) != (k is None):
@@ -574,6 +591,7 @@ def lora_grad(lhs, grad_out, offsets, lora, *, gather=None,
     if gather is not None:
         gather = check_value(gather, "gather", op)
         _rank(gather, 1, "gather", op)
+        _dtype_in(gather, ("i32",), "gather", op)
         extra += f" gather({gather.name} : {gather.type})"
         attrs["k"] = f"{_positive(k, 'k', op)} : i64"
     if lora_scaling != 1.0:

@@ -318,7 +318,8 @@ class MoE(nn.Module):
         block adopts a transformers block's own)."""
         check_config(hidden_size, intermediate_size, num_experts, top_k,
                      routing, dtype, save)
-        if not isinstance(lora_rank, int) or lora_rank < 0:
+        if (not isinstance(lora_rank, int) or isinstance(lora_rank, bool)
+                or lora_rank < 0):
             raise ValueError(f"'lora_rank': expected an int >= 0, got "
                              f"{lora_rank!r}")
         if lora_alpha is not None and not lora_rank:
@@ -375,7 +376,7 @@ class MoE(nn.Module):
         weights = (self.gate.weight, self.w_gate_up, self.w_down)
         adapters = self.adapters()
         for name, w in zip(("gate.weight", "w_gate_up", "w_down"), weights):
-            if adapters and w.requires_grad:
+            if adapters and w.requires_grad and torch.is_grad_enabled():
                 raise ValueError(
                     f"'{name}' requires grad, but a LoRA block trains its "
                     f"adapters only: freeze it (requires_grad_(False))")

@@ -283,11 +283,27 @@ def test_ops_lora_grad_errors():
         _, slots, offsets = ops.sort_by_expert(ids, E)
         return ops.lora_grad(x, dy, offsets, (a, b), gather=slots)
 
+    signature = {
+        "x": moec.Tensor["T", H, "f32"], "dy": moec.Tensor["M", 8, "f32"],
+        "ids": moec.Tensor["T", K, "i32"], "a": moec.Tensor[E, H, "f32"],
+        "b": moec.Tensor[8, E, "f32"]}
     with pytest.raises(ValueError, match="'gather' and 'k' go together"):
-        moec.kernel(fn, signature={
-            "x": moec.Tensor["T", H, "f32"], "dy": moec.Tensor["M", 8, "f32"],
-            "ids": moec.Tensor["T", K, "i32"], "a": moec.Tensor[E, H, "f32"],
-            "b": moec.Tensor[8, E, "f32"]}).module
+        moec.kernel(fn, signature=signature).module
+
+    def wrong_b(x, dy, ids, a, b):
+        _, slots, offsets = ops.sort_by_expert(ids, E)
+        return ops.lora_grad(x, dy, offsets, (a, b), gather=slots, k=K)
+    signature["b"] = moec.Tensor[8, 2 * E, "f32"]
+    with pytest.raises(ValueError, match="'lora\\[1\\]' columns"):
+        moec.kernel(wrong_b, signature=signature).module
+
+    def lora_in_weight_grad(x, dy, ids, a, b):
+        _, slots, offsets = ops.sort_by_expert(ids, E)
+        return ops.grouped_matmul(x, dy, offsets, gather=slots, k=K,
+                                  mode="weight_grad", lora=(a, b))
+    signature["b"] = moec.Tensor[8, E, "f32"]
+    with pytest.raises(ValueError, match="'lora' is not taken"):
+        moec.kernel(lora_in_weight_grad, signature=signature).module
 
 
 def test_training_step_kernels(tmp_path):

@@ -239,11 +239,13 @@ def test_lora_gradients_match_float64(dtype, tokens):
 
 def test_lora_all_tokens_on_one_expert_and_no_input_grad():
     block = lora_block(torch.float32, 5)
-    with torch.no_grad():
+    with torch.no_grad():  # every token: expert 0 first, expert 1 second
         block.gate.weight[0, 0] = 20.0
-    x = torch.randn(9, 40)
+        block.gate.weight[1, 0] = 10.0
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(9, 40, generator=gen)
     x[:, 0] = 1.0
-    dy = torch.randn(9, 40)
+    dy = torch.randn(9, 40, generator=gen)
     block(x).backward(dy)  # x needs no gradient: the adapters still train
     ids = kernel_ids(block, x)
     assert (ids == 0).any(dim=1).all()
@@ -253,7 +255,7 @@ def test_lora_all_tokens_on_one_expert_and_no_input_grad():
     # Experts that received no token have zero adapter gradients.
     r = block.lora_rank
     unused = [e for e in range(6) if not (ids == e).any()]
-    assert unused
+    assert unused == [2, 3, 4, 5]
     for e in unused:
         assert not block.gate_up_lora_A.grad[e * r:(e + 1) * r].any()
         assert not block.down_lora_B.grad[:, e * r:(e + 1) * r].any()
@@ -274,10 +276,13 @@ def test_lora_block_starts_as_the_base_block_and_freezes_it():
         assert torch.equal(lora(x), base(x))
     assert "lora_rank=4" in repr(lora)
     lora.w_down.requires_grad_(True)
+    with torch.no_grad():  # nothing trains: no complaint
+        assert torch.equal(lora(x), base(x))
     with pytest.raises(ValueError, match="'w_down' requires grad, but a LoRA"):
         lora(x.requires_grad_())
-    with pytest.raises(ValueError, match="'lora_rank'"):
-        moec.torch.MoE(40, 24, 6, 2, lora_rank=-1)
+    for bad in (-1, True, 2.0):
+        with pytest.raises(ValueError, match="'lora_rank'"):
+            moec.torch.MoE(40, 24, 6, 2, lora_rank=bad)
     with pytest.raises(ValueError, match="'lora_alpha' needs"):
         moec.torch.MoE(40, 24, 6, 2, lora_alpha=8)
     with pytest.raises(ValueError, match="'lora_alpha': expected"):

@@ -21,6 +21,8 @@
 // RUN: moec run %s --entry lora_grad_gathered --sym T=40 --sym M=80 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_grouped --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_grouped --sym T=37 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_fp8 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_fp8 --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // The backward moe-autodiff derives for a LoRA layer (save=inputs, so the
 // gradient function recomputes its forward), with respect to everything
 // and, for LoRA fine-tuning, to the adapters and x only:
@@ -156,4 +158,21 @@ func.func @lora_layer(%x: tensor<?x40xbf16>, %gate_w: tensor<6x40xbf16>,
       weights(%weights : tensor<?x2xf32>)
       : tensor<?x40xbf16>, tensor<?xi32>, tensor<6xi32> -> tensor<?x40xbf16>
   return %y : tensor<?x40xbf16>
+}
+
+// FP8 rows with block scales and a bf16 adapter (r = 2): the adapter reads
+// the rows as their codes times their scales, as the matmul does.
+func.func @lora_fp8(%ids: tensor<?x1xi32>, %x: tensor<?x32xf8E4M3FN>,
+                    %w: tensor<4x16x32xf8E4M3FN>, %sx: tensor<?x2xf32>,
+                    %sw: tensor<4x1x2xf32>, %a: tensor<8x32xbf16>,
+                    %b: tensor<16x8xbf16>) -> tensor<?x16xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      lora(%a, %b : tensor<8x32xbf16>, tensor<16x8xbf16>)
+      scales(%sx, %sw : tensor<?x2xf32>, tensor<4x1x2xf32>)
+      {k = 1 : i64, transpose_rhs, scale_group = 16 : i64}
+      : tensor<?x32xf8E4M3FN>, tensor<4x16x32xf8E4M3FN>, tensor<4xi32>
+      -> tensor<?x16xbf16>
+  return %y : tensor<?x16xbf16>
 }

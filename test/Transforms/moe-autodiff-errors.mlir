@@ -80,3 +80,17 @@ func.func @f32_out(%x: tensor<?x16xbf16>, %w: tensor<4x24x16xbf16>, %offsets: te
       : tensor<?x16xbf16>, tensor<4x24x16xbf16>, tensor<4xi32> -> tensor<?x24xf32>
   return %h : tensor<?x24xf32>
 }
+
+// -----
+
+// A matmul whose adapter is already applied transposed (an input
+// gradient's form) has no rule: its adapters' gradients are not lora_grad's.
+func.func @flipped_lora(%x: tensor<?x16xf32>, %w: tensor<4x16x16xf32>,
+                        %offsets: tensor<4xi32>, %a: tensor<8x16xf32> {moe.wrt},
+                        %b: tensor<16x8xf32> {moe.wrt}) -> tensor<?x16xf32> {
+  // expected-error @+1 {{no gradient rule for a grouped matmul with transpose_lora}}
+  %y = moe.grouped_matmul %x, %w, %offsets
+      lora(%a, %b : tensor<8x16xf32>, tensor<16x8xf32>) {transpose_lora}
+      : tensor<?x16xf32>, tensor<4x16x16xf32>, tensor<4xi32> -> tensor<?x16xf32>
+  return %y : tensor<?x16xf32>
+}

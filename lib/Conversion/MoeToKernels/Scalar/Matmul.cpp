@@ -124,6 +124,15 @@ FailureOr<Value> emitLoraDown(moe::GroupedMatmulOp op, moe::TileAttr tile,
   SmallVector<Value> operands = {lhs, offsets, down, scratch};
   if (gather)
     operands.push_back(gather);
+  // FP8 rows are their codes times the row's block scales (as in the
+  // matmul's own product).
+  Value lhsScales = buffer(op.getLhsScales());
+  int scalesAt = -1;
+  if (lhsScales) {
+    scalesAt = operands.size();
+    operands.push_back(lhsScales);
+  }
+  int64_t group = op.getScaleGroup();
   if (failed(launchPerItem(
           ctx, "lora_down", h.mul(rows, h.idx(rank)), tile, operands,
           [&](KernelBuilder &b, ValueRange a, Value id) {
@@ -135,9 +144,12 @@ FailureOr<Value> emitLoraDown(moe::GroupedMatmulOp op, moe::TileAttr tile,
                             [&](Value kk, ValueRange it) -> SmallVector<Value> {
                               Value w = transposed ? b.loadF(a[2], {kk, ar})
                                                    : b.loadF(a[2], {ar, kk});
-                              return {b.fadd(
-                                  it[0],
-                                  b.fmul(b.loadF(a[0], {lhsRow, kk}), w))};
+                              Value x = b.loadF(a[0], {lhsRow, kk});
+                              if (scalesAt >= 0)
+                                x = b.fmul(x, b.loadF(a[scalesAt],
+                                                      {lhsRow,
+                                                       b.div(kk, b.idx(group))}));
+                              return {b.fadd(it[0], b.fmul(x, w))};
                             })[0];
             };
             Value value = b.ifElse(

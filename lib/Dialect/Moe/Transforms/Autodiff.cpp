@@ -275,6 +275,8 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     unsupported = "mode = weight_grad";
   else if (op.getBias())
     unsupported = "bias";
+  else if (op.getTransposeLora())
+    unsupported = "transpose_lora";
   else if (op.getRowScale())
     unsupported = "row_scale";
   else if (op.getScatterSlots())
