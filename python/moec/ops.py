@@ -485,9 +485,7 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
             bias = operand(bias, "bias")
             extra += f" bias({bias.name} : {bias.type})"
         if lora is not None:
-            if not isinstance(lora, (tuple, list)) or len(lora) != 2:
-                raise ValueError(f"{op}: 'lora' must be a pair (A, B)")
-            a, bb = operand(lora[0], "lora[0]"), operand(lora[1], "lora[1]")
+            a, bb = _lora_pair(lora, op)
             extra += f" lora({a.name}, {bb.name} : {a.type}, {bb.type})"
             if lora_scaling != 1.0:
                 attrs["lora_scaling"] = f"{_float(lora_scaling)} : f32"
@@ -563,12 +561,7 @@ def lora_grad(lhs, grad_out, offsets, lora, *, gather=None,
     _rank(grad_out, 2, "grad_out", op)
     _rank(offsets, 1, "offsets", op)
     _dtype_in(offsets, ("i32",), "offsets", op)
-    if not isinstance(lora, (tuple, list)) or len(lora) != 2:
-        raise ValueError(f"{op}: 'lora' must be a pair (A, B)")
-    a = check_value(lora[0], "lora[0]", op)
-    bb = check_value(lora[1], "lora[1]", op)
-    _rank(a, 2, "lora[0]", op)
-    _rank(bb, 2, "lora[1]", op)
+    a, bb = _lora_pair(lora, op)
     if lhs.dtype != grad_out.dtype:
         raise ValueError(f"{op}: 'lhs' and 'grad_out' must share an element "
                          f"type, got {lhs.dtype} and {grad_out.dtype}")
@@ -606,6 +599,17 @@ def lora_grad(lhs, grad_out, offsets, lora, *, gather=None,
            f"{lhs.type}, {grad_out.type}, {offsets.type} -> {da.type}, "
            f"{db.type}")
     return da, db
+
+
+def _lora_pair(lora, op: str) -> tuple:
+    """The adapters (A, B) of `lora`, each checked as a 2-D value."""
+    if not isinstance(lora, (tuple, list)) or len(lora) != 2:
+        raise ValueError(f"{op}: 'lora' must be a pair (A, B)")
+    a = check_value(lora[0], "lora[0]", op)
+    b = check_value(lora[1], "lora[1]", op)
+    _rank(a, 2, "lora[0]", op)
+    _rank(b, 2, "lora[1]", op)
+    return a, b
 
 
 def _gate_up(x: Value, arg: str, op: str) -> Dim:

@@ -65,6 +65,18 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
   return success();
 }
 
+/// The rows of a LoRA A operand, E * r: a static multiple of the experts
+/// with r >= 1.
+LogicalResult expectLoraRows(Operation *op, Value loraA, int64_t experts) {
+  int64_t rows = cast<ShapedType>(loraA.getType()).getDimSize(0);
+  if (ShapedType::isDynamic(rows) || rows == 0 || rows % experts != 0)
+    return op->emitOpError()
+           << "dimension 0 of operand 'lora_a' must be a static multiple of "
+              "the number of experts ("
+           << experts << ") with a rank r >= 1, got " << loraA.getType();
+  return success();
+}
+
 /// FP8 operands carry block scales (`scales(...)`); others must not.
 LogicalResult verifyMatmulScales(GroupedMatmulOp op, RankedTensorType lhsType,
                                  RankedTensorType rhsType, int64_t reduction,
@@ -190,12 +202,8 @@ LogicalResult GroupedMatmulOp::verify() {
     if (failed(aType) || failed(bType))
       return failure();
     int64_t rankTimesExperts = aType->getDimSize(0);
-    if (ShapedType::isDynamic(rankTimesExperts) || rankTimesExperts == 0 ||
-        rankTimesExperts % *numExperts != 0)
-      return emitOpError() << "dimension 0 of operand 'lora_a' must be a "
-                              "static multiple of the number of experts ("
-                           << *numExperts << ") with a rank r >= 1, got "
-                           << getLoraA().getType();
+    if (failed(expectLoraRows(op, getLoraA(), *numExperts)))
+      return failure();
     // Transposed (an input gradient), A spans the output columns and B the
     // reduction.
     bool flip = getTransposeLora();
@@ -343,12 +351,8 @@ LogicalResult LoraGradOp::verify() {
   }
 
   int64_t rankTimesExperts = aType->getDimSize(0);
-  if (ShapedType::isDynamic(rankTimesExperts) || rankTimesExperts == 0 ||
-      rankTimesExperts % *numExperts != 0)
-    return emitOpError() << "dimension 0 of operand 'lora_a' must be a "
-                            "static multiple of the number of experts ("
-                         << *numExperts << ") with a rank r >= 1, got "
-                         << getLoraA().getType();
+  if (failed(expectLoraRows(op, getLoraA(), *numExperts)))
+    return failure();
   if (failed(expectDim(op, "operand 'grad_out'", *gradType, 0, rows,
                        "the number of grouped rows")) ||
       failed(expectDim(op, "operand 'lora_a'", *aType, 1,
