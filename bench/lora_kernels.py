@@ -62,7 +62,7 @@ def emit_mlir(path: str) -> None:
             lines += [
                 f"func.func @{projection}_{key}(%x: {x} {{moe.sym = \"R\"}},",
                 f"    %offsets: {o}, %w: {w}) -> {y} {{",
-                f"  %y = moe.grouped_matmul %x, %w, %offsets {{transpose_rhs}}",
+                "  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}",
                 f"      : {x}, {w}, {o} -> {y}",
                 f"  return %y : {y}", "}"]
             for r in RANKS:
@@ -171,8 +171,10 @@ def main():
                           f"{100 * row['overhead']:5.1f}% | err {err:.1e}"
                           + ("" if err < TOLERANCE else "  MISMATCH"),
                           flush=True)
-                    del a, b, a_t, b_t
-                del w, x, wt, out
+                    # Free the adapters before the next rank's.
+                    a = b = a_t = b_t = None
+                # Free this projection's tensors before the next one's.
+                w = x = wt = out = None
                 free_bytes()
     if args.json:
         with open(args.json, "w") as f:

@@ -52,7 +52,6 @@ class _Launcher:
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
         self.save = save
         self.lora_rank, self.lora_scaling = lora_rank, lora_scaling
-        self._saved_template: Optional[list] = None
         self.dtype, self.tile, self.bundle = dtype, tile, bundle
         # Keeps the given bundle alive (its id is part of the key) after
         # self.bundle is replaced by one compiled for a target it lacks.
