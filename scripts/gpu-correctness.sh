@@ -87,6 +87,14 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
     run hopper.moecb $entry 300 $routing --iters 5
   done
 done
+# The LoRA input gradient (moe-transpose-lora-adapters, then the fused
+# kernel): M = 2T grouped gradient rows.
+for t in 1 45 3000; do
+  run hopper.moecb gmm_lora_input_grad $t uniform --sym M=$((2 * t)) --iters 5
+done
+for routing in one-expert half-experts; do
+  run hopper.moecb gmm_lora_input_grad 300 $routing --sym M=600 --iters 5
+done
 # The gathered weight gradient at the default tile: its grouped gradient
 # has T*k rows (symbol M).
 for t in 1 45 3000; do

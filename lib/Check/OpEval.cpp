@@ -12,6 +12,7 @@
 #include "moec/Check/Check.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 
@@ -348,6 +349,59 @@ OpResults evalAdd(const rt::RefOp &op, const Operands &x) {
   return {std::move(c)};
 }
 
+/// linalg.transpose [A] -> [B]: dimension d of B is dimension
+/// permutation[d] of A (the "permutation" attribute, comma-separated).
+OpResults evalTranspose(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required(0, "input");
+  const std::string *text = findAttr(op, "permutation");
+  if (!text)
+    throw std::invalid_argument(op.name + " lacks its attribute 'permutation'");
+  std::vector<int64_t> permutation;
+  for (size_t start = 0; start <= text->size();) {
+    size_t comma = std::min(text->find(',', start), text->size());
+    const std::string item = text->substr(start, comma - start);
+    char *end = nullptr;
+    const long long value = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0')
+      throw std::invalid_argument("attribute 'permutation' of " + op.name +
+                                  " is '" + *text + "', expected integers");
+    permutation.push_back(value);
+    start = comma + 1;
+  }
+  const size_t rank = a.shape.size();
+  std::vector<bool> seen(rank, false);
+  for (int64_t p : permutation) {
+    if (p < 0 || static_cast<size_t>(p) >= rank || seen[p])
+      throw std::invalid_argument("linalg.transpose: permutation '" + *text +
+                                  "' does not permute " + std::to_string(rank) +
+                                  " dimensions");
+    seen[p] = true;
+  }
+  if (permutation.size() != rank)
+    throw std::invalid_argument("linalg.transpose: permutation '" + *text +
+                                "' has the wrong length for an operand of "
+                                "shape " + shapeString(a.shape));
+  std::vector<int64_t> shape(rank), stride(rank, 1);
+  for (size_t d = 0; d < rank; ++d)
+    shape[d] = a.shape[permutation[d]];
+  for (size_t d = rank; d-- > 1;)
+    stride[d - 1] = stride[d] * a.shape[d];
+  DTensor b(shape);
+  std::vector<int64_t> index(rank, 0);
+  for (double &value : b.data) {
+    int64_t source = 0;
+    for (size_t d = 0; d < rank; ++d)
+      source += index[d] * stride[permutation[d]];
+    value = a.data[source];
+    for (size_t d = rank; d-- > 0;) // the next index, last dimension fastest
+      if (++index[d] < shape[d] || d == 0)
+        break;
+      else
+        index[d] = 0;
+  }
+  return {std::move(b)};
+}
+
 } // namespace
 
 /// The options moe.router_topk and moe.router_topk_grad share: scoring,
@@ -498,6 +552,8 @@ OpResults evaluate(const OpInputs &in) {
     results = evalMatmul(op, x);
   else if (op.name == "linalg.add")
     results = evalAdd(op, x);
+  else if (op.name == "linalg.transpose")
+    results = evalTranspose(op, x);
   else
     throw UnsupportedError("op '" + op.name +
                            "' is not known to the checker");

@@ -25,6 +25,9 @@ using namespace mlir;
 namespace moec {
 
 void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile) {
+  // Before the tile choice: the input gradient's adapter in the forward form
+  // is one the wgmma kernel fuses.
+  pm.addPass(moe::createMoeTransposeLoraAdaptersPass());
   pm.addPass(moe::createMoeFusePermutePass());
   pm.addPass(moe::createMoeFuseEpiloguePass());
   pm.addPass(moe::createMoeFuseCombinePass());

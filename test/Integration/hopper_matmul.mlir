@@ -34,6 +34,8 @@
 // RUN: moec run %s --entry gmm_lora_kn_r8 --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_long_k_r64 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_staged --sym T=20 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_lora_input_grad --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_lora_input_grad --sym T=33 --sym M=66 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -435,4 +437,25 @@ func.func @gmm_lora_staged(%x: tensor<?x576xbf16>, %ids: tensor<?x1xi32>,
       : tensor<?x576xbf16>, tensor<16x256x576xbf16>, tensor<16xi32>
       -> tensor<?x256xbf16>
   return %y : tensor<?x256xbf16>
+}
+
+// A LoRA matmul's input gradient as moe-autodiff derives it: [E, K, N]
+// weights and the adapter transposed, s · (dy · B_e) · A_e (r = 16, E = 8,
+// K = 256, N = 200). The pipeline's moe-transpose-lora-adapters turns it
+// into the forward adapter form on transposed copies, which the wgmma
+// kernel fuses. k = 2: the gradient has M = 2T grouped rows.
+func.func @gmm_lora_input_grad(%dy: tensor<?x256xbf16> {moe.sym = "M"},
+                               %ids: tensor<?x2xi32>,
+                               %w: tensor<8x256x200xbf16>,
+                               %la: tensor<128x200xbf16>,
+                               %lb: tensor<256x128xbf16>)
+    -> tensor<?x200xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %dx = moe.grouped_matmul %dy, %w, %offsets
+      lora(%la, %lb : tensor<128x200xbf16>, tensor<256x128xbf16>)
+      {transpose_lora, lora_scaling = 2.0 : f32}
+      : tensor<?x256xbf16>, tensor<8x256x200xbf16>, tensor<8xi32>
+      -> tensor<?x200xbf16>
+  return %dx : tensor<?x200xbf16>
 }

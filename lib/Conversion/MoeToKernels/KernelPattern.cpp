@@ -83,8 +83,8 @@ moe::TileAttr kernels::requestedTile(Operation *op) {
   // The scalar dense matmul's block (the sm90_wgmma one picks its own).
   if (isa<linalg::MatmulOp>(op))
     return moe::TileAttr::get(op->getContext(), 16, 16, 32, 256);
-  // One thread per element of a linalg.add.
-  if (isa<linalg::AddOp>(op))
+  // One thread per element of a linalg.add or linalg.transpose.
+  if (isa<linalg::AddOp, linalg::TransposeOp>(op))
     return moe::TileAttr::get(op->getContext(), 1, 1, 1, 256);
   if (auto tile = op->getAttrOfType<moe::TileAttr>(moe::kTileAttrName))
     return tile;

@@ -95,6 +95,9 @@ std::optional<SmallVector<Value>> unsegmentedOperands(Operation *op) {
       .Case<linalg::MatmulOp, linalg::AddOp>([](auto linalgOp) {
         return SmallVector<Value>(linalgOp.getInputs());
       })
+      .Case([](linalg::TransposeOp transpose) {
+        return SmallVector<Value>{transpose.getInput()};
+      })
       .Case([](moe::RouterTopKOp topk) {
         return SmallVector<Value>{topk.getLogits(), topk.getSelectionBias()};
       })
@@ -421,11 +424,19 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     if (!add.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
       return op->emitOpError("needs a tensor.empty init (the sum overwrites "
                              "it)");
+  } else if (auto transpose = dyn_cast<linalg::TransposeOp>(op)) {
+    if (!transpose.getInit().getDefiningOp<tensor::EmptyOp>())
+      return op->emitOpError("needs a tensor.empty init (the transpose "
+                             "overwrites it)");
+    std::string permutation;
+    llvm::raw_string_ostream os(permutation);
+    llvm::interleave(transpose.getPermutation(), os, ",");
+    extraAttrs.push_back({"permutation", permutation});
   } else if (op->getDialect()->getNamespace() != "moe") {
     return op->emitOpError("is not supported in a function lowered to "
                            "kernels (supported: moe ops, linalg.matmul with a "
-                           "zero-filled accumulator, linalg.add, tensor.dim, "
-                           "constants)");
+                           "zero-filled accumulator, linalg.add, "
+                           "linalg.transpose, tensor.dim, constants)");
   }
 
   auto buffer = [&](Value tensor) -> Value {

@@ -40,12 +40,12 @@ struct MoeSelectKernelPass
 
     MLIRContext *context = &getContext();
     WalkResult walked = module.walk([&](Operation *op) {
-      // The conversion lowers matmuls and adds on tensors (it rejects
-      // others).
+      // The conversion lowers matmuls, adds and transposes on tensors (it
+      // rejects others).
       if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
           linalgOp && !linalgOp.hasPureTensorSemantics())
         return WalkResult::advance();
-      if (!isa<linalg::MatmulOp, linalg::AddOp>(op) &&
+      if (!isa<linalg::MatmulOp, linalg::AddOp, linalg::TransposeOp>(op) &&
           !isa_and_nonnull<moe::MoeDialect>(op->getDialect()))
         return WalkResult::advance();
       auto kernel = patterns.kernelFor(op);

@@ -1,7 +1,7 @@
-//===- Elementwise.cpp - Scalar swiglu, add, quantize, dequantize --------===//
+//===- Elementwise.cpp - Scalar swiglu, add, transpose, (de)quantize -----===//
 //
 // Part of moec. One thread per output element (or per FP8 group),
-// f32 arithmetic, one rounding at the store.
+// f32 arithmetic, one rounding at the store (a transpose copies the bits).
 //
 //===-------------------------------------------------------------------===//
 
@@ -263,4 +263,34 @@ LogicalResult scalar::emitElementwiseAdd(linalg::AddOp op, moe::TileAttr tile,
                              b.fadd(b.loadF(a[0], index), b.loadF(a[1], index)),
                              a[2], index);
                        });
+}
+
+LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
+                                    BufferMap buffer, LoweringContext &ctx) {
+  // The LoRA adapters of a backward (moe-transpose-lora-adapters): small
+  // tensors, so one thread per output element (writes coalesced, reads
+  // strided through L2) is enough.
+  KernelBuilder &h = ctx.host();
+  Value in = buffer(op.getInput()), out = buffer(op.getResult()[0]);
+  SmallVector<Value> sizes = ctx.sizes(out);
+  Value count = h.idx(1);
+  for (Value size : sizes)
+    count = h.mul(count, size);
+  SmallVector<int64_t> permutation(op.getPermutation());
+  int64_t rank = sizes.size();
+  return launchPerItem(
+      ctx, "", count, tile, {in, out},
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        SmallVector<Value> index(rank), source(rank);
+        Value rest = id;
+        for (int64_t d = rank - 1; d >= 0; --d) {
+          Value size = b.dim(a[1], d);
+          index[d] = d == 0 ? rest : b.rem(rest, size);
+          rest = b.div(rest, size);
+        }
+        // Result dimension d is the input's dimension permutation[d].
+        for (int64_t d = 0; d < rank; ++d)
+          source[permutation[d]] = index[d];
+        b.storeVec(b.loadVec(a[0], source, 1), a[1], index);
+      });
 }

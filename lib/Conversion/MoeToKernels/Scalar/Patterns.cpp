@@ -36,6 +36,7 @@ void kernels::populateScalarKernelPatterns(KernelPatternSet &patterns,
   patterns.add<linalg::MatmulOp>(scalar, emitDenseMatmul, matchDenseMatmul);
   patterns.add<moe::LoraGradOp>(scalar, emitLoraGrad);
   patterns.add<linalg::AddOp>(scalar, emitElementwiseAdd);
+  patterns.add<linalg::TransposeOp>(scalar, emitTranspose);
   patterns.add<moe::SwigluOp>(scalar, emitSwiglu);
   patterns.add<moe::SwigluGradOp>(scalar, emitSwigluGrad);
   patterns.add<moe::QuantizeOp>(scalar, emitQuantize);

@@ -21,6 +21,7 @@
 
 namespace mlir::linalg {
 class AddOp;
+class TransposeOp;
 class MatmulOp;
 } // namespace mlir::linalg
 
@@ -41,6 +42,7 @@ MOEC_SCALAR_KERNEL(moe::GroupedMatmulOp, GroupedMatmul) // Matmul.cpp
 MOEC_SCALAR_KERNEL(mlir::linalg::MatmulOp, DenseMatmul) // Matmul.cpp
 MOEC_SCALAR_KERNEL(moe::LoraGradOp, LoraGrad)           // LoraGrad.cpp
 MOEC_SCALAR_KERNEL(mlir::linalg::AddOp, ElementwiseAdd) // Elementwise.cpp
+MOEC_SCALAR_KERNEL(mlir::linalg::TransposeOp, Transpose) // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::SwigluOp, Swiglu)               // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::SwigluGradOp, SwigluGrad)       // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::QuantizeOp, Quantize)           // Elementwise.cpp

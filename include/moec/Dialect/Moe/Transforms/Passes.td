@@ -136,6 +136,42 @@ def MoeSharePositionsPass : Pass<"moe-share-positions"> {
   let dependentDialects = ["::moec::moe::MoeDialect"];
 }
 
+def MoeTransposeLoraAdaptersPass : Pass<"moe-transpose-lora-adapters"> {
+  let summary = "Rewrites a transposed LoRA adapter into the forward form on "
+                "transposed copies";
+  let description = [{
+    A `moe.grouped_matmul` with `transpose_lora` (a LoRA matmul's input
+    gradient, as `moe-autodiff` derives it) adds
+    `s · (x · B_e) · A_e` with `A` `[E*r, N]` and `B` `[K, E*r]`. That is the
+    forward adapter term `s · (x · A'_eᵀ) · B'_eᵀ` of `A' = Bᵀ` `[E*r, K]`
+    and `B' = Aᵀ` `[N, E*r]`, so this pass transposes the two adapters
+    (`linalg.transpose` into a `tensor.empty`) and drops `transpose_lora`:
+
+    ```mlir
+    %dx = moe.grouped_matmul %dy, %w, %offsets
+        lora(%a, %b : tensor<64x2048xbf16>, tensor<1536x64xbf16>)
+        {lora_scaling = 2.0 : f32, transpose_lora} : ...
+    // becomes
+    %bt = linalg.transpose ins(%b : tensor<1536x64xbf16>)
+        outs(%0 : tensor<64x1536xbf16>) permutation = [1, 0]
+    %at = linalg.transpose ins(%a : tensor<64x2048xbf16>)
+        outs(%1 : tensor<2048x64xbf16>) permutation = [1, 0]
+    %dx = moe.grouped_matmul %dy, %w, %offsets
+        lora(%bt, %at : tensor<64x1536xbf16>, tensor<2048x64xbf16>)
+        {lora_scaling = 2.0 : f32} : ...
+    ```
+
+    The adapters are small (`E·r·(K + N)` elements), and kernels that fuse
+    the forward adapter (the sm_90a wgmma grouped matmul) then run the
+    input gradient too; without this pass it takes the scalar kernel. The
+    result is unchanged up to rounding order. Every other operand and
+    attribute is kept.
+  }];
+  let dependentDialects = ["::moec::moe::MoeDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
   let summary = "Derives the backward (vector-Jacobian product) of a function "
                 "of moe ops";
