@@ -21,6 +21,9 @@
 // RUN: moec run %s --entry lora_grad_gathered --sym T=40 --sym M=80 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_grouped --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_grouped --sym T=37 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_chunks --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_chunks --sym T=29 --sym M=58 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_chunks --sym T=30 --sym M=60 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // The backward moe-autodiff derives for a LoRA layer (save=inputs, so the
@@ -101,6 +104,24 @@ func.func @lora_grad_gathered(%x: tensor<?x40xbf16>,
       : tensor<?x40xbf16>, tensor<?x36xbf16>, tensor<6xi32>
       -> tensor<48x40xf32>, tensor<36x48xf32>
   return %da, %db : tensor<48x40xf32>, tensor<36x48xf32>
+}
+
+// r = 32 (two chunks of 16 rank indices per thread) of 4 experts,
+// gathered (k = 2), K = 44 and N = 20 (rows read 4 elements at a time),
+// bf16 gradients.
+func.func @lora_grad_chunks(%x: tensor<?x44xbf16>,
+                            %dy: tensor<?x20xbf16> {moe.sym = "M"},
+                            %ids: tensor<?x2xi32>,
+                            %la: tensor<128x44xbf16>, %lb: tensor<20x128xbf16>)
+    -> (tensor<128x44xbf16>, tensor<20x128xbf16>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %da, %db = moe.lora_grad %x, %dy, %offsets
+      lora(%la, %lb : tensor<128x44xbf16>, tensor<20x128xbf16>)
+      gather(%slots : tensor<?xi32>) {k = 2 : i64, lora_scaling = 0.5 : f32}
+      : tensor<?x44xbf16>, tensor<?x20xbf16>, tensor<4xi32>
+      -> tensor<128x44xbf16>, tensor<20x128xbf16>
+  return %da, %db : tensor<128x44xbf16>, tensor<20x128xbf16>
 }
 
 // dA and dB over grouped rows (k = 1, r = 3), f32 throughout.

@@ -1,10 +1,13 @@
-//===- LoraGrad.cpp - Scalar gradients of the LoRA adapters ---------------===//
+//===- LoraGrad.cpp - Gradients of the LoRA adapters ----------------------===//
 //
-// Part of moec. moe.lora_grad in three launches, so that no output element
-// recomputes a dot product per row: first each grouped row's u = x · A_eᵀ
-// and du = s · dy · B_e ([M, r] f32 scratch, one thread per (row, rank
-// index)), then dA[e*r+j, :] = Σ du[:, j] · x and dB[:, e*r+j] =
-// s · Σ dy · u[:, j] over the expert's rows, one thread per output.
+// Part of moec. moe.lora_grad in three launches through [M, r] f32 scratch:
+// first each grouped row's u = x · A_eᵀ and du = s · dy · B_e, then
+// dA[e*r+j, :] = Σ du[:, j] · x and dB[:, e*r+j] = s · Σ dy · u[:, j] over
+// the expert's rows. Every thread accumulates a chunk of C rank indices in
+// registers, so each activation it loads feeds C products (one thread per
+// output element re-read x and dy r times and was 10-100x slower than the
+// torch._grouped_mm composition, bench/results/lora-kernels-h200.md); rows
+// are read with 16-byte vector loads where the row length allows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +16,44 @@
 using namespace mlir;
 using namespace moec;
 using namespace moec::kernels;
+
+namespace {
+
+/// The rank indices a thread accumulates: the largest divisor of r up to 16,
+/// so that every chunk is full (no bounds checks).
+int64_t rankChunk(int64_t rank) {
+  for (int64_t c = std::min<int64_t>(rank, 16); c > 1; --c)
+    if (rank % c == 0)
+      return c;
+  return 1;
+}
+
+/// Elements per vector load along the last dimension of `memref` that
+/// `divisor` (a count of elements, or the row length when 0) and the
+/// 16-byte access allow: a power of two, 1 for a dynamic row length.
+int64_t rowWidth(Value memref, int64_t divisor = 0) {
+  auto type = cast<MemRefType>(memref.getType());
+  int64_t length = divisor ? divisor : type.getShape().back();
+  int64_t n = KernelBuilder::vectorWidth(type.getElementType());
+  if (ShapedType::isDynamic(length) || n == 0)
+    return 1;
+  while (n > 1 && length % n != 0)
+    n /= 2;
+  return n;
+}
+
+/// Adds to `acc[t]` (t < C) the products x[q] · w(t)[q] over a vector.
+void accumulate(KernelBuilder &b, SmallVectorImpl<Value> &acc,
+                ArrayRef<Value> x,
+                const std::function<SmallVector<Value>(int64_t)> &w) {
+  for (int64_t t = 0; t < static_cast<int64_t>(acc.size()); ++t) {
+    SmallVector<Value> wt = w(t);
+    for (auto [xq, wq] : llvm::zip_equal(x, wt))
+      acc[t] = b.fadd(acc[t], b.fmul(xq, wq));
+  }
+}
+
+} // namespace
 
 LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
                                    BufferMap buffer, LoweringContext &ctx) {
@@ -26,17 +67,19 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
   int64_t rank = cast<MemRefType>(loraA.getType()).getDimSize(0) / experts;
   int64_t k = op.getK().value_or(1);
   double scaling = op.getLoraScaling().convertToDouble();
+  const int64_t C = rankChunk(rank), chunks = rank / C;
 
-  // Element `kk` of grouped row `row`'s lhs (zero for a padding slot).
-  auto lhsAt = [&](KernelBuilder &b, Value x, Value slots, Value row,
-                   Value kk) -> Value {
+  // The lhs row of grouped row `row` and whether it has one (a padding slot
+  // of a gather reads row 0 and is masked by the caller).
+  auto lhsRow = [&](KernelBuilder &b, Value slots,
+                    Value row) -> std::pair<Value, Value> {
     if (!slots)
-      return b.loadF(x, {row, kk});
+      return {row, Value()};
     auto [slot, valid] = b.loadSigned(slots, {row});
-    return b.ifElse(
-        valid, b.getF32Type(),
-        [&] { return b.loadF(x, {b.div(slot, b.idx(k)), kk}); },
-        [&] { return b.f32(0); });
+    return {b.select(valid, b.div(slot, b.idx(k)), b.idx(0)), valid};
+  };
+  auto zeros = [C](KernelBuilder &b) {
+    return SmallVector<Value>(C, b.f32(0));
   };
 
   Value rows = ctx.sizes(dy)[0];
@@ -47,71 +90,136 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
   SmallVector<Value> operands = {lhs, dy, offsets, loraA, loraB, up, down};
   if (gather)
     operands.push_back(gather);
+  // u and du of one grouped row for C rank indices; lanes take consecutive
+  // rows, which mostly share an expert (its A_e and B_e rows broadcast).
+  const int64_t xStep = std::min(rowWidth(lhs), rowWidth(loraA));
+  const int64_t dyStep = rowWidth(dy);
+  const int64_t bWidth = rowWidth(loraB, C);
   if (failed(launchPerItem(
-          ctx, "rows", h.mul(rows, h.idx(rank)), tile, operands,
+          ctx, "rows", h.mul(rows, h.idx(chunks)), tile, operands,
           [&](KernelBuilder &b, ValueRange a, Value id) {
             Value slots = gather ? a[7] : Value();
-            Value row = b.div(id, b.idx(rank)), j = b.rem(id, b.idx(rank));
+            Value row = b.rem(id, b.dim(a[1], 0));
+            Value j0 = b.mul(b.div(id, b.dim(a[1], 0)), b.idx(C));
             Value e = expertOfRow(b, a[2], b.idx(experts), row);
             Value inGroup = b.ult(e, b.idx(experts));
-            Value ar = b.add(b.mul(e, b.idx(rank)), j);
-            auto sum = [&](Value count, auto term) {
-              return b.ifElse(
-                  inGroup, b.getF32Type(),
-                  [&] {
-                    return b.loop(b.idx(0), count, {b.f32(0)},
-                                  [&](Value i,
-                                      ValueRange it) -> SmallVector<Value> {
-                                    return {b.fadd(it[0], term(i))};
-                                  })[0];
-                  },
-                  [&] { return b.f32(0); });
-            };
-            Value u = sum(b.dim(a[0], 1), [&](Value kk) {
-              return b.fmul(lhsAt(b, a[0], slots, row, kk),
-                            b.loadF(a[3], {ar, kk}));
-            });
-            Value du = sum(b.dim(a[1], 1), [&](Value n) {
-              return b.fmul(b.loadF(a[1], {row, n}), b.loadF(a[4], {n, ar}));
-            });
-            b.storeF(u, a[5], {row, j});
-            b.storeF(b.fmul(du, b.f32(scaling)), a[6], {row, j});
+            // A padding row past the last group reads expert 0 (masked).
+            Value ar0 = b.add(
+                b.mul(b.select(inGroup, e, b.idx(0)), b.idx(rank)), j0);
+            // (Not a structured binding: C++17 lambdas cannot capture one.)
+            std::pair<Value, Value> source = lhsRow(b, slots, row);
+            Value src = source.first, valid = source.second;
+            SmallVector<Value> u = b.loop(
+                b.idx(0), b.dim(a[0], 1), zeros(b),
+                [&](Value kk, ValueRange it) -> SmallVector<Value> {
+                  SmallVector<Value> acc(it);
+                  accumulate(b, acc, b.loadVecF(a[0], {src, kk}, xStep),
+                             [&](int64_t t) {
+                               return b.loadVecF(
+                                   a[3], {b.add(ar0, b.idx(t)), kk}, xStep);
+                             });
+                  return acc;
+                },
+                b.idx(xStep));
+            SmallVector<Value> du = b.loop(
+                b.idx(0), b.dim(a[1], 1), zeros(b),
+                [&](Value n, ValueRange it) -> SmallVector<Value> {
+                  SmallVector<Value> acc(it);
+                  SmallVector<Value> g = b.loadVecF(a[1], {row, n}, dyStep);
+                  // B[n + q, ar0 .. ar0 + C): C contiguous adapter columns.
+                  for (int64_t q = 0; q < dyStep; ++q) {
+                    Value nq = b.add(n, b.idx(q));
+                    SmallVector<Value> w;
+                    for (int64_t t = 0; t < C; t += bWidth)
+                      llvm::append_range(
+                          w, b.loadVecF(a[4], {nq, b.add(ar0, b.idx(t))},
+                                        bWidth));
+                    for (int64_t t = 0; t < C; ++t)
+                      acc[t] = b.fadd(acc[t], b.fmul(g[q], w[t]));
+                  }
+                  return acc;
+                },
+                b.idx(dyStep));
+            Value keep = valid ? b.land(inGroup, valid) : inGroup;
+            for (int64_t t = 0; t < C; ++t) {
+              Value j = b.add(j0, b.idx(t));
+              b.storeF(b.select(keep, u[t], b.f32(0)), a[5], {row, j});
+              b.storeF(b.select(keep, b.fmul(du[t], b.f32(scaling)), b.f32(0)),
+                       a[6], {row, j});
+            }
           })))
     return failure();
 
-  // Σ over the rows of expert e of term(row).
-  auto overGroup = [&](KernelBuilder &b, Value offs, Value e, auto term) {
-    return b.loop(groupStart(b, offs, e), b.loadIdx(offs, {e}), {b.f32(0)},
+  // Σ over the rows of expert e of C rank indices at once: `term(i, acc)`
+  // adds row i's products.
+  auto overGroup = [&](KernelBuilder &b, Value offs, Value e,
+                       const std::function<void(Value, SmallVector<Value> &)>
+                           &term) {
+    return b.loop(groupStart(b, offs, e), b.loadIdx(offs, {e}), zeros(b),
                   [&](Value i, ValueRange it) -> SmallVector<Value> {
-                    return {b.fadd(it[0], term(i))};
-                  })[0];
+                    SmallVector<Value> acc(it);
+                    term(i, acc);
+                    return acc;
+                  });
   };
-  SmallVector<Value> sizesA = ctx.sizes(gradA), sizesB = ctx.sizes(gradB);
+  // C f32 scratch values of row i from column j0 (vector loads when C and
+  // the alignment allow).
+  const int64_t scratchWidth = rowWidth(up, C);
+  auto scratchRow = [&](KernelBuilder &b, Value scratch, Value i, Value j0) {
+    SmallVector<Value> values;
+    for (int64_t t = 0; t < C; t += scratchWidth)
+      llvm::append_range(values, b.loadVecF(scratch, {i, b.add(j0, b.idx(t))},
+                                            scratchWidth));
+    return values;
+  };
+  // Thread (e, chunk, column): lanes take consecutive columns, so the loads
+  // of x and dy are coalesced and the scratch row is broadcast.
+  struct Item {
+    Value e, j0, column;
+  };
+  auto split = [&](KernelBuilder &b, Value id, Value columns) {
+    Value column = b.rem(id, columns), rest = b.div(id, columns);
+    Value j0 = b.mul(b.rem(rest, b.idx(chunks)), b.idx(C));
+    return Item{b.div(rest, b.idx(chunks)), j0, column};
+  };
+  Value K = ctx.sizes(gradA)[1], N = ctx.sizes(gradB)[0];
   SmallVector<Value> aOperands = {lhs, offsets, down, gradA};
   if (gather)
     aOperands.push_back(gather);
   if (failed(launchPerItem(
-          ctx, "a", h.mul(sizesA[0], sizesA[1]), tile, aOperands,
+          ctx, "a", h.mul(h.idx(experts * chunks), K), tile, aOperands,
           [&](KernelBuilder &b, ValueRange a, Value id) {
             Value slots = gather ? a[4] : Value();
-            Value K = b.dim(a[3], 1);
-            Value ar = b.div(id, K), kk = b.rem(id, K);
-            Value e = b.div(ar, b.idx(rank)), j = b.rem(ar, b.idx(rank));
-            Value acc = overGroup(b, a[1], e, [&](Value i) {
-              return b.fmul(b.loadF(a[2], {i, j}), lhsAt(b, a[0], slots, i, kk));
-            });
-            b.storeF(acc, a[3], {ar, kk});
+            Item item = split(b, id, b.dim(a[3], 1));
+            SmallVector<Value> acc = overGroup(
+                b, a[1], item.e, [&](Value i, SmallVector<Value> &sum) {
+                  auto [src, valid] = lhsRow(b, slots, i);
+                  Value x = b.loadF(a[0], {src, item.column});
+                  if (valid)
+                    x = b.select(valid, x, b.f32(0));
+                  SmallVector<Value> g = scratchRow(b, a[2], i, item.j0);
+                  for (int64_t t = 0; t < C; ++t)
+                    sum[t] = b.fadd(sum[t], b.fmul(g[t], x));
+                });
+            Value ar0 = b.add(b.mul(item.e, b.idx(rank)), item.j0);
+            for (int64_t t = 0; t < C; ++t)
+              b.storeF(acc[t], a[3], {b.add(ar0, b.idx(t)), item.column});
           })))
     return failure();
   return launchPerItem(
-      ctx, "b", h.mul(sizesB[0], sizesB[1]), tile, {dy, offsets, up, gradB},
-      [&](KernelBuilder &b, ValueRange a, Value id) {
-        Value ER = b.dim(a[3], 1);
-        Value n = b.div(id, ER), ar = b.rem(id, ER);
-        Value e = b.div(ar, b.idx(rank)), j = b.rem(ar, b.idx(rank));
-        Value acc = overGroup(b, a[1], e, [&](Value i) {
-          return b.fmul(b.loadF(a[0], {i, n}), b.loadF(a[2], {i, j}));
-        });
-        b.storeF(b.fmul(acc, b.f32(scaling)), a[3], {n, ar});
+      ctx, "b", h.mul(h.idx(experts * chunks), N), tile,
+      {dy, offsets, up, gradB}, [&](KernelBuilder &b, ValueRange a, Value id) {
+        Item item = split(b, id, b.dim(a[3], 0));
+        SmallVector<Value> acc = overGroup(
+            b, a[1], item.e, [&](Value i, SmallVector<Value> &sum) {
+              Value g = b.loadF(a[0], {i, item.column});
+              SmallVector<Value> u = scratchRow(b, a[2], i, item.j0);
+              for (int64_t t = 0; t < C; ++t)
+                sum[t] = b.fadd(sum[t], b.fmul(g, u[t]));
+            });
+        Value ar0 = b.add(b.mul(item.e, b.idx(rank)), item.j0);
+        for (int64_t t = 0; t < C; ++t)
+          b.storeF(b.fmul(acc[t], b.f32(scaling)), a[3],
+                   {item.column, b.add(ar0, b.idx(t))});
       });
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Plots bench/lora_kernels.py's JSON: moec's speed over the torch._grouped_mm
+composition (torch time / moec time) for each LoRA kernel kind, model,
+projection and rank, with the targets of issue 24 drawn in.
+
+    python3 bench/plot_lora_kernels.py bench/results/lora-kernels-h200.json \
+        bench/plots/lora-kernels-h200.png
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+TARGETS = {"forward": 1.5, "dx": 1.5, "grad": 2.0}
+
+
+def main():
+    source, png = sys.argv[1], sys.argv[2]
+    with open(source, encoding="utf-8") as f:
+        data = json.load(f)
+    kinds = [k for k in TARGETS if any(r["kind"] == k for r in data["rows"])]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 4.5),
+                             sharey=True)
+    for ax, kind in zip(axes if len(kinds) > 1 else [axes], kinds):
+        rows = [r for r in data["rows"] if r["kind"] == kind]
+        cases = sorted({(r["model"], r["projection"]) for r in rows},
+                       key=lambda c: [r["model"] for r in rows].index(c[0]))
+        ranks = sorted({r["r"] for r in rows})
+        width = 0.8 / len(ranks)
+        for i, rank in enumerate(ranks):
+            ratio = {(r["model"], r["projection"]): r["ratio"]
+                     for r in rows if r["r"] == rank}
+            ax.bar([x + (i - (len(ranks) - 1) / 2) * width
+                    for x in range(len(cases))],
+                   [ratio.get(c, 0.0) for c in cases], width,
+                   label=f"r = {rank}")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(TARGETS[kind], color="gray", linestyle="--", linewidth=1)
+        ax.text(len(cases) - 0.5, TARGETS[kind] * 1.03,
+                f"target {TARGETS[kind]}x", ha="right", fontsize=8)
+        ax.set_xticks(range(len(cases)),
+                      [f"{m}\n{p}" for m, p in cases], fontsize=7)
+        ax.set_title(f"LoRA {kind}")
+        ax.legend(fontsize=8)
+    (axes[0] if len(kinds) > 1 else axes).set_ylabel(
+        "torch composition time / moec time")
+    fig.suptitle(f"{data['device']}, T = 8192, bf16", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
