@@ -20,7 +20,8 @@ def main():
     with open(source, encoding="utf-8") as f:
         data = json.load(f)
     rows = [r for r in data["rows"] if "moec" in r]
-    labels = [f"{r['model']}\nT={r['T']}" for r in rows]
+    labels = [f"{r['model']}\nT={r['T']}\n{r.get('mode', 'full')}"
+              for r in rows]
     xs = range(len(rows))
     fig, (ax_ms, ax_pct) = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.38
