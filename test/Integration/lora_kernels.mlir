@@ -24,6 +24,8 @@
 // RUN: moec run %s --entry lora_grad_chunks --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_chunks --sym T=29 --sym M=58 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_chunks --sym T=30 --sym M=60 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_long_rows --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_long_rows --sym T=37 --sym M=74 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // The backward moe-autodiff derives for a LoRA layer (save=inputs, so the
@@ -122,6 +124,27 @@ func.func @lora_grad_chunks(%x: tensor<?x44xbf16>,
       : tensor<?x44xbf16>, tensor<?x20xbf16>, tensor<4xi32>
       -> tensor<128x44xbf16>, tensor<20x128xbf16>
   return %da, %db : tensor<128x44xbf16>, tensor<20x128xbf16>
+}
+
+// Long rows, split into slices whose partial sums a second kernel adds:
+// K + N = 8248 gives the u / du kernel 2 slices (K = 1036 in slices of
+// 520, N = 7212 in slices of 3608, both read 4 elements at a time), and 4
+// experts give the dA and dB kernels 16 and 5 slices of each expert's rows.
+// r = 8, gathered (k = 2), bf16 in, f32 adapter gradients.
+func.func @lora_grad_long_rows(%x: tensor<?x1036xbf16>,
+                               %dy: tensor<?x7212xbf16> {moe.sym = "M"},
+                               %ids: tensor<?x2xi32>,
+                               %la: tensor<32x1036xbf16>,
+                               %lb: tensor<7212x32xbf16>)
+    -> (tensor<32x1036xf32>, tensor<7212x32xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %da, %db = moe.lora_grad %x, %dy, %offsets
+      lora(%la, %lb : tensor<32x1036xbf16>, tensor<7212x32xbf16>)
+      gather(%slots : tensor<?xi32>) {k = 2 : i64, lora_scaling = 2.0 : f32}
+      : tensor<?x1036xbf16>, tensor<?x7212xbf16>, tensor<4xi32>
+      -> tensor<32x1036xf32>, tensor<7212x32xf32>
+  return %da, %db : tensor<32x1036xf32>, tensor<7212x32xf32>
 }
 
 // dA and dB over grouped rows (k = 1, r = 3), f32 throughout.

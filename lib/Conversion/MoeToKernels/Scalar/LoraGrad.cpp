@@ -7,7 +7,10 @@
 // registers, so each activation it loads feeds C products (one thread per
 // output element re-read x and dy r times and was 10-100x slower than the
 // torch._grouped_mm composition, bench/results/lora-kernels-h200.md); rows
-// are read with 16-byte vector loads where the row length allows.
+// are read with 16-byte vector loads where the row length allows. Where a
+// reduction is long and the threads few (Mixtral: 16k rows, K + N = 33k;
+// 8 experts), it is split into slices whose f32 partial sums a second
+// kernel adds in slice order, so the result stays deterministic.
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,6 +56,32 @@ void accumulate(KernelBuilder &b, SmallVectorImpl<Value> &acc,
   }
 }
 
+/// Slices for a kernel of `threads` threads (without slicing): enough for
+/// about 128k threads, at most 16.
+int64_t sliceCount(int64_t threads) {
+  return std::clamp<int64_t>(llvm::divideCeil(int64_t(1) << 17, threads), 1,
+                             16);
+}
+
+/// out[r, c] = Σ_s part[s * R + r, c] over `slices` partial sums of an
+/// [R, C] result, in slice order.
+LogicalResult reduceSlices(LoweringContext &ctx, StringRef suffix,
+                           moe::TileAttr tile, Value part, Value out,
+                           int64_t slices) {
+  KernelBuilder &h = ctx.host();
+  SmallVector<Value> sizes = ctx.sizes(out);
+  return launchPerItem(
+      ctx, suffix, h.mul(sizes[0], sizes[1]), tile, {part, out},
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        Value R = b.dim(a[1], 0), C = b.dim(a[1], 1);
+        Value r = b.div(id, C), c = b.rem(id, C);
+        Value sum = b.f32(0);
+        for (int64_t s = 0; s < slices; ++s)
+          sum = b.fadd(sum, b.loadF(a[0], {b.add(b.mul(b.idx(s), R), r), c}));
+        b.storeF(sum, a[1], {r, c});
+      });
+}
+
 } // namespace
 
 LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
@@ -87,20 +116,47 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
       MemRefType::get({ShapedType::kDynamic, rank}, h.getF32Type());
   Value up = ctx.allocTemp(scratchType, {rows, h.idx(rank)});
   Value down = ctx.allocTemp(scratchType, {rows, h.idx(rank)});
-  SmallVector<Value> operands = {lhs, dy, offsets, loraA, loraB, up, down};
-  if (gather)
-    operands.push_back(gather);
-  // u and du of one grouped row for C rank indices; lanes take consecutive
-  // rows, which mostly share an expert (its A_e and B_e rows broadcast).
+  // u and du of one grouped row for C rank indices and one slice of K and
+  // of N; lanes take consecutive rows, which mostly share an expert (its
+  // A_e and B_e rows broadcast).
+  const int64_t K = cast<MemRefType>(lhs.getType()).getShape().back();
+  const int64_t N = cast<MemRefType>(dy.getType()).getShape().back();
   const int64_t xStep = std::min(rowWidth(lhs), rowWidth(loraA));
   const int64_t dyStep = rowWidth(dy);
   const int64_t bWidth = rowWidth(loraB, C);
+  // One slice per 4096 elements of K + N, at most 16: the row count is not
+  // known here, and long rows are what starve the GPU (Mixtral's gate_up:
+  // 8 slices; Qwen3's 3584 stay whole, where slicing cost 3-6 %).
+  const int64_t rowSlices =
+      ShapedType::isDynamic(K) || ShapedType::isDynamic(N)
+          ? 1
+          : std::clamp<int64_t>((K + N) / 4096, 1, 16);
+  // Slice lengths, multiples of the vector steps (0: the whole row).
+  auto sliceLength = [&](int64_t length, int64_t step) -> int64_t {
+    return rowSlices == 1 ? 0
+                          : llvm::divideCeil(length, rowSlices * step) * step;
+  };
+  const int64_t sliceK = sliceLength(K, xStep), sliceN = sliceLength(N, dyStep);
+  // Partial sums [slices * rows, r], or u and du themselves.
+  auto rowParts = [&](Value whole) {
+    return rowSlices == 1
+               ? whole
+               : ctx.allocTemp(scratchType, {h.mul(h.idx(rowSlices), rows),
+                                             h.idx(rank)});
+  };
+  Value upParts = rowParts(up), downParts = rowParts(down);
+  SmallVector<Value> operands = {lhs,   dy,      offsets,  loraA,
+                                 loraB, upParts, downParts};
+  if (gather)
+    operands.push_back(gather);
   if (failed(launchPerItem(
-          ctx, "rows", h.mul(rows, h.idx(chunks)), tile, operands,
+          ctx, "rows", h.mul(rows, h.idx(chunks * rowSlices)), tile, operands,
           [&](KernelBuilder &b, ValueRange a, Value id) {
             Value slots = gather ? a[7] : Value();
-            Value row = b.rem(id, b.dim(a[1], 0));
-            Value j0 = b.mul(b.div(id, b.dim(a[1], 0)), b.idx(C));
+            Value M = b.dim(a[1], 0);
+            Value row = b.rem(id, M), rest = b.div(id, M);
+            Value j0 = b.mul(b.rem(rest, b.idx(chunks)), b.idx(C));
+            Value slice = b.div(rest, b.idx(chunks));
             Value e = expertOfRow(b, a[2], b.idx(experts), row);
             Value inGroup = b.ult(e, b.idx(experts));
             // A padding row past the last group reads expert 0 (masked).
@@ -109,8 +165,18 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
             // (Not a structured binding: C++17 lambdas cannot capture one.)
             std::pair<Value, Value> source = lhsRow(b, slots, row);
             Value src = source.first, valid = source.second;
+            // [lo, hi) of this thread's slice of a row of `length`.
+            auto range = [&](Value length, int64_t sliceLen) {
+              if (!sliceLen)
+                return std::make_pair(b.idx(0), length);
+              Value lo = b.mul(slice, b.idx(sliceLen));
+              return std::make_pair(
+                  b.minIdx(lo, length),
+                  b.minIdx(b.add(lo, b.idx(sliceLen)), length));
+            };
+            auto [kLo, kHi] = range(b.dim(a[0], 1), sliceK);
             SmallVector<Value> u = b.loop(
-                b.idx(0), b.dim(a[0], 1), zeros(b),
+                kLo, kHi, zeros(b),
                 [&](Value kk, ValueRange it) -> SmallVector<Value> {
                   SmallVector<Value> acc(it);
                   accumulate(b, acc, b.loadVecF(a[0], {src, kk}, xStep),
@@ -121,8 +187,9 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
                   return acc;
                 },
                 b.idx(xStep));
+            auto [nLo, nHi] = range(b.dim(a[1], 1), sliceN);
             SmallVector<Value> du = b.loop(
-                b.idx(0), b.dim(a[1], 1), zeros(b),
+                nLo, nHi, zeros(b),
                 [&](Value n, ValueRange it) -> SmallVector<Value> {
                   SmallVector<Value> acc(it);
                   SmallVector<Value> g = b.loadVecF(a[1], {row, n}, dyStep);
@@ -141,21 +208,34 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
                 },
                 b.idx(dyStep));
             Value keep = valid ? b.land(inGroup, valid) : inGroup;
+            Value partRow = b.add(b.mul(slice, M), row);
             for (int64_t t = 0; t < C; ++t) {
               Value j = b.add(j0, b.idx(t));
-              b.storeF(b.select(keep, u[t], b.f32(0)), a[5], {row, j});
+              b.storeF(b.select(keep, u[t], b.f32(0)), a[5], {partRow, j});
               b.storeF(b.select(keep, b.fmul(du[t], b.f32(scaling)), b.f32(0)),
-                       a[6], {row, j});
+                       a[6], {partRow, j});
             }
           })))
     return failure();
+  if (rowSlices > 1 &&
+      (failed(reduceSlices(ctx, "rows_sum_u", tile, upParts, up, rowSlices)) ||
+       failed(reduceSlices(ctx, "rows_sum_du", tile, downParts, down,
+                           rowSlices))))
+    return failure();
 
-  // Σ over the rows of expert e of C rank indices at once: `term(i, acc)`
-  // adds row i's products.
-  auto overGroup = [&](KernelBuilder &b, Value offs, Value e,
+  // Σ over slice `slice` (of `slices`) of the rows of expert e, C rank
+  // indices at once: `term(i, acc)` adds row i's products.
+  auto overGroup = [&](KernelBuilder &b, Value offs, Value e, Value slice,
+                       int64_t slices,
                        const std::function<void(Value, SmallVector<Value> &)>
                            &term) {
-    return b.loop(groupStart(b, offs, e), b.loadIdx(offs, {e}), zeros(b),
+    Value lo = groupStart(b, offs, e), hi = b.loadIdx(offs, {e});
+    if (slices > 1) {
+      Value length = b.ceilDiv(b.sub(hi, lo), b.idx(slices));
+      lo = b.minIdx(b.add(lo, b.mul(slice, length)), hi);
+      hi = b.minIdx(b.add(lo, length), hi);
+    }
+    return b.loop(lo, hi, zeros(b),
                   [&](Value i, ValueRange it) -> SmallVector<Value> {
                     SmallVector<Value> acc(it);
                     term(i, acc);
@@ -172,27 +252,45 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
                                             scratchWidth));
     return values;
   };
-  // Thread (e, chunk, column): lanes take consecutive columns, so the loads
-  // of x and dy are coalesced and the scratch row is broadcast.
+  // Thread (e, slice, chunk, column): lanes take consecutive columns, so
+  // the loads of x and dy are coalesced and the scratch row is broadcast.
   struct Item {
-    Value e, j0, column;
+    Value e, slice, j0, column;
   };
-  auto split = [&](KernelBuilder &b, Value id, Value columns) {
+  auto split = [&](KernelBuilder &b, Value id, Value columns, int64_t slices) {
     Value column = b.rem(id, columns), rest = b.div(id, columns);
     Value j0 = b.mul(b.rem(rest, b.idx(chunks)), b.idx(C));
-    return Item{b.div(rest, b.idx(chunks)), j0, column};
+    rest = b.div(rest, b.idx(chunks));
+    return Item{b.div(rest, b.idx(slices)), b.rem(rest, b.idx(slices)), j0,
+                column};
   };
-  Value K = ctx.sizes(gradA)[1], N = ctx.sizes(gradB)[0];
-  SmallVector<Value> aOperands = {lhs, offsets, down, gradA};
+  // The output itself, or f32 partial sums [slices * rows, columns] that
+  // reduceSlices adds into it.
+  auto partsFor = [&](Value out, int64_t slices) {
+    if (slices == 1)
+      return out;
+    SmallVector<Value> sizes = ctx.sizes(out);
+    int64_t columns = cast<MemRefType>(out.getType()).getShape()[1];
+    return ctx.allocTemp(
+        MemRefType::get({ShapedType::kDynamic, columns}, h.getF32Type()),
+        {h.mul(h.idx(slices), sizes[0]), sizes[1]});
+  };
+  Value sizeK = ctx.sizes(gradA)[1], sizeN = ctx.sizes(gradB)[0];
+  const int64_t aSlices =
+      ShapedType::isDynamic(K) ? 1 : sliceCount(experts * chunks * K);
+  Value partsA = partsFor(gradA, aSlices);
+  SmallVector<Value> aOperands = {lhs, offsets, down, partsA};
   if (gather)
     aOperands.push_back(gather);
   if (failed(launchPerItem(
-          ctx, "a", h.mul(h.idx(experts * chunks), K), tile, aOperands,
+          ctx, "a", h.mul(h.idx(experts * chunks * aSlices), sizeK), tile,
+          aOperands,
           [&](KernelBuilder &b, ValueRange a, Value id) {
             Value slots = gather ? a[4] : Value();
-            Item item = split(b, id, b.dim(a[3], 1));
+            Item item = split(b, id, b.dim(a[3], 1), aSlices);
             SmallVector<Value> acc = overGroup(
-                b, a[1], item.e, [&](Value i, SmallVector<Value> &sum) {
+                b, a[1], item.e, item.slice, aSlices,
+                [&](Value i, SmallVector<Value> &sum) {
                   auto [src, valid] = lhsRow(b, slots, i);
                   Value x = b.loadF(a[0], {src, item.column});
                   if (valid)
@@ -201,25 +299,42 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
                   for (int64_t t = 0; t < C; ++t)
                     sum[t] = b.fadd(sum[t], b.fmul(g[t], x));
                 });
-            Value ar0 = b.add(b.mul(item.e, b.idx(rank)), item.j0);
+            Value ar0 = b.add(
+                b.mul(b.add(b.mul(item.slice, b.idx(experts)), item.e),
+                      b.idx(rank)),
+                item.j0);
             for (int64_t t = 0; t < C; ++t)
               b.storeF(acc[t], a[3], {b.add(ar0, b.idx(t)), item.column});
           })))
     return failure();
-  return launchPerItem(
-      ctx, "b", h.mul(h.idx(experts * chunks), N), tile,
-      {dy, offsets, up, gradB}, [&](KernelBuilder &b, ValueRange a, Value id) {
-        Item item = split(b, id, b.dim(a[3], 0));
-        SmallVector<Value> acc = overGroup(
-            b, a[1], item.e, [&](Value i, SmallVector<Value> &sum) {
-              Value g = b.loadF(a[0], {i, item.column});
-              SmallVector<Value> u = scratchRow(b, a[2], i, item.j0);
-              for (int64_t t = 0; t < C; ++t)
-                sum[t] = b.fadd(sum[t], b.fmul(g, u[t]));
-            });
-        Value ar0 = b.add(b.mul(item.e, b.idx(rank)), item.j0);
-        for (int64_t t = 0; t < C; ++t)
-          b.storeF(b.fmul(acc[t], b.f32(scaling)), a[3],
-                   {item.column, b.add(ar0, b.idx(t))});
-      });
+  if (aSlices > 1 &&
+      failed(reduceSlices(ctx, "a_sum", tile, partsA, gradA, aSlices)))
+    return failure();
+  const int64_t bSlices =
+      ShapedType::isDynamic(N) ? 1 : sliceCount(experts * chunks * N);
+  Value partsB = partsFor(gradB, bSlices);
+  if (failed(launchPerItem(
+          ctx, "b", h.mul(h.idx(experts * chunks * bSlices), sizeN), tile,
+          {dy, offsets, up, partsB},
+          [&](KernelBuilder &b, ValueRange a, Value id) {
+            Value columns = b.dim(a[0], 1);
+            Item item = split(b, id, columns, bSlices);
+            SmallVector<Value> acc = overGroup(
+                b, a[1], item.e, item.slice, bSlices,
+                [&](Value i, SmallVector<Value> &sum) {
+                  Value g = b.loadF(a[0], {i, item.column});
+                  SmallVector<Value> u = scratchRow(b, a[2], i, item.j0);
+                  for (int64_t t = 0; t < C; ++t)
+                    sum[t] = b.fadd(sum[t], b.fmul(g, u[t]));
+                });
+            Value ar0 = b.add(b.mul(item.e, b.idx(rank)), item.j0);
+            Value n = b.add(b.mul(item.slice, columns), item.column);
+            for (int64_t t = 0; t < C; ++t)
+              b.storeF(b.fmul(acc[t], b.f32(scaling)), a[3],
+                       {n, b.add(ar0, b.idx(t))});
+          })))
+    return failure();
+  if (bSlices > 1)
+    return reduceSlices(ctx, "b_sum", tile, partsB, gradB, bSlices);
+  return success();
 }
