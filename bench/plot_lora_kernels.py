@@ -21,13 +21,16 @@ def main():
     source, png = sys.argv[1], sys.argv[2]
     with open(source, encoding="utf-8") as f:
         data = json.load(f)
+    # One token count per figure: the first the JSON holds.
+    tokens = min(r["T"] for r in data["rows"])
+    data["rows"] = [r for r in data["rows"] if r["T"] == tokens]
     kinds = [k for k in TARGETS if any(r["kind"] == k for r in data["rows"])]
     fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 4.5),
                              sharey=True)
     for ax, kind in zip(axes if len(kinds) > 1 else [axes], kinds):
         rows = [r for r in data["rows"] if r["kind"] == kind]
-        cases = sorted({(r["model"], r["projection"]) for r in rows},
-                       key=lambda c: [r["model"] for r in rows].index(c[0]))
+        cases = list(dict.fromkeys((r["model"], r["projection"])
+                                   for r in rows))
         ranks = sorted({r["r"] for r in rows})
         width = 0.8 / len(ranks)
         for i, rank in enumerate(ranks):
@@ -47,7 +50,7 @@ def main():
         ax.legend(fontsize=8)
     (axes[0] if len(kinds) > 1 else axes).set_ylabel(
         "torch composition time / moec time")
-    fig.suptitle(f"{data['device']}, T = 8192, bf16", fontsize=10)
+    fig.suptitle(f"{data['device']}, T = {tokens}, bf16", fontsize=10)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 

@@ -25,6 +25,8 @@
 // RUN: moec run %s --entry lora_grad_chunks --sym T=29 --sym M=58 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_chunks --sym T=30 --sym M=60 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_long_rows --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_aligned --sym T=0 --sym M=12 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_aligned --sym T=9 --sym M=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_long_rows --sym T=37 --sym M=74 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
@@ -145,6 +147,24 @@ func.func @lora_grad_long_rows(%x: tensor<?x1036xbf16>,
       : tensor<?x1036xbf16>, tensor<?x7212xbf16>, tensor<4xi32>
       -> tensor<32x1036xf32>, tensor<7212x32xf32>
   return %da, %db : tensor<32x1036xf32>, tensor<7212x32xf32>
+}
+
+// Rows of an aligned sort (align = 4 of 4 experts, k = 2: M = 2T + 12
+// grouped rows, the padding slots -1): padding rows read no lhs row, which
+// matters at T = 0, where the gathered lhs has none.
+func.func @lora_grad_aligned(%x: tensor<?x40xbf16>,
+                             %dy: tensor<?x36xbf16> {moe.sym = "M"},
+                             %ids: tensor<?x2xi32>,
+                             %la: tensor<32x40xbf16>, %lb: tensor<36x32xbf16>)
+    -> (tensor<32x40xf32>, tensor<36x32xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4 align = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %da, %db = moe.lora_grad %x, %dy, %offsets
+      lora(%la, %lb : tensor<32x40xbf16>, tensor<36x32xbf16>)
+      gather(%slots : tensor<?xi32>) {k = 2 : i64, lora_scaling = 2.0 : f32}
+      : tensor<?x40xbf16>, tensor<?x36xbf16>, tensor<4xi32>
+      -> tensor<32x40xf32>, tensor<36x32xf32>
+  return %da, %db : tensor<32x40xf32>, tensor<36x32xf32>
 }
 
 // dA and dB over grouped rows (k = 1, r = 3), f32 throughout.

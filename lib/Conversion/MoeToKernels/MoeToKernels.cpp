@@ -425,6 +425,9 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
       return op->emitOpError("needs a tensor.empty init (the sum overwrites "
                              "it)");
   } else if (auto transpose = dyn_cast<linalg::TransposeOp>(op)) {
+    if (transpose.getPermutation().empty())
+      return op->emitOpError("of a rank-0 tensor is not supported (nothing "
+                             "to transpose)");
     if (!transpose.getInit().getDefiningOp<tensor::EmptyOp>())
       return op->emitOpError("needs a tensor.empty init (the transpose "
                              "overwrites it)");

@@ -98,8 +98,8 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
   double scaling = op.getLoraScaling().convertToDouble();
   const int64_t C = rankChunk(rank), chunks = rank / C;
 
-  // The lhs row of grouped row `row` and whether it has one (a padding slot
-  // of a gather reads row 0 and is masked by the caller).
+  // The lhs row of grouped row `row` and whether it has one (for a padding
+  // slot of a gather: row 0, which the caller must not read).
   auto lhsRow = [&](KernelBuilder &b, Value slots,
                     Value row) -> std::pair<Value, Value> {
     if (!slots)
@@ -175,6 +175,10 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
                   b.minIdx(b.add(lo, b.idx(sliceLen)), length));
             };
             auto [kLo, kHi] = range(b.dim(a[0], 1), sliceK);
+            // A padding slot reads no lhs row (there may be none: T = 0
+            // with an aligned sort's padding).
+            if (valid)
+              kHi = b.select(valid, kHi, kLo);
             SmallVector<Value> u = b.loop(
                 kLo, kHi, zeros(b),
                 [&](Value kk, ValueRange it) -> SmallVector<Value> {
@@ -292,9 +296,15 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
                 b, a[1], item.e, item.slice, aSlices,
                 [&](Value i, SmallVector<Value> &sum) {
                   auto [src, valid] = lhsRow(b, slots, i);
-                  Value x = b.loadF(a[0], {src, item.column});
-                  if (valid)
-                    x = b.select(valid, x, b.f32(0));
+                  // A padding slot reads no lhs row (T may be 0).
+                  Value x = valid ? b.ifElse(
+                                        valid, b.getF32Type(),
+                                        [&, src = src] {
+                                          return b.loadF(a[0],
+                                                         {src, item.column});
+                                        },
+                                        [&] { return b.f32(0); })
+                                  : b.loadF(a[0], {src, item.column});
                   SmallVector<Value> g = scratchRow(b, a[2], i, item.j0);
                   for (int64_t t = 0; t < C; ++t)
                     sum[t] = b.fadd(sum[t], b.fmul(g[t], x));

@@ -149,10 +149,16 @@ SortByExpert SortByExpert::plan(moe::SortByExpertOp op, BufferMap buffer,
 std::pair<Value, Value> SortByExpert::expertOf(KernelBuilder &b, Value idsArg,
                                                Value s, Value n) const {
   Value in = b.ult(s, n);
-  Value clamped = b.minIdx(s, b.sub(n, b.idx(1)));
-  Value e = memref::LoadOp::create(
-      b, idsArg,
-      ValueRange{b.div(clamped, b.idx(k)), b.rem(clamped, b.idx(k))});
+  // Slots past the last read nothing: with no slots at all (T = 0 under an
+  // aligned sort, whose place kernel still covers the padding rows) there
+  // is no id to clamp to.
+  Value e = b.ifElse(
+      in, b.getI32Type(),
+      [&] {
+        return memref::LoadOp::create(
+            b, idsArg, ValueRange{b.div(s, b.idx(k)), b.rem(s, b.idx(k))});
+      },
+      [&] { return b.i32(-1); });
   Value valid = b.land(
       in,
       b.land(arith::CmpIOp::create(b, arith::CmpIPredicate::sge, e, b.i32(0)),

@@ -164,8 +164,12 @@ def MoeTransposeLoraAdaptersPass : Pass<"moe-transpose-lora-adapters"> {
     The adapters are small (`E·r·(K + N)` elements), and kernels that fuse
     the forward adapter (the sm_90a wgmma grouped matmul) then run the
     input gradient too; without this pass it takes the scalar kernel. The
-    result is unchanged up to rounding order. Every other operand and
-    attribute is kept.
+    math is the same; the fused kernel rounds `s · (x · A'_eᵀ)` to the
+    operands' type before its second product, as in the forward. Every
+    other operand and attribute is kept. The pipeline runs it on every
+    target: one form for every backend, which the host tests check; where
+    the adapter is not fused, the two transposes cost little next to the
+    scalar matmul.
   }];
   let dependentDialects = ["::moec::moe::MoeDialect",
                            "::mlir::linalg::LinalgDialect",
