@@ -40,7 +40,7 @@ import argparse
 import json
 
 MODELS_USED = ("qwen3", "mixtral", "olmoe", "qwen35", "dsv3")
-RANKS = (16, 64)
+RANKS = (16, 64, 128)
 PROJECTIONS = ("gate_up", "down")
 KINDS = ("forward", "dx", "grad")
 SCALING = 2.0

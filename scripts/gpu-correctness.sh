@@ -79,7 +79,7 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_cl_aligned_long_k gmm_kn_row_scale gmm_kn_gather \
              gmm_kn_cl_swiglu dense_kn gmm_wgrad_rows gmm_wgrad_gather_ws \
              dense_at_b dense_at_b_narrow gmm_lora_swiglu_gather gmm_lora_kn_r8 \
-             gmm_lora_long_k_r64 gmm_lora_staged; do
+             gmm_lora_long_k_r64 gmm_lora_staged gmm_lora_r128_swiglu; do
   for t in 1 45 3000; do
     run hopper.moecb $entry $t uniform --iters 5
   done
@@ -88,12 +88,14 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
   done
 done
 # The LoRA input gradient (moe-transpose-lora-adapters, then the fused
-# kernel): M = 2T grouped gradient rows.
-for t in 1 45 3000; do
-  run hopper.moecb gmm_lora_input_grad $t uniform --sym M=$((2 * t)) --iters 5
-done
-for routing in one-expert half-experts; do
-  run hopper.moecb gmm_lora_input_grad 300 $routing --sym M=600 --iters 5
+# kernel; r = 16 and 72): M = 2T grouped gradient rows.
+for entry in gmm_lora_input_grad gmm_lora_r72_input_grad; do
+  for t in 1 45 3000; do
+    run hopper.moecb $entry $t uniform --sym M=$((2 * t)) --iters 5
+  done
+  for routing in one-expert half-experts; do
+    run hopper.moecb $entry 300 $routing --sym M=600 --iters 5
+  done
 done
 # The gathered weight gradient at the default tile: its grouped gradient
 # has T*k rows (symbol M).

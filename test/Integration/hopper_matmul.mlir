@@ -36,6 +36,9 @@
 // RUN: moec run %s --entry gmm_lora_staged --sym T=20 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_input_grad --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_input_grad --sym T=33 --sym M=66 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_lora_r128_swiglu --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_lora_r128_swiglu --sym T=21 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_lora_r72_input_grad --sym T=13 --sym M=26 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -456,6 +459,44 @@ func.func @gmm_lora_input_grad(%dy: tensor<?x256xbf16> {moe.sym = "M"},
       lora(%la, %lb : tensor<128x200xbf16>, tensor<256x128xbf16>)
       {transpose_lora, lora_scaling = 2.0 : f32}
       : tensor<?x256xbf16>, tensor<8x256x200xbf16>, tensor<8xi32>
+      -> tensor<?x200xbf16>
+  return %dx : tensor<?x200xbf16>
+}
+
+// Ranks past 64 go through the last stage in passes of 64 rank columns
+// (n = 128 tiles): r = 128 on a gathered gate_up + SwiGLU (E = 8, K = 264,
+// I = 144).
+func.func @gmm_lora_r128_swiglu(%x: tensor<?x264xbf16>, %ids: tensor<?x2xi32>,
+                                %w: tensor<8x288x264xbf16>,
+                                %la: tensor<1024x264xbf16>,
+                                %lb: tensor<288x1024xbf16>)
+    -> tensor<?x144xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      lora(%la, %lb : tensor<1024x264xbf16>, tensor<288x1024xbf16>)
+      {k = 2 : i64, transpose_rhs, lora_scaling = 0.5 : f32,
+       activation = #moe.activation<swiglu>}
+      : tensor<?x264xbf16>, tensor<8x288x264xbf16>, tensor<8xi32>
+      -> tensor<?x144xbf16>
+  return %y : tensor<?x144xbf16>
+}
+
+// r = 72 (R = 80: passes of 64 and 16 columns, zeros past 72) on the
+// input-gradient form ([E, K, N] weights, transpose_lora; E = 4, K = 136,
+// N = 200; M = 2T grouped rows).
+func.func @gmm_lora_r72_input_grad(%dy: tensor<?x136xbf16> {moe.sym = "M"},
+                                   %ids: tensor<?x2xi32>,
+                                   %w: tensor<4x136x200xbf16>,
+                                   %la: tensor<288x200xbf16>,
+                                   %lb: tensor<136x288xbf16>)
+    -> tensor<?x200xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %dx = moe.grouped_matmul %dy, %w, %offsets
+      lora(%la, %lb : tensor<288x200xbf16>, tensor<136x288xbf16>)
+      {transpose_lora, lora_scaling = 2.0 : f32}
+      : tensor<?x136xbf16>, tensor<4x136x200xbf16>, tensor<4xi32>
       -> tensor<?x200xbf16>
   return %dx : tensor<?x200xbf16>
 }

@@ -60,8 +60,8 @@
 // small accumulator U = x · A_eᵀ. After the k-loop, s · U goes to the last
 // stage's A tile (bf16 in the 128-byte swizzle) and B_e's rows for the
 // tile's columns to its B tile, and R / 16 more wgmmas add U · B_eᵀ to the
-// tile's accumulators before the epilogue; the next tile's prologue leaves
-// that stage free.
+// tile's accumulators before the epilogue (in passes of 64 rank columns
+// past r = 64); the next tile's prologue leaves that stage free.
 //
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
@@ -254,10 +254,11 @@ public:
   void commit();
   /// The first `ahead` slices of a tile, one commit group each.
   void loadPrologue(const TileState &t);
-  /// LoRA: this thread's copies of B_e's rows for the tile's columns (R
-  /// columns from group * r, zeros past r) into stage `slot`'s B tile, in
-  /// the K-major layout of an [E, N, K] B stage.
-  void loadLoraUp(const TileState &t, mlir::Value slot);
+  /// LoRA: this thread's copies of B_e's rows for the tile's columns
+  /// (`width` rank columns from group * r + first, zeros past r) into stage
+  /// `slot`'s B tile, in the K-major layout of an [E, N, K] B stage.
+  void loadLoraUp(const TileState &t, mlir::Value slot, int64_t first,
+                  int64_t width);
 
   /// Slice `n` of the role's walk: its stage, and waiting for the phase
   /// of its round (or the round before) on the stage's barrier.

@@ -79,6 +79,10 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
   // measured (Qwen3-30B-A3B, Mixtral, DeepSeek-V3; r = 16 and 64; T = 8192;
   // bench/results/lora-kernels-h100.md).
   plan.warpSpecialized = plan.blockN == 256 && loraRows == 0;
+  // Past rank 64 the U accumulators (R/2 registers) on top of an n = 256
+  // tile's 128 would not fit: n = 128.
+  if (loraRows > kBlockK)
+    plan.blockN = 128;
   plan.loraRows = loraRows;
   if (isHopperTile(tile)) {
     plan.blockN = tile.getN();
@@ -149,7 +153,8 @@ static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
 
 /// A LoRA adapter the wgmma kernel fuses: the forward's (not transposed),
 /// of the operands' type, rank a multiple of 8 (16-byte copies of B_e's
-/// rows) up to 64 (the epilogue's product is one K slice), on the
+/// rows) up to 128 (the epilogue's product goes through a stage in passes
+/// of one K slice; U's accumulators take R/2 registers), on the
 /// block-barrier kernel (the warp-specialized one has no free stage for
 /// the epilogue's product). 0 when there is none; nullopt when there is
 /// one the kernel cannot fuse.
@@ -163,7 +168,8 @@ static std::optional<int64_t> fusableLoraRank(moe::GroupedMatmulOp op,
   int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
   int64_t rank = aType.getDimSize(0) / experts;
   if (op.getTransposeLora() || aType.getElementType() != elem ||
-      bType.getElementType() != elem || rank % 8 != 0 || rank > kBlockK ||
+      bType.getElementType() != elem || rank % 8 != 0 ||
+      rank > kMaxLoraRank ||
       (isHopperTile(tile) &&
        (tile.getProducers() != 0 || tile.getCluster() > 1)))
     return std::nullopt;

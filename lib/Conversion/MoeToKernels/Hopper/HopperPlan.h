@@ -23,6 +23,7 @@ namespace moec::kernels::hopper {
 
 constexpr int64_t kBlockM = 128;   ///< rows per block (2 warpgroups x 64)
 constexpr int64_t kBlockK = 64;    ///< K per stage: one 128-byte row
+constexpr int64_t kMaxLoraRank = 128; ///< largest fused LoRA rank
 constexpr int64_t kThreads = 256;  ///< 2 warpgroups
 /// Warp-specialized blocks: a producer warpgroup then the 2 MMA warpgroups.
 constexpr int64_t kSpecializedThreads = 384;

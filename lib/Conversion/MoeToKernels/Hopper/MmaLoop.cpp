@@ -199,7 +199,8 @@ Value MmaLoop::blockBarrierLoop(const TileState &t) {
 // s · U goes to the last stage's A tile (each thread its fragment: row
 // warpgroup*64 + warp*16 + lane/4 + 8h, columns 8j + 2(lane % 4) + q, in
 // the 128-byte swizzle), B_e to its B tile, then R/16 more wgmmas add
-// U · B_eᵀ to the tile's accumulators.
+// U · B_eᵀ to the tile's accumulators. A stage row holds 64 columns, so
+// ranks past 64 go through the stage in passes of 64.
 Value MmaLoop::loraUp(const TileState &t, Value current, Value down) {
   KernelBuilder &b = env.b;
   MLIRContext *ctx = b.getContext();
@@ -219,29 +220,6 @@ Value MmaLoop::loraUp(const TileState &t, Value current, Value down) {
                      b.div(lane, b.idx(4)));
   Value pairCol = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
   Value scaling = b.f32(plan.loraScaling);
-  for (int64_t h = 0; h < 2; ++h) {
-    Value row = b.add(row0, b.idx(8 * h));
-    Value rowSwizzle = b.rem(row, b.idx(8));
-    for (int64_t j = 0; j < R / 8; ++j) {
-      SmallVector<Value> pair;
-      for (int64_t q = 0; q < 2; ++q)
-        pair.push_back(b.fmul(
-            LLVM::ExtractValueOp::create(b, down,
-                                         ArrayRef<int64_t>{4 * j + 2 * h + q})
-                .getResult(),
-            scaling));
-      Value chunk = arith::XOrIOp::create(b, b.idx(j), rowSwizzle);
-      b.storeVecF(pair, tileA,
-                  {b.add(b.add(b.mul(row, b.idx(kBlockK)),
-                               b.mul(chunk, b.idx(8))),
-                         pairCol)});
-    }
-  }
-  producer.loadLoraUp(t, slot);
-  producer.commit();
-  NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(0));
-  fenceAsyncShared();
-  gpu::BarrierOp::create(b);
 
   auto shape = NVVM::MMAShapeAttr::get(ctx, 64, plan.blockN, 16);
   auto elem = NVVM::WGMMATypesAttr::get(ctx, plan.elemType);
@@ -252,17 +230,46 @@ Value MmaLoop::loraUp(const TileState &t, Value current, Value down) {
   auto bKMajor = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
   Value aTile =
       b.add(env.stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
-  NVVM::WgmmaFenceAlignedOp::create(b);
-  for (int64_t kk = 0; kk < R / 16; ++kk)
-    current = NVVM::WgmmaMmaAsyncOp::create(
-        b, accType, current, descriptor(b, b.add(aTile, b.idx(kk * 32))),
-        descriptor(b, b.add(env.stageB(slot), b.idx(kk * 32))), shape, elem,
-        elem, f32Type, accumulate, one, one, kMajor, bKMajor,
-        NVVM::MMAIntOverflowAttr());
-  NVVM::WgmmaGroupSyncAlignedOp::create(b);
-  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
-  // The staged epilogue writes the last stages next.
-  gpu::BarrierOp::create(b);
+  for (int64_t first = 0; first < R; first += kBlockK) {
+    // Rank columns [first, first + width) of U and of B_e in this pass.
+    const int64_t width = std::min(R - first, kBlockK);
+    for (int64_t h = 0; h < 2; ++h) {
+      Value row = b.add(row0, b.idx(8 * h));
+      Value rowSwizzle = b.rem(row, b.idx(8));
+      for (int64_t j = first / 8; j < (first + width) / 8; ++j) {
+        SmallVector<Value> pair;
+        for (int64_t q = 0; q < 2; ++q)
+          pair.push_back(b.fmul(
+              LLVM::ExtractValueOp::create(
+                  b, down, ArrayRef<int64_t>{4 * j + 2 * h + q})
+                  .getResult(),
+              scaling));
+        Value chunk =
+            arith::XOrIOp::create(b, b.idx(j - first / 8), rowSwizzle);
+        b.storeVecF(pair, tileA,
+                    {b.add(b.add(b.mul(row, b.idx(kBlockK)),
+                                 b.mul(chunk, b.idx(8))),
+                           pairCol)});
+      }
+    }
+    producer.loadLoraUp(t, slot, first, width);
+    producer.commit();
+    NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(0));
+    fenceAsyncShared();
+    gpu::BarrierOp::create(b);
+
+    NVVM::WgmmaFenceAlignedOp::create(b);
+    for (int64_t kk = 0; kk < width / 16; ++kk)
+      current = NVVM::WgmmaMmaAsyncOp::create(
+          b, accType, current, descriptor(b, b.add(aTile, b.idx(kk * 32))),
+          descriptor(b, b.add(env.stageB(slot), b.idx(kk * 32))), shape,
+          elem, elem, f32Type, accumulate, one, one, kMajor, bKMajor,
+          NVVM::MMAIntOverflowAttr());
+    NVVM::WgmmaGroupSyncAlignedOp::create(b);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+    // The next pass, or the staged epilogue, writes the last stages next.
+    gpu::BarrierOp::create(b);
+  }
   return current;
 }
 

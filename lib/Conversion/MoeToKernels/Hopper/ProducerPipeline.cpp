@@ -276,13 +276,15 @@ void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
               alongK ? kValid : Value());
 }
 
-void ProducerPipeline::loadLoraUp(const TileState &t, Value slot) {
+void ProducerPipeline::loadLoraUp(const TileState &t, Value slot,
+                                  int64_t first, int64_t width) {
   KernelBuilder &b = env.b;
-  const int64_t R = env.plan.loraRows, r = env.plan.loraRank;
+  const int64_t r = env.plan.loraRank;
   Value rowBytes = b.idx(env.plan.experts * r * 2); // B is [N, E*r]
-  Value firstCol = b.add(b.mul(t.group, b.idx(r)), b.mul(chunk, b.idx(8)));
-  Value chunkValid = b.ult(b.mul(chunk, b.idx(8)), b.idx(r));
-  b.ifThen(b.ult(chunk, b.idx(R / 8)), [&] {
+  Value rank = b.add(b.idx(first), b.mul(chunk, b.idx(8)));
+  Value firstCol = b.add(b.mul(t.group, b.idx(r)), rank);
+  Value chunkValid = b.ult(rank, b.idx(r));
+  b.ifThen(b.ult(chunk, b.idx(width / 8)), [&] {
     for (int64_t i = 0; i < rhsRowsPerThread(); ++i) {
       Value valid;
       Value n = rhsColumn(t, rowOf(i), valid);
