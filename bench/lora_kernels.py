@@ -217,23 +217,20 @@ def main():
                         fwd(x, offsets, w, a, b, out=y, check_values=False)
                         return y
 
-                    def torch_forward():
-                        u = torch._grouped_mm(x, a_t, offs=offs)
-                        out = torch._grouped_mm(x, wt, offs=offs)
-                        return out.add_(torch._grouped_mm(u, b_t, offs=offs),
+                    def torch_lora(rows, weight, down, up):
+                        """rows·weight + s·(rows·down)·up per group."""
+                        u = torch._grouped_mm(rows, down, offs=offs)
+                        out = torch._grouped_mm(rows, weight, offs=offs)
+                        return out.add_(torch._grouped_mm(u, up, offs=offs),
                                         alpha=SCALING)
-                    runs["forward"] = (moec_forward, torch_forward)
+                    runs["forward"] = (moec_forward,
+                                       lambda: torch_lora(x, wt, a_t, b_t))
 
                     def moec_dx():
                         bwd(dy, offsets, w, a, b, out=dx, check_values=False)
                         return dx
-
-                    def torch_dx():
-                        v = torch._grouped_mm(dy, b_e, offs=offs)
-                        out = torch._grouped_mm(dy, w, offs=offs)
-                        return out.add_(torch._grouped_mm(v, a_e, offs=offs),
-                                        alpha=SCALING)
-                    runs["dx"] = (moec_dx, torch_dx)
+                    runs["dx"] = (moec_dx,
+                                  lambda: torch_lora(dy, w, b_e, a_e))
 
                     def moec_grad():
                         grad(x, dy, offsets, a, b, out=(da, db),

@@ -235,34 +235,48 @@ LogicalResult scalar::emitDequantize(moe::DequantizeOp op, moe::TileAttr tile,
       });
 }
 
+namespace {
+
+/// One thread per element of `operands.back()` (the result): `body` gets the
+/// element's coordinates, last dimension fastest.
+LogicalResult launchPerElement(
+    LoweringContext &ctx, moe::TileAttr tile, ValueRange operands,
+    const std::function<void(KernelBuilder &, ValueRange, ArrayRef<Value>)>
+        &body) {
+  KernelBuilder &h = ctx.host();
+  SmallVector<Value> sizes = ctx.sizes(operands.back());
+  Value count = h.idx(1);
+  for (Value size : sizes)
+    count = h.mul(count, size);
+  int64_t rank = sizes.size();
+  return launchPerItem(ctx, "", count, tile, operands,
+                       [&](KernelBuilder &b, ValueRange a, Value id) {
+                         SmallVector<Value> index(rank);
+                         Value rest = id;
+                         for (int64_t d = rank - 1; d >= 0; --d) {
+                           Value size = b.dim(a.back(), d);
+                           index[d] = d == 0 ? rest : b.rem(rest, size);
+                           rest = b.div(rest, size);
+                         }
+                         body(b, a, index);
+                       });
+}
+
+} // namespace
+
 LogicalResult scalar::emitElementwiseAdd(linalg::AddOp op, moe::TileAttr tile,
                                          BufferMap buffer,
                                          LoweringContext &ctx) {
   // Gradients reaching one value along several paths (e.g. the tokens of an
   // MoE layer: the router and the experts) are summed by linalg.add.
-  KernelBuilder &h = ctx.host();
   Value lhs = buffer(op.getInputs()[0]), rhs = buffer(op.getInputs()[1]);
   Value out = buffer(op.getResult(0));
-  SmallVector<Value> sizes = ctx.sizes(out);
-  Value count = h.idx(1);
-  for (Value size : sizes)
-    count = h.mul(count, size);
-  int64_t rank = sizes.size();
-  return launchPerItem(ctx, "", count, tile, {lhs, rhs, out},
-                       [&](KernelBuilder &b, ValueRange a, Value id) {
-                         // The flat index to coordinates, last dimension
-                         // fastest.
-                         SmallVector<Value> index(rank);
-                         Value rest = id;
-                         for (int64_t d = rank - 1; d >= 0; --d) {
-                           Value size = b.dim(a[2], d);
-                           index[d] = d == 0 ? rest : b.rem(rest, size);
-                           rest = b.div(rest, size);
-                         }
-                         b.storeF(
-                             b.fadd(b.loadF(a[0], index), b.loadF(a[1], index)),
-                             a[2], index);
-                       });
+  return launchPerElement(
+      ctx, tile, {lhs, rhs, out},
+      [](KernelBuilder &b, ValueRange a, ArrayRef<Value> index) {
+        b.storeF(b.fadd(b.loadF(a[0], index), b.loadF(a[1], index)), a[2],
+                 index);
+      });
 }
 
 LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
@@ -270,27 +284,15 @@ LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
   // The LoRA adapters of a backward (moe-transpose-lora-adapters): small
   // tensors, so one thread per output element (writes coalesced, reads
   // strided through L2) is enough.
-  KernelBuilder &h = ctx.host();
   Value in = buffer(op.getInput()), out = buffer(op.getResult()[0]);
-  SmallVector<Value> sizes = ctx.sizes(out);
-  Value count = h.idx(1);
-  for (Value size : sizes)
-    count = h.mul(count, size);
   SmallVector<int64_t> permutation(op.getPermutation());
-  int64_t rank = sizes.size();
-  return launchPerItem(
-      ctx, "", count, tile, {in, out},
-      [&](KernelBuilder &b, ValueRange a, Value id) {
-        SmallVector<Value> index(rank), source(rank);
-        Value rest = id;
-        for (int64_t d = rank - 1; d >= 0; --d) {
-          Value size = b.dim(a[1], d);
-          index[d] = d == 0 ? rest : b.rem(rest, size);
-          rest = b.div(rest, size);
-        }
+  return launchPerElement(
+      ctx, tile, {in, out},
+      [&](KernelBuilder &b, ValueRange a, ArrayRef<Value> index) {
         // Result dimension d is the input's dimension permutation[d].
-        for (int64_t d = 0; d < rank; ++d)
-          source[permutation[d]] = index[d];
+        SmallVector<Value> source(index.size());
+        for (auto [d, p] : llvm::enumerate(permutation))
+          source[p] = index[d];
         b.storeVec(b.loadVec(a[0], source, 1), a[1], index);
       });
 }

@@ -137,14 +137,19 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
                           : llvm::divideCeil(length, rowSlices * step) * step;
   };
   const int64_t sliceK = sliceLength(K, xStep), sliceN = sliceLength(N, dyStep);
-  // Partial sums [slices * rows, r], or u and du themselves.
-  auto rowParts = [&](Value whole) {
-    return rowSlices == 1
-               ? whole
-               : ctx.allocTemp(scratchType, {h.mul(h.idx(rowSlices), rows),
-                                             h.idx(rank)});
+  // The output itself, or f32 partial sums [slices * rows, columns] that
+  // reduceSlices adds into it.
+  auto partsFor = [&](Value out, int64_t slices) {
+    if (slices == 1)
+      return out;
+    SmallVector<Value> sizes = ctx.sizes(out);
+    int64_t columns = cast<MemRefType>(out.getType()).getShape()[1];
+    return ctx.allocTemp(
+        MemRefType::get({ShapedType::kDynamic, columns}, h.getF32Type()),
+        {h.mul(h.idx(slices), sizes[0]), sizes[1]});
   };
-  Value upParts = rowParts(up), downParts = rowParts(down);
+  Value upParts = partsFor(up, rowSlices);
+  Value downParts = partsFor(down, rowSlices);
   SmallVector<Value> operands = {lhs,   dy,      offsets,  loraA,
                                  loraB, upParts, downParts};
   if (gather)
@@ -267,17 +272,6 @@ LogicalResult scalar::emitLoraGrad(moe::LoraGradOp op, moe::TileAttr tile,
     rest = b.div(rest, b.idx(chunks));
     return Item{b.div(rest, b.idx(slices)), b.rem(rest, b.idx(slices)), j0,
                 column};
-  };
-  // The output itself, or f32 partial sums [slices * rows, columns] that
-  // reduceSlices adds into it.
-  auto partsFor = [&](Value out, int64_t slices) {
-    if (slices == 1)
-      return out;
-    SmallVector<Value> sizes = ctx.sizes(out);
-    int64_t columns = cast<MemRefType>(out.getType()).getShape()[1];
-    return ctx.allocTemp(
-        MemRefType::get({ShapedType::kDynamic, columns}, h.getF32Type()),
-        {h.mul(h.idx(slices), sizes[0]), sizes[1]});
   };
   Value sizeK = ctx.sizes(gradA)[1], sizeN = ctx.sizes(gradB)[0];
   const int64_t aSlices =
