@@ -78,22 +78,27 @@ MODELS = {
 }
 
 
-def bundle_path(folder, key, world):
-    return os.path.join(folder, f"ep_{key}_w{world}.moecb")
+def bundle_path(folder, key, world, sm_count=None):
+    suffix = f"_sm{sm_count}" if sm_count else ""
+    return os.path.join(folder, f"ep_{key}_w{world}{suffix}.moecb")
 
 
-def emit_bundles(folder, world):
+def emit_bundles(folder, world, sm_counts=()):
     """Compiles each layer's ep module (forward kernels and their derived
-    backwards) for sm_90a (needs the compiler: run where MLIR is)."""
+    backwards) for sm_90a (needs the compiler: run where MLIR is), and a
+    variant per SM count in `sm_counts`."""
     import moec
     from moec.ep import ep_module
     os.makedirs(folder, exist_ok=True)
     for key, m in MODELS.items():
         text = ep_module(m["H"], m["I"], m["E"], m["k"], world,
                          **m["router"])
-        path = bundle_path(folder, key, world)
-        moec.compile(text, "sm_90a").save(path)
-        print(f"{path}: {os.path.getsize(path) / 1e6:.1f} MB")
+        for sm_count in (None,) + tuple(sm_counts):
+            # sm_count: the persistent matmuls leave the other SMs to the
+            # exchanges' kernels.
+            path = bundle_path(folder, key, world, sm_count)
+            moec.compile(text, "sm_90a", sm_count=sm_count).save(path)
+            print(f"{path}: {os.path.getsize(path) / 1e6:.1f} MB")
 
 
 def main():
@@ -114,11 +119,42 @@ def main():
                              "gradients are held)")
     parser.add_argument("--profile", help="write a torch.profiler table of "
                         "moec's Qwen3 forward (each T) to this file")
+    parser.add_argument("--chunks", default="1",
+                        help="also time the layer pipelined in these "
+                             "numbers of pieces (ExpertParallelMoE chunks)")
+    parser.add_argument("--sm-counts", default="",
+                        help="bundles whose matmuls fill only this many SMs "
+                             "(--emit-bundles makes them; the run times "
+                             "each pipelined, --chunks)")
     args = parser.parse_args()
+    sm_counts = tuple(int(v) for v in args.sm_counts.split(",") if v)
     if args.emit_bundles:
-        emit_bundles(args.bundles, args.world)
+        emit_bundles(args.bundles, args.world, sm_counts)
         return
-    run(args)
+    run(args, sm_counts)
+
+
+def time_pipelined(x, want, variants, chunk_counts, timed, iters):
+    """The layer's forward split in pieces (ExpertParallelMoE.chunks) for
+    each (SM count, block) variant and piece count, but the plain one
+    (132 SMs, one piece): time, and whether the output is bitwise the
+    plain layer's on every rank."""
+    import torch
+    import torch.distributed as dist
+    rows = []
+    for sm_count, block in variants:
+        for chunks in chunk_counts:
+            if sm_count == 132 and chunks == 1:
+                continue
+            block.chunks = chunks
+            equal = torch.tensor([float(torch.equal(block(x), want))],
+                                 device="cuda")
+            dist.all_reduce(equal, op=dist.ReduceOp.MIN)
+            ms = timed([("layer", lambda _: block(x))], iters)["layer"]
+            rows.append(dict(sm_count=sm_count, chunks=chunks, ms=ms,
+                             equal=bool(equal.item())))
+            block.chunks = 1
+    return rows
 
 
 def scratch_high(reset=False):
@@ -189,7 +225,7 @@ def profile(fn, path):
                                           row_limit=25) + "\n")
 
 
-def run(args):
+def run(args, sm_counts):
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -206,6 +242,7 @@ def run(args):
                                                            local_rank))
     rank, world = dist.get_rank(), dist.get_world_size()
     bf16 = torch.bfloat16
+    chunk_counts = [int(c) for c in args.chunks.split(",")]
     results = []
 
     def timed(stages, iters):
@@ -238,7 +275,7 @@ def run(args):
     b = torch.randn(8192, 8192, device="cuda", dtype=bf16)
     mm_ms = timed([("mm", lambda _: torch.mm(a, b))], args.iters)["mm"]
     peak_tflops = 2 * 8192 ** 3 / mm_ms / 1e9
-    del a, b
+    a = b = None
     zero_receive = None
     for key in args.models.split(","):
         m = MODELS[key]
@@ -269,6 +306,16 @@ def run(args):
                                      block.w_gate_up.detach(),
                                      block.w_down.detach())
         local = block.local_experts
+        # The same layer from the bundles whose matmuls leave SMs free.
+        def same_layer(sm_count):
+            other = ExpertParallelMoE(
+                H, I, E, k, dtype=bf16, device="cuda", **m["router"],
+                bundle=moec.load(bundle_path(args.bundles, key, world,
+                                             sm_count)))
+            other.load_state_dict(block.state_dict())
+            return other
+
+        variants = [(132, block)] + [(n, same_layer(n)) for n in sm_counts]
         if key == "qwen3":
             ok, received = zero_receive_check(block, world, rank)
             if rank == 0:
@@ -424,6 +471,8 @@ def run(args):
                     args.iters)
                 moec_layer = timed([("layer", lambda _: block(x))],
                                    args.iters)["layer"]
+                pipelined = time_pipelined(x, got, variants, chunk_counts,
+                                           timed, args.iters)
                 torch_layer = timed([("layer", lambda _: t_combine(
                     t_compute(t_dispatch(None))))], args.iters)["layer"]
             # Rows this rank sends to the others (its own stay in place).
@@ -438,7 +487,9 @@ def run(args):
                 received_rows=[int(v.item()) for v in loads],
                 moec=moec_t, torch=torch_t, a2a=a2a,
                 moec_layer_ms=moec_layer, torch_layer_ms=torch_layer,
-                ratio=torch_layer / moec_layer,
+                ratio=torch_layer / moec_layer, pipelined=pipelined,
+                best_ratio=torch_layer / min(
+                    [moec_layer] + [p["ms"] for p in pipelined]),
                 a2a_fraction=a2a_ms / (moec_t["dispatch"] +
                                        moec_t["combine"]),
                 a2a_GBps=2 * moved.item() * H * 2 / a2a_ms / 1e6,
@@ -501,7 +552,7 @@ def run(args):
             results.append(row)
             if rank == 0:
                 print(json.dumps(row), flush=True)
-        del block, bundle
+        block = bundle = variants = None  # free them before the next model
         torch.cuda.empty_cache()
 
     if rank == 0:
@@ -518,6 +569,15 @@ def run(args):
                   f"{r['a2a']['send'] + r['a2a']['back']:>6.3f} "
                   f"{100 * r['a2a_fraction']:>5.1f} {r['err']:>8.2e} "
                   f"{r['routed_apart']:>5} {r['received_rows']}")
+        if any(r["pipelined"] for r in results):
+            print(f"\n{'pipelined':<14} {'T/rank':>6} {'SMs':>4} "
+                  f"{'pieces':>6} {'ms':>8} {'ratio':>5} same-output")
+            for r in results:
+                for p in r["pipelined"]:
+                    print(f"{r['model']:<14} {r['T']:>6} {p['sm_count']:>4} "
+                          f"{p['chunks']:>6} {p['ms']:>8.3f} "
+                          f"{r['torch_layer_ms'] / p['ms']:>5.2f} "
+                          f"{p['equal']}")
         print(f"dense bf16 peak (torch.mm 8192^3, same run): "
               f"{results[0]['peak_tflops']:.0f} TFLOP/s; moec compute: "
               + ", ".join(f"{r['compute_tflops']:.0f}" for r in results))

@@ -316,17 +316,26 @@ std::string kernelTargetOf(StringRef target) {
 
 /// Lowers a clone of `module` to kernels for `kernelTarget` and describes
 /// its entries. A `chip` (the compile target, where the kind's kernels
-/// depend on it) goes in the module's #moe.target unless it has one.
+/// depend on it) and an `smCount` (> 0: the SMs persistent kernels fill)
+/// go in the module's #moe.target unless it has one.
 FailureOr<OwningOpRef<ModuleOp>> lowerToKernels(ModuleOp module,
                                                 std::vector<rt::Entry> &entries,
                                                 const TileOverride &tile,
                                                 const std::string &kernelTarget,
-                                                StringRef chip = "") {
+                                                StringRef chip = "",
+                                                int64_t smCount = 0) {
   OwningOpRef<ModuleOp> kernels(cast<ModuleOp>(module->clone()));
-  if (!chip.empty() && !(*kernels)->hasAttr(moe::kTargetAttrName))
-    (*kernels)->setAttr(
-        moe::kTargetAttrName,
-        TargetInfo::defaultAttr(module.getContext(), kernelTarget, chip));
+  if ((!chip.empty() || smCount > 0) &&
+      !(*kernels)->hasAttr(moe::kTargetAttrName)) {
+    MLIRContext *context = module.getContext();
+    moe::TargetAttr target =
+        TargetInfo::defaultAttr(context, kernelTarget, chip);
+    if (smCount > 0)
+      target = moe::TargetAttr::get(context, target.getKind(),
+                                    target.getChip(), smCount,
+                                    target.getSharedMemory());
+    (*kernels)->setAttr(moe::kTargetAttrName, target);
+  }
   if (failed(runPipeline(*kernels, [&](OpPassManager &pm) {
         buildMoeToKernelsPipeline(pm, tile, kernelTarget);
       })))
@@ -402,6 +411,9 @@ lowerToStage(ModuleOp module, const std::string &stage,
 LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
                             CompileResult &result) {
   initializeLLVMTargets();
+  if (options.smCount < 0 || options.smCount > 65536)
+    return module.emitError("SM count must be in [0, 65536], got ")
+           << options.smCount;
   for (const std::string &target : options.targets)
     if (!llvm::Regex("^(sm_[0-9]+a?|gfx[0-9]+[a-z]*|host)$").match(target))
       return module.emitError("unknown target '")
@@ -418,6 +430,8 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
     // NVVM kernels differ by chip (sm_89 has no bulk L2 prefetch); the
     // other kinds' kernels serve every chip of the kind.
     std::string chip = family == "nvvm" ? target : "";
+    // Only the sm90a kernels size a persistent grid by the SM count.
+    bool persistent = family == "sm90a";
     auto it = byFamily.find(family + ":" + chip);
     if (it != byFamily.end())
       return &it->second;
@@ -426,7 +440,8 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
     TileOverride tile = options.tile;
     tile.tuningTarget = target;
     FailureOr<OwningOpRef<ModuleOp>> kernels =
-        lowerToKernels(module, lowered.entries, tile, family, chip);
+        lowerToKernels(module, lowered.entries, tile, family, chip,
+                       persistent ? options.smCount : 0);
     if (failed(kernels))
       return failure();
     if (lowered.entries.empty())

@@ -216,23 +216,33 @@ def _targets(target) -> list:
 
 def compile(source, target: Union[str, Sequence[str]] = "sm_90a",
             tile: Optional[dict] = None, *, cache: bool = True,
-            keep_assembly: bool = False) -> Bundle:
+            keep_assembly: bool = False,
+            sm_count: Optional[int] = None) -> Bundle:
     """Compiles a kernel (or function, MLIR text, .mlir path) to a Bundle.
 
     `target`: "sm_90a" (cubin; PTX when ptxas is missing), "gfx942",
     "host", or a list. `tile`: matmul tile fields replacing the cost model's
-    ({"m", "n", "k", "threads"}). With `cache`, the bundle is kept in
-    cache_dir() under a key of the IR, the options and the compiler build,
-    so compiling an unchanged kernel again only reads a file.
+    ({"m", "n", "k", "threads"}). `sm_count`: the SMs sm_90a's persistent
+    matmuls fill (default: all 132); fewer leave room for kernels that run
+    beside them, such as NCCL's all-to-all (docs/expert_parallel.md).
+    Other targets ignore it, and a module with its own #moe.target keeps
+    that. With `cache`, the bundle is kept in cache_dir() under a key of the
+    IR, the options and the compiler build, so compiling an unchanged kernel
+    again only reads a file.
     """
     text, arg_names = _module_text(source)
     targets = _targets(target)
     tile_options = _tile_dict(tile)
+    if sm_count is not None and (not isinstance(sm_count, int) or
+                                 isinstance(sm_count, bool) or
+                                 not 1 <= sm_count <= 65536):
+        raise ValueError(f"'sm_count': expected an int in [1, 65536], got "
+                         f"{sm_count!r}")
     kwargs = dict(module_text=text, tile=tile_options, arg_names=arg_names)
     key = None
     if cache:
         key = hashlib.sha256(json.dumps(
-            [text, targets, tile_options, keep_assembly,
+            [text, targets, tile_options, keep_assembly, sm_count,
              compiler_fingerprint()]).encode()).hexdigest()
         path = os.path.join(cache_dir(), key[:2], key + ".moecb")
         meta_path = path[:-len(".moecb")] + ".json"
@@ -246,7 +256,7 @@ def compile(source, target: Union[str, Sequence[str]] = "sm_90a",
         except (OSError, ValueError, KeyError, MoecError):
             pass  # a miss, or an unreadable entry: compile afresh
     data, notes, assembly = _native.compiler().compile(
-        text, targets, tile_options, keep_assembly)
+        text, targets, tile_options, keep_assembly, sm_count or 0)
     if key is not None:
         _store(path, data)
         _store(meta_path, json.dumps({"notes": list(notes),

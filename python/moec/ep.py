@@ -135,13 +135,14 @@ class _Program:
     module (and so one bundle per target), shared by the blocks of that
     configuration."""
 
-    def __init__(self, config: tuple, save: str, tile, bundle):
+    def __init__(self, config: tuple, save: str, tile, bundle,
+                 sm_count: Optional[int] = None):
         hidden, inter, experts, top_k, world, norm, routing, dtype, \
             router = config
         self.kernels = {k.name: k for k in ep_kernels(
             hidden, inter, experts, top_k, world, norm_topk_prob=norm,
             routing=routing, dtype=dtype, **dict(router))}
-        self.save, self.tile = save, tile
+        self.save, self.tile, self.sm_count = save, tile, sm_count
         self._given = bundle
         self._module: Optional[str] = None
         self._bundles: dict = {}
@@ -169,7 +170,8 @@ class _Program:
                                      for e in given.entries):
             return given.entry(name, target)
         if target not in self._bundles:
-            self._bundles[target] = _compile(self.module, target, self.tile)
+            self._bundles[target] = _compile(self.module, target, self.tile,
+                                             sm_count=self.sm_count)
         return self._bundles[target].entry(name, target)
 
     def saved_results(self, name: str, device: torch.device) -> list:
@@ -189,12 +191,13 @@ _PROGRAMS: list = []
 _PROGRAM_INDEX: dict = {}
 
 
-def _program_index(config: tuple, save: str, tile, bundle) -> int:
+def _program_index(config: tuple, save: str, tile, bundle,
+                   sm_count: Optional[int] = None) -> int:
     key = config + (save, tuple(sorted((tile or {}).items())),
-                    None if bundle is None else id(bundle))
+                    None if bundle is None else id(bundle), sm_count)
     if key not in _PROGRAM_INDEX:
         _PROGRAM_INDEX[key] = len(_PROGRAMS)
-        _PROGRAMS.append(_Program(config, save, tile, bundle))
+        _PROGRAMS.append(_Program(config, save, tile, bundle, sm_count))
     return _PROGRAM_INDEX[key]
 
 
@@ -247,31 +250,53 @@ def _call(program: _Program, name: str, args, training: bool) -> tuple:
 
 class _AllToAll(torch.autograd.Function):
     """`all_to_all_single` with uneven splits; its backward is the reverse
-    exchange of the gradients."""
+    exchange of the gradients. With a `pending` list, the forward exchange
+    runs asynchronously and its work handle is appended there: wait on it
+    before the result is read (the backward's exchange is synchronous)."""
 
     @staticmethod
-    def forward(ctx, rows, send_splits, recv_splits, group):
+    def forward(ctx, rows, send_splits, recv_splits, group, pending=None):
         ctx.splits, ctx.group = (send_splits, recv_splits), group
-        return _exchange(rows, send_splits, recv_splits, group)
+        out, work = _start_exchange(rows, send_splits, recv_splits, group,
+                                    pending is not None)
+        if pending is not None:
+            pending.append(work)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
         send_splits, recv_splits = ctx.splits
         return (_exchange(grad.contiguous(), recv_splits, send_splits,
-                          ctx.group), None, None, None)
+                          ctx.group), None, None, None, None)
 
 
 def _exchange(rows: torch.Tensor, send_splits: list, recv_splits: list,
               group) -> torch.Tensor:
     """`rows` [S, ...] out in `send_splits` row blocks, in from every rank
     in `recv_splits`: [sum(recv_splits), ...]."""
+    return _start_exchange(rows, send_splits, recv_splits, group, False)[0]
+
+
+def _start_exchange(rows: torch.Tensor, send_splits: list,
+                    recv_splits: list, group, async_op: bool) -> tuple:
+    """_exchange's result and, if `async_op`, the work handle to wait on
+    before reading it (else None)."""
     out = rows.new_empty((sum(recv_splits),) + tuple(rows.shape[1:]))
     # Only bytes move: bf16 travels as f16 (gloo has no bf16).
     word = torch.float16 if rows.dtype == torch.bfloat16 else rows.dtype
-    dist.all_to_all_single(out.view(word), rows.contiguous().view(word),
-                           output_split_sizes=recv_splits,
-                           input_split_sizes=send_splits, group=group)
-    return out
+    work = dist.all_to_all_single(out.view(word), rows.contiguous().view(word),
+                                  output_split_sizes=recv_splits,
+                                  input_split_sizes=send_splits, group=group,
+                                  async_op=async_op)
+    return out, work
+
+
+def _wait(state: dict) -> None:
+    """Waits for the state's asynchronous exchanges (the current stream
+    waits on NCCL's; gloo blocks)."""
+    for work in state["pending"]:
+        work.wait()
+    state["pending"].clear()
 
 
 class ExpertParallelMoE(nn.Module):
@@ -292,6 +317,18 @@ class ExpertParallelMoE(nn.Module):
     router options: a bundle of another router runs that router);
     otherwise the kernels are compiled for x's device on first use
     (cached on disk).
+
+    `chunks`: forward splits this rank's tokens into that many pieces and
+    pipelines them, so that one piece's exchanges run while another's
+    experts compute (the counts of all pieces still go out in one
+    all_gather, with one host read). The output is the same as with
+    `chunks=1`; every rank of the group must pass the same value. The
+    backward runs the pieces one after another. `sm_count`: the SMs the
+    persistent matmuls fill on a GPU (moec.compile's; not for a given
+    bundle, which was compiled with its own): the exchanges' kernels only
+    run beside them on SMs they leave free (NCCL's all-to-all takes 32 on
+    four H200s, so chunks=2, sm_count=100 there; docs/expert_parallel.md
+    has the measurements).
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int,
@@ -304,7 +341,8 @@ class ExpertParallelMoE(nn.Module):
                  scoring: str = "softmax", selection_bias: bool = False,
                  num_groups: Optional[int] = None,
                  topk_groups: Optional[int] = None,
-                 scaling_factor: float = 1.0):
+                 scaling_factor: float = 1.0, chunks: int = 1,
+                 sm_count: Optional[int] = None):
         super().__init__()
         from .torch import check_config
         check_config(hidden_size, intermediate_size, num_experts, top_k,
@@ -318,6 +356,16 @@ class ExpertParallelMoE(nn.Module):
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
         self.tile, self.save = tile, save
+        if (not isinstance(chunks, int) or isinstance(chunks, bool) or
+                chunks < 1):
+            raise ValueError(f"'chunks': expected a positive int, got "
+                             f"{chunks!r}")
+        self.chunks = chunks
+        if sm_count is not None and (not isinstance(sm_count, int) or
+                                     isinstance(sm_count, bool) or
+                                     sm_count < 1):
+            raise ValueError(f"'sm_count': expected a positive int, got "
+                             f"{sm_count!r}")
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("ExpertParallelMoE: torch.distributed is not "
                                "initialized (call init_process_group first)")
@@ -338,8 +386,9 @@ class ExpertParallelMoE(nn.Module):
         self._router = router
         # One program per weight dtype (a cast block runs the kernels of its
         # new type; the given bundle serves the dtype it was made for).
+        self.sm_count = sm_count
         self._programs = {dtype: _program_index(
-            self._config + (dtype, router), save, tile, bundle)}
+            self._config + (dtype, router), save, tile, bundle, sm_count)}
         factory = dict(dtype=dtype, device=device)
         self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
         self.w_gate_up = nn.Parameter(torch.empty(
@@ -391,7 +440,7 @@ class ExpertParallelMoE(nn.Module):
         if dtype not in self._programs:
             self._programs[dtype] = _program_index(
                 self._config + (dtype, self._router), self.save, self.tile,
-                None)
+                None, self.sm_count)
         return _PROGRAMS[self._programs[dtype]]
 
     def kernels(self) -> list:
@@ -421,25 +470,34 @@ class ExpertParallelMoE(nn.Module):
         """Shares the per-expert row counts (one all_gather): the splits of
         both all-to-alls (read on the host, the one sync of a forward) and
         the local expert of each row this rank will receive."""
+        return self.plan_pieces([state])[0]
+
+    def plan_pieces(self, states: list) -> list:
+        """plan of several routed pieces of this rank's tokens at once (one
+        all_gather, one host read); every rank passes as many."""
         W, local, rank = self.world_size, self.local_experts, self.rank
-        offsets = state["offsets"]
-        counts = torch.diff(offsets, prepend=offsets.new_zeros(1))
-        every = counts.new_empty(W * counts.shape[0])
-        dist.all_gather_into_tensor(every, counts, group=self.group)
-        every = every.view(W, W, local)  # [source, dest rank, expert]
-        rows = every.sum(2).tolist()  # [source][dest]
-        send_splits = rows[rank]
-        recv_splits = [row[rank] for row in rows]
-        received = sum(recv_splits)
-        mine = every[:, rank]  # [source, local expert], on the device
-        # From each source, the rows of local expert 0, then 1, ... (its
-        # sort order).
-        state["ids"] = torch.repeat_interleave(
-            torch.arange(local, dtype=torch.int32,
-                         device=offsets.device).repeat(W),
-            mine.reshape(-1).long(), output_size=received).view(received, 1)
-        state["splits"] = (send_splits, recv_splits)
-        return state
+        count = len(states)
+        counts = torch.stack([torch.diff(s["offsets"], prepend=s[
+            "offsets"].new_zeros(1)) for s in states])  # [piece, expert]
+        every = counts.new_empty(W * counts.numel())
+        dist.all_gather_into_tensor(every, counts.view(-1), group=self.group)
+        # [source, piece, dest rank, local expert]
+        every = every.view(W, count, W, local)
+        rows = every.sum(3).tolist()  # [source][piece][dest]
+        experts = torch.arange(local, dtype=torch.int32,
+                               device=counts.device).repeat(W)
+        for piece, state in enumerate(states):
+            send_splits = rows[rank][piece]
+            recv_splits = [row[piece][rank] for row in rows]
+            received = sum(recv_splits)
+            mine = every[:, piece, rank]  # [source, local expert], on device
+            # From each source, the rows of local expert 0, then 1, ... (its
+            # sort order).
+            state["ids"] = torch.repeat_interleave(
+                experts, mine.reshape(-1).long(),
+                output_size=received).view(received, 1)
+            state["splits"] = (send_splits, recv_splits)
+        return states
 
     def send(self, state: dict) -> dict:
         """The rows to the experts' ranks (all_to_all_single)."""
@@ -463,10 +521,19 @@ class ExpertParallelMoE(nn.Module):
         return self._move_rows(state, recv_splits, send_splits)
 
     def _move_rows(self, state: dict, out_splits: list,
-                   in_splits: list) -> dict:
-        exchange = _AllToAll.apply if state["training"] else _exchange
-        state["rows"] = exchange(state["rows"], out_splits, in_splits,
-                                 self.group)
+                   in_splits: list, pending: Optional[list] = None) -> dict:
+        """state["rows"] exchanged; with `pending`, asynchronously (its
+        work handle appended there: wait before reading the rows)."""
+        if state["training"]:
+            rows = _AllToAll.apply(state["rows"], out_splits, in_splits,
+                                   self.group, pending)
+        else:
+            rows, work = _start_exchange(state["rows"], out_splits,
+                                         in_splits, self.group,
+                                         pending is not None)
+            if pending is not None:
+                pending.append(work)
+        state["rows"] = rows
         return state
 
     def combine(self, state: dict) -> torch.Tensor:
@@ -492,8 +559,38 @@ class ExpertParallelMoE(nn.Module):
             raise ValueError(f"'x': expected device {self.w_down.device} (the "
                              f"block's), got {x.device}")
         tokens = x.reshape(-1, self.hidden_size).contiguous()
-        state = self.dispatch(tokens, self._training(tokens))
-        return self.combine(self.compute(state)).reshape(x.shape)
+        training = self._training(tokens)
+        if self.chunks == 1:
+            state = self.dispatch(tokens, training)
+            return self.combine(self.compute(state)).reshape(x.shape)
+        return self._pipelined(tokens, training).reshape(x.shape)
+
+    def _pipelined(self, tokens: torch.Tensor, training: bool) -> torch.Tensor:
+        """forward in self.chunks pieces of the tokens. The exchanges are
+        issued asynchronously, in the same order on every rank (NCCL runs a
+        group's collectives in issue order on its own stream): every
+        piece's rows out, then each piece's results back as soon as its
+        experts are done; so piece p + 1's rows travel while piece p's
+        experts compute, and piece p's results return during p + 1's."""
+        # A piece that starts off the 16-byte boundary CUDA kernels need
+        # (an odd hidden size) is copied.
+        states = [self.route(piece if piece.data_ptr() % 16 == 0 else
+                             piece.clone(), training)
+                  for piece in tokens.tensor_split(self.chunks)]
+        self.plan_pieces(states)
+        for state in states:
+            state["pending"] = []
+            self._move_rows(state, *state["splits"], state["pending"])
+        for state in states:
+            _wait(state)
+            self.compute(state)
+            send_splits, recv_splits = state["splits"]
+            self._move_rows(state, recv_splits, send_splits, state["pending"])
+        outputs = []
+        for state in states:
+            _wait(state)
+            outputs.append(self.weigh(state))
+        return torch.cat(outputs)
 
     def extra_repr(self) -> str:
         return (f"hidden_size={self.hidden_size}, intermediate_size="

@@ -195,12 +195,13 @@ PYBIND11_MODULE(_compiler, m) {
   m.def(
       "compile",
       [](const std::string &text, const std::vector<std::string> &targets,
-         const py::dict &tile, bool keepAssembly) {
+         const py::dict &tile, bool keepAssembly, int64_t smCount) {
         Session session(text, "<moec module>");
         moec::CompileOptions options;
         options.targets = targets;
         options.tile = toTile(tile);
         options.keepAssembly = keepAssembly;
+        options.smCount = smCount;
         moec::CompileResult result;
         bool ok;
         {
@@ -217,9 +218,10 @@ PYBIND11_MODULE(_compiler, m) {
             result.notes, result.assembly);
       },
       py::arg("text"), py::arg("targets"), py::arg("tile") = py::dict(),
-      py::arg("keep_assembly") = false,
+      py::arg("keep_assembly") = false, py::arg("sm_count") = 0,
       "Compiles every function for every target: (bundle bytes, notes, "
-      "[(entry and target, assembly)]).");
+      "[(entry and target, assembly)]). `sm_count` > 0: the SMs the GPU "
+      "targets' persistent kernels fill.");
 
   py::class_<HostModule>(m, "HostModule")
       .def(py::init<const std::string &, const py::dict &>(), py::arg("text"),

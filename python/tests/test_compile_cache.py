@@ -48,6 +48,30 @@ def test_cache_key_covers_ir_and_options(private_cache):
     assert len(bundles) == 4
 
 
+def test_sm_count(private_cache):
+    # The persistent wgmma matmuls launch at most sm_count blocks (the grid
+    # expression ends in "<count> min"); the key covers it; bad values are
+    # named.
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                        "qwen3_moe_layer.mlir")
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+
+    def wgmma_grids(bundle):
+        return [step["grid"] for step in bundle.entries[0].steps
+                if step["kernel"].endswith("grouped_matmul_wgmma")]
+
+    full = wgmma_grids(moec.compile(text, "sm_90a"))
+    fewer = wgmma_grids(moec.compile(text, "sm_90a", sm_count=100))
+    assert len(full) == len(fewer) == 2
+    assert all(g.endswith(" 132 min") for g in full)
+    assert all(g.endswith(" 100 min") for g in fewer)
+    assert moec.compile(text, "host", sm_count=100).targets == ["host"]
+    for bad in (0, -1, 1.5, True, 70000):
+        with pytest.raises(ValueError, match="'sm_count'"):
+            moec.compile(text, "sm_90a", sm_count=bad)
+
+
 def test_cache_key_is_the_compiler_module_content():
     # Not its path or mtime: an installed package keeps its keys across
     # reinstalls of the same build, and any rebuilt compiler changes them.

@@ -3,7 +3,7 @@
 // Part of moec.
 //
 //   moec compile in.mlir -o out.moecb [--target sm_90a,gfx942,host]
-//                [--emit-asm DIR] [--tuning-cache CACHE.json]
+//                [--emit-asm DIR] [--tuning-cache CACHE.json] [--sm-count N]
 //   moec tune in.mlir -o tune.moecb [--target sm_90a]
 //   moec inspect out.moecb [--params] [--source]
 //   moec run in.mlir [--entry NAME] [--sym T=64 ...] [--routing uniform|
@@ -61,7 +61,7 @@ int usage() {
   llvm::errs()
       << "usage:\n"
          "  moec compile IN.mlir -o OUT.moecb [--target sm_90a,gfx942,host]"
-         " [--emit-asm DIR] [--tuning-cache CACHE.json]\n"
+         " [--emit-asm DIR] [--tuning-cache CACHE.json] [--sm-count N]\n"
          "  moec tune IN.mlir -o TUNE.moecb [--target sm_90a]\n"
          "  moec inspect BUNDLE.moecb [--params] [--source]\n"
          "  moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
@@ -95,6 +95,7 @@ struct Args {
   std::string routing = "uniform";
   uint64_t seed = 1;
   int iters = 5;
+  int64_t smCount = 0; ///< compile: SMs sm_90a's persistent kernels fill
   bool source = false;
   bool params = false; ///< inspect: list each launch's parameters
 };
@@ -142,6 +143,15 @@ bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
         return false;
       }
       args.symbols.push_back({v.substr(0, eq), n});
+    } else if (arg == "--sm-count") {
+      if (!value(v))
+        return false;
+      long long n = 0;
+      if (llvm::StringRef(v).getAsInteger(10, n) || n < 1 || n > 65536) {
+        error = "'--sm-count' takes an integer in [1, 65536], got '" + v + "'";
+        return false;
+      }
+      args.smCount = n;
     } else if (arg == "--seed" || arg == "--iters") {
       if (!value(v))
         return false;
@@ -189,6 +199,7 @@ int compile(const Args &args) {
       options.targets.push_back(t.trim().str());
   options.keepAssembly = !args.emitAsm.empty();
   options.tile.tuningCache = args.tuningCache;
+  options.smCount = args.smCount;
   moec::CompileResult result;
   if (failed(moec::compileModule(*module, options, result)))
     return fail("compilation failed");

@@ -33,6 +33,13 @@ struct CompileOptions {
   bool keepAssembly = false;
   /// Matmul tile fields replacing the cost model's (moe-tile options).
   TileOverride tile;
+  /// Multiprocessors the persistent kernels of sm_90a targets fill (the
+  /// #moe.target sm_count; other targets have none); 0 keeps the chip's
+  /// (132).
+  /// Fewer leave SMs free for kernels that run beside them, e.g. NCCL's
+  /// all-to-all overlapping an expert-parallel layer's matmuls. A module
+  /// with its own #moe.target keeps it.
+  int64_t smCount = 0;
   /// Run ptxas on sm_90a PTX when it is found; false ships the PTX (the
   /// compiler fuzzer: a child process per input would dominate its time).
   bool assemble = true;
