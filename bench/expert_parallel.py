@@ -122,6 +122,9 @@ def main():
     parser.add_argument("--chunks", default="1",
                         help="also time the layer pipelined in these "
                              "numbers of pieces (ExpertParallelMoE chunks)")
+    parser.add_argument("--train-pipelined", metavar="SMS,PIECES",
+                        help="also time the training step of the --sm-counts "
+                             "bundle SMS (132: the plain one) in PIECES")
     parser.add_argument("--sm-counts", default="",
                         help="bundles whose matmuls fill only this many SMs "
                              "(--emit-bundles makes them; the run times "
@@ -512,16 +515,45 @@ def run(args, sm_counts):
                                              b.reshape(-1, b.shape[-1]))
                                      for a, b in zip(got, want)],
                                     device="cuda")
+            runs = [("moec", m_train, params), ("torch", t_train, t_params)]
+            if args.train_pipelined:
+                # The same step pipelined: its gradients against moec's
+                # plain step (pieces sum the experts' gradients apart).
+                sm_count, chunks = (int(v) for v in
+                                    args.train_pipelined.split(","))
+                piped = dict(variants)[sm_count]
+                piped_params = [piped.gate.weight, piped.w_gate_up,
+                                piped.w_down]
+
+                def p_train(_, piped=piped, chunks=chunks,
+                            piped_params=piped_params):
+                    piped.chunks = chunks
+                    try:
+                        xg = x.detach().requires_grad_()
+                        piped(xg).backward(dy)
+                    finally:
+                        piped.chunks = 1
+                    return [xg.grad] + [p.grad for p in piped_params]
+
+                for p in piped_params:
+                    p.grad = None
+                got = [g.clone() for g in got]
+                piped_err = torch.tensor(
+                    [rel_err(a.reshape(-1, a.shape[-1]),
+                             b.reshape(-1, b.shape[-1]))
+                     for a, b in zip(p_train(None), got)], device="cuda")
+                dist.all_reduce(piped_err, op=dist.ReduceOp.MAX)
+                runs.append(("moec_pipelined", p_train, piped_params))
             del got, want
             dist.all_reduce(grad_err, op=dist.ReduceOp.MAX)
             train = {}
-            for name, fn, ps in (("moec", m_train, params),
-                                 ("torch", t_train, t_params)):
+            for name, fn, ps in runs:
                 def step(_, fn=fn, ps=ps):
                     for p in ps:
                         p.grad = None
                     return fn(None)
-                for p in params + t_params:
+                for p in params + t_params + [q for _, _, qs in runs
+                                              for q in qs]:
                     p.grad = None
                 # What one step adds on top of what is resident (both
                 # layers' weights, the inputs): its activations and grads.
@@ -543,6 +575,13 @@ def run(args, sm_counts):
             row.update(train=train, train_ratio=train["torch"] / train["moec"],
                        grad_err=dict(zip(("x", "gate", "w_gate_up", "w_down"),
                                          grad_err.tolist())))
+            if args.train_pipelined:
+                row.update(train_pipelined=args.train_pipelined,
+                           train_pipelined_ratio=(train["torch"] /
+                                                  train["moec_pipelined"]),
+                           pipelined_grad_err=dict(zip(
+                               ("x", "gate", "w_gate_up", "w_down"),
+                               piped_err.tolist())))
             for p in params + t_params:
                 p.grad = None
             if args.profile and key == "qwen3":
@@ -591,6 +630,14 @@ def run(args, sm_counts):
                   f"{t['moec_peak_GiB']:>8.2f} {t['torch_peak_GiB']:>9.2f} "
                   f"(moec pool {t['moec_pool_GiB']:.2f}) | "
                   + " ".join(f"{v:.1e}" for v in r["grad_err"].values()))
+            if "train_pipelined" in r:
+                print(f"{'  pipelined':<14} {r['T']:>6} "
+                      f"{t['moec_pipelined']:>8.3f} {t['torch']:>8.3f} "
+                      f"{r['train_pipelined_ratio']:>5.2f} | "
+                      f"{t['moec_pipelined_peak_GiB']:>8.2f} "
+                      f"(SMs, pieces {r['train_pipelined']}) | vs plain "
+                      + " ".join(f"{v:.1e}" for v in
+                                 r["pipelined_grad_err"].values()))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(),

@@ -27,7 +27,10 @@ def main():
     rows = data["results"]
     labels = [f"{r['model']}\nT={r['T']}/rank" for r in rows]
     xs = list(range(len(rows)))
-    fig, (ax_ms, ax_a2a) = plt.subplots(1, 2, figsize=(13, 4.8))
+    piped = any(r.get("pipelined") for r in rows)
+    fig, axes = plt.subplots(1, 3 if piped else 2,
+                             figsize=(19 if piped else 13, 4.8))
+    ax_ms, ax_a2a = axes[0], axes[1]
     width = 0.38
     colors = plt.get_cmap("tab10").colors
 
@@ -69,8 +72,31 @@ def main():
     ax_a2a.set_xticks(xs, labels, fontsize=8)
     ax_a2a.legend(fontsize=7)
     ax_a2a.set_title("Exchanges against plain all-to-all")
+    if piped:
+        whole(axes[2], rows, xs, labels, colors)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
+
+
+def whole(ax, rows, xs, labels, colors):
+    """The whole layer timed in one piece: moec plain, moec's fastest
+    pipelined variant (SMs the matmuls fill, pieces), torch."""
+    best = [min(r["pipelined"], key=lambda p: p["ms"]) for r in rows]
+    bars = (([r["moec_layer_ms"] for r in rows], "moec (132 SMs, 1 piece)"),
+            ([b["ms"] for b in best], "moec, fastest pipelined variant"),
+            ([r["torch_layer_ms"] for r in rows], "torch EP composition"))
+    for i, (values, name) in enumerate(bars):
+        ax.bar([x + (i - 1) * 0.27 for x in xs], values, 0.27, label=name,
+               color=colors[i + 3])
+    for x, r, b in zip(xs, rows, best):
+        ax.text(x, r["torch_layer_ms"] * 1.03,
+                f"{r['torch_layer_ms'] / b['ms']:.2f}x\n"
+                f"({b['sm_count']} SMs, {b['chunks']})",
+                ha="center", fontsize=7)
+    ax.set_ylabel("ms per forward (whole layer)")
+    ax.set_xticks(xs, labels, fontsize=8)
+    ax.legend(fontsize=7)
+    ax.set_title("Pipelined: exchanges overlapping the experts")
 
 
 if __name__ == "__main__":
