@@ -120,9 +120,16 @@ def validate(info: ArrayInfo, arg: str, dtype: str, shape: Sequence[int],
         raise ValueError(f"'{arg}': must be contiguous (row-major); got "
                          f"strides {list(info.strides)} for shape "
                          f"{list(shape)} (call .contiguous() first)")
-    if elements and info.address == 0:
+    check_address(info, arg, shape, device)
+
+
+def check_address(info: ArrayInfo, arg: str, shape: Sequence[int],
+                  device: str) -> None:
+    """The part of `validate` a layout does not decide: a non-empty array
+    needs a data pointer, on CUDA aligned to CUDA_ALIGNMENT bytes."""
+    if not info.address and all(shape):
         raise ValueError(f"'{arg}': null data pointer")
-    if device == "cuda" and elements and info.address % CUDA_ALIGNMENT:
+    if device == "cuda" and info.address % CUDA_ALIGNMENT and all(shape):
         raise ValueError(f"'{arg}': device address 0x{info.address:x} is not "
                          f"{CUDA_ALIGNMENT}-byte aligned (moec kernels use "
                          f"16-byte vector and TMA loads; copy the tensor)")

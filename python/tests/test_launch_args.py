@@ -114,3 +114,38 @@ def test_nf4_expert_indices_checked(rng):
     with pytest.raises(ValueError, match=r"'experts': expert indices must be "
                        r"in \[0, 4\)"):
         nf4(*args)
+
+
+class FakeCudaArray:
+    """A device array by __cuda_array_interface__ at a chosen address (no
+    GPU needed: the checks run before any launch)."""
+
+    def __init__(self, address, shape, typestr="<f4"):
+        self.__cuda_array_interface__ = dict(
+            data=(address, False), shape=shape, typestr=typestr, strides=None,
+            version=3)
+
+
+def test_repeated_layout_still_checks_addresses():
+    # A layout that passed once is cached with its shapes; the addresses,
+    # which the layout does not decide, are checked on every call.
+    @moec.kernel
+    def act(x: moec.Tensor["T", 8, "f32"]):
+        return ops.swiglu(x)
+
+    entry = act.compile("sm_90a").entry("act", "sm_90a")
+    # A wrong `out` stops every call after the input checks, before any
+    # launch (so nothing runs at these made-up addresses, GPU or not).
+    out = FakeCudaArray(1 << 20, (3, 5))
+    with pytest.raises(ValueError, match=r"'out\[result0\]': expected "
+                                         r"shape \[3, 4\]"):
+        entry(FakeCudaArray(1 << 20, (3, 8)), out=out)
+    assert len(entry._checked) == 1
+    with pytest.raises(ValueError, match="'x': device address 0x100004 is not "
+                                         "16-byte aligned"):
+        entry(FakeCudaArray((1 << 20) + 4, (3, 8)), out=out)
+    with pytest.raises(ValueError, match="'x': null data pointer"):
+        entry(FakeCudaArray(0, (3, 8)), out=out)
+    with pytest.raises(ValueError, match=r"'x': expected shape \[3, 8\]|"
+                                         r"'x': expected element type f32"):
+        entry(FakeCudaArray(1 << 20, (3, 8), "<f8"), out=out)
