@@ -37,8 +37,8 @@ CACHE_FORMAT = 1
 MANIFEST_FORMAT = 1
 CHECK_TOLERANCE = 1e-2
 # Arguments the tuner can fill; the sm_90a kernel takes no others.
-KNOWN_ROLES = ("lhs", "rhs", "offsets", "gather_slots", "bias", "row_scale",
-               "scatter_slots", "scatter_weights")
+KNOWN_ROLES = ("lhs", "rhs", "offsets", "gather_slots", "bias", "lora_a",
+               "lora_b", "row_scale", "scatter_slots", "scatter_weights")
 
 
 class TuneError(ValueError):
@@ -180,7 +180,7 @@ def make_inputs(entry, roles: Sequence[str], k: int, rows: int, gen):
             x = offsets
         elif role == "row_scale":
             x = torch.rand(shape, device="cuda", generator=gen) + 0.5
-        elif role == "rhs":
+        elif role in ("rhs", "lora_a", "lora_b"):
             x = torch.randn(shape, device="cuda", dtype=dtype,
                             generator=gen).mul_(0.02)
         else:  # lhs, bias, scatter_weights

@@ -33,10 +33,14 @@ def test_manifest_is_checked(tmp_path):
         tune.load_manifest(write(tmp_path, "bad.json", {"ops": []}))
     with pytest.raises(tune.TuneError, match="manifest '.*broken.json'"):
         tune.load_manifest(write(tmp_path, "broken.json", "{"))
+    # LoRA adapters are filled (random, like the weights); FP8 scales not.
     lora = json.loads(json.dumps(MANIFEST))
-    lora["ops"][0]["args"].append("lora_a")
-    with pytest.raises(tune.TuneError, match="cannot fill: lora_a"):
-        tune.load_manifest(write(tmp_path, "lora.json", lora))
+    lora["ops"][0]["args"] += ["lora_a", "lora_b"]
+    assert tune.load_manifest(write(tmp_path, "lora.json", lora)) == lora
+    fp8 = json.loads(json.dumps(MANIFEST))
+    fp8["ops"][0]["args"].append("lhs_scales")
+    with pytest.raises(tune.TuneError, match="cannot fill: lhs_scales"):
+        tune.load_manifest(write(tmp_path, "fp8.json", fp8))
     no_default = json.loads(json.dumps(MANIFEST))
     no_default["ops"][0]["candidates"].reverse()
     with pytest.raises(tune.TuneError, match="first candidate must be the default"):

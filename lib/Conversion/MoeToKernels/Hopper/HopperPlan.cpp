@@ -92,6 +92,9 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
     if (tile.getBandM())
       plan.bandM = tile.getBandM();
     plan.cluster = tile.getCluster();
+    // Nor with a tile that asks for n = 256.
+    if (loraRows > kBlockK && plan.blockN == 256)
+      return std::nullopt;
   }
   // The persistent grid needs a whole cluster of SMs (fewer would launch
   // no blocks at all).
@@ -250,9 +253,9 @@ std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,
 SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
                                                   StringRef target) {
   auto matmul = dyn_cast<moe::GroupedMatmulOp>(op);
-  // A LoRA matmul keeps its default plan: python -m moec.tune does not
-  // fill adapters yet.
-  if (target != "sm_90a" || !matmul || matmul.getLoraA())
+  // A LoRA matmul's tiles are those groupedPlan accepts for it (block
+  // barriers, no cluster; n = 128 past rank 64): the loops below filter.
+  if (target != "sm_90a" || !matmul)
     return {};
   std::optional<HopperPlan> chosen = groupedPlan(matmul, {});
   if (!chosen)

@@ -60,8 +60,16 @@ std::optional<std::string> moec::moe::tuningKey(Operation *op) {
     os << " row_scale";
   if (matmul.getLhsScales())
     os << " lhs_scales";
-  if (matmul.getLoraA())
-    os << " lora";
+  // The rank decides the plan (n = 128 past 64) and the epilogue's work.
+  if (matmul.getLoraA()) {
+    int64_t rows = cast<ShapedType>(matmul.getLoraA().getType()).getDimSize(0);
+    int64_t experts =
+        cast<ShapedType>(matmul.getOffsets().getType()).getDimSize(0);
+    os << " lora r="
+       << (ShapedType::isDynamic(rows) || experts <= 0
+               ? std::string("?")
+               : std::to_string(rows / experts));
+  }
   return key;
 }
 
