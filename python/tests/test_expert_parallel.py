@@ -205,7 +205,7 @@ def _deepseek_rank(case, rank):
     """DeepSeek-V3 routing (sigmoid, selection bias, group-limited top-k,
     scaling): this rank's output, gradients and the experts it chose."""
     ep = moec.ep.ExpertParallelMoE(H, I, 16, 4, dtype=torch.float32,
-                                   **DEEPSEEK)
+                                   chunks=case["chunks"], **DEEPSEEK)
     ep.load_hf_state_dict(case["state"])
     result = train_rank(ep, case, rank)
     # The experts the kernel chose: each slot's row, then its group.
@@ -237,10 +237,11 @@ def deepseek_reference(state, x, dy, ids):
     return out.detach(), [p.grad for p in params]
 
 
-@pytest.mark.parametrize("world", [1, 2, 4])
-def test_deepseek_routing(tmp_path, world):
+@pytest.mark.parametrize("world,chunks", [(1, 1), (2, 1), (4, 1), (2, 3)])
+def test_deepseek_routing(tmp_path, world, chunks):
     # World 1 is the single-process layer; every world must give the same
-    # output and gradients, and those of a float64 reference.
+    # output and gradients, and those of a float64 reference; chunks=3
+    # pipelines pieces (the selection bias goes to each piece's routing).
     gen = torch.Generator().manual_seed(7)
     E = 16
     state = {"gate.weight": torch.randn(E, H, generator=gen) / H ** 0.5,
@@ -253,7 +254,8 @@ def test_deepseek_routing(tmp_path, world):
     tokens = [9, 1, 0, 6][:world] if world > 1 else [11]
     x = torch.randn(sum(tokens), H, generator=gen)
     dy = torch.randn(sum(tokens), H, generator=gen)
-    case = dict(world=world, tokens=tokens, state=state, x=x, dy=dy)
+    case = dict(world=world, tokens=tokens, state=state, x=x, dy=dy,
+                chunks=chunks)
     results = spawn(tmp_path, world, _deepseek_rank, case)
     ids = torch.cat([r["ids"] for r in results])
     # The kernel's selection against DeepSeek-V3's, in float64: scores plus
