@@ -185,8 +185,12 @@ def main():
                 wt = w.transpose(1, 2)
                 y = torch.empty(R, N, device="cuda", dtype=BF16)
                 dx = torch.empty(R, K, device="cuda", dtype=BF16)
-                base = bundle.entry(f"{projection}_{key}")
-                base_dx = bundle.entry(f"dx_{projection}_{key}")
+                # Only the requested kinds' entries: a bundle of the grad
+                # functions alone serves --kinds grad.
+                entry = lambda name, kind: (bundle.entry(name)
+                                            if kind in kinds else None)
+                base = entry(f"{projection}_{key}", "forward")
+                base_dx = entry(f"dx_{projection}_{key}", "dx")
 
                 def run_base():
                     base(x, offsets, w, out=y, check_values=False)
@@ -206,9 +210,9 @@ def main():
                     a_e = a.view(E, r, K)                      # [E, r, K]
                     b_t = b.view(N, E, r).permute(1, 2, 0).contiguous()
                     b_e = b_t.transpose(1, 2)                  # [E, N, r]
-                    fwd = bundle.entry(f"lora_{projection}_{key}_r{r}")
-                    bwd = bundle.entry(f"lora_dx_{projection}_{key}_r{r}")
-                    grad = bundle.entry(f"lora_grad_{projection}_{key}_r{r}")
+                    fwd = entry(f"lora_{projection}_{key}_r{r}", "forward")
+                    bwd = entry(f"lora_dx_{projection}_{key}_r{r}", "dx")
+                    grad = entry(f"lora_grad_{projection}_{key}_r{r}", "grad")
                     da = torch.empty_like(a)
                     db = torch.empty_like(b)
                     runs = {}

@@ -89,6 +89,15 @@ public:
     return (*in_.shapes)[b][d];
   }
 
+  /// The shape of result `i`'s buffer.
+  std::vector<int64_t> resultShape(size_t i) const {
+    int32_t b = resultAt(*in_.op, i);
+    if (b < 0)
+      throw std::invalid_argument(in_.op->name + ": result " +
+                                  std::to_string(i) + " is absent");
+    return (*in_.shapes)[b];
+  }
+
 private:
   const OpInputs &in_;
 };
@@ -349,6 +358,34 @@ OpResults evalAdd(const rt::RefOp &op, const Operands &x) {
   return {std::move(c)};
 }
 
+/// linalg.fill [] -> [B]: every element of B is the "value" attribute.
+OpResults evalFill(const rt::RefOp &op, const Operands &x) {
+  const std::string *text = findAttr(op, "value");
+  if (!text)
+    throw std::invalid_argument(op.name + " lacks its attribute 'value'");
+  char *end = nullptr;
+  const double value = std::strtod(text->c_str(), &end);
+  if (text->empty() || *end != '\0')
+    throw std::invalid_argument("attribute 'value' of " + op.name + " is '" +
+                                *text + "', expected a number");
+  DTensor b(x.resultShape(0));
+  std::fill(b.data.begin(), b.data.end(), value);
+  return {std::move(b)};
+}
+
+/// tensor.expand_shape / tensor.collapse_shape [A] -> [B]: the same
+/// elements in row-major order, in the result buffer's shape.
+OpResults evalReshape(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required(0, "src");
+  DTensor b(x.resultShape(0));
+  if (b.data.size() != a.data.size())
+    throw std::invalid_argument(op.name + ": " + shapeString(a.shape) +
+                                " has another element count than " +
+                                shapeString(b.shape));
+  b.data = a.data;
+  return {std::move(b)};
+}
+
 /// linalg.transpose [A] -> [B]: dimension d of B is dimension
 /// permutation[d] of A (the "permutation" attribute, comma-separated).
 OpResults evalTranspose(const rt::RefOp &op, const Operands &x) {
@@ -554,6 +591,11 @@ OpResults evaluate(const OpInputs &in) {
     results = evalAdd(op, x);
   else if (op.name == "linalg.transpose")
     results = evalTranspose(op, x);
+  else if (op.name == "linalg.fill")
+    results = evalFill(op, x);
+  else if (op.name == "tensor.expand_shape" ||
+           op.name == "tensor.collapse_shape")
+    results = evalReshape(op, x);
   else
     throw UnsupportedError("op '" + op.name +
                            "' is not known to the checker");

@@ -24,10 +24,15 @@ using namespace mlir;
 
 namespace moec {
 
-void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile) {
+void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile,
+                              const std::string &kernelTarget) {
   // Before the tile choice: the input gradient's adapter in the forward form
-  // is one the wgmma kernel fuses.
+  // is one the wgmma kernel fuses, and on sm90a the adapter gradients are
+  // grouped matmuls it runs.
   pm.addPass(moe::createMoeTransposeLoraAdaptersPass());
+  moe::MoeDecomposeLoraGradPassOptions decompose;
+  decompose.target = kernelTarget;
+  pm.addPass(moe::createMoeDecomposeLoraGradPass(decompose));
   pm.addPass(moe::createMoeFusePermutePass());
   pm.addPass(moe::createMoeFuseEpiloguePass());
   pm.addPass(moe::createMoeFuseCombinePass());
@@ -45,7 +50,7 @@ void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile) {
 
 void buildMoeToKernelsPipeline(OpPassManager &pm, const TileOverride &tile,
                                const std::string &target) {
-  buildMoeOptimizePipeline(pm, tile);
+  buildMoeOptimizePipeline(pm, tile, target);
   MoeSelectKernelOptions select;
   select.target = target;
   pm.addPass(createMoeSelectKernel(select));

@@ -6,8 +6,9 @@ func.func @nonzero_accumulator(%a: tensor<?x16xf32>, %b: tensor<16x8xf32>)
   %t = tensor.dim %a, %c0 : tensor<?x16xf32>
   %one = arith.constant 1.0 : f32
   %e = tensor.empty(%t) : tensor<?x8xf32>
-  // expected-error @+1 {{only a zero fill of tensor.empty}}
+  // A constant tensor lowers (a fill kernel), but not as an accumulator.
   %acc = linalg.fill ins(%one : f32) outs(%e : tensor<?x8xf32>) -> tensor<?x8xf32>
+  // expected-error @+1 {{needs a zero-filled tensor.empty accumulator}}
   %c = linalg.matmul ins(%a, %b : tensor<?x16xf32>, tensor<16x8xf32>)
       outs(%acc : tensor<?x8xf32>) -> tensor<?x8xf32>
   return %c : tensor<?x8xf32>
@@ -65,4 +66,21 @@ func.func @dim_index_negative(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
   %t = tensor.dim %x, %c : tensor<?x64xbf16>
   %y = moe.swiglu %x : tensor<?x64xbf16> -> tensor<?x32xbf16>
   return %y : tensor<?x32xbf16>
+}
+
+// -----
+
+func.func @fill_of_argument(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %one = arith.constant 1.0 : f32
+  // expected-error @+1 {{only a fill of tensor.empty with a constant float}}
+  %f = linalg.fill ins(%one : f32) outs(%a : tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %f : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @dynamic_reshape(%a: tensor<?x8xf32>) -> tensor<?xf32> {
+  // expected-error @+1 {{of a dynamic shape is not supported}}
+  %r = tensor.collapse_shape %a [[0, 1]] : tensor<?x8xf32> into tensor<?xf32>
+  return %r : tensor<?xf32>
 }

@@ -28,6 +28,9 @@
 // RUN: moec run %s --entry lora_grad_aligned --sym T=0 --sym M=12 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_aligned --sym T=9 --sym M=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_long_rows --sym T=37 --sym M=74 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_wgmma --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_wgmma --sym T=37 --sym M=74 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_wgmma_grouped --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // The backward moe-autodiff derives for a LoRA layer (save=inputs, so the
@@ -165,6 +168,41 @@ func.func @lora_grad_aligned(%x: tensor<?x40xbf16>,
       : tensor<?x40xbf16>, tensor<?x36xbf16>, tensor<4xi32>
       -> tensor<32x40xf32>, tensor<36x32xf32>
   return %da, %db : tensor<32x40xf32>, tensor<36x32xf32>
+}
+
+// Shapes the sm_90a wgmma kernel takes once moe-decompose-lora-grad has
+// made them four grouped matmuls (on the host the fused kernel runs):
+// gathered (k = 2 of 8 experts, r = 16, K = 72, N = 40, s = 2, f32
+// gradients) and grouped rows (4 experts, r = 8, K = 136, N = 24, s = 1,
+// bf16 gradients; K past one 128-row tile of the weight gradient).
+func.func @lora_grad_wgmma(%x: tensor<?x72xbf16>,
+                           %dy: tensor<?x40xbf16> {moe.sym = "M"},
+                           %ids: tensor<?x2xi32>,
+                           %la: tensor<128x72xbf16>, %lb: tensor<40x128xbf16>)
+    -> (tensor<128x72xf32>, tensor<40x128xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %da, %db = moe.lora_grad %x, %dy, %offsets
+      lora(%la, %lb : tensor<128x72xbf16>, tensor<40x128xbf16>)
+      gather(%slots : tensor<?xi32>) {k = 2 : i64, lora_scaling = 2.0 : f32}
+      : tensor<?x72xbf16>, tensor<?x40xbf16>, tensor<8xi32>
+      -> tensor<128x72xf32>, tensor<40x128xf32>
+  return %da, %db : tensor<128x72xf32>, tensor<40x128xf32>
+}
+
+func.func @lora_grad_wgmma_grouped(%x: tensor<?x136xbf16>,
+                                   %dy: tensor<?x24xbf16>,
+                                   %ids: tensor<?x1xi32>,
+                                   %la: tensor<32x136xbf16>,
+                                   %lb: tensor<24x32xbf16>)
+    -> (tensor<32x136xbf16>, tensor<24x32xbf16>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %da, %db = moe.lora_grad %x, %dy, %offsets
+      lora(%la, %lb : tensor<32x136xbf16>, tensor<24x32xbf16>)
+      : tensor<?x136xbf16>, tensor<?x24xbf16>, tensor<4xi32>
+      -> tensor<32x136xbf16>, tensor<24x32xbf16>
+  return %da, %db : tensor<32x136xbf16>, tensor<24x32xbf16>
 }
 
 // dA and dB over grouped rows (k = 1, r = 3), f32 throughout.

@@ -36,9 +36,12 @@ struct TileOverride {
   std::string tuningCache, tuningTarget;
 };
 
-/// Fusion and tiling on tensors.
+/// Fusion and tiling on tensors. `kernelTarget` (sm90a, host, ...; empty:
+/// the module's #moe.target) enables target-specific rewrites
+/// (moe-decompose-lora-grad).
 void buildMoeOptimizePipeline(mlir::OpPassManager &pm,
-                              const TileOverride &tile = {});
+                              const TileOverride &tile = {},
+                              const std::string &kernelTarget = "");
 /// moe-optimize + convert-moe-to-kernels (+ cleanup). `target` is the
 /// pass's option: generic, nvvm, rocdl or host.
 void buildMoeToKernelsPipeline(mlir::OpPassManager &pm,

@@ -9,6 +9,8 @@
 #include "moec/Dialect/Moe/Transforms/Tiling.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Matchers.h"
 
 using namespace mlir;
 using namespace moec;
@@ -79,12 +81,23 @@ moe::TileAttr kernels::tileForStrategy(moe::TileAttr tile,
                             /*producers=*/0);
 }
 
+bool kernels::isAccumulatorFill(Operation *op) {
+  auto fill = dyn_cast<linalg::FillOp>(op);
+  if (!fill || !fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() ||
+      !matchPattern(fill.getInputs()[0], m_AnyZeroFloat()))
+    return false;
+  return llvm::all_of(fill.getResult(0).getUsers(), [](Operation *user) {
+    return isa<linalg::MatmulOp>(user);
+  });
+}
+
 moe::TileAttr kernels::requestedTile(Operation *op) {
   // The scalar dense matmul's block (the sm90_wgmma one picks its own).
   if (isa<linalg::MatmulOp>(op))
     return moe::TileAttr::get(op->getContext(), 16, 16, 32, 256);
-  // One thread per element of a linalg.add or linalg.transpose.
-  if (isa<linalg::AddOp, linalg::TransposeOp>(op))
+  // One thread per element of a linalg.add, transpose, fill or reshape.
+  if (isa<linalg::AddOp, linalg::TransposeOp, linalg::FillOp,
+          tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op))
     return moe::TileAttr::get(op->getContext(), 1, 1, 1, 256);
   if (auto tile = op->getAttrOfType<moe::TileAttr>(moe::kTileAttrName))
     return tile;

@@ -165,6 +165,11 @@ mlir::FailureOr<moe::TargetAttr> resolveKernelTarget(mlir::ModuleOp module,
   mlir::LogicalResult emit##Name(OpTy op, moe::TileAttr tile,                  \
                                  BufferMap buffer, LoweringContext &ctx);
 
+/// Whether `op` is a zero linalg.fill of a tensor.empty that only
+/// linalg.matmul ops take as their accumulator: not a kernel, the matmul
+/// zeroes its own.
+bool isAccumulatorFill(mlir::Operation *op);
+
 void populateScalarKernelPatterns(KernelPatternSet &patterns,
                                   const TargetInfo &target);
 void populateVectorKernelPatterns(KernelPatternSet &patterns,

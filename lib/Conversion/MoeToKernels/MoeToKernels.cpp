@@ -23,6 +23,7 @@
 #include "mlir/IR/Matchers.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <cstdio>
 
@@ -98,6 +99,9 @@ std::optional<SmallVector<Value>> unsegmentedOperands(Operation *op) {
       .Case([](linalg::TransposeOp transpose) {
         return SmallVector<Value>{transpose.getInput()};
       })
+      .Case([](linalg::FillOp) { return SmallVector<Value>{}; })
+      .Case<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(
+          [](auto reshape) { return SmallVector<Value>{reshape.getSrc()}; })
       .Case([](moe::RouterTopKOp topk) {
         return SmallVector<Value>{topk.getLogits(), topk.getSelectionBias()};
       })
@@ -397,13 +401,8 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
   }
   if (isa<tensor::EmptyOp>(op))
     return success();
-  if (auto fill = dyn_cast<linalg::FillOp>(op)) {
-    Value init = fill.getOutputs()[0];
-    if (!init.getDefiningOp<tensor::EmptyOp>() ||
-        !matchPattern(fill.getInputs()[0], m_AnyZeroFloat()))
-      return op->emitOpError("only a zero fill of tensor.empty (a matmul's "
-                             "accumulator) is supported");
-    zeroFilled.insert(fill.getResult(0));
+  if (kernels::isAccumulatorFill(op)) {
+    zeroFilled.insert(op->getResult(0));
     return success();
   }
 
@@ -424,6 +423,21 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     if (!add.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
       return op->emitOpError("needs a tensor.empty init (the sum overwrites "
                              "it)");
+  } else if (auto fill = dyn_cast<linalg::FillOp>(op)) {
+    // A constant tensor (a matmul's zero accumulator returned above).
+    FloatAttr value;
+    if (!fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() ||
+        !matchPattern(fill.getInputs()[0], m_Constant(&value)))
+      return op->emitOpError("only a fill of tensor.empty with a constant "
+                             "float is supported");
+    extraAttrs.push_back(
+        {"value", llvm::formatv("{0:e16}", value.getValueAsDouble()).str()});
+  } else if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op)) {
+    // A copy into a buffer of the new shape (the bundle keeps one shape per
+    // buffer, so a view of the source cannot be described).
+    if (!cast<ShapedType>(op->getResult(0).getType()).hasStaticShape())
+      return op->emitOpError("of a dynamic shape is not supported (only "
+                             "static reshapes lower)");
   } else if (auto transpose = dyn_cast<linalg::TransposeOp>(op)) {
     if (transpose.getPermutation().empty())
       return op->emitOpError("of a rank-0 tensor is not supported (nothing "
@@ -439,7 +453,9 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     return op->emitOpError("is not supported in a function lowered to "
                            "kernels (supported: moe ops, linalg.matmul with a "
                            "zero-filled accumulator, linalg.add, "
-                           "linalg.transpose, tensor.dim, constants)");
+                           "linalg.transpose, linalg.fill, static "
+                           "tensor.expand_shape and tensor.collapse_shape, "
+                           "tensor.dim, constants)");
   }
 
   auto buffer = [&](Value tensor) -> Value {
@@ -450,7 +466,7 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
                                   ? SmallVector<Value>(linalgOp.getDpsInputs())
                                   : SmallVector<Value>(op->getOperands());
   for (Value operand : inputs)
-    if (!buffer(operand))
+    if (isa<TensorType>(operand.getType()) && !buffer(operand))
       return op->emitOpError("operand is not produced by a lowered op or a "
                              "function argument");
 

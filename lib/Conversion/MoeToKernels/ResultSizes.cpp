@@ -136,6 +136,21 @@ moec::kernels::resultSizes(Operation *op, BufferMap buffer,
     sizes = std::move(*reified);
     return success();
   }
+  // Static results need no reifying (a tensor.expand_shape's model may not
+  // be registered).
+  if (llvm::all_of(op->getResultTypes(), [](Type type) {
+        auto shaped = dyn_cast<ShapedType>(type);
+        return shaped && shaped.hasStaticShape();
+      })) {
+    KernelBuilder &h = ctx.host();
+    sizes.clear();
+    for (Type type : op->getResultTypes()) {
+      SmallVector<Value> &dims = sizes.emplace_back();
+      for (int64_t size : cast<ShapedType>(type).getShape())
+        dims.push_back(h.idx(size));
+    }
+    return success();
+  }
   // permute_grad's token count is not in its operands (its slots are
   // padded rows): a dynamic one is the function's token count T.
   if (auto grad = dyn_cast<moe::PermuteGradOp>(op)) {

@@ -12,6 +12,7 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 namespace moec {
 #define GEN_PASS_DEF_MOESELECTKERNEL
@@ -40,13 +41,18 @@ struct MoeSelectKernelPass
 
     MLIRContext *context = &getContext();
     WalkResult walked = module.walk([&](Operation *op) {
-      // The conversion lowers matmuls, adds and transposes on tensors (it
-      // rejects others).
+      // The conversion lowers matmuls, adds, transposes, fills and reshapes
+      // on tensors (it rejects others).
       if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
           linalgOp && !linalgOp.hasPureTensorSemantics())
         return WalkResult::advance();
-      if (!isa<linalg::MatmulOp, linalg::AddOp, linalg::TransposeOp>(op) &&
+      if (!isa<linalg::MatmulOp, linalg::AddOp, linalg::TransposeOp,
+               linalg::FillOp, tensor::ExpandShapeOp,
+               tensor::CollapseShapeOp>(op) &&
           !isa_and_nonnull<moe::MoeDialect>(op->getDialect()))
+        return WalkResult::advance();
+      // A matmul's zero accumulator is no kernel of its own.
+      if (isAccumulatorFill(op))
         return WalkResult::advance();
       auto kernel = patterns.kernelFor(op);
       if (failed(kernel))

@@ -10,6 +10,8 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Matchers.h"
 
 using namespace mlir;
 using namespace moec;
@@ -277,6 +279,59 @@ LogicalResult scalar::emitElementwiseAdd(linalg::AddOp op, moe::TileAttr tile,
         b.storeF(b.fadd(b.loadF(a[0], index), b.loadF(a[1], index)), a[2],
                  index);
       });
+}
+
+LogicalResult scalar::emitFill(linalg::FillOp op, moe::TileAttr tile,
+                               BufferMap buffer, LoweringContext &ctx) {
+  // A constant tensor (e.g. the LoRA scale as a row_scale vector); the zero
+  // fill of a matmul's accumulator never becomes a kernel.
+  FloatAttr value;
+  if (!matchPattern(op.getInputs()[0], m_Constant(&value)))
+    return op.emitOpError("needs a constant float fill value");
+  double constant = value.getValueAsDouble();
+  Value out = buffer(op.getResult(0));
+  return launchPerElement(
+      ctx, tile, {out},
+      [&](KernelBuilder &b, ValueRange a, ArrayRef<Value> index) {
+        b.storeF(b.f32(static_cast<float>(constant)), a[0], index);
+      });
+}
+
+namespace {
+
+/// The copy of a reshape: result element i (row-major) is the source's
+/// element i, so the flat index goes back out as source coordinates.
+LogicalResult emitReshape(Value in, Value out, moe::TileAttr tile,
+                          LoweringContext &ctx) {
+  int64_t sourceRank = cast<ShapedType>(in.getType()).getRank();
+  return launchPerElement(
+      ctx, tile, {in, out},
+      [&](KernelBuilder &b, ValueRange a, ArrayRef<Value> index) {
+        Value flat = b.idx(0);
+        for (auto [d, i] : llvm::enumerate(index))
+          flat = b.add(b.mul(flat, b.dim(a[1], d)), i);
+        SmallVector<Value> source(sourceRank);
+        for (int64_t d = sourceRank - 1; d >= 0; --d) {
+          Value size = b.dim(a[0], d);
+          source[d] = d == 0 ? flat : b.rem(flat, size);
+          flat = b.div(flat, size);
+        }
+        b.storeVec(b.loadVec(a[0], source, 1), a[1], index);
+      });
+}
+
+} // namespace
+
+LogicalResult scalar::emitExpandShape(tensor::ExpandShapeOp op,
+                                      moe::TileAttr tile, BufferMap buffer,
+                                      LoweringContext &ctx) {
+  return emitReshape(buffer(op.getSrc()), buffer(op.getResult()), tile, ctx);
+}
+
+LogicalResult scalar::emitCollapseShape(tensor::CollapseShapeOp op,
+                                        moe::TileAttr tile, BufferMap buffer,
+                                        LoweringContext &ctx) {
+  return emitReshape(buffer(op.getSrc()), buffer(op.getResult()), tile, ctx);
 }
 
 LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,

@@ -7,6 +7,7 @@
 #include "ScalarKernels.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 using namespace mlir;
 using namespace moec;
@@ -37,6 +38,9 @@ void kernels::populateScalarKernelPatterns(KernelPatternSet &patterns,
   patterns.add<moe::LoraGradOp>(scalar, emitLoraGrad);
   patterns.add<linalg::AddOp>(scalar, emitElementwiseAdd);
   patterns.add<linalg::TransposeOp>(scalar, emitTranspose);
+  patterns.add<linalg::FillOp>(scalar, emitFill);
+  patterns.add<tensor::ExpandShapeOp>(scalar, emitExpandShape);
+  patterns.add<tensor::CollapseShapeOp>(scalar, emitCollapseShape);
   patterns.add<moe::SwigluOp>(scalar, emitSwiglu);
   patterns.add<moe::SwigluGradOp>(scalar, emitSwigluGrad);
   patterns.add<moe::QuantizeOp>(scalar, emitQuantize);

@@ -21,9 +21,15 @@
 
 namespace mlir::linalg {
 class AddOp;
+class FillOp;
 class TransposeOp;
 class MatmulOp;
 } // namespace mlir::linalg
+
+namespace mlir::tensor {
+class CollapseShapeOp;
+class ExpandShapeOp;
+} // namespace mlir::tensor
 
 namespace moec::kernels::scalar {
 
@@ -43,6 +49,9 @@ MOEC_SCALAR_KERNEL(mlir::linalg::MatmulOp, DenseMatmul) // Matmul.cpp
 MOEC_SCALAR_KERNEL(moe::LoraGradOp, LoraGrad)           // LoraGrad.cpp
 MOEC_SCALAR_KERNEL(mlir::linalg::AddOp, ElementwiseAdd) // Elementwise.cpp
 MOEC_SCALAR_KERNEL(mlir::linalg::TransposeOp, Transpose) // Elementwise.cpp
+MOEC_SCALAR_KERNEL(mlir::linalg::FillOp, Fill)          // Elementwise.cpp
+MOEC_SCALAR_KERNEL(mlir::tensor::ExpandShapeOp, ExpandShape) // Elementwise.cpp
+MOEC_SCALAR_KERNEL(mlir::tensor::CollapseShapeOp, CollapseShape) // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::SwigluOp, Swiglu)               // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::SwigluGradOp, SwigluGrad)       // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::QuantizeOp, Quantize)           // Elementwise.cpp

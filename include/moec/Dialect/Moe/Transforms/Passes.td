@@ -176,6 +176,58 @@ def MoeTransposeLoraAdaptersPass : Pass<"moe-transpose-lora-adapters"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
+  let summary = "On sm90a, computes the LoRA adapter gradients with four "
+                "grouped matmuls";
+  let description = [{
+    `moe.lora_grad` (the adapter gradients `moe-autodiff` derives) is one
+    fused kernel on every target; its products run on SIMT cores. On
+    `sm90a` this pass rewrites it into four `moe.grouped_matmul` ops the
+    wgmma kernel runs, with `s = lora_scaling`:
+
+    * `u = s · x · A_eᵀ`: forward, `A` `[E*r, K]` read as `[E, r, K]`
+      (`tensor.expand_shape`) with `transpose_rhs`, `x` gathered as the op
+      reads it, `s` as a `row_scale` (`linalg.fill`, only when `s != 1`);
+    * `du = s · dy · B_e`: forward on `Bᵀ` (`linalg.transpose`) read as
+      `[E, r, N]`;
+    * `dB`: `mode = weight_grad` of `dy` and `u`, `[E, N, r]`, transposed
+      to `[N, E, r]` and joined to `[N, E*r]` (`tensor.collapse_shape`);
+    * `dA`: `mode = weight_grad` of `du` and `x`, `[E, r, K]` joined to
+      `[E*r, K]`; with a gathered `x` (the weight gradient gathers only its
+      lhs) `weight_grad` of `x` and `du`, `[E, K, r]`, transposed first.
+
+    ```mlir
+    %da, %db = moe.lora_grad %x, %dy, %offsets lora(%a, %b : ...)
+        gather(%slots : tensor<?xi32>) {k = 8 : i64, lora_scaling = 2.0 : f32}
+    // becomes (sketch)
+    %u   = moe.grouped_matmul %x, %a3, %offsets gather(%slots) row_scale(%s)
+    %du  = moe.grouped_matmul %dy, %bt3, %offsets row_scale(%s)
+    %dbT = moe.grouped_matmul %dy, %u, %offsets {mode = weight_grad}
+    %daT = moe.grouped_matmul %x, %du, %offsets gather(%slots)
+        {mode = weight_grad}
+    ```
+
+    `u` and `du` are rounded to the operands' type between the products,
+    as a composition of `torch._grouped_mm` calls does (the fused kernel
+    keeps them in f32). The rewrite applies where the wgmma kernel takes
+    all four matmuls: bf16 or f16 operands of one type, static `K` and
+    `N`, the rank a multiple of 8, at most 1023 experts; other
+    `moe.lora_grad` ops stay. Elsewhere (host, nvvm, rocdl, generic) the
+    fused kernel is faster than four scalar matmuls, so the pass does
+    nothing. `target` is the kernel target (`sm90a`, ...); empty takes the
+    module's `#moe.target` kind.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"\"",
+           "Kernel target kind (only sm90a rewrites; empty: the module's "
+           "#moe.target)">
+  ];
+  let dependentDialects = ["::moec::moe::MoeDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
   let summary = "Derives the backward (vector-Jacobian product) of a function "
                 "of moe ops";
