@@ -300,23 +300,37 @@ LogicalResult scalar::emitFill(linalg::FillOp op, moe::TileAttr tile,
 namespace {
 
 /// The copy of a reshape: result element i (row-major) is the source's
-/// element i, so the flat index goes back out as source coordinates.
+/// element i. One thread per 16-byte piece where both last dimensions hold
+/// whole pieces (the layout copies of moe-decompose-lora-grad: adapters and
+/// their gradients, tens to hundreds of MB), else per element. The shapes
+/// are static (the conversion checks it).
 LogicalResult emitReshape(Value in, Value out, moe::TileAttr tile,
                           LoweringContext &ctx) {
-  int64_t sourceRank = cast<ShapedType>(in.getType()).getRank();
-  return launchPerElement(
-      ctx, tile, {in, out},
-      [&](KernelBuilder &b, ValueRange a, ArrayRef<Value> index) {
-        Value flat = b.idx(0);
-        for (auto [d, i] : llvm::enumerate(index))
-          flat = b.add(b.mul(flat, b.dim(a[1], d)), i);
-        SmallVector<Value> source(sourceRank);
-        for (int64_t d = sourceRank - 1; d >= 0; --d) {
-          Value size = b.dim(a[0], d);
-          source[d] = d == 0 ? flat : b.rem(flat, size);
-          flat = b.div(flat, size);
-        }
-        b.storeVec(b.loadVec(a[0], source, 1), a[1], index);
+  auto inType = cast<ShapedType>(in.getType());
+  auto outType = cast<ShapedType>(out.getType());
+  int64_t width = KernelBuilder::vectorWidth(inType.getElementType());
+  if (width < 1 || inType.getShape().back() % width ||
+      outType.getShape().back() % width)
+    width = 1;
+  KernelBuilder &h = ctx.host();
+  Value count = h.idx(outType.getNumElements() / width);
+  // Coordinates of flat element `flat` in a row-major `shape`.
+  auto unflatten = [](KernelBuilder &b, Value flat, ArrayRef<int64_t> shape) {
+    SmallVector<Value> index(shape.size());
+    for (int64_t d = shape.size() - 1; d >= 0; --d) {
+      Value size = b.idx(shape[d]);
+      index[d] = d == 0 ? flat : b.rem(flat, size);
+      flat = b.div(flat, size);
+    }
+    return index;
+  };
+  return launchPerItem(
+      ctx, "", count, tile, {in, out},
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        Value flat = b.mul(id, b.idx(width));
+        b.storeVec(b.loadVec(a[0], unflatten(b, flat, inType.getShape()),
+                             width),
+                   a[1], unflatten(b, flat, outType.getShape()));
       });
 }
 
