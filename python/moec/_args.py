@@ -87,6 +87,11 @@ def _cai_device(obj) -> int:
     return int(getattr(device, "id", 0) or 0)
 
 
+def is_positive_int(value) -> bool:
+    """An int (not a bool) above zero: the check of count arguments."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def contiguous_strides(shape: Sequence[int]) -> tuple:
     strides, step = [], 1
     for extent in reversed(shape):

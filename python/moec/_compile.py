@@ -13,6 +13,7 @@ import tempfile
 from typing import Callable, Optional, Sequence, Union
 
 from . import _native
+from ._args import is_positive_int
 from ._bundle import Bundle, MoecError
 from ._ir import Builder, TensorSpec, Value, tracing
 
@@ -166,7 +167,7 @@ def _tile_dict(tile) -> dict:
         if key not in ("m", "n", "k", "threads"):
             raise ValueError(f"'tile': unknown field {key!r} (expected m, n, "
                              f"k, threads)")
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        if not is_positive_int(value):
             raise ValueError(f"'tile': field {key!r} must be a positive int, "
                              f"got {value!r}")
     return dict(sorted(tile.items()))
@@ -233,9 +234,8 @@ def compile(source, target: Union[str, Sequence[str]] = "sm_90a",
     text, arg_names = _module_text(source)
     targets = _targets(target)
     tile_options = _tile_dict(tile)
-    if sm_count is not None and (not isinstance(sm_count, int) or
-                                 isinstance(sm_count, bool) or
-                                 not 1 <= sm_count <= 65536):
+    if sm_count is not None and not (is_positive_int(sm_count) and
+                                     sm_count <= 65536):
         raise ValueError(f"'sm_count': expected an int in [1, 65536], got "
                          f"{sm_count!r}")
     kwargs = dict(module_text=text, tile=tile_options, arg_names=arg_names)

@@ -43,6 +43,7 @@ import torch.distributed as dist
 from torch import nn
 
 from . import _native, ops
+from ._args import is_positive_int
 from ._bundle import Bundle, Entry
 from ._compile import Kernel, compile as _compile
 from ._dtypes import canonical
@@ -356,14 +357,11 @@ class ExpertParallelMoE(nn.Module):
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
         self.tile, self.save = tile, save
-        if (not isinstance(chunks, int) or isinstance(chunks, bool) or
-                chunks < 1):
+        if not is_positive_int(chunks):
             raise ValueError(f"'chunks': expected a positive int, got "
                              f"{chunks!r}")
         self.chunks = chunks
-        if sm_count is not None and (not isinstance(sm_count, int) or
-                                     isinstance(sm_count, bool) or
-                                     sm_count < 1):
+        if sm_count is not None and not is_positive_int(sm_count):
             raise ValueError(f"'sm_count': expected a positive int, got "
                              f"{sm_count!r}")
         if not dist.is_available() or not dist.is_initialized():

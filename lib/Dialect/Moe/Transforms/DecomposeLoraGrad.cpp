@@ -11,6 +11,8 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 
+#include "Transposed.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -52,22 +54,6 @@ bool decomposable(LoraGradOp op) {
     return false;
   int64_t rank = a.getDimSize(0) / experts;
   return rank >= 8 && rank % 8 == 0;
-}
-
-Value emptyLike(OpBuilder &builder, Location loc, ArrayRef<int64_t> shape,
-                Type elem) {
-  return tensor::EmptyOp::create(builder, loc, shape, elem);
-}
-
-Value transposed(OpBuilder &builder, Location loc, Value value,
-                 ArrayRef<int64_t> permutation) {
-  auto type = cast<RankedTensorType>(value.getType());
-  SmallVector<int64_t> shape;
-  for (int64_t p : permutation)
-    shape.push_back(type.getDimSize(p));
-  Value init = emptyLike(builder, loc, shape, type.getElementType());
-  return linalg::TransposeOp::create(builder, loc, value, init, permutation)
-      .getResult()[0];
 }
 
 /// [E*r, X] <-> [E, r, X] (the first two dimensions split or joined).

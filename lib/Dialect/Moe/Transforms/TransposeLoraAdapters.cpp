@@ -10,6 +10,8 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 
+#include "Transposed.h"
+
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
@@ -24,18 +26,6 @@ using namespace moec::moe;
 
 namespace {
 
-/// `value` (rank 2) transposed into a new tensor.empty.
-Value transposed(OpBuilder &builder, Location loc, Value value) {
-  auto type = cast<RankedTensorType>(value.getType());
-  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(builder, loc, value);
-  std::swap(sizes[0], sizes[1]);
-  Value init =
-      tensor::EmptyOp::create(builder, loc, sizes, type.getElementType());
-  return linalg::TransposeOp::create(builder, loc, value, init,
-                                     ArrayRef<int64_t>{1, 0})
-      .getResult()[0];
-}
-
 struct MoeTransposeLoraAdaptersPass
     : moec::moe::impl::MoeTransposeLoraAdaptersPassBase<
           MoeTransposeLoraAdaptersPass> {
@@ -46,8 +36,9 @@ struct MoeTransposeLoraAdaptersPass
       // s · (x · B_e) · A_e  ==  s · (x · (Bᵀ)_eᵀ) · ((Aᵀ)_e)ᵀ: Bᵀ is the
       // forward form's A [E*r, K], Aᵀ its B [N, E*r].
       OpBuilder builder(matmul);
-      Value a = transposed(builder, matmul.getLoc(), matmul.getLoraB());
-      Value b = transposed(builder, matmul.getLoc(), matmul.getLoraA());
+      Location loc = matmul.getLoc();
+      Value a = transposed(builder, loc, matmul.getLoraB(), {1, 0});
+      Value b = transposed(builder, loc, matmul.getLoraA(), {1, 0});
       matmul.getLoraAMutable().assign(a);
       matmul.getLoraBMutable().assign(b);
       matmul.setTransposeLora(false);
