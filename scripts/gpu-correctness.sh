@@ -79,7 +79,8 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_cl_aligned_long_k gmm_kn_row_scale gmm_kn_gather \
              gmm_kn_cl_swiglu dense_kn gmm_wgrad_rows gmm_wgrad_gather_ws \
              dense_at_b dense_at_b_narrow gmm_lora_swiglu_gather gmm_lora_kn_r8 \
-             gmm_lora_long_k_r64 gmm_lora_staged gmm_lora_r128_swiglu; do
+             gmm_lora_long_k_r64 gmm_lora_staged gmm_lora_r128_swiglu \
+             gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64; do
   for t in 1 45 3000; do
     run hopper.moecb $entry $t uniform --iters 5
   done

@@ -214,7 +214,7 @@ func.func @dense_at_b(%dl: tensor<?x128xbf16>, %x: tensor<?x2048xbf16>)
 
 // -----
 
-// LoRA fused (block barriers, n = 256 without a producer warpgroup): each
+// LoRA fused (block barriers asked for, n = 256 without a producer warpgroup): each
 // K slice's 4 wgmmas are followed by 4 m64n16k16 ones (x · A_eᵀ, r = 16)
 // from the stage's A_e tile; after the k-loop the LoRA product U · B_eᵀ is
 // one m64n256k16 wgmma (R = 16) from the last stage, then the epilogue.
@@ -245,6 +245,52 @@ func.func @dense_at_b(%dl: tensor<?x128xbf16>, %x: tensor<?x2048xbf16>)
 func.func @lora(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
                 %w: tensor<128x1536x2048xbf16>, %offsets: tensor<128xi32>,
                 %a: tensor<2048x2048xbf16>, %b: tensor<1536x2048xbf16>)
+    -> tensor<?x768xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      lora(%a, %b : tensor<2048x2048xbf16>, tensor<1536x2048xbf16>)
+      {k = 8 : i64, transpose_rhs, lora_scaling = 2.0 : f32,
+       activation = #moe.activation<swiglu>,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256>}
+      : tensor<?x2048xbf16>, tensor<128x1536x2048xbf16>, tensor<128xi32>
+      -> tensor<?x768xbf16>
+  return %y : tensor<?x768xbf16>
+}
+
+// -----
+
+// LoRA in the warp-specialized kernel (the default at n = 256, r <= 64).
+// Every producer thread's cp.async of the A_e rows arrives on a stage's
+// full barrier (128 + the TMA thread); a last barrier pair hands the B_e
+// tile over (128 producer arrivals, 8 MMA warps). The producer loads B_e
+// after the tile's last slice; the MMA warpgroups add x · A_eᵀ in the
+// k-loop, then write s · U behind a barrier of their 128 threads, wait for
+// B_e and add U · B_eᵀ with one m64n256k16 wgmma (R = 16) before freeing
+// the B_e tile.
+// CHECK-LABEL: gpu.func @lora_ws_k0_grouped_matmul_wgmma(
+// CHECK: nvvm.mbarrier.init {{.*}}, %c129_i32
+// CHECK: nvvm.mbarrier.init {{.*}}, %c8_i32
+// CHECK: nvvm.mbarrier.init {{.*}}, %c128_i32
+// CHECK: nvvm.mbarrier.init {{.*}}, %c8_i32
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// CHECK: nvvm.cp.async.mbarrier.arrive {{.*}} {noinc = true}
+// CHECK: nvvm.mbarrier.try_wait.parity
+// CHECK: nvvm.cp.async.shared.global
+// CHECK: nvvm.cp.async.mbarrier.arrive {{.*}} {noinc = true}
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 16, k = 16>
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: nvvm.barrier id = {{.*}} number_of_threads = %c128_i32
+// CHECK: nvvm.mbarrier.try_wait.parity
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: nvvm.mbarrier.arrive
+// CHECK-LABEL: func.func @lora_ws(
+// CHECK: gpu.launch_func @lora_ws_kernels::@lora_ws_k0_grouped_matmul_wgmma {{.*}} threads in (%c384, %c1, %c1) {{.*}} moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384, stages = 3, band_m = 8, producers = 128>
+func.func @lora_ws(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
+                   %w: tensor<128x1536x2048xbf16>, %offsets: tensor<128xi32>,
+                   %a: tensor<2048x2048xbf16>, %b: tensor<1536x2048xbf16>)
     -> tensor<?x768xbf16> {
   %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
       lora(%a, %b : tensor<2048x2048xbf16>, tensor<1536x2048xbf16>)

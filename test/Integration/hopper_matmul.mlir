@@ -34,6 +34,8 @@
 // RUN: moec run %s --entry gmm_lora_kn_r8 --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_long_k_r64 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_staged --sym T=20 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_ws_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_ws_lora_long_k_r64 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_input_grad --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_input_grad --sym T=33 --sym M=66 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_r128_swiglu --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
@@ -387,7 +389,8 @@ func.func @gmm_lora_swiglu_gather(%x: tensor<?x200xbf16>, %ids: tensor<?x2xi32>,
 }
 
 // r = 8 (the U tile padded to 16 columns), rhs [E, K, N], f16: E = 16,
-// K = 136, N = 264 (two n-tiles, the last partial).
+// K = 136, N = 264 (two n-tiles, the last partial). n = 256 by default:
+// the warp-specialized kernel.
 func.func @gmm_lora_kn_r8(%x: tensor<?x136xf16>, %ids: tensor<?x1xi32>,
                           %w: tensor<16x136x264xf16>,
                           %la: tensor<128x136xf16>, %lb: tensor<264x128xf16>)
@@ -425,7 +428,7 @@ func.func @gmm_lora_long_k_r64(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
 }
 
 // A plain epilogue staged through the stages after the LoRA product
-// (r = 32): E = 16, K = 576, N = 256.
+// (r = 32; block barriers asked for): E = 16, K = 576, N = 256.
 func.func @gmm_lora_staged(%x: tensor<?x576xbf16>, %ids: tensor<?x1xi32>,
                            %w: tensor<16x256x576xbf16>,
                            %la: tensor<512x576xbf16>, %lb: tensor<256x512xbf16>)
@@ -436,10 +439,56 @@ func.func @gmm_lora_staged(%x: tensor<?x576xbf16>, %ids: tensor<?x1xi32>,
       : tensor<?x576xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x576xbf16>
   %y = moe.grouped_matmul %rows, %w, %offsets
       lora(%la, %lb : tensor<512x576xbf16>, tensor<256x512xbf16>)
-      {transpose_rhs, lora_scaling = 1.5 : f32}
+      {transpose_rhs, lora_scaling = 1.5 : f32,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256>}
       : tensor<?x576xbf16>, tensor<16x256x576xbf16>, tensor<16xi32>
       -> tensor<?x256xbf16>
   return %y : tensor<?x256xbf16>
+}
+
+// LoRA in the warp-specialized kernel: the A_e rows come by the producer's
+// cp.async into each stage, s · U and B_e go through tiles of their own
+// after the stages. Gathered lhs rows (cp.async), SwiGLU, r = 16, the
+// shapes of gmm_lora_swiglu_gather on an n = 256 tile.
+func.func @gmm_ws_lora_swiglu_gather(%x: tensor<?x200xbf16>,
+                                     %ids: tensor<?x2xi32>,
+                                     %w: tensor<8x144x200xbf16>,
+                                     %la: tensor<128x200xbf16>,
+                                     %lb: tensor<144x128xbf16>)
+    -> tensor<?x72xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      lora(%la, %lb : tensor<128x200xbf16>, tensor<144x128xbf16>)
+      {k = 2 : i64, transpose_rhs, lora_scaling = 2.0 : f32,
+       activation = #moe.activation<swiglu>,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x200xbf16>, tensor<8x144x200xbf16>, tensor<8xi32>
+      -> tensor<?x72xbf16>
+  return %y : tensor<?x72xbf16>
+}
+
+// The warp-specialized default at N = 264 with the lhs rows in order (TMA)
+// and r = 64 over K = 1096 (the stages go round several times per tile,
+// the B_e tile once per tile), a row scale and an f32 output: E = 8.
+func.func @gmm_ws_lora_long_k_r64(%x: tensor<?x1096xbf16>,
+                                  %ids: tensor<?x4xi32>, %p: tensor<?x4xf32>,
+                                  %w: tensor<8x264x1096xbf16>,
+                                  %la: tensor<512x1096xbf16>,
+                                  %lb: tensor<264x512xbf16>)
+    -> tensor<?x264xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x4xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows, %s = moe.permute %x, %slots, %offsets k = 4
+      probs(%p : tensor<?x4xf32> -> tensor<?xf32>)
+      : tensor<?x1096xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x1096xbf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets
+      lora(%la, %lb : tensor<512x1096xbf16>, tensor<264x512xbf16>)
+      row_scale(%s : tensor<?xf32>) {transpose_rhs, lora_scaling = 0.5 : f32}
+      : tensor<?x1096xbf16>, tensor<8x264x1096xbf16>, tensor<8xi32>
+      -> tensor<?x264xf32>
+  return %y : tensor<?x264xf32>
 }
 
 // A LoRA matmul's input gradient as moe-autodiff derives it: [E, K, N]

@@ -94,6 +94,31 @@ Value KernelEnv::stageBarrier(bool empty, Value slot) {
   return pointerAt(b, b.add(barrierBase, b.mul(index, b.idx(8))), 3);
 }
 
+Value KernelEnv::loraUpA() {
+  return b.add(stageBase, b.idx(plan.stages * plan.stageBytes()));
+}
+
+Value KernelEnv::loraUpB() {
+  return b.add(loraUpA(), b.idx(kBlockM * kRowBytes));
+}
+
+// After the stages' full and empty barriers.
+Value KernelEnv::loraBarrier(bool empty) {
+  return pointerAt(
+      b, b.add(barrierBase, b.idx((2 * plan.stages + (empty ? 1 : 0)) * 8)),
+      3);
+}
+
+Value KernelEnv::sharedView(Value address, Type elem, int64_t count) {
+  auto workgroup =
+      gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
+  return memref::ViewOp::create(
+      b,
+      MemRefType::get({ShapedType::kDynamic}, elem,
+                      MemRefLayoutAttrInterface(), workgroup),
+      smem, b.sub(address, addressOf(b, smem)), ValueRange{b.idx(count)});
+}
+
 SmallVector<Value> TileState::values() const {
   SmallVector<Value> v = {group, rowStart, rowCount, colStart};
   if (reduceStart)
@@ -215,14 +240,18 @@ void HopperKernel::emitBlockBarrier() {
   scf::YieldOp::create(b, next.values());
 }
 
-void HopperKernel::tileLoop(const std::function<Value(Value, Value)> &body) {
+void HopperKernel::tileLoop(
+    const std::function<std::pair<Value, Value>(Value, Value, Value)> &body) {
   KernelBuilder &b = env.b;
-  auto loop = scf::ForOp::create(b, cluster.firstUnit, schedule.tilesTotal,
-                                 schedule.tileStride, ValueRange{b.idx(0)});
+  auto loop =
+      scf::ForOp::create(b, cluster.firstUnit, schedule.tilesTotal,
+                         schedule.tileStride, ValueRange{b.idx(0), b.idx(0)});
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(loop.getBody());
-  scf::YieldOp::create(
-      b, body(loop.getInductionVar(), loop.getRegionIterArgs()[0]));
+  auto [slices, rounds] = body(loop.getInductionVar(),
+                               loop.getRegionIterArgs()[0],
+                               loop.getRegionIterArgs()[1]);
+  scf::YieldOp::create(b, ValueRange{slices, rounds});
 }
 
 static void setMaxRegisters(KernelBuilder &b, int64_t count,
@@ -256,12 +285,19 @@ void HopperKernel::emitWarpSpecialized() {
 void HopperKernel::producerRole() {
   KernelBuilder &b = env.b;
   setMaxRegisters(b, kProducerRegisters, NVVM::SetMaxRegisterAction::decrease);
-  tileLoop([&](Value tile, Value slices) -> Value {
+  tileLoop([&](Value tile, Value slices, Value rounds) {
     TileState t = tileState(tile);
-    return b.ifElse(
-        b.ult(t.group, b.idx(env.plan.experts)), b.getIndexType(),
-        [&] { return producer.produceTile(t, slices); },
+    Value expert = b.ult(t.group, b.idx(env.plan.experts));
+    Value end = b.ifElse(
+        expert, b.getIndexType(),
+        [&] {
+          Value next = producer.produceTile(t, slices);
+          if (env.plan.loraUpTiles())
+            producer.loadLoraUpTile(t, rounds);
+          return next;
+        },
         [&] { return slices; });
+    return std::pair(end, b.add(rounds, b.select(expert, b.idx(1), b.idx(0))));
   });
   producer.drain();
 }
@@ -274,10 +310,11 @@ void HopperKernel::consumerRole() {
   KernelBuilder &b = env.b;
   setMaxRegisters(b, kConsumerRegisters, NVVM::SetMaxRegisterAction::increase);
   mma.placeReleasers();
-  tileLoop([&](Value tile, Value slices) -> Value {
+  tileLoop([&](Value tile, Value slices, Value rounds) {
     TileState t = tileState(tile, /*withRows=*/false);
-    return b.ifElse(
-        b.ult(t.group, b.idx(env.plan.experts)), b.getIndexType(),
+    Value expert = b.ult(t.group, b.idx(env.plan.experts));
+    Value end = b.ifElse(
+        expert, b.getIndexType(),
         [&] {
           Value count = env.slicesOf(t);
           Value result = mma.specializedLoop(slices, count);
@@ -288,6 +325,8 @@ void HopperKernel::consumerRole() {
                      [&] { mma.release(b.sub(end, b.idx(1))); });
           else
             mma.release(b.sub(end, b.idx(1)));
+          if (env.plan.loraUpTiles())
+            result = mma.loraUpSpecialized(result, mma.loraDown, rounds);
           epilogue.emit(t, result);
           return end;
         },
@@ -295,5 +334,6 @@ void HopperKernel::consumerRole() {
           epilogue.zeroFill(t);
           return slices;
         });
+    return std::pair(end, b.add(rounds, b.select(expert, b.idx(1), b.idx(0))));
   });
 }

@@ -54,14 +54,19 @@
 // each or by cp.async one 16-byte chunk along N each, and wgmma reads it
 // N-major with its B transposed).
 //
-// LoRA (block-barrier kernel, HopperPlan::loraRank): a stage also holds
-// R rows of the adapter's A_e (r rounded up to 16, zeros past r), and each
-// K step adds one m64nRk16 wgmma of the A rows times them into a second,
-// small accumulator U = x · A_eᵀ. After the k-loop, s · U goes to the last
-// stage's A tile (bf16 in the 128-byte swizzle) and B_e's rows for the
-// tile's columns to its B tile, and R / 16 more wgmmas add U · B_eᵀ to the
-// tile's accumulators before the epilogue (in passes of 64 rank columns
-// past r = 64); the next tile's prologue leaves that stage free.
+// LoRA (HopperPlan::loraRank): a stage also holds R rows of the adapter's
+// A_e (r rounded up to 16, zeros past r; cp.async by the copy threads),
+// and each K step adds one m64nRk16 wgmma of the A rows times them into a
+// second, small accumulator U = x · A_eᵀ. After the k-loop, s · U goes to
+// shared memory as an A tile (bf16 in the 128-byte swizzle) and B_e's rows
+// for the tile's columns as a B tile, and R / 16 more wgmmas add U · B_eᵀ
+// to the tile's accumulators before the epilogue. The block-barrier kernel
+// uses the last stage for both (in passes of 64 rank columns past r = 64;
+// the next tile's prologue leaves that stage free). The warp-specialized
+// one (r <= 64) has tiles of its own after the stages: the producer loads
+// B_e once it has issued the tile's last slice (a full/empty mbarrier pair
+// hands the tile over, like a stage), and each MMA warpgroup writes and
+// reads only its own 64 rows of s · U, behind a warpgroup barrier.
 //
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
@@ -150,6 +155,14 @@ struct KernelEnv {
   mlir::Value stageLora(mlir::Value slot);
   /// The full (or empty) mbarrier of stage `slot` (warp-specialized).
   mlir::Value stageBarrier(bool empty, mlir::Value slot);
+  /// LoRA, warp-specialized: shared addresses of the epilogue product's
+  /// s · U tile (128 rows) and B_e tile (blockN rows) after the stages, and
+  /// the full (or empty) mbarrier of the B_e tile.
+  mlir::Value loraUpA();
+  mlir::Value loraUpB();
+  mlir::Value loraBarrier(bool empty);
+  /// A view of `count` elements of `elem` at shared address `address`.
+  mlir::Value sharedView(mlir::Value address, mlir::Type elem, int64_t count);
 };
 
 /// Where one tile is, and for a gathered lhs this thread's source rows
@@ -255,10 +268,18 @@ public:
   /// The first `ahead` slices of a tile, one commit group each.
   void loadPrologue(const TileState &t);
   /// LoRA: this thread's copies of B_e's rows for the tile's columns
-  /// (`width` rank columns from group * r + first, zeros past r) into stage
-  /// `slot`'s B tile, in the K-major layout of an [E, N, K] B stage.
-  void loadLoraUp(const TileState &t, mlir::Value slot, int64_t first,
+  /// (`width` rank columns from group * r + first, zeros past r) into the
+  /// B tile at shared address `tileB`, in the K-major layout of an
+  /// [E, N, K] B stage.
+  void loadLoraUp(const TileState &t, mlir::Value tileB, int64_t first,
                   int64_t width);
+  /// LoRA, warp-specialized: once the MMA warpgroups are done with the
+  /// B_e tile of the block's tile before (round - 1), this thread's copies
+  /// of tile `t`'s, completing on the B_e tile's full mbarrier.
+  void loadLoraUpTile(const TileState &t, mlir::Value round);
+  /// Waits for the phase of `round` (or the round before: a fresh barrier
+  /// counts as done) on `barrier`.
+  void waitPhase(mlir::Value barrier, mlir::Value round, bool previous);
 
   /// Slice `n` of the role's walk: its stage, and waiting for the phase
   /// of its round (or the round before) on the stage's barrier.
@@ -273,6 +294,12 @@ public:
   mlir::Value invalid;
 
 private:
+  /// Whether the producer threads copy into every stage with cp.async (a
+  /// gathered lhs, operands without tensor maps, LoRA's A_e rows): then
+  /// each arrives on the stage's full barrier.
+  bool cpAsyncArrivals() const {
+    return !env.args.lhsMap || env.plan.lora();
+  }
   mlir::Value rowOf(int64_t i);
   mlir::Value smemOffset(int64_t i);
   int64_t lhsRowsPerThread() const;
@@ -316,8 +343,13 @@ public:
   /// last stage (free until the next tile's second slice).
   mlir::Value loraUp(const TileState &t, mlir::Value current,
                      mlir::Value down);
-  /// LoRA: the U accumulators of the last blockBarrierLoop.
+  /// LoRA: the U accumulators of the last blockBarrierLoop or
+  /// specializedLoop.
   mlir::Value loraDown;
+  /// LoRA, warp-specialized: `current` plus s · U · B_eᵀ through the LoRA
+  /// tiles after the stages, B_e's being the producer's `round`-th.
+  mlir::Value loraUpSpecialized(mlir::Value current, mlir::Value down,
+                                mlir::Value round);
   /// Warp-specialized kernel: the k-loop over slices `slices`.. as the
   /// producer fills them, releasing each stage once read: the
   /// accumulators (the last slice's stage is not yet released).
@@ -333,6 +365,15 @@ public:
 
 private:
   mlir::scf::ForOp accumulatorLoop(mlir::Value count);
+  /// This thread's fragment of s · U, rank columns [first, first + width),
+  /// into the 128-row A tile at shared address `tileA` (bf16 or f16 in the
+  /// 128-byte swizzle, column first at column 0).
+  void storeScaledU(mlir::Value down, mlir::Value tileA, int64_t first,
+                    int64_t width);
+  /// `current` plus the warpgroup's rows of the A tile at `tileA` times the
+  /// K-major B tile at `tileB`, `width` deep: one commit group, waited for.
+  mlir::Value upMmas(mlir::Value current, mlir::Value tileA,
+                     mlir::Value tileB, int64_t width);
   mlir::Value zeroAccumulators(mlir::Type type, int64_t count);
   /// The wgmmas of the K slice in stage `slot` added to `current`; with
   /// `down` (LoRA) also x · A_eᵀ added to *down.
@@ -409,9 +450,10 @@ private:
   void emitWarpSpecialized();
   void producerRole();
   void consumerRole();
-  /// A loop over this block's tiles carrying the slice count.
-  void tileLoop(
-      const std::function<mlir::Value(mlir::Value, mlir::Value)> &body);
+  /// A loop over this block's tiles carrying the slice count and the
+  /// expert tiles so far (the rounds of the LoRA B_e tile).
+  void tileLoop(const std::function<std::pair<mlir::Value, mlir::Value>(
+                    mlir::Value, mlir::Value, mlir::Value)> &body);
   TileState tileState(mlir::Value tile, bool withRows = true);
   TileState noTile();
   /// The state of the tile after `tile` (or of none).

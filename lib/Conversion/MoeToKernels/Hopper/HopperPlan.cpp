@@ -72,15 +72,15 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
   // (bench/results/warp-specialization-h200.md). With cp.async for the
   // weights it had been slower at long K and DeepSeek-V3 SwiGLU; n = 128
   // (cp.async weights) was slower everywhere, so it keeps block barriers.
-  // LoRA: block barriers (the warp-specialized kernel has no free stage
-  // for the adapter's product). At n = 256 the U accumulators on top of the
-  // tile's 128 spill 100-268 bytes (ptxas), yet on an H100 n = 256 ran
-  // 1.11-1.35x faster than n = 128 at every bench/lora_kernels.py shape
-  // measured (Qwen3-30B-A3B, Mixtral, DeepSeek-V3; r = 16 and 64; T = 8192;
-  // bench/results/lora-kernels-h100.md).
-  plan.warpSpecialized = plan.blockN == 256 && loraRows == 0;
-  // Past rank 64 the U accumulators (R/2 registers) on top of an n = 256
-  // tile's 128 would not fit: n = 128.
+  // LoRA up to rank 64 takes the warp-specialized kernel too (its
+  // epilogue's product through shared memory of its own, B_e loaded by the
+  // producer during the k-loop): on the H200 1.08-1.49x faster than the
+  // block-barrier kernel at every bench/lora_kernels.py forward and dX
+  // shape at r = 16 and 64 (bench/results/lora-kernels-ws-h200.md). Past
+  // 64 the U accumulators (R/2 registers) on top of an n = 256 tile's 128
+  // would not fit: n = 128 and block barriers, whose product passes
+  // through the last stage.
+  plan.warpSpecialized = plan.blockN == 256 && loraRows <= kBlockK;
   if (loraRows > kBlockK)
     plan.blockN = 128;
   plan.loraRows = loraRows;
@@ -92,8 +92,8 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
     if (tile.getBandM())
       plan.bandM = tile.getBandM();
     plan.cluster = tile.getCluster();
-    // Nor with a tile that asks for n = 256.
-    if (loraRows > kBlockK && plan.blockN == 256)
+    // Nor with a tile that asks for n = 256 or a producer warpgroup.
+    if (loraRows > kBlockK && (plan.blockN == 256 || plan.warpSpecialized))
       return std::nullopt;
   }
   // The persistent grid needs a whole cluster of SMs (fewer would launch
@@ -156,11 +156,11 @@ static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
 
 /// A LoRA adapter the wgmma kernel fuses: the forward's (not transposed),
 /// of the operands' type, rank a multiple of 8 (16-byte copies of B_e's
-/// rows) up to 128 (the epilogue's product goes through a stage in passes
-/// of one K slice; U's accumulators take R/2 registers), on the
-/// block-barrier kernel (the warp-specialized one has no free stage for
-/// the epilogue's product). 0 when there is none; nullopt when there is
-/// one the kernel cannot fuse.
+/// rows) up to 128 (the epilogue's product goes through shared memory in
+/// passes of one K slice; U's accumulators take R/2 registers), without a
+/// cluster (planFor also keeps ranks past 64 off the warp-specialized
+/// kernel). 0 when there is none; nullopt when there is one the kernel
+/// cannot fuse.
 static std::optional<int64_t> fusableLoraRank(moe::GroupedMatmulOp op,
                                               moe::TileAttr tile) {
   if (!op.getLoraA())
@@ -172,9 +172,7 @@ static std::optional<int64_t> fusableLoraRank(moe::GroupedMatmulOp op,
   int64_t rank = aType.getDimSize(0) / experts;
   if (op.getTransposeLora() || aType.getElementType() != elem ||
       bType.getElementType() != elem || rank % 8 != 0 ||
-      rank > kMaxLoraRank ||
-      (isHopperTile(tile) &&
-       (tile.getProducers() != 0 || tile.getCluster() > 1)))
+      rank > kMaxLoraRank || (isHopperTile(tile) && tile.getCluster() > 1))
     return std::nullopt;
   return rank;
 }
@@ -253,8 +251,8 @@ std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,
 SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
                                                   StringRef target) {
   auto matmul = dyn_cast<moe::GroupedMatmulOp>(op);
-  // A LoRA matmul's tiles are those groupedPlan accepts for it (block
-  // barriers, no cluster; n = 128 past rank 64): the loops below filter.
+  // A LoRA matmul's tiles are those groupedPlan accepts for it (no cluster;
+  // n = 128 and block barriers past rank 64): the loops below filter.
   if (target != "sm_90a" || !matmul)
     return {};
   std::optional<HopperPlan> chosen = groupedPlan(matmul, {});

@@ -110,9 +110,10 @@ struct HopperPlan {
                  ///< the weight gradient
   int64_t slotsPerToken = 1;
   bool swiglu = false;
-  /// A LoRA adapter term s · (x · A_eᵀ) · B_eᵀ (block-barrier kernel
-  /// only): its rank r, the rows R of its A tile per stage (r rounded up to
-  /// 16, the wgmma K step of the epilogue's product) and its scaling s.
+  /// A LoRA adapter term s · (x · A_eᵀ) · B_eᵀ: its rank r, the rows R of
+  /// its A tile per stage (r rounded up to 16, the wgmma K step of the
+  /// epilogue's product) and its scaling s. The warp-specialized kernel
+  /// takes ranks up to 64 (one pass of the epilogue's product).
   int64_t loraRank = 0, loraRows = 0;
   float loraScaling = 1.0f;
   bool lora() const { return loraRank > 0; }
@@ -148,11 +149,25 @@ struct HopperPlan {
   int64_t tableBytes() const {
     return (groups() * 8 + (groups() + 1) * 4 + 15) / 16 * 16;
   }
-  /// A "full" and an "empty" mbarrier per stage (warp-specialized only).
-  int64_t barrierBytes() const { return warpSpecialized ? 16 * stages : 0; }
+  /// LoRA in the warp-specialized kernel: the epilogue's product has its
+  /// own shared memory after the stages (the producer keeps filling those
+  /// with the next tile): s · U as a 128-row A tile, then B_e's rows for
+  /// the block's columns, each row one 128-byte swizzled row of 64 ranks.
+  bool loraUpTiles() const { return warpSpecialized && loraRows > 0; }
+  int64_t loraUpBytes() const {
+    return loraUpTiles() ? (kBlockM + blockN) * kRowBytes : 0;
+  }
+  /// A "full" and an "empty" mbarrier per stage (warp-specialized only),
+  /// and a pair for the LoRA B_e tile.
+  int64_t barrierBytes() const {
+    if (!warpSpecialized)
+      return 0;
+    return 16 * (stages + (loraUpTiles() ? 1 : 0));
+  }
   int64_t sharedBytes() const {
     // + 1024 to round the stages up to the swizzle's 1024-byte alignment.
-    return tableBytes() + barrierBytes() + 1024 + stages * stageBytes();
+    return tableBytes() + barrierBytes() + 1024 + stages * stageBytes() +
+           loraUpBytes();
   }
   /// The weight gradient (mode = weight_grad): out [E, K, N], tiles over
   /// (expert, K tile, n-tile), each reducing over its expert's rows.

@@ -196,80 +196,100 @@ Value MmaLoop::blockBarrierLoop(const TileState &t) {
   return kLoop.getResult(0);
 }
 
-// s · U goes to the last stage's A tile (each thread its fragment: row
-// warpgroup*64 + warp*16 + lane/4 + 8h, columns 8j + 2(lane % 4) + q, in
-// the 128-byte swizzle), B_e to its B tile, then R/16 more wgmmas add
-// U · B_eᵀ to the tile's accumulators. A stage row holds 64 columns, so
-// ranks past 64 go through the stage in passes of 64.
-Value MmaLoop::loraUp(const TileState &t, Value current, Value down) {
+// Thread fragment: row warpgroup*64 + warp*16 + lane/4 + 8h, columns
+// 8j + 2(lane % 4) + q of U, in the 128-byte swizzle of the A tile.
+void MmaLoop::storeScaledU(Value down, Value tileA, int64_t first,
+                           int64_t width) {
   KernelBuilder &b = env.b;
-  MLIRContext *ctx = b.getContext();
-  const HopperPlan &plan = env.plan;
-  const int64_t R = plan.loraRows;
-  Value slot = b.idx(plan.stages - 1);
   Type elemType = cast<MemRefType>(env.args.lhs.getType()).getElementType();
-  auto workgroup =
-      gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
-  Value tileA = memref::ViewOp::create(
-      b,
-      MemRefType::get({ShapedType::kDynamic}, elemType,
-                      MemRefLayoutAttrInterface(), workgroup),
-      env.smem, b.sub(env.stageA(slot), addressOf(b, env.smem)),
-      ValueRange{b.idx(kBlockM * kBlockK)});
+  Value view = env.sharedView(tileA, elemType, kBlockM * kBlockK);
   Value row0 = b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
                      b.div(lane, b.idx(4)));
   Value pairCol = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
-  Value scaling = b.f32(plan.loraScaling);
+  Value scaling = b.f32(env.plan.loraScaling);
+  for (int64_t h = 0; h < 2; ++h) {
+    Value row = b.add(row0, b.idx(8 * h));
+    Value rowSwizzle = b.rem(row, b.idx(8));
+    for (int64_t j = first / 8; j < (first + width) / 8; ++j) {
+      SmallVector<Value> pair;
+      for (int64_t q = 0; q < 2; ++q)
+        pair.push_back(b.fmul(LLVM::ExtractValueOp::create(
+                                  b, down, ArrayRef<int64_t>{4 * j + 2 * h + q})
+                                  .getResult(),
+                              scaling));
+      Value chunk = arith::XOrIOp::create(b, b.idx(j - first / 8), rowSwizzle);
+      b.storeVecF(pair, view,
+                  {b.add(b.add(b.mul(row, b.idx(kBlockK)),
+                               b.mul(chunk, b.idx(8))),
+                         pairCol)});
+    }
+  }
+}
 
-  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, plan.blockN, 16);
-  auto elem = NVVM::WGMMATypesAttr::get(ctx, plan.elemType);
+Value MmaLoop::upMmas(Value current, Value tileA, Value tileB, int64_t width) {
+  KernelBuilder &b = env.b;
+  MLIRContext *ctx = b.getContext();
+  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, env.plan.blockN, 16);
+  auto elem = NVVM::WGMMATypesAttr::get(ctx, env.plan.elemType);
   auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
   auto one = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
   auto accumulate = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
   auto kMajor = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
   auto bKMajor = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
-  Value aTile =
-      b.add(env.stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
+  Value aTile = b.add(tileA, b.mul(warpgroup, b.idx(64 * kRowBytes)));
+  NVVM::WgmmaFenceAlignedOp::create(b);
+  for (int64_t kk = 0; kk < width / 16; ++kk)
+    current = NVVM::WgmmaMmaAsyncOp::create(
+        b, accType, current, descriptor(b, b.add(aTile, b.idx(kk * 32))),
+        descriptor(b, b.add(tileB, b.idx(kk * 32))), shape, elem, elem,
+        f32Type, accumulate, one, one, kMajor, bKMajor,
+        NVVM::MMAIntOverflowAttr());
+  NVVM::WgmmaGroupSyncAlignedOp::create(b);
+  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+  return current;
+}
+
+// s · U goes to the last stage's A tile and B_e to its B tile, then R/16
+// more wgmmas add U · B_eᵀ to the tile's accumulators. A stage row holds
+// 64 columns, so ranks past 64 go through the stage in passes of 64.
+Value MmaLoop::loraUp(const TileState &t, Value current, Value down) {
+  KernelBuilder &b = env.b;
+  const int64_t R = env.plan.loraRows;
+  Value slot = b.idx(env.plan.stages - 1);
   for (int64_t first = 0; first < R; first += kBlockK) {
     // Rank columns [first, first + width) of U and of B_e in this pass.
     const int64_t width = std::min(R - first, kBlockK);
-    for (int64_t h = 0; h < 2; ++h) {
-      Value row = b.add(row0, b.idx(8 * h));
-      Value rowSwizzle = b.rem(row, b.idx(8));
-      for (int64_t j = first / 8; j < (first + width) / 8; ++j) {
-        SmallVector<Value> pair;
-        for (int64_t q = 0; q < 2; ++q)
-          pair.push_back(b.fmul(
-              LLVM::ExtractValueOp::create(
-                  b, down, ArrayRef<int64_t>{4 * j + 2 * h + q})
-                  .getResult(),
-              scaling));
-        Value chunk =
-            arith::XOrIOp::create(b, b.idx(j - first / 8), rowSwizzle);
-        b.storeVecF(pair, tileA,
-                    {b.add(b.add(b.mul(row, b.idx(kBlockK)),
-                                 b.mul(chunk, b.idx(8))),
-                           pairCol)});
-      }
-    }
-    producer.loadLoraUp(t, slot, first, width);
+    storeScaledU(down, env.stageA(slot), first, width);
+    producer.loadLoraUp(t, env.stageB(slot), first, width);
     producer.commit();
     NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(0));
     fenceAsyncShared();
     gpu::BarrierOp::create(b);
-
-    NVVM::WgmmaFenceAlignedOp::create(b);
-    for (int64_t kk = 0; kk < width / 16; ++kk)
-      current = NVVM::WgmmaMmaAsyncOp::create(
-          b, accType, current, descriptor(b, b.add(aTile, b.idx(kk * 32))),
-          descriptor(b, b.add(env.stageB(slot), b.idx(kk * 32))), shape,
-          elem, elem, f32Type, accumulate, one, one, kMajor, bKMajor,
-          NVVM::MMAIntOverflowAttr());
-    NVVM::WgmmaGroupSyncAlignedOp::create(b);
-    NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+    current = upMmas(current, env.stageA(slot), env.stageB(slot), width);
     // The next pass, or the staged epilogue, writes the last stages next.
     gpu::BarrierOp::create(b);
   }
+  return current;
+}
+
+// Each warpgroup's wgmmas read only its own 64 rows of s · U, so a barrier
+// of its 128 threads (named barrier 1 + warpgroup; 0 is the block's) makes
+// them visible; the previous tile's reads of those rows were waited for by
+// the same warpgroup. B_e comes from the producer (loadLoraUpTile).
+Value MmaLoop::loraUpSpecialized(Value current, Value down, Value round) {
+  KernelBuilder &b = env.b;
+  const int64_t R = env.plan.loraRows;
+  storeScaledU(down, env.loraUpA(), 0, R);
+  fenceAsyncShared();
+  NVVM::BarrierOp::create(b, Type(), toI32(b, b.add(warpgroup, b.idx(1))),
+                          b.i32(128), NVVM::BarrierReductionAttr(), Value());
+  producer.waitPhase(env.loraBarrier(/*empty=*/false), round,
+                     /*previous=*/false);
+  fenceAsyncShared();
+  current = upMmas(current, env.loraUpA(), env.loraUpB(), R);
+  b.ifThen(leader, [&] {
+    NVVM::MBarrierArriveOp::create(b, Type(), env.loraBarrier(true), Value());
+  });
   return current;
 }
 
@@ -285,12 +305,18 @@ Value MmaLoop::specializedLoop(Value slices, Value count) {
     // The copies were generic-proxy writes; wgmma reads through the async
     // proxy.
     fenceAsyncShared();
-    Value acc = sliceMma(kLoop.getRegionIterArgs()[0], producer.slotOf(n));
+    Value down = env.plan.lora() ? kLoop.getRegionIterArgs()[1] : Value();
+    Value acc = sliceMma(kLoop.getRegionIterArgs()[0], producer.slotOf(n),
+                         down ? &down : nullptr);
     NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
     b.ifThen(b.ult(b.idx(0), kt), [&] { release(b.sub(n, b.idx(1))); });
-    scf::YieldOp::create(b, acc);
+    SmallVector<Value> carried = {acc};
+    if (down)
+      carried.push_back(down);
+    scf::YieldOp::create(b, carried);
   }
   NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+  loraDown = env.plan.lora() ? kLoop.getResult(1) : Value();
   return kLoop.getResult(0);
 }
 

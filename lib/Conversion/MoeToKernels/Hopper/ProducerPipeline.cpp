@@ -22,15 +22,25 @@ using namespace moec::kernels::hopper;
 void ProducerPipeline::initBarriers() {
   KernelBuilder &b = env.b;
   // Arrivals that complete a stage's full barrier: every producer thread's
-  // cp.async, unless the lhs comes by TMA too, plus the TMA thread's.
-  int64_t fullArrivals = (env.args.lhsMap ? 0 : env.plan.copyThreads()) +
-                         (env.args.rhsMap ? 1 : 0);
+  // cp.async, unless the lhs comes by TMA too and there are no LoRA A_e
+  // rows, plus the TMA thread's.
+  int64_t fullArrivals =
+      (cpAsyncArrivals() ? env.plan.copyThreads() : 0) +
+      (env.args.rhsMap ? 1 : 0);
   b.ifThen(b.eq(env.thread, b.idx(0)), [&] {
     for (int64_t s = 0; s < env.plan.stages; ++s) {
       NVVM::MBarrierInitOp::create(b, env.stageBarrier(false, b.idx(s)),
                                    b.i32(fullArrivals), Value());
       NVVM::MBarrierInitOp::create(b, env.stageBarrier(true, b.idx(s)),
                                    b.i32(kMmaWarps * env.plan.cluster),
+                                   Value());
+    }
+    // LoRA's B_e tile: filled by every producer thread's cp.async, freed by
+    // the MMA warps.
+    if (env.plan.loraUpTiles()) {
+      NVVM::MBarrierInitOp::create(b, env.loraBarrier(false),
+                                   b.i32(env.plan.copyThreads()), Value());
+      NVVM::MBarrierInitOp::create(b, env.loraBarrier(true), b.i32(kMmaWarps),
                                    Value());
     }
     if (cluster.active())
@@ -276,7 +286,7 @@ void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
               alongK ? kValid : Value());
 }
 
-void ProducerPipeline::loadLoraUp(const TileState &t, Value slot,
+void ProducerPipeline::loadLoraUp(const TileState &t, Value tileB,
                                   int64_t first, int64_t width) {
   KernelBuilder &b = env.b;
   const int64_t r = env.plan.loraRank;
@@ -289,11 +299,20 @@ void ProducerPipeline::loadLoraUp(const TileState &t, Value slot,
       Value valid;
       Value n = rhsColumn(t, rowOf(i), valid);
       Value bytes = b.add(b.mul(n, rowBytes), b.mul(firstCol, b.idx(2)));
-      copyChunk(b.add(env.stageB(slot), smemOffset(i)), loraBBase,
+      copyChunk(b.add(tileB, smemOffset(i)), loraBBase,
                 b.select(b.land(valid, chunkValid), bytes, invalid), Value(),
                 Value());
     }
   });
+}
+
+// Issued after the tile's last slice, so the copies land while the MMA
+// warpgroups still work through the slices in flight.
+void ProducerPipeline::loadLoraUpTile(const TileState &t, Value round) {
+  waitPhase(env.loraBarrier(/*empty=*/true), round, /*previous=*/true);
+  loadLoraUp(t, env.loraUpB(), 0, env.plan.loraRows);
+  NVVM::CpAsyncMBarrierArriveOp::create(env.b, env.loraBarrier(false),
+                                        env.b.getBoolAttr(true));
 }
 
 void ProducerPipeline::tmaLoad(Value map, Value stageAddress,
@@ -399,12 +418,17 @@ Value ProducerPipeline::slotOf(Value n) {
 }
 
 void ProducerPipeline::waitRound(bool empty, Value n, bool previous) {
+  waitPhase(env.stageBarrier(empty, slotOf(n)),
+            env.b.div(n, env.b.idx(env.plan.stages)), previous);
+}
+
+void ProducerPipeline::waitPhase(Value barrier, Value round, bool previous) {
   KernelBuilder &b = env.b;
-  Value parity = b.rem(b.div(n, b.idx(env.plan.stages)), b.idx(2));
+  Value parity = b.rem(round, b.idx(2));
   if (previous) // the round before: a fresh barrier counts as done
     parity = b.sub(b.idx(1), parity);
-  NVVM::MBarrierTryWaitParityOp::create(b, env.stageBarrier(empty, slotOf(n)),
-                                        toI32(b, parity), b.i32(1000000));
+  NVVM::MBarrierTryWaitParityOp::create(b, barrier, toI32(b, parity),
+                                        b.i32(1000000));
 }
 
 Value ProducerPipeline::produceTile(const TileState &t, Value slices) {
@@ -421,7 +445,7 @@ Value ProducerPipeline::produceTile(const TileState &t, Value slices) {
     b.ifThen(b.eq(env.thread, b.idx(0)), [&] {
       loadByTma(t, slotOf(n), kt, env.stageBarrier(false, slotOf(n)));
     });
-  if (!env.args.lhsMap)
+  if (cpAsyncArrivals())
     NVVM::CpAsyncMBarrierArriveOp::create(
         b, env.stageBarrier(false, slotOf(n)), b.getBoolAttr(true));
   b.setInsertionPointAfter(kLoop);
