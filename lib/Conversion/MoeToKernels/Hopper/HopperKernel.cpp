@@ -243,15 +243,28 @@ void HopperKernel::emitBlockBarrier() {
 void HopperKernel::tileLoop(
     const std::function<std::pair<Value, Value>(Value, Value, Value)> &body) {
   KernelBuilder &b = env.b;
-  auto loop =
-      scf::ForOp::create(b, cluster.firstUnit, schedule.tilesTotal,
-                         schedule.tileStride, ValueRange{b.idx(0), b.idx(0)});
+  // Only a kernel with LoRA tiles counts rounds.
+  SmallVector<Value> init = {b.idx(0)};
+  if (env.plan.loraUpTiles())
+    init.push_back(b.idx(0));
+  auto loop = scf::ForOp::create(b, cluster.firstUnit, schedule.tilesTotal,
+                                 schedule.tileStride, init);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(loop.getBody());
-  auto [slices, rounds] = body(loop.getInductionVar(),
-                               loop.getRegionIterArgs()[0],
-                               loop.getRegionIterArgs()[1]);
-  scf::YieldOp::create(b, ValueRange{slices, rounds});
+  ValueRange carried = loop.getRegionIterArgs();
+  auto [slices, rounds] = body(loop.getInductionVar(), carried[0],
+                               carried.size() > 1 ? carried[1] : Value());
+  SmallVector<Value> next = {slices};
+  if (rounds)
+    next.push_back(rounds);
+  scf::YieldOp::create(b, next);
+}
+
+Value HopperKernel::nextRound(Value rounds, Value expert) {
+  KernelBuilder &b = env.b;
+  if (!rounds)
+    return rounds;
+  return b.add(rounds, b.select(expert, b.idx(1), b.idx(0)));
 }
 
 static void setMaxRegisters(KernelBuilder &b, int64_t count,
@@ -297,7 +310,7 @@ void HopperKernel::producerRole() {
           return next;
         },
         [&] { return slices; });
-    return std::pair(end, b.add(rounds, b.select(expert, b.idx(1), b.idx(0))));
+    return std::pair(end, nextRound(rounds, expert));
   });
   producer.drain();
 }
@@ -334,6 +347,6 @@ void HopperKernel::consumerRole() {
           epilogue.zeroFill(t);
           return slices;
         });
-    return std::pair(end, b.add(rounds, b.select(expert, b.idx(1), b.idx(0))));
+    return std::pair(end, nextRound(rounds, expert));
   });
 }

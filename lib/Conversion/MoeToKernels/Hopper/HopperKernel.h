@@ -450,10 +450,13 @@ private:
   void emitWarpSpecialized();
   void producerRole();
   void consumerRole();
-  /// A loop over this block's tiles carrying the slice count and the
-  /// expert tiles so far (the rounds of the LoRA B_e tile).
+  /// A loop over this block's tiles carrying the slice count and, with
+  /// LoRA tiles, the expert tiles so far (the rounds of the B_e tile; null
+  /// without).
   void tileLoop(const std::function<std::pair<mlir::Value, mlir::Value>(
                     mlir::Value, mlir::Value, mlir::Value)> &body);
+  /// `rounds` plus one for an expert tile (null stays null).
+  mlir::Value nextRound(mlir::Value rounds, mlir::Value expert);
   TileState tileState(mlir::Value tile, bool withRows = true);
   TileState noTile();
   /// The state of the tile after `tile` (or of none).
