@@ -184,6 +184,54 @@ func.func @wgrad(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 
 // -----
 
+// The warp-specialized weight gradient with a bf16 output stores through a
+// staging tile of its own: the MMA threads wait until the last tile's bulk
+// copies have read it, write their pairs behind a barrier of the 256 MMA
+// threads, and MMA thread r issues row r's bulk copy, not waited for until
+// the next tile (and, for the writes, before the threads exit).
+// CHECK-LABEL: gpu.func @wgrad_bulk_k0_grouped_matmul_wgmma(
+// CHECK: nvvm.cp.async.bulk.wait_group 0 {read}
+// CHECK: nvvm.barrier id = %c3_i32{{.*}} number_of_threads = %c256_i32
+// CHECK: vector.store %{{.*}} : memref<?xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
+// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: nvvm.barrier id = %c3_i32{{.*}} number_of_threads = %c256_i32
+// CHECK: nvvm.cp.async.bulk.global.shared.cta
+// CHECK-NEXT: nvvm.cp.async.bulk.commit.group
+// CHECK: nvvm.cp.async.bulk.wait_group 0{{$}}
+// CHECK-LABEL: func.func @wgrad_bulk(
+// CHECK: gpu.launch_func {{.*}} threads in (%c384, %c1, %c1) {{.*}} stages = 3,
+func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
+                      %offsets: tensor<4xi32>) -> tensor<4x200x264xbf16> {
+  %g = moe.grouped_matmul %x, %dy, %offsets
+      {mode = #moe.mode<weight_grad>,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<4xi32>
+      -> tensor<4x200x264xbf16>
+  return %g : tensor<4x200x264xbf16>
+}
+
+// -----
+
+// A bf16 weight gradient without a tile: up to 256 rows per expert on
+// average (here 4 * 256) the warp-specialized kernel with bulk stores,
+// above that the block-barrier one; each launch's grid is 0 unless the
+// row count is in its bucket.
+// CHECK-LABEL: func.func @wgrad_default_buckets(
+// CHECK: gpu.launch_func @wgrad_default_buckets_kernels::@wgrad_default_buckets_k0_grouped_matmul_wgmma_le1024 {{.*}} threads in (%c384, {{.*}} producers = 128>
+// CHECK: gpu.launch_func @wgrad_default_buckets_kernels::@wgrad_default_buckets_k1_grouped_matmul_wgmma blocks {{.*}} threads in (%c256
+func.func @wgrad_default_buckets(%x: tensor<?x200xbf16>,
+                                 %dy: tensor<?x264xbf16>,
+                                 %offsets: tensor<4xi32>)
+    -> tensor<4x200x264xbf16> {
+  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<4xi32>
+      -> tensor<4x200x264xbf16>
+  return %g : tensor<4x200x264xbf16>
+}
+
+// -----
+
 // A dense Aᵀ·B (A read as [K, M]: the router's weight gradient) runs on the
 // weight gradient's kernel with one group: a one-thread kernel writes the
 // row count as its offsets, then the wgmma kernel (M-major A, N-major B)

@@ -27,6 +27,7 @@
 // RUN: moec run %s --entry dense_kn --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_rows --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_gather_ws --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_ws_bulk --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_gather --sym T=45 --sym M=90 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dense_at_b --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dense_at_b_narrow --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
@@ -338,8 +339,28 @@ func.func @gmm_wgrad_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
   return %g : tensor<16x136x264xf32>
 }
 
+// The warp-specialized weight gradient with rows in order and a bf16
+// output, stored by bulk copies from a staging tile: K = 136 (a last row
+// tile of 8 rows), N = 264 (a last column tile of 8 columns, one 16-byte
+// copy per row), E = 16.
+func.func @gmm_wgrad_ws_bulk(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
+                             %ids: tensor<?x1xi32>)
+    -> tensor<16x136x264xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      {mode = #moe.mode<weight_grad>,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
+      -> tensor<16x136x264xbf16>
+  return %g : tensor<16x136x264xbf16>
+}
+
 // The weight gradient with gathered lhs rows (by slot, no permuted copy),
-// warp-specialized (cp.async producers) at n = 256, bf16 out: E = 8,
+// warp-specialized (cp.async producers) at n = 256, bf16 out (bulk stores too): E = 8,
 // K = 200, N = 200.
 func.func @gmm_wgrad_gather_ws(%x: tensor<?x200xbf16>, %dy: tensor<?x200xbf16>,
                                %ids: tensor<?x1xi32>) -> tensor<8x200x200xbf16> {

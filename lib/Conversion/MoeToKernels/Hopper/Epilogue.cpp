@@ -3,9 +3,10 @@
 // Part of moec. From the wgmma accumulators in registers to the output:
 // bias, SwiGLU (the block's B rows are BN/2 gate columns then the matching
 // BN/2 up columns, so a thread holds both halves), row scale, then rounded
-// stores: column pairs, 16-byte chunks traded within a quad of lanes, or
+// stores: column pairs, 16-byte chunks traded within a quad of lanes,
 // (block-barrier kernel, plain epilogue) through a padded shared-memory
-// tile and out as 16-byte row stores.
+// tile and out as 16-byte row stores, or (warp-specialized weight
+// gradient) through a staging tile of its own and out as bulk copies.
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,6 +52,11 @@ Epilogue::Epilogue(KernelEnv &env, const MmaLoop &mma) : env(env), mma(mma) {
   // dense MLP.
   bool quad = !staged && !plan.swiglu && outBytes == 2 && outTileN % 32 == 0;
   stores = staged ? Stores::Staged : quad ? Stores::QuadGather : Stores::Pairs;
+  if (plan.bulkStores) {
+    assert(outBytes == 2 && stagingStride == plan.stagingStride() &&
+           "the plan sized the staging tile");
+    stores = Stores::Bulk;
+  }
 }
 
 // Accumulator 4j + 2h + q of a thread: row warpgroup*64 + warp*16 +
@@ -106,6 +112,8 @@ void Epilogue::emit(const TileState &t, Value result) {
   }
   if (stores == Stores::QuadGather)
     return quadStores(t, result);
+  if (stores == Stores::Bulk)
+    return bulkStores(t, result);
   pairStores(t, result, staging);
   if (stores == Stores::Staged)
     stagedStores(t, staging);
@@ -245,6 +253,55 @@ void Epilogue::stagedStores(const TileState &t, Value staging) {
                         outVector);
     b.storeVec(v, env.args.out, env.outIndices(t, b.add(t.rowStart, r), col));
   });
+}
+
+void Epilogue::mmaThreadsBarrier() {
+  KernelBuilder &b = env.b;
+  NVVM::BarrierOp::create(b, Type(), b.i32(3), b.i32(kThreads),
+                          NVVM::BarrierReductionAttr(), Value());
+}
+
+// Row r of the staging tile goes out as one bulk copy of the tile's
+// columns in range, issued by MMA thread r (16-byte aligned: rows of N % 8
+// == 0 elements, column tiles of 128 or 256, staging rows of 528 or 272
+// bytes).
+void Epilogue::bulkStores(const TileState &t, Value result) {
+  KernelBuilder &b = env.b;
+  MLIRContext *ctx = b.getContext();
+  // The previous tile's copies have read the staging tile.
+  NVVM::CpAsyncBulkWaitGroupOp::create(b, b.getI32IntegerAttr(0),
+                                       b.getUnitAttr());
+  mmaThreadsBarrier();
+  Value tile = env.stagingTile();
+  pairStores(t, result,
+             env.sharedView(tile, outElem, kBlockM * stagingStride));
+  // Generic-proxy writes, read by the bulk copies' async proxy.
+  NVVM::FenceProxyOp::create(
+      b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
+      NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+  mmaThreadsBarrier();
+  Value r = mma.mathThread;
+  b.ifThen(b.land(b.ult(r, b.idx(kBlockM)), b.ult(r, t.rowCount)), [&] {
+    Value columns = b.minIdx(b.idx(env.plan.outTileN()),
+                             b.sub(env.outWidth, t.colStart));
+    Value dst = arith::IndexCastOp::create(
+        b, b.getI64Type(),
+        b.elementAddress(env.args.out,
+                         env.outIndices(t, b.add(t.rowStart, r), t.colStart)));
+    Value src = b.add(tile, b.mul(r, b.idx(stagingStride * outBytes)));
+    NVVM::CpAsyncBulkSharedCTAToGlobalOp::create(
+        b,
+        LLVM::IntToPtrOp::create(b, LLVM::LLVMPointerType::get(ctx, 1), dst),
+        pointerAt(b, src, 3), toI32(b, b.mul(columns, b.idx(outBytes))),
+        Value(), Value());
+    NVVM::CpAsyncBulkCommitGroupOp::create(b);
+  });
+}
+
+void Epilogue::drain() {
+  if (stores == Stores::Bulk)
+    NVVM::CpAsyncBulkWaitGroupOp::create(env.b, env.b.getI32IntegerAttr(0),
+                                         UnitAttr());
 }
 
 void Epilogue::zeroFill(const TileState &t) {

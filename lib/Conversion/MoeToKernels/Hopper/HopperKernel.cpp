@@ -109,6 +109,11 @@ Value KernelEnv::loraBarrier(bool empty) {
       3);
 }
 
+Value KernelEnv::stagingTile() {
+  return b.add(stageBase, b.idx(plan.stages * plan.stageBytes() +
+                                plan.loraUpBytes()));
+}
+
 Value KernelEnv::sharedView(Value address, Type elem, int64_t count) {
   auto workgroup =
       gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
@@ -349,4 +354,5 @@ void HopperKernel::consumerRole() {
         });
     return std::pair(end, nextRound(rounds, expert));
   });
+  epilogue.drain();
 }

@@ -72,7 +72,12 @@
 // columns then the matching BN/2 up columns, so a thread holds both halves),
 // row scale, then rounded stores; in the block-barrier kernel a plain
 // epilogue goes through a padded shared-memory tile and out as 16-byte row
-// stores (the warp-specialized one has no free stage for it).
+// stores (the warp-specialized one has no free stage for it). The
+// warp-specialized weight gradient with a 16-bit output has a staging tile
+// of its own after the stages: its rows go out as bulk async copies that
+// the MMA warpgroups wait for only when they next write the staging tile,
+// so a tile's stores overlap the next tile's wgmmas (a weight gradient's
+// reduction is often only a few slices long).
 //
 // The kernel is built from parts, each a class below with its own file:
 //   TileSchedule      the shared-memory scan and the tile -> (group, rows,
@@ -161,6 +166,8 @@ struct KernelEnv {
   mlir::Value loraUpA();
   mlir::Value loraUpB();
   mlir::Value loraBarrier(bool empty);
+  /// Bulk stores: shared address of the staging tile, after the stages.
+  mlir::Value stagingTile();
   /// A view of `count` elements of `elem` at shared address `address`.
   mlir::Value sharedView(mlir::Value address, mlir::Type elem, int64_t count);
 };
@@ -398,12 +405,18 @@ public:
   void emit(const TileState &t, mlir::Value result);
   /// Rows past the last group: zeros.
   void zeroFill(const TileState &t);
+  /// Bulk stores: the last tile's copies have landed (before the MMA
+  /// threads exit).
+  void drain();
 
 private:
   /// Pairs: every thread stores its column pairs. QuadGather: a quad of
   /// lanes trades words so that each stores 16 bytes. Staged: through a
-  /// padded shared-memory tile, then 16-byte row stores.
-  enum class Stores { Pairs, QuadGather, Staged };
+  /// padded shared-memory tile, then 16-byte row stores. Bulk
+  /// (HopperPlan::bulkStores): through a padded staging tile of its own,
+  /// then one asynchronous bulk copy per row that the MMA threads do not
+  /// wait for until the staging tile is written again.
+  enum class Stores { Pairs, QuadGather, Staged, Bulk };
 
   mlir::Value accumulator(mlir::Value result, int64_t index);
   mlir::Value outputAt(mlir::Value result, mlir::Value group, int64_t h,
@@ -419,6 +432,9 @@ private:
   void pairStores(const TileState &t, mlir::Value result,
                   mlir::Value staging);
   void stagedStores(const TileState &t, mlir::Value staging);
+  void bulkStores(const TileState &t, mlir::Value result);
+  /// A barrier of the 256 MMA threads (named barrier 3).
+  void mmaThreadsBarrier();
   /// The (row, column-in-tile, column) of this thread's `width`-element
   /// chunks of the tile, those in range.
   void forRowChunks(

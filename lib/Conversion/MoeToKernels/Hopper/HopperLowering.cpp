@@ -119,7 +119,8 @@ Value above(KernelBuilder &h, Value rows, int64_t bound) {
 LogicalResult launchBucketed(
     LoweringContext &ctx, Operation *op, const HopperOperands &v,
     const HopperPlan &base,
-    function_ref<std::optional<HopperPlan>(moe::TileAttr)> planOf) {
+    function_ref<std::optional<HopperPlan>(moe::TileAttr)> planOf,
+    ArrayRef<std::pair<int64_t, moe::TileAttr>> defaults = {}) {
   auto bucketList = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName);
   SmallVector<std::pair<moe::TileBucketAttr, HopperPlan>> buckets;
   if (bucketList)
@@ -131,6 +132,10 @@ LogicalResult launchBucketed(
                << bucket;
       buckets.push_back({bucket, *plan});
     }
+  for (auto [maxRows, tile] : defaults)
+    if (std::optional<HopperPlan> plan = planOf(tile))
+      buckets.push_back(
+          {moe::TileBucketAttr::get(op->getContext(), maxRows, tile), *plan});
   // Last buckets that would build the base kernel again: the base serves
   // their rows.
   MLIRContext *context = op->getContext();
@@ -182,7 +187,8 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   Value scatter = buffer(op.getScatterSlots());
   if (!scatter) {
     v.out = out;
-    return launchBucketed(ctx, op, v, *plan, planOf);
+    return launchBucketed(ctx, op, v, *plan, planOf,
+                          defaultBuckets(op, tile, limits));
   }
   // Combined in token order: the grouped rows go to a scratch buffer, then
   // unpermute's combine sums each token's k rows with its weights.

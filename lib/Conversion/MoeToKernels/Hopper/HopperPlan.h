@@ -164,10 +164,21 @@ struct HopperPlan {
       return 0;
     return 16 * (stages + (loraUpTiles() ? 1 : 0));
   }
+  /// The warp-specialized weight gradient with a 16-bit output stores
+  /// each tile through a staging tile of its own after the stages, by bulk
+  /// async copies (one per row), so that the MMA warpgroups go on to the
+  /// next tile while the stores drain (its reductions are short).
+  bool bulkStores = false;
+  /// Staging rows: the tile's columns plus 8 (16 bytes) of padding, so that
+  /// the pair writes of a warp's 8 rows hit different banks.
+  int64_t stagingStride() const { return blockN + 8; }
+  int64_t stagingBytes() const {
+    return bulkStores ? kBlockM * stagingStride() * 2 : 0;
+  }
   int64_t sharedBytes() const {
     // + 1024 to round the stages up to the swizzle's 1024-byte alignment.
     return tableBytes() + barrierBytes() + 1024 + stages * stageBytes() +
-           loraUpBytes();
+           loraUpBytes() + stagingBytes();
   }
   /// The weight gradient (mode = weight_grad): out [E, K, N], tiles over
   /// (expert, K tile, n-tile), each reducing over its expert's rows.
@@ -226,6 +237,19 @@ std::optional<HopperPlan> planFor(mlir::Type lhsElem, mlir::Type rhsElem,
 std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
                                       moe::TileAttr tile,
                                       const HopperLimits &limits = {});
+
+/// The row buckets of `op` when neither a tile nor buckets are set on it
+/// (else none): (max_rows, tile) pairs, the rows above the last going to
+/// the op's plan for `tile`. The weight gradient with a 16-bit output runs
+/// the warp-specialized kernel (bulk stores) while its experts average at
+/// most kShortReduction rows.
+llvm::SmallVector<std::pair<int64_t, moe::TileAttr>>
+defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
+               const HopperLimits &limits = {});
+
+/// Rows per expert (on average) up to which the weight gradient's default
+/// is warp-specialized.
+constexpr int64_t kShortReduction = 256;
 
 /// The plan of the wgmma kernel for `op` (moe.grouped_matmul, or a
 /// linalg.matmul reading B as [N, K]) with `tile`, or nullopt where the
