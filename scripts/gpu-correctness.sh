@@ -71,8 +71,10 @@ for routing in one-expert half-experts; do
   done
 done
 # The wgmma grouped matmul: T=3000 gives hundreds of tiles per block
-# count, so the persistent blocks take several tiles each. gmm_tile_buckets
-# runs a different tuned kernel at each T (bucket bounds 64 and 2048 rows).
+# count for the forward entries, so the persistent blocks take several tiles
+# each (a weight gradient's tile count depends on K, N and E only:
+# gmm_wgrad_ws_bulk has 160). gmm_tile_buckets runs a different tuned kernel
+# at each T (bucket bounds 64 and 2048 rows).
 for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_tile_buckets gmm_ws_swiglu_gather gmm_ws_row_scale \
              gmm_ws_aligned_long_k gmm_cl_swiglu_gather gmm_cl_row_scale \
@@ -87,6 +89,10 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
   for routing in one-expert half-experts; do
     run hopper.moecb $entry 300 $routing --iters 5
   done
+done
+# The warp-specialized LoRA kernels over several B_e rounds per block.
+for entry in gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64; do
+  run hopper.moecb $entry 9000 uniform --iters 5
 done
 # The LoRA input gradient (moe-transpose-lora-adapters, then the fused
 # kernel; r = 16 and 72): M = 2T grouped gradient rows.

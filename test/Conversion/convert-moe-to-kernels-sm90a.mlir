@@ -348,3 +348,24 @@ func.func @lora_ws(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
       -> tensor<?x768xbf16>
   return %y : tensor<?x768xbf16>
 }
+
+// -----
+
+// Where the LoRA tiles leave too little shared memory for the scan tables
+// of many experts (E = 900, r = 64), the default falls back to the
+// block-barrier kernel.
+// CHECK-LABEL: func.func @lora_many_experts(
+// CHECK: gpu.launch_func {{.*}} threads in (%c256{{.*}} moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256,
+func.func @lora_many_experts(%x: tensor<?x256xbf16>,
+                             %w: tensor<900x512x256xbf16>,
+                             %offsets: tensor<900xi32>,
+                             %a: tensor<57600x256xbf16>,
+                             %b: tensor<512x57600xbf16>)
+    -> tensor<?x512xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets
+      lora(%a, %b : tensor<57600x256xbf16>, tensor<512x57600xbf16>)
+      {transpose_rhs}
+      : tensor<?x256xbf16>, tensor<900x512x256xbf16>, tensor<900xi32>
+      -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}

@@ -340,23 +340,24 @@ func.func @gmm_wgrad_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
 }
 
 // The warp-specialized weight gradient with rows in order and a bf16
-// output, stored by bulk copies from a staging tile: K = 136 (a last row
+// output, stored by bulk copies from a staging tile: K = 520 (a last row
 // tile of 8 rows), N = 264 (a last column tile of 8 columns, one 16-byte
-// copy per row), E = 16.
-func.func @gmm_wgrad_ws_bulk(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
+// copy per row), E = 16: 160 tiles, so that blocks of the 132-block grid
+// take a second tile and write the staging tile again.
+func.func @gmm_wgrad_ws_bulk(%x: tensor<?x520xbf16>, %dy: tensor<?x264xbf16>,
                              %ids: tensor<?x1xi32>)
-    -> tensor<16x136x264xbf16> {
+    -> tensor<16x520x264xbf16> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
-      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+      : tensor<?x520xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x520xbf16>
   %g = moe.grouped_matmul %rows, %dy, %offsets
       {mode = #moe.mode<weight_grad>,
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128>}
-      : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
-      -> tensor<16x136x264xbf16>
-  return %g : tensor<16x136x264xbf16>
+      : tensor<?x520xbf16>, tensor<?x264xbf16>, tensor<16xi32>
+      -> tensor<16x520x264xbf16>
+  return %g : tensor<16x520x264xbf16>
 }
 
 // The weight gradient with gathered lhs rows (by slot, no permuted copy),

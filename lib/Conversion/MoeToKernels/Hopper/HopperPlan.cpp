@@ -108,19 +108,27 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
   // no blocks at all).
   if (plan.persistentBlocks < plan.cluster)
     return std::nullopt;
+  // The default LoRA plan falls back to block barriers where the LoRA
+  // tiles leave too little room (scan tables of many experts at r = 64).
+  if (!fitStages(plan) && !isHopperTile(tile) && plan.loraUpTiles()) {
+    plan.warpSpecialized = false;
+    plan.stages = kMaxDefaultStages;
+  }
   if (!fitStages(plan))
     return std::nullopt;
   return plan;
 }
 
 /// The weight gradient out [E, K, N] = X_eᵀ · dY_e: block barriers at
-/// n = 256 (128 for narrower outputs) unless the tile says otherwise; no
-/// clusters, no TMA (an expert's last slice must read zeros past its rows,
-/// which a tensor map over all rows cannot give). On an H100 at the
-/// Mixtral, Qwen3 and DeepSeek-V3 shapes (bench/training_kernels.py) n = 128
-/// ran 0.57-0.80x torch._grouped_mm; n = 256 with block barriers 0.86-1.22x
-/// and with a producer warpgroup 0.80-1.13x, ahead only at short
-/// reductions (DeepSeek-V3 T=8192): the tuner picks per shape.
+/// n = 256 (128 for narrower outputs) unless the tile says otherwise (or,
+/// with a 16-bit output, the default row bucket of defaultBuckets picks the
+/// warp-specialized kernel for short reductions); no clusters, no TMA (an
+/// expert's last slice must read zeros past its rows, which a tensor map
+/// over all rows cannot give). On an H100 at the Mixtral, Qwen3 and
+/// DeepSeek-V3 shapes (bench/training_kernels.py) n = 128 ran 0.57-0.80x
+/// torch._grouped_mm; n = 256 with block barriers 0.86-1.22x and with a
+/// producer warpgroup 0.80-1.13x, ahead only at short reductions
+/// (DeepSeek-V3 T=8192); the tuner picks per shape.
 /// lhs [M, K] and rhs [M, N] reduced over their rows per group into
 /// [K, width]: the weight gradient's plan (also a dense Aᵀ·B's, one group).
 static std::optional<HopperPlan>
@@ -142,11 +150,13 @@ rowReductionPlan(ShapedType lhsType, Type rhsElem, Type outElem, int64_t width,
   if (!plan)
     return plan;
   plan->layout = {LhsLayout::GroupRowsT, RhsLayout::GroupRowsN};
-  // Bulk stores where the staging tile fits beside 3 stages or more.
+  // Bulk stores where the staging tile fits beside 3 stages or more, and
+  // beside as many as the tile asks for when it sets them.
   if (plan->warpSpecialized && outElem.getIntOrFloatBitWidth() == 16) {
     HopperPlan bulk = *plan;
     bulk.bulkStores = true;
-    if (fitStages(bulk))
+    if (fitStages(bulk) &&
+        (!tile || !tile.getStages() || bulk.stages == plan->stages))
       *plan = bulk;
   }
   return plan;
@@ -198,8 +208,11 @@ static std::optional<int64_t> fusableLoraRank(moe::GroupedMatmulOp op,
 SmallVector<std::pair<int64_t, moe::TileAttr>>
 hopper::defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
                        const HopperLimits &limits) {
+  auto outType = cast<ShapedType>(op.getOut().getType());
+  // Measured at n = 256 only: not for narrower outputs.
   if (isHopperTile(tile) || op->hasAttr(moe::kTileBucketsAttrName) ||
-      op.getMode() != moe::MatmulMode::weight_grad)
+      op.getMode() != moe::MatmulMode::weight_grad ||
+      outType.getDimSize(outType.getRank() - 1) < 256)
     return {};
   auto ws = moe::TileAttr::get(op->getContext(), kBlockM, 256, kBlockK,
                                kSpecializedThreads, 0, 0, kProducerThreads);
