@@ -348,13 +348,81 @@ LogicalResult scalar::emitCollapseShape(tensor::CollapseShapeOp op,
   return emitReshape(buffer(op.getSrc()), buffer(op.getResult()), tile, ctx);
 }
 
+namespace {
+
+/// A transpose of the last two dimensions whose sizes are multiples of the
+/// 16-byte vector width w: one thread per w x w block, w vector loads of
+/// input rows (a warp's loads cover whole 512-byte row pieces), the block
+/// transposed in registers, w vector stores of output rows. Exact bits.
+LogicalResult emitBlockTranspose(Value in, Value out, int64_t width,
+                                 moe::TileAttr tile, LoweringContext &ctx) {
+  auto inType = cast<ShapedType>(in.getType());
+  ArrayRef<int64_t> shape = inType.getShape();
+  const int64_t rank = shape.size();
+  const int64_t rows = shape[rank - 2], cols = shape[rank - 1];
+  int64_t batch = 1;
+  for (int64_t d = 0; d + 2 < rank; ++d)
+    batch *= shape[d];
+  KernelBuilder &h = ctx.host();
+  Value count = h.idx(batch * (rows / width) * (cols / width));
+  return launchPerItem(
+      ctx, "blocks", count, tile, {in, out},
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        // id = ((batch index) * row blocks + row block) * col blocks + col
+        // block: neighbouring threads read neighbouring column blocks.
+        Value colBlock = b.rem(id, b.idx(cols / width));
+        Value rest = b.div(id, b.idx(cols / width));
+        Value rowBlock = b.rem(rest, b.idx(rows / width));
+        Value flatBatch = b.div(rest, b.idx(rows / width));
+        SmallVector<Value> lead(rank - 2);
+        for (int64_t d = rank - 3; d >= 0; --d) {
+          lead[d] = d == 0 ? flatBatch : b.rem(flatBatch, b.idx(shape[d]));
+          flatBatch = b.div(flatBatch, b.idx(shape[d]));
+        }
+        auto at = [&](Value row, Value col) {
+          SmallVector<Value> index(lead);
+          index.append({row, col});
+          return index;
+        };
+        Value row0 = b.mul(rowBlock, b.idx(width));
+        Value col0 = b.mul(colBlock, b.idx(width));
+        SmallVector<Value> loaded;
+        for (int64_t i = 0; i < width; ++i)
+          loaded.push_back(
+              b.loadVec(a[0], at(b.add(row0, b.idx(i)), col0), width));
+        auto vecType = cast<VectorType>(loaded[0].getType());
+        for (int64_t j = 0; j < width; ++j) {
+          SmallVector<Value> column;
+          for (int64_t i = 0; i < width; ++i)
+            column.push_back(vector::ExtractOp::create(b, loaded[i], j));
+          b.storeVec(vector::FromElementsOp::create(b, vecType, column), a[1],
+                     at(b.add(col0, b.idx(j)), row0));
+        }
+      });
+}
+
+} // namespace
+
 LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
                                     BufferMap buffer, LoweringContext &ctx) {
-  // The LoRA adapters of a backward (moe-transpose-lora-adapters): small
-  // tensors, so one thread per output element (writes coalesced, reads
-  // strided through L2) is enough.
+  // The LoRA adapters of a backward (moe-transpose-lora-adapters) and the
+  // layout changes of moe-decompose-lora-grad: tens to hundreds of MB at
+  // the larger ranks. A swap of the last two dimensions in whole 16-byte
+  // blocks goes block by block; anything else one thread per output
+  // element (writes coalesced, reads strided through L2).
   Value in = buffer(op.getInput()), out = buffer(op.getResult()[0]);
   SmallVector<int64_t> permutation(op.getPermutation());
+  auto inType = cast<ShapedType>(op.getInput().getType());
+  const int64_t rank = permutation.size();
+  int64_t width = KernelBuilder::vectorWidth(inType.getElementType());
+  bool swapsLastTwo = rank >= 2 && inType.hasStaticShape() &&
+                      permutation[rank - 2] == rank - 1 &&
+                      permutation[rank - 1] == rank - 2;
+  for (int64_t d = 0; d + 2 < rank; ++d)
+    swapsLastTwo = swapsLastTwo && permutation[d] == d;
+  if (swapsLastTwo && width > 1 && inType.getDimSize(rank - 2) % width == 0 &&
+      inType.getDimSize(rank - 1) % width == 0)
+    return emitBlockTranspose(in, out, width, tile, ctx);
   return launchPerElement(
       ctx, tile, {in, out},
       [&](KernelBuilder &b, ValueRange a, ArrayRef<Value> index) {
