@@ -50,10 +50,19 @@
 // HOST-COUNT-5: moe.lora_grad
 // HOST-NOT: moe.grouped_matmul
 
+// On sm_90a: four wgmma matmuls; the transposes go in 16-byte pieces
+// (8 x 8 blocks where the last two dimensions swap, row pieces where the
+// last one stays).
 // SM90-LABEL: entry gathered [sm_90a]
 // SM90-NOT: lora_grad
 // SM90: gathered_k3_fill
-// SM90-COUNT-4: grouped_matmul_wgmma grid
+// SM90: grouped_matmul_wgmma grid
+// SM90: gathered_k6_transpose_blocks
+// SM90: grouped_matmul_wgmma grid
+// SM90: grouped_matmul_wgmma grid
+// SM90: gathered_k10_transpose_pieces
+// SM90: grouped_matmul_wgmma grid
+// SM90: gathered_k13_transpose_blocks
 // SM90-NOT: lora_grad
 // SM90-LABEL: entry kept [sm_90a]
 // SM90: kept_k3_lora_grad_rows

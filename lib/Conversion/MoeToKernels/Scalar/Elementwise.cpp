@@ -299,6 +299,18 @@ LogicalResult scalar::emitFill(linalg::FillOp op, moe::TileAttr tile,
 
 namespace {
 
+/// Coordinates of flat element `flat` in a row-major `shape`.
+SmallVector<Value> unflatten(KernelBuilder &b, Value flat,
+                             ArrayRef<int64_t> shape) {
+  SmallVector<Value> index(shape.size());
+  for (int64_t d = shape.size() - 1; d >= 0; --d) {
+    Value size = b.idx(shape[d]);
+    index[d] = d == 0 ? flat : b.rem(flat, size);
+    flat = b.div(flat, size);
+  }
+  return index;
+}
+
 /// The copy of a reshape: result element i (row-major) is the source's
 /// element i. One thread per 16-byte piece where both last dimensions hold
 /// whole pieces (the layout copies of moe-decompose-lora-grad: adapters and
@@ -314,16 +326,6 @@ LogicalResult emitReshape(Value in, Value out, moe::TileAttr tile,
     width = 1;
   KernelBuilder &h = ctx.host();
   Value count = h.idx(outType.getNumElements() / width);
-  // Coordinates of flat element `flat` in a row-major `shape`.
-  auto unflatten = [](KernelBuilder &b, Value flat, ArrayRef<int64_t> shape) {
-    SmallVector<Value> index(shape.size());
-    for (int64_t d = shape.size() - 1; d >= 0; --d) {
-      Value size = b.idx(shape[d]);
-      index[d] = d == 0 ? flat : b.rem(flat, size);
-      flat = b.div(flat, size);
-    }
-    return index;
-  };
   return launchPerItem(
       ctx, "", count, tile, {in, out},
       [&](KernelBuilder &b, ValueRange a, Value id) {
@@ -401,6 +403,29 @@ LogicalResult emitBlockTranspose(Value in, Value out, int64_t width,
       });
 }
 
+/// A transpose that keeps the last dimension (a multiple of the 16-byte
+/// vector width w) in place: one thread per w elements of it, a vector load
+/// and a vector store.
+LogicalResult emitRowPieceTranspose(Value in, Value out,
+                                    ArrayRef<int64_t> permutation,
+                                    int64_t width, moe::TileAttr tile,
+                                    LoweringContext &ctx) {
+  auto outType = cast<ShapedType>(out.getType());
+  KernelBuilder &h = ctx.host();
+  Value count = h.idx(outType.getNumElements() / width);
+  return launchPerItem(
+      ctx, "pieces", count, tile, {in, out},
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        SmallVector<Value> index =
+            unflatten(b, b.mul(id, b.idx(width)), outType.getShape());
+        // Result dimension d is the input's dimension permutation[d].
+        SmallVector<Value> source(index.size());
+        for (auto [d, p] : llvm::enumerate(permutation))
+          source[p] = index[d];
+        b.storeVec(b.loadVec(a[0], source, width), a[1], index);
+      });
+}
+
 } // namespace
 
 LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
@@ -408,8 +433,9 @@ LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
   // The LoRA adapters of a backward (moe-transpose-lora-adapters) and the
   // layout changes of moe-decompose-lora-grad: tens to hundreds of MB at
   // the larger ranks. A swap of the last two dimensions in whole 16-byte
-  // blocks goes block by block; anything else one thread per output
-  // element (writes coalesced, reads strided through L2).
+  // blocks goes block by block, a permutation that keeps a last dimension
+  // of whole 16-byte pieces piece by piece; anything else one thread per
+  // output element (writes coalesced, reads strided through L2).
   Value in = buffer(op.getInput()), out = buffer(op.getResult()[0]);
   SmallVector<int64_t> permutation(op.getPermutation());
   auto inType = cast<ShapedType>(op.getInput().getType());
@@ -423,6 +449,10 @@ LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
   if (swapsLastTwo && width > 1 && inType.getDimSize(rank - 2) % width == 0 &&
       inType.getDimSize(rank - 1) % width == 0)
     return emitBlockTranspose(in, out, width, tile, ctx);
+  if (rank >= 1 && inType.hasStaticShape() && width > 1 &&
+      permutation[rank - 1] == rank - 1 &&
+      inType.getDimSize(rank - 1) % width == 0)
+    return emitRowPieceTranspose(in, out, permutation, width, tile, ctx);
   return launchPerElement(
       ctx, tile, {in, out},
       [&](KernelBuilder &b, ValueRange a, ArrayRef<Value> index) {
