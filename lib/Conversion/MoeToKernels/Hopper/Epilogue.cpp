@@ -276,9 +276,7 @@ void Epilogue::bulkStores(const TileState &t, Value result) {
   pairStores(t, result,
              env.sharedView(tile, outElem, kBlockM * stagingStride));
   // Generic-proxy writes, read by the bulk copies' async proxy.
-  NVVM::FenceProxyOp::create(
-      b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
-      NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+  fenceAsyncShared(b);
   mmaThreadsBarrier();
   Value r = mma.mathThread;
   b.ifThen(b.land(b.ult(r, b.idx(kBlockM)), b.ult(r, t.rowCount)), [&] {

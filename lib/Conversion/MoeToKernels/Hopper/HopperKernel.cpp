@@ -22,6 +22,13 @@ Value hopper::bitAnd(KernelBuilder &b, Value x, int64_t mask) {
   return arith::AndIOp::create(b, x, b.idx(mask));
 }
 
+void hopper::fenceAsyncShared(KernelBuilder &b) {
+  MLIRContext *ctx = b.getContext();
+  NVVM::FenceProxyOp::create(
+      b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
+      NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+}
+
 KernelArgs::KernelArgs(ValueRange a, const HopperArgs &pos)
     : lhs(a[0]), rhs(a[1]), out(a[2]), rows(a.back()) {
   auto at = [&](int position) { return position >= 0 ? a[position] : Value(); };

@@ -386,7 +386,6 @@ private:
   /// `down` (LoRA) also x · A_eᵀ added to *down.
   mlir::Value sliceMma(mlir::Value current, mlir::Value slot,
                        mlir::Value *down = nullptr);
-  void fenceAsyncShared();
 
   KernelEnv &env;
   ProducerPipeline &producer;
@@ -489,6 +488,9 @@ private:
 /// Small index helpers of the parts.
 mlir::Value toI32(KernelBuilder &b, mlir::Value index);
 mlir::Value bitAnd(KernelBuilder &b, mlir::Value x, int64_t mask);
+/// Makes this thread's generic-proxy writes to shared memory visible to
+/// the async proxy (wgmma and bulk copies read through it).
+void fenceAsyncShared(KernelBuilder &b);
 
 } // namespace moec::kernels::hopper
 

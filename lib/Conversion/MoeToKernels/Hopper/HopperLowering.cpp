@@ -111,31 +111,28 @@ Value above(KernelBuilder &h, Value rows, int64_t bound) {
   return h.minIdx(h.idx(1), h.div(rows, h.idx(bound + 1)));
 }
 
-/// Launches the kernel of `base`, or with the op's `moe.tile_buckets` one
-/// variant per bucket: each launch's grid is 0 unless the row count
-/// (groupedRows) falls in its bucket (the first bucket from 0 rows, the base
-/// plan the rows above every bucket). `planOf` makes the plan of a bucket's
-/// tile.
+/// Launches the kernel of `base`, or with the op's `moe.tile_buckets` (else
+/// `defaults`) one variant per bucket: each launch's grid is 0 unless the
+/// row count (groupedRows) falls in its bucket (the first bucket from 0
+/// rows, the base plan the rows above every bucket). `planOf` makes the
+/// plan of a bucket's tile.
 LogicalResult launchBucketed(
     LoweringContext &ctx, Operation *op, const HopperOperands &v,
     const HopperPlan &base,
     function_ref<std::optional<HopperPlan>(moe::TileAttr)> planOf,
-    ArrayRef<std::pair<int64_t, moe::TileAttr>> defaults = {}) {
-  auto bucketList = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName);
+    ArrayRef<moe::TileBucketAttr> defaults = {}) {
+  SmallVector<moe::TileBucketAttr> list(defaults);
+  if (auto bucketList = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName))
+    list.assign(llvm::to_vector(bucketList.getAsRange<moe::TileBucketAttr>()));
   SmallVector<std::pair<moe::TileBucketAttr, HopperPlan>> buckets;
-  if (bucketList)
-    for (auto bucket : bucketList.getAsRange<moe::TileBucketAttr>()) {
-      std::optional<HopperPlan> plan = planOf(bucket.getTile());
-      if (!plan || !isHopperTile(bucket.getTile()))
-        return op->emitOpError("has a tile bucket the sm90a matmul cannot "
-                               "build: ")
-               << bucket;
-      buckets.push_back({bucket, *plan});
-    }
-  for (auto [maxRows, tile] : defaults)
-    if (std::optional<HopperPlan> plan = planOf(tile))
-      buckets.push_back(
-          {moe::TileBucketAttr::get(op->getContext(), maxRows, tile), *plan});
+  for (moe::TileBucketAttr bucket : list) {
+    std::optional<HopperPlan> plan = planOf(bucket.getTile());
+    if (!plan || !isHopperTile(bucket.getTile()))
+      return op->emitOpError("has a tile bucket the sm90a matmul cannot "
+                             "build: ")
+             << bucket;
+    buckets.push_back({bucket, *plan});
+  }
   // Last buckets that would build the base kernel again: the base serves
   // their rows.
   MLIRContext *context = op->getContext();

@@ -205,7 +205,7 @@ static std::optional<int64_t> fusableLoraRank(moe::GroupedMatmulOp op,
 // average 64-256 rows (Qwen3, Qwen3.5, OLMoE and DeepSeek-V3 at T = 2048,
 // Qwen3.5 and DeepSeek-V3 at T = 8192) and 0.85-1.03x at 512 rows and
 // more.
-SmallVector<std::pair<int64_t, moe::TileAttr>>
+SmallVector<moe::TileBucketAttr>
 hopper::defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
                        const HopperLimits &limits) {
   auto outType = cast<ShapedType>(op.getOut().getType());
@@ -220,7 +220,8 @@ hopper::defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
   if (!plan || !plan->bulkStores)
     return {};
   int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
-  return {{kShortReduction * experts, tileOf(op->getContext(), *plan)}};
+  return {moe::TileBucketAttr::get(op->getContext(), kShortReduction * experts,
+                                   tileOf(op->getContext(), *plan))};
 }
 
 std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,

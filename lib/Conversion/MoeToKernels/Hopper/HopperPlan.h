@@ -239,11 +239,11 @@ std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
                                       const HopperLimits &limits = {});
 
 /// The row buckets of `op` when neither a tile nor buckets are set on it
-/// (else none): (max_rows, tile) pairs, the rows above the last going to
-/// the op's plan for `tile`. The weight gradient with a 16-bit output runs
-/// the warp-specialized kernel (bulk stores) while its experts average at
-/// most kShortReduction rows.
-llvm::SmallVector<std::pair<int64_t, moe::TileAttr>>
+/// (else none), the rows above the last going to the op's plan for `tile`.
+/// The weight gradient with a 16-bit output runs the warp-specialized
+/// kernel (bulk stores) while its experts average at most kShortReduction
+/// rows.
+llvm::SmallVector<moe::TileBucketAttr>
 defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
                const HopperLimits &limits = {});
 

@@ -155,12 +155,6 @@ Value MmaLoop::sliceMma(Value current, Value slot, Value *down) {
   return current;
 }
 
-void MmaLoop::fenceAsyncShared() {
-  MLIRContext *ctx = env.b.getContext();
-  NVVM::FenceProxyOp::create(
-      env.b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
-      NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-}
 
 Value MmaLoop::blockBarrierLoop(const TileState &t) {
   KernelBuilder &b = env.b;
@@ -175,7 +169,7 @@ Value MmaLoop::blockBarrierLoop(const TileState &t) {
   // Slice kt has landed (for this thread's copies), is visible to the
   // async proxy wgmma reads through, and to the whole block.
   NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(ahead - 1));
-  fenceAsyncShared();
+  fenceAsyncShared(b);
   gpu::BarrierOp::create(b);
   // The slot refilled now was read by the wgmmas of slice kt - 2, which
   // every warpgroup waited for before the barrier.
@@ -263,7 +257,7 @@ Value MmaLoop::loraUp(const TileState &t, Value current, Value down) {
     producer.loadLoraUp(t, env.stageB(slot), first, width);
     producer.commit();
     NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(0));
-    fenceAsyncShared();
+    fenceAsyncShared(b);
     gpu::BarrierOp::create(b);
     current = upMmas(current, env.stageA(slot), env.stageB(slot), width);
     // The next pass, or the staged epilogue, writes the last stages next.
@@ -280,12 +274,12 @@ Value MmaLoop::loraUpSpecialized(Value current, Value down, Value round) {
   KernelBuilder &b = env.b;
   const int64_t R = env.plan.loraRows;
   storeScaledU(down, env.loraUpA(), 0, R);
-  fenceAsyncShared();
+  fenceAsyncShared(b);
   NVVM::BarrierOp::create(b, Type(), toI32(b, b.add(warpgroup, b.idx(1))),
                           b.i32(128), NVVM::BarrierReductionAttr(), Value());
   producer.waitPhase(env.loraBarrier(/*empty=*/false), round,
                      /*previous=*/false);
-  fenceAsyncShared();
+  fenceAsyncShared(b);
   current = upMmas(current, env.loraUpA(), env.loraUpB(), R);
   b.ifThen(leader, [&] {
     NVVM::MBarrierArriveOp::create(b, Type(), env.loraBarrier(true), Value());
@@ -304,7 +298,7 @@ Value MmaLoop::specializedLoop(Value slices, Value count) {
     producer.waitRound(/*empty=*/false, n, /*previous=*/false);
     // The copies were generic-proxy writes; wgmma reads through the async
     // proxy.
-    fenceAsyncShared();
+    fenceAsyncShared(b);
     Value down = env.plan.lora() ? kLoop.getRegionIterArgs()[1] : Value();
     Value acc = sliceMma(kLoop.getRegionIterArgs()[0], producer.slotOf(n),
                          down ? &down : nullptr);

@@ -311,6 +311,16 @@ SmallVector<Value> unflatten(KernelBuilder &b, Value flat,
   return index;
 }
 
+/// The source index of result index `index` under `permutation` (result
+/// dimension d is the source's dimension permutation[d]).
+SmallVector<Value> permutedSource(ArrayRef<Value> index,
+                                  ArrayRef<int64_t> permutation) {
+  SmallVector<Value> source(index.size());
+  for (auto [d, p] : llvm::enumerate(permutation))
+    source[p] = index[d];
+  return source;
+}
+
 /// The copy of a reshape: result element i (row-major) is the source's
 /// element i. One thread per 16-byte piece where both last dimensions hold
 /// whole pieces (the layout copies of moe-decompose-lora-grad: adapters and
@@ -358,36 +368,26 @@ namespace {
 /// transposed in registers, w vector stores of output rows. Exact bits.
 LogicalResult emitBlockTranspose(Value in, Value out, int64_t width,
                                  moe::TileAttr tile, LoweringContext &ctx) {
-  auto inType = cast<ShapedType>(in.getType());
-  ArrayRef<int64_t> shape = inType.getShape();
-  const int64_t rank = shape.size();
-  const int64_t rows = shape[rank - 2], cols = shape[rank - 1];
-  int64_t batch = 1;
-  for (int64_t d = 0; d + 2 < rank; ++d)
-    batch *= shape[d];
+  // The grid of blocks: the input's shape with its last two dimensions in
+  // blocks, row-major, so neighbouring threads read neighbouring column
+  // blocks.
+  SmallVector<int64_t> blocks(cast<ShapedType>(in.getType()).getShape());
+  const int64_t rank = blocks.size();
+  blocks[rank - 2] /= width;
+  blocks[rank - 1] /= width;
   KernelBuilder &h = ctx.host();
-  Value count = h.idx(batch * (rows / width) * (cols / width));
+  Value count = h.idx(ShapedType::getNumElements(blocks));
   return launchPerItem(
       ctx, "blocks", count, tile, {in, out},
       [&](KernelBuilder &b, ValueRange a, Value id) {
-        // id = ((batch index) * row blocks + row block) * col blocks + col
-        // block: neighbouring threads read neighbouring column blocks.
-        Value colBlock = b.rem(id, b.idx(cols / width));
-        Value rest = b.div(id, b.idx(cols / width));
-        Value rowBlock = b.rem(rest, b.idx(rows / width));
-        Value flatBatch = b.div(rest, b.idx(rows / width));
-        SmallVector<Value> lead(rank - 2);
-        for (int64_t d = rank - 3; d >= 0; --d) {
-          lead[d] = d == 0 ? flatBatch : b.rem(flatBatch, b.idx(shape[d]));
-          flatBatch = b.div(flatBatch, b.idx(shape[d]));
-        }
+        SmallVector<Value> block = unflatten(b, id, blocks);
+        Value row0 = b.mul(block[rank - 2], b.idx(width));
+        Value col0 = b.mul(block[rank - 1], b.idx(width));
         auto at = [&](Value row, Value col) {
-          SmallVector<Value> index(lead);
+          SmallVector<Value> index(block.begin(), block.end() - 2);
           index.append({row, col});
           return index;
         };
-        Value row0 = b.mul(rowBlock, b.idx(width));
-        Value col0 = b.mul(colBlock, b.idx(width));
         SmallVector<Value> loaded;
         for (int64_t i = 0; i < width; ++i)
           loaded.push_back(
@@ -418,11 +418,8 @@ LogicalResult emitRowPieceTranspose(Value in, Value out,
       [&](KernelBuilder &b, ValueRange a, Value id) {
         SmallVector<Value> index =
             unflatten(b, b.mul(id, b.idx(width)), outType.getShape());
-        // Result dimension d is the input's dimension permutation[d].
-        SmallVector<Value> source(index.size());
-        for (auto [d, p] : llvm::enumerate(permutation))
-          source[p] = index[d];
-        b.storeVec(b.loadVec(a[0], source, width), a[1], index);
+        b.storeVec(b.loadVec(a[0], permutedSource(index, permutation), width),
+                   a[1], index);
       });
 }
 
@@ -456,10 +453,7 @@ LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
   return launchPerElement(
       ctx, tile, {in, out},
       [&](KernelBuilder &b, ValueRange a, ArrayRef<Value> index) {
-        // Result dimension d is the input's dimension permutation[d].
-        SmallVector<Value> source(index.size());
-        for (auto [d, p] : llvm::enumerate(permutation))
-          source[p] = index[d];
-        b.storeVec(b.loadVec(a[0], source, 1), a[1], index);
+        b.storeVec(b.loadVec(a[0], permutedSource(index, permutation), 1),
+                   a[1], index);
       });
 }
