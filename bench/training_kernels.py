@@ -19,6 +19,14 @@ nn.Linear layout [E, N, K]):
   dw_gate_up  the weight gradient x_eᵀ · dg_e per expert: x [R, H] and
               dg [R, 2I] in grouped row order -> [E, H, 2I] (bf16).
   dw_down     h [R, I] and dy [R, H] -> [E, I, H].
+  dx_down_swiglu
+              dx_down into SwiGLU's gradient: from dy [R, H], w_down and the
+              saved gate_up output h [R, 2I], the gradient of h [R, 2I].
+              moec fused (one matmul whose epilogue reads h: activation =
+              swiglu_grad) against moec unfused (the matmul, then
+              moe.swiglu_grad) and torch (torch._grouped_mm, then the
+              element-wise ops autograd runs for silu(g) * u: mul,
+              silu_backward, silu, mul, cat). FLOPs are the matmul's.
 
 R = T*k grouped rows from random top-k routing (bench/grouped_gemm.py's
 random_routing: at small T some experts are empty). Baselines, also the
@@ -41,13 +49,14 @@ from grouped_gemm import (BF16, MODELS, TOLERANCE, fits, free_bytes,
                           report_peak)
 from memory_bound import make_flush, timed
 
-KERNELS = ("dx_gate_up", "dx_down", "dw_gate_up", "dw_down")
+KERNELS = ("dx_gate_up", "dx_down", "dw_gate_up", "dw_down", "dx_down_swiglu")
 # (K, N) of each kernel's product for a model m.
 SHAPES = {
     "dx_gate_up": lambda m: (2 * m["I"], m["H"]),
     "dx_down": lambda m: (m["H"], m["I"]),
     "dw_gate_up": lambda m: (m["H"], 2 * m["I"]),
     "dw_down": lambda m: (m["I"], m["H"]),
+    "dx_down_swiglu": lambda m: (m["H"], m["I"]),
 }
 
 
@@ -66,6 +75,34 @@ def dx_case(bundle, kernel, key, dy, offsets, w):
 
     flops = 2 * dy.shape[0] * w.shape[1] * w.shape[2]
     return run_moec, run_torch, flops
+
+
+def swiglu_grad_case(bundle, key, dy, offsets, w, h):
+    """dx_down into SwiGLU's gradient: moec fused and unfused, and torch."""
+    fused = bundle.entry(f"dx_down_swiglu_{key}")
+    unfused = bundle.entry(f"dx_down_swiglu_unfused_{key}")
+    R, I = dy.shape[0], w.shape[2]
+    out = torch.empty(R, 2 * I, dtype=BF16, device="cuda")
+    da = torch.empty(R, I, dtype=BF16, device="cuda")
+
+    def run_moec():
+        fused(dy, offsets, w, h, out=out, check_values=False)
+        return out
+
+    def run_unfused():
+        unfused(dy, offsets, w, h, out=(out, da), check_values=False)
+        return out
+
+    def run_torch():
+        d = torch._grouped_mm(dy, w, offs=offsets)
+        g, u = h[:, :I], h[:, I:]
+        # What autograd runs for silu(g) * u: d(silu(g)) = d * u, then
+        # silu_backward; du = d * silu(g).
+        dg = torch.ops.aten.silu_backward(d * u, g)
+        return torch.cat((dg, d * torch.nn.functional.silu(g)), dim=1)
+
+    flops = 2 * R * w.shape[1] * I
+    return run_moec, run_unfused, run_torch, flops
 
 
 def dw_case(bundle, kernel, key, x, dy, offsets, E):
@@ -123,11 +160,18 @@ def main():
                 K, N = SHAPES[kernel](m)
                 dy = torch.randn(R, N if kernel.startswith("dw") else K,
                                  device="cuda", dtype=BF16, generator=gen)
+                run_unfused = None
                 if kernel.startswith("dw"):
                     x = torch.randn(R, K, device="cuda", dtype=BF16,
                                     generator=gen)
                     run_moec, run_torch, flops = dw_case(
                         bundle, kernel, key, x, dy, offsets, E)
+                elif kernel == "dx_down_swiglu":
+                    x = torch.randn(R, 2 * N, device="cuda", dtype=BF16,
+                                    generator=gen)  # the saved gate_up h
+                    run_moec, run_unfused, run_torch, flops = \
+                        swiglu_grad_case(bundle, key, dy, offsets,
+                                         weights["dx_down"], x)
                 else:
                     run_moec, run_torch, flops = dx_case(
                         bundle, kernel, key, dy, offsets, weights[kernel])
@@ -137,6 +181,8 @@ def main():
                               run_torch().reshape(-1, N))
                 ms = {"moec": timed(run_moec, args.iters, flush),
                       "grouped_mm": timed(run_torch, args.iters, flush)}
+                if run_unfused:
+                    ms["moec_unfused"] = timed(run_unfused, args.iters, flush)
                 tflops = {n: flops / t / 1e9 for n, t in ms.items()}
                 row = dict(model=key, T=T, kernel=kernel, flops=flops, ms=ms,
                            tflops=tflops,
@@ -150,9 +196,11 @@ def main():
                       f"{ms['grouped_mm']:8.3f} ms "
                       f"{row['pct_peak']['grouped_mm']:5.1f}% "
                       f"x{row['ratio']:5.2f} | err {err:.1e}"
+                      + (f" | unfused {ms['moec_unfused']:8.3f} ms"
+                         if run_unfused else "")
                       + ("" if err < TOLERANCE else "  MISMATCH"),
                       flush=True)
-                del dy, run_moec, run_torch
+                del dy, run_moec, run_torch, run_unfused
                 x = None
             del slots, offsets
             free_bytes()

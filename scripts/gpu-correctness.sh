@@ -104,6 +104,18 @@ for entry in gmm_lora_input_grad gmm_lora_r72_input_grad; do
     run hopper.moecb $entry 300 $routing --sym M=600 --iters 5
   done
 done
+# The down projection's dX with SwiGLU's gradient in its epilogue
+# (activation = swiglu_grad): pair stores (a row scale, warp-specialized; an
+# f32 output, block barriers) and the quad-gathered version (LoRA); M = 2T
+# rows.
+for entry in gmm_swiglu_grad_ws gmm_swiglu_grad_staged gmm_swiglu_grad_lora; do
+  for t in 1 45 3000 9000; do
+    run hopper.moecb $entry $t uniform --sym M=$((2 * t)) --iters 5
+  done
+  for routing in one-expert half-experts; do
+    run hopper.moecb $entry 300 $routing --sym M=600 --iters 5
+  done
+done
 # The gathered weight gradient at the default tile: its grouped gradient
 # has T*k rows (symbol M).
 for t in 1 45 3000; do

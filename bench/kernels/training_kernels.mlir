@@ -180,3 +180,117 @@ func.func @dw_down_dsv3(%h: tensor<?x2048xbf16> {moe.sym = "R"},
       -> tensor<256x2048x7168xbf16>
   return %dw : tensor<256x2048x7168xbf16>
 }
+
+// ---- The down projection's dX into SwiGLU's gradient ----
+// dx_down_swiglu_{key}(dy [R, H], offsets [E], w_down [E, H, I],
+//     h [R, 2I]) -> [R, 2I]: dA = dy · W_e, then swiglu_grad(h, dA), the
+//     gradient of the saved gate_up output h. moe-fuse-epilogue folds the
+//     two into one matmul (activation = swiglu_grad), so dA is never
+//     written;
+// dx_down_swiglu_unfused_{key}: the same two ops, with dA also returned so
+//     that they stay two kernels (the backward before the fusion).
+func.func @dx_down_swiglu_mixtral(%dy: tensor<?x4096xbf16> {moe.sym = "R"},
+    %offsets: tensor<8xi32>, %w_down: tensor<8x4096x14336xbf16>,
+    %h: tensor<?x28672xbf16> {moe.sym = "R"}) -> tensor<?x28672xbf16> {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x4096xbf16>, tensor<8x4096x14336xbf16>, tensor<8xi32>
+      -> tensor<?x14336xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x28672xbf16>, tensor<?x14336xbf16> -> tensor<?x28672xbf16>
+  return %dh : tensor<?x28672xbf16>
+}
+func.func @dx_down_swiglu_unfused_mixtral(%dy: tensor<?x4096xbf16> {moe.sym = "R"},
+    %offsets: tensor<8xi32>, %w_down: tensor<8x4096x14336xbf16>,
+    %h: tensor<?x28672xbf16> {moe.sym = "R"})
+    -> (tensor<?x28672xbf16>, tensor<?x14336xbf16>) {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x4096xbf16>, tensor<8x4096x14336xbf16>, tensor<8xi32>
+      -> tensor<?x14336xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x28672xbf16>, tensor<?x14336xbf16> -> tensor<?x28672xbf16>
+  return %dh, %da : tensor<?x28672xbf16>, tensor<?x14336xbf16>
+}
+func.func @dx_down_swiglu_qwen3(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<128xi32>, %w_down: tensor<128x2048x768xbf16>,
+    %h: tensor<?x1536xbf16> {moe.sym = "R"}) -> tensor<?x1536xbf16> {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x2048xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32>
+      -> tensor<?x768xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x1536xbf16>, tensor<?x768xbf16> -> tensor<?x1536xbf16>
+  return %dh : tensor<?x1536xbf16>
+}
+func.func @dx_down_swiglu_unfused_qwen3(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<128xi32>, %w_down: tensor<128x2048x768xbf16>,
+    %h: tensor<?x1536xbf16> {moe.sym = "R"})
+    -> (tensor<?x1536xbf16>, tensor<?x768xbf16>) {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x2048xbf16>, tensor<128x2048x768xbf16>, tensor<128xi32>
+      -> tensor<?x768xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x1536xbf16>, tensor<?x768xbf16> -> tensor<?x1536xbf16>
+  return %dh, %da : tensor<?x1536xbf16>, tensor<?x768xbf16>
+}
+func.func @dx_down_swiglu_qwen35(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<256xi32>, %w_down: tensor<256x2048x512xbf16>,
+    %h: tensor<?x1024xbf16> {moe.sym = "R"}) -> tensor<?x1024xbf16> {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x2048xbf16>, tensor<256x2048x512xbf16>, tensor<256xi32>
+      -> tensor<?x512xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x1024xbf16>, tensor<?x512xbf16> -> tensor<?x1024xbf16>
+  return %dh : tensor<?x1024xbf16>
+}
+func.func @dx_down_swiglu_unfused_qwen35(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<256xi32>, %w_down: tensor<256x2048x512xbf16>,
+    %h: tensor<?x1024xbf16> {moe.sym = "R"})
+    -> (tensor<?x1024xbf16>, tensor<?x512xbf16>) {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x2048xbf16>, tensor<256x2048x512xbf16>, tensor<256xi32>
+      -> tensor<?x512xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x1024xbf16>, tensor<?x512xbf16> -> tensor<?x1024xbf16>
+  return %dh, %da : tensor<?x1024xbf16>, tensor<?x512xbf16>
+}
+func.func @dx_down_swiglu_olmoe(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<64xi32>, %w_down: tensor<64x2048x1024xbf16>,
+    %h: tensor<?x2048xbf16> {moe.sym = "R"}) -> tensor<?x2048xbf16> {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x2048xbf16>, tensor<64x2048x1024xbf16>, tensor<64xi32>
+      -> tensor<?x1024xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x2048xbf16>, tensor<?x1024xbf16> -> tensor<?x2048xbf16>
+  return %dh : tensor<?x2048xbf16>
+}
+func.func @dx_down_swiglu_unfused_olmoe(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
+    %offsets: tensor<64xi32>, %w_down: tensor<64x2048x1024xbf16>,
+    %h: tensor<?x2048xbf16> {moe.sym = "R"})
+    -> (tensor<?x2048xbf16>, tensor<?x1024xbf16>) {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x2048xbf16>, tensor<64x2048x1024xbf16>, tensor<64xi32>
+      -> tensor<?x1024xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x2048xbf16>, tensor<?x1024xbf16> -> tensor<?x2048xbf16>
+  return %dh, %da : tensor<?x2048xbf16>, tensor<?x1024xbf16>
+}
+func.func @dx_down_swiglu_dsv3(%dy: tensor<?x7168xbf16> {moe.sym = "R"},
+    %offsets: tensor<256xi32>, %w_down: tensor<256x7168x2048xbf16>,
+    %h: tensor<?x4096xbf16> {moe.sym = "R"}) -> tensor<?x4096xbf16> {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x7168xbf16>, tensor<256x7168x2048xbf16>, tensor<256xi32>
+      -> tensor<?x2048xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x4096xbf16>, tensor<?x2048xbf16> -> tensor<?x4096xbf16>
+  return %dh : tensor<?x4096xbf16>
+}
+func.func @dx_down_swiglu_unfused_dsv3(%dy: tensor<?x7168xbf16> {moe.sym = "R"},
+    %offsets: tensor<256xi32>, %w_down: tensor<256x7168x2048xbf16>,
+    %h: tensor<?x4096xbf16> {moe.sym = "R"})
+    -> (tensor<?x4096xbf16>, tensor<?x2048xbf16>) {
+  %da = moe.grouped_matmul %dy, %w_down, %offsets
+      : tensor<?x7168xbf16>, tensor<256x7168x2048xbf16>, tensor<256xi32>
+      -> tensor<?x2048xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x4096xbf16>, tensor<?x2048xbf16> -> tensor<?x4096xbf16>
+  return %dh, %da : tensor<?x4096xbf16>, tensor<?x2048xbf16>
+}

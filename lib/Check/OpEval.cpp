@@ -209,7 +209,8 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   const int64_t k = intAttr(op, "k", 0);
   const std::string mode = enumAttr(op, "mode", "forward");
   const std::string activation = enumAttr(op, "activation", "none");
-  if (activation != "none" && activation != "swiglu")
+  if (activation != "none" && activation != "swiglu" &&
+      activation != "swiglu_grad")
     badEnum(op, "activation", activation);
 
   if (mode == "weight_grad") {
@@ -217,7 +218,7 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
         nullptr,        nullptr,           nullptr,    nullptr,
         "bias",         "lora_a",          "lora_b",   "row_scale",
         "scatter_slots", "scatter_weights", "scatter_positions",
-        "lhs_scales",   "rhs_scales"};
+        "lhs_scales",   "rhs_scales",      "activation_input"};
     for (size_t i = 4; i < std::size(forwardOnly); ++i)
       if (x.optional(i))
         unsupported(op, std::string("operand '") + forwardOnly[i] +
@@ -250,6 +251,10 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   o.lhsScales = x.optional(11);
   o.rhsScales = x.optional(12);
   o.scaleGroup = intAttr(op, "scale_group", 128);
+  o.swigluGradInput = x.optional(13);
+  if (bool(o.swigluGradInput) != (activation == "swiglu_grad"))
+    unsupported(op, "operand 'activation_input' without activation = "
+                    "swiglu_grad, or the activation without it");
   return {ref::groupedMatmul(lhs, rhs, offsets, o)};
 }
 

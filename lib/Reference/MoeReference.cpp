@@ -524,7 +524,15 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
   };
   if (options.swiglu && cols % 2 != 0)
     fail("swiglu needs an even N, got " + std::to_string(cols));
-  const int64_t outCols = options.swiglu ? cols / 2 : cols;
+  const DTensor *gradInput = options.swigluGradInput;
+  if (gradInput) {
+    if (options.swiglu || options.scatterSlots)
+      fail("'swigluGradInput' excludes swiglu and scatter");
+    expectRank(*gradInput, "activation_input", 2);
+    expectDim(*gradInput, "activation_input", 0, rows, "the grouped rows");
+    expectDim(*gradInput, "activation_input", 1, 2 * cols, "2 * N");
+  }
+  const int64_t outCols = options.swiglu ? cols / 2 : gradInput ? 2 * cols : cols;
   if (options.rowScale)
     expectDim(*options.rowScale, "row_scale", 0, rows, "the grouped rows");
   if (options.scatterWeights && !options.scatterSlots)
@@ -574,6 +582,16 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
         for (int64_t n = 0; n < outCols; ++n)
           y[n] = y[n] * sigmoid(y[n]) * y[n + outCols];
       double scale = options.rowScale ? options.rowScale->data[i] : 1.0;
+      if (gradInput) {
+        // y is SwiGLU's output gradient: the input's, gate then up half.
+        for (int64_t n = 0; n < cols; ++n) {
+          double g = gradInput->at(i, n), u = gradInput->at(i, n + cols);
+          double dy = scale * y[n], s = sigmoid(g);
+          out.at(i, n) = dy * u * s * (1 + g * (1 - s));
+          out.at(i, n + cols) = dy * g * s;
+        }
+        continue;
+      }
       if (!scatter) {
         for (int64_t n = 0; n < outCols; ++n)
           out.at(i, n) = scale * y[n];

@@ -413,14 +413,17 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
                    scatter=None, scatter_weights=None,
                    scatter_positions=None, scales=None,
                    scale_group: int = 128, mode: str = "forward",
-                   transpose_lora: bool = False, out_dtype=None) -> Value:
+                   transpose_lora: bool = False, activation_input=None,
+                   out_dtype=None) -> Value:
     """Each expert group of rows times that expert's weights.
 
     lhs [M, K] grouped rows, or token rows [T, K] with `gather=slots` and `k`;
     rhs [E, K, N], or [E, N, K] with `transpose_rhs`. Options: `bias`
     [E, N]; `lora=(A, B)` (A [E*r, K], B [N, E*r]; with `transpose_lora`
     the input gradient's term (x · B_e) · A_e, A [E*r, N] and B [K, E*r]);
-    `activation="swiglu"` (output N/2 wide);
+    `activation="swiglu"` (output N/2 wide); `activation="swiglu_grad"`
+    with `activation_input=h` [M, 2N], the saved SwiGLU input: the result
+    is the output gradient of that SwiGLU, the gradient of h [M, 2N];
     `row_scale` [M]; `scatter=slots` (+ `k`, optional `scatter_weights`
     [T, k] and `scatter_positions`, the sort's row of each slot) to combine
     into token order; `scales=(sx, sw)` for FP8 operands.
@@ -464,7 +467,8 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
 
     if mode == "weight_grad":
         for arg, value in (("lora", lora), ("transpose_lora", transpose_lora),
-                           ("bias", bias), ("activation", activation)):
+                           ("bias", bias), ("activation", activation),
+                           ("activation_input", activation_input)):
             if value:
                 raise ValueError(f"{op}: '{arg}' is not taken with "
                                  f"mode='weight_grad'")
@@ -495,12 +499,28 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
             raise ValueError(f"{op}: 'transpose_lora' needs 'lora'")
         out_cols = n_dim
         if activation is not None:
-            _choice(activation, "activation", op, ("swiglu",))
+            _choice(activation, "activation", op, ("swiglu", "swiglu_grad"))
+            attrs["activation"] = f"#moe.activation<{activation}>"
+        if (activation == "swiglu_grad") != (activation_input is not None):
+            raise ValueError(f"{op}: 'activation_input' is given exactly "
+                             f"with activation='swiglu_grad'")
+        if activation == "swiglu":
             if isinstance(n_dim, int) and n_dim % 2:
                 raise ValueError(f"{op}: activation='swiglu' needs an even "
                                  f"output width, got {n_dim}")
-            attrs["activation"] = "#moe.activation<swiglu>"
             out_cols = n_dim // 2
+        elif activation == "swiglu_grad":
+            activation_input = operand(activation_input, "activation_input")
+            _rank(activation_input, 2, "activation_input", op)
+            if isinstance(n_dim, int):
+                out_cols = 2 * n_dim
+                _same_dim(activation_input.shape[1], out_cols,
+                          "'activation_input' columns and 2 * N", op)
+            else:
+                out_cols = activation_input.shape[1]
+            if scatter is not None:
+                raise ValueError(f"{op}: activation='swiglu_grad' writes "
+                                 f"grouped rows: 'scatter' is not taken")
         if row_scale is not None:
             row_scale = operand(row_scale, "row_scale")
             extra += f" row_scale({row_scale.name} : {row_scale.type})"
@@ -536,6 +556,9 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
         if scale_group != 128:
             attrs["scale_group"] = (
                 f"{_positive(scale_group, 'scale_group', op)} : i64")
+    if activation_input is not None and mode != "weight_grad":
+        extra += (f" activation_input({activation_input.name} : "
+                  f"{activation_input.type})")
     out = b.fresh(out_shape, out_dtype)
     b.emit(f"{out.name} = moe.grouped_matmul {lhs.name}, {rhs.name}, "
            f"{offsets.name}{extra}{_attr_dict(attrs)} : {lhs.type}, "

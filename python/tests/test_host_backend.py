@@ -199,3 +199,54 @@ def test_positions_passed_between_kernels(rng, tokens):
             x[s // 2].astype(np.float64) @ w1[flat[s]].astype(np.float64))
     assert rel_error(y, ref) < 1e-5
 
+
+
+@pytest.mark.parametrize("sizes", [
+    (3, 4, 5, 0),      # groups of 3, 4 and 5 rows, one empty expert
+    (0, 0, 1, 0),      # one row in all
+    (12, 0, 0, 0),     # every row on one expert
+])
+def test_grouped_matmul_swiglu_grad_epilogue(rng, sizes):
+    # The down projection's input gradient with SwiGLU's gradient in its
+    # epilogue: d = dy · W_e (rhs [E, K, N]), then for the saved input
+    # h = [g | u]: dg = d·u·s·(1 + g·(1 − s)), du = d·g·s, s = sigmoid(g).
+    @moec.kernel
+    def down_dx(dy: moec.Tensor["M", 24, "f32"],
+                w: moec.Tensor[4, 24, 10, "f32"],
+                offsets: moec.Tensor[4, "i32"],
+                h: moec.Tensor["M", 20, "f32"]):
+        return ops.grouped_matmul(dy, w, offsets, activation="swiglu_grad",
+                                  activation_input=h)
+
+    rows = sum(sizes)
+    dy = rng.standard_normal((rows, 24)).astype(np.float32)
+    w = rng.standard_normal((4, 24, 10)).astype(np.float32)
+    h = (2 * rng.standard_normal((rows, 20))).astype(np.float32)
+    offsets = np.cumsum(sizes).astype(np.int32)
+    out = moec.compile(down_dx, target="host", cache=False)(dy, w, offsets, h)
+    d = np.zeros((rows, 10))
+    for e in range(4):
+        start = offsets[e - 1] if e else 0
+        d[start:offsets[e]] = (dy[start:offsets[e]].astype(np.float64)
+                               @ w[e].astype(np.float64))
+    g, u = h[:, :10].astype(np.float64), h[:, 10:].astype(np.float64)
+    s = 1 / (1 + np.exp(-g))
+    ref = np.concatenate([d * u * s * (1 + g * (1 - s)), d * g * s], axis=1)
+    assert out.shape == (rows, 20)
+    assert rel_error(out, ref) < 1e-5
+
+
+def test_grouped_matmul_swiglu_grad_names_bad_arguments():
+    h = moec.Tensor["M", 20, "f32"]
+    with pytest.raises(ValueError, match="activation_input"):
+        moec.kernel(lambda dy, w, o: ops.grouped_matmul(
+            dy, w, o, activation="swiglu_grad"),
+            signature={"dy": moec.Tensor["M", 24, "f32"],
+                       "w": moec.Tensor[4, 24, 10, "f32"],
+                       "o": moec.Tensor[4, "i32"]}).ir()
+    with pytest.raises(ValueError, match="'activation_input' columns"):
+        moec.kernel(lambda dy, w, o, h: ops.grouped_matmul(
+            dy, w, o, activation="swiglu_grad", activation_input=h),
+            signature={"dy": moec.Tensor["M", 24, "f32"],
+                       "w": moec.Tensor[4, 24, 12, "f32"],
+                       "o": moec.Tensor[4, "i32"], "h": h}).ir()

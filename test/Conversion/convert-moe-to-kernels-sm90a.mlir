@@ -369,3 +369,34 @@ func.func @lora_many_experts(%x: tensor<?x256xbf16>,
       -> tensor<?x512xbf16>
   return %y : tensor<?x512xbf16>
 }
+
+// -----
+
+// activation = swiglu_grad: the tiles cover the matmul's N = 264 columns,
+// half the output's (528). The accumulators are SwiGLU's output gradient:
+// each lane of a quad gets the 8 f32 values of one chunk (column c, c + 8)
+// by index shuffles, reads the saved input's gate at c and up at c + 264
+// as 16-byte loads (a batch of 4 chunk groups' loads before their stores)
+// and stores the gate and up gradients there, 16 bytes each.
+// CHECK-LABEL: gpu.func @swiglu_grad_k0_grouped_matmul_wgmma(
+// CHECK-SAME: %[[OUT:[^:]*]]: memref<?x528xbf16>, %{{[^:]*}}: memref<4xi32>, %[[H:[^:]*]]: memref<?x528xbf16>
+// CHECK: %[[WIDE:.*]] = memref.dim %[[OUT]], %{{.*}} : memref<?x528xbf16>
+// CHECK: %[[N:.*]] = arith.divui %[[WIDE]], %c2
+// CHECK-COUNT-8: vector.load %[[H]][{{.*}} : memref<?x528xbf16>, vector<8xbf16>
+// CHECK-NOT: vector.load
+// CHECK: gpu.shuffle idx
+// CHECK: vector.store %{{.*}}, %[[OUT]][%[[ROW:.*]], %[[COL:.*]]] {{.*}} vector<8xbf16>
+// CHECK: %[[UP:.*]] = arith.addi %[[COL]], %[[N]] : index
+// CHECK: vector.store %{{.*}}, %[[OUT]][%[[ROW]], %[[UP]]] {{.*}} vector<8xbf16>
+// CHECK-LABEL: func.func @swiglu_grad(
+// CHECK: gpu.launch_func {{.*}} threads in (%c384, %c1, %c1)
+func.func @swiglu_grad(%dy: tensor<?x200xbf16>, %w: tensor<4x200x264xbf16>,
+                       %offsets: tensor<4xi32>, %h: tensor<?x528xbf16>)
+    -> tensor<?x528xbf16> {
+  %g = moe.grouped_matmul %dy, %w, %offsets
+      activation_input(%h : tensor<?x528xbf16>)
+      {activation = #moe.activation<swiglu_grad>}
+      : tensor<?x200xbf16>, tensor<4x200x264xbf16>, tensor<4xi32>
+      -> tensor<?x528xbf16>
+  return %g : tensor<?x528xbf16>
+}

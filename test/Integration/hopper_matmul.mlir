@@ -42,6 +42,10 @@
 // RUN: moec run %s --entry gmm_lora_r128_swiglu --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_r128_swiglu --sym T=21 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_r72_input_grad --sym T=13 --sym M=26 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_grad_ws --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_grad_ws --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_grad_staged --sym T=30 --sym M=60 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_grad_lora --sym T=33 --sym M=66 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -570,4 +574,65 @@ func.func @gmm_lora_r72_input_grad(%dy: tensor<?x136xbf16> {moe.sym = "M"},
       : tensor<?x136xbf16>, tensor<4x136x200xbf16>, tensor<4xi32>
       -> tensor<?x200xbf16>
   return %dx : tensor<?x200xbf16>
+}
+
+// A backward's down-projection input gradient with SwiGLU's gradient
+// (written unfused: moe-fuse-epilogue folds it into the matmul, which then
+// writes [M, 2N] from the saved gate_up rows %h), routing weights as a row
+// scale: rhs [E, K, N] at the default tile (warp-specialized, n = 256, a
+// partial second n-tile): E = 8, K = 200, N = 264; M = 2T grouped rows.
+func.func @gmm_swiglu_grad_ws(%dy: tensor<?x200xbf16> {moe.sym = "M"},
+                              %ids: tensor<?x2xi32>,
+                              %w: tensor<8x200x264xbf16>,
+                              %h: tensor<?x528xbf16> {moe.sym = "M"},
+                              %s: tensor<?xf32> {moe.sym = "M"})
+    -> tensor<?x528xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %da = moe.grouped_matmul %dy, %w, %offsets row_scale(%s : tensor<?xf32>)
+      : tensor<?x200xbf16>, tensor<8x200x264xbf16>, tensor<8xi32>
+      -> tensor<?x264xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x528xbf16>, tensor<?x264xbf16> -> tensor<?x528xbf16>
+  return %dh : tensor<?x528xbf16>
+}
+
+// The fused form on the block-barrier kernel (tile n = 128), f16 operands,
+// an f32 saved input and output: E = 16, K = 136, N = 72 (rhs [E, N, K]).
+func.func @gmm_swiglu_grad_staged(%dy: tensor<?x136xf16> {moe.sym = "M"},
+                                  %ids: tensor<?x2xi32>,
+                                  %w: tensor<16x72x136xf16>,
+                                  %h: tensor<?x144xf32> {moe.sym = "M"})
+    -> tensor<?x144xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %dh = moe.grouped_matmul %dy, %w, %offsets
+      activation_input(%h : tensor<?x144xf32>)
+      {transpose_rhs, activation = #moe.activation<swiglu_grad>,
+       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256>}
+      : tensor<?x136xf16>, tensor<16x72x136xf16>, tensor<16xi32>
+      -> tensor<?x144xf32>
+  return %dh : tensor<?x144xf32>
+}
+
+// LoRA fine-tuning's down dX (r = 16, transpose_lora: the adapters are
+// transposed first) into SwiGLU's gradient, warp-specialized with the
+// adapter's product: E = 4, K = 136, N = 264.
+func.func @gmm_swiglu_grad_lora(%dy: tensor<?x136xbf16> {moe.sym = "M"},
+                                %ids: tensor<?x2xi32>,
+                                %w: tensor<4x136x264xbf16>,
+                                %la: tensor<64x264xbf16>,
+                                %lb: tensor<136x64xbf16>,
+                                %h: tensor<?x528xbf16> {moe.sym = "M"})
+    -> tensor<?x528xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %da = moe.grouped_matmul %dy, %w, %offsets
+      lora(%la, %lb : tensor<64x264xbf16>, tensor<136x64xbf16>)
+      {transpose_lora, lora_scaling = 2.0 : f32}
+      : tensor<?x136xbf16>, tensor<4x136x264xbf16>, tensor<4xi32>
+      -> tensor<?x264xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x528xbf16>, tensor<?x264xbf16> -> tensor<?x528xbf16>
+  return %dh : tensor<?x528xbf16>
 }

@@ -195,3 +195,50 @@ func.func @no_fuse_quantize(%x: tensor<8x16xbf16>, %w: tensor<4x16x256xbf16>, %o
   %q, %qs = moe.quantize %a group_size = 128 : tensor<8x128xbf16> -> tensor<8x128xf8E4M3FN>, tensor<8x1xf32>
   return %q, %qs : tensor<8x128xf8E4M3FN>, tensor<8x1xf32>
 }
+
+// -----
+
+// A backward's down-projection input gradient feeding SwiGLU's gradient:
+// the matmul writes the gate_up gradient [M, 2N] from the saved input, with
+// the gradient's result type; the matmul moves next to the saved input's
+// use.
+// CHECK-LABEL: func @fuse_swiglu_grad
+// CHECK-SAME: (%[[DY:.*]]: tensor<?x48xbf16>, %[[W:.*]]: tensor<4x48x20xbf16>, %[[O:.*]]: tensor<4xi32>, %[[H:.*]]: tensor<?x40xbf16>)
+func.func @fuse_swiglu_grad(%dy: tensor<?x48xbf16>, %w: tensor<4x48x20xbf16>, %o: tensor<4xi32>, %h: tensor<?x40xbf16>) -> tensor<?x40xbf16> {
+  // CHECK-NEXT: %[[G:.*]] = moe.grouped_matmul %[[DY]], %[[W]], %[[O]] activation_input(%[[H]] : tensor<?x40xbf16>) {activation = #moe.activation<swiglu_grad>} : tensor<?x48xbf16>, tensor<4x48x20xbf16>, tensor<4xi32> -> tensor<?x40xbf16>
+  // CHECK-NEXT: return %[[G]]
+  %da = moe.grouped_matmul %dy, %w, %o : tensor<?x48xbf16>, tensor<4x48x20xbf16>, tensor<4xi32> -> tensor<?x20xbf16>
+  %dh = moe.swiglu_grad %h, %da : tensor<?x40xbf16>, tensor<?x20xbf16> -> tensor<?x40xbf16>
+  return %dh : tensor<?x40xbf16>
+}
+
+// -----
+
+// A row scale stays (the gradient is linear in the output gradient), as do
+// transpose_rhs and an f32 saved input.
+// CHECK-LABEL: func @fuse_swiglu_grad_row_scale
+func.func @fuse_swiglu_grad_row_scale(%dy: tensor<8x48xbf16>, %w: tensor<4x20x48xbf16>, %o: tensor<4xi32>, %h: tensor<8x40xf32>, %s: tensor<8xf32>) -> tensor<8x40xf32> {
+  // CHECK-NEXT: %[[G:.*]] = moe.grouped_matmul %{{.*}} row_scale(%{{.*}} : tensor<8xf32>) activation_input(%{{.*}} : tensor<8x40xf32>) {activation = #moe.activation<swiglu_grad>, transpose_rhs} : tensor<8x48xbf16>, tensor<4x20x48xbf16>, tensor<4xi32> -> tensor<8x40xf32>
+  // CHECK-NEXT: return %[[G]]
+  %da = moe.grouped_matmul %dy, %w, %o row_scale(%s : tensor<8xf32>) {transpose_rhs} : tensor<8x48xbf16>, tensor<4x20x48xbf16>, tensor<4xi32> -> tensor<8x20xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<8x40xf32>, tensor<8x20xf32> -> tensor<8x40xf32>
+  return %dh : tensor<8x40xf32>
+}
+
+// -----
+
+// Not fused: the output gradient has another user (it would be computed
+// twice), or the layout is interleaved.
+// CHECK-LABEL: func @no_fuse_swiglu_grad
+func.func @no_fuse_swiglu_grad(%dy: tensor<8x48xbf16>, %w: tensor<4x48x20xbf16>, %o: tensor<4xi32>, %h: tensor<8x40xbf16>) -> (tensor<8x40xbf16>, tensor<8x20xbf16>, tensor<8x40xbf16>) {
+  // CHECK: %[[DA:.*]] = moe.grouped_matmul %{{.*}} -> tensor<8x20xbf16>
+  // CHECK: moe.swiglu_grad %{{.*}}, %[[DA]] :
+  // CHECK: %[[DB:.*]] = moe.grouped_matmul %{{.*}} -> tensor<8x20xbf16>
+  // CHECK: moe.swiglu_grad %{{.*}}, %[[DB]] {layout = #moe.layout<interleaved>}
+  // CHECK-NOT: swiglu_grad>
+  %da = moe.grouped_matmul %dy, %w, %o : tensor<8x48xbf16>, tensor<4x48x20xbf16>, tensor<4xi32> -> tensor<8x20xbf16>
+  %dh = moe.swiglu_grad %h, %da : tensor<8x40xbf16>, tensor<8x20xbf16> -> tensor<8x40xbf16>
+  %db = moe.grouped_matmul %dy, %w, %o : tensor<8x48xbf16>, tensor<4x48x20xbf16>, tensor<4xi32> -> tensor<8x20xbf16>
+  %di = moe.swiglu_grad %h, %db {layout = #moe.layout<interleaved>} : tensor<8x40xbf16>, tensor<8x20xbf16> -> tensor<8x40xbf16>
+  return %dh, %da, %di : tensor<8x40xbf16>, tensor<8x20xbf16>, tensor<8x40xbf16>
+}

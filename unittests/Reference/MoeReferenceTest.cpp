@@ -396,6 +396,21 @@ TEST(Reference, GroupedMatmulFusedVariantsMatchTheUnfusedChain) {
                             swiglu(plain)),
               1e-15);
 
+    // SwiGLU-gradient epilogue (row scaled) == swiglu_grad of the scaled
+    // output, with the output as SwiGLU's output gradient.
+    DTensor saved = randomTensor({rows.dim(0), 2 * p.cols}, rng, 2.0);
+    PermuteResult probs = permute(p.x, slots, offsets, p.k, &p.routing.weights);
+    GroupedMatmulOptions grad;
+    grad.swigluGradInput = &saved;
+    grad.rowScale = &probs.permutedProbs;
+    DTensor scaledPlain = plain;
+    for (int64_t i = 0; i < plain.dim(0); ++i)
+      for (int64_t c = 0; c < p.cols; ++c)
+        scaledPlain.at(i, c) *= probs.permutedProbs.data[i];
+    EXPECT_LT(relativeError(groupedMatmul(rows, p.w, offsets, grad),
+                            swigluGrad(saved, scaledPlain)),
+              1e-14);
+
     // Scatter with weights == unpermute-combine of the output.
     GroupedMatmulOptions scatter;
     scatter.scatterSlots = &slots;

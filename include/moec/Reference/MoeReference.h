@@ -159,6 +159,9 @@ struct GroupedMatmulOptions {
   /// s * (x · B_e) · A_e with A [E*r, N] and B [K, E*r].
   bool transposeLora = false;
   bool swiglu = false;                     ///< halves-layout SwiGLU epilogue
+  /// [M, 2N]: the epilogue is swiglu_grad(input, y) (halves layout), the
+  /// output [M, 2N]; no scatter.
+  const DTensor *swigluGradInput = nullptr;
   const DTensor *rowScale = nullptr;       ///< [M]
   const ITensor *scatterSlots = nullptr;   ///< [M]
   const DTensor *scatterWeights = nullptr; ///< [T, k]

@@ -103,6 +103,14 @@ Value KernelBuilder::sigmoid(Value x) {
       arith::FastMathFlags::afn);
 }
 
+std::pair<Value, Value> KernelBuilder::swigluGrad(Value dy, Value gate,
+                                                  Value up) {
+  // d/dg silu(g)·u = u·s·(1 + g·(1 − s)); d/du = g·s.
+  Value s = sigmoid(gate), one = f32(1.0);
+  Value dGate = fmul(fmul(dy, fmul(up, s)), fadd(one, fmul(gate, fsub(one, s))));
+  return {dGate, fmul(dy, fmul(gate, s))};
+}
+
 namespace {
 struct FP8Format {
   int mantissaBits, bias, minExponent;

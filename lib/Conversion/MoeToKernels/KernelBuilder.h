@@ -68,6 +68,11 @@ public:
   /// and AMDGPU without the vendors' device math libraries.
   mlir::Value exp(mlir::Value x);
   mlir::Value sigmoid(mlir::Value x);
+  /// SwiGLU's input gradient (f32): {dGate, dUp} of silu(gate)·up for the
+  /// output gradient `dy`.
+  std::pair<mlir::Value, mlir::Value> swigluGrad(mlir::Value dy,
+                                                 mlir::Value gate,
+                                                 mlir::Value up);
 
   // FP8 (f8E4M3FN, f8E5M2) from and to f32 as bit patterns: round to
   // nearest even, saturating at the format's largest finite value, as the

@@ -716,7 +716,7 @@ func.func @case78(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // lora_a without lora_b (generic form)
 func.func @case79(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>) {
   // expected-error @+1 {{operands 'lora_a' and 'lora_b' must be given together}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
   return
 }
 
@@ -794,6 +794,78 @@ func.func @case87(%x: tensor<8x16xbf16>, %w: tensor<4x16x31xbf16>, %o: tensor<4x
 
 // -----
 
+// swiglu_grad needs the saved SwiGLU input
+func.func @case87_swiglu_grad_no_input(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'activation_input' is given exactly when activation = swiglu_grad (the saved SwiGLU input)}}
+  %y = moe.grouped_matmul %x, %w, %o {activation = #moe.activation<swiglu_grad>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x64xbf16>
+  return
+}
+
+// -----
+
+// activation_input only with swiglu_grad
+func.func @case87_input_without_swiglu_grad(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<8x64xbf16>) {
+  // expected-error @+1 {{operand 'activation_input' is given exactly when activation = swiglu_grad (the saved SwiGLU input)}}
+  %y = moe.grouped_matmul %x, %w, %o activation_input(%h : tensor<8x64xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// swiglu_grad's saved input is [M, 2N]
+func.func @case87_swiglu_grad_input_width(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<8x32xbf16>) {
+  // expected-error @+1 {{dimension 1 of operand 'activation_input' is 32 but must equal 2 * N (gate and up halves) (64)}}
+  %y = moe.grouped_matmul %x, %w, %o activation_input(%h : tensor<8x32xbf16>) {activation = #moe.activation<swiglu_grad>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x64xbf16>
+  return
+}
+
+// -----
+
+// swiglu_grad's saved input has the grouped rows
+func.func @case87_swiglu_grad_input_rows(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<9x64xbf16>) {
+  // expected-error @+1 {{dimension 0 of operand 'activation_input' is 9 but must equal the number of grouped rows (8)}}
+  %y = moe.grouped_matmul %x, %w, %o activation_input(%h : tensor<9x64xbf16>) {activation = #moe.activation<swiglu_grad>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x64xbf16>
+  return
+}
+
+// -----
+
+// swiglu_grad doubles the output
+func.func @case87_swiglu_grad_out_width(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<8x64xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'out' is 32 but must equal 2 * N (swiglu_grad writes gate and up halves) (64)}}
+  %y = moe.grouped_matmul %x, %w, %o activation_input(%h : tensor<8x64xbf16>) {activation = #moe.activation<swiglu_grad>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// swiglu_grad's saved input must be bf16, f16 or f32
+func.func @case87_swiglu_grad_input_type(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<8x64xi32>) {
+  // expected-error @+1 {{operand 'activation_input' must be a 2-D tensor of}}
+  %y = moe.grouped_matmul %x, %w, %o activation_input(%h : tensor<8x64xi32>) {activation = #moe.activation<swiglu_grad>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x64xbf16>
+  return
+}
+
+// -----
+
+// swiglu_grad writes grouped rows, not tokens
+func.func @case87_swiglu_grad_scatter(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %h: tensor<8x64xbf16>, %slots: tensor<8xi32>) {
+  // expected-error @+1 {{activation = swiglu_grad writes grouped rows: operand 'scatter_slots' is not supported}}
+  %y = moe.grouped_matmul %x, %w, %o scatter(%slots : tensor<8xi32>) activation_input(%h : tensor<8x64xbf16>) {activation = #moe.activation<swiglu_grad>, k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+// no activation_input in the weight gradient
+func.func @case87_weight_grad_activation_input(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %h: tensor<8x64xbf16>) {
+  // expected-error @+1 {{operand 'activation_input' is not supported with mode = weight_grad}}
+  %dw = moe.grouped_matmul %x, %dy, %o activation_input(%h : tensor<8x64xbf16>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
 // row scale must be f32
 func.func @case88(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xbf16>) {
   // expected-error @+1 {{operand 'row_scale' must be a 1-D tensor of f32 values}}
@@ -842,7 +914,7 @@ func.func @case92(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // scatter_weights without scatter (generic form)
 func.func @case93(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'scatter_weights' requires operand 'scatter_slots'}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
   return
 }
 
@@ -941,7 +1013,7 @@ func.func @case103(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // weight_grad rejects scatter_weights (generic form)
 func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'scatter_weights' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -950,7 +1022,7 @@ func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // weight_grad rejects lora_b alone (generic form)
 func.func @case105(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<32x8xbf16>) {
   // expected-error @+1 {{operand 'lora_b' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -1760,7 +1832,7 @@ func.func @case194(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4
 // scales come in pairs (generic form)
 func.func @case195(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>) {
   // expected-error @+1 {{operands 'lhs_scales' and 'rhs_scales' must be given together}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %sx) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32>, tensor<8x2xf32>) -> tensor<8x512xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sx) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32>, tensor<8x2xf32>) -> tensor<8x512xbf16>
   return
 }
 
@@ -1859,7 +1931,7 @@ func.func @case205(%x: tensor<8x16xf8E4M3FN>, %dy: tensor<8x32xf8E4M3FN>, %o: te
 // weight_grad rejects lhs_scales (generic form)
 func.func @case206(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sx: tensor<8x1xf32>) {
   // expected-error @+1 {{operand 'lhs_scales' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sx) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8x1xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sx) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8x1xf32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -1868,7 +1940,7 @@ func.func @case206(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // weight_grad rejects rhs_scales (generic form)
 func.func @case207(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x1x1xf32>) {
   // expected-error @+1 {{operand 'rhs_scales' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x1x1xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x1x1xf32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -2402,7 +2474,7 @@ func.func @unpermute_grad_positions_rank(%g: tensor<4x16xbf16>, %slots: tensor<8
 // scatter_positions without scatter (generic form)
 func.func @grouped_matmul_positions_without_scatter(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %p: tensor<8xi32>) {
   // expected-error @+1 {{operand 'scatter_positions' requires operand 'scatter_slots'}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %p) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %p) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<8x32xbf16>
   return
 }
 
@@ -2427,7 +2499,7 @@ func.func @grouped_matmul_positions_type(%x: tensor<8x16xbf16>, %w: tensor<4x16x
 // the weight gradient has no scatter (generic form)
 func.func @weight_grad_scatter_positions(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %p: tensor<8xi32>) {
   // expected-error @+1 {{operand 'scatter_positions' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %p) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %p) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<4x16x32xf32>
   return
 }
 

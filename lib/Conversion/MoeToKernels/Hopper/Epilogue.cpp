@@ -7,6 +7,8 @@
 // (block-barrier kernel, plain epilogue) through a padded shared-memory
 // tile and out as 16-byte row stores, or (warp-specialized weight
 // gradient) through a staging tile of its own and out as bulk copies.
+// With swiglu_grad each pair is an output gradient: the gate and up
+// gradients, from the saved input's pairs, go to both halves of the row.
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,7 +42,7 @@ Epilogue::Epilogue(KernelEnv &env, const MmaLoop &mma) : env(env), mma(mma) {
   // every stage with the next tile.
   int64_t outN = outType.getDimSize(outType.getRank() - 1);
   bool staged = !plan.warpSpecialized && !plan.weightGrad() && !plan.swiglu &&
-                !args.gather && !args.bias && !args.rowScale &&
+                !plan.swigluGrad && !args.gather && !args.bias && !args.rowScale &&
                 !ShapedType::isDynamic(outN) && outN % outTileN == 0 &&
                 plan.k % kBlockK == 0 &&
                 kBlockM * stagingStride * outBytes <=
@@ -50,8 +52,18 @@ Epilogue::Epilogue(KernelEnv &env, const MmaLoop &mma) : env(env), mma(mma) {
   // gathered gate_up ran 3-12 % faster (Qwen3 T=8192 0.810 -> 0.736 ms).
   // Not with SwiGLU, where it measured 4-8 % slower at DeepSeek-V3 and the
   // dense MLP.
-  bool quad = !staged && !plan.swiglu && outBytes == 2 && outTileN % 32 == 0;
+  bool quad = !staged && !plan.swiglu && !plan.swigluGrad && outBytes == 2 &&
+              outTileN % 32 == 0;
   stores = staged ? Stores::Staged : quad ? Stores::QuadGather : Stores::Pairs;
+  if (plan.swigluGrad) {
+    auto inputElem =
+        cast<MemRefType>(args.swigluInput.getType()).getElementType();
+    // Not with a row scale or bias: their registers made the quad version
+    // spill 4-28 bytes (ptxas, gmm_swiglu_grad_ws), the pairs none.
+    bool quadGrad = outBytes == 2 && inputElem.getIntOrFloatBitWidth() == 16 &&
+                    outTileN % 32 == 0 && !args.rowScale && !args.bias;
+    stores = quadGrad ? Stores::SwigluGradQuad : Stores::SwigluGrad;
+  }
   if (plan.bulkStores) {
     assert(outBytes == 2 && stagingStride == plan.stagingStride() &&
            "the plan sized the staging tile");
@@ -114,6 +126,10 @@ void Epilogue::emit(const TileState &t, Value result) {
     return quadStores(t, result);
   if (stores == Stores::Bulk)
     return bulkStores(t, result);
+  if (stores == Stores::SwigluGrad)
+    return swigluGradStores(t, result);
+  if (stores == Stores::SwigluGradQuad)
+    return swigluGradQuadStores(t, result);
   pairStores(t, result, staging);
   if (stores == Stores::Staged)
     stagedStores(t, staging);
@@ -230,6 +246,124 @@ void Epilogue::pairStores(const TileState &t, Value result, Value staging) {
   }
 }
 
+// The saved input's pairs are loaded a batch of chunks at a time before
+// any of the batch's stores: the stores may alias them for all the
+// compilers know, so loads issued between stores would each wait out a
+// global-memory round trip.
+void Epilogue::swigluGradStores(const TileState &t, Value result) {
+  KernelBuilder &b = env.b;
+  constexpr int64_t kBatch = 8;
+  Value input = env.args.swigluInput;
+  Value lastPair = b.sub(env.outWidth, b.idx(2));
+  for (int64_t h = 0; h < 2; ++h) {
+    Value r = b.add(rowInTile, b.idx(8 * h));
+    b.ifThen(b.ult(r, t.rowCount), [&] {
+      Value row = b.add(t.rowStart, r);
+      Value scale =
+          env.args.rowScale ? b.loadF(env.args.rowScale, {row}) : Value();
+      for (int64_t j0 = 0; j0 < outChunks; j0 += kBatch) {
+        int64_t j1 = std::min(outChunks, j0 + kBatch);
+        SmallVector<Value> cols;
+        SmallVector<SmallVector<Value>> gates, ups;
+        for (int64_t j = j0; j < j1; ++j) {
+          cols.push_back(b.add(t.colStart, b.add(b.idx(8 * j), colInTile)));
+          // In range for the loads; the stores check the column.
+          Value c = b.minIdx(cols.back(), lastPair);
+          gates.push_back(b.loadVecF(input, {row, c}, 2));
+          ups.push_back(b.loadVecF(input, {row, b.add(c, env.outWidth)}, 2));
+        }
+        for (int64_t j = j0; j < j1; ++j) {
+          Value col = cols[j - j0];
+          b.ifThen(b.ult(col, env.outWidth), [&] {
+            SmallVector<Value> dGate, dUp;
+            for (int64_t q = 0; q < 2; ++q) {
+              Value dy = outputAt(result, t.group, h, j, q,
+                                  b.add(col, b.idx(q)), scale);
+              auto [dg, du] =
+                  b.swigluGrad(dy, gates[j - j0][q], ups[j - j0][q]);
+              dGate.push_back(dg);
+              dUp.push_back(du);
+            }
+            b.storeVecF(dGate, env.args.out, {row, col});
+            b.storeVecF(dUp, env.args.out, {row, b.add(col, env.outWidth)});
+          });
+        }
+      }
+    });
+  }
+}
+
+// Per row and batch of quad chunk groups: first every lane's 16-byte gate
+// and up loads (as in swigluGradStores), then per group the two f32
+// transposes (first and second elements of the pairs), the gradients and
+// 16-byte stores.
+void Epilogue::swigluGradQuadStores(const TileState &t, Value result) {
+  KernelBuilder &b = env.b;
+  // Chunk groups whose loads are in flight together, 8 registers each (4
+  // spilled 36-52 bytes, ptxas). On the H200 neither streaming (evict-first)
+  // loads and stores nor an L2 prefetch of the tile's input rows at the
+  // start of its k-loop changed the bench times (within 2 %).
+  constexpr int64_t kBatch = 2;
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  Value input = env.args.swigluInput;
+  Value quadLane = b.rem(mma.lane, b.idx(4));
+  Value quadBase = b.sub(mma.lane, quadLane);
+  auto bits = [&](Value v, Type to) {
+    return arith::BitcastOp::create(b, to, v).getResult();
+  };
+  for (int64_t h = 0; h < 2; ++h) {
+    Value r = b.add(rowInTile, b.idx(8 * h));
+    Value rowOk = b.ult(r, t.rowCount);
+    Value row = b.add(t.rowStart, r);
+    // Rows past the tile's read its first row and store nothing.
+    Value loadRow = b.select(rowOk, row, t.rowStart);
+    int64_t groups = outChunks / 4;
+    for (int64_t m0 = 0; m0 < groups; m0 += kBatch) {
+      int64_t m1 = std::min(groups, m0 + kBatch);
+      SmallVector<Value> cols;
+      SmallVector<SmallVector<Value>> gates, ups;
+      for (int64_t m = m0; m < m1; ++m) {
+        Value chunk = b.add(b.idx(4 * m), quadLane);
+        cols.push_back(b.add(t.colStart, b.mul(chunk, b.idx(8))));
+        Value c = b.minIdx(cols.back(), b.sub(env.outWidth, b.idx(8)));
+        gates.push_back(b.loadVecF(input, {loadRow, c}, 8));
+        ups.push_back(b.loadVecF(input, {loadRow, b.add(c, env.outWidth)}, 8));
+      }
+      for (int64_t m = m0; m < m1; ++m) {
+        // Element q of pair (chunk 4m + d) from every lane: word d.
+        SmallVector<Value> gathered[2];
+        for (int64_t q = 0; q < 2; ++q) {
+          SmallVector<Value> words;
+          for (int64_t d = 0; d < 4; ++d) {
+            int64_t j = 4 * m + d;
+            Value col = b.add(t.colStart, b.add(b.idx(8 * j), colInTile));
+            Value c = b.minIdx(col, b.sub(env.outWidth, b.idx(2)));
+            // No bias or row scale here (see the constructor).
+            words.push_back(bits(outputAt(result, t.group, h, j, q,
+                                          b.add(c, b.idx(q)), Value()),
+                                 i32));
+          }
+          gathered[q] = quadTranspose(words, quadLane, quadBase);
+        }
+        // Word w came from lane w: columns 2w and 2w + 1 of the chunk.
+        SmallVector<Value> dGate, dUp;
+        for (int64_t e = 0; e < 8; ++e) {
+          Value dy = bits(gathered[e % 2][e / 2], f32);
+          auto [dg, du] =
+              b.swigluGrad(dy, gates[m - m0][e], ups[m - m0][e]);
+          dGate.push_back(dg);
+          dUp.push_back(du);
+        }
+        Value col = cols[m - m0];
+        b.ifThen(b.land(rowOk, b.ult(col, env.outWidth)), [&] {
+          b.storeVecF(dGate, env.args.out, {row, col});
+          b.storeVecF(dUp, env.args.out, {row, b.add(col, env.outWidth)});
+        });
+      }
+    }
+  }
+}
+
 void Epilogue::forRowChunks(const TileState &t, int64_t width,
                             function_ref<void(Value, Value, Value)> body) {
   KernelBuilder &b = env.b;
@@ -306,7 +440,11 @@ void Epilogue::zeroFill(const TileState &t) {
   KernelBuilder &b = env.b;
   int64_t width = std::min<int64_t>(8, KernelBuilder::vectorWidth(outElem));
   forRowChunks(t, width, [&](Value r, Value, Value col) {
-    b.storeVecF(SmallVector<Value>(width, mma.zeroF), env.args.out,
-                env.outIndices(t, b.add(t.rowStart, r), col));
+    SmallVector<Value> zeros(width, mma.zeroF);
+    Value row = b.add(t.rowStart, r);
+    b.storeVecF(zeros, env.args.out, env.outIndices(t, row, col));
+    // swiglu_grad's up half too.
+    if (env.plan.swigluGrad)
+      b.storeVecF(zeros, env.args.out, {row, b.add(col, env.outWidth)});
   });
 }

@@ -36,6 +36,7 @@ KernelArgs::KernelArgs(ValueRange a, const HopperArgs &pos)
   gather = at(pos.gather);
   bias = at(pos.bias);
   rowScale = at(pos.rowScale);
+  swigluInput = at(pos.swigluInput);
   rhsMap = at(pos.rhsMap);
   lhsMap = at(pos.lhsMap);
   loraA = at(pos.loraA);
@@ -45,6 +46,8 @@ KernelArgs::KernelArgs(ValueRange a, const HopperArgs &pos)
 void KernelEnv::readShapes() {
   outWidth =
       b.dim(args.out, cast<MemRefType>(args.out.getType()).getRank() - 1);
+  if (plan.swigluGrad)
+    outWidth = b.div(outWidth, b.idx(2));
   auto rhsType = cast<MemRefType>(args.rhs.getType());
   rhsRows = b.dim(args.rhs, rhsType.getRank() - 2);
   rhsWidth = b.dim(args.rhs, rhsType.getRank() - 1);

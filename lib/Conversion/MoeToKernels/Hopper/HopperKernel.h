@@ -114,6 +114,7 @@ namespace moec::kernels::hopper {
 /// offsets the matmul is dense: one group of all rows, rhs [N, K].
 struct HopperArgs {
   int offsets = -1, gather = -1, bias = -1, rowScale = -1;
+  int swigluInput = -1; ///< swiglu_grad's saved SwiGLU input [M, 2N]
   int loraA = -1, loraB = -1; ///< a fused LoRA adapter's A and B
   int rhsMap = -1; ///< the rhs's TMA descriptor (warp-specialized)
   int lhsMap = -1; ///< the lhs's, when its rows are not gathered
@@ -123,7 +124,7 @@ struct HopperArgs {
 struct KernelArgs {
   KernelArgs(mlir::ValueRange a, const HopperArgs &pos);
   mlir::Value lhs, rhs, out, rows;
-  mlir::Value offsets, gather, bias, rowScale, rhsMap, lhsMap;
+  mlir::Value offsets, gather, bias, rowScale, swigluInput, rhsMap, lhsMap;
   mlir::Value loraA, loraB;
 };
 
@@ -137,7 +138,8 @@ struct KernelEnv {
   const HopperPlan &plan;
   KernelArgs args;
   mlir::Value block, thread;
-  /// Output columns, the rows of one expert's rhs (N of [E, N, K], K of
+  /// Output columns (the matmul's: half the output's with swiglu_grad), the
+  /// rows of one expert's rhs (N of [E, N, K], K of
   /// [E, K, N]) and its row length (K, or N).
   mlir::Value outWidth, rhsRows, rhsWidth;
   mlir::Value smem, tables[2], groupStarts, barrierBase, stageBase;
@@ -415,7 +417,8 @@ private:
   /// (HopperPlan::bulkStores): through a padded staging tile of its own,
   /// then one asynchronous bulk copy per row that the MMA threads do not
   /// wait for until the staging tile is written again.
-  enum class Stores { Pairs, QuadGather, Staged, Bulk };
+  enum class Stores { Pairs, QuadGather, Staged, Bulk, SwigluGrad,
+                      SwigluGradQuad };
 
   mlir::Value accumulator(mlir::Value result, int64_t index);
   mlir::Value outputAt(mlir::Value result, mlir::Value group, int64_t h,
@@ -430,6 +433,14 @@ private:
       mlir::Value quadBase);
   void pairStores(const TileState &t, mlir::Value result,
                   mlir::Value staging);
+  /// swiglu_grad: every thread's column pairs are output gradients; the
+  /// gate and up gradients, from the saved input's pairs, go to both halves
+  /// of the row.
+  void swigluGradStores(const TileState &t, mlir::Value result);
+  /// The same with 16-bit input and output: each lane of a quad gets the 8
+  /// output gradients of one chunk (quadTranspose of the f32 values) and
+  /// reads and writes 16 bytes per half.
+  void swigluGradQuadStores(const TileState &t, mlir::Value result);
   void stagedStores(const TileState &t, mlir::Value staging);
   void bulkStores(const TileState &t, mlir::Value result);
   /// A barrier of the 256 MMA threads (named barrier 3).

@@ -20,6 +20,7 @@ namespace {
 /// The operands of one wgmma matmul launch (null where absent).
 struct HopperOperands {
   Value lhs, rhs, out, offsets, gather, bias, rowScale, loraA, loraB;
+  Value swigluInput;
 };
 
 /// The launch operands of `v` for `plan` (tensor maps included), and
@@ -38,6 +39,7 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   addOptional(v.gather, pos.gather);
   addOptional(v.bias, pos.bias);
   addOptional(v.rowScale, pos.rowScale);
+  addOptional(v.swigluInput, pos.swigluInput);
   addOptional(v.loraA, pos.loraA);
   addOptional(v.loraB, pos.loraB);
   // The weight gradient copies everything with cp.async: rows past an
@@ -85,7 +87,9 @@ LogicalResult launchHopperMatmul(LoweringContext &ctx,
   if (C > 1)
     mTilesBound = h.ceilDiv(h.add(mTilesBound, h.idx(plan.groups())),
                             h.idx(C));
-  Value nTiles = h.ceilDiv(outSizes.back(), h.idx(plan.outTileN()));
+  Value outWidth = plan.swigluGrad ? h.div(outSizes.back(), h.idx(2))
+                                   : outSizes.back();
+  Value nTiles = h.ceilDiv(outWidth, h.idx(plan.outTileN()));
   Value tilesBound = h.mul(mTilesBound, nTiles);
   // The weight gradient: every expert's K tiles times n-tiles.
   if (plan.weightGrad())
@@ -178,6 +182,7 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   v.gather = buffer(op.getGatherSlots());
   v.bias = buffer(op.getBias());
   v.rowScale = buffer(op.getRowScale());
+  v.swigluInput = buffer(op.getActivationInput());
   v.loraA = buffer(op.getLoraA());
   v.loraB = buffer(op.getLoraB());
   Value out = buffer(op.getOut());

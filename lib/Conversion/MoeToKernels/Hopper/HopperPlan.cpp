@@ -237,16 +237,22 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
   auto lhsType = cast<ShapedType>(op.getLhs().getType());
   auto outType = cast<ShapedType>(op.getOut().getType());
   int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
+  bool swigluGrad = op.getActivation() == moe::Activation::swiglu_grad;
+  // The matmul's columns: half the output's with swiglu_grad.
+  int64_t width = outType.getDimSize(1);
+  if (swigluGrad && !ShapedType::isDynamic(width))
+    width /= 2;
   std::optional<HopperPlan> plan = planFor(
       lhsType.getElementType(),
       cast<ShapedType>(op.getRhs().getType()).getElementType(),
-      outType.getElementType(), lhsType.getDimSize(1), outType.getDimSize(1),
-      experts, tile, limits, /*loraRows=*/(*loraRank + 15) / 16 * 16);
+      outType.getElementType(), lhsType.getDimSize(1), width, experts, tile,
+      limits, /*loraRows=*/(*loraRank + 15) / 16 * 16);
   if (plan) {
     plan->loraRank = *loraRank;
     plan->loraScaling = op.getLoraScaling().convertToFloat();
     plan->slotsPerToken = op.getK().value_or(1);
     plan->swiglu = op.getActivation() == moe::Activation::swiglu;
+    plan->swigluGrad = swigluGrad;
     // Without transpose_rhs the weights are [E, K, N]: the dX of a forward
     // with [E, N, K] weights.
     if (!op.getTransposeRhs())

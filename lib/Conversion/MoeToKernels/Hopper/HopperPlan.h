@@ -110,6 +110,9 @@ struct HopperPlan {
                  ///< the weight gradient
   int64_t slotsPerToken = 1;
   bool swiglu = false;
+  /// The epilogue writes swiglu_grad(h, y) [M, 2N] from the saved SwiGLU
+  /// input h (the kernel's `swigluInput`) instead of y.
+  bool swigluGrad = false;
   /// A LoRA adapter term s · (x · A_eᵀ) · B_eᵀ: its rank r, the rows R of
   /// its A tile per stage (r rounded up to 16, the wgmma K step of the
   /// epilogue's product) and its scaling s. The warp-specialized kernel

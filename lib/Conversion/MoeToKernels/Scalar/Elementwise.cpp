@@ -73,14 +73,11 @@ LogicalResult scalar::emitSwigluGrad(moe::SwigluGradOp op, moe::TileAttr tile,
         Value r = b.div(id, half), c = b.rem(id, half);
         Value gc = gateUpColumn(b, layout, half, c, false);
         Value uc = gateUpColumn(b, layout, half, c, true);
-        Value g = b.loadF(a[0], {r, gc}), u = b.loadF(a[0], {r, uc});
-        Value d = b.loadF(a[1], {r, c}), s = b.sigmoid(g);
-        Value one = b.f32(1);
-        // d/dg silu(g)·u = u·s·(1 + g·(1 − s)); d/du = g·s.
-        Value dg = b.fmul(b.fmul(d, b.fmul(u, s)),
-                          b.fadd(one, b.fmul(g, b.fsub(one, s))));
+        auto [dg, du] = b.swigluGrad(b.loadF(a[1], {r, c}),
+                                     b.loadF(a[0], {r, gc}),
+                                     b.loadF(a[0], {r, uc}));
         b.storeF(dg, a[2], {r, gc});
-        b.storeF(b.fmul(d, b.fmul(g, s)), a[2], {r, uc});
+        b.storeF(du, a[2], {r, uc});
       });
 }
 

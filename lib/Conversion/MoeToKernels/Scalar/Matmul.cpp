@@ -2,7 +2,7 @@
 //
 // Part of moec. One thread per output element (or a few sharing its
 // reduction): the reference loop with bias, LoRA, FP8 block scales, SwiGLU
-// and row scale in f32. Every mode and layout the dialect has; the sm90a
+// (or its gradient) and row scale in f32. Every mode and layout the dialect has; the sm90a
 // target uses Hopper/ where it applies.
 //
 //===-------------------------------------------------------------------===//
@@ -235,6 +235,8 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
   int rowScaleAt = addOptional(buffer(op.getRowScale()));
   int lhsScalesAt = addOptional(buffer(op.getLhsScales()));
   int rhsScalesAt = addOptional(buffer(op.getRhsScales()));
+  // swiglu_grad: the saved SwiGLU input [M, 2N]; the output is as wide.
+  int swigluInputAt = addOptional(buffer(op.getActivationInput()));
   Value scatter = buffer(op.getScatterSlots());
   int64_t rank = 0;
   if (op.getLoraA())
@@ -272,7 +274,8 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
   };
 
   SmallVector<Value> outSizes = ctx.sizes(out);
-  Value width = outSizes[1];
+  // The matmul's columns: half the output's with swiglu_grad.
+  Value width = swigluInputAt >= 0 ? h.div(outSizes[1], h.idx(2)) : outSizes[1];
 
   if (scatter) {
     // Combined in token order: out[t, c] = sum_j w[t, j] · y[pos(t·k+j), c].
@@ -331,6 +334,8 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
         Value outArg = a[3];
         Value M = a.back();
         Value W = b.dim(outArg, 1);
+        if (swigluInputAt >= 0)
+          W = b.div(W, b.idx(2));
         Value NT = b.ceilDiv(W, b.idx(tn));
         Value mTile = b.div(block, NT), nTile = b.rem(block, NT);
         // Walk the groups (experts, then the tail) to find this m-tile's.
@@ -366,7 +371,15 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
                   b.eq(group, b.idx(experts)), b.getF32Type(),
                   [&] { return b.f32(0); },
                   [&] { return matmulElement(b, m, group, row, col, W); });
-              b.storeF(y, outArg, {row, col});
+              if (swigluInputAt < 0)
+                return b.storeF(y, outArg, {row, col});
+              // y is the SwiGLU output's gradient: out = swiglu_grad(h, y).
+              Value input = a[swigluInputAt], upCol = b.add(col, W);
+              auto [dGate, dUp] =
+                  b.swigluGrad(y, b.loadF(input, {row, col}),
+                               b.loadF(input, {row, upCol}));
+              b.storeF(dGate, outArg, {row, col});
+              b.storeF(dUp, outArg, {row, upCol});
             });
           });
         });

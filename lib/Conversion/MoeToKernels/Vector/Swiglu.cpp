@@ -102,14 +102,11 @@ LogicalResult vectorized::emitSwigluGrad(moe::SwigluGradOp op,
         auto [gate, up] = loadGateUp(b, layout, a[0], r, c, halfV, width);
         SmallVector<Value> d = b.loadVecF(a[1], {r, c}, width);
         SmallVector<Value> dGate, dUp, both;
-        Value one = b.f32(1);
         for (int64_t i = 0; i < width; ++i) {
-          // d/dg silu(g)·u = u·s·(1 + g·(1 − s)); d/du = g·s.
-          Value g = gate[i], u = up[i], s = b.sigmoid(g);
-          dGate.push_back(b.fmul(b.fmul(d[i], b.fmul(u, s)),
-                                 b.fadd(one, b.fmul(g, b.fsub(one, s)))));
-          dUp.push_back(b.fmul(d[i], b.fmul(g, s)));
-          both.append({dGate.back(), dUp.back()});
+          auto [dg, du] = b.swigluGrad(d[i], gate[i], up[i]);
+          dGate.push_back(dg);
+          dUp.push_back(du);
+          both.append({dg, du});
         }
         if (layout == moe::GateUpLayout::halves) {
           b.storeVecF(dGate, a[2], {r, c});

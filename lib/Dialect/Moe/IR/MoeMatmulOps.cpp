@@ -35,7 +35,9 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
       failed(rejectOperand(raw, op.getScatterPositions(), "scatter_positions",
                            reason)) ||
       failed(rejectOperand(raw, op.getLhsScales(), "lhs_scales", reason)) ||
-      failed(rejectOperand(raw, op.getRhsScales(), "rhs_scales", reason)))
+      failed(rejectOperand(raw, op.getRhsScales(), "rhs_scales", reason)) ||
+      failed(rejectOperand(raw, op.getActivationInput(), "activation_input",
+                           reason)))
     return failure();
   if (!isWideFloat(lhsType.getElementType()))
     return op.emitOpError() << "mode = weight_grad needs bf16, f16 or f32 "
@@ -232,6 +234,25 @@ LogicalResult GroupedMatmulOp::verify() {
                            << cols;
     outCols = cols / 2;
   }
+  bool swigluGrad = getActivation() == Activation::swiglu_grad;
+  if (bool(getActivationInput()) != swigluGrad)
+    return emitOpError() << "operand 'activation_input' is given exactly when "
+                            "activation = swiglu_grad (the saved SwiGLU input)";
+  if (swigluGrad) {
+    if (getScatterSlots())
+      return emitOpError() << "activation = swiglu_grad writes grouped rows: "
+                              "operand 'scatter_slots' is not supported";
+    outCols = ShapedType::isDynamic(cols) ? cols : 2 * cols;
+    auto inputType = expectTensor(op, "operand 'activation_input'",
+                                  getActivationInput(), 2, isWideFloat,
+                                  kWideFloat);
+    if (failed(inputType) ||
+        failed(expectDim(op, "operand 'activation_input'", *inputType, 0, rows,
+                         "the number of grouped rows")) ||
+        failed(expectDim(op, "operand 'activation_input'", *inputType, 1,
+                         outCols, "2 * N (gate and up halves)")))
+      return failure();
+  }
 
   if (Value rowScale = getRowScale()) {
     auto scaleType =
@@ -248,6 +269,8 @@ LogicalResult GroupedMatmulOp::verify() {
       failed(expectDim(op, "result 'out'", *outType, 1, outCols,
                        getActivation() == Activation::swiglu
                            ? "N / 2 (swiglu halves the output columns)"
+                       : swigluGrad
+                           ? "2 * N (swiglu_grad writes gate and up halves)"
                            : "N, the output columns of 'rhs'")))
     return failure();
 

@@ -206,6 +206,8 @@ GroupedMatmulOp::reifyResultShapes(OpBuilder &builder,
   OpFoldResult n = s.dim(getRhs(), getTransposeRhs() ? 1 : 2);
   if (getActivation() == Activation::swiglu)
     n = s.floorDiv(n, s.constant(2));
+  if (getActivationInput())
+    n = s.dim(getActivationInput(), 1);
   OpFoldResult rows;
   if (getScatterSlots()) {
     // Scattered into tokens: their count, from the weights or (gathered

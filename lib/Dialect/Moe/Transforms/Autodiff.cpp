@@ -328,7 +328,7 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     Value dRows = create<GroupedMatmulOp>(
         loc, rowsType, dY, P(rhs), offsets, Value(), Value(),
         loraA ? P(loraA) : Value(), loraB ? P(loraB) : Value(), Value(),
-        Value(), Value(), Value(), Value(), Value(), forwardMode, flip,
+        Value(), Value(), Value(), Value(), Value(), Value(), forwardMode, flip,
         IntegerAttr(), loraA ? scaling : one, none, IntegerAttr(), flipLora);
     if (slots)
       dRows = create<PermuteGradOp>(loc, lhs.getType(), Type(), dRows, P(slots),
@@ -344,7 +344,7 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
       dW = create<GroupedMatmulOp>(
           loc, rhsType, P(lhs), dY, offsets, slots ? P(slots) : Value(),
           Value(), Value(), Value(), Value(), Value(), Value(), Value(),
-          Value(), Value(), gradMode, UnitAttr(), op.getKAttr(), one, none);
+          Value(), Value(), Value(), gradMode, UnitAttr(), op.getKAttr(), one, none);
     } else {
       // [E, N, K] = Σ dy_iᵀ · x_i: the rows are the rhs, which the weight
       // gradient does not gather, so gathered rows are permuted first.
@@ -356,7 +356,7 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
                    .getRows();
       dW = create<GroupedMatmulOp>(loc, rhsType, dY, rows, offsets, Value(),
                                    Value(), Value(), Value(), Value(), Value(),
-                                   Value(), Value(), Value(), Value(), gradMode,
+                                   Value(), Value(), Value(), Value(), Value(), gradMode,
                                    UnitAttr(), IntegerAttr(), one, none);
     }
     accumulate(rhs, dW);

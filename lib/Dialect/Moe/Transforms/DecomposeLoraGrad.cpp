@@ -122,7 +122,7 @@ void decompose(LoraGradOp op) {
   Value a3 = splitRows(builder, loc, op.getLoraA(), experts);
   Value u = GroupedMatmulOp::create(
       builder, loc, narrow, x, a3, offsets, slots, Value(), Value(), Value(),
-      scale, Value(), Value(), Value(), Value(), Value(), forward,
+      scale, Value(), Value(), Value(), Value(), Value(), Value(), forward,
       transposeRhs, slotsPerToken, one, none);
   // du = dy · B_e: B_e's rows are Bᵀ's rows e*r.., [E, r, N].
   Value bt3 = splitRows(builder, loc, transposed(builder, loc, op.getLoraB(),
@@ -130,7 +130,7 @@ void decompose(LoraGradOp op) {
                         experts);
   Value du = GroupedMatmulOp::create(
       builder, loc, narrow, dy, bt3, offsets, Value(), Value(), Value(),
-      Value(), scale, Value(), Value(), Value(), Value(), Value(), forward,
+      Value(), scale, Value(), Value(), Value(), Value(), Value(), Value(), forward,
       transposeRhs, IntegerAttr(), one, none);
 
   // dB_e = Σ dy_iᵀ · u_i: [E, N, r], then [N, E, r] = [N, E*r].
@@ -138,7 +138,7 @@ void decompose(LoraGradOp op) {
       builder, loc,
       RankedTensorType::get({experts, n, rank}, gradBType.getElementType()),
       dy, u, offsets, Value(), Value(), Value(), Value(), Value(), Value(),
-      Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
+      Value(), Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
       IntegerAttr(), one, none);
   Value gradB = joinLast(builder, loc, transposed(builder, loc, dbT, {1, 0, 2}),
                          {{0}, {1, 2}});
@@ -151,7 +151,7 @@ void decompose(LoraGradOp op) {
     Value daT = GroupedMatmulOp::create(
         builder, loc, RankedTensorType::get({experts, k, rank}, gradAElem), x,
         du, offsets, slots, Value(), Value(), Value(), Value(), Value(),
-        Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
+        Value(), Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
         slotsPerToken, one, none);
     gradA = joinLast(builder, loc, transposed(builder, loc, daT, {0, 2, 1}),
                      {{0, 1}, {2}});
@@ -159,7 +159,7 @@ void decompose(LoraGradOp op) {
     Value da3 = GroupedMatmulOp::create(
         builder, loc, RankedTensorType::get({experts, rank, k}, gradAElem), du,
         x, offsets, Value(), Value(), Value(), Value(), Value(), Value(),
-        Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
+        Value(), Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
         IntegerAttr(), one, none);
     gradA = joinLast(builder, loc, da3, {{0, 1}, {2}});
   }

@@ -46,6 +46,9 @@ struct FuseUnpermuteIntoMatmul : OpRewritePattern<UnpermuteOp> {
         !matmul->hasOneUse())
       return rewriter.notifyMatchFailure(
           unpermute, "matmul is not forward, scatters or has other users");
+    if (matmul.getActivationInput())
+      return rewriter.notifyMatchFailure(
+          unpermute, "swiglu_grad's rows are not combined into tokens");
     if (matmul.getOffsets() != unpermute.getOffsets())
       return rewriter.notifyMatchFailure(unpermute, "offsets differ");
     int64_t k = unpermute.getK();

@@ -1,8 +1,8 @@
 //===- FuseEpilogue.cpp - Fuse SwiGLU and row scaling into the matmul -----===//
 //
 // Part of moec. The `moe-fuse-epilogue` pass: element-wise work on a grouped
-// matmul's output (the SwiGLU activation, a per-row scale) moves into the
-// matmul's epilogue, so the wide intermediate is never written.
+// matmul's output (the SwiGLU activation or its gradient, a per-row scale)
+// moves into the matmul's epilogue, so the intermediate is never written.
 //
 //===----------------------------------------------------------------------===//
 
@@ -77,6 +77,47 @@ struct FuseSwiglu : OpRewritePattern<SwigluOp> {
       matmul.getOut().setType(outType);
     });
     rewriter.replaceOp(swiglu, matmul.getOut());
+    return success();
+  }
+};
+
+/// swiglu_grad(h, grouped_matmul(...))
+///   -> grouped_matmul(...) activation_input(h) {activation = swiglu_grad}
+/// In a backward: the down projection's input gradient goes straight to the
+/// gradient of the gate_up output.
+struct FuseSwigluGrad : OpRewritePattern<SwigluGradOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(SwigluGradOp grad,
+                                PatternRewriter &rewriter) const override {
+    if (grad.getLayout() != GateUpLayout::halves)
+      return rewriter.notifyMatchFailure(grad, "not the halves layout");
+    GroupedMatmulOp matmul =
+        getFusableMatmul(grad.getGradOutput(), rewriter, grad);
+    if (!matmul)
+      return failure();
+    // A row scale may stay: swiglu_grad is linear in the output gradient.
+    if (matmul.getActivation() != Activation::none)
+      return rewriter.notifyMatchFailure(grad,
+                                         "matmul already has an activation");
+    auto inputType = dyn_cast<RankedTensorType>(grad.getInput().getType());
+    auto outType = dyn_cast<RankedTensorType>(grad.getGradInput().getType());
+    if (!inputType || !isMatmulResultElement(inputType.getElementType()) ||
+        !outType || !isMatmulResultElement(outType.getElementType()))
+      return rewriter.notifyMatchFailure(
+          grad, "input or result is not bf16, f16 or f32");
+    // The saved input becomes an operand of the matmul and must dominate
+    // it: move the matmul (pure, used only here) next to the gradient.
+    if (matmul->getBlock() != grad->getBlock())
+      return rewriter.notifyMatchFailure(grad, "matmul in another block");
+
+    rewriter.moveOpBefore(matmul, grad);
+    rewriter.modifyOpInPlace(matmul, [&] {
+      matmul.setActivation(Activation::swiglu_grad);
+      matmul.getActivationInputMutable().assign(grad.getInput());
+      matmul.getOut().setType(outType);
+    });
+    rewriter.replaceOp(grad, matmul.getOut());
     return success();
   }
 };
@@ -181,7 +222,7 @@ struct MoeFuseEpiloguePass
     : moec::moe::impl::MoeFuseEpiloguePassBase<MoeFuseEpiloguePass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<FuseSwiglu, FuseRowScale>(&getContext());
+    patterns.add<FuseSwiglu, FuseSwigluGrad, FuseRowScale>(&getContext());
     if (failed(applyFusionPatterns(getOperation(), std::move(patterns))))
       signalPassFailure();
   }

@@ -52,8 +52,8 @@ std::optional<std::string> moec::moe::tuningKey(Operation *op) {
     os << " rhs=EKN";
   if (matmul.getGatherSlots())
     os << " gather k=" << matmul.getK().value_or(1);
-  if (matmul.getActivation() == Activation::swiglu)
-    os << " swiglu";
+  if (matmul.getActivation() != Activation::none)
+    os << " " << stringifyActivation(matmul.getActivation());
   if (matmul.getBias())
     os << " bias";
   if (matmul.getRowScale())

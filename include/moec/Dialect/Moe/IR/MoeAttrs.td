@@ -51,7 +51,10 @@ def Moe_MatmulModeAttr : Moe_EnumAttr<Moe_MatmulMode, "mode">;
 def Moe_Activation : I32EnumAttr<"Activation",
     "activation applied in a grouped matmul's epilogue", [
       I32EnumAttrCase<"none", 0>,
-      I32EnumAttrCase<"swiglu", 1>
+      I32EnumAttrCase<"swiglu", 1>,
+      // The gradient of SwiGLU's input, from the saved input (the matmul's
+      // `activation_input`) and the matmul's result as the output gradient.
+      I32EnumAttrCase<"swiglu_grad", 2>
     ]> {
   let cppNamespace = "::moec::moe";
   let genSpecializedAttr = 0;

@@ -462,8 +462,15 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
       `[K, E*r]` (the forward's adapters, passed unchanged).
     * `activation = swiglu`: the epilogue applies `moe.swiglu` (halves
       layout) to each row, so `N` must be even and the output is `N/2` wide.
+    * `activation = swiglu_grad` with `activation_input(%h : tensor<Mx2Nx..>)`:
+      the epilogue applies `moe.swiglu_grad %h, y` (halves layout): `y` is
+      the output gradient of a SwiGLU whose input was `%h`, and the output
+      is `[M, 2N]`, the gradient of `%h` (the down projection's input
+      gradient fused with SwiGLU's backward, so that `y` is never written).
+      No scatter.
     * `row_scale(%s : tensor<Mxf32>)`: multiplies output row `i` by `s[i]`
-      (after the activation), e.g. the routing weights from `moe.permute`.
+      (after the activation; `swiglu_grad` is linear in `y`, so there the
+      order does not matter), e.g. the routing weights from `moe.permute`.
     * `scales(%sx, %sw : tensor<Lx..xf32>, tensor<Ex..x..xf32>)`: required
       when `lhs` and `rhs` are FP8 (and rejected otherwise). Blocks of
       `scale_group` (default 128) along each dimension: `%sx` is
@@ -523,6 +530,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Optional<AnyTensor>:$scatter_positions,
     Optional<AnyTensor>:$lhs_scales,
     Optional<AnyTensor>:$rhs_scales,
+    Optional<AnyTensor>:$activation_input,
     DefaultValuedAttr<Moe_MatmulModeAttr, "::moec::moe::MatmulMode::forward">:$mode,
     UnitAttr:$transpose_rhs,
     OptionalAttr<I64Attr>:$k,
@@ -543,6 +551,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     (`scatter_positions` `(` $scatter_positions^ `:` type($scatter_positions) `)`)?
     (`scales` `(` $lhs_scales^ `,` $rhs_scales `:` type($lhs_scales) `,`
                   type($rhs_scales) `)`)?
+    (`activation_input` `(` $activation_input^ `:` type($activation_input) `)`)?
     attr-dict `:` type($lhs) `,` type($rhs) `,` type($offsets) `->` type($out)
   }];
   let hasVerifier = 1;

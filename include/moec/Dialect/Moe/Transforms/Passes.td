@@ -43,8 +43,8 @@ def MoeFusePermutePass : Pass<"moe-fuse-permute"> {
 }
 
 def MoeFuseEpiloguePass : Pass<"moe-fuse-epilogue"> {
-  let summary = "Fuses SwiGLU and row scaling into the epilogue of "
-                "moe.grouped_matmul";
+  let summary = "Fuses SwiGLU (or its gradient) and row scaling into the "
+                "epilogue of moe.grouped_matmul";
   let description = [{
     Folds element-wise work on a forward `moe.grouped_matmul`'s output into
     the matmul. The matmul must have no other user and no `scatter`.
@@ -52,6 +52,12 @@ def MoeFuseEpiloguePass : Pass<"moe-fuse-epilogue"> {
     * `moe.swiglu` (`layout = halves`) of a matmul with `activation = none`
       and no `row_scale` becomes the matmul with `activation = swiglu` and
       the swiglu's result type `[M, N/2]`.
+    * `moe.swiglu_grad %h, %dy` (`layout = halves`) whose output gradient
+      `%dy` is a matmul with `activation = none` becomes the matmul with
+      `activation = swiglu_grad`, `activation_input(%h)` and the result type
+      `[M, 2N]` (a backward's down-projection input gradient, written
+      straight as the gate_up output's gradient). A row scale may stay: the
+      gradient is linear in `%dy`.
     * A row scaling, a `linalg.generic` with all-parallel loops over the
       matmul result `[M, N]` (identity map) and an f32 vector `[M]` (map
       `(d0, d1) -> (d0)`) whose body is `mulf` of the two (the matrix
