@@ -300,9 +300,10 @@ void Epilogue::swigluGradStores(const TileState &t, Value result) {
 void Epilogue::swigluGradQuadStores(const TileState &t, Value result) {
   KernelBuilder &b = env.b;
   // Chunk groups whose loads are in flight together, 8 registers each (4
-  // spilled 36-52 bytes, ptxas). On the H200 neither streaming (evict-first)
-  // loads and stores nor an L2 prefetch of the tile's input rows at the
-  // start of its k-loop changed the bench times (within 2 %).
+  // spilled 36-52 bytes, ptxas). Tried on the H200 and left out: streaming
+  // (evict-first) loads and stores (within 3 %, and spills) and an L2
+  // prefetch of the tile's input rows as its k-loop starts (up to 8 %
+  // slower; bench/results/swiglu-grad-fusion-h200.md).
   constexpr int64_t kBatch = 2;
   Type i32 = b.getI32Type(), f32 = b.getF32Type();
   Value input = env.args.swigluInput;
