@@ -94,21 +94,14 @@ done
 for entry in gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64; do
   run hopper.moecb $entry 9000 uniform --iters 5
 done
-# The LoRA input gradient (moe-transpose-lora-adapters, then the fused
-# kernel; r = 16 and 72): M = 2T grouped gradient rows.
-for entry in gmm_lora_input_grad gmm_lora_r72_input_grad; do
-  for t in 1 45 3000; do
-    run hopper.moecb $entry $t uniform --sym M=$((2 * t)) --iters 5
-  done
-  for routing in one-expert half-experts; do
-    run hopper.moecb $entry 300 $routing --sym M=600 --iters 5
-  done
-done
-# The down projection's dX with SwiGLU's gradient in its epilogue
-# (activation = swiglu_grad): pair stores (a row scale, warp-specialized; an
-# f32 output, block barriers) and the quad-gathered version (LoRA); M = 2T
-# rows.
-for entry in gmm_swiglu_grad_ws gmm_swiglu_grad_staged gmm_swiglu_grad_lora; do
+# Input gradients whose grouped gradient rows are an input (symbol M = 2T):
+# the LoRA input gradient (moe-transpose-lora-adapters, then the fused
+# kernel; r = 16 and 72) and the down projection's dX with SwiGLU's
+# gradient in its epilogue (activation = swiglu_grad: pair stores with a
+# row scale, warp-specialized, or an f32 output, block barriers; the
+# quad-gathered version with LoRA). T = 9000: several tiles per block.
+for entry in gmm_lora_input_grad gmm_lora_r72_input_grad gmm_swiglu_grad_ws \
+             gmm_swiglu_grad_staged gmm_swiglu_grad_lora; do
   for t in 1 45 3000 9000; do
     run hopper.moecb $entry $t uniform --sym M=$((2 * t)) --iters 5
   done

@@ -532,7 +532,9 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
     expectDim(*gradInput, "activation_input", 0, rows, "the grouped rows");
     expectDim(*gradInput, "activation_input", 1, 2 * cols, "2 * N");
   }
-  const int64_t outCols = options.swiglu ? cols / 2 : gradInput ? 2 * cols : cols;
+  const int64_t outCols = options.swiglu ? cols / 2
+                          : gradInput    ? 2 * cols
+                                         : cols;
   if (options.rowScale)
     expectDim(*options.rowScale, "row_scale", 0, rows, "the grouped rows");
   if (options.scatterWeights && !options.scatterSlots)

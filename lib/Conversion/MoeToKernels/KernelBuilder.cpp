@@ -107,7 +107,8 @@ std::pair<Value, Value> KernelBuilder::swigluGrad(Value dy, Value gate,
                                                   Value up) {
   // d/dg silu(g)·u = u·s·(1 + g·(1 − s)); d/du = g·s.
   Value s = sigmoid(gate), one = f32(1.0);
-  Value dGate = fmul(fmul(dy, fmul(up, s)), fadd(one, fmul(gate, fsub(one, s))));
+  Value dGate =
+      fmul(fmul(dy, fmul(up, s)), fadd(one, fmul(gate, fsub(one, s))));
   return {dGate, fmul(dy, fmul(gate, s))};
 }
 

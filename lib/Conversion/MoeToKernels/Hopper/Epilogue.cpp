@@ -42,9 +42,9 @@ Epilogue::Epilogue(KernelEnv &env, const MmaLoop &mma) : env(env), mma(mma) {
   // every stage with the next tile.
   int64_t outN = outType.getDimSize(outType.getRank() - 1);
   bool staged = !plan.warpSpecialized && !plan.weightGrad() && !plan.swiglu &&
-                !plan.swigluGrad && !args.gather && !args.bias && !args.rowScale &&
-                !ShapedType::isDynamic(outN) && outN % outTileN == 0 &&
-                plan.k % kBlockK == 0 &&
+                !plan.swigluGrad && !args.gather && !args.bias &&
+                !args.rowScale && !ShapedType::isDynamic(outN) &&
+                outN % outTileN == 0 && plan.k % kBlockK == 0 &&
                 kBlockM * stagingStride * outBytes <=
                     (plan.stages - plan.ahead()) * plan.stageBytes();
   // Otherwise 16-bit outputs go out as 16-byte chunks gathered within each
@@ -218,8 +218,8 @@ SmallVector<Value> Epilogue::quadTranspose(ArrayRef<Value> words,
   return gathered;
 }
 
-// Every thread's column pairs, to the output or to the staging tile.
-void Epilogue::pairStores(const TileState &t, Value result, Value staging) {
+void Epilogue::forFragmentRows(
+    const TileState &t, function_ref<void(int64_t, Value, Value, Value)> body) {
   KernelBuilder &b = env.b;
   for (int64_t h = 0; h < 2; ++h) {
     Value r = b.add(rowInTile, b.idx(8 * h));
@@ -227,23 +227,31 @@ void Epilogue::pairStores(const TileState &t, Value result, Value staging) {
       Value row = b.add(t.rowStart, r);
       Value scale =
           env.args.rowScale ? b.loadF(env.args.rowScale, {row}) : Value();
-      for (int64_t j = 0; j < outChunks; ++j) {
-        Value colInOut = b.add(b.idx(8 * j), colInTile);
-        Value col = b.add(t.colStart, colInOut);
-        b.ifThen(b.ult(col, env.outWidth), [&] {
-          SmallVector<Value> pair;
-          for (int64_t q = 0; q < 2; ++q)
-            pair.push_back(outputAt(result, t.group, h, j, q,
-                                    b.add(col, b.idx(q)), scale));
-          if (staging)
-            b.storeVecF(pair, staging,
-                        {b.add(b.mul(r, b.idx(stagingStride)), colInOut)});
-          else
-            b.storeVecF(pair, env.args.out, env.outIndices(t, row, col));
-        });
-      }
+      body(h, r, row, scale);
     });
   }
+}
+
+// Every thread's column pairs, to the output or to the staging tile.
+void Epilogue::pairStores(const TileState &t, Value result, Value staging) {
+  KernelBuilder &b = env.b;
+  forFragmentRows(t, [&](int64_t h, Value r, Value row, Value scale) {
+    for (int64_t j = 0; j < outChunks; ++j) {
+      Value colInOut = b.add(b.idx(8 * j), colInTile);
+      Value col = b.add(t.colStart, colInOut);
+      b.ifThen(b.ult(col, env.outWidth), [&] {
+        SmallVector<Value> pair;
+        for (int64_t q = 0; q < 2; ++q)
+          pair.push_back(
+              outputAt(result, t.group, h, j, q, b.add(col, b.idx(q)), scale));
+        if (staging)
+          b.storeVecF(pair, staging,
+                      {b.add(b.mul(r, b.idx(stagingStride)), colInOut)});
+        else
+          b.storeVecF(pair, env.args.out, env.outIndices(t, row, col));
+      });
+    }
+  });
 }
 
 // The saved input's pairs are loaded a batch of chunks at a time before
@@ -255,42 +263,35 @@ void Epilogue::swigluGradStores(const TileState &t, Value result) {
   constexpr int64_t kBatch = 8;
   Value input = env.args.swigluInput;
   Value lastPair = b.sub(env.outWidth, b.idx(2));
-  for (int64_t h = 0; h < 2; ++h) {
-    Value r = b.add(rowInTile, b.idx(8 * h));
-    b.ifThen(b.ult(r, t.rowCount), [&] {
-      Value row = b.add(t.rowStart, r);
-      Value scale =
-          env.args.rowScale ? b.loadF(env.args.rowScale, {row}) : Value();
-      for (int64_t j0 = 0; j0 < outChunks; j0 += kBatch) {
-        int64_t j1 = std::min(outChunks, j0 + kBatch);
-        SmallVector<Value> cols;
-        SmallVector<SmallVector<Value>> gates, ups;
-        for (int64_t j = j0; j < j1; ++j) {
-          cols.push_back(b.add(t.colStart, b.add(b.idx(8 * j), colInTile)));
-          // In range for the loads; the stores check the column.
-          Value c = b.minIdx(cols.back(), lastPair);
-          gates.push_back(b.loadVecF(input, {row, c}, 2));
-          ups.push_back(b.loadVecF(input, {row, b.add(c, env.outWidth)}, 2));
-        }
-        for (int64_t j = j0; j < j1; ++j) {
-          Value col = cols[j - j0];
-          b.ifThen(b.ult(col, env.outWidth), [&] {
-            SmallVector<Value> dGate, dUp;
-            for (int64_t q = 0; q < 2; ++q) {
-              Value dy = outputAt(result, t.group, h, j, q,
-                                  b.add(col, b.idx(q)), scale);
-              auto [dg, du] =
-                  b.swigluGrad(dy, gates[j - j0][q], ups[j - j0][q]);
-              dGate.push_back(dg);
-              dUp.push_back(du);
-            }
-            b.storeVecF(dGate, env.args.out, {row, col});
-            b.storeVecF(dUp, env.args.out, {row, b.add(col, env.outWidth)});
-          });
-        }
+  forFragmentRows(t, [&](int64_t h, Value, Value row, Value scale) {
+    for (int64_t j0 = 0; j0 < outChunks; j0 += kBatch) {
+      int64_t j1 = std::min(outChunks, j0 + kBatch);
+      SmallVector<Value> cols;
+      SmallVector<SmallVector<Value>> gates, ups;
+      for (int64_t j = j0; j < j1; ++j) {
+        cols.push_back(b.add(t.colStart, b.add(b.idx(8 * j), colInTile)));
+        // In range for the loads; the stores check the column.
+        Value c = b.minIdx(cols.back(), lastPair);
+        gates.push_back(b.loadVecF(input, {row, c}, 2));
+        ups.push_back(b.loadVecF(input, {row, b.add(c, env.outWidth)}, 2));
       }
-    });
-  }
+      for (int64_t j = j0; j < j1; ++j) {
+        Value col = cols[j - j0];
+        b.ifThen(b.ult(col, env.outWidth), [&] {
+          SmallVector<Value> dGate, dUp;
+          for (int64_t q = 0; q < 2; ++q) {
+            Value dy =
+                outputAt(result, t.group, h, j, q, b.add(col, b.idx(q)), scale);
+            auto [dg, du] = b.swigluGrad(dy, gates[j - j0][q], ups[j - j0][q]);
+            dGate.push_back(dg);
+            dUp.push_back(du);
+          }
+          b.storeVecF(dGate, env.args.out, {row, col});
+          b.storeVecF(dUp, env.args.out, {row, b.add(col, env.outWidth)});
+        });
+      }
+    }
+  });
 }
 
 // Per row and batch of quad chunk groups: first every lane's 16-byte gate
@@ -340,9 +341,9 @@ void Epilogue::swigluGradQuadStores(const TileState &t, Value result) {
             Value col = b.add(t.colStart, b.add(b.idx(8 * j), colInTile));
             Value c = b.minIdx(col, b.sub(env.outWidth, b.idx(2)));
             // No bias or row scale here (see the constructor).
-            words.push_back(bits(outputAt(result, t.group, h, j, q,
-                                          b.add(c, b.idx(q)), Value()),
-                                 i32));
+            words.push_back(bits(
+                outputAt(result, t.group, h, j, q, b.add(c, b.idx(q)), Value()),
+                i32));
           }
           gathered[q] = quadTranspose(words, quadLane, quadBase);
         }
@@ -350,8 +351,7 @@ void Epilogue::swigluGradQuadStores(const TileState &t, Value result) {
         SmallVector<Value> dGate, dUp;
         for (int64_t e = 0; e < 8; ++e) {
           Value dy = bits(gathered[e % 2][e / 2], f32);
-          auto [dg, du] =
-              b.swigluGrad(dy, gates[m - m0][e], ups[m - m0][e]);
+          auto [dg, du] = b.swigluGrad(dy, gates[m - m0][e], ups[m - m0][e]);
           dGate.push_back(dg);
           dUp.push_back(du);
         }
@@ -408,23 +408,21 @@ void Epilogue::bulkStores(const TileState &t, Value result) {
                                        b.getUnitAttr());
   mmaThreadsBarrier();
   Value tile = env.stagingTile();
-  pairStores(t, result,
-             env.sharedView(tile, outElem, kBlockM * stagingStride));
+  pairStores(t, result, env.sharedView(tile, outElem, kBlockM * stagingStride));
   // Generic-proxy writes, read by the bulk copies' async proxy.
   fenceAsyncShared(b);
   mmaThreadsBarrier();
   Value r = mma.mathThread;
   b.ifThen(b.land(b.ult(r, b.idx(kBlockM)), b.ult(r, t.rowCount)), [&] {
-    Value columns = b.minIdx(b.idx(env.plan.outTileN()),
-                             b.sub(env.outWidth, t.colStart));
+    Value columns =
+        b.minIdx(b.idx(env.plan.outTileN()), b.sub(env.outWidth, t.colStart));
     Value dst = arith::IndexCastOp::create(
         b, b.getI64Type(),
         b.elementAddress(env.args.out,
                          env.outIndices(t, b.add(t.rowStart, r), t.colStart)));
     Value src = b.add(tile, b.mul(r, b.idx(stagingStride * outBytes)));
     NVVM::CpAsyncBulkSharedCTAToGlobalOp::create(
-        b,
-        LLVM::IntToPtrOp::create(b, LLVM::LLVMPointerType::get(ctx, 1), dst),
+        b, LLVM::IntToPtrOp::create(b, LLVM::LLVMPointerType::get(ctx, 1), dst),
         pointerAt(b, src, 3), toI32(b, b.mul(columns, b.idx(outBytes))),
         Value(), Value());
     NVVM::CpAsyncBulkCommitGroupOp::create(b);

@@ -431,6 +431,12 @@ private:
   llvm::SmallVector<mlir::Value> quadTranspose(
       llvm::ArrayRef<mlir::Value> words, mlir::Value quadLane,
       mlir::Value quadBase);
+  /// This thread's two fragment rows in range: body(h, row in tile, row,
+  /// row scale or null).
+  void forFragmentRows(
+      const TileState &t,
+      llvm::function_ref<void(int64_t, mlir::Value, mlir::Value, mlir::Value)>
+          body);
   void pairStores(const TileState &t, mlir::Value result,
                   mlir::Value staging);
   /// swiglu_grad: every thread's column pairs are output gradients; the

@@ -2,8 +2,8 @@
 //
 // Part of moec. One thread per output element (or a few sharing its
 // reduction): the reference loop with bias, LoRA, FP8 block scales, SwiGLU
-// (or its gradient) and row scale in f32. Every mode and layout the dialect has; the sm90a
-// target uses Hopper/ where it applies.
+// (or its gradient) and row scale in f32. Every mode and layout the dialect
+// has; the sm90a target uses Hopper/ where it applies.
 //
 //===-------------------------------------------------------------------===//
 
@@ -375,9 +375,8 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
                 return b.storeF(y, outArg, {row, col});
               // y is the SwiGLU output's gradient: out = swiglu_grad(h, y).
               Value input = a[swigluInputAt], upCol = b.add(col, W);
-              auto [dGate, dUp] =
-                  b.swigluGrad(y, b.loadF(input, {row, col}),
-                               b.loadF(input, {row, upCol}));
+              auto [dGate, dUp] = b.swigluGrad(y, b.loadF(input, {row, col}),
+                                               b.loadF(input, {row, upCol}));
               b.storeF(dGate, outArg, {row, col});
               b.storeF(dUp, outArg, {row, upCol});
             });

@@ -341,10 +341,11 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     Value dW;
     if (!transposed) {
       // [E, K, N] = Σ x_iᵀ · dy_i: the lhs may be gathered by slot.
-      dW = create<GroupedMatmulOp>(
-          loc, rhsType, P(lhs), dY, offsets, slots ? P(slots) : Value(),
-          Value(), Value(), Value(), Value(), Value(), Value(), Value(),
-          Value(), Value(), Value(), gradMode, UnitAttr(), op.getKAttr(), one, none);
+      dW = create<GroupedMatmulOp>(loc, rhsType, P(lhs), dY, offsets,
+                                   slots ? P(slots) : Value(), Value(), Value(),
+                                   Value(), Value(), Value(), Value(), Value(),
+                                   Value(), Value(), Value(), gradMode,
+                                   UnitAttr(), op.getKAttr(), one, none);
     } else {
       // [E, N, K] = Σ dy_iᵀ · x_i: the rows are the rhs, which the weight
       // gradient does not gather, so gathered rows are permuted first.
@@ -354,10 +355,10 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
                                  offsets, Value(), Value(), op.getKAttr(),
                                  positionsOf(slots))
                    .getRows();
-      dW = create<GroupedMatmulOp>(loc, rhsType, dY, rows, offsets, Value(),
-                                   Value(), Value(), Value(), Value(), Value(),
-                                   Value(), Value(), Value(), Value(), Value(), gradMode,
-                                   UnitAttr(), IntegerAttr(), one, none);
+      dW = create<GroupedMatmulOp>(
+          loc, rhsType, dY, rows, offsets, Value(), Value(), Value(), Value(),
+          Value(), Value(), Value(), Value(), Value(), Value(), Value(),
+          gradMode, UnitAttr(), IntegerAttr(), one, none);
     }
     accumulate(rhs, dW);
   }

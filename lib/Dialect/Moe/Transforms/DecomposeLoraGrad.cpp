@@ -130,16 +130,16 @@ void decompose(LoraGradOp op) {
                         experts);
   Value du = GroupedMatmulOp::create(
       builder, loc, narrow, dy, bt3, offsets, Value(), Value(), Value(),
-      Value(), scale, Value(), Value(), Value(), Value(), Value(), Value(), forward,
-      transposeRhs, IntegerAttr(), one, none);
+      Value(), scale, Value(), Value(), Value(), Value(), Value(), Value(),
+      forward, transposeRhs, IntegerAttr(), one, none);
 
   // dB_e = Σ dy_iᵀ · u_i: [E, N, r], then [N, E, r] = [N, E*r].
   Value dbT = GroupedMatmulOp::create(
       builder, loc,
-      RankedTensorType::get({experts, n, rank}, gradBType.getElementType()),
-      dy, u, offsets, Value(), Value(), Value(), Value(), Value(), Value(),
-      Value(), Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
-      IntegerAttr(), one, none);
+      RankedTensorType::get({experts, n, rank}, gradBType.getElementType()), dy,
+      u, offsets, Value(), Value(), Value(), Value(), Value(), Value(), Value(),
+      Value(), Value(), Value(), Value(), weightGrad, UnitAttr(), IntegerAttr(),
+      one, none);
   Value gradB = joinLast(builder, loc, transposed(builder, loc, dbT, {1, 0, 2}),
                          {{0}, {1, 2}});
 
