@@ -109,6 +109,10 @@ for entry in gmm_lora_input_grad gmm_lora_r72_input_grad gmm_swiglu_grad_ws \
     run hopper.moecb $entry 300 $routing --sym M=600 --iters 5
   done
 done
+# Rows past the last group (M > 2T): zeros, in both halves for swiglu_grad.
+for entry in gmm_swiglu_grad_ws gmm_swiglu_grad_staged gmm_swiglu_grad_lora; do
+  run hopper.moecb $entry 300 uniform --sym M=700 --iters 5
+done
 # The gathered weight gradient at the default tile: its grouped gradient
 # has T*k rows (symbol M).
 for t in 1 45 3000; do

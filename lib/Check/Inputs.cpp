@@ -120,8 +120,9 @@ bool isIntegerType(rt::ElemType elem) {
 /// True for operands that are multiplicative scales: filled positive.
 bool isScaleOperand(const Use &use) {
   const std::string &name = use.op->name;
+  // grouped_matmul's lhs_scales and rhs_scales (ODS operand groups 11, 12).
   return (name == "moe.grouped_matmul" &&
-          (use.operand == 10 || use.operand == 11)) ||
+          (use.operand == 11 || use.operand == 12)) ||
          (name == "moe.dequantize" && use.operand == 1) ||
          (name == "moe.permute" && use.operand == 4);
 }

@@ -28,7 +28,7 @@ constexpr const char *kMatmulOperands[] = {
     "lhs",           "rhs",             "offsets",           "gather_slots",
     "bias",          "lora_a",          "lora_b",            "row_scale",
     "scatter_slots", "scatter_weights", "scatter_positions", "lhs_scales",
-    "rhs_scales"};
+    "rhs_scales",    "activation_input"};
 
 /// Left out of the candidates: the inverse map of the slots only spares
 /// the combine two small kernels, and the tuner times the matmul.
@@ -39,6 +39,7 @@ constexpr const char *kUntunedOperand = "scatter_positions";
 bool isRowsRole(StringRef role, bool gathered, bool weightGrad) {
   return role == "gather_slots" || role == "row_scale" ||
          role == "scatter_slots" || role == "lhs_scales" ||
+         role == "activation_input" ||
          (role == "lhs" && !gathered) || (role == "rhs" && weightGrad);
 }
 
@@ -75,7 +76,7 @@ moec::buildTuningCandidates(ModuleOp module, const std::string &target) {
       if (tiles.empty())
         return;
       seen.insert(*key);
-      static_assert(std::size(kMatmulOperands) == 13,
+      static_assert(std::size(kMatmulOperands) == 14,
                     "one role per operand group of moe.grouped_matmul");
       SmallVector<std::pair<StringRef, Value>> args;
       for (auto [group, role] : llvm::enumerate(kMatmulOperands))

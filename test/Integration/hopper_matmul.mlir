@@ -46,6 +46,8 @@
 // RUN: moec run %s --entry gmm_swiglu_grad_ws --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_swiglu_grad_staged --sym T=30 --sym M=60 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_swiglu_grad_lora --sym T=33 --sym M=66 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_grad_ws --sym T=45 --sym M=100 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_grad_lora --sym T=33 --sym M=80 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -580,7 +582,9 @@ func.func @gmm_lora_r72_input_grad(%dy: tensor<?x136xbf16> {moe.sym = "M"},
 // (written unfused: moe-fuse-epilogue folds it into the matmul, which then
 // writes [M, 2N] from the saved gate_up rows %h), routing weights as a row
 // scale: rhs [E, K, N] at the default tile (warp-specialized, n = 256, a
-// partial second n-tile): E = 8, K = 200, N = 264; M = 2T grouped rows.
+// partial second n-tile): E = 8, K = 200, N = 264; M = 2T grouped rows,
+// or more (the RUN lines with M > 2T): rows past the last group, zeros in
+// both halves.
 func.func @gmm_swiglu_grad_ws(%dy: tensor<?x200xbf16> {moe.sym = "M"},
                               %ids: tensor<?x2xi32>,
                               %w: tensor<8x200x264xbf16>,

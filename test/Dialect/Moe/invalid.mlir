@@ -857,6 +857,24 @@ func.func @case87_swiglu_grad_scatter(%x: tensor<8x16xbf16>, %w: tensor<4x16x32x
 
 // -----
 
+// with N dynamic, the output is as wide as the saved input
+func.func @case87_swiglu_grad_dynamic_n(%x: tensor<8x48xbf16>, %w: tensor<4x48x?xbf16>, %o: tensor<4xi32>, %h: tensor<8x64xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'out' is 100 but must equal 2 * N (swiglu_grad writes gate and up halves) (64)}}
+  %y = moe.grouped_matmul %x, %w, %o activation_input(%h : tensor<8x64xbf16>) {activation = #moe.activation<swiglu_grad>} : tensor<8x48xbf16>, tensor<4x48x?xbf16>, tensor<4xi32> -> tensor<8x100xbf16>
+  return
+}
+
+// -----
+
+// the saved input's width is even
+func.func @case87_swiglu_grad_odd_input(%x: tensor<8x48xbf16>, %w: tensor<4x48x?xbf16>, %o: tensor<4xi32>, %h: tensor<8x7xbf16>) {
+  // expected-error @+1 {{dimension 1 of operand 'activation_input' must be even (gate and up halves), got 7}}
+  %y = moe.grouped_matmul %x, %w, %o activation_input(%h : tensor<8x7xbf16>) {activation = #moe.activation<swiglu_grad>} : tensor<8x48xbf16>, tensor<4x48x?xbf16>, tensor<4xi32> -> tensor<8x7xbf16>
+  return
+}
+
+// -----
+
 // no activation_input in the weight gradient
 func.func @case87_weight_grad_activation_input(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %h: tensor<8x64xbf16>) {
   // expected-error @+1 {{operand 'activation_input' is not supported with mode = weight_grad}}

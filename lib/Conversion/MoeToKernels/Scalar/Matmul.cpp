@@ -367,18 +367,20 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
             Value ok =
                 b.land(inTile, b.land(b.ult(row, rowEnd), b.ult(col, W)));
             b.ifThen(ok, [&] {
+              Value tail = b.eq(group, b.idx(experts));
               Value y = b.ifElse(
-                  b.eq(group, b.idx(experts)), b.getF32Type(),
-                  [&] { return b.f32(0); },
+                  tail, b.getF32Type(), [&] { return b.f32(0); },
                   [&] { return matmulElement(b, m, group, row, col, W); });
               if (swigluInputAt < 0)
                 return b.storeF(y, outArg, {row, col});
               // y is the SwiGLU output's gradient: out = swiglu_grad(h, y).
+              // Rows past the last group are zeros whatever h holds there
+              // (as in the reference and the sm_90a kernels).
               Value input = a[swigluInputAt], upCol = b.add(col, W);
               auto [dGate, dUp] = b.swigluGrad(y, b.loadF(input, {row, col}),
                                                b.loadF(input, {row, upCol}));
-              b.storeF(dGate, outArg, {row, col});
-              b.storeF(dUp, outArg, {row, upCol});
+              b.storeF(b.select(tail, b.f32(0), dGate), outArg, {row, col});
+              b.storeF(b.select(tail, b.f32(0), dUp), outArg, {row, upCol});
             });
           });
         });

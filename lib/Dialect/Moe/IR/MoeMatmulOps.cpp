@@ -242,11 +242,20 @@ LogicalResult GroupedMatmulOp::verify() {
     if (getScatterSlots())
       return emitOpError() << "activation = swiglu_grad writes grouped rows: "
                               "operand 'scatter_slots' is not supported";
-    outCols = ShapedType::isDynamic(cols) ? cols : 2 * cols;
     auto inputType = expectTensor(op, "operand 'activation_input'",
                                   getActivationInput(), 2, isWideFloat,
                                   kWideFloat);
-    if (failed(inputType) ||
+    if (failed(inputType))
+      return failure();
+    // With N dynamic, the input's width stands for 2N (the kernels take N
+    // as half the output's width): it must be even, and the output as wide.
+    int64_t inputCols = inputType->getDimSize(1);
+    if (!ShapedType::isDynamic(inputCols) && inputCols % 2 != 0)
+      return emitOpError() << "dimension 1 of operand 'activation_input' must "
+                              "be even (gate and up halves), got "
+                           << inputCols;
+    outCols = ShapedType::isDynamic(cols) ? inputCols : 2 * cols;
+    if (
         failed(expectDim(op, "operand 'activation_input'", *inputType, 0, rows,
                          "the number of grouped rows")) ||
         failed(expectDim(op, "operand 'activation_input'", *inputType, 1,

@@ -54,6 +54,9 @@ std::optional<std::string> moec::moe::tuningKey(Operation *op) {
     os << " gather k=" << matmul.getK().value_or(1);
   if (matmul.getActivation() != Activation::none)
     os << " " << stringifyActivation(matmul.getActivation());
+  // The saved input's type picks the epilogue (16-byte chunks or pairs).
+  if (Value input = matmul.getActivationInput())
+    os << "(" << cast<ShapedType>(input.getType()).getElementType() << ")";
   if (matmul.getBias())
     os << " bias";
   if (matmul.getRowScale())
