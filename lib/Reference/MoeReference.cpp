@@ -586,12 +586,10 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
       double scale = options.rowScale ? options.rowScale->data[i] : 1.0;
       if (gradInput) {
         // y is SwiGLU's output gradient: the input's, gate then up half.
-        for (int64_t n = 0; n < cols; ++n) {
-          double g = gradInput->at(i, n), u = gradInput->at(i, n + cols);
-          double dy = scale * y[n], s = sigmoid(g);
-          out.at(i, n) = dy * u * s * (1 + g * (1 - s));
-          out.at(i, n + cols) = dy * g * s;
-        }
+        for (int64_t n = 0; n < cols; ++n)
+          std::tie(out.at(i, n), out.at(i, n + cols)) =
+              swigluGradAt(scale * y[n], gradInput->at(i, n),
+                           gradInput->at(i, n + cols));
         continue;
       }
       if (!scatter) {
@@ -712,10 +710,8 @@ DTensor swigluGrad(const DTensor &input, const DTensor &gradOutput,
     for (int64_t c = 0; c < half; ++c) {
       int64_t gc = gateUpColumn(layout, half, c, false);
       int64_t uc = gateUpColumn(layout, half, c, true);
-      double g = input.at(i, gc), u = input.at(i, uc);
-      double dy = gradOutput.at(i, c), s = sigmoid(g);
-      grad.at(i, gc) = dy * u * s * (1 + g * (1 - s));
-      grad.at(i, uc) = dy * g * s;
+      std::tie(grad.at(i, gc), grad.at(i, uc)) = swigluGradAt(
+          gradOutput.at(i, c), input.at(i, gc), input.at(i, uc));
     }
   return grad;
 }

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace moec::ref::detail {
@@ -98,6 +100,12 @@ inline void expectGroupedRows(const DTensor &rows, const char *name,
 }
 
 inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+/// SwiGLU's input gradient {dGate, dUp} of silu(g)·u for output gradient dy.
+inline std::pair<double, double> swigluGradAt(double dy, double g, double u) {
+  double s = sigmoid(g);
+  return {dy * u * s * (1 + g * (1 - s)), dy * g * s};
+}
 
 } // namespace moec::ref::detail
 

@@ -317,7 +317,9 @@ void Epilogue::swigluGradQuadStores(const TileState &t, Value result) {
     Value r = b.add(rowInTile, b.idx(8 * h));
     Value rowOk = b.ult(r, t.rowCount);
     Value row = b.add(t.rowStart, r);
-    // Rows past the tile's read its first row and store nothing.
+    // Not forFragmentRows: every lane of the quad takes part in the
+    // shuffles, so rows past the tile's read its first row and store
+    // nothing instead of skipping the body.
     Value loadRow = b.select(rowOk, row, t.rowStart);
     int64_t groups = outChunks / 4;
     for (int64_t m0 = 0; m0 < groups; m0 += kBatch) {
