@@ -173,6 +173,12 @@ OpResults evalPermute(const rt::RefOp &op, const Operands &x) {
   return results;
 }
 
+OpResults evalPermuteProbs(const rt::RefOp &op, const Operands &x) {
+  return {ref::permuteProbs(x.required(0, "probs"), x.ints(1, "slots"),
+                            x.ints(2, "offsets"), requiredIntAttr(op, "k"),
+                            floatAttr(op, "scale", 1.0))};
+}
+
 OpResults evalUnpermute(const rt::RefOp &op, const Operands &x) {
   return {ref::unpermute(x.required(0, "rows"), x.ints(1, "slots"),
                          x.ints(2, "offsets"), requiredIntAttr(op, "k"),
@@ -574,6 +580,8 @@ OpResults evaluate(const OpInputs &in) {
     results = evalPermute(op, x);
   else if (op.name == "moe.unpermute")
     results = evalUnpermute(op, x);
+  else if (op.name == "moe.permute_probs")
+    results = evalPermuteProbs(op, x);
   else if (op.name == "moe.permute_grad")
     results = evalPermuteGrad(op, x);
   else if (op.name == "moe.unpermute_grad")

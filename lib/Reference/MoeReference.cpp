@@ -329,6 +329,20 @@ PermuteResult permute(const DTensor &tokens, const ITensor &slots,
   return result;
 }
 
+DTensor permuteProbs(const DTensor &probs, const ITensor &slots,
+                     const ITensor &offsets, int64_t k, double scale) {
+  expectRank(probs, "probs", 2);
+  if (k < 1)
+    fail("'k' must be positive");
+  expectDim(probs, "probs", 1, k, "k");
+  DTensor tokens({probs.dim(0), 0});
+  PermuteResult r = permute(tokens, slots, offsets, k, &probs, nullptr);
+  for (double &p : r.permutedProbs.data)
+    p *= scale;
+  return std::move(r.permutedProbs);
+}
+
+
 DTensor unpermute(const DTensor &rows, const ITensor &slots,
                   const ITensor &offsets, int64_t k, int64_t numTokens,
                   const DTensor *weights) {

@@ -289,7 +289,7 @@ def _check_values(entry: Entry, infos, shapes) -> None:
             experts = (shapes[position[data]][0] if data in position else None)
             if experts is not None:
                 check_ids(operands[4], experts, "expert indices")
-        if op["name"] in ("moe.permute", "moe.unpermute",
+        if op["name"] in ("moe.permute", "moe.permute_probs", "moe.unpermute",
                           "moe.permute_grad", "moe.unpermute_grad",
                           "moe.grouped_matmul") and operands[2] in position:
             i = position[operands[2]]

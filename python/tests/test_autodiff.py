@@ -122,6 +122,30 @@ def test_wrt_and_saved_values():
     assert "moe_block_grad" in grad.ir("optimized")
 
 
+@pytest.mark.parametrize("tokens,one_expert", [(7, False), (1, False),
+                                               (6, True)])
+def test_input_gradient_fuses_unpermute_grad(tokens, one_expert):
+    # Frozen experts (gradients of x and the router only): the down
+    # projection's input gradient gathers dy by slot and takes the routing
+    # weights as its row scale, so unpermute_grad writes no rows
+    # (moe-fuse-permute). Same gradients as the unfused full backward.
+    kernel = moe_kernel(H, I, E, K, dtype="f32")
+    grad = kernel.grad(wrt=["x", "gate_w"])
+    optimized = grad.ir("optimized").split("func.func @moe_block_grad")[1]
+    assert "moe.permute_probs" in optimized
+    assert "row_scale(" in optimized and "gather(" in optimized
+    full = kernel.grad()
+    assert "moe.permute_probs" not in \
+        full.ir("optimized").split("func.func @moe_block_grad")[1]
+    rng = np.random.default_rng(20 + tokens)
+    args = _layer_inputs(rng, tokens, one_expert)
+    dy = _random(rng, tokens, H)
+    dx, d_gate = grad.backward(args, grad.forward(*args)[1], (dy,))
+    want = full.backward(args, full.forward(*args)[1], (dy,))
+    assert rel_error(dx, want[0]) < 1e-6
+    assert rel_error(d_gate, want[1]) < 1e-6
+
+
 def test_bad_arguments():
     kernel = moe_kernel(H, I, E, K, dtype="f32")
     with pytest.raises(ValueError, match="'wrt': moe_block has no argument "

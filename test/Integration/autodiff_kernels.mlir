@@ -13,6 +13,18 @@
 // RUN: moec run %t.qwen3.mlir --entry qwen3_layer_grad --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %t.qwen3.mlir --entry qwen3_layer_grad --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %t.qwen3.mlir --entry qwen3_layer_grad --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// Frozen experts (the input's gradient only): moe-fuse-permute takes
+// unpermute_grad into the down projection's input gradient (gathered dy, the
+// routing weights as row scale, SwiGLU's gradient in the epilogue).
+// RUN: moec-opt %s -moe-autodiff="func=qwen3_layer save=inputs wrt=0" -o %t.input.mlir
+// RUN: moec-opt %t.input.mlir -moe-optimize | FileCheck %s --check-prefix=FUSED
+// RUN: moec run %t.input.mlir --entry qwen3_layer_grad --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %t.input.mlir --entry qwen3_layer_grad --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %t.input.mlir --entry qwen3_layer_grad --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// FUSED-LABEL: func.func @qwen3_layer_grad
+// FUSED: moe.permute_probs
+// FUSED: moe.unpermute_grad {{.*}} : tensor<?x48xbf16>, tensor<?xi32>, tensor<6xi32>{{$}}
+// FUSED: moe.grouped_matmul {{.*}} gather({{.*}}) row_scale({{.*}}) activation_input({{.*}}) {activation = #moe.activation<swiglu_grad>
 // RUN: moec-opt %s -moe-autodiff="func=gathered_layer save=inputs" -o %t.gathered.mlir
 // RUN: moec run %t.gathered.mlir --entry gathered_layer_grad --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %t.gathered.mlir --entry gathered_layer_grad --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS

@@ -163,3 +163,100 @@ func.func @no_fuse_already_gathers(%x: tensor<4x16xbf16>, %w: tensor<4x16x32xbf1
   %y = moe.grouped_matmul %rows, %w, %o gather(%s2 : tensor<16xi32>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<16x32xbf16>
   return %y : tensor<16x32xbf16>
 }
+
+// -----
+
+// unpermute_grad into the down projection's input gradient: the matmul
+// gathers dy by slot and scales by the routing weights; the unpermute_grad
+// is left with the weights' gradient.
+// CHECK-LABEL: func @fuse_unpermute_grad
+// CHECK-SAME: (%[[DY:.*]]: tensor<?x16xbf16>, %[[W:.*]]: tensor<?x2xf32>, %[[Y:.*]]: tensor<?x16xbf16>, %[[WD:.*]]: tensor<4x16x8xbf16>, %[[S:.*]]: tensor<?xi32>, %[[O:.*]]: tensor<4xi32>, %[[P:.*]]: tensor<?xi32>)
+func.func @fuse_unpermute_grad(%dy: tensor<?x16xbf16>, %w: tensor<?x2xf32>, %y: tensor<?x16xbf16>, %wd: tensor<4x16x8xbf16>, %slots: tensor<?xi32>, %o: tensor<4xi32>, %pos: tensor<?xi32>) -> (tensor<?x8xbf16>, tensor<?x2xf32>) {
+  // CHECK: %[[WS:.*]] = moe.permute_probs %[[W]], %[[S]], %[[O]] k = 2 : tensor<?x2xf32>, tensor<?xi32>, tensor<4xi32> -> tensor<?xf32>
+  // CHECK: %[[DW:.*]] = moe.unpermute_grad %[[DY]], %[[S]], %[[O]] k = 2 positions(%[[P]] : tensor<?xi32>) weights(%[[W]], %[[Y]] : tensor<?x2xf32>, tensor<?x16xbf16> -> tensor<?x2xf32>) : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32>{{$}}
+  // CHECK: %[[DA:.*]] = moe.grouped_matmul %[[DY]], %[[WD]], %[[O]] gather(%[[S]] : tensor<?xi32>) row_scale(%[[WS]] : tensor<?xf32>) {k = 2 : i64} : tensor<?x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<?x8xbf16>
+  // CHECK: return %[[DA]], %[[DW]]
+  %dr, %dw = moe.unpermute_grad %dy, %slots, %o k = 2 positions(%pos : tensor<?xi32>) weights(%w, %y : tensor<?x2xf32>, tensor<?x16xbf16> -> tensor<?x2xf32>) : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
+  %da = moe.grouped_matmul %dr, %wd, %o : tensor<?x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<?x8xbf16>
+  return %da, %dw : tensor<?x8xbf16>, tensor<?x2xf32>
+}
+
+// -----
+
+// Without weights the rows are the token gradients as they are: the matmul
+// only gathers, and the unpermute_grad goes away.
+// CHECK-LABEL: func @fuse_unweighted_unpermute_grad
+func.func @fuse_unweighted_unpermute_grad(%dy: tensor<4x16xbf16>, %wd: tensor<4x16x8xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) -> tensor<8x8xbf16> {
+  // CHECK-NOT: moe.unpermute_grad
+  // CHECK-NOT: moe.permute_probs
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<8xi32>) {k = 2 : i64} : tensor<4x16xbf16>
+  %dr = moe.unpermute_grad %dy, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  %da = moe.grouped_matmul %dr, %wd, %o : tensor<8x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<8x8xbf16>
+  return %da : tensor<8x8xbf16>
+}
+
+// -----
+
+// LoRA on the down projection as moe-decompose-lora-grad leaves it on sm90a:
+// the input gradient and du = dy · B_e take the weights (du's constant
+// scale s = 2 multiplied in); dB = Σ dyᵀ u gathers dy and the weights go
+// to u's rows (with its s).
+// CHECK-LABEL: func @fuse_unpermute_grad_lora
+// CHECK-SAME: (%[[DY:.*]]: tensor<?x16xbf16>, %[[W:.*]]: tensor<?x2xf32>, %[[Y:.*]]: tensor<?x16xbf16>, %[[A:.*]]: tensor<?x8xbf16>, %[[WD:.*]]: tensor<4x16x8xbf16>, %[[LA:.*]]: tensor<4x4x8xbf16>, %[[LB:.*]]: tensor<4x4x16xbf16>, %[[S:.*]]: tensor<?xi32>, %[[O:.*]]: tensor<4xi32>)
+func.func @fuse_unpermute_grad_lora(%dy: tensor<?x16xbf16>, %w: tensor<?x2xf32>, %y: tensor<?x16xbf16>, %a: tensor<?x8xbf16>, %wd: tensor<4x16x8xbf16>, %la: tensor<4x4x8xbf16>, %lbt: tensor<4x4x16xbf16>, %slots: tensor<?xi32>, %o: tensor<4xi32>) -> (tensor<?x8xbf16>, tensor<4x16x4xf32>, tensor<4x4x8xf32>, tensor<?x2xf32>) {
+  // CHECK-DAG: %[[WS1:.*]] = moe.permute_probs %[[W]], %[[S]], %[[O]] k = 2 : tensor<?x2xf32>, tensor<?xi32>, tensor<4xi32> -> tensor<?xf32>
+  // CHECK-DAG: %[[WS2:.*]] = moe.permute_probs %[[W]], %[[S]], %[[O]] k = 2 {scale = 2.000000e+00 : f32}
+  // CHECK-DAG: %[[DW:.*]] = moe.unpermute_grad %[[DY]], %[[S]], %[[O]] k = 2 weights(%[[W]], %[[Y]] : tensor<?x2xf32>, tensor<?x16xbf16> -> tensor<?x2xf32>) : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32>{{$}}
+  // CHECK-DAG: %[[DA:.*]] = moe.grouped_matmul %[[DY]], %[[WD]], %[[O]] gather(%[[S]] : tensor<?xi32>) row_scale(%[[WS1]] : tensor<?xf32>) {k = 2 : i64}
+  // CHECK-DAG: %[[U:.*]] = moe.grouped_matmul %[[A]], %[[LA]], %[[O]] row_scale(%[[WS2]] : tensor<?xf32>) {transpose_rhs}
+  // CHECK-DAG: %[[DU:.*]] = moe.grouped_matmul %[[DY]], %[[LB]], %[[O]] gather(%[[S]] : tensor<?xi32>) row_scale(%[[WS2]] : tensor<?xf32>) {k = 2 : i64, transpose_rhs}
+  // CHECK-DAG: %[[DB:.*]] = moe.grouped_matmul %[[DY]], %[[U]], %[[O]] gather(%[[S]] : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>}
+  // CHECK-DAG: %[[DAA:.*]] = moe.grouped_matmul %[[DU]], %[[A]], %[[O]] {mode = #moe.mode<weight_grad>}
+  // CHECK: return %[[DA]], %[[DB]], %[[DAA]], %[[DW]]
+  %c0 = arith.constant 0 : index
+  %two = arith.constant 2.0 : f32
+  %dr, %dw = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<?x2xf32>, tensor<?x16xbf16> -> tensor<?x2xf32>) : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
+  %da = moe.grouped_matmul %dr, %wd, %o : tensor<?x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<?x8xbf16>
+  %m = tensor.dim %dr, %c0 : tensor<?x16xbf16>
+  %e = tensor.empty(%m) : tensor<?xf32>
+  %s = linalg.fill ins(%two : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
+  %u = moe.grouped_matmul %a, %la, %o row_scale(%s : tensor<?xf32>) {transpose_rhs} : tensor<?x8xbf16>, tensor<4x4x8xbf16>, tensor<4xi32> -> tensor<?x4xbf16>
+  %du = moe.grouped_matmul %dr, %lbt, %o row_scale(%s : tensor<?xf32>) {transpose_rhs} : tensor<?x16xbf16>, tensor<4x4x16xbf16>, tensor<4xi32> -> tensor<?x4xbf16>
+  %db = moe.grouped_matmul %dr, %u, %o {mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x4xbf16>, tensor<4xi32> -> tensor<4x16x4xf32>
+  %daa = moe.grouped_matmul %du, %a, %o {mode = #moe.mode<weight_grad>} : tensor<?x4xbf16>, tensor<?x8xbf16>, tensor<4xi32> -> tensor<4x4x8xf32>
+  return %da, %db, %daa, %dw : tensor<?x8xbf16>, tensor<4x16x4xf32>, tensor<4x4x8xf32>, tensor<?x2xf32>
+}
+
+// -----
+
+// A full fine-tune's down projection: the weight gradient reads the saved
+// SwiGLU output (not a matmul), so the rows stay, for both readers.
+// CHECK-LABEL: func @keep_unpermute_grad_full_weight_grad
+func.func @keep_unpermute_grad_full_weight_grad(%dy: tensor<4x16xbf16>, %w: tensor<4x2xf32>, %y: tensor<8x16xbf16>, %a: tensor<8x8xbf16>, %wd: tensor<4x16x8xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) -> (tensor<8x8xbf16>, tensor<4x16x8xf32>, tensor<4x2xf32>) {
+  // CHECK: %[[DR:.*]], %{{.*}} = moe.unpermute_grad
+  // CHECK-NOT: moe.permute_probs
+  // CHECK: moe.grouped_matmul %[[DR]]
+  // CHECK: moe.grouped_matmul %[[DR]]
+  %dr, %dw = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  %da = moe.grouped_matmul %dr, %wd, %o : tensor<8x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<8x8xbf16>
+  %dwd = moe.grouped_matmul %dr, %a, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x8xbf16>, tensor<4xi32> -> tensor<4x16x8xf32>
+  return %da, %dwd, %dw : tensor<8x8xbf16>, tensor<4x16x8xf32>, tensor<4x2xf32>
+}
+
+// -----
+
+// Not fused: a bias (not scaled by the routing weight), a non-linear
+// activation, a row scale that is not a constant, the rows returned.
+// CHECK-LABEL: func @keep_unpermute_grad
+func.func @keep_unpermute_grad(%dy: tensor<4x16xbf16>, %w: tensor<4x2xf32>, %y: tensor<8x16xbf16>, %wd: tensor<4x16x8xbf16>, %b: tensor<4x8xf32>, %r: tensor<8xf32>, %slots: tensor<8xi32>, %o: tensor<4xi32>) -> (tensor<8x8xbf16>, tensor<8x4xbf16>, tensor<8x8xbf16>, tensor<8x16xbf16>) {
+  // CHECK-NOT: moe.permute_probs
+  // CHECK-NOT: gather
+  %dr1, %dw1 = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  %biased = moe.grouped_matmul %dr1, %wd, %o bias(%b : tensor<4x8xf32>) : tensor<8x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<8x8xbf16>
+  %dr2, %dw2 = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  %act = moe.grouped_matmul %dr2, %wd, %o {activation = #moe.activation<swiglu>} : tensor<8x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<8x4xbf16>
+  %dr3, %dw3 = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  %scaled = moe.grouped_matmul %dr3, %wd, %o row_scale(%r : tensor<8xf32>) : tensor<8x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<8x8xbf16>
+  %dr4 = moe.unpermute_grad %dy, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  return %biased, %act, %scaled, %dr4 : tensor<8x8xbf16>, tensor<8x4xbf16>, tensor<8x8xbf16>, tensor<8x16xbf16>
+}

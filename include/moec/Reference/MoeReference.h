@@ -113,6 +113,11 @@ PermuteResult permute(const DTensor &tokens, const ITensor &slots,
                       const DTensor *probs = nullptr,
                       const DTensor *scales = nullptr);
 
+/// moe.permute_probs: scale * probs[slots[i]] for each row i ([M]); 0 for
+/// padding rows and rows at or past offsets[E-1].
+DTensor permuteProbs(const DTensor &probs, const ITensor &slots,
+                     const ITensor &offsets, int64_t k, double scale);
+
 /// moe.unpermute into [numTokens, H]. `weights` ([T, k]) may be null.
 DTensor unpermute(const DTensor &rows, const ITensor &slots,
                   const ITensor &offsets, int64_t k, int64_t numTokens,

@@ -2297,9 +2297,9 @@ func.func @case240(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi3
 
 // -----
 
-// grad_rows cover every slot
+// the slots (and grad_rows) cover every slot
 func.func @case241(%g: tensor<5x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{result 'grad_rows' has 8 rows, fewer than the 10 slots of 5 tokens with k = 2}}
+  // expected-error @+1 {{operand 'slots' has 8 rows, fewer than the 10 slots of 5 tokens with k = 2}}
   %y = moe.unpermute_grad %g, %slots, %o k = 2 : tensor<5x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
   return
 }
@@ -2309,7 +2309,7 @@ func.func @case241(%g: tensor<5x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi3
 // weights, rows and grad_weights together (generic form)
 func.func @case242(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>, %w: tensor<4x2xf32>) {
   // expected-error @+1 {{operands 'weights' and 'rows' and result 'grad_weights' must be given together}}
-  %y, %dw = "moe.unpermute_grad"(%g, %slots, %o, %w) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x2xf32>) -> (tensor<8x16xbf16>, tensor<4x2xf32>)
+  %y, %dw = "moe.unpermute_grad"(%g, %slots, %o, %w) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>, resultSegmentSizes = array<i32: 1, 1>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>, tensor<4x2xf32>) -> (tensor<8x16xbf16>, tensor<4x2xf32>)
   return
 }
 
@@ -2674,4 +2674,58 @@ func.func @grouped_matmul_k_too_large(%x: tensor<?x64xbf16>, %w: tensor<8x128x64
   %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>) {k = 2147483647 : i64, transpose_rhs}
       : tensor<?x64xbf16>, tensor<8x128x64xbf16>, tensor<8xi32> -> tensor<?x128xbf16>
   return %y : tensor<?x128xbf16>
+}
+
+// -----
+
+// unpermute_grad without grad_rows computes the weights' gradient only
+func.func @unpermute_grad_nothing(%g: tensor<4x16xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{without result 'grad_rows' needs 'weights' (it would compute nothing)}}
+  "moe.unpermute_grad"(%g, %slots, %o) <{k = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0>, resultSegmentSizes = array<i32: 0, 0>}> : (tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32>) -> ()
+  return
+}
+
+// -----
+
+// permute_probs: the weights are [T, k] f32
+func.func @permute_probs_type(%w: tensor<4x2xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'probs' must be a 2-D tensor of f32 values, got 'tensor<4x2xbf16>'}}
+  %p = moe.permute_probs %w, %slots, %o k = 2 : tensor<4x2xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// permute_probs: the weights' second dimension is k
+func.func @permute_probs_k(%w: tensor<4x3xf32>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of operand 'probs' is 3 but must equal attribute 'k' (2)}}
+  %p = moe.permute_probs %w, %slots, %o k = 2 : tensor<4x3xf32>, tensor<8xi32>, tensor<4xi32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// permute_probs: one weight per row
+func.func @permute_probs_rows(%w: tensor<4x2xf32>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'out' is 6 but must equal the length of 'slots' (8)}}
+  %p = moe.permute_probs %w, %slots, %o k = 2 : tensor<4x2xf32>, tensor<8xi32>, tensor<4xi32> -> tensor<6xf32>
+  return
+}
+
+// -----
+
+// permute_probs: the slots cover every slot of the tokens
+func.func @permute_probs_slots(%w: tensor<5x2xf32>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'slots' has 8 rows, fewer than the 10 slots of 5 tokens with k = 2}}
+  %p = moe.permute_probs %w, %slots, %o k = 2 : tensor<5x2xf32>, tensor<8xi32>, tensor<4xi32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+// permute_probs: a finite scale
+func.func @permute_probs_scale(%w: tensor<4x2xf32>, %slots: tensor<8xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'scale' must be finite}}
+  %p = moe.permute_probs %w, %slots, %o k = 2 {scale = 0x7F800000 : f32} : tensor<4x2xf32>, tensor<8xi32>, tensor<4xi32> -> tensor<8xf32>
+  return
 }

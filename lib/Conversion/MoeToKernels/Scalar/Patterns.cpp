@@ -33,6 +33,7 @@ void kernels::populateScalarKernelPatterns(KernelPatternSet &patterns,
   patterns.add<moe::UnpermuteOp>(scalar, emitUnpermute);
   patterns.add<moe::PermuteGradOp>(scalar, emitPermuteGrad);
   patterns.add<moe::UnpermuteGradOp>(scalar, emitUnpermuteGrad);
+  patterns.add<moe::PermuteProbsOp>(scalar, emitPermuteProbs);
   patterns.add<moe::GroupedMatmulOp>(scalar, emitGroupedMatmul);
   patterns.add<linalg::MatmulOp>(scalar, emitDenseMatmul, matchDenseMatmul);
   patterns.add<moe::LoraGradOp>(scalar, emitLoraGrad);

@@ -156,14 +156,16 @@ LogicalResult scalar::emitUnpermuteGrad(moe::UnpermuteGradOp op,
   Value gradWeights = buffer(op.getGradWeights());
   int64_t k = op.getK();
   int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
-  SmallVector<Value> rowSizes = ctx.sizes(gradRows);
   // Each row takes its token's gradient, times its weight; padding rows and
-  // rows past the last group are zero.
+  // rows past the last group are zero. (Not in the weights-only form.)
   SmallVector<Value> operands = {gradOut, slots, offsets, gradRows};
   if (weights)
     operands.push_back(weights);
-  if (failed(launchPerItem(
-          ctx, "scatter", h.mul(rowSizes[0], rowSizes[1]), tile, operands,
+  if (gradRows &&
+      failed(launchPerItem(
+          ctx, "scatter",
+          h.mul(ctx.sizes(gradRows)[0], ctx.sizes(gradRows)[1]), tile,
+          operands,
           [&](KernelBuilder &b, ValueRange a, Value id) {
             Value H = b.dim(a[3], 1);
             Value r = b.div(id, H), c = b.rem(id, H);
@@ -212,5 +214,30 @@ LogicalResult scalar::emitUnpermuteGrad(moe::UnpermuteGradOp op,
             },
             [&] { return b.f32(0); });
         b.storeF(dot, a[3], {t, j});
+      });
+}
+
+LogicalResult scalar::emitPermuteProbs(moe::PermuteProbsOp op,
+                                       moe::TileAttr tile, BufferMap buffer,
+                                       LoweringContext &ctx) {
+  Value out = buffer(op.getOut()), offsets = buffer(op.getOffsets());
+  int64_t k = op.getK();
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  float scale = op.getScale().convertToFloat();
+  return launchPerItem(
+      ctx, "probs", ctx.sizes(out)[0], tile,
+      {buffer(op.getProbs()), buffer(op.getSlots()), offsets, out},
+      [&](KernelBuilder &b, ValueRange a, Value r) {
+        Value end = b.loadIdx(a[2], {b.idx(experts - 1)});
+        auto [slot, valid] = b.loadSigned(a[1], {r});
+        Value p = b.ifElse(
+            b.land(valid, b.ult(r, end)), b.getF32Type(),
+            [&] {
+              Value w = b.loadF(a[0], {b.div(slot, b.idx(k)),
+                                       b.rem(slot, b.idx(k))});
+              return scale == 1.0f ? w : b.fmul(w, b.f32(scale));
+            },
+            [&] { return b.f32(0); });
+        b.storeF(p, a[3], {r});
       });
 }

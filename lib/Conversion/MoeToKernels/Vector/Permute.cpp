@@ -61,12 +61,12 @@ int64_t permuteWidth(moe::PermuteOp op) {
 /// Elements per chunk of unpermute_grad's rows, or 0 where the vector
 /// kernel does not apply.
 int64_t unpermuteGradWidth(moe::UnpermuteGradOp op) {
-  Type outElem = elementType(op.getGradRows());
   std::optional<int64_t> hidden = staticDim(op.getGradOut(), 1);
-  Type gradOutElem = elementType(op.getGradOut());
-  return op.getRows() ? chunkWidth(hidden, {gradOutElem, outElem,
-                                            elementType(op.getRows())})
-                      : chunkWidth(hidden, {gradOutElem, outElem});
+  // The element types accessed (an absent operand repeats grad_out's).
+  Type gradOut = elementType(op.getGradOut());
+  Type gradRows = op.getGradRows() ? elementType(op.getGradRows()) : gradOut;
+  Type rows = op.getRows() ? elementType(op.getRows()) : gradOut;
+  return chunkWidth(hidden, {gradOut, gradRows, rows});
 }
 
 } // namespace
@@ -316,7 +316,6 @@ LogicalResult vectorized::emitUnpermuteGrad(moe::UnpermuteGradOp op,
   Value offsets = buffer(op.getOffsets()), weights = buffer(op.getWeights());
   Value rows = buffer(op.getRows()), gradRows = buffer(op.getGradRows());
   Value gradWeights = buffer(op.getGradWeights());
-  Type outElem = elementType(gradRows);
   std::optional<int64_t> hidden = staticDim(gradOut, 1);
   int64_t width = unpermuteGradWidth(op);
   int64_t chunks = *hidden / width;
@@ -332,7 +331,10 @@ LogicalResult vectorized::emitUnpermuteGrad(moe::UnpermuteGradOp op,
                                          buffer(op.getPositions()));
   if (failed(inverse))
     return failure();
-  SmallVector<Value> operands = {gradOut, *inverse, gradRows, tokens};
+  // a[2] is the row gradients; the weights-only form passes a stand-in
+  // (gradOut) that nothing stores to.
+  SmallVector<Value> operands = {gradOut, *inverse,
+                                 gradRows ? gradRows : gradOut, tokens};
   if (weights)
     operands.append({weights, rows, gradWeights});
   if (failed(ctx.launch(
@@ -374,7 +376,8 @@ LogicalResult vectorized::emitUnpermuteGrad(moe::UnpermuteGradOp op,
                         x.push_back(b.loadVecF32(a[5], {row[j], c}, width));
                     SmallVector<Value> next;
                     for (int64_t j = 0; j < k; ++j) {
-                      b.ifThen(valid[j], [&] {
+                      if (gradRows)
+                        b.ifThen(valid[j], [&] {
                         Value v = weights
                                       ? arith::MulFOp::create(b, g, scale[j])
                                             .getResult()
@@ -410,8 +413,11 @@ LogicalResult vectorized::emitUnpermuteGrad(moe::UnpermuteGradOp op,
           })))
     return failure();
 
+  if (!gradRows)
+    return success();
   // Padding rows, and rows past the last group, are zero: one thread per
   // row, which leaves at once for a row that holds a slot.
+  Type outElem = elementType(gradRows);
   return launchPerItem(
       ctx, "pad", ctx.sizes(gradRows)[0], tile, {slots, offsets, gradRows},
       [&](KernelBuilder &b, ValueRange a, Value r) {

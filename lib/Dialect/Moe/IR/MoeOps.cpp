@@ -425,24 +425,30 @@ LogicalResult UnpermuteGradOp::verify() {
                                   isWideFloat, kWideFloat);
   auto slotsType =
       expectTensor(op, "operand 'slots'", getSlots(), 1, isI32, kI32);
-  auto gradRowsType = expectTensor(op, "result 'grad_rows'", getGradRows(), 2,
-                                   isWideFloat, kWideFloat);
-  if (failed(gradOutType) || failed(slotsType) || failed(gradRowsType) ||
+  if (failed(gradOutType) || failed(slotsType) ||
       failed(expectOffsets(op, getOffsets())) ||
       failed(expectTopK(op, getK())))
     return failure();
-  int64_t rows = gradRowsType->getDimSize(0);
+  int64_t rows = slotsType->getDimSize(0);
   int64_t tokens = gradOutType->getDimSize(0);
   int64_t hidden = gradOutType->getDimSize(1);
-  if (failed(expectDim(op, "result 'grad_rows'", *gradRowsType, 0,
-                       slotsType->getDimSize(0), "the length of 'slots'")) ||
-      failed(expectDim(op, "result 'grad_rows'", *gradRowsType, 1, hidden,
-                       "the hidden size of 'grad_out'")) ||
-      failed(expectEnoughRows(op, "result 'grad_rows'", rows, tokens,
-                              getK())) ||
+  if (failed(expectEnoughRows(op, "operand 'slots'", rows, tokens, getK())) ||
       failed(expectPositions(op, "operand 'positions'", getPositions(), tokens,
                              getK())))
     return failure();
+  if (getGradRows()) {
+    auto gradRowsType = expectTensor(op, "result 'grad_rows'", getGradRows(),
+                                     2, isWideFloat, kWideFloat);
+    if (failed(gradRowsType) ||
+        failed(expectDim(op, "result 'grad_rows'", *gradRowsType, 0, rows,
+                         "the length of 'slots'")) ||
+        failed(expectDim(op, "result 'grad_rows'", *gradRowsType, 1, hidden,
+                         "the hidden size of 'grad_out'")))
+      return failure();
+  } else if (!getWeights()) {
+    return emitOpError() << "without result 'grad_rows' needs 'weights' (it "
+                            "would compute nothing)";
+  }
 
   if (bool(getWeights()) != bool(getRows()) ||
       bool(getWeights()) != bool(getGradWeights()))
@@ -460,8 +466,8 @@ LogicalResult UnpermuteGradOp::verify() {
                          "the number of tokens of 'grad_out'")) ||
         failed(expectDim(op, "operand 'weights'", *weightsType, 1, getK(),
                          "attribute 'k'")) ||
-        failed(expectDim(op, "operand 'rows'", *rowsType, 0,
-                         slotsType->getDimSize(0), "the length of 'slots'")) ||
+        failed(expectDim(op, "operand 'rows'", *rowsType, 0, rows,
+                         "the length of 'slots'")) ||
         failed(expectDim(op, "operand 'rows'", *rowsType, 1, hidden,
                          "the hidden size of 'grad_out'")) ||
         failed(expectDim(op, "result 'grad_weights'", *outType, 0, tokens,
@@ -470,6 +476,30 @@ LogicalResult UnpermuteGradOp::verify() {
                          "attribute 'k'")))
       return failure();
   }
+  return success();
+}
+
+LogicalResult PermuteProbsOp::verify() {
+  Operation *op = getOperation();
+  auto probsType =
+      expectTensor(op, "operand 'probs'", getProbs(), 2, isF32, kF32);
+  auto slotsType =
+      expectTensor(op, "operand 'slots'", getSlots(), 1, isI32, kI32);
+  auto outType = expectTensor(op, "result 'out'", getOut(), 1, isF32, kF32);
+  if (failed(probsType) || failed(slotsType) || failed(outType) ||
+      failed(expectOffsets(op, getOffsets())) ||
+      failed(expectTopK(op, getK())))
+    return failure();
+  int64_t rows = slotsType->getDimSize(0);
+  int64_t tokens = probsType->getDimSize(0);
+  if (failed(expectDim(op, "operand 'probs'", *probsType, 1, getK(),
+                       "attribute 'k'")) ||
+      failed(expectEnoughRows(op, "operand 'slots'", rows, tokens, getK())) ||
+      failed(expectDim(op, "result 'out'", *outType, 0, rows,
+                       "the length of 'slots'")))
+    return failure();
+  if (!std::isfinite(getScale().convertToFloat()))
+    return emitOpError() << "attribute 'scale' must be finite";
   return success();
 }
 

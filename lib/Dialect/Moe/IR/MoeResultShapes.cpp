@@ -150,6 +150,14 @@ PermuteOp::reifyResultShapes(OpBuilder &builder,
 }
 
 LogicalResult
+PermuteProbsOp::reifyResultShapes(OpBuilder &builder,
+                                  ReifiedRankedShapedTypeDims &shapes) {
+  SizeBuilder s(builder, *this, shapes);
+  return success(
+      s.fill(getOut(), [&](int64_t) { return s.dim(getSlots(), 0); }));
+}
+
+LogicalResult
 UnpermuteOp::reifyResultShapes(OpBuilder &builder,
                                ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);
@@ -183,8 +191,9 @@ UnpermuteGradOp::reifyResultShapes(OpBuilder &builder,
                                    ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);
   OpFoldResult rows = s.dim(getSlots(), 0);
-  s.fill(getGradRows(),
-         [&](int64_t d) { return d == 0 ? rows : s.dim(getGradOut(), 1); });
+  if (getGradRows())
+    s.fill(getGradRows(),
+           [&](int64_t d) { return d == 0 ? rows : s.dim(getGradOut(), 1); });
   if (getGradWeights())
     s.fill(getGradWeights(), [&](int64_t) { return s.dim(getGradOut(), 0); });
   return success();

@@ -2,7 +2,10 @@
 //
 // Part of moec. The `moe-fuse-permute` pass: a grouped matmul whose lhs is a
 // permute's rows gathers the token rows itself (its `gather` prologue), so
-// the permuted copy of the activations is never written.
+// the permuted copy of the activations is never written. Likewise in the
+// backward: matmuls reading unpermute_grad's row gradients gather the token
+// gradients and scale by the routing weights, so those rows are never
+// written.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,8 +14,13 @@
 
 #include "FusionPatterns.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <map>
 
 namespace moec::moe {
 #define GEN_PASS_DEF_MOEFUSEPERMUTEPASS
@@ -76,11 +84,174 @@ struct FusePermuteIntoMatmul : OpRewritePattern<GroupedMatmulOp> {
   }
 };
 
+/// The constant a row scale multiplies by: 1 without one, c for a
+/// linalg.fill of the constant c; none otherwise.
+std::optional<float> splatRowScale(Value rowScale) {
+  if (!rowScale)
+    return 1.0f;
+  auto fill = rowScale.getDefiningOp<linalg::FillOp>();
+  if (!fill)
+    return std::nullopt;
+  auto constant = fill.value().getDefiningOp<arith::ConstantOp>();
+  auto value = constant ? dyn_cast<FloatAttr>(constant.getValue()) : nullptr;
+  if (!value)
+    return std::nullopt;
+  return static_cast<float>(value.getValueAsDouble());
+}
+
+/// How one reader of the row gradients takes the fusion: the matmul that
+/// gathers them, and the matmul whose rows take the routing weights (the
+/// same one, or a weight gradient's rhs).
+struct RowGradReader {
+  GroupedMatmulOp gathers, scaled;
+  float scale;
+};
+
+/// Why `use` of unpermute_grad's row gradients cannot read the token
+/// gradients instead (empty if it can), and how.
+std::string readerOf(OpOperand &use, UnpermuteGradOp grad,
+                     RowGradReader &reader) {
+  auto matmul = dyn_cast<GroupedMatmulOp>(use.getOwner());
+  if (!matmul)
+    return "a reader is not a moe.grouped_matmul";
+  if (use.getOperandNumber() != 0 || matmul.getRhs() == use.get())
+    return "a matmul reads the row gradients other than as its lhs";
+  if (matmul.getGatherSlots() || matmul.getScatterSlots() ||
+      matmul.getLhsScales())
+    return "a matmul gathers, scatters or has FP8 scales";
+  if (matmul.getOffsets() != grad.getOffsets())
+    return "a matmul groups by other offsets";
+  if (getElementTypeOrSelf(grad.getGradOut()) !=
+      getElementTypeOrSelf(grad.getGradRows()))
+    return "the row gradients change the element type";
+  reader.gathers = matmul;
+  if (matmul.getMode() == MatmulMode::forward) {
+    // The routing weight scales the output row: right where the output is
+    // linear in the lhs row.
+    if (matmul.getBias() ||
+        (matmul.getActivation() != Activation::none &&
+         matmul.getActivation() != Activation::swiglu_grad))
+      return "a forward matmul has a bias or a non-linear activation";
+    reader.scaled = matmul;
+  } else {
+    // Σ (w_i g_i)ᵀ r_i = Σ g_iᵀ (w_i r_i): the weight scales the rhs rows,
+    // which a forward matmul with no other reader writes.
+    auto rhs = matmul.getRhs().getDefiningOp<GroupedMatmulOp>();
+    if (!rhs || !rhs->hasOneUse() || rhs.getMode() != MatmulMode::forward ||
+        rhs.getScatterSlots() || rhs.getOffsets() != grad.getOffsets())
+      return "a weight gradient's rhs is not a grouped forward matmul that "
+             "only it reads";
+    reader.scaled = rhs;
+  }
+  std::optional<float> scale = splatRowScale(reader.scaled.getRowScale());
+  if (!scale)
+    return "a row scale is not a constant";
+  reader.scale = *scale;
+  return "";
+}
+
+/// unpermute_grad's row gradients g_i = w_i · dy[t_i], read by grouped
+/// matmuls, become matmuls that gather dy by slot and take w as a row
+/// scale (of their output, or of a weight gradient's other operand), so
+/// that the [M, H] row gradients are never written:
+///
+///   %dr, %dw = moe.unpermute_grad %dy, %slots, %offsets k weights(%w, %y)
+///   %dx = moe.grouped_matmul %dr, %wd, %offsets
+///   // becomes
+///   %dw = moe.unpermute_grad %dy, %slots, %offsets k weights(%w, %y)
+///   %ws = moe.permute_probs %w, %slots, %offsets k
+///   %dx = moe.grouped_matmul %dy, %wd, %offsets gather(%slots)
+///         row_scale(%ws) {k}
+///
+/// All readers or none: one left unfused would keep the rows written.
+struct FuseUnpermuteGradIntoMatmuls : OpRewritePattern<UnpermuteGradOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(UnpermuteGradOp grad,
+                                PatternRewriter &rewriter) const override {
+    Value rows = grad.getGradRows();
+    if (!rows)
+      return rewriter.notifyMatchFailure(grad, "no row gradients");
+    SmallVector<RowGradReader> readers;
+    SmallVector<tensor::DimOp> dims;
+    for (OpOperand &use : rows.getUses()) {
+      // A size of the rows (the LoRA decomposition's row count) is read
+      // from the slots or dy instead.
+      if (auto dim = dyn_cast<tensor::DimOp>(use.getOwner())) {
+        if (!dim.getConstantIndex())
+          return rewriter.notifyMatchFailure(grad, "a dynamic dimension");
+        dims.push_back(dim);
+        continue;
+      }
+      RowGradReader reader;
+      std::string why = readerOf(use, grad, reader);
+      if (!why.empty())
+        return rewriter.notifyMatchFailure(grad, why);
+      readers.push_back(reader);
+    }
+
+    Location loc = grad.getLoc();
+    Value weights = grad.getWeights();
+    // One permute_probs per constant, next to the unpermute_grad.
+    std::map<float, Value> scaledWeights;
+    auto weightsTimes = [&](float scale) {
+      Value &value = scaledWeights[scale];
+      if (!value) {
+        rewriter.setInsertionPoint(grad);
+        auto type = RankedTensorType::get(
+            {cast<RankedTensorType>(rows.getType()).getDimSize(0)},
+            rewriter.getF32Type());
+        value = PermuteProbsOp::create(rewriter, loc, type, weights,
+                                       grad.getSlots(), grad.getOffsets(),
+                                       grad.getKAttr(),
+                                       rewriter.getF32FloatAttr(scale));
+      }
+      return value;
+    };
+    for (RowGradReader &reader : readers) {
+      rewriter.modifyOpInPlace(reader.gathers, [&] {
+        reader.gathers.getLhsMutable().assign(grad.getGradOut());
+        reader.gathers.getGatherSlotsMutable().assign(grad.getSlots());
+        reader.gathers.setK(grad.getK());
+      });
+      // Without weights every weight is 1: the row scale stays as it is.
+      if (weights) {
+        Value scale = weightsTimes(reader.scale);
+        rewriter.modifyOpInPlace(reader.scaled, [&] {
+          reader.scaled.getRowScaleMutable().assign(scale);
+        });
+      }
+    }
+
+    for (tensor::DimOp dim : dims) {
+      bool rowCount = *dim.getConstantIndex() == 0;
+      rewriter.setInsertionPoint(dim);
+      rewriter.replaceOpWithNewOp<tensor::DimOp>(
+          dim, rowCount ? grad.getSlots() : grad.getGradOut(),
+          rowCount ? 0 : 1);
+    }
+
+    if (!weights) {
+      rewriter.eraseOp(grad);
+      return success();
+    }
+    // The routing weights' gradient alone.
+    rewriter.setInsertionPoint(grad);
+    auto weightsOnly = UnpermuteGradOp::create(
+        rewriter, loc, Type(), grad.getGradWeights().getType(),
+        grad.getGradOut(), grad.getSlots(), grad.getOffsets(), weights,
+        grad.getRows(), grad.getKAttr(), grad.getPositions());
+    rewriter.replaceOp(grad, {Value(), weightsOnly.getGradWeights()});
+    return success();
+  }
+};
+
 struct MoeFusePermutePass
     : moec::moe::impl::MoeFusePermutePassBase<MoeFusePermutePass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<FusePermuteIntoMatmul>(&getContext());
+    patterns.add<FusePermuteIntoMatmul, FuseUnpermuteGradIntoMatmuls>(
+        &getContext());
     if (failed(applyFusionPatterns(getOperation(), std::move(patterns))))
       signalPassFailure();
   }

@@ -264,6 +264,43 @@ def Moe_PermuteOp : Moe_Op<"permute", [Pure, AttrSizedOperandSegments,
   let hasVerifier = 1;
 }
 
+def Moe_PermuteProbsOp : Moe_Op<"permute_probs", [Pure]> {
+  let summary = "The routing weight of each expert-grouped row";
+  let description = [{
+    `out[i] = scale * probs[slots[i] / k, slots[i] % k]` for every row `i`
+    with `slots[i] >= 0` before `offsets[E-1]`; padding rows and rows at or
+    past `offsets[E-1]` are 0. This is `moe.permute`'s `probs` passenger
+    without the rows, times a constant (default 1.0).
+
+    `moe-fuse-permute` makes it when it fuses `moe.unpermute_grad` into the
+    grouped matmuls that read the row gradients: they gather `grad_out` by
+    slot and take these weights as their `row_scale`.
+
+    Example:
+
+    ```mlir
+    %w_rows = moe.permute_probs %w, %slots, %offsets k = 8
+        : tensor<?x8xf32>, tensor<?xi32>, tensor<128xi32> -> tensor<?xf32>
+    ```
+
+    Limits (verified; see the dialect's conventions): `1 <= k <= 64`;
+    `offsets` of static length `1 <= E <= 65536`.
+  }];
+  let arguments = (ins
+    AnyTensor:$probs,
+    AnyTensor:$slots,
+    AnyTensor:$offsets,
+    I64Attr:$k,
+    DefaultValuedAttr<F32Attr, "1.0f">:$scale
+  );
+  let results = (outs AnyTensor:$out);
+  let assemblyFormat = [{
+    $probs `,` $slots `,` $offsets `k` `=` $k attr-dict `:` type($probs) `,`
+    type($slots) `,` type($offsets) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
 def Moe_UnpermuteOp : Moe_Op<"unpermute", [Pure, AttrSizedOperandSegments]> {
   let summary = "Scatters grouped rows back to token order and combines them";
   let description = [{
@@ -371,7 +408,8 @@ def Moe_PermuteGradOp : Moe_Op<"permute_grad",
 }
 
 def Moe_UnpermuteGradOp : Moe_Op<"unpermute_grad",
-                                 [Pure, AttrSizedOperandSegments]> {
+                                 [Pure, AttrSizedOperandSegments,
+                                  AttrSizedResultSegments]> {
   let summary = "Gradient of moe.unpermute: token gradients to grouped rows";
   let description = [{
     The backward of `moe.unpermute`: every grouped row receives the gradient
@@ -397,6 +435,10 @@ def Moe_UnpermuteGradOp : Moe_Op<"unpermute_grad",
       `slots`. With it the op reads the map instead of building it (two
       launches fewer); it must be that inverse of `slots`, with every slot
       placed.
+    * Without the `-> type` of `grad_rows` at the end, the op computes
+      `grad_weights` only (then `weights` is required): the form
+      `moe-fuse-permute` leaves when the matmuls that read the row gradients
+      gather `grad_out` themselves.
 
     Example:
 
@@ -420,15 +462,15 @@ def Moe_UnpermuteGradOp : Moe_Op<"unpermute_grad",
     I64Attr:$k,
     Optional<AnyTensor>:$positions
   );
-  let results = (outs AnyTensor:$grad_rows,
+  let results = (outs Optional<AnyTensor>:$grad_rows,
                       Optional<AnyTensor>:$grad_weights);
   let assemblyFormat = [{
     $grad_out `,` $slots `,` $offsets `k` `=` $k
     (`positions` `(` $positions^ `:` type($positions) `)`)?
     (`weights` `(` $weights^ `,` $rows `:` type($weights) `,` type($rows)
      `->` type($grad_weights) `)`)?
-    attr-dict `:` type($grad_out) `,` type($slots) `,` type($offsets) `->`
-    type($grad_rows)
+    attr-dict `:` type($grad_out) `,` type($slots) `,` type($offsets)
+    (`->` type($grad_rows)^)?
   }];
   let hasVerifier = 1;
 }

@@ -12,7 +12,8 @@
 include "mlir/Pass/PassBase.td"
 
 def MoeFusePermutePass : Pass<"moe-fuse-permute"> {
-  let summary = "Fuses moe.permute into the prologue of moe.grouped_matmul";
+  let summary = "Fuses moe.permute, and moe.unpermute_grad, into the prologue "
+                "of moe.grouped_matmul";
   let description = [{
     Rewrites a forward `moe.grouped_matmul` whose `lhs` is the `rows` of a
     `moe.permute` with the same `offsets` into a matmul that gathers the
@@ -38,6 +39,41 @@ def MoeFusePermutePass : Pass<"moe-fuse-permute"> {
     block scales (their `lhs_scales` are per permuted row, a gathered
     matmul needs them per token), a permute with different `offsets`, and
     a matmul whose `scatter` uses another `k` or another token count.
+
+    The backward's counterpart: the row gradients of `moe.unpermute_grad`
+    (`g_i = w_i * dy[t_i]`, the routing weight times the token's gradient)
+    are never written when every reader is a grouped matmul that can read
+    `dy` gathered by slot instead and take the weights as a `row_scale`
+    (`moe.permute_probs`):
+
+    ```mlir
+    %dr, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8
+        weights(%w, %y : ...) : ... -> tensor<?x2048xbf16>
+    %da = moe.grouped_matmul %dr, %w_down, %offsets : ...
+    // becomes
+    %dw = moe.unpermute_grad %dy, %slots, %offsets k = 8
+        weights(%w, %y : ...) : ...
+    %ws = moe.permute_probs %w, %slots, %offsets k = 8 : ...
+    %da = moe.grouped_matmul %dy, %w_down, %offsets gather(%slots : ...)
+        row_scale(%ws : tensor<?xf32>) {k = 8 : i64} : ...
+    ```
+
+    The unpermute_grad is left computing the weights' gradient only (or
+    erased, without weights). A reader qualifies when it reads the rows as
+    its `lhs`, with the unpermute_grad's `offsets`, no gather, scatter or
+    FP8 scales, and:
+    - in the forward mode (the input gradient `dY · W`, LoRA's `dY · B`):
+      no bias and an output linear in the row (no activation, or
+      `swiglu_grad`); the routing weight becomes its row scale;
+    - in `weight_grad` mode (`Σ g_iᵀ r_i = Σ dy[t_i]ᵀ (w_i r_i)`): its
+      `rhs` is a forward grouped matmul that nothing else reads (LoRA's
+      `u = x · A_eᵀ` on sm90a), whose row scale takes the weight.
+    An existing row scale must be a constant (`linalg.fill`), which
+    `permute_probs` multiplies in. If any reader does not qualify, nothing
+    changes: the rows would still be written. So a full fine-tune's down
+    projection, whose weight gradient reads the saved SwiGLU output, keeps
+    them; an input-only backward (frozen experts) and LoRA on the down
+    projection (sm90a) lose them.
   }];
   let dependentDialects = ["::moec::moe::MoeDialect"];
 }
