@@ -99,9 +99,11 @@ done
 # kernel; r = 16 and 72) and the down projection's dX with SwiGLU's
 # gradient in its epilogue (activation = swiglu_grad: pair stores with a
 # row scale, warp-specialized, or an f32 output, block barriers; the
-# quad-gathered version with LoRA). T = 9000: several tiles per block.
+# quad-gathered version with LoRA; a gathered lhs with the routing weights
+# as row scale, unpermute_grad fused in). T = 9000: several tiles per block.
 for entry in gmm_lora_input_grad gmm_lora_r72_input_grad gmm_swiglu_grad_ws \
-             gmm_swiglu_grad_staged gmm_swiglu_grad_lora; do
+             gmm_swiglu_grad_staged gmm_swiglu_grad_lora \
+             gmm_swiglu_grad_gather; do
   for t in 1 45 3000 9000; do
     run hopper.moecb $entry $t uniform --sym M=$((2 * t)) --iters 5
   done
@@ -123,10 +125,16 @@ run hopper.moecb gmm_wgrad_gather 300 one-expert --sym M=600 --iters 5
 # capacity M = T*k + E*(align-1) (3T+8 for k=3 of 8 experts padded to 2,
 # 8T+48 for k=8 of 16 padded to 4).
 backward_m() {  # entry T
-  [[ $1 == unpermute_grad_vec ]] && echo $((8 * $2 + 48)) || echo $((3 * $2 + 8))
+  case $1 in
+    unpermute_grad_vec|unpermute_grad_weights_only) echo $((8 * $2 + 48)) ;;
+    fused_down_grad_lora) echo $((2 * $2)) ;;  # k = 2, no alignment
+    *) echo $((3 * $2 + 8)) ;;
+  esac
 }
 for entry in permute_grad_vec permute_grad_scalar unpermute_grad_vec \
-             unpermute_grad_mixed unpermute_grad_scalar; do
+             unpermute_grad_mixed unpermute_grad_scalar \
+             unpermute_grad_weights_only unpermute_grad_weights_only_scalar \
+             fused_down_grad_lora; do
   for t in 1 45 3000; do
     run backward.moecb $entry $t uniform --iters 5 --sym M=$(backward_m $entry $t)
   done

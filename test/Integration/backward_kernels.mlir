@@ -134,16 +134,18 @@ func.func @unpermute_grad_weights_only_scalar(%dy: tensor<?x36xbf16>,
 // The backward of a down projection with LoRA (r = 8, scaling 2) in the form
 // moe-decompose-lora-grad leaves on sm90a, written out: moe-fuse-permute
 // removes the row gradients (see test/Transforms/moe-fuse-permute.mlir), so
-// this runs the fused kernels: the input gradient and du gathering dy with
-// permute_probs as row scale, u scaled by the weights, dB gathering dy.
+// this runs the fused kernels: the input gradient (with SwiGLU's gradient,
+// moe-fuse-epilogue) and du gathering dy with permute_probs as row scale, u
+// scaled by the weights, dB gathering dy.
 func.func @fused_down_grad_lora(%dy: tensor<?x40xbf16>, %w: tensor<?x2xf32>,
                                 %ids: tensor<?x2xi32>,
                                 %y: tensor<?x40xbf16> {moe.sym = "M"},
                                 %a: tensor<?x24xbf16> {moe.sym = "M"},
+                                %h: tensor<?x48xbf16> {moe.sym = "M"},
                                 %w_down: tensor<6x40x24xbf16>,
                                 %la: tensor<6x8x24xbf16>,
                                 %lbt: tensor<6x8x40xbf16>)
-    -> (tensor<?x24xbf16>, tensor<6x40x8xf32>, tensor<6x8x24xf32>,
+    -> (tensor<?x48xbf16>, tensor<6x40x8xf32>, tensor<6x8x24xf32>,
         tensor<?x2xf32>) {
   %c0 = arith.constant 0 : index
   %two = arith.constant 2.0 : f32
@@ -155,6 +157,8 @@ func.func @fused_down_grad_lora(%dy: tensor<?x40xbf16>, %w: tensor<?x2xf32>,
   %da = moe.grouped_matmul %dr, %w_down, %offsets
       : tensor<?x40xbf16>, tensor<6x40x24xbf16>, tensor<6xi32>
       -> tensor<?x24xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x48xbf16>, tensor<?x24xbf16> -> tensor<?x48xbf16>
   %m = tensor.dim %dr, %c0 : tensor<?x40xbf16>
   %e = tensor.empty(%m) : tensor<?xf32>
   %s = linalg.fill ins(%two : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
@@ -170,6 +174,6 @@ func.func @fused_down_grad_lora(%dy: tensor<?x40xbf16>, %w: tensor<?x2xf32>,
       : tensor<?x40xbf16>, tensor<?x8xbf16>, tensor<6xi32> -> tensor<6x40x8xf32>
   %dla = moe.grouped_matmul %du, %a, %offsets {mode = #moe.mode<weight_grad>}
       : tensor<?x8xbf16>, tensor<?x24xbf16>, tensor<6xi32> -> tensor<6x8x24xf32>
-  return %da, %db, %dla, %dw
-      : tensor<?x24xbf16>, tensor<6x40x8xf32>, tensor<6x8x24xf32>, tensor<?x2xf32>
+  return %dh, %db, %dla, %dw
+      : tensor<?x48xbf16>, tensor<6x40x8xf32>, tensor<6x8x24xf32>, tensor<?x2xf32>
 }

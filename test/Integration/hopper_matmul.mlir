@@ -48,6 +48,8 @@
 // RUN: moec run %s --entry gmm_swiglu_grad_lora --sym T=33 --sym M=66 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_swiglu_grad_ws --sym T=45 --sym M=100 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_swiglu_grad_lora --sym T=33 --sym M=80 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_grad_gather --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_swiglu_grad_gather --sym T=45 --sym M=90 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // gate_up + SwiGLU fused, gathered rows (k = 2), bias: E = 8, K = 200,
@@ -639,4 +641,31 @@ func.func @gmm_swiglu_grad_lora(%dy: tensor<?x136xbf16> {moe.sym = "M"},
   %dh = moe.swiglu_grad %h, %da
       : tensor<?x528xbf16>, tensor<?x264xbf16> -> tensor<?x528xbf16>
   return %dh : tensor<?x528xbf16>
+}
+
+// The down dX as moe-fuse-permute and moe-fuse-epilogue leave it in a
+// frozen-experts or LoRA backward: dy gathered by slot, the routing weights
+// as row scale (moe.permute_probs), SwiGLU's gradient in the
+// warp-specialized kernel's pair epilogue (N = 256, K = 192); unpermute_grad
+// keeps the weights' gradient. E = 8, k = 2: M = 2T.
+func.func @gmm_swiglu_grad_gather(%dy: tensor<?x192xbf16>,
+                                       %w: tensor<?x2xf32>,
+                                       %ids: tensor<?x2xi32>,
+                                       %y: tensor<?x192xbf16> {moe.sym = "M"},
+                                       %wd: tensor<8x192x256xbf16>,
+                                       %h: tensor<?x512xbf16> {moe.sym = "M"})
+    -> (tensor<?x512xbf16>, tensor<?x2xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %dr, %dw = moe.unpermute_grad %dy, %slots, %offsets k = 2
+      weights(%w, %y : tensor<?x2xf32>, tensor<?x192xbf16> -> tensor<?x2xf32>)
+      : tensor<?x192xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x192xbf16>
+  %da = moe.grouped_matmul %dr, %wd, %offsets
+      {moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            stages = 3, producers = 128>}
+      : tensor<?x192xbf16>, tensor<8x192x256xbf16>, tensor<8xi32>
+      -> tensor<?x256xbf16>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<?x512xbf16>, tensor<?x256xbf16> -> tensor<?x512xbf16>
+  return %dh, %dw : tensor<?x512xbf16>, tensor<?x2xf32>
 }
