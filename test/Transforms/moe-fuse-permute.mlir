@@ -260,3 +260,41 @@ func.func @keep_unpermute_grad(%dy: tensor<4x16xbf16>, %w: tensor<4x2xf32>, %y: 
   %dr4 = moe.unpermute_grad %dy, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
   return %biased, %act, %scaled, %dr4 : tensor<8x8xbf16>, tensor<8x4xbf16>, tensor<8x8xbf16>, tensor<8x16xbf16>
 }
+
+// -----
+
+// Not fused: a weight gradient whose rhs reads the rows too (the product
+// carries the weight twice), a rhs computed before the unpermute_grad (the
+// weights would not dominate it), a row scale that is not finite.
+// CHECK-LABEL: func @keep_unpermute_grad_scaled_twice
+// CHECK-NOT: moe.permute_probs
+func.func @keep_unpermute_grad_scaled_twice(%dy: tensor<?x16xbf16>, %w: tensor<?x2xf32>, %y: tensor<?x16xbf16>, %wd: tensor<4x16x4xbf16>, %slots: tensor<?xi32>, %o: tensor<4xi32>) -> (tensor<4x16x4xf32>, tensor<?x2xf32>) {
+  %dr, %dw = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<?x2xf32>, tensor<?x16xbf16> -> tensor<?x2xf32>) : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
+  %t = moe.grouped_matmul %dr, %wd, %o : tensor<?x16xbf16>, tensor<4x16x4xbf16>, tensor<4xi32> -> tensor<?x4xbf16>
+  %db = moe.grouped_matmul %dr, %t, %o {mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x4xbf16>, tensor<4xi32> -> tensor<4x16x4xf32>
+  return %db, %dw : tensor<4x16x4xf32>, tensor<?x2xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func @keep_unpermute_grad_rhs_before
+// CHECK-NOT: moe.permute_probs
+func.func @keep_unpermute_grad_rhs_before(%dy: tensor<?x16xbf16>, %w: tensor<?x2xf32>, %y: tensor<?x16xbf16>, %a: tensor<?x8xbf16>, %la: tensor<4x4x8xbf16>, %slots: tensor<?xi32>, %o: tensor<4xi32>) -> (tensor<4x16x4xf32>, tensor<?x2xf32>) {
+  %u = moe.grouped_matmul %a, %la, %o {transpose_rhs} : tensor<?x8xbf16>, tensor<4x4x8xbf16>, tensor<4xi32> -> tensor<?x4xbf16>
+  %dr, %dw = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<?x2xf32>, tensor<?x16xbf16> -> tensor<?x2xf32>) : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
+  %db = moe.grouped_matmul %dr, %u, %o {mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x4xbf16>, tensor<4xi32> -> tensor<4x16x4xf32>
+  return %db, %dw : tensor<4x16x4xf32>, tensor<?x2xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func @keep_unpermute_grad_inf_scale
+// CHECK-NOT: moe.permute_probs
+func.func @keep_unpermute_grad_inf_scale(%dy: tensor<4x16xbf16>, %w: tensor<4x2xf32>, %y: tensor<8x16xbf16>, %wd: tensor<4x16x8xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) -> (tensor<8x8xbf16>, tensor<4x2xf32>) {
+  %inf = arith.constant 0x7F800000 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %s = linalg.fill ins(%inf : f32) outs(%e : tensor<8xf32>) -> tensor<8xf32>
+  %dr, %dw = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
+  %da = moe.grouped_matmul %dr, %wd, %o row_scale(%s : tensor<8xf32>) : tensor<8x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<8x8xbf16>
+  return %da, %dw : tensor<8x8xbf16>, tensor<4x2xf32>
+}

@@ -20,6 +20,7 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
+#include <cmath>
 #include <map>
 
 namespace moec::moe {
@@ -94,7 +95,7 @@ std::optional<float> splatRowScale(Value rowScale) {
     return std::nullopt;
   auto constant = fill.value().getDefiningOp<arith::ConstantOp>();
   auto value = constant ? dyn_cast<FloatAttr>(constant.getValue()) : nullptr;
-  if (!value)
+  if (!value || !std::isfinite(value.getValueAsDouble()))
     return std::nullopt;
   return static_cast<float>(value.getValueAsDouble());
 }
@@ -141,6 +142,10 @@ std::string readerOf(OpOperand &use, UnpermuteGradOp grad,
         rhs.getScatterSlots() || rhs.getOffsets() != grad.getOffsets())
       return "a weight gradient's rhs is not a grouped forward matmul that "
              "only it reads";
+    // The weights are made next to the unpermute_grad: they must be there
+    // before the rhs is computed.
+    if (rhs->getBlock() != grad->getBlock() || !grad->isBeforeInBlock(rhs))
+      return "a weight gradient's rhs is computed before the unpermute_grad";
     reader.scaled = rhs;
   }
   std::optional<float> scale = splatRowScale(reader.scaled.getRowScale());
@@ -187,6 +192,13 @@ struct FuseUnpermuteGradIntoMatmuls : OpRewritePattern<UnpermuteGradOp> {
       std::string why = readerOf(use, grad, reader);
       if (!why.empty())
         return rewriter.notifyMatchFailure(grad, why);
+      // One op scaled for two readers (a weight gradient whose rhs reads
+      // the rows too) would carry the weight once where the product has
+      // it twice.
+      if (llvm::any_of(readers, [&](const RowGradReader &other) {
+            return other.scaled == reader.scaled;
+          }))
+        return rewriter.notifyMatchFailure(grad, "an op would be scaled twice");
       readers.push_back(reader);
     }
 
@@ -231,6 +243,7 @@ struct FuseUnpermuteGradIntoMatmuls : OpRewritePattern<UnpermuteGradOp> {
           rowCount ? 0 : 1);
     }
 
+    // The rows have no reader left.
     if (!weights) {
       rewriter.eraseOp(grad);
       return success();
@@ -241,7 +254,9 @@ struct FuseUnpermuteGradIntoMatmuls : OpRewritePattern<UnpermuteGradOp> {
         rewriter, loc, Type(), grad.getGradWeights().getType(),
         grad.getGradOut(), grad.getSlots(), grad.getOffsets(), weights,
         grad.getRows(), grad.getKAttr(), grad.getPositions());
-    rewriter.replaceOp(grad, {Value(), weightsOnly.getGradWeights()});
+    rewriter.replaceAllUsesWith(grad.getGradWeights(),
+                                weightsOnly.getGradWeights());
+    rewriter.eraseOp(grad);
     return success();
   }
 };
