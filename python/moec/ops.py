@@ -9,6 +9,7 @@ op are those of the dialect (docs/dialects/moe.md).
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 from . import _dtypes
@@ -16,7 +17,8 @@ from ._ir import Dim, Sym, Value, check_value, current_builder
 
 __all__ = [
     "matmul", "router_topk", "router_topk_grad", "sort_by_expert", "permute",
-    "unpermute", "permute_grad", "unpermute_grad", "grouped_matmul",
+    "permute_probs", "unpermute", "permute_grad", "unpermute_grad",
+    "grouped_matmul",
     "lora_grad", "swiglu", "swiglu_grad", "quantize", "dequantize",
 ]
 
@@ -302,6 +304,29 @@ def permute(tokens, slots, offsets, k: int, *, probs=None, scales=None,
     return results[0] if len(results) == 1 else tuple(results)
 
 
+def permute_probs(probs, slots, offsets, k: int, *,
+                  scale: float = 1.0) -> Value:
+    """The routing weight of each grouped row, times `scale`: [M] f32 with
+    row i = scale * probs[slots[i] / k, slots[i] % k] (0 for padding rows);
+    `probs` is [T, k] f32. permute's `probs` without the rows (the row
+    scale of a matmul that gathers by slot)."""
+    op = "permute_probs"
+    probs = check_value(probs, "probs", op)
+    slots, offsets = _routing(slots, offsets, op)
+    _rank(probs, 2, "probs", op)
+    _dtype_in(probs, ("f32",), "probs", op)
+    k = _positive(k, "k", op)
+    if not math.isfinite(scale):
+        raise ValueError(f"{op}: 'scale' must be finite, got {scale}")
+    attrs = {} if scale == 1.0 else {"scale": f"{_float(scale)} : f32"}
+    b = current_builder()
+    out = b.fresh((slots.shape[0],), "f32")
+    b.emit(f"{out.name} = moe.permute_probs {probs.name}, {slots.name}, "
+           f"{offsets.name} k = {k}{_attr_dict(attrs)} : {probs.type}, "
+           f"{slots.type}, {offsets.type} -> {out.type}")
+    return out
+
+
 def _token_rows(slots: Value, k: int, weights: Optional[Value]) -> Dim:
     """The token count T of a routing with `slots` rows and top-k `k`: that
     of the ids sort_by_expert sorted, else of `weights` [T, k], else of the
@@ -370,12 +395,16 @@ def permute_grad(grad_rows, slots, offsets, k: int, *, probs=None,
 
 
 def unpermute_grad(grad_out, slots, offsets, k: int, *, weights=None,
-                   rows=None, out_dtype=None, positions=None):
+                   rows=None, out_dtype=None, positions=None,
+                   row_gradients: bool = True):
     """The gradient of `unpermute`: each grouped row gets its token's
     gradient (times its weight), [M, H] of `out_dtype` (default: the
     gradient's type). With the forward's `weights` [T, k] and input `rows`
     [M, H] (given together) also the weights' gradient [T, k] f32, returned
-    after the rows. `positions`: the sort's row of each slot."""
+    after the rows. `positions`: the sort's row of each slot.
+    `row_gradients=False` (with `weights`): the weights' gradient only, for
+    matmuls that gather `grad_out` themselves (grouped_matmul with
+    `gather=slots` and `row_scale=permute_probs(weights, ...)`)."""
     op = "unpermute_grad"
     grad_out = check_value(grad_out, "grad_out", op)
     slots, offsets = _routing(slots, offsets, op)
@@ -384,10 +413,15 @@ def unpermute_grad(grad_out, slots, offsets, k: int, *, weights=None,
     if (weights is None) != (rows is None):
         raise ValueError(f"{op}: 'weights' and 'rows' must be given together "
                          f"(the forward's weights and input rows)")
+    if not row_gradients and weights is None:
+        raise ValueError(f"{op}: 'row_gradients=False' needs 'weights' and "
+                         f"'rows' (it would compute nothing)")
     out_dtype = _dtypes.canonical(out_dtype or grad_out.dtype, "out_dtype")
     b = current_builder()
-    grad_rows = b.fresh((slots.shape[0], grad_out.shape[1]), out_dtype)
-    extra, results = _positions_text(positions, op), [grad_rows]
+    grad_rows = (b.fresh((slots.shape[0], grad_out.shape[1]), out_dtype)
+                 if row_gradients else None)
+    extra = _positions_text(positions, op)
+    results = [grad_rows] if row_gradients else []
     if weights is not None:
         weights = check_value(weights, "weights", op)
         rows = check_value(rows, "rows", op)
@@ -399,10 +433,10 @@ def unpermute_grad(grad_out, slots, offsets, k: int, *, weights=None,
         extra += (f" weights({weights.name}, {rows.name} : {weights.type}, "
                   f"{rows.type} -> {grad_weights.type})")
         results.append(grad_weights)
+    rows_type = f" -> {grad_rows.type}" if row_gradients else ""
     b.emit(f"{', '.join(r.name for r in results)} = moe.unpermute_grad "
            f"{grad_out.name}, {slots.name}, {offsets.name} k = {k}{extra} : "
-           f"{grad_out.type}, {slots.type}, {offsets.type} -> "
-           f"{grad_rows.type}")
+           f"{grad_out.type}, {slots.type}, {offsets.type}{rows_type}")
     return results[0] if len(results) == 1 else tuple(results)
 
 

@@ -156,6 +156,58 @@ def test_permute_unpermute_backward(rng, tokens):
     assert rel_error(dw, ref_dw) < 1e-6
 
 
+@pytest.mark.parametrize("tokens", [1, 31])
+def test_weights_only_unpermute_grad_and_permute_probs(rng, tokens):
+    # The fused backward's pieces, written by hand: the weights' gradient
+    # alone, and each grouped row's routing weight times 2 (0 on the
+    # alignment padding), against numpy in float64.
+    @moec.kernel
+    def pieces(x: moec.Tensor["T", 40, "f32"],
+               dy: moec.Tensor["T", 40, "f32"],
+               w: moec.Tensor["T", 2, "f32"],
+               ids: moec.Tensor["T", 2, "i32"]):
+        _, slots, offsets = ops.sort_by_expert(ids, 8, align=2)
+        rows = ops.permute(x, slots, offsets, k=2)
+        dw = ops.unpermute_grad(dy, slots, offsets, k=2, weights=w,
+                                rows=rows, row_gradients=False)
+        return dw, ops.permute_probs(w, slots, offsets, k=2, scale=2.0), slots
+
+    x = rng.standard_normal((tokens, 40)).astype(np.float32)
+    dy = rng.standard_normal((tokens, 40)).astype(np.float32)
+    w = rng.random((tokens, 2)).astype(np.float32)
+    ids = np.stack([rng.permutation(8)[:2] for _ in range(tokens)])
+    dw, probs, slots = pieces(x, dy, w, ids.astype(np.int32))
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    ref_dw = np.repeat((x64 * dy64).sum(axis=1, keepdims=True), 2, axis=1)
+    assert rel_error(dw, ref_dw) < 1e-6
+    ref_probs = np.where(slots >= 0, 2.0 * w.reshape(-1)[np.maximum(slots, 0)],
+                         0.0)
+    assert (slots < 0).any() or tokens > 1  # align 2 pads the groups at T=1
+    np.testing.assert_allclose(probs, ref_probs, rtol=1e-7)
+
+
+def test_weights_only_unpermute_grad_names_bad_arguments():
+    @moec.kernel
+    def bad(dy: moec.Tensor["T", 40, "f32"],
+            ids: moec.Tensor["T", 2, "i32"]):
+        _, slots, offsets = ops.sort_by_expert(ids, 8)
+        return ops.unpermute_grad(dy, slots, offsets, k=2,
+                                  row_gradients=False)
+
+    with pytest.raises(ValueError, match="'row_gradients=False' needs "
+                                         "'weights' and 'rows'"):
+        bad.module
+    with pytest.raises(ValueError, match="permute_probs: 'scale' must be "
+                                         "finite"):
+        @moec.kernel
+        def bad_scale(w: moec.Tensor["T", 2, "f32"],
+                      ids: moec.Tensor["T", 2, "i32"]):
+            _, slots, offsets = ops.sort_by_expert(ids, 8)
+            return ops.permute_probs(w, slots, offsets, k=2,
+                                     scale=float("inf"))
+        bad_scale.module
+
+
 @pytest.mark.parametrize("tokens", [1, 19])
 def test_positions_passed_between_kernels(rng, tokens):
     # One kernel sorts and returns the row of each slot; another, compiled
