@@ -163,10 +163,8 @@ LogicalResult scalar::emitUnpermuteGrad(moe::UnpermuteGradOp op,
     operands.push_back(weights);
   if (gradRows &&
       failed(launchPerItem(
-          ctx, "scatter",
-          h.mul(ctx.sizes(gradRows)[0], ctx.sizes(gradRows)[1]), tile,
-          operands,
-          [&](KernelBuilder &b, ValueRange a, Value id) {
+          ctx, "scatter", h.mul(ctx.sizes(gradRows)[0], ctx.sizes(gradRows)[1]),
+          tile, operands, [&](KernelBuilder &b, ValueRange a, Value id) {
             Value H = b.dim(a[3], 1);
             Value r = b.div(id, H), c = b.rem(id, H);
             Value end = b.loadIdx(a[2], {b.idx(experts - 1)});
@@ -233,8 +231,8 @@ LogicalResult scalar::emitPermuteProbs(moe::PermuteProbsOp op,
         Value p = b.ifElse(
             b.land(valid, b.ult(r, end)), b.getF32Type(),
             [&] {
-              Value w = b.loadF(a[0], {b.div(slot, b.idx(k)),
-                                       b.rem(slot, b.idx(k))});
+              Value w =
+                  b.loadF(a[0], {b.div(slot, b.idx(k)), b.rem(slot, b.idx(k))});
               return scale == 1.0f ? w : b.fmul(w, b.f32(scale));
             },
             [&] { return b.f32(0); });

@@ -378,12 +378,12 @@ LogicalResult vectorized::emitUnpermuteGrad(moe::UnpermuteGradOp op,
                     for (int64_t j = 0; j < k; ++j) {
                       if (gradRows)
                         b.ifThen(valid[j], [&] {
-                        Value v = weights
-                                      ? arith::MulFOp::create(b, g, scale[j])
-                                            .getResult()
-                                      : g;
-                        b.storeVecF32(v, a[2], {row[j], c});
-                      });
+                          Value v = weights
+                                        ? arith::MulFOp::create(b, g, scale[j])
+                                              .getResult()
+                                        : g;
+                          b.storeVecF32(v, a[2], {row[j], c});
+                        });
                       if (!weights)
                         continue;
                       Value prod = arith::MulFOp::create(b, g, x[j]);

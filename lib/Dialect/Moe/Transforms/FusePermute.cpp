@@ -129,9 +129,8 @@ std::string readerOf(OpOperand &use, UnpermuteGradOp grad,
   if (matmul.getMode() == MatmulMode::forward) {
     // The routing weight scales the output row: right where the output is
     // linear in the lhs row.
-    if (matmul.getBias() ||
-        (matmul.getActivation() != Activation::none &&
-         matmul.getActivation() != Activation::swiglu_grad))
+    if (matmul.getBias() || (matmul.getActivation() != Activation::none &&
+                             matmul.getActivation() != Activation::swiglu_grad))
       return "a forward matmul has a bias or a non-linear activation";
     reader.scaled = matmul;
   } else {
@@ -213,10 +212,9 @@ struct FuseUnpermuteGradIntoMatmuls : OpRewritePattern<UnpermuteGradOp> {
         auto type = RankedTensorType::get(
             {cast<RankedTensorType>(rows.getType()).getDimSize(0)},
             rewriter.getF32Type());
-        value = PermuteProbsOp::create(rewriter, loc, type, weights,
-                                       grad.getSlots(), grad.getOffsets(),
-                                       grad.getKAttr(),
-                                       rewriter.getF32FloatAttr(scale));
+        value = PermuteProbsOp::create(
+            rewriter, loc, type, weights, grad.getSlots(), grad.getOffsets(),
+            grad.getKAttr(), rewriter.getF32FloatAttr(scale));
       }
       return value;
     };
