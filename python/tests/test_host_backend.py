@@ -129,6 +129,16 @@ def test_layer_kernel_routings(rng, routing, renormalize):
     assert rel_error(y, ref) < 2e-2
 
 
+def _backward_inputs(rng, tokens):
+    """x, dy [T, 40] and routing weights [T, 2] f32, ids [T, 2] i32 (two
+    distinct experts of 8 per token)."""
+    x = rng.standard_normal((tokens, 40)).astype(np.float32)
+    dy = rng.standard_normal((tokens, 40)).astype(np.float32)
+    w = rng.random((tokens, 2)).astype(np.float32)
+    ids = np.stack([rng.permutation(8)[:2] for _ in range(tokens)])
+    return x, dy, w, ids.astype(np.int32)
+
+
 @pytest.mark.parametrize("tokens", [1, 31])
 def test_permute_unpermute_backward(rng, tokens):
     # The backward of permute -> unpermute(weights): each token's gradient is
@@ -145,11 +155,8 @@ def test_permute_unpermute_backward(rng, tokens):
                                        rows=rows)
         return ops.permute_grad(drows, slots, offsets, k=2), dw
 
-    x = rng.standard_normal((tokens, 40)).astype(np.float32)
-    dy = rng.standard_normal((tokens, 40)).astype(np.float32)
-    w = rng.random((tokens, 2)).astype(np.float32)
-    ids = np.stack([rng.permutation(8)[:2] for _ in range(tokens)])
-    dx, dw = backward(x, dy, w, ids.astype(np.int32))
+    x, dy, w, ids = _backward_inputs(rng, tokens)
+    dx, dw = backward(x, dy, w, ids)
     x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
     assert rel_error(dx, w.sum(axis=1, keepdims=True) * dy64) < 1e-6
     ref_dw = np.repeat((x64 * dy64).sum(axis=1, keepdims=True), 2, axis=1)
@@ -172,11 +179,8 @@ def test_weights_only_unpermute_grad_and_permute_probs(rng, tokens):
                                 rows=rows, row_gradients=False)
         return dw, ops.permute_probs(w, slots, offsets, k=2, scale=2.0), slots
 
-    x = rng.standard_normal((tokens, 40)).astype(np.float32)
-    dy = rng.standard_normal((tokens, 40)).astype(np.float32)
-    w = rng.random((tokens, 2)).astype(np.float32)
-    ids = np.stack([rng.permutation(8)[:2] for _ in range(tokens)])
-    dw, probs, slots = pieces(x, dy, w, ids.astype(np.int32))
+    x, dy, w, ids = _backward_inputs(rng, tokens)
+    dw, probs, slots = pieces(x, dy, w, ids)
     x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
     ref_dw = np.repeat((x64 * dy64).sum(axis=1, keepdims=True), 2, axis=1)
     assert rel_error(dw, ref_dw) < 1e-6

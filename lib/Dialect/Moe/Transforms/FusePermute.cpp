@@ -14,13 +14,12 @@
 
 #include "FusionPatterns.h"
 
-#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
-#include <cmath>
 #include <map>
 
 namespace moec::moe {
@@ -91,13 +90,11 @@ std::optional<float> splatRowScale(Value rowScale) {
   if (!rowScale)
     return 1.0f;
   auto fill = rowScale.getDefiningOp<linalg::FillOp>();
-  if (!fill)
+  APFloat value(0.0f);
+  if (!fill || !matchPattern(fill.value(), m_ConstantFloat(&value)) ||
+      !value.isFinite())
     return std::nullopt;
-  auto constant = fill.value().getDefiningOp<arith::ConstantOp>();
-  auto value = constant ? dyn_cast<FloatAttr>(constant.getValue()) : nullptr;
-  if (!value || !std::isfinite(value.getValueAsDouble()))
-    return std::nullopt;
-  return static_cast<float>(value.getValueAsDouble());
+  return value.convertToFloat();
 }
 
 /// How one reader of the row gradients takes the fusion: the matmul that
@@ -122,9 +119,6 @@ std::string readerOf(OpOperand &use, UnpermuteGradOp grad,
     return "a matmul gathers, scatters or has FP8 scales";
   if (matmul.getOffsets() != grad.getOffsets())
     return "a matmul groups by other offsets";
-  if (getElementTypeOrSelf(grad.getGradOut()) !=
-      getElementTypeOrSelf(grad.getGradRows()))
-    return "the row gradients change the element type";
   reader.gathers = matmul;
   if (matmul.getMode() == MatmulMode::forward) {
     // The routing weight scales the output row: right where the output is
@@ -176,6 +170,10 @@ struct FuseUnpermuteGradIntoMatmuls : OpRewritePattern<UnpermuteGradOp> {
     Value rows = grad.getGradRows();
     if (!rows)
       return rewriter.notifyMatchFailure(grad, "no row gradients");
+    // The readers would read dy in place of the rows: one element type.
+    if (getElementTypeOrSelf(grad.getGradOut()) != getElementTypeOrSelf(rows))
+      return rewriter.notifyMatchFailure(
+          grad, "the row gradients change the element type");
     SmallVector<RowGradReader> readers;
     SmallVector<tensor::DimOp> dims;
     for (OpOperand &use : rows.getUses()) {
