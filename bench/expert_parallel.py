@@ -122,9 +122,17 @@ def main():
     parser.add_argument("--chunks", default="1",
                         help="also time the layer pipelined in these "
                              "numbers of pieces (ExpertParallelMoE chunks)")
-    parser.add_argument("--train-pipelined", metavar="SMS,PIECES",
+    parser.add_argument("--train-pipelined", metavar="SMS,PIECES[,TRANSPORT]",
                         help="also time the training step of the --sm-counts "
                              "bundle SMS (132: the plain one) in PIECES")
+    parser.add_argument("--transport", default="nccl",
+                        choices=("nccl", "copy_engine"),
+                        help="the moec layer's (ExpertParallelMoE "
+                             "transport): its stages, plain layer and "
+                             "training step")
+    parser.add_argument("--variants", default="",
+                        help="more pipelined variants, comma-separated "
+                             "SMS:TRANSPORT (SMS 132: the plain bundle)")
     parser.add_argument("--sm-counts", default="",
                         help="bundles whose matmuls fill only this many SMs "
                              "(--emit-bundles makes them; the run times "
@@ -139,23 +147,23 @@ def main():
 
 def time_pipelined(x, want, variants, chunk_counts, timed, iters):
     """The layer's forward split in pieces (ExpertParallelMoE.chunks) for
-    each (SM count, block) variant and piece count, but the plain one
-    (132 SMs, one piece): time, and whether the output is bitwise the
-    plain layer's on every rank."""
+    each (SM count, transport, block) variant and piece count, but the
+    plain one (the first variant, one piece): time, and whether the output
+    is bitwise the plain layer's on every rank."""
     import torch
     import torch.distributed as dist
     rows = []
-    for sm_count, block in variants:
+    for sm_count, transport, block in variants:
         for chunks in chunk_counts:
-            if sm_count == 132 and chunks == 1:
+            if block is variants[0][2] and chunks == 1:
                 continue
             block.chunks = chunks
             equal = torch.tensor([float(torch.equal(block(x), want))],
                                  device="cuda")
             dist.all_reduce(equal, op=dist.ReduceOp.MIN)
             ms = timed([("layer", lambda _: block(x))], iters)["layer"]
-            rows.append(dict(sm_count=sm_count, chunks=chunks, ms=ms,
-                             equal=bool(equal.item())))
+            rows.append(dict(sm_count=sm_count, transport=transport,
+                             chunks=chunks, ms=ms, equal=bool(equal.item())))
             block.chunks = 1
     return rows
 
@@ -246,6 +254,8 @@ def run(args, sm_counts):
     rank, world = dist.get_rank(), dist.get_world_size()
     bf16 = torch.bfloat16
     chunk_counts = [int(c) for c in args.chunks.split(",")]
+    extra = [(int(v.split(":")[0]), v.split(":")[1])
+             for v in args.variants.split(",") if v]
     results = []
 
     def timed(stages, iters):
@@ -286,7 +296,7 @@ def run(args, sm_counts):
         bundle = moec.load(bundle_path(args.bundles, key, world))
         gen = torch.Generator(device="cuda").manual_seed(1234)
         block = ExpertParallelMoE(H, I, E, k, dtype=bf16, device="cuda",
-                                  **m["router"],
+                                  **m["router"], transport=args.transport,
                                   bundle=bundle)
         with torch.no_grad():
             for p in block.parameters():
@@ -309,16 +319,20 @@ def run(args, sm_counts):
                                      block.w_gate_up.detach(),
                                      block.w_down.detach())
         local = block.local_experts
-        # The same layer from the bundles whose matmuls leave SMs free.
-        def same_layer(sm_count):
+        # The same layer from the bundles whose matmuls leave SMs free, and
+        # over the other transports.
+        def same_layer(sm_count, transport):
             other = ExpertParallelMoE(
                 H, I, E, k, dtype=bf16, device="cuda", **m["router"],
+                transport=transport,
                 bundle=moec.load(bundle_path(args.bundles, key, world,
                                              sm_count)))
             other.load_state_dict(block.state_dict())
             return other
 
-        variants = [(132, block)] + [(n, same_layer(n)) for n in sm_counts]
+        variants = [(132, args.transport, block)] + [
+            (n, t, same_layer(None if n == 132 else n, t))
+            for n, t in [(n, args.transport) for n in sm_counts] + extra]
         if key == "qwen3":
             ok, received = zero_receive_check(block, world, rank)
             if rank == 0:
@@ -472,6 +486,14 @@ def run(args, sm_counts):
                     ("back", lambda r: _exchange(r, recv_splits,
                                                  send_splits, None))],
                     args.iters)
+                if args.transport != "nccl":
+                    # The layer's own exchanges alone, same bytes.
+                    there = state["exchange"]
+                    a2a.update(timed([
+                        ("send_own", lambda _: there.start(
+                            send, False, keep=False)[0]),
+                        ("back_own", lambda r: there.reversed().start(
+                            r, False, keep=False)[0])], args.iters))
                 moec_layer = timed([("layer", lambda _: block(x))],
                                    args.iters)["layer"]
                 pipelined = time_pipelined(x, got, variants, chunk_counts,
@@ -519,9 +541,10 @@ def run(args, sm_counts):
             if args.train_pipelined:
                 # The same step pipelined: its gradients against moec's
                 # plain step (pieces sum the experts' gradients apart).
-                sm_count, chunks = (int(v) for v in
-                                    args.train_pipelined.split(","))
-                piped = dict(variants)[sm_count]
+                sm_count, chunks, *transport = args.train_pipelined.split(",")
+                sm_count, chunks = int(sm_count), int(chunks)
+                piped = {(n, t): b for n, t, b in variants}[
+                    sm_count, (transport or [args.transport])[0]]
                 piped_params = [piped.gate.weight, piped.w_gate_up,
                                 piped.w_down]
 
@@ -608,12 +631,18 @@ def run(args, sm_counts):
                   f"{r['a2a']['send'] + r['a2a']['back']:>6.3f} "
                   f"{100 * r['a2a_fraction']:>5.1f} {r['err']:>8.2e} "
                   f"{r['routed_apart']:>5} {r['received_rows']}")
+            if "send_own" in r["a2a"]:
+                print(f"{'':<14} {'':>6} the layer's own exchanges alone: "
+                      f"{r['a2a']['send_own']:.3f} + "
+                      f"{r['a2a']['back_own']:.3f} ms")
         if any(r["pipelined"] for r in results):
-            print(f"\n{'pipelined':<14} {'T/rank':>6} {'SMs':>4} "
-                  f"{'pieces':>6} {'ms':>8} {'ratio':>5} same-output")
+            print(f"\n{'pipelined':<14} {'T/rank':>6} {'transport':>11} "
+                  f"{'SMs':>4} {'pieces':>6} {'ms':>8} {'ratio':>5} "
+                  f"same-output")
             for r in results:
                 for p in r["pipelined"]:
-                    print(f"{r['model']:<14} {r['T']:>6} {p['sm_count']:>4} "
+                    print(f"{r['model']:<14} {r['T']:>6} "
+                          f"{p['transport']:>11} {p['sm_count']:>4} "
                           f"{p['chunks']:>6} {p['ms']:>8.3f} "
                           f"{r['torch_layer_ms'] / p['ms']:>5.2f} "
                           f"{p['equal']}")
@@ -641,7 +670,7 @@ def run(args, sm_counts):
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(),
-                               world=world, zero_receive=zero_receive,
+                               world=world, transport=args.transport, zero_receive=zero_receive,
                                results=results), f, indent=1)
     dist.destroy_process_group()
 

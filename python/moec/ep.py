@@ -36,19 +36,23 @@ parallel all-reduce (docs/expert_parallel.md).
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import _native, ops
+from . import _native, _peer, ops
 from ._args import is_positive_int
 from ._bundle import Bundle, Entry
 from ._compile import Kernel, compile as _compile
 from ._dtypes import canonical
 from ._grad import SAVE_POLICIES, grad_attr
 from ._ir import Tensor
+
+#: How ExpertParallelMoE moves rows between ranks (its `transport`).
+TRANSPORTS = ("nccl", "copy_engine")
 
 #: The three kernels of one layer and the arguments each differentiates.
 KERNELS = ("ep_dispatch", "ep_experts", "ep_combine")
@@ -249,32 +253,69 @@ def _call(program: _Program, name: str, args, training: bool) -> tuple:
                                                         check_values=False))
 
 
+class _Exchange:
+    """One all-to-all of rows: `matrix[i][j]` rows go from rank i to rank j
+    (a sender's grouped by destination, a receiver's by source, as
+    all_to_all_single). Over NCCL (all_to_all_single) or, with `peers`
+    (moec._peer.PeerBuffers), the copy engines into the byte offset
+    `region` of the receivers' buffers; `reverse_region` is where the
+    reverse exchange (the backward's) lands."""
+
+    def __init__(self, matrix: list, rank: int, group, peers=None,
+                 region: int = 0, reverse_region: int = 0):
+        self.matrix, self.rank, self.group, self.peers = (matrix, rank,
+                                                          group, peers)
+        self.region, self.reverse_region = region, reverse_region
+
+    @property
+    def send_splits(self) -> list:
+        return list(self.matrix[self.rank])
+
+    @property
+    def recv_splits(self) -> list:
+        return [row[self.rank] for row in self.matrix]
+
+    def reversed(self) -> "_Exchange":
+        return _Exchange(_peer.transposed(self.matrix), self.rank,
+                         self.group, self.peers, self.reverse_region,
+                         self.region)
+
+    def start(self, rows: torch.Tensor, async_op: bool,
+              keep: bool) -> tuple:
+        """(received rows, work handle to wait on before reading them, or
+        None when not `async_op`). `keep`: the result must outlive the next
+        exchange (autograd saves it)."""
+        if self.peers is not None:
+            return self.peers.exchange(rows, self.matrix, self.region, keep,
+                                       async_op)
+        return _start_exchange(rows, self.send_splits, self.recv_splits,
+                               self.group, async_op)
+
+
 class _AllToAll(torch.autograd.Function):
-    """`all_to_all_single` with uneven splits; its backward is the reverse
-    exchange of the gradients. With a `pending` list, the forward exchange
-    runs asynchronously and its work handle is appended there: wait on it
+    """An _Exchange of rows; its backward is the reverse exchange of the
+    gradients. With a `pending` list, the forward exchange runs
+    asynchronously and its work handle is appended there: wait on it
     before the result is read (the backward's exchange is synchronous)."""
 
     @staticmethod
-    def forward(ctx, rows, send_splits, recv_splits, group, pending=None):
-        ctx.splits, ctx.group = (send_splits, recv_splits), group
-        out, work = _start_exchange(rows, send_splits, recv_splits, group,
-                                    pending is not None)
+    def forward(ctx, rows, exchange, pending=None):
+        ctx.exchange = exchange
+        out, work = exchange.start(rows, pending is not None, keep=True)
         if pending is not None:
             pending.append(work)
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        send_splits, recv_splits = ctx.splits
-        return (_exchange(grad.contiguous(), recv_splits, send_splits,
-                          ctx.group), None, None, None, None)
+        return (ctx.exchange.reversed().start(grad.contiguous(), False,
+                                              keep=True)[0], None, None)
 
 
 def _exchange(rows: torch.Tensor, send_splits: list, recv_splits: list,
               group) -> torch.Tensor:
     """`rows` [S, ...] out in `send_splits` row blocks, in from every rank
-    in `recv_splits`: [sum(recv_splits), ...]."""
+    in `recv_splits`: [sum(recv_splits), ...] (NCCL or gloo)."""
     return _start_exchange(rows, send_splits, recv_splits, group, False)[0]
 
 
@@ -330,6 +371,15 @@ class ExpertParallelMoE(nn.Module):
     run beside them on SMs they leave free (NCCL's all-to-all takes 32 on
     four H200s, so chunks=2, sm_count=100 there; docs/expert_parallel.md
     has the measurements).
+
+    `transport`: how the rows move. "nccl" (the default; gloo on CPUs):
+    all_to_all_single. "copy_engine" (CUDA, every rank's GPU of one host
+    linked by NVLink or PCIe peer access): each rank's copy engines write
+    its rows straight into the receivers' torch symmetric-memory buffers
+    (moec._peer), so the exchanges take no SMs and run beside the grouped
+    matmuls. Its two barriers per exchange take one small kernel each: with
+    `chunks` > 1, leave them an SM (`sm_count` one below the GPU's). Every
+    rank of the group must pass the same value.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int,
@@ -343,7 +393,7 @@ class ExpertParallelMoE(nn.Module):
                  num_groups: Optional[int] = None,
                  topk_groups: Optional[int] = None,
                  scaling_factor: float = 1.0, chunks: int = 1,
-                 sm_count: Optional[int] = None):
+                 sm_count: Optional[int] = None, transport: str = "nccl"):
         super().__init__()
         from .torch import check_config
         check_config(hidden_size, intermediate_size, num_experts, top_k,
@@ -361,6 +411,10 @@ class ExpertParallelMoE(nn.Module):
             raise ValueError(f"'chunks': expected a positive int, got "
                              f"{chunks!r}")
         self.chunks = chunks
+        if transport not in TRANSPORTS:
+            raise ValueError(f"'transport': expected one of "
+                             f"{', '.join(TRANSPORTS)}, got {transport!r}")
+        self.transport = transport
         if sm_count is not None and not is_positive_int(sm_count):
             raise ValueError(f"'sm_count': expected a positive int, got "
                              f"{sm_count!r}")
@@ -484,22 +538,47 @@ class ExpertParallelMoE(nn.Module):
         rows = every.sum(3).tolist()  # [source][piece][dest]
         experts = torch.arange(local, dtype=torch.int32,
                                device=counts.device).repeat(W)
+        peers, region = self._peers(counts.device), 0
         for piece, state in enumerate(states):
-            send_splits = rows[rank][piece]
-            recv_splits = [row[piece][rank] for row in rows]
-            received = sum(recv_splits)
+            matrix = [row[piece] for row in rows]  # [source][dest]
+            # Copy engines: one receive region per piece and direction, the
+            # same offsets on every rank (all know every count).
+            there, back = region, 0
+            if peers is not None:
+                row_bytes = math.prod(state["rows"].shape[1:]) * \
+                    state["rows"].element_size()
+                back = there + _peer.aligned(_peer.region_rows(matrix) *
+                                             row_bytes)
+                region = back + _peer.aligned(_peer.region_rows(
+                    _peer.transposed(matrix)) * row_bytes)
+            exchange = _Exchange(matrix, rank, self.group, peers, there, back)
+            state["exchange"] = exchange
+            received = sum(exchange.recv_splits)
             mine = every[:, piece, rank]  # [source, local expert], on device
             # From each source, the rows of local expert 0, then 1, ... (its
             # sort order).
             state["ids"] = torch.repeat_interleave(
                 experts, mine.reshape(-1).long(),
                 output_size=received).view(received, 1)
-            state["splits"] = (send_splits, recv_splits)
+            state["splits"] = (exchange.send_splits, exchange.recv_splits)
+        if peers is not None:
+            peers.reserve(region)
         return states
 
+    def _peers(self, device: torch.device):
+        """The copy-engine transport's buffers of this group on `device`, or
+        None with NCCL."""
+        if self.transport == "nccl":
+            return None
+        if device.type != "cuda":
+            raise ValueError(f"'transport': copy_engine needs CUDA tensors, "
+                             f"got {device}")
+        return _peer.buffers(self.group, device)
+
     def send(self, state: dict) -> dict:
-        """The rows to the experts' ranks (all_to_all_single)."""
-        return self._move_rows(state, *state["splits"])
+        """The rows to the experts' ranks (all_to_all_single or the copy
+        engines)."""
+        return self._move_rows(state, state["exchange"])
 
     def dispatch(self, tokens: torch.Tensor, training: bool) -> dict:
         """route, plan and send."""
@@ -515,20 +594,17 @@ class ExpertParallelMoE(nn.Module):
 
     def send_back(self, state: dict) -> dict:
         """The expert outputs back to their tokens' ranks."""
-        send_splits, recv_splits = state["splits"]
-        return self._move_rows(state, recv_splits, send_splits)
+        return self._move_rows(state, state["exchange"].reversed())
 
-    def _move_rows(self, state: dict, out_splits: list,
-                   in_splits: list, pending: Optional[list] = None) -> dict:
+    def _move_rows(self, state: dict, exchange: _Exchange,
+                   pending: Optional[list] = None) -> dict:
         """state["rows"] exchanged; with `pending`, asynchronously (its
         work handle appended there: wait before reading the rows)."""
         if state["training"]:
-            rows = _AllToAll.apply(state["rows"], out_splits, in_splits,
-                                   self.group, pending)
+            rows = _AllToAll.apply(state["rows"], exchange, pending)
         else:
-            rows, work = _start_exchange(state["rows"], out_splits,
-                                         in_splits, self.group,
-                                         pending is not None)
+            rows, work = exchange.start(state["rows"], pending is not None,
+                                        keep=False)
             if pending is not None:
                 pending.append(work)
         state["rows"] = rows
@@ -556,6 +632,7 @@ class ExpertParallelMoE(nn.Module):
         if x.device != self.w_down.device:
             raise ValueError(f"'x': expected device {self.w_down.device} (the "
                              f"block's), got {x.device}")
+        self._peers(x.device)  # a transport the device cannot run: named
         tokens = x.reshape(-1, self.hidden_size).contiguous()
         training = self._training(tokens)
         if self.chunks == 1:
@@ -578,12 +655,12 @@ class ExpertParallelMoE(nn.Module):
         self.plan_pieces(states)
         for state in states:
             state["pending"] = []
-            self._move_rows(state, *state["splits"], state["pending"])
+            self._move_rows(state, state["exchange"], state["pending"])
         for state in states:
             _wait(state)
             self.compute(state)
-            send_splits, recv_splits = state["splits"]
-            self._move_rows(state, recv_splits, send_splits, state["pending"])
+            self._move_rows(state, state["exchange"].reversed(),
+                            state["pending"])
         outputs = []
         for state in states:
             _wait(state)
@@ -595,7 +672,8 @@ class ExpertParallelMoE(nn.Module):
                 f"{self.intermediate_size}, num_experts={self.num_experts}, "
                 f"top_k={self.top_k}, experts={self.experts.start}.."
                 f"{self.experts.stop - 1} of rank {self.rank}/"
-                f"{self.world_size}, routing={self.routing}")
+                f"{self.world_size}, routing={self.routing}, transport="
+                f"{self.transport}")
 
 
 def _router_options(num_experts, routing, scoring, selection_bias,

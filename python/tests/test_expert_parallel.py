@@ -327,6 +327,16 @@ def test_errors(tmp_path):
             with pytest.raises(ValueError, match="'sm_count': expected a "
                                                  "positive int"):
                 moec.ep.ExpertParallelMoE(H, I, E, K, sm_count=sm_count)
+        with pytest.raises(ValueError, match="'transport': expected one of "
+                                             "nccl, copy_engine"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, transport="nvshmem")
+        # The copy engines move CUDA tensors only: named, before any
+        # exchange.
+        ce = moec.ep.ExpertParallelMoE(H, I, E, K, dtype=torch.float32,
+                                       transport="copy_engine")
+        with pytest.raises(ValueError, match="'transport': copy_engine needs "
+                                             "CUDA tensors, got cpu"):
+            ce(torch.randn(3, H))
         # A block cast to bf16 keeps routing with an f32 selection bias.
         ds = moec.ep.ExpertParallelMoE(H, I, E, K, dtype=torch.float32,
                                        scoring="sigmoid",
@@ -334,3 +344,38 @@ def test_errors(tmp_path):
         assert ds(torch.randn(3, H, dtype=torch.bfloat16)).shape == (3, H)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_copy_engine_layout_is_all_to_all(world):
+    """The copy-engine transport's puts (moec._peer.copies: which rows go
+    to which byte of which receiver's region) rebuild all_to_all_single's
+    result on every rank, in both directions (the dispatch and its reverse,
+    the backward's), with ranks that send or receive nothing. Each rank's
+    region is simulated as a list of rows; the GPU run (bench/
+    expert_parallel.py --transport copy_engine) compares the layer's
+    outputs with NCCL's bitwise."""
+    from moec import _peer
+    gen = torch.Generator().manual_seed(world)
+    for trial in range(20):
+        matrix = torch.randint(0, 5, (world, world), generator=gen)
+        if trial % 3 == 0:
+            matrix[:, 0] = 0  # rank 0 receives nothing
+        if trial % 4 == 1:
+            matrix[-1] = 0  # the last rank sends nothing
+        for m in (matrix.tolist(), _peer.transposed(matrix.tolist())):
+            send = [[(i, j, n) for j in range(world) for n in range(m[i][j])]
+                    for i in range(world)]
+            want = [[row for i in range(world) for row in send[i]
+                     if row[1] == j] for j in range(world)]
+            size = _peer.region_rows(m)
+            regions = [[None] * size for _ in range(world)]
+            for i in range(world):
+                for dest, first, at, count in _peer.copies(m, i):
+                    assert all(r is None for r in regions[dest][at:at + count])
+                    regions[dest][at:at + count] = send[i][first:first + count]
+            for j in range(world):
+                received = sum(row[j] for row in m)
+                assert regions[j][:received] == want[j]
+                assert all(r is None for r in regions[j][received:])
+    assert _peer.aligned(1) == _peer.ALIGN and _peer.aligned(0) == 0

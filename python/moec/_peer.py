@@ -1,0 +1,174 @@
+"""The copy-engine transport of moec.ep: an all-to-all of rows written by
+each rank's copy engines straight into the other ranks' buffers, so that
+no SM moves a byte and the grouped matmuls beside it keep the whole GPU.
+
+The receive buffer is one torch symmetric-memory allocation per
+(group, device) (torch.distributed._symmetric_memory: every rank maps the
+others' buffers), shared by every ExpertParallelMoE of the group. Each
+exchange, on the transport's own stream:
+
+1. a barrier (torch's, one small kernel): every rank has finished what it
+   queued before, so the regions about to be written are no longer read;
+2. one cudaMemcpyAsync per destination rank (torch's copy_ into the peer's
+   mapped buffer: "Memcpy PtoP", the copy engines), each at the offset the
+   receiver reads it from, each on a stream of its own so that the copy to
+   this rank's own region and those over NVLink run at once;
+3. a barrier: every rank's rows have arrived.
+
+The offsets come from the row counts every rank already knows after
+moec.ep's all_gather of the per-expert counts (`copies`), so nothing else
+is exchanged. Ranks must issue exchanges in the same order, as for any
+collective. docs/expert_parallel.md has the measurements.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+#: Byte alignment of each receive region (TMA and vector loads need 16).
+ALIGN = 256
+
+
+def aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def copies(matrix: list, rank: int) -> list:
+    """The puts of one exchange, from `rank`: (destination, first row in the
+    send buffer, first row in the destination's receive region, rows), one
+    per destination with rows. `matrix[i][j]`: rows rank i sends to rank j;
+    a sender's rows are grouped by destination, a receiver's by source
+    (all_to_all_single's layout)."""
+    result, start = [], 0
+    for dest, count in enumerate(matrix[rank]):
+        if count:
+            at = sum(matrix[source][dest] for source in range(rank))
+            result.append((dest, start, at, count))
+        start += count
+    return result
+
+
+def region_rows(matrix: list) -> int:
+    """Rows the largest receiver of the exchange takes (the region every
+    rank reserves for it)."""
+    return max((sum(row[j] for row in matrix) for j in range(len(matrix))),
+               default=0)
+
+
+def transposed(matrix: list) -> list:
+    return [list(column) for column in zip(*matrix)]
+
+
+class _Done:
+    """The exchange's work handle: wait() makes the current stream wait for
+    its rows (as an NCCL Work)."""
+
+    def __init__(self, event: torch.cuda.Event, device: torch.device):
+        self.event, self.device = event, device
+
+    def wait(self) -> None:
+        torch.cuda.current_stream(self.device).wait_event(self.event)
+
+
+class PeerBuffers:
+    """The symmetric receive buffer of one (group, device), its mapped views
+    of the other ranks' buffers, and the stream the exchanges run on."""
+
+    def __init__(self, group, device: torch.device):
+        self.group, self.device = group, device
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.stream = torch.cuda.Stream(device)
+        self._put_streams = [torch.cuda.Stream(device)
+                             for _ in range(self.world_size)]
+        self.capacity = 0
+        self._buffer: Optional[torch.Tensor] = None
+        self._handle = None
+        self._peers: list = []
+
+    def reserve(self, nbytes: int) -> None:
+        """Grows the buffer to at least `nbytes` (a collective: every rank
+        passes the same value, computed from the shared counts)."""
+        if nbytes <= self.capacity:
+            return
+        from torch.distributed import _symmetric_memory as symm_mem
+        # Geometric growth: a rendezvous costs seconds the first time.
+        capacity = max(aligned(nbytes), self.capacity * 3 // 2)
+        capacity = -(-capacity // (1 << 20)) << 20
+        if self._buffer is not None:
+            # No rank may still write into the buffers about to go.
+            torch.cuda.synchronize(self.device)
+            dist.barrier(group=self.group)
+            torch.cuda.synchronize(self.device)
+        self._peers, self._handle, self._buffer = [], None, None
+        buffer = symm_mem.empty(capacity, dtype=torch.uint8,
+                                device=self.device)
+        handle = symm_mem.rendezvous(buffer, self.group)
+        self._peers = [handle.get_buffer(r, (capacity,), torch.uint8)
+                       for r in range(self.world_size)]
+        self._buffer, self._handle, self.capacity = buffer, handle, capacity
+
+    def exchange(self, rows: torch.Tensor, matrix: list, region: int,
+                 keep: bool, async_op: bool) -> tuple:
+        """`rows` (this rank's, grouped by destination) to every rank, as
+        all_to_all_single with `matrix`'s splits: (received rows, work
+        handle or None). They arrive in the receive region at byte offset
+        `region`; with `keep` they are copied out into a tensor of their
+        own (autograd keeps them), else the result is a view of the region,
+        valid until the group's next exchange into it (the next forward)."""
+        shape = tuple(rows.shape[1:])
+        row_bytes = rows.element_size() * int(torch.Size(shape).numel())
+        received = sum(row[self.rank] for row in matrix)
+        if region + received * row_bytes > self.capacity:
+            raise RuntimeError(f"moec.ep: copy-engine exchange of "
+                               f"{received} rows at offset {region} "
+                               f"overflows the {self.capacity}-byte buffer")
+        rows = rows.contiguous()
+        current = torch.cuda.current_stream(self.device)
+        out = rows.new_empty((received,) + shape) if keep else None
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            self._handle.barrier(channel=0)
+            send = rows.view(torch.uint8).view(-1)
+            ready, puts = self.stream.record_event(), []
+            for dest, first, at, count in copies(matrix, self.rank):
+                put = self._put_streams[dest]
+                put.wait_event(ready)
+                with torch.cuda.stream(put):
+                    start = region + at * row_bytes
+                    self._peers[dest][start:start + count * row_bytes].copy_(
+                        send[first * row_bytes:(first + count) * row_bytes])
+                rows.record_stream(put)
+                puts.append(put)
+            for put in puts:
+                self.stream.wait_stream(put)
+            self._handle.barrier(channel=0)
+            view = self._buffer[region:region + received * row_bytes].view(
+                rows.dtype).view((received,) + shape)
+            if keep:
+                out.copy_(view)
+        # The allocator must not hand these out again before the copies.
+        rows.record_stream(self.stream)
+        if keep:
+            out.record_stream(self.stream)
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        done = _Done(event, self.device)
+        if not async_op:
+            done.wait()
+            done = None
+        return (out if keep else view), done
+
+
+_BUFFERS: dict = {}
+
+
+def buffers(group, device: torch.device) -> PeerBuffers:
+    """The shared PeerBuffers of (group, device)."""
+    key = (dist.get_process_group_ranks(group).__repr__(), device)
+    if key not in _BUFFERS:
+        _BUFFERS[key] = PeerBuffers(group, device)
+    return _BUFFERS[key]
