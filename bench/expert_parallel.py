@@ -78,27 +78,30 @@ MODELS = {
 }
 
 
-def bundle_path(folder, key, world, sm_count=None):
+def bundle_path(folder, key, world, sm_count=None, expert_chunks=1):
     suffix = f"_sm{sm_count}" if sm_count else ""
+    suffix += f"_x{expert_chunks}" if expert_chunks > 1 else ""
     return os.path.join(folder, f"ep_{key}_w{world}{suffix}.moecb")
 
 
-def emit_bundles(folder, world, sm_counts=()):
+def emit_bundles(folder, world, sm_counts=(), expert_chunks=()):
     """Compiles each layer's ep module (forward kernels and their derived
     backwards) for sm_90a (needs the compiler: run where MLIR is), and a
-    variant per SM count in `sm_counts`."""
+    variant per SM count in `sm_counts`, each also per expert-chunk count
+    in `expert_chunks` (ExpertParallelMoE's, with ep_experts_part)."""
     import moec
     from moec.ep import ep_module
     os.makedirs(folder, exist_ok=True)
     for key, m in MODELS.items():
-        text = ep_module(m["H"], m["I"], m["E"], m["k"], world,
-                         **m["router"])
-        for sm_count in (None,) + tuple(sm_counts):
-            # sm_count: the persistent matmuls leave the other SMs to the
-            # exchanges' kernels.
-            path = bundle_path(folder, key, world, sm_count)
-            moec.compile(text, "sm_90a", sm_count=sm_count).save(path)
-            print(f"{path}: {os.path.getsize(path) / 1e6:.1f} MB")
+        for chunks in (1,) + tuple(expert_chunks):
+            text = ep_module(m["H"], m["I"], m["E"], m["k"], world,
+                             expert_chunks=chunks, **m["router"])
+            for sm_count in (None,) + tuple(sm_counts):
+                # sm_count: the persistent matmuls leave the other SMs to
+                # the exchanges' kernels.
+                path = bundle_path(folder, key, world, sm_count, chunks)
+                moec.compile(text, "sm_90a", sm_count=sm_count).save(path)
+                print(f"{path}: {os.path.getsize(path) / 1e6:.1f} MB")
 
 
 def main():
@@ -132,7 +135,13 @@ def main():
                              "training step")
     parser.add_argument("--variants", default="",
                         help="more pipelined variants, comma-separated "
-                             "SMS:TRANSPORT (SMS 132: the plain bundle)")
+                             "SMS:TRANSPORT[:EXPERT_CHUNKS] (SMS 132: the "
+                             "plain bundle; EXPERT_CHUNKS: "
+                             "ExpertParallelMoE expert_chunks, timed once, "
+                             "not per --chunks)")
+    parser.add_argument("--expert-chunks", default="",
+                        help="with --emit-bundles: also these "
+                             "expert_chunks variants of each bundle")
     parser.add_argument("--sm-counts", default="",
                         help="bundles whose matmuls fill only this many SMs "
                              "(--emit-bundles makes them; the run times "
@@ -140,7 +149,9 @@ def main():
     args = parser.parse_args()
     sm_counts = tuple(int(v) for v in args.sm_counts.split(",") if v)
     if args.emit_bundles:
-        emit_bundles(args.bundles, args.world, sm_counts)
+        emit_bundles(args.bundles, args.world, sm_counts,
+                     tuple(int(v) for v in args.expert_chunks.split(",")
+                           if v))
         return
     run(args, sm_counts)
 
@@ -154,7 +165,8 @@ def time_pipelined(x, want, variants, chunk_counts, timed, iters):
     import torch.distributed as dist
     rows = []
     for sm_count, transport, block in variants:
-        for chunks in chunk_counts:
+        # An expert_chunks block pipelines by itself (one piece of tokens).
+        for chunks in chunk_counts if block.expert_chunks == 1 else [1]:
             if block is variants[0][2] and chunks == 1:
                 continue
             block.chunks = chunks
@@ -254,7 +266,8 @@ def run(args, sm_counts):
     rank, world = dist.get_rank(), dist.get_world_size()
     bf16 = torch.bfloat16
     chunk_counts = [int(c) for c in args.chunks.split(",")]
-    extra = [(int(v.split(":")[0]), v.split(":")[1])
+    extra = [(int(v.split(":")[0]), v.split(":")[1],
+              int((v.split(":")[2:] or [1])[0]))
              for v in args.variants.split(",") if v]
     results = []
 
@@ -321,18 +334,20 @@ def run(args, sm_counts):
         local = block.local_experts
         # The same layer from the bundles whose matmuls leave SMs free, and
         # over the other transports.
-        def same_layer(sm_count, transport):
+        def same_layer(sm_count, transport, expert_chunks):
             other = ExpertParallelMoE(
                 H, I, E, k, dtype=bf16, device="cuda", **m["router"],
-                transport=transport,
+                transport=transport, expert_chunks=expert_chunks,
                 bundle=moec.load(bundle_path(args.bundles, key, world,
-                                             sm_count)))
+                                             sm_count, expert_chunks)))
             other.load_state_dict(block.state_dict())
             return other
 
         variants = [(132, args.transport, block)] + [
-            (n, t, same_layer(None if n == 132 else n, t))
-            for n, t in [(n, args.transport) for n in sm_counts] + extra]
+            (n, t if x == 1 else f"{t}:x{x}",
+             same_layer(None if n == 132 else n, t, x))
+            for n, t, x in [(n, args.transport, 1) for n in sm_counts] +
+            extra]
         if key == "qwen3":
             ok, received = zero_receive_check(block, world, rank)
             if rank == 0:

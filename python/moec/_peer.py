@@ -58,6 +58,40 @@ def region_rows(matrix: list) -> int:
                default=0)
 
 
+def expert_chunks(counts: list, rank: int, chunks: int) -> list:
+    """The exchanges of a forward that moves and computes the local experts
+    in `chunks` equal groups (ExpertParallelMoE's expert_chunks), from
+    `rank`. `counts[s][d][l]`: rows rank s sends to local expert l of rank
+    d (a sender's rows grouped by destination, then by local expert). Per
+    group p, a dict: `out`, the puts of p's rows to their experts' ranks
+    (as `copies`: destination, first row in the send buffer, first row in
+    the destination's region, rows); `received`, the rows this rank's
+    region gets (from each source, p's experts in order); `region_rows`,
+    the region every rank reserves (the largest receiver's); `back`, the puts
+    of the results to where each row was in its sender's send buffer (all
+    groups' results land in one region shaped like the send buffer)."""
+    W, L = len(counts), len(counts[0][0])
+    size = L // chunks
+    start = [[sum(sum(counts[s][e]) for e in range(d)) for d in range(W)]
+             for s in range(W)]
+    phases = []
+    for p in range(chunks):
+        lo, hi = p * size, (p + 1) * size
+        n = [[sum(counts[s][d][lo:hi]) for d in range(W)] for s in range(W)]
+        first = [[start[s][d] + sum(counts[s][d][:lo]) for d in range(W)]
+                 for s in range(W)]
+        at = [[sum(n[i][d] for i in range(s)) for d in range(W)]
+              for s in range(W)]
+        phases.append(dict(
+            out=[(d, first[rank][d], at[rank][d], n[rank][d])
+                 for d in range(W) if n[rank][d]],
+            back=[(s, at[s][rank], first[s][rank], n[s][rank])
+                  for s in range(W) if n[s][rank]],
+            received=sum(n[s][rank] for s in range(W)),
+            region_rows=region_rows(n)))
+    return phases
+
+
 def transposed(matrix: list) -> list:
     return [list(column) for column in zip(*matrix)]
 
@@ -111,17 +145,18 @@ class PeerBuffers:
                        for r in range(self.world_size)]
         self._buffer, self._handle, self.capacity = buffer, handle, capacity
 
-    def exchange(self, rows: torch.Tensor, matrix: list, region: int,
-                 keep: bool, async_op: bool) -> tuple:
-        """`rows` (this rank's, grouped by destination) to every rank, as
-        all_to_all_single with `matrix`'s splits: (received rows, work
-        handle or None). They arrive in the receive region at byte offset
-        `region`; with `keep` they are copied out into a tensor of their
-        own (autograd keeps them), else the result is a view of the region,
-        valid until the group's next exchange into it (the next forward)."""
+    def exchange(self, rows: torch.Tensor, puts: list, received: int,
+                 region: int, keep: bool, async_op: bool) -> tuple:
+        """Row blocks of `rows` to the other ranks' receive regions at byte
+        offset `region`: `puts` lists (destination, first row in `rows`,
+        first row in the destination's region, rows), as `copies` makes
+        them. Returns (the first `received` rows of this rank's region,
+        work handle or None). With `keep` they are copied out into a tensor
+        of their own (autograd keeps them), else the result is a view of
+        the region, valid until the group's next exchange into it (the
+        next forward)."""
         shape = tuple(rows.shape[1:])
         row_bytes = rows.element_size() * int(torch.Size(shape).numel())
-        received = sum(row[self.rank] for row in matrix)
         if region + received * row_bytes > self.capacity:
             raise RuntimeError(f"moec.ep: copy-engine exchange of "
                                f"{received} rows at offset {region} "
@@ -133,8 +168,8 @@ class PeerBuffers:
         with torch.cuda.stream(self.stream):
             self._handle.barrier(channel=0)
             send = rows.view(torch.uint8).view(-1)
-            ready, puts = self.stream.record_event(), []
-            for dest, first, at, count in copies(matrix, self.rank):
+            ready, streams = self.stream.record_event(), []
+            for dest, first, at, count in puts:
                 put = self._put_streams[dest]
                 put.wait_event(ready)
                 with torch.cuda.stream(put):
@@ -142,8 +177,8 @@ class PeerBuffers:
                     self._peers[dest][start:start + count * row_bytes].copy_(
                         send[first * row_bytes:(first + count) * row_bytes])
                 rows.record_stream(put)
-                puts.append(put)
-            for put in puts:
+                streams.append(put)
+            for put in streams:
                 self.stream.wait_stream(put)
             self._handle.barrier(channel=0)
             view = self._buffer[region:region + received * row_bytes].view(

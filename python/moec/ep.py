@@ -67,9 +67,11 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
                scoring: str = "softmax", selection_bias: bool = False,
                num_groups: Optional[int] = None,
                topk_groups: Optional[int] = None,
-               scaling_factor: float = 1.0) -> list:
+               scaling_factor: float = 1.0, expert_chunks: int = 1) -> list:
     """The three moec kernels of an expert-parallel MoE layer over
-    `world_size` ranks: [ep_dispatch, ep_experts, ep_combine]. The router:
+    `world_size` ranks: [ep_dispatch, ep_experts, ep_combine], and with
+    `expert_chunks` C > 1 a fourth, ep_experts_part: ep_experts on 1 / C of
+    the local experts (ExpertParallelMoE's expert_chunks). The router:
     `routing` and `norm_topk_prob` as moec.torch.MoE (Qwen3, Mixtral,
     OLMoE); DeepSeek-V3's with `scoring="sigmoid"`, `selection_bias=True`
     (ep_dispatch then takes `bias` [E] f32, which only selects),
@@ -106,10 +108,10 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
         def ep_dispatch(x, gate_w):
             return dispatch(x, gate_w)
 
-    def ep_experts(rows, ids, w_gate_up, w_down):
+    def experts(rows, ids, w_gate_up, w_down, count):
         # One "slot" per received row (k = 1); the positions size the
         # unweighted combine's output (one row per received row).
-        _, slots, offsets, positions = ops.sort_by_expert(ids, local,
+        _, slots, offsets, positions = ops.sort_by_expert(ids, count,
                                                           positions=True)
         grouped = ops.permute(rows, slots, offsets, k=1, positions=positions)
         h = ops.grouped_matmul(grouped, w_gate_up, offsets, transpose_rhs=True)
@@ -117,22 +119,40 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
                                   transpose_rhs=True)
         return ops.unpermute(down, slots, offsets, k=1, positions=positions)
 
+    def ep_experts(rows, ids, w_gate_up, w_down):
+        return experts(rows, ids, w_gate_up, w_down, local)
+
+    def ep_experts_part(rows, ids, w_gate_up, w_down):
+        return experts(rows, ids, w_gate_up, w_down, part)
+
+    def experts_signature(count):
+        return {"rows": Tensor["T", H, dt], "ids": Tensor["T", 1, "i32"],
+                "w_gate_up": Tensor[count, 2 * I, H, dt],
+                "w_down": Tensor[count, H, I, dt]}
+
+    if not is_positive_int(expert_chunks) or local % expert_chunks:
+        raise ValueError(f"'expert_chunks' ({expert_chunks!r}) must be a "
+                         f"positive int dividing the {local} experts of a "
+                         f"rank")
+    part = local // expert_chunks
+
     def ep_combine(rows, weights, slots, offsets, positions):
         return ops.unpermute(rows, slots, offsets, k=k, weights=weights,
                              positions=positions)
 
     i32, f32 = "i32", "f32"
-    return [
+    kernels = [
         Kernel(ep_dispatch, signature=dispatch_signature),
-        Kernel(ep_experts, signature={
-            "rows": Tensor["T", H, dt], "ids": Tensor["T", 1, i32],
-            "w_gate_up": Tensor[local, 2 * I, H, dt],
-            "w_down": Tensor[local, H, I, dt]}),
+        Kernel(ep_experts, signature=experts_signature(local)),
         Kernel(ep_combine, signature={
             "rows": Tensor["M", H, dt], "weights": Tensor["T", k, f32],
             "slots": Tensor["M", i32], "offsets": Tensor[E, i32],
             "positions": Tensor["M", i32]}),
     ]
+    if expert_chunks > 1:
+        kernels.append(Kernel(ep_experts_part,
+                              signature=experts_signature(part)))
+    return kernels
 
 
 class _Program:
@@ -143,10 +163,11 @@ class _Program:
     def __init__(self, config: tuple, save: str, tile, bundle,
                  sm_count: Optional[int] = None):
         hidden, inter, experts, top_k, world, norm, routing, dtype, \
-            router = config
+            router, expert_chunks = config
         self.kernels = {k.name: k for k in ep_kernels(
             hidden, inter, experts, top_k, world, norm_topk_prob=norm,
-            routing=routing, dtype=dtype, **dict(router))}
+            routing=routing, dtype=dtype, expert_chunks=expert_chunks,
+            **dict(router))}
         self.save, self.tile, self.sm_count = save, tile, sm_count
         self._given = bundle
         self._module: Optional[str] = None
@@ -161,6 +182,8 @@ class _Program:
             compiler = _native.compiler()
             text = "".join(k.module for k in self.kernels.values())
             for name, kernel in self.kernels.items():
+                if name not in _WRT:  # ep_experts_part: no autograd
+                    continue
                 wrt = [kernel.arg_names.index(a) for a in _WRT[name]]
                 text = compiler.autodiff(text, name, wrt, self.save)
             self._module = text
@@ -286,8 +309,9 @@ class _Exchange:
         None when not `async_op`). `keep`: the result must outlive the next
         exchange (autograd saves it)."""
         if self.peers is not None:
-            return self.peers.exchange(rows, self.matrix, self.region, keep,
-                                       async_op)
+            return self.peers.exchange(
+                rows, _peer.copies(self.matrix, self.rank),
+                sum(self.recv_splits), self.region, keep, async_op)
         return _start_exchange(rows, self.send_splits, self.recv_splits,
                                self.group, async_op)
 
@@ -380,6 +404,14 @@ class ExpertParallelMoE(nn.Module):
     matmuls. Its two barriers per exchange take one small kernel each: with
     `chunks` > 1, leave them an SM (`sm_count` one below the GPU's). Every
     rank of the group must pass the same value.
+
+    `expert_chunks` (copy_engine only, not with `chunks`): the forward
+    without autograd moves and computes the local experts in that many
+    groups (it must divide E / W), so that one group's rows travel while
+    another's experts compute; unlike `chunks`, no expert's rows are split
+    across matmuls. Same output as the plain layer; a forward under
+    autograd runs the plain layer. A given bundle must come from
+    `ep_module(..., expert_chunks=...)` with the same value.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int,
@@ -393,7 +425,8 @@ class ExpertParallelMoE(nn.Module):
                  num_groups: Optional[int] = None,
                  topk_groups: Optional[int] = None,
                  scaling_factor: float = 1.0, chunks: int = 1,
-                 sm_count: Optional[int] = None, transport: str = "nccl"):
+                 sm_count: Optional[int] = None, transport: str = "nccl",
+                 expert_chunks: int = 1):
         super().__init__()
         from .torch import check_config
         check_config(hidden_size, intermediate_size, num_experts, top_k,
@@ -415,6 +448,18 @@ class ExpertParallelMoE(nn.Module):
             raise ValueError(f"'transport': expected one of "
                              f"{', '.join(TRANSPORTS)}, got {transport!r}")
         self.transport = transport
+        if not is_positive_int(expert_chunks):
+            raise ValueError(f"'expert_chunks': expected a positive int, got "
+                             f"{expert_chunks!r}")
+        if expert_chunks != 1:
+            if transport != "copy_engine":
+                raise ValueError("'expert_chunks' needs transport="
+                                 "'copy_engine' (its exchanges move rows "
+                                 "that all_to_all_single cannot)")
+            if chunks != 1:
+                raise ValueError("'expert_chunks' and 'chunks' pipeline two "
+                                 "ways: pass one of them")
+        self.expert_chunks = expert_chunks
         if sm_count is not None and not is_positive_int(sm_count):
             raise ValueError(f"'sm_count': expected a positive int, got "
                              f"{sm_count!r}")
@@ -440,7 +485,8 @@ class ExpertParallelMoE(nn.Module):
         # new type; the given bundle serves the dtype it was made for).
         self.sm_count = sm_count
         self._programs = {dtype: _program_index(
-            self._config + (dtype, router), save, tile, bundle, sm_count)}
+            self._config + (dtype, router, expert_chunks), save, tile,
+            bundle, sm_count)}
         factory = dict(dtype=dtype, device=device)
         self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
         self.w_gate_up = nn.Parameter(torch.empty(
@@ -491,8 +537,8 @@ class ExpertParallelMoE(nn.Module):
         dtype = self.w_down.dtype
         if dtype not in self._programs:
             self._programs[dtype] = _program_index(
-                self._config + (dtype, self._router), self.save, self.tile,
-                None, self.sm_count)
+                self._config + (dtype, self._router, self.expert_chunks),
+                self.save, self.tile, None, self.sm_count)
         return _PROGRAMS[self._programs[dtype]]
 
     def kernels(self) -> list:
@@ -528,17 +574,11 @@ class ExpertParallelMoE(nn.Module):
         """plan of several routed pieces of this rank's tokens at once (one
         all_gather, one host read); every rank passes as many."""
         W, local, rank = self.world_size, self.local_experts, self.rank
-        count = len(states)
-        counts = torch.stack([torch.diff(s["offsets"], prepend=s[
-            "offsets"].new_zeros(1)) for s in states])  # [piece, expert]
-        every = counts.new_empty(W * counts.numel())
-        dist.all_gather_into_tensor(every, counts.view(-1), group=self.group)
-        # [source, piece, dest rank, local expert]
-        every = every.view(W, count, W, local)
+        every = self._gather_counts(states)
         rows = every.sum(3).tolist()  # [source][piece][dest]
         experts = torch.arange(local, dtype=torch.int32,
-                               device=counts.device).repeat(W)
-        peers, region = self._peers(counts.device), 0
+                               device=every.device).repeat(W)
+        peers, region = self._peers(every.device), 0
         for piece, state in enumerate(states):
             matrix = [row[piece] for row in rows]  # [source][dest]
             # Copy engines: one receive region per piece and direction, the
@@ -564,6 +604,16 @@ class ExpertParallelMoE(nn.Module):
         if peers is not None:
             peers.reserve(region)
         return states
+
+    def _gather_counts(self, states: list) -> torch.Tensor:
+        """Every rank's per-expert row counts of its routed pieces (one
+        all_gather): [source, piece, dest rank, local expert], on device."""
+        counts = torch.stack([torch.diff(s["offsets"], prepend=s[
+            "offsets"].new_zeros(1)) for s in states])  # [piece, expert]
+        every = counts.new_empty(self.world_size * counts.numel())
+        dist.all_gather_into_tensor(every, counts.view(-1), group=self.group)
+        return every.view(self.world_size, len(states), self.world_size,
+                          self.local_experts)
 
     def _peers(self, device: torch.device):
         """The copy-engine transport's buffers of this group on `device`, or
@@ -635,6 +685,8 @@ class ExpertParallelMoE(nn.Module):
         self._peers(x.device)  # a transport the device cannot run: named
         tokens = x.reshape(-1, self.hidden_size).contiguous()
         training = self._training(tokens)
+        if self.expert_chunks > 1 and not training:
+            return self._expert_pipelined(tokens).reshape(x.shape)
         if self.chunks == 1:
             state = self.dispatch(tokens, training)
             return self.combine(self.compute(state)).reshape(x.shape)
@@ -666,6 +718,53 @@ class ExpertParallelMoE(nn.Module):
             _wait(state)
             outputs.append(self.weigh(state))
         return torch.cat(outputs)
+
+    def _expert_pipelined(self, tokens: torch.Tensor) -> torch.Tensor:
+        """forward (no autograd) with the local experts in
+        self.expert_chunks groups, over the copy engines: every group's rows
+        go out at once (group by group), then each group's experts run
+        (ep_experts_part) as soon as its rows are in, and its results go
+        back while the next group computes. No expert's rows are split (as
+        `chunks` splits them), so the matmuls' tiles stay as full as in the
+        plain layer."""
+        state = self.route(tokens, False)
+        every = self._gather_counts([state])[:, 0]  # [source, dest, expert]
+        size = self.local_experts // self.expert_chunks
+        counts = every.tolist()  # the forward's one host read
+        phases = _peer.expert_chunks(counts, self.rank, self.expert_chunks)
+        rows = state["rows"]
+        row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
+        region = 0
+        for phase in phases:
+            phase["region"] = region
+            region += _peer.aligned(phase["region_rows"] * row_bytes)
+        back = region  # every group's results, shaped like the send buffer
+        most = max(sum(map(sum, source)) for source in counts)
+        peers = self._peers(rows.device)
+        peers.reserve(back + _peer.aligned(most * row_bytes))
+        local = torch.arange(size, dtype=torch.int32,
+                             device=rows.device).repeat(self.world_size)
+        for phase in phases:  # every group's rows out
+            phase["rows"], phase["done"] = peers.exchange(
+                rows, phase["out"], phase["received"], phase["region"],
+                keep=False, async_op=True)
+        pending = []
+        for p, phase in enumerate(phases):
+            phase["done"].wait()
+            lo = p * size
+            ids = torch.repeat_interleave(
+                local, every[:, self.rank, lo:lo + size].reshape(-1).long(),
+                output_size=phase["received"]).view(-1, 1)
+            out = _call(self._program, "ep_experts_part",
+                        (phase["rows"], ids, self.w_gate_up[lo:lo + size],
+                         self.w_down[lo:lo + size]), False)[0]
+            state["rows"], done = peers.exchange(
+                out, phase["back"], rows.shape[0], back, keep=False,
+                async_op=True)
+            pending.append(done)
+        for done in pending:
+            done.wait()
+        return self.weigh(state)
 
     def extra_repr(self) -> str:
         return (f"hidden_size={self.hidden_size}, intermediate_size="
@@ -709,9 +808,10 @@ def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
               save: str = "all", scoring: str = "softmax",
               selection_bias: bool = False, num_groups: Optional[int] = None,
               topk_groups: Optional[int] = None,
-              scaling_factor: float = 1.0) -> str:
-    """The MLIR module ExpertParallelMoE runs (its three kernels and their
-    derived backwards), to compile ahead of time:
+              scaling_factor: float = 1.0, expert_chunks: int = 1) -> str:
+    """The MLIR module ExpertParallelMoE runs (its three kernels, their
+    derived backwards, and with `expert_chunks` ep_experts_part), to
+    compile ahead of time:
     `moec.compile(ep_module(...), "sm_90a").save(path)`, then
     `ExpertParallelMoE(..., bundle=moec.load(path))` with the same
     arguments."""
@@ -721,5 +821,5 @@ def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
     router = _router_options(num_experts, routing, scoring, selection_bias,
                              num_groups, topk_groups, scaling_factor)
     return _Program((hidden_size, intermediate_size, num_experts, top_k,
-                     world_size, norm_topk_prob, routing, dtype, router),
-                    save, None, None).module
+                     world_size, norm_topk_prob, routing, dtype, router,
+                     expert_chunks), save, None, None).module

@@ -337,6 +337,21 @@ def test_errors(tmp_path):
         with pytest.raises(ValueError, match="'transport': copy_engine needs "
                                              "CUDA tensors, got cpu"):
             ce(torch.randn(3, H))
+        for value, message in ((0, "'expert_chunks': expected a positive "
+                                   "int"),
+                               (2, "'expert_chunks' needs transport="
+                                   "'copy_engine'"),
+                               (3, "needs transport")):
+            with pytest.raises(ValueError, match=message):
+                moec.ep.ExpertParallelMoE(H, I, E, K, expert_chunks=value)
+        with pytest.raises(ValueError, match="'expert_chunks' \\(3\\) must "
+                                             "be a positive int dividing the "
+                                             "8 experts"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
+                                      expert_chunks=3)
+        with pytest.raises(ValueError, match="'expert_chunks' and 'chunks'"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
+                                      expert_chunks=2, chunks=2)
         # A block cast to bf16 keeps routing with an f32 selection bias.
         ds = moec.ep.ExpertParallelMoE(H, I, E, K, dtype=torch.float32,
                                        scoring="sigmoid",
@@ -379,3 +394,49 @@ def test_copy_engine_layout_is_all_to_all(world):
                 assert regions[j][:received] == want[j]
                 assert all(r is None for r in regions[j][received:])
     assert _peer.aligned(1) == _peer.ALIGN and _peer.aligned(0) == 0
+
+
+@pytest.mark.parametrize("world,experts,chunks", [(1, 4, 2), (2, 4, 2),
+                                                  (2, 6, 3), (4, 4, 4)])
+def test_expert_chunks_layout(world, experts, chunks):
+    """ExpertParallelMoE(expert_chunks=C)'s exchanges (moec._peer.
+    expert_chunks): group p's puts fill each rank's region with, from each
+    source in turn, the rows of its experts of group p in expert order
+    (what ep_experts_part's ids say), and the results' puts rebuild every
+    sender's send buffer exactly (each row back where it left, all groups
+    together), with experts and ranks that get no rows. Rows are tags
+    (source, dest, expert, index); the GPU run compares the layer's output
+    with the plain layer's bitwise."""
+    from moec import _peer
+    gen = torch.Generator().manual_seed(world * 10 + chunks)
+    for trial in range(10):
+        counts = torch.randint(0, 4, (world, world, experts), generator=gen)
+        if trial % 3 == 0:
+            counts[:, :, 0] = 0  # expert 0 of every rank gets nothing
+        if trial % 4 == 1:
+            counts[:, 0] = 0  # rank 0 receives nothing
+        counts = counts.tolist()
+        send = [[(s, d, e, j) for d in range(world) for e in range(experts)
+                 for j in range(counts[s][d][e])] for s in range(world)]
+        size = experts // chunks
+        phases = [_peer.expert_chunks(counts, r, chunks)
+                  for r in range(world)]
+        back = [[None] * len(send[s]) for s in range(world)]
+        for p in range(chunks):
+            assert len({ph[p]["region_rows"] for ph in phases}) == 1
+            region = [[None] * phases[0][p]["region_rows"]
+                      for _ in range(world)]
+            for s in range(world):
+                for dest, first, at, n in phases[s][p]["out"]:
+                    assert all(r is None for r in region[dest][at:at + n])
+                    region[dest][at:at + n] = send[s][first:first + n]
+            for d in range(world):
+                got = phases[d][p]["received"]
+                want = [row for s in range(world) for row in send[s]
+                        if row[1] == d and p * size <= row[2] < (p + 1) * size]
+                assert region[d][:got] == want
+                # The experts' results (the rows themselves) go back.
+                for s, first, at, n in phases[d][p]["back"]:
+                    assert all(r is None for r in back[s][at:at + n])
+                    back[s][at:at + n] = region[d][first:first + n]
+        assert back == send
