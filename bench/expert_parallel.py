@@ -78,9 +78,21 @@ MODELS = {
 }
 
 
+def expert_chunks_arg(text):
+    """ExpertParallelMoE's expert_chunks from "4" (equal groups) or
+    "16-48-48-16" (group sizes)."""
+    return tuple(int(v) for v in text.split("-")) if "-" in text else int(text)
+
+
+def expert_chunks_name(expert_chunks):
+    return ("-".join(map(str, expert_chunks))
+            if isinstance(expert_chunks, tuple) else str(expert_chunks))
+
+
 def bundle_path(folder, key, world, sm_count=None, expert_chunks=1):
     suffix = f"_sm{sm_count}" if sm_count else ""
-    suffix += f"_x{expert_chunks}" if expert_chunks > 1 else ""
+    if expert_chunks != 1:
+        suffix += f"_x{expert_chunks_name(expert_chunks)}"
     return os.path.join(folder, f"ep_{key}_w{world}{suffix}.moecb")
 
 
@@ -90,10 +102,15 @@ def emit_bundles(folder, world, sm_counts=(), expert_chunks=()):
     variant per SM count in `sm_counts`, each also per expert-chunk count
     in `expert_chunks` (ExpertParallelMoE's, with ep_experts_part)."""
     import moec
-    from moec.ep import ep_module
+    from moec.ep import ep_module, expert_groups
     os.makedirs(folder, exist_ok=True)
     for key, m in MODELS.items():
         for chunks in (1,) + tuple(expert_chunks):
+            try:
+                expert_groups(m["E"] // world, chunks)
+            except ValueError as error:  # sizes for another model
+                print(f"{key}: skipped expert_chunks {chunks}: {error}")
+                continue
             text = ep_module(m["H"], m["I"], m["E"], m["k"], world,
                              expert_chunks=chunks, **m["router"])
             for sm_count in (None,) + tuple(sm_counts):
@@ -137,8 +154,8 @@ def main():
                         help="more pipelined variants, comma-separated "
                              "SMS:TRANSPORT[:EXPERT_CHUNKS] (SMS 132: the "
                              "plain bundle; EXPERT_CHUNKS: "
-                             "ExpertParallelMoE expert_chunks, timed once, "
-                             "not per --chunks)")
+                             "ExpertParallelMoE expert_chunks, 4 or "
+                             "16-48-48-16, timed once, not per --chunks)")
     parser.add_argument("--expert-chunks", default="",
                         help="with --emit-bundles: also these "
                              "expert_chunks variants of each bundle")
@@ -150,8 +167,8 @@ def main():
     sm_counts = tuple(int(v) for v in args.sm_counts.split(",") if v)
     if args.emit_bundles:
         emit_bundles(args.bundles, args.world, sm_counts,
-                     tuple(int(v) for v in args.expert_chunks.split(",")
-                           if v))
+                     tuple(expert_chunks_arg(v) for v in
+                           args.expert_chunks.split(",") if v))
         return
     run(args, sm_counts)
 
@@ -166,7 +183,8 @@ def time_pipelined(x, want, variants, chunk_counts, timed, iters):
     rows = []
     for sm_count, transport, block in variants:
         # An expert_chunks block pipelines by itself (one piece of tokens).
-        for chunks in chunk_counts if block.expert_chunks == 1 else [1]:
+        for chunks in (chunk_counts if len(block.expert_groups) == 1
+                       else [1]):
             if block is variants[0][2] and chunks == 1:
                 continue
             block.chunks = chunks
@@ -267,7 +285,7 @@ def run(args, sm_counts):
     bf16 = torch.bfloat16
     chunk_counts = [int(c) for c in args.chunks.split(",")]
     extra = [(int(v.split(":")[0]), v.split(":")[1],
-              int((v.split(":")[2:] or [1])[0]))
+              expert_chunks_arg((v.split(":")[2:] or ["1"])[0]))
              for v in args.variants.split(",") if v]
     results = []
 
@@ -343,11 +361,17 @@ def run(args, sm_counts):
             other.load_state_dict(block.state_dict())
             return other
 
-        variants = [(132, args.transport, block)] + [
-            (n, t if x == 1 else f"{t}:x{x}",
-             same_layer(None if n == 132 else n, t, x))
-            for n, t, x in [(n, args.transport, 1) for n in sm_counts] +
-            extra]
+        variants = [(132, args.transport, block)]
+        for n, t, x in [(n, args.transport, 1) for n in sm_counts] + extra:
+            path = bundle_path(args.bundles, key, world,
+                               None if n == 132 else n, x)
+            if x != 1 and not os.path.exists(path):
+                if rank == 0:  # group sizes for another model
+                    print(f"{key}: no {path}, variant skipped", flush=True)
+                continue
+            variants.append((n, t if x == 1 else
+                             f"{t}:x{expert_chunks_name(x)}",
+                             same_layer(None if n == 132 else n, t, x)))
         if key == "qwen3":
             ok, received = zero_receive_check(block, world, rank)
             if rank == 0:

@@ -58,9 +58,9 @@ def region_rows(matrix: list) -> int:
                default=0)
 
 
-def expert_chunks(counts: list, rank: int, chunks: int) -> list:
+def expert_chunks(counts: list, rank: int, groups: list) -> list:
     """The exchanges of a forward that moves and computes the local experts
-    in `chunks` equal groups (ExpertParallelMoE's expert_chunks), from
+    in groups of the sizes `groups` (ExpertParallelMoE's expert_chunks), from
     `rank`. `counts[s][d][l]`: rows rank s sends to local expert l of rank
     d (a sender's rows grouped by destination, then by local expert). Per
     group p, a dict: `out`, the puts of p's rows to their experts' ranks
@@ -70,13 +70,13 @@ def expert_chunks(counts: list, rank: int, chunks: int) -> list:
     the region every rank reserves (the largest receiver's); `back`, the puts
     of the results to where each row was in its sender's send buffer (all
     groups' results land in one region shaped like the send buffer)."""
-    W, L = len(counts), len(counts[0][0])
-    size = L // chunks
+    W = len(counts)
     start = [[sum(sum(counts[s][e]) for e in range(d)) for d in range(W)]
              for s in range(W)]
     phases = []
-    for p in range(chunks):
-        lo, hi = p * size, (p + 1) * size
+    for p, size in enumerate(groups):
+        lo = sum(groups[:p])
+        hi = lo + size
         n = [[sum(counts[s][d][lo:hi]) for d in range(W)] for s in range(W)]
         first = [[start[s][d] + sum(counts[s][d][:lo]) for d in range(W)]
                  for s in range(W)]
@@ -146,7 +146,9 @@ class PeerBuffers:
         self._buffer, self._handle, self.capacity = buffer, handle, capacity
 
     def exchange(self, rows: torch.Tensor, puts: list, received: int,
-                 region: int, keep: bool, async_op: bool) -> tuple:
+                 region: int, keep: bool, async_op: bool,
+                 after: Optional[torch.cuda.Event] = None,
+                 fence: bool = True) -> tuple:
         """Row blocks of `rows` to the other ranks' receive regions at byte
         offset `region`: `puts` lists (destination, first row in `rows`,
         first row in the destination's region, rows), as `copies` makes
@@ -154,7 +156,11 @@ class PeerBuffers:
         work handle or None). With `keep` they are copied out into a tensor
         of their own (autograd keeps them), else the result is a view of
         the region, valid until the group's next exchange into it (the
-        next forward)."""
+        next forward). The copies start after what the current stream has
+        queued, or with `after` after that event only (rows made earlier,
+        so that they need not wait for later work). `fence=False` leaves
+        out the first barrier: only for an exchange into a region that
+        nothing has read since an earlier fenced exchange of the group."""
         shape = tuple(rows.shape[1:])
         row_bytes = rows.element_size() * int(torch.Size(shape).numel())
         if region + received * row_bytes > self.capacity:
@@ -164,9 +170,13 @@ class PeerBuffers:
         rows = rows.contiguous()
         current = torch.cuda.current_stream(self.device)
         out = rows.new_empty((received,) + shape) if keep else None
-        self.stream.wait_stream(current)
+        if after is None:
+            self.stream.wait_stream(current)
+        else:
+            self.stream.wait_event(after)
         with torch.cuda.stream(self.stream):
-            self._handle.barrier(channel=0)
+            if fence:
+                self._handle.barrier(channel=0)
             send = rows.view(torch.uint8).view(-1)
             ready, streams = self.stream.record_event(), []
             for dest, first, at, count in puts:

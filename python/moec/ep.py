@@ -67,11 +67,11 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
                scoring: str = "softmax", selection_bias: bool = False,
                num_groups: Optional[int] = None,
                topk_groups: Optional[int] = None,
-               scaling_factor: float = 1.0, expert_chunks: int = 1) -> list:
+               scaling_factor: float = 1.0, expert_chunks=1) -> list:
     """The three moec kernels of an expert-parallel MoE layer over
     `world_size` ranks: [ep_dispatch, ep_experts, ep_combine], and with
-    `expert_chunks` C > 1 a fourth, ep_experts_part: ep_experts on 1 / C of
-    the local experts (ExpertParallelMoE's expert_chunks). The router:
+    `expert_chunks` (ExpertParallelMoE's) one ep_experts_<n> per group size
+    n: ep_experts on n of the local experts. The router:
     `routing` and `norm_topk_prob` as moec.torch.MoE (Qwen3, Mixtral,
     OLMoE); DeepSeek-V3's with `scoring="sigmoid"`, `selection_bias=True`
     (ep_dispatch then takes `bias` [E] f32, which only selects),
@@ -122,19 +122,12 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
     def ep_experts(rows, ids, w_gate_up, w_down):
         return experts(rows, ids, w_gate_up, w_down, local)
 
-    def ep_experts_part(rows, ids, w_gate_up, w_down):
-        return experts(rows, ids, w_gate_up, w_down, part)
-
     def experts_signature(count):
         return {"rows": Tensor["T", H, dt], "ids": Tensor["T", 1, "i32"],
                 "w_gate_up": Tensor[count, 2 * I, H, dt],
                 "w_down": Tensor[count, H, I, dt]}
 
-    if not is_positive_int(expert_chunks) or local % expert_chunks:
-        raise ValueError(f"'expert_chunks' ({expert_chunks!r}) must be a "
-                         f"positive int dividing the {local} experts of a "
-                         f"rank")
-    part = local // expert_chunks
+    groups = expert_groups(local, expert_chunks)
 
     def ep_combine(rows, weights, slots, offsets, positions):
         return ops.unpermute(rows, slots, offsets, k=k, weights=weights,
@@ -149,10 +142,35 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
             "slots": Tensor["M", i32], "offsets": Tensor[E, i32],
             "positions": Tensor["M", i32]}),
     ]
-    if expert_chunks > 1:
-        kernels.append(Kernel(ep_experts_part,
-                              signature=experts_signature(part)))
+    def part(count):
+        def ep_experts_part(rows, ids, w_gate_up, w_down):
+            return experts(rows, ids, w_gate_up, w_down, count)
+        return ep_experts_part
+
+    for count in sorted(set(groups) - {local}):
+        kernels.append(Kernel(part(count), name=f"ep_experts_{count}",
+                              signature=experts_signature(count)))
     return kernels
+
+
+def expert_groups(local: int, expert_chunks) -> tuple:
+    """The sizes of the groups ExpertParallelMoE's `expert_chunks` splits a
+    rank's `local` experts into: C equal ones for an int C, else the given
+    sizes (checked: a ValueError naming the argument)."""
+    if is_positive_int(expert_chunks):
+        if local % expert_chunks:
+            raise ValueError(f"'expert_chunks' ({expert_chunks}) must divide "
+                             f"the {local} experts of a rank")
+        return (local // expert_chunks,) * expert_chunks
+    if (not isinstance(expert_chunks, (list, tuple)) or not expert_chunks or
+            not all(is_positive_int(n) for n in expert_chunks)):
+        raise ValueError(f"'expert_chunks': expected a positive int or a "
+                         f"sequence of group sizes, got {expert_chunks!r}")
+    if sum(expert_chunks) != local:
+        raise ValueError(f"'expert_chunks' {list(expert_chunks)}: the group "
+                         f"sizes must add up to the {local} experts of a "
+                         f"rank")
+    return tuple(expert_chunks)
 
 
 class _Program:
@@ -182,7 +200,7 @@ class _Program:
             compiler = _native.compiler()
             text = "".join(k.module for k in self.kernels.values())
             for name, kernel in self.kernels.items():
-                if name not in _WRT:  # ep_experts_part: no autograd
+                if name not in _WRT:  # ep_experts_<n>: no autograd
                     continue
                 wrt = [kernel.arg_names.index(a) for a in _WRT[name]]
                 text = compiler.autodiff(text, name, wrt, self.save)
@@ -407,10 +425,13 @@ class ExpertParallelMoE(nn.Module):
 
     `expert_chunks` (copy_engine only, not with `chunks`): the forward
     without autograd moves and computes the local experts in that many
-    groups (it must divide E / W), so that one group's rows travel while
-    another's experts compute; unlike `chunks`, no expert's rows are split
-    across matmuls. Same output as the plain layer; a forward under
-    autograd runs the plain layer. A given bundle must come from
+    equal groups (it must divide E / W), or in groups of the given sizes
+    (a sequence adding up to E / W: `(16, 48, 48, 16)` keeps the first
+    group's exchange and the last one's return, which nothing hides,
+    small), so that one group's rows travel while another's experts
+    compute; unlike `chunks`, no expert's rows are split across matmuls.
+    Same output as the plain layer; a forward under autograd runs the
+    plain layer. A given bundle must come from
     `ep_module(..., expert_chunks=...)` with the same value.
     """
 
@@ -426,7 +447,7 @@ class ExpertParallelMoE(nn.Module):
                  topk_groups: Optional[int] = None,
                  scaling_factor: float = 1.0, chunks: int = 1,
                  sm_count: Optional[int] = None, transport: str = "nccl",
-                 expert_chunks: int = 1):
+                 expert_chunks=1):
         super().__init__()
         from .torch import check_config
         check_config(hidden_size, intermediate_size, num_experts, top_k,
@@ -448,18 +469,6 @@ class ExpertParallelMoE(nn.Module):
             raise ValueError(f"'transport': expected one of "
                              f"{', '.join(TRANSPORTS)}, got {transport!r}")
         self.transport = transport
-        if not is_positive_int(expert_chunks):
-            raise ValueError(f"'expert_chunks': expected a positive int, got "
-                             f"{expert_chunks!r}")
-        if expert_chunks != 1:
-            if transport != "copy_engine":
-                raise ValueError("'expert_chunks' needs transport="
-                                 "'copy_engine' (its exchanges move rows "
-                                 "that all_to_all_single cannot)")
-            if chunks != 1:
-                raise ValueError("'expert_chunks' and 'chunks' pipeline two "
-                                 "ways: pass one of them")
-        self.expert_chunks = expert_chunks
         if sm_count is not None and not is_positive_int(sm_count):
             raise ValueError(f"'sm_count': expected a positive int, got "
                              f"{sm_count!r}")
@@ -476,6 +485,18 @@ class ExpertParallelMoE(nn.Module):
                              f"multiple of the group's size "
                              f"({self.world_size})")
         self.local_experts = num_experts // self.world_size
+        if isinstance(expert_chunks, list):
+            expert_chunks = tuple(expert_chunks)
+        self.expert_groups = expert_groups(self.local_experts, expert_chunks)
+        if len(self.expert_groups) > 1:
+            if transport != "copy_engine":
+                raise ValueError("'expert_chunks' needs transport="
+                                 "'copy_engine' (its exchanges move rows "
+                                 "that all_to_all_single cannot)")
+            if chunks != 1:
+                raise ValueError("'expert_chunks' and 'chunks' pipeline two "
+                                 "ways: pass one of them")
+        self.expert_chunks = expert_chunks
         first = self.rank * self.local_experts
         self.experts = range(first, first + self.local_experts)
         self._config = (hidden_size, intermediate_size, num_experts, top_k,
@@ -685,7 +706,7 @@ class ExpertParallelMoE(nn.Module):
         self._peers(x.device)  # a transport the device cannot run: named
         tokens = x.reshape(-1, self.hidden_size).contiguous()
         training = self._training(tokens)
-        if self.expert_chunks > 1 and not training:
+        if len(self.expert_groups) > 1 and not training:
             return self._expert_pipelined(tokens).reshape(x.shape)
         if self.chunks == 1:
             state = self.dispatch(tokens, training)
@@ -721,17 +742,16 @@ class ExpertParallelMoE(nn.Module):
 
     def _expert_pipelined(self, tokens: torch.Tensor) -> torch.Tensor:
         """forward (no autograd) with the local experts in
-        self.expert_chunks groups, over the copy engines: every group's rows
-        go out at once (group by group), then each group's experts run
-        (ep_experts_part) as soon as its rows are in, and its results go
-        back while the next group computes. No expert's rows are split (as
-        `chunks` splits them), so the matmuls' tiles stay as full as in the
-        plain layer."""
+        self.expert_groups, over the copy engines: group p's experts run
+        (ep_experts_<n>) as soon as its rows are in, while group p + 1's
+        rows travel and group p - 1's results go back. No expert's rows are
+        split (as `chunks` splits them), so the matmuls' tiles stay as full
+        as in the plain layer."""
         state = self.route(tokens, False)
         every = self._gather_counts([state])[:, 0]  # [source, dest, expert]
-        size = self.local_experts // self.expert_chunks
+        groups = self.expert_groups
         counts = every.tolist()  # the forward's one host read
-        phases = _peer.expert_chunks(counts, self.rank, self.expert_chunks)
+        phases = _peer.expert_chunks(counts, self.rank, groups)
         rows = state["rows"]
         row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
         region = 0
@@ -742,25 +762,38 @@ class ExpertParallelMoE(nn.Module):
         most = max(sum(map(sum, source)) for source in counts)
         peers = self._peers(rows.device)
         peers.reserve(back + _peer.aligned(most * row_bytes))
-        local = torch.arange(size, dtype=torch.int32,
-                             device=rows.device).repeat(self.world_size)
-        for phase in phases:  # every group's rows out
+        routed = torch.cuda.current_stream(rows.device).record_event()
+
+        def send(p):
+            """Group p's rows out; only the first exchange of the forward
+            needs the fence (the others' regions are unread since)."""
+            phase = phases[p]
             phase["rows"], phase["done"] = peers.exchange(
                 rows, phase["out"], phase["received"], phase["region"],
-                keep=False, async_op=True)
+                keep=False, async_op=True, after=routed, fence=p == 0)
+
+        send(0)
+        # Every group's local expert ids (while group 0 travels): from each
+        # source, the group's experts in order. One tensor per group (the
+        # kernels want 16-byte aligned arguments).
+        firsts = [sum(groups[:p]) for p in range(len(groups))]
+        ids = [torch.repeat_interleave(
+            torch.arange(size, dtype=torch.int32,
+                         device=rows.device).repeat(self.world_size),
+            every[:, self.rank, lo:lo + size].reshape(-1).long(),
+            output_size=phase["received"]).view(-1, 1)
+            for phase, lo, size in zip(phases, firsts, groups)]
         pending = []
-        for p, phase in enumerate(phases):
+        for p, (phase, lo, size) in enumerate(zip(phases, firsts, groups)):
             phase["done"].wait()
-            lo = p * size
-            ids = torch.repeat_interleave(
-                local, every[:, self.rank, lo:lo + size].reshape(-1).long(),
-                output_size=phase["received"]).view(-1, 1)
-            out = _call(self._program, "ep_experts_part",
-                        (phase["rows"], ids, self.w_gate_up[lo:lo + size],
+            out = _call(self._program, f"ep_experts_{size}",
+                        (phase["rows"], ids[p], self.w_gate_up[lo:lo + size],
                          self.w_down[lo:lo + size]), False)[0]
+            if p + 1 < len(phases):  # the next group's rows travel now
+                send(p + 1)
             state["rows"], done = peers.exchange(
                 out, phase["back"], rows.shape[0], back, keep=False,
-                async_op=True)
+                async_op=True, fence=False)
             pending.append(done)
         for done in pending:
             done.wait()
@@ -808,9 +841,9 @@ def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
               save: str = "all", scoring: str = "softmax",
               selection_bias: bool = False, num_groups: Optional[int] = None,
               topk_groups: Optional[int] = None,
-              scaling_factor: float = 1.0, expert_chunks: int = 1) -> str:
+              scaling_factor: float = 1.0, expert_chunks=1) -> str:
     """The MLIR module ExpertParallelMoE runs (its three kernels, their
-    derived backwards, and with `expert_chunks` ep_experts_part), to
+    derived backwards, and with `expert_chunks` the ep_experts_<n>), to
     compile ahead of time:
     `moec.compile(ep_module(...), "sm_90a").save(path)`, then
     `ExpertParallelMoE(..., bundle=moec.load(path))` with the same

@@ -337,18 +337,25 @@ def test_errors(tmp_path):
         with pytest.raises(ValueError, match="'transport': copy_engine needs "
                                              "CUDA tensors, got cpu"):
             ce(torch.randn(3, H))
-        for value, message in ((0, "'expert_chunks': expected a positive "
-                                   "int"),
-                               (2, "'expert_chunks' needs transport="
-                                   "'copy_engine'"),
-                               (3, "needs transport")):
+        for value, message in (
+                (0, "'expert_chunks': expected a positive int or a sequence"),
+                ((4, 0, 4), "'expert_chunks': expected a positive int or a"),
+                (2, "'expert_chunks' needs transport='copy_engine'"),
+                ((2, 6), "needs transport")):
             with pytest.raises(ValueError, match=message):
                 moec.ep.ExpertParallelMoE(H, I, E, K, expert_chunks=value)
-        with pytest.raises(ValueError, match="'expert_chunks' \\(3\\) must "
-                                             "be a positive int dividing the "
-                                             "8 experts"):
-            moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
-                                      expert_chunks=3)
+        for value, message in (
+                (3, "'expert_chunks' \\(3\\) must divide the 8 experts"),
+                ((2, 5), "'expert_chunks' \\[2, 5\\]: the group sizes "
+                         "must add up to the 8 experts")):
+            with pytest.raises(ValueError, match=message):
+                moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
+                                          expert_chunks=value)
+        # One kernel per distinct group size.
+        names = [k.name for k in moec.ep.ep_kernels(
+            H, I, E, K, 1, expert_chunks=(2, 4, 2))]
+        assert names == ["ep_dispatch", "ep_experts", "ep_combine",
+                         "ep_experts_2", "ep_experts_4"]
         with pytest.raises(ValueError, match="'expert_chunks' and 'chunks'"):
             moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
                                       expert_chunks=2, chunks=2)
@@ -396,9 +403,10 @@ def test_copy_engine_layout_is_all_to_all(world):
     assert _peer.aligned(1) == _peer.ALIGN and _peer.aligned(0) == 0
 
 
-@pytest.mark.parametrize("world,experts,chunks", [(1, 4, 2), (2, 4, 2),
-                                                  (2, 6, 3), (4, 4, 4)])
-def test_expert_chunks_layout(world, experts, chunks):
+@pytest.mark.parametrize("world,groups", [(1, (2, 2)), (2, (2, 2)),
+                                          (2, (2, 2, 2)), (4, (1, 1, 1, 1)),
+                                          (2, (1, 3, 2)), (3, (3, 1))])
+def test_expert_chunks_layout(world, groups):
     """ExpertParallelMoE(expert_chunks=C)'s exchanges (moec._peer.
     expert_chunks): group p's puts fill each rank's region with, from each
     source in turn, the rows of its experts of group p in expert order
@@ -408,7 +416,8 @@ def test_expert_chunks_layout(world, experts, chunks):
     (source, dest, expert, index); the GPU run compares the layer's output
     with the plain layer's bitwise."""
     from moec import _peer
-    gen = torch.Generator().manual_seed(world * 10 + chunks)
+    experts = sum(groups)
+    gen = torch.Generator().manual_seed(world * 10 + len(groups))
     for trial in range(10):
         counts = torch.randint(0, 4, (world, world, experts), generator=gen)
         if trial % 3 == 0:
@@ -418,11 +427,11 @@ def test_expert_chunks_layout(world, experts, chunks):
         counts = counts.tolist()
         send = [[(s, d, e, j) for d in range(world) for e in range(experts)
                  for j in range(counts[s][d][e])] for s in range(world)]
-        size = experts // chunks
-        phases = [_peer.expert_chunks(counts, r, chunks)
+        phases = [_peer.expert_chunks(counts, r, groups)
                   for r in range(world)]
         back = [[None] * len(send[s]) for s in range(world)]
-        for p in range(chunks):
+        for p, size in enumerate(groups):
+            lo = sum(groups[:p])
             assert len({ph[p]["region_rows"] for ph in phases}) == 1
             region = [[None] * phases[0][p]["region_rows"]
                       for _ in range(world)]
@@ -433,7 +442,7 @@ def test_expert_chunks_layout(world, experts, chunks):
             for d in range(world):
                 got = phases[d][p]["received"]
                 want = [row for s in range(world) for row in send[s]
-                        if row[1] == d and p * size <= row[2] < (p + 1) * size]
+                        if row[1] == d and lo <= row[2] < lo + size]
                 assert region[d][:got] == want
                 # The experts' results (the rows themselves) go back.
                 for s, first, at, n in phases[d][p]["back"]:
