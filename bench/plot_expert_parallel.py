@@ -73,16 +73,19 @@ def main():
     ax_a2a.legend(fontsize=7)
     ax_a2a.set_title("Exchanges against plain all-to-all")
     if piped:
-        whole(axes[2], rows, xs, labels, colors)
+        whole(axes[2], rows, xs, labels, colors,
+              data.get("transport", "nccl"))
     fig.tight_layout()
     fig.savefig(png, dpi=120)
 
 
-def whole(ax, rows, xs, labels, colors):
-    """The whole layer timed in one piece: moec plain, moec's fastest
-    pipelined variant (SMs the matmuls fill, pieces), torch."""
+def whole(ax, rows, xs, labels, colors, transport):
+    """The whole layer timed in one piece: moec plain (over `transport`),
+    moec's fastest pipelined variant (transport, SMs the matmuls fill,
+    pieces), torch."""
     best = [min(r["pipelined"], key=lambda p: p["ms"]) for r in rows]
-    bars = (([r["moec_layer_ms"] for r in rows], "moec (132 SMs, 1 piece)"),
+    bars = (([r["moec_layer_ms"] for r in rows],
+             f"moec ({transport}, 132 SMs, 1 piece)"),
             ([b["ms"] for b in best], "moec, fastest pipelined variant"),
             ([r["torch_layer_ms"] for r in rows], "torch EP composition"))
     for i, (values, name) in enumerate(bars):
@@ -91,8 +94,9 @@ def whole(ax, rows, xs, labels, colors):
     for x, r, b in zip(xs, rows, best):
         ax.text(x, r["torch_layer_ms"] * 1.03,
                 f"{r['torch_layer_ms'] / b['ms']:.2f}x\n"
-                f"({b['sm_count']} SMs, {b['chunks']})",
-                ha="center", fontsize=7)
+                f"({b.get('transport', 'nccl')},\n{b['sm_count']} SMs, "
+                f"{b['chunks']})", ha="center", fontsize=6)
+    ax.set_ylim(top=max(r["torch_layer_ms"] for r in rows) * 1.25)
     ax.set_ylabel("ms per forward (whole layer)")
     ax.set_xticks(xs, labels, fontsize=8)
     ax.legend(fontsize=7)
