@@ -8,7 +8,9 @@ others' buffers), shared by every ExpertParallelMoE of the group. Each
 exchange, on the transport's own stream:
 
 1. a barrier (torch's, one small kernel): every rank has finished what it
-   queued before, so the regions about to be written are no longer read;
+   queued before, so the regions about to be written are no longer read
+   (left out where the caller knows they are unread since an earlier
+   barrier: expert_chunks' later exchanges);
 2. one cudaMemcpyAsync per destination rank (torch's copy_ into the peer's
    mapped buffer: "Memcpy PtoP", the copy engines), each at the offset the
    receiver reads it from, each on a stream of its own so that the copy to
@@ -213,7 +215,14 @@ _BUFFERS: dict = {}
 
 def buffers(group, device: torch.device) -> PeerBuffers:
     """The shared PeerBuffers of (group, device)."""
-    key = (dist.get_process_group_ranks(group).__repr__(), device)
+    key = (tuple(dist.get_process_group_ranks(group)), device)
     if key not in _BUFFERS:
+        try:
+            from torch.distributed import _symmetric_memory  # noqa: F401
+        except ImportError as error:
+            raise RuntimeError(
+                f"moec.ep: transport='copy_engine' needs torch's symmetric "
+                f"memory (torch.distributed._symmetric_memory, PyTorch 2.5 "
+                f"or later; this is {torch.__version__})") from error
         _BUFFERS[key] = PeerBuffers(group, device)
     return _BUFFERS[key]
