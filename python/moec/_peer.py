@@ -128,11 +128,11 @@ class PeerBuffers:
     def reserve(self, nbytes: int) -> None:
         """Grows the buffer to at least `nbytes` (a collective: every rank
         passes the same value, computed from the shared counts)."""
-        if nbytes <= self.capacity:
-            return
+        if nbytes <= self.capacity and self._handle is not None:
+            return  # (a first forward with no rows anywhere still allocates)
         from torch.distributed import _symmetric_memory as symm_mem
         # Geometric growth: a rendezvous costs seconds the first time.
-        capacity = max(aligned(nbytes), self.capacity * 3 // 2)
+        capacity = max(aligned(nbytes), self.capacity * 3 // 2, 1)
         capacity = -(-capacity // (1 << 20)) << 20
         if self._buffer is not None:
             # No rank may still write into the buffers about to go.
@@ -163,6 +163,11 @@ class PeerBuffers:
         so that they need not wait for later work). `fence=False` leaves
         out the first barrier: only for an exchange into a region that
         nothing has read since an earlier fenced exchange of the group."""
+        if after is not None and (keep or not rows.is_contiguous()):
+            # The copy-out buffer or a contiguous copy would be made on the
+            # current stream after `after`: the puts would not wait for it.
+            raise ValueError("exchange(after=...) takes contiguous rows and "
+                             "keep=False")
         shape = tuple(rows.shape[1:])
         row_bytes = rows.element_size() * int(torch.Size(shape).numel())
         if region + received * row_bytes > self.capacity:
@@ -214,15 +219,21 @@ _BUFFERS: dict = {}
 
 
 def buffers(group, device: torch.device) -> PeerBuffers:
-    """The shared PeerBuffers of (group, device)."""
+    """The shared PeerBuffers of (group, device): of this very group object
+    (a group made again after destroy_process_group gets new ones)."""
     key = (tuple(dist.get_process_group_ranks(group)), device)
-    if key not in _BUFFERS:
+    if key not in _BUFFERS or _BUFFERS[key].group is not group:
         try:
-            from torch.distributed import _symmetric_memory  # noqa: F401
-        except ImportError as error:
+            from torch.distributed import _symmetric_memory as symm_mem
+            usable = all(hasattr(symm_mem, name)
+                         for name in ("empty", "rendezvous"))
+        except ImportError:
+            usable = False
+        if not usable:
             raise RuntimeError(
                 f"moec.ep: transport='copy_engine' needs torch's symmetric "
-                f"memory (torch.distributed._symmetric_memory, PyTorch 2.5 "
-                f"or later; this is {torch.__version__})") from error
+                f"memory (torch.distributed._symmetric_memory.empty and "
+                f"rendezvous; tested with PyTorch 2.11, this is "
+                f"{torch.__version__})")
         _BUFFERS[key] = PeerBuffers(group, device)
     return _BUFFERS[key]

@@ -419,9 +419,10 @@ class ExpertParallelMoE(nn.Module):
     linked by NVLink or PCIe peer access): each rank's copy engines write
     its rows straight into the receivers' torch symmetric-memory buffers
     (moec._peer), so the exchanges take no SMs and run beside the grouped
-    matmuls. Its two barriers per exchange take one small kernel each: with
-    `chunks` > 1, leave them an SM (`sm_count` one below the GPU's). Every
-    rank of the group must pass the same value.
+    matmuls. Its barriers (one or two per exchange) take one small kernel
+    each: where exchanges overlap the matmuls (`chunks`, `expert_chunks`),
+    leave them an SM (`sm_count` one below the GPU's). Every rank of the
+    group must pass the same value.
 
     `expert_chunks` (copy_engine only, not with `chunks`): the forward
     without autograd moves and computes the local experts in that many
@@ -496,6 +497,13 @@ class ExpertParallelMoE(nn.Module):
             if chunks != 1:
                 raise ValueError("'expert_chunks' and 'chunks' pipeline two "
                                  "ways: pass one of them")
+            missing = sorted({f"ep_experts_{n}" for n in self.expert_groups}
+                             - {e.name for e in (bundle.entries if bundle
+                                                 else ())})
+            if bundle is not None and missing:
+                raise ValueError(f"'bundle' has no {', '.join(missing)}: "
+                                 f"compile ep_module(..., expert_chunks="
+                                 f"{expert_chunks!r})")
         self.expert_chunks = expert_chunks
         first = self.rank * self.local_experts
         self.experts = range(first, first + self.local_experts)
@@ -563,7 +571,8 @@ class ExpertParallelMoE(nn.Module):
         return _PROGRAMS[self._programs[dtype]]
 
     def kernels(self) -> list:
-        """[ep_dispatch, ep_experts, ep_combine] (moec.Kernel)."""
+        """[ep_dispatch, ep_experts, ep_combine] and, with expert_chunks,
+        one ep_experts_<n> per group size (moec.Kernel)."""
         return list(self._program.kernels.values())
 
     # -- the stages (forward runs them in turn; bench/ times each) --------
@@ -595,8 +604,9 @@ class ExpertParallelMoE(nn.Module):
         """plan of several routed pieces of this rank's tokens at once (one
         all_gather, one host read); every rank passes as many."""
         W, local, rank = self.world_size, self.local_experts, self.rank
-        every = self._gather_counts(states)
-        rows = every.sum(3).tolist()  # [source][piece][dest]
+        every, counts = self._gather_counts(states, mode=0)
+        # [source][piece][dest]
+        rows = [[[sum(d) for d in p] for p in s] for s in counts]
         experts = torch.arange(local, dtype=torch.int32,
                                device=every.device).repeat(W)
         peers, region = self._peers(every.device), 0
@@ -626,15 +636,38 @@ class ExpertParallelMoE(nn.Module):
             peers.reserve(region)
         return states
 
-    def _gather_counts(self, states: list) -> torch.Tensor:
+    def _gather_counts(self, states: list, mode: int) -> tuple:
         """Every rank's per-expert row counts of its routed pieces (one
-        all_gather): [source, piece, dest rank, local expert], on device."""
+        all_gather, the forward's one host read): [source, piece, dest
+        rank, local expert], on device and as nested lists. `mode` (0, or
+        the number of expert groups of _expert_pipelined) and the transport
+        travel along: ranks that would issue different exchanges get the
+        same ValueError instead of mismatched barriers."""
         counts = torch.stack([torch.diff(s["offsets"], prepend=s[
             "offsets"].new_zeros(1)) for s in states])  # [piece, expert]
-        every = counts.new_empty(self.world_size * counts.numel())
-        dist.all_gather_into_tensor(every, counts.view(-1), group=self.group)
-        return every.view(self.world_size, len(states), self.world_size,
-                          self.local_experts)
+        tag = TRANSPORTS.index(self.transport) * 1000 + mode
+        sent = torch.cat([counts.view(-1), counts.new_tensor([tag])])
+        every = sent.new_empty(self.world_size * sent.numel())
+        dist.all_gather_into_tensor(every, sent, group=self.group)
+        every = every.view(self.world_size, -1)
+        host = every.tolist()
+        tags = [row[-1] for row in host]
+        if len(set(tags)) > 1:
+            raise ValueError(
+                f"ExpertParallelMoE: the ranks of the group would run this "
+                f"forward differently (transport, and expert groups where "
+                f"not training, per rank: "
+                f"{[(TRANSPORTS[t // 1000], t % 1000) for t in tags]}); "
+                f"every rank must pass the same transport and expert_chunks "
+                f"and run the forward with or without autograd alike")
+        shape = (self.world_size, len(states), self.world_size,
+                 self.local_experts)
+        per_source = len(states) * self.world_size * self.local_experts
+        nested = [[[row[(p * self.world_size + d) * self.local_experts:
+                        (p * self.world_size + d + 1) * self.local_experts]
+                    for d in range(self.world_size)]
+                   for p in range(len(states))] for row in host]
+        return every[:, :per_source].reshape(shape), nested
 
     def _peers(self, device: torch.device):
         """The copy-engine transport's buffers of this group on `device`, or
@@ -748,9 +781,10 @@ class ExpertParallelMoE(nn.Module):
         split (as `chunks` splits them), so the matmuls' tiles stay as full
         as in the plain layer."""
         state = self.route(tokens, False)
-        every = self._gather_counts([state])[:, 0]  # [source, dest, expert]
         groups = self.expert_groups
-        counts = every.tolist()  # the forward's one host read
+        every, counts = self._gather_counts([state], mode=len(groups))
+        every = every[:, 0]  # [source, dest, expert]
+        counts = [source[0] for source in counts]
         phases = _peer.expert_chunks(counts, self.rank, groups)
         rows = state["rows"]
         row_bytes = math.prod(rows.shape[1:]) * rows.element_size()

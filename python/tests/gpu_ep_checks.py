@@ -2,8 +2,9 @@
 host, one process each): the layer over the copy engines, pipelined by
 tokens (`chunks`) and by experts (`expert_chunks`, equal and uneven
 groups), against the same layer over NCCL, bitwise, forward and training
-gradients, for token counts that leave a rank with no tokens, T = 1, and
-all tokens routed to rank 0's experts (the other ranks receive nothing).
+gradients, for token counts that leave every rank (as the first call) or
+one rank with no tokens, T = 1, and all tokens routed to rank 0's experts
+(the other ranks receive nothing).
 
 Where the compiler is, write the bundles (world size W):
 
@@ -73,8 +74,11 @@ def run(folder):
     grouped = [block("copy_engine", expert_chunks=groups,
                      bundle=moec.load(bundle_name(folder, world, groups)))
                for groups in GROUPS[world]]
-    cases = {"T=37": 37, "rank 1 has none": 0 if rank == 1 else 29,
-             "T=1": 1, "all to rank 0": 23}
+    # First, no tokens anywhere: the copy engines' shared buffer is made
+    # by a forward that moves no rows.
+    cases = {"no tokens at all": 0, "T=37": 37,
+             "rank 1 has none": 0 if rank == 1 else 29, "T=1": 1,
+             "all to rank 0": 23}
     failed = []
     for name, tokens in cases.items():
         gen.manual_seed(100 + rank)

@@ -356,6 +356,13 @@ def test_errors(tmp_path):
             H, I, E, K, 1, expert_chunks=(2, 4, 2))]
         assert names == ["ep_dispatch", "ep_experts", "ep_combine",
                          "ep_experts_2", "ep_experts_4"]
+        # A bundle of the plain layer lacks the group kernels: named now,
+        # not at the first forward.
+        plain = moec.compile(moec.ep.ep_module(H, I, E, K, 1), "host")
+        with pytest.raises(ValueError, match="'bundle' has no ep_experts_2, "
+                                             "ep_experts_6"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
+                                      expert_chunks=(2, 6), bundle=plain)
         with pytest.raises(ValueError, match="'expert_chunks' and 'chunks'"):
             moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
                                       expert_chunks=2, chunks=2)
@@ -449,3 +456,36 @@ def test_expert_chunks_layout(world, groups):
                     assert all(r is None for r in back[s][at:at + n])
                     back[s][at:at + n] = region[d][first:first + n]
         assert back == send
+
+
+def _counts_rank(payload, rank):
+    """_gather_counts on this rank's made-up per-expert offsets: the nested
+    counts it returns, or the error when the ranks' modes differ."""
+    modes, world = payload
+    ep = moec.ep.ExpertParallelMoE(H, I, E, K, dtype=torch.float32)
+    counts = torch.arange(E, dtype=torch.int32) % 3 + rank  # rows per expert
+    state = dict(offsets=torch.cumsum(counts, 0, dtype=torch.int32))
+    try:
+        every, nested = ep._gather_counts([state], mode=modes[rank])
+    except ValueError as error:
+        return str(error)
+    return every, nested
+
+
+def test_gather_counts_checks_the_ranks_agree(tmp_path):
+    """Each rank's counts reach every rank (device tensor and nested lists
+    alike); ranks that would run a forward differently (here: another
+    number of expert groups) all raise the same ValueError before any
+    exchange instead of pairing mismatched barriers."""
+    world, local = 2, E // 2
+    results = spawn(tmp_path, world, _counts_rank, ((0, 0), world))
+    for every, nested in results:
+        assert every.shape == (world, 1, world, local)
+        assert every.tolist() == nested
+        for source in range(world):
+            want = (torch.arange(E) % 3 + source).view(world, local)
+            assert torch.equal(every[source, 0], want.to(every.dtype))
+    errors = spawn(tmp_path, world, _counts_rank, ((0, 2), world))
+    assert errors[0] == errors[1]
+    assert "the ranks of the group would run this forward differently" \
+        in errors[0] and "('nccl', 0), ('nccl', 2)" in errors[0]
