@@ -381,9 +381,8 @@ def test_copy_engine_layout_is_all_to_all(world):
     to which byte of which receiver's region) rebuild all_to_all_single's
     result on every rank, in both directions (the dispatch and its reverse,
     the backward's), with ranks that send or receive nothing. Each rank's
-    region is simulated as a list of rows; the GPU run (bench/
-    expert_parallel.py --transport copy_engine) compares the layer's
-    outputs with NCCL's bitwise."""
+    region is simulated as a list of rows; on GPUs, gpu_ep_checks.py
+    compares the layer's outputs and gradients with NCCL's bitwise."""
     from moec import _peer
     gen = torch.Generator().manual_seed(world)
     for trial in range(20):
