@@ -709,8 +709,9 @@ def run(args, sm_counts):
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(),
-                               world=world, transport=args.transport, zero_receive=zero_receive,
-                               results=results), f, indent=1)
+                               world=world, transport=args.transport,
+                               zero_receive=zero_receive, results=results),
+                          f, indent=1)
     dist.destroy_process_group()
 
 
