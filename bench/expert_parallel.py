@@ -11,6 +11,14 @@ same run. One process per GPU (torchrun), NCCL.
         --nproc_per_node 2 bench/expert_parallel.py .device/ep \\
         --json $OUT/expert_parallel.json
 
+--transport copy_engine runs moec's layer (stages, plain layer, training)
+over the copy engines (ExpertParallelMoE transport; the "a2a" baseline
+stays NCCL's all_to_all_single, and the layer's own exchanges are timed
+alone too); --variants adds more layers to time whole, e.g. 132:nccl or
+131:copy_engine:4 (131 SMs, expert_chunks=4; bundles from --emit-bundles
+--sm-counts 131 --expert-chunks 4). Every variant's output is compared
+with the plain layer's, bitwise.
+
 Layers (bf16): Qwen3-30B-A3B (E128 H2048 I768 top-8, softmax top-k
 renormalized) and DeepSeek-V3 (E256 H7168 I2048 top-8, sigmoid scores with
 a selection bias, 8 groups of which the best 4, renormalized, x 2.5; its
