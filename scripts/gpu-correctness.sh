@@ -8,6 +8,7 @@
 #   build/bin/moec compile test/Integration/vector_kernels.mlir -o DIR/vector.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/routing_kernels.mlir -o DIR/routing.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/hopper_matmul.mlir -o DIR/hopper.moecb --target sm_90a
+#   build/bin/moec compile test/Integration/hopper_matmul.mlir -o DIR/hopper_sm16.moecb --target sm_90a --sm-count 16
 #   build/bin/moec compile test/Integration/backward_kernels.mlir -o DIR/backward.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/lora_kernels.mlir -o DIR/lora.moecb --target sm_90a
 # Usage: scripts/gpu-correctness.sh RUNNER DIR
@@ -82,7 +83,8 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_kn_cl_swiglu dense_kn gmm_wgrad_rows gmm_wgrad_gather_ws gmm_wgrad_ws_bulk \
              dense_at_b dense_at_b_narrow gmm_lora_swiglu_gather gmm_lora_kn_r8 \
              gmm_lora_long_k_r64 gmm_lora_staged gmm_lora_r128_swiglu \
-             gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64; do
+             gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64 \
+             gmm_ws_lora_runs_swiglu gmm_ws_lora_runs_kn; do
   for t in 1 45 3000; do
     run hopper.moecb $entry $t uniform --iters 5
   done
@@ -90,9 +92,24 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
     run hopper.moecb $entry 300 $routing --iters 5
   done
 done
-# The warp-specialized LoRA kernels over several B_e rounds per block.
-for entry in gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64; do
+# The warp-specialized LoRA kernels over several B_e rounds per block, and
+# (T = 9000: 3+ tiles per block) in LoRA runs that share U across n-tiles.
+for entry in gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64 \
+             gmm_ws_lora_runs_swiglu gmm_ws_lora_runs_kn gmm_lora_kn_r8; do
   run hopper.moecb $entry 9000 uniform --iters 5
+done
+# LoRA runs with the routing edge cases (and two LoRA entries of single
+# tiles, N = 264): the same entries compiled for a 16-block grid
+# (hopper_sm16.moecb: --sm-count 16), where 300 and 3000 tokens give whole
+# rounds of runs and runs left over as single tiles, and T = 1 only the
+# latter.
+for entry in gmm_ws_lora_runs_swiglu gmm_ws_lora_runs_kn gmm_lora_kn_r8 \
+             gmm_ws_lora_long_k_r64; do
+  run hopper_sm16.moecb $entry 1 uniform --iters 5
+  run hopper_sm16.moecb $entry 300 uniform --iters 5
+  for routing in uniform one-expert half-experts; do
+    run hopper_sm16.moecb $entry 3000 $routing --iters 5
+  done
 done
 # Input gradients whose grouped gradient rows are an input (symbol M = 2T):
 # the LoRA input gradient (moe-transpose-lora-adapters, then the fused

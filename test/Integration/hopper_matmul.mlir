@@ -37,6 +37,8 @@
 // RUN: moec run %s --entry gmm_lora_staged --sym T=20 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_ws_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_ws_lora_long_k_r64 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_ws_lora_runs_swiglu --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_ws_lora_runs_kn --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_input_grad --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_input_grad --sym T=33 --sym M=66 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_r128_swiglu --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
@@ -519,6 +521,49 @@ func.func @gmm_ws_lora_long_k_r64(%x: tensor<?x1096xbf16>,
       : tensor<?x1096xbf16>, tensor<8x264x1096xbf16>, tensor<8xi32>
       -> tensor<?x264xf32>
   return %y : tensor<?x264xf32>
+}
+
+// LoRA runs (HopperPlan::loraRunTiles): a block computes 3 n-tiles of one
+// m-tile in a row and only the first accumulates U. SwiGLU over 700
+// output columns (6 n-tiles of 128, the last partial: two runs per
+// m-tile), gathered rows, r = 24 (U padded to 32 ranks): E = 8, K = 200.
+// Whole rounds of runs need 3 tiles per block of the grid: T = 3000 and
+// 9000 on 132 blocks, and a bundle compiled with --sm-count 16
+// (scripts/gpu-correctness.sh runs both).
+func.func @gmm_ws_lora_runs_swiglu(%x: tensor<?x200xbf16>,
+                                   %ids: tensor<?x2xi32>,
+                                   %w: tensor<8x1400x200xbf16>,
+                                   %la: tensor<192x200xbf16>,
+                                   %lb: tensor<1400x192xbf16>)
+    -> tensor<?x700xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      lora(%la, %lb : tensor<192x200xbf16>, tensor<1400x192xbf16>)
+      {k = 2 : i64, transpose_rhs, lora_scaling = 1.5 : f32,
+       activation = #moe.activation<swiglu>}
+      : tensor<?x200xbf16>, tensor<8x1400x200xbf16>, tensor<8xi32>
+      -> tensor<?x700xbf16>
+  return %y : tensor<?x700xbf16>
+}
+
+// LoRA runs of 4 n-tiles (N = 2000: 8 n-tiles, the last one 208 wide),
+// rows in order (TMA), [E, K, N] weights, r = 8, f16: E = 4, K = 328.
+func.func @gmm_ws_lora_runs_kn(%x: tensor<?x328xf16>, %ids: tensor<?x1xi32>,
+                               %w: tensor<4x328x2000xf16>,
+                               %la: tensor<32x328xf16>,
+                               %lb: tensor<2000x32xf16>)
+    -> tensor<?x2000xf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x328xf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x328xf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets
+      lora(%la, %lb : tensor<32x328xf16>, tensor<2000x32xf16>)
+      {lora_scaling = 0.5 : f32}
+      : tensor<?x328xf16>, tensor<4x328x2000xf16>, tensor<4xi32>
+      -> tensor<?x2000xf16>
+  return %y : tensor<?x2000xf16>
 }
 
 // A LoRA matmul's input gradient as moe-autodiff derives it: [E, K, N]

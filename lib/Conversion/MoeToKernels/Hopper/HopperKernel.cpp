@@ -262,7 +262,7 @@ void HopperKernel::tileLoop(
   SmallVector<Value> init = {b.idx(0)};
   if (env.plan.loraUpTiles())
     init.push_back(b.idx(0));
-  auto loop = scf::ForOp::create(b, cluster.firstUnit, schedule.tilesTotal,
+  auto loop = scf::ForOp::create(b, cluster.firstUnit, schedule.loopEnd,
                                  schedule.tileStride, init);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(loop.getBody());
@@ -345,7 +345,9 @@ void HopperKernel::consumerRole() {
         expert, b.getIndexType(),
         [&] {
           Value count = env.slicesOf(t);
-          Value result = mma.specializedLoop(slices, count);
+          Value result = env.plan.loraUpTiles()
+                             ? mma.loraSpecializedLoop(t, slices, count)
+                             : mma.specializedLoop(slices, count);
           Value end = b.add(slices, count);
           // A weight-gradient tile of an expert without rows used no stage.
           if (env.plan.weightGrad())
@@ -354,7 +356,7 @@ void HopperKernel::consumerRole() {
           else
             mma.release(b.sub(end, b.idx(1)));
           if (env.plan.loraUpTiles())
-            result = mma.loraUpSpecialized(result, mma.loraDown, rounds);
+            result = mma.loraUpSpecialized(result, rounds);
           epilogue.emit(t, result);
           return end;
         },

@@ -66,7 +66,10 @@
 // one (r <= 64) has tiles of its own after the stages: the producer loads
 // B_e once it has issued the tile's last slice (a full/empty mbarrier pair
 // hands the tile over, like a stage), and each MMA warpgroup writes and
-// reads only its own 64 rows of s · U, behind a warpgroup barrier.
+// reads only its own 64 rows of s · U, behind a warpgroup barrier. There a
+// block takes runs of loraRunTiles n-tiles of one m-tile: only the first
+// loads A_e and accumulates U; the others run a k-loop without the U
+// wgmmas and reuse s · U from its tile (TileSchedule::locateRun).
 //
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
@@ -187,6 +190,10 @@ struct TileState {
   mlir::Value group, rowStart, rowCount, colStart;
   mlir::Value reduceStart, reduceRows;
   llvm::SmallVector<mlir::Value> lhsRows;
+  /// LoRA runs (HopperPlan::loraRunTiles > 1): whether this tile is the
+  /// first of its run and computes U (i1); null: every tile does. Not
+  /// carried (the block-barrier kernel has no runs).
+  mlir::Value computesU = {};
 
   llvm::SmallVector<mlir::Value> values() const;
   static TileState from(mlir::ValueRange v, bool reduce);
@@ -229,19 +236,30 @@ public:
       : env(env), cluster(cluster) {}
   /// The scan: tileEnds, nTiles, tilesTotal.
   void scan();
-  /// gridSize and tileStride.
+  /// gridSize, tileStride, loopEnd (and with LoRA runs the runs in
+  /// tilesTotal, fullRounds and runTiles).
   void placeGrid();
-  /// Tile `tile` (< tilesTotal), without gathered rows.
+  /// Tile `tile` (< loopEnd), without gathered rows.
   TileState locate(mlir::Value tile);
   /// A tile past the end: no rows, no copies.
   TileState none();
 
-  mlir::Value tileEnds, nTiles, tilesTotal, gridSize, tileStride;
+  /// tilesTotal counts the schedule's units: tiles, or with LoRA runs runs
+  /// of HopperPlan::loraRunTiles n-tiles. The blocks' loops go up to
+  /// loopEnd. LoRA runs: the m-units, the rounds in which every block
+  /// takes a run, and the tiles of those rounds (locateRun).
+  mlir::Value tileEnds, nTiles, tilesTotal, gridSize, tileStride, loopEnd;
+  mlir::Value mUnitsTotal, fullRounds, runTiles;
   /// The weight gradient's tiles along K per expert.
   mlir::Value kTiles;
 
 private:
   TileState locateWeightGrad(mlir::Value tile);
+  /// Unit `unit` of the banded order over (group, m-unit, column), with
+  /// `columns` n-tiles (or runs) per m-unit: the tile of column 0 of it.
+  TileState locateUnit(mlir::Value unit, mlir::Value columns,
+                       mlir::Value &column);
+  TileState locateRun(mlir::Value tile);
   std::pair<mlir::Value, mlir::Value> groupBounds(mlir::Value g);
   void forOwnGroups(const std::function<void(mlir::Value)> &body);
   KernelEnv &env;
@@ -355,14 +373,20 @@ public:
   /// LoRA: the U accumulators of the last blockBarrierLoop or
   /// specializedLoop.
   mlir::Value loraDown;
+  /// LoRA, warp-specialized: specializedLoop for tile `t`, and, where the
+  /// tile computes U, s · U into the U tile after it (a tile later in a
+  /// LoRA run finds it there and skips the U wgmmas).
+  mlir::Value loraSpecializedLoop(const TileState &t, mlir::Value slices,
+                                  mlir::Value count);
   /// LoRA, warp-specialized: `current` plus s · U · B_eᵀ through the LoRA
   /// tiles after the stages, B_e's being the producer's `round`-th.
-  mlir::Value loraUpSpecialized(mlir::Value current, mlir::Value down,
-                                mlir::Value round);
+  mlir::Value loraUpSpecialized(mlir::Value current, mlir::Value round);
   /// Warp-specialized kernel: the k-loop over slices `slices`.. as the
   /// producer fills them, releasing each stage once read: the
-  /// accumulators (the last slice's stage is not yet released).
-  mlir::Value specializedLoop(mlir::Value slices, mlir::Value count);
+  /// accumulators (the last slice's stage is not yet released). With
+  /// `withU`, LoRA's U accumulators too (loraDown).
+  mlir::Value specializedLoop(mlir::Value slices, mlir::Value count,
+                              bool withU = false);
   /// Warp-specialized: the lane 0s that release stages (and their
   /// partner block in a cluster).
   void placeReleasers();
@@ -373,7 +397,7 @@ public:
   mlir::Type accType, loraAccType;
 
 private:
-  mlir::scf::ForOp accumulatorLoop(mlir::Value count);
+  mlir::scf::ForOp accumulatorLoop(mlir::Value count, bool withU);
   /// This thread's fragment of s · U, rank columns [first, first + width),
   /// into the 128-row A tile at shared address `tileA` (bf16 or f16 in the
   /// 128-byte swizzle, column first at column 0).

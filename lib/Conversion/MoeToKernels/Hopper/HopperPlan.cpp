@@ -257,6 +257,20 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
     // with [E, N, K] weights.
     if (!op.getTransposeRhs())
       plan->layout.rhs = RhsLayout::ExpertKN;
+    // Recomputing U for every n-tile cost r / blockN of the tile's MMA work
+    // in narrow m64nRk16 wgmmas (+12 to +22 % over the same matmul without
+    // LoRA at r = 16 on the H200, bench/results/lora-kernels-ws-h200.md).
+    // At least two runs per m-tile: with one (3 or 4 n-tiles in all) the
+    // blocks running together each read their own m-tile's rows J times,
+    // which no longer stay in L2 (on the H200 Qwen3.5 gate_up, Qwen3,
+    // OLMoE and Qwen3.5 down dX ran 4-6 % slower at r = 16;
+    // bench/results/lora-runs-h200.md).
+    if (plan->loraUpTiles() && plan->cluster == 1) {
+      int64_t nTiles = (width + plan->outTileN() - 1) / plan->outTileN();
+      for (int64_t run = 4; run > 1 && plan->loraRunTiles == 1; --run)
+        if (nTiles % run == 0 && nTiles / run >= 2)
+          plan->loraRunTiles = run;
+    }
   }
   return plan;
 }

@@ -157,6 +157,13 @@ struct HopperPlan {
   /// with the next tile): s · U as a 128-row A tile, then B_e's rows for
   /// the block's columns, each row one 128-byte swizzled row of 64 ranks.
   bool loraUpTiles() const { return warpSpecialized && loraRows > 0; }
+  /// LoRA with tiles of its own: a block computes this many n-tiles of one
+  /// m-tile in a row, and only the first of them accumulates U = x · A_eᵀ
+  /// in its k-loop; the others reuse s · U from the U tile (TileSchedule
+  /// hands out such runs). The largest of 4, 3, 2, 1 that divides the
+  /// n-tiles into at least two runs (no run has an empty slot); 1 without
+  /// LoRA tiles or in a cluster.
+  int64_t loraRunTiles = 1;
   int64_t loraUpBytes() const {
     return loraUpTiles() ? (kBlockM + blockN) * kRowBytes : 0;
   }

@@ -100,10 +100,10 @@ Value MmaLoop::zeroAccumulators(Type type, int64_t count) {
 
 /// The loop over a tile's `count` K slices, carrying the accumulators
 /// (then LoRA's U accumulators).
-scf::ForOp MmaLoop::accumulatorLoop(Value count) {
+scf::ForOp MmaLoop::accumulatorLoop(Value count, bool withU) {
   KernelBuilder &b = env.b;
   SmallVector<Value> init = {zeroAccumulators(accType, env.plan.blockN / 2)};
-  if (env.plan.lora())
+  if (withU)
     init.push_back(zeroAccumulators(loraAccType, env.plan.loraRows / 2));
   return scf::ForOp::create(b, b.idx(0), count, b.idx(1), init);
 }
@@ -160,7 +160,7 @@ Value MmaLoop::blockBarrierLoop(const TileState &t) {
   KernelBuilder &b = env.b;
   const int64_t ahead = env.plan.ahead(), S = env.plan.stages;
   Value count = env.slicesOf(t);
-  auto kLoop = accumulatorLoop(count);
+  auto kLoop = accumulatorLoop(count, env.plan.lora());
   OpBuilder::InsertionGuard inner(b);
   b.setInsertionPointToStart(kLoop.getBody());
   Value kt = kLoop.getInductionVar();
@@ -266,14 +266,14 @@ Value MmaLoop::loraUp(const TileState &t, Value current, Value down) {
   return current;
 }
 
-// Each warpgroup's wgmmas read only its own 64 rows of s · U, so a barrier
+// Each warpgroup's wgmmas read only its own 64 rows of s · U (written by
+// loraSpecializedLoop for this tile or the first of its run), so a barrier
 // of its 128 threads (named barrier 1 + warpgroup; 0 is the block's) makes
 // them visible; the previous tile's reads of those rows were waited for by
 // the same warpgroup. B_e comes from the producer (loadLoraUpTile).
-Value MmaLoop::loraUpSpecialized(Value current, Value down, Value round) {
+Value MmaLoop::loraUpSpecialized(Value current, Value round) {
   KernelBuilder &b = env.b;
   const int64_t R = env.plan.loraRows;
-  storeScaledU(down, env.loraUpA(), 0, R);
   fenceAsyncShared(b);
   NVVM::BarrierOp::create(b, Type(), toI32(b, b.add(warpgroup, b.idx(1))),
                           b.i32(128), NVVM::BarrierReductionAttr(), Value());
@@ -287,9 +287,25 @@ Value MmaLoop::loraUpSpecialized(Value current, Value down, Value round) {
   return current;
 }
 
-Value MmaLoop::specializedLoop(Value slices, Value count) {
+// Two k-loops, chosen per tile, rather than a branch around each U wgmma:
+// the U accumulators then live only in the loop that builds them.
+Value MmaLoop::loraSpecializedLoop(const TileState &t, Value slices,
+                                   Value count) {
   KernelBuilder &b = env.b;
-  auto kLoop = accumulatorLoop(count);
+  auto computeU = [&] {
+    Value result = specializedLoop(slices, count, /*withU=*/true);
+    storeScaledU(loraDown, env.loraUpA(), 0, env.plan.loraRows);
+    return result;
+  };
+  if (!t.computesU)
+    return computeU();
+  return b.ifElse(t.computesU, accType, computeU,
+                  [&] { return specializedLoop(slices, count); });
+}
+
+Value MmaLoop::specializedLoop(Value slices, Value count, bool withU) {
+  KernelBuilder &b = env.b;
+  auto kLoop = accumulatorLoop(count, withU);
   {
     OpBuilder::InsertionGuard inner(b);
     b.setInsertionPointToStart(kLoop.getBody());
@@ -299,7 +315,7 @@ Value MmaLoop::specializedLoop(Value slices, Value count) {
     // The copies were generic-proxy writes; wgmma reads through the async
     // proxy.
     fenceAsyncShared(b);
-    Value down = env.plan.lora() ? kLoop.getRegionIterArgs()[1] : Value();
+    Value down = withU ? kLoop.getRegionIterArgs()[1] : Value();
     Value acc = sliceMma(kLoop.getRegionIterArgs()[0], producer.slotOf(n),
                          down ? &down : nullptr);
     NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(1));
@@ -310,7 +326,7 @@ Value MmaLoop::specializedLoop(Value slices, Value count) {
     scf::YieldOp::create(b, carried);
   }
   NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
-  loraDown = env.plan.lora() ? kLoop.getResult(1) : Value();
+  loraDown = withU ? kLoop.getResult(1) : Value();
   return kLoop.getResult(0);
 }
 

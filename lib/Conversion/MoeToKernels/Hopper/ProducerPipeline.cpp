@@ -259,12 +259,16 @@ void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
                 lhsAlongK ? kValid : Value());
   if (env.plan.lora()) {
     // The LoRA A_e rows group * r + j, j < R (zeros past r), of this
-    // slice's K columns: a K-major tile of R rows after the B tile.
+    // slice's K columns: a K-major tile of R rows after the B tile. A tile
+    // later in a LoRA run reuses U and needs none.
     const int64_t R = env.plan.loraRows, r = env.plan.loraRank;
     const int64_t rowsPerPass = env.plan.copyThreads() / kChunksPerRow;
     for (int64_t i = 0; i * rowsPerPass < R; ++i) {
       Value j = rowOf(i);
-      b.ifThen(b.ult(j, b.idx(R)), [&] {
+      Value wanted = b.ult(j, b.idx(R));
+      if (t.computesU)
+        wanted = b.land(wanted, t.computesU);
+      b.ifThen(wanted, [&] {
         Value valid = b.land(b.ult(j, b.idx(r)),
                              b.ult(t.group, b.idx(env.plan.experts)));
         Value row = b.add(b.mul(t.group, b.idx(r)), j);

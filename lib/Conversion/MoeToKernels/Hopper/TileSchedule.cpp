@@ -80,14 +80,27 @@ void TileSchedule::scan() {
 
   // Tiles of the schedule: (group, m-unit, n-tile); an m-unit is C m-tiles,
   // one per block of a cluster.
-  Value unitsTotal = b.loadIdx(tileEnds, {b.idx(G - 1)});
-  tilesTotal = b.mul(unitsTotal, nTiles);
+  mUnitsTotal = b.loadIdx(tileEnds, {b.idx(G - 1)});
+  tilesTotal = b.mul(mUnitsTotal, nTiles);
 }
 
 void TileSchedule::placeGrid() {
   KernelBuilder &b = env.b;
   gridSize = gpu::GridDimOp::create(b, gpu::Dimension::x);
   tileStride = b.div(gridSize, b.idx(env.plan.cluster));
+  loopEnd = tilesTotal;
+  const int64_t run = env.plan.loraRunTiles;
+  if (run == 1 || env.plan.weightGrad())
+    return;
+  // LoRA runs: the runs of whole rounds (every block one run), then the
+  // tiles of the runs left over one by one, so that the tail costs what it
+  // costs single tiles (with runs there too, at Qwen3.5 gate_up 4.2
+  // rounds of 4-tile runs would take 20 tile slots for 17 rounds' tiles).
+  Value J = b.idx(run);
+  tilesTotal = b.mul(mUnitsTotal, b.ceilDiv(nTiles, J));
+  fullRounds = b.div(tilesTotal, tileStride);
+  runTiles = b.mul(b.mul(fullRounds, tileStride), J);
+  loopEnd = b.mul(tilesTotal, J);
 }
 
 // The weight gradient's tile `tile`: expert by expert, and inside an
@@ -122,25 +135,68 @@ TileState TileSchedule::locate(Value tile) {
   KernelBuilder &b = env.b;
   if (env.plan.weightGrad())
     return locateWeightGrad(tile);
+  if (env.plan.loraRunTiles > 1)
+    return locateRun(tile);
+  Value nTile;
+  TileState t = locateUnit(tile, nTiles, nTile);
+  t.colStart = b.mul(nTile, b.idx(env.plan.outTileN()));
+  return t;
+}
+
+// LoRA runs: below runTiles, the block's tiles block + i * stride are, for
+// i = q * run + j, tile j of run q * stride + block: `run` n-tiles of one
+// m-tile in a row, of which only the first computes U. The blocks running
+// together take consecutive runs (the banded order, with runs as its
+// columns), so they still share B tiles as single tiles do. Past
+// runTiles, tile runTiles + i is tile i % run of the i / run-th run left.
+TileState TileSchedule::locateRun(Value tile) {
+  KernelBuilder &b = env.b;
+  Value run = b.idx(env.plan.loraRunTiles);
+  Value inRuns = b.ult(tile, runTiles);
+  Value round = b.div(tile, tileStride);
+  Value runUnit = b.add(b.mul(b.div(round, run), tileStride),
+                        b.rem(tile, tileStride));
+  Value left = b.sub(b.select(inRuns, runTiles, tile), runTiles);
+  Value leftUnit = b.add(b.mul(fullRounds, tileStride), b.div(left, run));
+  Value unit = b.select(inRuns, runUnit, leftUnit);
+  Value j = b.select(inRuns, b.rem(round, run), b.rem(left, run));
+  Value inRange = b.ult(unit, tilesTotal);
+  Value runIndex;
+  TileState t = locateUnit(b.select(inRange, unit, b.idx(0)),
+                           b.ceilDiv(nTiles, run), runIndex);
+  Value nTile = b.add(b.mul(runIndex, run), j);
+  // Past the last run (or the last n-tile): a tile with no rows.
+  Value valid = b.land(inRange, b.ult(nTile, nTiles));
+  t.group = b.select(valid, t.group, b.idx(env.plan.experts));
+  t.rowStart = b.select(valid, t.rowStart, b.idx(0));
+  t.rowCount = b.select(valid, t.rowCount, b.idx(0));
+  t.colStart = b.mul(nTile, b.idx(env.plan.outTileN()));
+  // Every tile left over computes its own U.
+  t.computesU = b.eq(b.select(inRuns, j, b.idx(0)), b.idx(0));
+  return t;
+}
+
+TileState TileSchedule::locateUnit(Value unit, Value columns, Value &column) {
+  KernelBuilder &b = env.b;
   const int64_t G = env.plan.groups(), C = env.plan.cluster;
   TileState t;
-  // Group g owns tiles [before, end) * nTiles (its m-tiles times the
-  // n-tiles).
-  t.group = firstGreater(b, tileEnds, G, b.div(tile, nTiles));
+  // Group g owns tiles [before, end) * columns (its m-tiles times the
+  // columns).
+  t.group = firstGreater(b, tileEnds, G, b.div(unit, columns));
   Value g = t.group;
   Value tilesBefore = b.ifElse(
       b.eq(g, b.idx(0)), b.getIndexType(), [&] { return b.idx(0); },
       [&] { return b.loadIdx(tileEnds, {b.sub(g, b.idx(1))}); });
   Value mTiles = b.sub(b.loadIdx(tileEnds, {g}), tilesBefore);
-  // Inside the group, bands of bandM m-tiles: a band's tiles go n-tile
-  // by n-tile with the m-tiles fastest, so the blocks running together
+  // Inside the group, bands of bandM m-tiles: a band's tiles go column
+  // by column (n-tile, or LoRA run) with the m-tiles fastest, so the blocks running together
   // share B tiles and the band's A rows stay in L2 over the n sweep (in
   // m-tile order, a large expert would stream all its weights once per
   // m-tile).
   // (mTiles and the band count m-units of C m-tiles.)
-  Value local = b.sub(tile, b.mul(tilesBefore, nTiles));
+  Value local = b.sub(unit, b.mul(tilesBefore, columns));
   const int64_t bandM = std::max<int64_t>(1, env.plan.bandM / C);
-  Value bandTiles = b.mul(b.idx(bandM), nTiles);
+  Value bandTiles = b.mul(b.idx(bandM), columns);
   Value band = b.div(local, bandTiles), inBand = b.rem(local, bandTiles);
   Value bandHeight =
       b.minIdx(b.idx(bandM), b.sub(mTiles, b.mul(band, b.idx(bandM))));
@@ -158,7 +214,7 @@ TileState TileSchedule::locate(Value tile) {
   // partner, and stores nothing.
   if (C > 1)
     t.rowCount = b.select(b.ult(t.rowStart, groupEnd), t.rowCount, b.idx(0));
-  t.colStart = b.mul(nTile, b.idx(env.plan.outTileN()));
+  column = nTile;
   return t;
 }
 
