@@ -93,16 +93,17 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
   done
 done
 # The warp-specialized LoRA kernels over several B_e rounds per block, and
-# (T = 9000: 3+ tiles per block) in LoRA runs that share U across n-tiles.
+# (T = 9000: more runs than blocks) in LoRA runs that share U across
+# n-tiles (the two _runs_ entries; the others have single tiles).
 for entry in gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64 \
              gmm_ws_lora_runs_swiglu gmm_ws_lora_runs_kn gmm_lora_kn_r8; do
   run hopper.moecb $entry 9000 uniform --iters 5
 done
 # LoRA runs with the routing edge cases (and two LoRA entries of single
 # tiles, N = 264): the same entries compiled for a 16-block grid
-# (hopper_sm16.moecb: --sm-count 16), where 300 and 3000 tokens give whole
-# rounds of runs and runs left over as single tiles, and T = 1 only the
-# latter.
+# (hopper_sm16.moecb: --sm-count 16), where 3000 tokens (and 300 for the
+# SwiGLU entry) give whole rounds of runs and runs left over as single
+# tiles, and T = 1 only the latter.
 for entry in gmm_ws_lora_runs_swiglu gmm_ws_lora_runs_kn gmm_lora_kn_r8 \
              gmm_ws_lora_long_k_r64; do
   run hopper_sm16.moecb $entry 1 uniform --iters 5
