@@ -33,7 +33,8 @@ counted: forward and dx 2*R*K*N + 2*R*r*(K + N); grad 4*R*r*(K + N).
 Timing as bench/grouped_gemm.py (CUDA events, L2 evicted before every
 run, median of --iters); % of the dense bf16 peak measured in the same
 run. "ratio" is torch's time over moec's; "overhead" moec with LoRA over
-moec without.
+moec without. --profile also lists moec's kernels by GPU time for each row
+(torch.profiler, one run).
 """
 
 import argparse
@@ -134,6 +135,9 @@ def main():
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", help="write every row here")
+    parser.add_argument("--profile", action="store_true",
+                        help="also list each moec kernel's GPU time (ms, "
+                             "torch.profiler) per row")
     args = parser.parse_args()
     if args.emit_mlir:
         return emit_mlir(args.emit_mlir, args.lora_tile)
@@ -147,6 +151,7 @@ def main():
                               random_routing, random_weights, rel_err,
                               report_peak)
     from memory_bound import make_flush, timed
+    from training_step import kernel_profile
 
     bundle = moec.load(args.bundle)
     kinds = args.kinds.split(",")
@@ -155,7 +160,8 @@ def main():
     device, peak_ms, peak = report_peak(args.iters, flush, gen)
     rows = []
 
-    def record(key, T, projection, kind, r, flops, ms, base_ms, err):
+    def record(key, T, projection, kind, r, flops, ms, base_ms, err,
+               kernels=None):
         tflops = {n: flops / t / 1e9 for n, t in ms.items()}
         row = dict(model=key, T=T, projection=projection, kind=kind, r=r,
                    flops=flops, ms=ms, tflops=tflops,
@@ -163,6 +169,8 @@ def main():
                    ratio=ms["torch"] / ms["moec"], err=err)
         if base_ms is not None:
             row["overhead"] = ms["moec"] / base_ms - 1
+        if kernels is not None:
+            row["moec_kernels"] = kernels
         rows.append(row)
         extra = ("" if base_ms is None else
                  f" | no-LoRA {base_ms:7.3f} ms, LoRA "
@@ -172,6 +180,8 @@ def main():
               f"{ms['torch']:7.3f} ms x{row['ratio']:5.2f}{extra} | err "
               f"{err:.1e}" + ("" if err < TOLERANCE else "  MISMATCH"),
               flush=True)
+        for name, t in kernels or []:
+            print(f"    {t:7.3f} ms  {name[:90]}")
 
     for key in args.models.split(","):
         m = MODELS[key]
@@ -267,7 +277,9 @@ def main():
                         flops = (4 * R * r * (K + N) if kind == "grad" else
                                  2 * R * K * N + 2 * R * r * (K + N))
                         record(key, T, projection, kind, r, flops, ms,
-                               base_ms.get(kind), err)
+                               base_ms.get(kind), err,
+                               kernel_profile(moec_fn) if args.profile
+                               else None)
                     # Free the adapters before the next rank's.
                     a = b = a_t = a_e = b_t = b_e = da = db = runs = None
                 # Free this projection's tensors before the next one's.

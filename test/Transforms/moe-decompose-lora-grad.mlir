@@ -51,13 +51,14 @@
 // HOST-NOT: moe.grouped_matmul
 
 // On sm_90a: four wgmma matmuls; the transposes go in 16-byte pieces
-// (8 x 8 blocks where the last two dimensions swap, row pieces where the
-// last one stays).
+// where the last two dimensions swap (16-bit: 128 x 128 tiles through
+// workgroup memory; f32: a thread per 8 x 8 block) and row pieces where the
+// last one stays.
 // SM90-LABEL: entry gathered [sm_90a]
 // SM90-NOT: lora_grad
 // SM90: gathered_k3_fill
 // SM90: grouped_matmul_wgmma grid
-// SM90: gathered_k6_transpose_blocks
+// SM90: gathered_k6_transpose_tiles
 // SM90: grouped_matmul_wgmma grid
 // SM90: grouped_matmul_wgmma grid
 // SM90: gathered_k10_transpose_pieces

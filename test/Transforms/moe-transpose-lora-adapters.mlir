@@ -48,15 +48,17 @@ func.func @dynamic_and_forward(%x: tensor<?x?xf32>, %w: tensor<4x?x32xf32>, %o: 
 
 // The point of the pass: on sm_90a the input gradient of a rank-16 LoRA
 // matmul (the down projection's, [E, K, N] weights) runs the fused wgmma
-// kernel after two small transposes, each one thread per 8 x 8 block
-// (8 vector loads of input rows, 8 vector stores of output rows).
+// kernel after two small transposes, each a block per 128 x 128 tile
+// (Vector/Transpose.cpp: a thread's 8 vector loads of input rows, its 8 x 8
+// block through workgroup memory, 8 vector stores of output row pieces).
 // CHECK-LABEL: func @down_input_grad
-// SM90: gpu.func @down_input_grad_k0_transpose_blocks(
+// SM90: gpu.func @down_input_grad_k0_transpose_tiles(
 // SM90-COUNT-8: vector.load {{.*}} : memref<2048x128xbf16>, vector<8xbf16>
+// SM90: gpu.barrier
 // SM90-COUNT-8: vector.store {{.*}} : memref<128x2048xbf16>, vector<8xbf16>
 // SM90-LABEL: func.func @down_input_grad(
-// SM90: gpu.launch_func @down_input_grad_kernels::@down_input_grad_k0_transpose_blocks
-// SM90: gpu.launch_func @down_input_grad_kernels::@down_input_grad_k1_transpose_blocks
+// SM90: gpu.launch_func @down_input_grad_kernels::@down_input_grad_k0_transpose_tiles
+// SM90: gpu.launch_func @down_input_grad_kernels::@down_input_grad_k1_transpose_tiles
 // SM90: gpu.launch_func @down_input_grad_kernels::@down_input_grad_k2_grouped_matmul_wgmma
 // SM90-NOT: gpu.launch_func
 func.func @down_input_grad(%dy: tensor<?x2048xbf16>, %w: tensor<8x768x2048xbf16>, %o: tensor<8xi32>, %a: tensor<128x768xbf16>, %b: tensor<2048x128xbf16>) -> tensor<?x768xbf16> {

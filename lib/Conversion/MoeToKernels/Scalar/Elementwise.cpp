@@ -426,8 +426,9 @@ LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
                                     BufferMap buffer, LoweringContext &ctx) {
   // The LoRA adapters of a backward (moe-transpose-lora-adapters) and the
   // layout changes of moe-decompose-lora-grad: tens to hundreds of MB at
-  // the larger ranks. A swap of the last two dimensions in whole 16-byte
-  // blocks goes block by block, a permutation that keeps a last dimension
+  // the larger ranks (on GPUs the 16-bit swaps take the vector strategy's
+  // tiled kernel, Vector/Transpose.cpp). A swap of the last two dimensions
+  // in whole 16-byte blocks goes block by block, a permutation that keeps a last dimension
   // of whole 16-byte pieces piece by piece; anything else one thread per
   // output element (writes coalesced, reads strided through L2).
   Value in = buffer(op.getInput()), out = buffer(op.getResult()[0]);

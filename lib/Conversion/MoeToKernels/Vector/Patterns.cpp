@@ -22,4 +22,6 @@ void kernels::populateVectorKernelPatterns(KernelPatternSet &patterns,
   patterns.add<moe::SwigluGradOp>(vector, emitSwigluGrad, matchSwigluGrad);
   patterns.add<moe::QuantizeOp>(vector, emitQuantize, matchQuantize);
   patterns.add<moe::DequantizeOp>(vector, emitDequantize, matchDequantize);
+  patterns.add<mlir::linalg::TransposeOp>(vector, emitTranspose,
+                                          matchTranspose);
 }

@@ -14,6 +14,8 @@
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+
 namespace moec::kernels::vectorized {
 
 // Permute.cpp
@@ -28,6 +30,7 @@ MOEC_DECLARE_KERNEL_PATTERN(moe::SwigluGradOp, SwigluGrad)
 MOEC_DECLARE_KERNEL_PATTERN(moe::QuantizeOp, Quantize)
 // Dequantize.cpp
 MOEC_DECLARE_KERNEL_PATTERN(moe::DequantizeOp, Dequantize)
+MOEC_DECLARE_KERNEL_PATTERN(mlir::linalg::TransposeOp, Transpose)
 
 } // namespace moec::kernels::vectorized
 
