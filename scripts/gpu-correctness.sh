@@ -58,6 +58,7 @@ for routing in one-expert half-experts; do
   done
 done
 run vector.moecb dequantize_nf4_vec - uniform --iters 5
+run vector.moecb transpose_tiles_batched - uniform --iters 5
 # Warp routing kernels: T=3000 and 9000 span several 2048-slot sort chunks.
 for entry in route_bf16_aligned route_grouped_bias route_topk_then_softmax \
              route_single_expert_groups route_512 route_kept_groups_128 \

@@ -26,6 +26,7 @@
 // RUN: moec run %s --entry quantize_colwise_block --sym T=70 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dequantize_rowwise_vec --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dequantize_nf4_vec --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry transpose_tiles_batched --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // FP8 tokens with their 1x32 scales, permuted with probabilities into
@@ -179,4 +180,15 @@ func.func @dequantize_nf4_vec(%packed: tensor<4x6x16xui8>, %absmax: tensor<4x6xf
       experts(%ids : tensor<3xi32>) group_size = 32
       : tensor<4x6x16xui8>, tensor<4x6xf32> -> tensor<3x6x32xbf16>
   return %w : tensor<3x6x32xbf16>
+}
+
+// The tiled 16-bit transpose of the last two dimensions (Vector/Transpose.cpp
+// on GPUs): a batch of 3, 136 x 264 -> 264 x 136, so that the 128 x 128
+// tiles are partial in both dimensions (blocks of 8 x 8 past the edges).
+func.func @transpose_tiles_batched(%a: tensor<3x136x264xbf16>)
+    -> tensor<3x264x136xbf16> {
+  %e = tensor.empty() : tensor<3x264x136xbf16>
+  %t = linalg.transpose ins(%a : tensor<3x136x264xbf16>)
+      outs(%e : tensor<3x264x136xbf16>) permutation = [0, 2, 1]
+  return %t : tensor<3x264x136xbf16>
 }
