@@ -280,7 +280,8 @@ def run(args, sm_counts):
     import torch.nn.functional as F
 
     import moec
-    from moec.ep import ExpertParallelMoE, _exchange
+    from moec._exchange import _exchange
+    from moec.ep import ExpertParallelMoE
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from grouped_gemm import group_ends, rel_err, swiglu
     from training_step import route
