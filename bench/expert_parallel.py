@@ -47,7 +47,10 @@ all-to-all, the rows put back in slot order and summed with one bf16 bmm
 by the weights (cast to bf16, as transformers' MoE blocks do).
 a2a: all_to_all_single of the send buffer alone, then of the results
 alone, with the same splits: the bandwidth ceiling of dispatch + combine
-("a2a %" = a2a time / (dispatch + combine) time, moec's).
+("a2a %" = a2a time / (dispatch + combine) time, moec's). "fenced": the
+same with send_back timed from a barrier after every rank's experts, so
+that the wait for the busier rank (uneven expert loads) is not counted as
+exchange time; the plain all_to_all_single also starts from a barrier.
 Correctness: moec's output against torch's, ||y - ref|| / ||ref||, over
 the tokens both routers send to the same experts (err; routed_apart counts
 the others, near ties that go either way; err_all_tokens includes them),
@@ -298,9 +301,11 @@ def run(args, sm_counts):
              for v in args.variants.split(",") if v]
     results = []
 
-    def timed(stages, iters):
+    def timed(stages, iters, fenced=()):
         """{stage: slowest rank's median ms} of a list of (name, fn) run in
-        order, each fn taking the previous one's result."""
+        order, each fn taking the previous one's result; the stages named in
+        `fenced` start after a sync and a barrier (every rank done with
+        the stages before)."""
         times = {name: [] for name, _ in stages}
         for it in range(iters + 2):
             dist.barrier()
@@ -308,6 +313,10 @@ def run(args, sm_counts):
             value = None
             events = []
             for name, fn in stages:
+                if name in fenced:
+                    torch.cuda.synchronize()
+                    dist.barrier()
+                    torch.cuda.synchronize()
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -526,6 +535,14 @@ def run(args, sm_counts):
                               steps["send"], compute=steps["compute"],
                               combine=steps["send_back"] + steps["weigh"],
                               steps=steps)
+                # send_back after every rank's experts are done: the
+                # exchange without the wait for the busier rank.
+                fenced = timed(moec_steps, args.iters, fenced=("send_back",))
+                moec_t["fenced"] = dict(
+                    dispatch=fenced["route"] + fenced["plan"] +
+                    fenced["send"],
+                    combine=fenced["send_back"] + fenced["weigh"],
+                    steps=fenced)
                 torch_t = timed([("dispatch", t_dispatch),
                                  ("compute", t_compute),
                                  ("combine", t_combine)], args.iters)
@@ -565,6 +582,8 @@ def run(args, sm_counts):
                     [moec_layer] + [p["ms"] for p in pipelined]),
                 a2a_fraction=a2a_ms / (moec_t["dispatch"] +
                                        moec_t["combine"]),
+                a2a_fraction_fenced=a2a_ms / (moec_t["fenced"]["dispatch"] +
+                                              moec_t["fenced"]["combine"]),
                 a2a_GBps=2 * moved.item() * H * 2 / a2a_ms / 1e6,
                 flops_per_rank=2 * T * H * E + 2 * T * k * 3 * H * I,
                 compute_tflops=(2 * sum(recv_splits) * 3 * H * I /
@@ -668,7 +687,8 @@ def run(args, sm_counts):
     if rank == 0:
         print(f"\n{'model':<14} {'T/rank':>6} {'moec ms':>8} "
               f"{'torch ms':>8} {'ratio':>5} | {'disp':>6} {'comp':>6} "
-              f"{'comb':>6} | {'a2a ms':>6} {'a2a%':>5} {'err':>8} "
+              f"{'comb':>6} | {'a2a ms':>6} {'a2a%':>5} {'fenced':>6} "
+              f"{'err':>8} "
               f"{'apart':>5} rows/rank")
         for r in results:
             mt = r["moec"]
@@ -677,7 +697,8 @@ def run(args, sm_counts):
                   f"{mt['dispatch']:>6.3f} {mt['compute']:>6.3f} "
                   f"{mt['combine']:>6.3f} | "
                   f"{r['a2a']['send'] + r['a2a']['back']:>6.3f} "
-                  f"{100 * r['a2a_fraction']:>5.1f} {r['err']:>8.2e} "
+                  f"{100 * r['a2a_fraction']:>5.1f} "
+                  f"{100 * r['a2a_fraction_fenced']:>6.1f} {r['err']:>8.2e} "
                   f"{r['routed_apart']:>5} {r['received_rows']}")
             if "send_own" in r["a2a"]:
                 print(f"{'':<14} {'':>6} the layer's own exchanges alone: "
