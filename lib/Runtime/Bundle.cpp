@@ -105,6 +105,8 @@ const char *bufferRoleName(BufferRole role) {
     return "output";
   case BufferRole::Temp:
     return "temp";
+  case BufferRole::View:
+    return "view";
   }
   return "<invalid>";
 }
@@ -171,6 +173,8 @@ void writeEntry(ByteWriter &w, const Entry &e) {
     w.count(b.dims.size());
     for (const std::string &d : b.dims)
       w.str(d);
+    if (b.role == BufferRole::View)
+      w.u32(b.source);
   }
   w.count(e.steps.size());
   for (const LaunchStep &s : e.steps) {
@@ -482,6 +486,8 @@ Status readBuffers(ByteReader &r, Entry &e) {
     b.dims.resize(rank);
     for (uint32_t d = 0; d < rank; ++d)
       MOEC_TRY(r.str(f + ": dim " + std::to_string(d), b.dims[d]));
+    if (b.role == BufferRole::View)
+      MOEC_TRY(r.u32(f + ": source", b.source));
   }
   return Status::ok();
 }

@@ -21,7 +21,7 @@ inline constexpr uint8_t kMaxElemType = static_cast<uint8_t>(ElemType::U8);
 inline constexpr uint8_t kMaxBinaryKind =
     static_cast<uint8_t>(BinaryKind::HostObject);
 inline constexpr uint8_t kMaxBufferRole =
-    static_cast<uint8_t>(BufferRole::Temp);
+    static_cast<uint8_t>(BufferRole::View);
 inline constexpr uint8_t kMaxParamKind =
     static_cast<uint8_t>(ParamDesc::Kind::TensorMap);
 

@@ -164,6 +164,20 @@ std::string validateEntry(const Entry &e) {
       if (!s)
         return where + "dim " + std::to_string(d) + ": " + s.message();
     }
+    // A view's bytes are its source's (the executor checks at run time
+    // that both sizes agree).
+    if (b.role == BufferRole::View) {
+      if (b.source >= numBuffers || b.source == i)
+        return where + "view of buffer " + std::to_string(b.source) +
+               ", not another buffer of the " + std::to_string(numBuffers);
+      const BufferDesc &source = e.buffers[b.source];
+      if (source.role == BufferRole::View)
+        return where + "view of buffer " + std::to_string(b.source) +
+               ", itself a view";
+      if (source.elem != b.elem)
+        return where + "view of buffer " + std::to_string(b.source) +
+               " with another element type";
+    }
   }
 
   // Symbols: a dimension of an input.

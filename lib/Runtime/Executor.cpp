@@ -232,6 +232,37 @@ Status bufferShapes(const Entry &entry, const std::vector<int64_t> &symbols,
   return Status::ok();
 }
 
+/// Each view's address: its source's, whose byte count must be the view's.
+static Status bindViews(const Entry &entry,
+                        const std::vector<std::vector<int64_t>> &shapes,
+                        std::vector<void *> &addresses) {
+  for (size_t i = 0; i < entry.buffers.size(); ++i) {
+    const BufferDesc &b = entry.buffers[i];
+    if (b.role != BufferRole::View)
+      continue;
+    // validateBundle refuses these; an unvalidated entry must not crash.
+    if (b.source >= entry.buffers.size() ||
+        entry.buffers[b.source].role == BufferRole::View)
+      return invalidArg(describe("buffer", i, b) + ": view of buffer " +
+                        std::to_string(b.source) +
+                        ", not a buffer that has bytes of its own");
+    size_t bytes = 0, sourceBytes = 0;
+    if (Status s = arrayBytes(b.elem, shapes[i], bytes); !s)
+      return invalidArg(describe("buffer", i, b) + ": " + s.message());
+    if (Status s = arrayBytes(b.elem, shapes[b.source], sourceBytes); !s)
+      return invalidArg(describe("buffer", b.source,
+                                 entry.buffers[b.source]) +
+                        ": " + s.message());
+    if (bytes != sourceBytes)
+      return invalidArg(describe("buffer", i, b) + ": a view of " +
+                        std::to_string(sourceBytes) + " bytes as " +
+                        formatShape(shapes[i]) + " (" + std::to_string(bytes) +
+                        " bytes)");
+    addresses[i] = addresses[b.source];
+  }
+  return Status::ok();
+}
+
 Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
                 const std::vector<ArrayRef> &outputs,
                 KernelLauncher &launcher) {
@@ -280,6 +311,8 @@ Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
       if (bytes != 0)
         temps.emplace_back(i, bytes);
       break;
+    case BufferRole::View: // bound below, once every source has an address
+      break;
     }
   }
 
@@ -301,6 +334,8 @@ Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
     guard.hold(ptr);
     addresses[index] = ptr;
   }
+  if (Status s = bindViews(entry, shapes, addresses); !s)
+    return s;
   return runSteps(entry, symbols, shapes, addresses, launcher);
 }
 
@@ -331,6 +366,9 @@ Status runEntryWithAllBuffers(const Entry &entry,
       return s;
     addresses[i] = buffers[i].data;
   }
+  // A view's own array is not used: it reads and writes its source's.
+  if (Status s = bindViews(entry, shapes, addresses); !s)
+    return s;
   if (Status s = launcher.prepare(entry); !s)
     return s;
   return runSteps(entry, symbols, shapes, addresses, launcher);

@@ -140,6 +140,32 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
       bufferOf[alloc] = index.getInt();
       return WalkResult::advance();
     }
+    // A reshape that moves nothing: a view of the bytes of its source (of
+    // the buffer that source views, for a view of a view).
+    if (isa<memref::ExpandShapeOp, memref::CollapseShapeOp>(op)) {
+      IntegerAttr index = attrs->getBufferAttrHelper().getAttr(op);
+      auto source = bufferOf.find(op->getOperand(0));
+      if (!index ||
+          index.getInt() >= static_cast<int64_t>(entry.buffers.size()) ||
+          source == bufferOf.end())
+        return op->emitOpError("is not a view of a known buffer with a "
+                               "valid moe.buffer index");
+      auto type = cast<MemRefType>(op->getResult(0).getType());
+      FailureOr<rt::ElemType> elem =
+          elemTypeOf(type.getElementType(), op->getLoc());
+      if (failed(elem))
+        return WalkResult::interrupt();
+      const rt::BufferDesc &viewed = entry.buffers[source->second];
+      rt::BufferDesc &desc = entry.buffers[index.getInt()];
+      desc.role = rt::BufferRole::View;
+      desc.elem = *elem;
+      desc.name = "view" + std::to_string(index.getInt());
+      desc.dims = reversePolish(attrs->getDimsAttrHelper().getAttr(op));
+      desc.source = viewed.role == rt::BufferRole::View ? viewed.source
+                                                        : source->second;
+      bufferOf[op->getResult(0)] = index.getInt();
+      return WalkResult::advance();
+    }
     auto launch = dyn_cast<gpu::LaunchFuncOp>(op);
     if (!launch)
       return WalkResult::advance();

@@ -53,18 +53,30 @@
 // On sm_90a: four wgmma matmuls; the transposes go in 16-byte pieces
 // where the last two dimensions swap (16-bit: 128 x 128 tiles through
 // workgroup memory; f32: a thread per 8 x 8 block) and row pieces where the
-// last one stays.
+// last one stays. The reshapes are views that copy nothing: A [E*r, K] and
+// Bᵀ [E*r, N] read as [E, r, K] and [E, r, N], and the two weight
+// gradients written straight into the outputs (dB [N, E*r] through its
+// [N, E, r] view, dA [E*r, K] through [E, r, K]).
 // SM90-LABEL: entry gathered [sm_90a]
+// SM90: 3 arg3 input bf16 [64, 64]
+// SM90: 5 result0 output f32 [64, 64]
+// SM90: 6 result1 output f32 [48, 64]
+// SM90: view bf16 [4, 16, 64] of buffer 3
+// SM90: view bf16 [4, 16, 48] of buffer
+// SM90: view f32 [48, 4, 16] of buffer 6
+// SM90: view f32 [4, 16, 64] of buffer 5
 // SM90-NOT: lora_grad
+// SM90-NOT: _shape grid
 // SM90: gathered_k3_fill
 // SM90: grouped_matmul_wgmma grid
-// SM90: gathered_k6_transpose_tiles
+// SM90: gathered_k5_transpose_tiles
 // SM90: grouped_matmul_wgmma grid
 // SM90: grouped_matmul_wgmma grid
-// SM90: gathered_k10_transpose_pieces
+// SM90: gathered_k8_transpose_pieces
 // SM90: grouped_matmul_wgmma grid
-// SM90: gathered_k13_transpose_blocks
+// SM90: gathered_k10_transpose_blocks
 // SM90-NOT: lora_grad
+// SM90-NOT: _shape grid
 // SM90-LABEL: entry kept [sm_90a]
 // SM90: kept_k3_lora_grad_rows
 

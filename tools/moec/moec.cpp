@@ -304,7 +304,6 @@ int inspect(const Args &args) {
   llvm::outs() << "bundle version " << bundle.version << ", produced by "
                << bundle.producer << ", " << bundle.entries.size()
                << " entries\n";
-  static const char *roles[] = {"input", "output", "temp"};
   for (const moec::rt::Entry &entry : bundle.entries) {
     llvm::outs() << "\nentry " << entry.name << " [" << entry.target << "] "
                  << moec::rt::binaryKindName(entry.binaryKind) << ", "
@@ -313,11 +312,15 @@ int inspect(const Args &args) {
       llvm::outs() << " s" << i << "=" << s.name << " (buffer " << s.buffer
                    << " dim " << s.dim << ")";
     llvm::outs() << "\n  buffers:\n";
-    for (auto [i, b] : llvm::enumerate(entry.buffers))
+    for (auto [i, b] : llvm::enumerate(entry.buffers)) {
       llvm::outs() << "    " << i << " " << b.name << " "
-                   << roles[static_cast<int>(b.role)] << " "
+                   << moec::rt::bufferRoleName(b.role) << " "
                    << moec::rt::elemTypeName(b.elem) << " ["
-                   << llvm::join(b.dims, ", ") << "]\n";
+                   << llvm::join(b.dims, ", ") << "]";
+      if (b.role == moec::rt::BufferRole::View)
+        llvm::outs() << " of buffer " << b.source;
+      llvm::outs() << "\n";
+    }
     llvm::outs() << "  launches:\n";
     for (const moec::rt::LaunchStep &step : entry.steps) {
       llvm::outs() << "    " << step.kernel << " grid [" << step.grid

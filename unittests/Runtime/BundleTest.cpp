@@ -134,6 +134,7 @@ void expectEqual(const Bundle &a, const Bundle &b) {
       EXPECT_EQ(x.buffers[k].role, y.buffers[k].role);
       EXPECT_EQ(x.buffers[k].elem, y.buffers[k].elem);
       EXPECT_EQ(x.buffers[k].dims, y.buffers[k].dims);
+      EXPECT_EQ(x.buffers[k].source, y.buffers[k].source);
     }
     ASSERT_EQ(x.steps.size(), y.steps.size());
     for (size_t k = 0; k < x.steps.size(); ++k) {
@@ -279,6 +280,31 @@ TEST(BundleTest, EnumNames) {
   EXPECT_FALSE(parseElemType("f64", t));
   EXPECT_STREQ(binaryKindName(BinaryKind::Ptx), "ptx");
   EXPECT_STREQ(bufferRoleName(BufferRole::Temp), "temp");
+  EXPECT_STREQ(bufferRoleName(BufferRole::View), "view");
+}
+
+/// Entry 0 of makeBundle with buffer 7: tmp0 (i32 [s0, 8]) as [s0 * 8].
+Bundle withView() {
+  Bundle b = makeBundle();
+  BufferDesc view;
+  view.name = "view7";
+  view.role = BufferRole::View;
+  view.elem = ElemType::I32;
+  view.dims = {"s0 8 *"};
+  view.source = 3;
+  b.entries[0].buffers.push_back(view);
+  return b;
+}
+
+TEST(BundleTest, ViewRoundTrip) {
+  Bundle b = withView();
+  ASSERT_TRUE(validateBundle(b).isOk()) << validateBundle(b).toString();
+  Bundle back;
+  Status s = read(bytesOf(b), back);
+  ASSERT_TRUE(s.isOk()) << s.toString();
+  expectEqual(b, back);
+  EXPECT_EQ(back.entries[0].buffers[7].role, BufferRole::View);
+  EXPECT_EQ(back.entries[0].buffers[7].source, 3u);
 }
 
 //===----------------------------------------------------------------------===//
@@ -301,15 +327,18 @@ TEST(BundleTest, UnsupportedVersion) {
   Bundle back;
   Status s = read(bytes, back);
   EXPECT_EQ(s.code(), ErrorCode::Unsupported);
-  EXPECT_EQ(s.message(), "bundle version 1 is older than this runtime's (3): "
+  EXPECT_EQ(s.message(), "bundle version 1 is older than this runtime's (4): "
                          "rebuild it with this moec (moec compile, or clear "
                          "the JIT cache)");
-  // Version 2, the format before the checksum: rebuilt, not misread.
+  // Versions 2 (before the checksum) and 3 (before views): rebuilt, not
+  // misread.
   putU32(bytes, kVersionAt, 2);
   EXPECT_CONTAINS(read(bytes, back).message(), "rebuild it");
-  putU32(bytes, kVersionAt, 4);
+  putU32(bytes, kVersionAt, 3);
+  EXPECT_CONTAINS(read(bytes, back).message(), "rebuild it");
+  putU32(bytes, kVersionAt, 5);
   EXPECT_CONTAINS(read(bytes, back).message(),
-                  "bundle version 4 is newer than this runtime's (3)");
+                  "bundle version 5 is newer than this runtime's (4)");
   Bundle b = makeBundle();
   b.version = 0;
   EXPECT_EQ(validateBundle(b).code(), ErrorCode::Unsupported);
@@ -555,6 +584,32 @@ TEST(BundleTest, BufferErrors) {
                     b.entries[0].buffers[3].elem = static_cast<ElemType>(8);
                   }),
                   "element type 8 out of range");
+}
+
+TEST(BundleTest, ViewErrors) {
+  auto invalidView = [](auto mutate) {
+    Bundle b = withView();
+    mutate(b.entries[0].buffers);
+    Status s = validateBundle(b);
+    EXPECT_EQ(s.code(), ErrorCode::InvalidBundle);
+    std::vector<uint8_t> bytes;
+    EXPECT_FALSE(writeBundle(b, bytes).isOk());
+    return s.message();
+  };
+  const std::string where = "entry 0 ('qwen3', sm_90a): buffer 7 ('view7'): ";
+  EXPECT_EQ(invalidView([](auto &buffers) { buffers[7].source = 8; }),
+            where + "view of buffer 8, not another buffer of the 8");
+  EXPECT_EQ(invalidView([](auto &buffers) { buffers[7].source = 7; }),
+            where + "view of buffer 7, not another buffer of the 8");
+  EXPECT_EQ(invalidView([](auto &buffers) {
+              buffers[3].role = BufferRole::View;
+              buffers[3].source = 4;
+              buffers[3].elem = ElemType::F32;
+            }),
+            where + "view of buffer 3, itself a view");
+  EXPECT_EQ(
+      invalidView([](auto &buffers) { buffers[7].elem = ElemType::F32; }),
+      where + "view of buffer 3 with another element type");
 }
 
 TEST(BundleTest, SymbolErrors) {

@@ -404,6 +404,58 @@ TEST(ExecutorTest, RunEntryWithAllBuffers) {
   EXPECT_EQ(launcher.prepares, 1);
 }
 
+/// makeEntry with the scratch u read and written through a view [T * 4]:
+/// the scale kernel writes the view, the last add_one reads u.
+Entry makeViewEntry() {
+  Entry e = makeEntry();
+  BufferDesc view = buffer("v", BufferRole::View, ElemType::F32, {"s0 4 *"});
+  view.source = 4;
+  e.buffers.push_back(view);
+  e.steps[1].params[1] = bufferParam(5);
+  return e;
+}
+
+TEST(ExecutorTest, ViewUsesItsSourceBytes) {
+  Entry e = makeViewEntry();
+  Arrays a(5);
+  HostLauncher launcher;
+  Status s = runEntry(e, a.inputs, a.outputs, launcher);
+  ASSERT_TRUE(s.isOk()) << s.toString();
+  for (size_t i = 0; i < a.yData.size(); ++i)
+    EXPECT_EQ(a.yData[i], (a.xData[i] + 1) * 3 + 1) << i;
+  // Only t and u are allocated: the view has no bytes of its own.
+  EXPECT_EQ(launcher.sizes, (std::vector<size_t>{80, 80}));
+  EXPECT_TRUE(launcher.live.empty());
+
+  // With every buffer given, the view's own array is left alone.
+  Arrays b(6);
+  std::vector<float> t(24, 0), u(24, 0), v(24, -7);
+  std::vector<ArrayRef> buffers = {b.inputs[0],
+                                   b.inputs[1],
+                                   b.outputs[0],
+                                   {t.data(), ElemType::F32, {24}},
+                                   {u.data(), ElemType::F32, {6, 4}},
+                                   {v.data(), ElemType::F32, {24}}};
+  s = runEntryWithAllBuffers(e, buffers, launcher);
+  ASSERT_TRUE(s.isOk()) << s.toString();
+  EXPECT_EQ(u[5], (b.xData[5] + 1) * 3);
+  EXPECT_EQ(v[5], -7);
+  EXPECT_EQ(b.yData[23], (b.xData[23] + 1) * 3 + 1);
+}
+
+TEST(ExecutorTest, ViewOfAnotherSizeIsAnError) {
+  Entry e = makeViewEntry();
+  e.buffers[5].dims = {"s0 4 * 1 +"};
+  Arrays a(5);
+  HostLauncher launcher;
+  Status s = runEntry(e, a.inputs, a.outputs, launcher);
+  EXPECT_EQ(s.code(), ErrorCode::InvalidArgument);
+  EXPECT_EQ(s.message(), "buffer 5 ('v'): a view of 80 bytes as [21] (84 "
+                         "bytes)");
+  EXPECT_TRUE(launcher.launches.empty());
+  EXPECT_TRUE(launcher.live.empty()); // the temps went back
+}
+
 TEST(ExecutorTest, ArrayBytesAndFormatShape) {
   size_t bytes = 0;
   ASSERT_TRUE(arrayBytes(ElemType::BF16, {64, 2048}, bytes).isOk());

@@ -29,8 +29,8 @@
 namespace moec::rt {
 
 /// Bumped on every incompatible change of the byte format. Version 3 added
-/// the payload checksum.
-constexpr uint32_t kBundleVersion = 3;
+/// the payload checksum, version 4 view buffers.
+constexpr uint32_t kBundleVersion = 4;
 
 /// Where the payload (everything the checksum covers) starts: after the
 /// magic, the version and the checksum.
@@ -73,8 +73,11 @@ const char *elemTypeName(ElemType type);
 /// Inverse of elemTypeName; false for an unknown name.
 bool parseElemType(const std::string &name, ElemType &type);
 
-enum class BufferRole : uint8_t { Input = 0, Output = 1, Temp = 2 };
-/// "input", "output", "temp".
+/// Inputs and outputs are the caller's arrays, temps the executor's
+/// scratch; a view is the bytes of another buffer (its `source`) under a
+/// shape of its own: a reshape that moves nothing.
+enum class BufferRole : uint8_t { Input = 0, Output = 1, Temp = 2, View = 3 };
+/// "input", "output", "temp", "view".
 const char *bufferRoleName(BufferRole role);
 
 /// A dense row-major array the entry reads or writes.
@@ -83,6 +86,8 @@ struct BufferDesc {
   BufferRole role = BufferRole::Temp;
   ElemType elem = ElemType::F32;
   std::vector<std::string> dims; ///< one RPN expression per dimension
+  /// A view's source buffer (not a view; same element type and byte size).
+  uint32_t source = 0;
 };
 
 /// Symbol `s<i>` is dimension `dim` of input buffer `buffer`.

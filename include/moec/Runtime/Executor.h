@@ -75,14 +75,16 @@ Status bufferShapes(const Entry &entry, const std::vector<int64_t> &symbols,
 /// shape (the message names the argument otherwise). Outputs are written in
 /// full. Scratch (Temp) buffers are allocated through the launcher, not
 /// cleared (every kernel writes the scratch it reads), and released before
-/// returning, on errors too.
+/// returning, on errors too. A View buffer takes its source's address (its
+/// byte size must be the source's).
 Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
                 const std::vector<ArrayRef> &outputs,
                 KernelLauncher &launcher);
 
 /// Runs the entry with every buffer supplied by the caller, scratch buffers
 /// included (`buffers[i]` is buffer i). Lets a checker read intermediates.
-/// Allocates and clears nothing.
+/// Allocates and clears nothing. A view's array is checked but not used:
+/// the kernels read and write its source's (read a view's values there).
 Status runEntryWithAllBuffers(const Entry &entry,
                               const std::vector<ArrayRef> &buffers,
                               KernelLauncher &launcher);

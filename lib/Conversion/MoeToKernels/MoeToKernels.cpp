@@ -144,6 +144,9 @@ private:
   FailureOr<moe::SizeAttr> expr(Value v);
   ArrayAttr exprArray(ArrayRef<Value> sizes, Location loc, bool &ok);
   Value newBuffer(Value tensor, ArrayRef<Value> sizes);
+  Value newView(Value source, Operation *reshape, bool inverse);
+  bool lowerReshapeAsView(Operation *reshape);
+  void planOutputViews();
   LogicalResult lowerOneOp(Operation *op);
   void recordRefOp(Operation *op, StringRef name,
                    ArrayRef<std::pair<StringRef, std::string>> extraAttrs);
@@ -163,6 +166,9 @@ private:
   DenseMap<Value, int32_t> bufferIndex; ///< memref -> buffer index
   int32_t numBuffers = 0;
   DenseMap<Value, Value> outputFor;     ///< returned tensor -> output arg
+  /// Tensor -> the static reshape that returns it: its kernel writes the
+  /// output argument through a view (planOutputViews).
+  DenseMap<Value, Operation *> reshapedToOutput;
   DenseSet<Value> zeroFilled;           ///< linalg.fill 0 of tensor.empty
   /// Symbol of each (input, dim) with a dynamic size.
   DenseMap<std::pair<unsigned, unsigned>, unsigned> symbolOf;
@@ -240,9 +246,92 @@ ArrayAttr FuncLowering::exprArray(ArrayRef<Value> sizes, Location loc,
   return hostBuilder.getArrayAttr(exprs);
 }
 
+/// A static reshape's result (or, `inverse`, its source) as a view of
+/// `source`: the host's memref.expand_shape / collapse_shape, a buffer of
+/// the bundle that reads and writes `source`'s bytes under its own shape.
+Value FuncLowering::newView(Value source, Operation *reshape, bool inverse) {
+  Value tensor = inverse ? reshape->getOperand(0) : reshape->getResult(0);
+  auto type = cast<RankedTensorType>(tensor.getType());
+  auto memrefType = MemRefType::get(type.getShape(), type.getElementType());
+  SmallVector<ReassociationIndices> groups =
+      isa<tensor::ExpandShapeOp>(reshape)
+          ? cast<tensor::ExpandShapeOp>(reshape).getReassociationIndices()
+          : cast<tensor::CollapseShapeOp>(reshape).getReassociationIndices();
+  // The reshape itself expands, or its inverse does (a collapse undone).
+  bool expand = isa<tensor::ExpandShapeOp>(reshape) != inverse;
+  Value view =
+      expand ? Value(memref::ExpandShapeOp::create(hostBuilder, memrefType,
+                                                   source, groups))
+             : Value(memref::CollapseShapeOp::create(hostBuilder, memrefType,
+                                                     source, groups));
+  SmallVector<Value> sizes = llvm::map_to_vector(
+      type.getShape(), [&](int64_t size) { return hostBuilder.idx(size); });
+  Operation *op = view.getDefiningOp();
+  bool ok = true;
+  attrs->getDimsAttrHelper().setAttr(op,
+                                     exprArray(sizes, op->getLoc(), ok));
+  attrs->getBufferAttrHelper().setAttr(
+      op, hostBuilder.getI32IntegerAttr(numBuffers));
+  bufferIndex[view] = numBuffers++;
+  sizesOf[view] = sizes;
+  return view;
+}
+
+/// Static reshapes that return a value a kernel computes (not a function
+/// argument, not returned itself, nor another reshape's result): that
+/// kernel writes the output argument through a view, and the reshape
+/// copies nothing (moe.lora_grad's decomposition joins its gradients so).
+void FuncLowering::planOutputViews() {
+  for (Operation &op : oldFunc.getBody().front().without_terminator()) {
+    if (!isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op))
+      continue;
+    Value source = op.getOperand(0), result = op.getResult(0);
+    Operation *producer = source.getDefiningOp();
+    if (!outputFor.count(result) || outputFor.count(source) || !producer ||
+        isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(producer) ||
+        reshapedToOutput.count(source) ||
+        !cast<ShapedType>(result.getType()).hasStaticShape())
+      continue;
+    reshapedToOutput[source] = &op;
+  }
+}
+
+/// A static reshape as a view (no kernel): of its source's buffer, or, for
+/// one planOutputViews chose, the output its source was written into.
+/// False where it must copy (a returned reshape of an argument, ...).
+bool FuncLowering::lowerReshapeAsView(Operation *reshape) {
+  Value source = reshape->getOperand(0), result = reshape->getResult(0);
+  Value sourceBuffer = bufferOf.lookup(source);
+  if (!sourceBuffer)
+    return false;
+  if (Value output = outputFor.lookup(result)) {
+    if (reshapedToOutput.lookup(source) != reshape)
+      return false;
+    bufferOf[result] = output;
+    return true;
+  }
+  bufferOf[result] = newView(sourceBuffer, reshape, /*inverse=*/false);
+  return true;
+}
+
 Value FuncLowering::newBuffer(Value tensor, ArrayRef<Value> sizes) {
   auto type = cast<RankedTensorType>(tensor.getType());
   auto memrefType = MemRefType::get(type.getShape(), type.getElementType());
+  if (Operation *reshape = reshapedToOutput.lookup(tensor)) {
+    // Written through a view of the output its reshape returns.
+    Value output = outputFor.lookup(reshape->getResult(0));
+    auto outType = cast<RankedTensorType>(reshape->getResult(0).getType());
+    SmallVector<Value> outSizes = llvm::map_to_vector(
+        outType.getShape(), [&](int64_t size) { return hostBuilder.idx(size); });
+    bool ok = true;
+    newFunc.setArgAttr(cast<BlockArgument>(output).getArgNumber(),
+                       attrs->getDimsAttrHelper().getName(),
+                       exprArray(outSizes, tensor.getLoc(), ok));
+    sizesOf[output] = outSizes;
+    Value view = newView(output, reshape, /*inverse=*/true);
+    bufferOf[tensor] = view;
+    return view;
+  }
   Value output = outputFor.lookup(tensor);
   if (!output) {
     Value temp = allocTemp(memrefType, sizes);
@@ -433,11 +522,15 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     extraAttrs.push_back(
         {"value", llvm::formatv("{0:e16}", value.getValueAsDouble()).str()});
   } else if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op)) {
-    // A copy into a buffer of the new shape (the bundle keeps one shape per
-    // buffer, so a view of the source cannot be described).
     if (!cast<ShapedType>(op->getResult(0).getType()).hasStaticShape())
       return op->emitOpError("of a dynamic shape is not supported (only "
                              "static reshapes lower)");
+    // A view of the same bytes where it can be one; a copy kernel into a
+    // buffer of the new shape otherwise.
+    if (lowerReshapeAsView(op)) {
+      recordRefOp(op, refName, extraAttrs);
+      return success();
+    }
   } else if (auto transpose = dyn_cast<linalg::TransposeOp>(op)) {
     if (transpose.getPermutation().empty())
       return op->emitOpError("of a rank-0 tensor is not supported (nothing "
@@ -580,6 +673,7 @@ LogicalResult FuncLowering::run() {
 
   if (!oldFunc.getBody().hasOneBlock())
     return oldFunc.emitOpError("must have a single block to be lowered");
+  planOutputViews();
   for (Operation &op : oldFunc.getBody().front().without_terminator())
     if (failed(lowerOneOp(&op)))
       return failure();
