@@ -27,7 +27,10 @@ and --kinds of each:
            the three products as above. The no-LoRA baseline is moec's dX.
   grad     dA_e = s·Σ (dy·B_e)ᵀ·x, dB_e = s·Σ dyᵀ·(x·A_eᵀ) (moe.lora_grad);
            torch: u and du by _grouped_mm, then _grouped_mm(du.t(), x)
-           and _grouped_mm(dy.t(), u) over the same offsets.
+           and _grouped_mm(dy.t(), u) over the same offsets, times s, dB
+           put in B's layout [N, E*r] (one kernel: the scale of the
+           permuted [E, N, r]). Both write dA and dB in the adapters'
+           layouts; the error compares them joined, outside the timing.
 The adapter layouts torch needs are made outside the timing. FLOPs
 counted: forward and dx 2*R*K*N + 2*R*r*(K + N); grad 4*R*r*(K + N).
 Timing as bench/grouped_gemm.py (CUDA events, L2 evicted before every
@@ -45,6 +48,15 @@ RANKS = (16, 64, 128)
 PROJECTIONS = ("gate_up", "down")
 KINDS = ("forward", "dx", "grad")
 SCALING = 2.0
+
+
+def joined(out):
+    """A kernel's results as one flat tensor (the grad kind returns dA and
+    dB), for the error."""
+    import torch
+    if isinstance(out, tuple):
+        return torch.cat([t.reshape(-1) for t in out])
+    return out
 
 
 def shape(m: dict, projection: str) -> tuple:
@@ -257,7 +269,7 @@ def main():
                     def moec_grad():
                         grad(x, dy, offsets, a, b, out=(da, db),
                              check_values=False)
-                        return torch.cat([da.flatten(), db.flatten()])
+                        return da, db
 
                     def torch_grad():
                         u = torch._grouped_mm(x, a_t, offs=offs)
@@ -265,13 +277,16 @@ def main():
                         ga = torch._grouped_mm(du.t(), x, offs=offs)
                         gb = torch._grouped_mm(dy.t(), u, offs=offs)
                         # [E, r, K] is A's layout; [E, N, r] -> [N, E*r].
-                        return torch.cat([ga.flatten(), gb.permute(
-                            1, 0, 2).flatten()]).mul_(SCALING)
+                        gb_t = torch.empty((N, E, r), dtype=gb.dtype,
+                                           device=gb.device)
+                        return (ga.mul_(SCALING),
+                                torch.mul(gb.permute(1, 0, 2), SCALING,
+                                          out=gb_t))
                     runs["grad"] = (moec_grad, torch_grad)
 
                     for kind in kinds:
                         moec_fn, torch_fn = runs[kind]
-                        err = rel_err(moec_fn(), torch_fn())
+                        err = rel_err(joined(moec_fn()), joined(torch_fn()))
                         ms = {"moec": timed(moec_fn, args.iters, flush),
                               "torch": timed(torch_fn, args.iters, flush)}
                         flops = (4 * R * r * (K + N) if kind == "grad" else
