@@ -249,6 +249,10 @@ def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
         {mode = weight_grad}
     ```
 
+    The reshapes copy nothing once lowered: `convert-moe-to-kernels` makes
+    them views of the adapters, and the weight gradients write the
+    gradient outputs through views of them.
+
     `u` and `du` are rounded to the operands' type between the products,
     as a composition of `torch._grouped_mm` calls does (the fused kernel
     keeps them in f32). The rewrite applies where the wgmma kernel takes
