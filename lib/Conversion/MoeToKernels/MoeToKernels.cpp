@@ -290,7 +290,8 @@ void FuncLowering::planOutputViews() {
     if (!outputFor.count(result) || outputFor.count(source) || !producer ||
         isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(producer) ||
         reshapedToOutput.count(source) ||
-        !cast<ShapedType>(result.getType()).hasStaticShape())
+        !cast<ShapedType>(result.getType()).hasStaticShape() ||
+        !cast<ShapedType>(source.getType()).hasStaticShape())
       continue;
     reshapedToOutput[source] = &op;
   }
@@ -302,7 +303,7 @@ void FuncLowering::planOutputViews() {
 bool FuncLowering::lowerReshapeAsView(Operation *reshape) {
   Value source = reshape->getOperand(0), result = reshape->getResult(0);
   Value sourceBuffer = bufferOf.lookup(source);
-  if (!sourceBuffer)
+  if (!sourceBuffer || !cast<ShapedType>(source.getType()).hasStaticShape())
     return false;
   if (Value output = outputFor.lookup(result)) {
     if (reshapedToOutput.lookup(source) != reshape)
