@@ -306,6 +306,26 @@ func.func @lora(%x: tensor<?x2048xbf16>, %slots: tensor<?xi32>,
 
 // -----
 
+// Past rank 32, U's accumulators (R/2 registers per thread) go on top of
+// the tile's: the MMA warpgroups take 232 registers and the producer keeps
+// 40 (216 and 72 left ptxas spilling at r = 64).
+// CHECK-LABEL: gpu.func @lora_ws_r64_k0_grouped_matmul_wgmma(
+// CHECK: nvvm.setmaxregister decrease 40
+// CHECK: nvvm.setmaxregister increase 232
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 64, k = 16>
+func.func @lora_ws_r64(%x: tensor<?x256xbf16>, %w: tensor<4x512x256xbf16>,
+                       %offsets: tensor<4xi32>, %a: tensor<256x256xbf16>,
+                       %b: tensor<512x256xbf16>) -> tensor<?x512xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets
+      lora(%a, %b : tensor<256x256xbf16>, tensor<512x256xbf16>)
+      {transpose_rhs, lora_scaling = 2.0 : f32}
+      : tensor<?x256xbf16>, tensor<4x512x256xbf16>, tensor<4xi32>
+      -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}
+
+// -----
+
 // LoRA in the warp-specialized kernel (the default at n = 256, r <= 64).
 // Every producer thread's cp.async of the A_e rows arrives on a stage's
 // full barrier (128 + the TMA thread); a last barrier pair hands the B_e

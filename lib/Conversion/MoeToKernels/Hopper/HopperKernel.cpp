@@ -312,7 +312,8 @@ void HopperKernel::emitWarpSpecialized() {
 // stage's full barrier count the copies' completion.
 void HopperKernel::producerRole() {
   KernelBuilder &b = env.b;
-  setMaxRegisters(b, kProducerRegisters, NVVM::SetMaxRegisterAction::decrease);
+  setMaxRegisters(b, env.plan.producerRegisters(),
+                  NVVM::SetMaxRegisterAction::decrease);
   tileLoop([&](Value tile, Value slices, Value rounds) {
     TileState t = tileState(tile);
     Value expert = b.ult(t.group, b.idx(env.plan.experts));
@@ -336,7 +337,8 @@ void HopperKernel::producerRole() {
 // the stages with the next tile.
 void HopperKernel::consumerRole() {
   KernelBuilder &b = env.b;
-  setMaxRegisters(b, kConsumerRegisters, NVVM::SetMaxRegisterAction::increase);
+  setMaxRegisters(b, env.plan.consumerRegisters(),
+                  NVVM::SetMaxRegisterAction::increase);
   mma.placeReleasers();
   tileLoop([&](Value tile, Value slices, Value rounds) {
     TileState t = tileState(tile, /*withRows=*/false);

@@ -31,11 +31,16 @@ constexpr int64_t kSpecializedThreads = 384;
 constexpr int64_t kProducerThreads = 128;
 /// Warps of the two MMA warpgroups: the arrivals that free a stage.
 constexpr int64_t kMmaWarps = 8;
-/// Registers per thread after setmaxnreg in a warp-specialized block: the
-/// producer gives up what the MMA warpgroups take (72 x 128 + 216 x 256 =
-/// the 168 x 384 a block of 384 threads starts with).
-constexpr int64_t kProducerRegisters = 72;
+/// Registers a warp-specialized block starts with: 168 per thread of 384.
+/// setmaxnreg moves them between the roles, never past this total.
+constexpr int64_t kBlockRegisters = 168 * kSpecializedThreads;
+/// Registers per MMA thread after setmaxnreg (the producer's are what is
+/// left: 72): 128 accumulators of an n = 256 tile and the loop's state.
 constexpr int64_t kConsumerRegisters = 216;
+/// With a LoRA rank past 32, U's accumulators (R/2 registers) on top: at
+/// 216, ptxas spilled 36-76 bytes in every r = 64 bench kernel, at 232
+/// (the producer keeps 40, which its copies fit in) 4 bytes in one.
+constexpr int64_t kWideLoraConsumerRegisters = 232;
 constexpr int64_t kRowBytes = 128; ///< bytes of a 64-element 16-bit row
 constexpr int64_t kChunksPerRow = kRowBytes / 16;
 /// Columns of one column block of an N-major (ExpertKN) B stage: the 64
@@ -164,6 +169,15 @@ struct HopperPlan {
   /// n-tiles into at least two runs (no run has an empty slot); 1 without
   /// LoRA tiles or in a cluster.
   int64_t loraRunTiles = 1;
+  /// Registers per thread of the MMA warpgroups and of the producer after
+  /// setmaxnreg (warp-specialized only).
+  int64_t consumerRegisters() const {
+    return loraRows > 32 ? kWideLoraConsumerRegisters : kConsumerRegisters;
+  }
+  int64_t producerRegisters() const {
+    return (kBlockRegisters - kThreads * consumerRegisters()) /
+           kProducerThreads;
+  }
   int64_t loraUpBytes() const {
     return loraUpTiles() ? (kBlockM + blockN) * kRowBytes : 0;
   }
