@@ -145,6 +145,7 @@ private:
   ArrayAttr exprArray(ArrayRef<Value> sizes, Location loc, bool &ok);
   Value newBuffer(Value tensor, ArrayRef<Value> sizes);
   Value newView(Value source, Operation *reshape, bool inverse);
+  SmallVector<Value> staticSizes(ArrayRef<int64_t> shape);
   bool lowerReshapeAsView(Operation *reshape);
   void planOutputViews();
   LogicalResult lowerOneOp(Operation *op);
@@ -264,8 +265,7 @@ Value FuncLowering::newView(Value source, Operation *reshape, bool inverse) {
                                                    source, groups))
              : Value(memref::CollapseShapeOp::create(hostBuilder, memrefType,
                                                      source, groups));
-  SmallVector<Value> sizes = llvm::map_to_vector(
-      type.getShape(), [&](int64_t size) { return hostBuilder.idx(size); });
+  SmallVector<Value> sizes = staticSizes(type.getShape());
   Operation *op = view.getDefiningOp();
   bool ok = true;
   attrs->getDimsAttrHelper().setAttr(op,
@@ -275,6 +275,11 @@ Value FuncLowering::newView(Value source, Operation *reshape, bool inverse) {
   bufferIndex[view] = numBuffers++;
   sizesOf[view] = sizes;
   return view;
+}
+
+SmallVector<Value> FuncLowering::staticSizes(ArrayRef<int64_t> shape) {
+  return llvm::map_to_vector(shape,
+                             [&](int64_t size) { return hostBuilder.idx(size); });
 }
 
 /// Static reshapes that return a value a kernel computes (not a function
@@ -322,8 +327,7 @@ Value FuncLowering::newBuffer(Value tensor, ArrayRef<Value> sizes) {
     // Written through a view of the output its reshape returns.
     Value output = outputFor.lookup(reshape->getResult(0));
     auto outType = cast<RankedTensorType>(reshape->getResult(0).getType());
-    SmallVector<Value> outSizes = llvm::map_to_vector(
-        outType.getShape(), [&](int64_t size) { return hostBuilder.idx(size); });
+    SmallVector<Value> outSizes = staticSizes(outType.getShape());
     bool ok = true;
     newFunc.setArgAttr(cast<BlockArgument>(output).getArgNumber(),
                        attrs->getDimsAttrHelper().getName(),

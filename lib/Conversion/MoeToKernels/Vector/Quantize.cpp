@@ -160,23 +160,13 @@ LogicalResult emitColwiseBlocks(moe::QuantizeOp op, Value blockEnds,
       "colwise_block", grid, tile, {in, data, scales, offsets, blockEnds},
       [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
         auto f32x = VectorType::get({width}, b.getF32Type());
-        auto workgroup = gpu::AddressSpaceAttr::get(
-            b.getContext(), gpu::AddressSpace::Workgroup);
-        Value smem = gpu::DynamicSharedMemoryOp::create(
-            b, MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
-                               MemRefLayoutAttrInterface(), workgroup));
-        Value partials = memref::ViewOp::create(
-            b,
-            MemRefType::get({warps, tileCols}, b.getF32Type(),
-                            MemRefLayoutAttrInterface(), workgroup),
-            smem, b.idx(0), ValueRange{});
+        Value smem = workgroupBytes(b);
+        Value partials =
+            workgroupArray(b, smem, {warps, tileCols}, b.getF32Type());
         Value dataTile;
         if (async)
-          dataTile = memref::ViewOp::create(
-              b,
-              MemRefType::get({group, tileCols}, inType,
-                              MemRefLayoutAttrInterface(), workgroup),
-              smem, b.idx(partialBytes), ValueRange{});
+          dataTile = workgroupArray(b, smem, {group, tileCols}, inType,
+                                    partialBytes);
         Value blk = b.div(block, b.idx(colTiles));
         Value lane = b.rem(thread, b.idx(lanesPerRow));
         Value rowThread = b.div(thread, b.idx(lanesPerRow));

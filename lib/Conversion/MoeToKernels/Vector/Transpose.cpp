@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "VectorCommon.h"
 #include "VectorKernels.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -84,16 +85,8 @@ LogicalResult vectorized::emitTranspose(linalg::TransposeOp op,
   return ctx.launch(
       "tiles", grid, tile, {in, out},
       [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
-        auto workgroup = gpu::AddressSpaceAttr::get(
-            b.getContext(), gpu::AddressSpace::Workgroup);
-        Value smem = gpu::DynamicSharedMemoryOp::create(
-            b, MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
-                               MemRefLayoutAttrInterface(), workgroup));
-        Value staged = memref::ViewOp::create(
-            b,
-            MemRefType::get({kTile, kTile}, elem, MemRefLayoutAttrInterface(),
-                            workgroup),
-            smem, b.idx(0), ValueRange{});
+        Value staged =
+            workgroupArray(b, workgroupBytes(b), {kTile, kTile}, elem);
         // Block: (batch, row tile, column tile), column tiles fastest.
         Value colTile = b.rem(block, b.idx(colTiles));
         Value rest = b.div(block, b.idx(colTiles));

@@ -59,6 +59,27 @@ LogicalResult moec::kernels::launchUnrolled(LoweringContext &ctx,
       });
 }
 
+static gpu::AddressSpaceAttr workgroupSpace(KernelBuilder &b) {
+  return gpu::AddressSpaceAttr::get(b.getContext(),
+                                    gpu::AddressSpace::Workgroup);
+}
+
+Value moec::kernels::workgroupBytes(KernelBuilder &b) {
+  return gpu::DynamicSharedMemoryOp::create(
+      b, MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
+                         MemRefLayoutAttrInterface(), workgroupSpace(b)));
+}
+
+Value moec::kernels::workgroupArray(KernelBuilder &b, Value bytes,
+                                   ArrayRef<int64_t> shape, Type elem,
+                                   int64_t byteOffset) {
+  return memref::ViewOp::create(
+      b,
+      MemRefType::get(shape, elem, MemRefLayoutAttrInterface(),
+                      workgroupSpace(b)),
+      bytes, b.idx(byteOffset), ValueRange{});
+}
+
 LogicalResult moec::kernels::emitBlockEnds(LoweringContext &ctx,
                                            moe::TileAttr tile, Value offsets,
                                            Value blockEnds, int64_t group) {
@@ -99,16 +120,7 @@ LogicalResult moec::kernels::emitBlockEnds(LoweringContext &ctx,
           count = arith::AddIOp::create(
               b, count, b.select(b.ult(lane, b.idx(d)), b.i32(0), up));
         }
-        auto workgroup = gpu::AddressSpaceAttr::get(
-            b.getContext(), gpu::AddressSpace::Workgroup);
-        Value totals = memref::ViewOp::create(
-            b,
-            MemRefType::get({warps}, i32, MemRefLayoutAttrInterface(),
-                            workgroup),
-            gpu::DynamicSharedMemoryOp::create(
-                b, MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
-                                   MemRefLayoutAttrInterface(), workgroup)),
-            b.idx(0), ValueRange{});
+        Value totals = workgroupArray(b, workgroupBytes(b), {warps}, i32);
         Value warp = b.div(thread, b.idx(kWarp));
         b.ifThen(b.eq(lane, b.idx(kWarp - 1)), [&] {
           memref::StoreOp::create(b, count, totals, ValueRange{warp});

@@ -41,6 +41,14 @@ mlir::LogicalResult launchUnrolled(LoweringContext &ctx, llvm::StringRef suffix,
                                    int64_t unroll, mlir::ValueRange operands,
                                    const ItemLoads &loads);
 
+/// The block's dynamic workgroup memory as bytes (the launch sizes it).
+mlir::Value workgroupBytes(KernelBuilder &b);
+/// `bytes` (workgroupBytes) as a static `shape` x `elem` array starting
+/// `byteOffset` bytes in.
+mlir::Value workgroupArray(KernelBuilder &b, mlir::Value bytes,
+                           llvm::ArrayRef<int64_t> shape, mlir::Type elem,
+                           int64_t byteOffset = 0);
+
 /// `blockEnds[e]` = number of column-wise scale blocks of experts <= e
 /// (each expert group split into blocks of `group` rows). With warp
 /// shuffles one block with a thread per expert scans the block counts
