@@ -131,6 +131,49 @@ func.func @bb(%x: tensor<?x128xbf16>, %w: tensor<4x128x128xbf16>,
 
 // -----
 
+// An output of at most 64 columns (here a rank-16 product of
+// moe-decompose-lora-grad) gets 128 x 64 tiles with block barriers:
+// m64n64k16 wgmmas, half the wgmma work of n = 128 tiles at r = 64.
+// CHECK-LABEL: gpu.func @narrow_k0_grouped_matmul_wgmma(
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-NOT: nvvm.setmaxregister
+// CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 64, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK-LABEL: func.func @narrow(
+// CHECK: gpu.launch_func @narrow_kernels::@narrow_k0_grouped_matmul_wgmma
+// CHECK-SAME: moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 256, stages = 6, band_m = 8>
+func.func @narrow(%x: tensor<?x256xbf16>, %a: tensor<4x16x256xbf16>,
+                  %offsets: tensor<4xi32>) -> tensor<?x16xbf16> {
+  %u = moe.grouped_matmul %x, %a, %offsets {transpose_rhs}
+      : tensor<?x256xbf16>, tensor<4x16x256xbf16>, tensor<4xi32>
+      -> tensor<?x16xbf16>
+  return %u : tensor<?x16xbf16>
+}
+
+// -----
+
+// The narrow weight gradient (dB's [E, N, r] of moe-decompose-lora-grad)
+// likewise: block barriers at n = 64; SwiGLU keeps n = 128 (gate and up
+// pairs), at any width.
+// CHECK-LABEL: func.func @wgrad_narrow(
+// CHECK: gpu.launch_func @wgrad_narrow_kernels::@wgrad_narrow_k0_grouped_matmul_wgmma
+// CHECK-SAME: moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 256, stages = 6, band_m = 8>
+// CHECK: gpu.launch_func @wgrad_narrow_kernels::@wgrad_narrow_k1_grouped_matmul_wgmma
+// CHECK-SAME: moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, stages = 6, band_m = 8>
+func.func @wgrad_narrow(%x: tensor<?x200xbf16>, %dy: tensor<?x64xbf16>,
+                        %w: tensor<4x64x200xbf16>, %offsets: tensor<4xi32>)
+    -> (tensor<4x200x64xbf16>, tensor<?x32xbf16>) {
+  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x200xbf16>, tensor<?x64xbf16>, tensor<4xi32>
+      -> tensor<4x200x64xbf16>
+  %h = moe.grouped_matmul %x, %w, %offsets
+      {transpose_rhs, activation = #moe.activation<swiglu>}
+      : tensor<?x200xbf16>, tensor<4x64x200xbf16>, tensor<4xi32>
+      -> tensor<?x32xbf16>
+  return %g, %h : tensor<4x200x64xbf16>, tensor<?x32xbf16>
+}
+
+// -----
+
 // rhs [E, K, N] (no transpose_rhs: the dX of a backward), warp-specialized:
 // the weights come by TMA as four 64-column boxes of 64 K rows per stage
 // (3-d map, box [64, 64, 1]) and wgmma reads them N-major, transposed

@@ -31,6 +31,12 @@
 // RUN: moec run %s --entry gmm_wgrad_gather --sym T=45 --sym M=90 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dense_at_b --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dense_at_b_narrow --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_narrow_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_narrow_bb --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_narrow_kn --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry dense_narrow --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_narrow --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_narrow_bb --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_kn_r8 --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_long_k_r64 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
@@ -399,6 +405,107 @@ func.func @gmm_wgrad_gather(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
       : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
       -> tensor<6x48x40xbf16>
   return %g : tensor<6x48x40xbf16>
+}
+
+// Outputs of at most 64 columns run n = 64 tiles (HopperPlan's
+// kNarrowBlockN): the rank-wide products of moe-decompose-lora-grad, a
+// router's experts, with block barriers unless the tile asks for a
+// producer warpgroup. Warp-specialized (cp.async producers): gathered rows
+// (k = 2), E = 8, K = 200, N = 40 (a partial n-tile).
+func.func @gmm_narrow_gather(%x: tensor<?x200xbf16>, %ids: tensor<?x2xi32>,
+                             %w: tensor<8x40x200xbf16>) -> tensor<?x40xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 2 : i64, transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x200xbf16>, tensor<8x40x200xbf16>, tensor<8xi32>
+      -> tensor<?x40xbf16>
+  return %y : tensor<?x40xbf16>
+}
+
+// The default plan (n = 64, block barriers), rows in order, K = 1096 (more
+// slices than stages), N = 56, f32 out: E = 16.
+func.func @gmm_narrow_bb(%x: tensor<?x1096xbf16>, %ids: tensor<?x1xi32>,
+                         %w: tensor<16x56x1096xbf16>) -> tensor<?x56xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x1096xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x1096xbf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets
+      {transpose_rhs}
+      : tensor<?x1096xbf16>, tensor<16x56x1096xbf16>, tensor<16xi32>
+      -> tensor<?x56xf32>
+  return %y : tensor<?x56xf32>
+}
+
+// n = 64 warp-specialized with the weights [E, K, N] (one N-major column
+// block by TMA), f16 with a row scale: E = 16, K = 136, N = 64.
+func.func @gmm_narrow_kn(%x: tensor<?x136xf16>, %ids: tensor<?x1xi32>,
+                         %w: tensor<16x136x64xf16>, %s: tensor<?xf32>)
+    -> tensor<?x64xf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets row_scale(%s : tensor<?xf32>)
+      {moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x136xf16>, tensor<16x136x64xf16>, tensor<16xi32>
+      -> tensor<?x64xf16>
+  return %y : tensor<?x64xf16>
+}
+
+// A router's logits, a dense A·Bᵀ with 8 output columns (Mixtral's
+// experts) at the default plan: K = 264.
+func.func @dense_narrow(%x: tensor<?x264xbf16>, %w: tensor<8x264xbf16>)
+    -> tensor<?x8xf32> {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x264xbf16>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty(%t) : tensor<?x8xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x8xf32>)
+      -> tensor<?x8xf32>
+  %y = linalg.matmul
+      indexing_maps = [affine_map<(m, n, k) -> (m, k)>,
+                       affine_map<(m, n, k) -> (n, k)>,
+                       affine_map<(m, n, k) -> (m, n)>]
+      ins(%x, %w : tensor<?x264xbf16>, tensor<8x264xbf16>)
+      outs(%acc : tensor<?x8xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// The narrow weight gradient, warp-specialized (bulk stores of 48-byte
+// rows): K = 520, N = 24, bf16 out, E = 16.
+func.func @gmm_wgrad_narrow(%x: tensor<?x520xbf16>, %dy: tensor<?x24xbf16>,
+                            %ids: tensor<?x1xi32>) -> tensor<16x520x24xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x520xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x520xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      {mode = #moe.mode<weight_grad>,
+       moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x520xbf16>, tensor<?x24xbf16>, tensor<16xi32>
+      -> tensor<16x520x24xbf16>
+  return %g : tensor<16x520x24xbf16>
+}
+
+// The same at its default plan (block barriers at n = 64), f32 out:
+// K = 136, N = 64.
+func.func @gmm_wgrad_narrow_bb(%x: tensor<?x136xbf16>, %dy: tensor<?x64xbf16>,
+                               %ids: tensor<?x1xi32>) -> tensor<16x136x64xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      {mode = #moe.mode<weight_grad>}
+      : tensor<?x136xbf16>, tensor<?x64xbf16>, tensor<16xi32>
+      -> tensor<16x136x64xf32>
+  return %g : tensor<16x136x64xf32>
 }
 
 // LoRA fused into the wgmma kernel (block barriers: x · A_eᵀ in the K

@@ -400,8 +400,8 @@ void Epilogue::mmaThreadsBarrier() {
 
 // Row r of the staging tile goes out as one bulk copy of the tile's
 // columns in range, issued by MMA thread r (16-byte aligned: rows of N % 8
-// == 0 elements, column tiles of 128 or 256, staging rows of 528 or 272
-// bytes).
+// == 0 elements, column tiles of 64, 128 or 256, staging rows of 144, 272
+// or 528 bytes).
 void Epilogue::bulkStores(const TileState &t, Value result) {
   KernelBuilder &b = env.b;
   MLIRContext *ctx = b.getContext();

@@ -39,7 +39,8 @@ static bool fitStages(HopperPlan &plan) {
 
 bool hopper::isHopperTile(moe::TileAttr tile) {
   if (!tile || tile.getM() != kBlockM || tile.getK() != kBlockK ||
-      (tile.getN() != 128 && tile.getN() != 256))
+      (tile.getN() != kNarrowBlockN && tile.getN() != 128 &&
+       tile.getN() != 256))
     return false;
   if (tile.getProducers() == 0)
     return tile.getThreads() == kThreads;
@@ -50,7 +51,8 @@ bool hopper::isHopperTile(moe::TileAttr tile) {
 std::optional<HopperPlan>
 hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
                 int64_t width, int64_t experts, moe::TileAttr tile,
-                const HopperLimits &limits, int64_t loraRows) {
+                const HopperLimits &limits, int64_t loraRows,
+                int64_t minBlockN) {
   if (lhsElem != rhsElem || !(lhsElem.isBF16() || lhsElem.isF16()))
     return std::nullopt;
   if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
@@ -66,12 +68,21 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
       lhsElem.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
   plan.persistentBlocks = limits.smCount;
   plan.maxSharedBytes = limits.maxSharedBytes;
-  // A tile of this kernel's form (m = 128, n = 128 or 256, k = 64, 256
+  // A tile of this kernel's form (m = 128, n = 64, 128 or 256, k = 64, 256
   // threads) set on the op picks the block width, and its `stages` and
   // `band_m` (when set) the pipeline depth and the tile order. Otherwise
   // 256 (m64n256 wgmmas: measured faster on the H200 at most MoE shapes of
   // bench/grouped_gemm.py) unless the output is narrower than that.
-  plan.blockN = width >= 256 ? 256 : 128;
+  // Outputs of at most 64 columns without LoRA (moe-decompose-lora-grad's
+  // rank-wide products, a router's experts) get n = 64 with block
+  // barriers: at n = 128 half the wgmma work is padding at r = 64, 7/8 at
+  // r = 16. On the H200 those products ran 0.98-1.19x as fast as at
+  // n = 128 (geomeans 1.05-1.08), and dA + dB at the warp-specialized
+  // n = 64 0.92-0.99x the block-barrier one
+  // (bench/results/lora-grad-narrow-h200.md).
+  bool narrow = loraRows == 0 && width <= kNarrowBlockN &&
+                minBlockN <= kNarrowBlockN;
+  plan.blockN = width >= 256 ? 256 : narrow ? kNarrowBlockN : 128;
   // n = 256 gets the warp-specialized kernel with TMA for the weights (and
   // for the lhs when its rows are in order). On the H200 it was faster than
   // the block-barrier kernel at every bench/grouped_gemm.py shape with
@@ -102,6 +113,11 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
     plan.cluster = tile.getCluster();
     // Nor with a tile that asks for n = 256 or a producer warpgroup.
     if (loraRows > kBlockK && (plan.blockN == 256 || plan.warpSpecialized))
+      return std::nullopt;
+    // n = 64 neither with LoRA nor in a cluster (one 64-column block to
+    // multicast), nor where the caller needs wider blocks.
+    if (plan.blockN == kNarrowBlockN &&
+        (loraRows > 0 || plan.cluster > 1 || minBlockN > kNarrowBlockN))
       return std::nullopt;
   }
   // The persistent grid needs a whole cluster of SMs (fewer would launch
@@ -137,13 +153,17 @@ rowReductionPlan(ShapedType lhsType, Type rhsElem, Type outElem, int64_t width,
                  const HopperLimits &limits) {
   if (isHopperTile(tile) && tile.getCluster() > 1)
     return std::nullopt;
-  moe::TileAttr chosen =
-      isHopperTile(tile)
-          ? tile
-          : moe::TileAttr::get(
-                lhsType.getContext(), kBlockM,
-                !ShapedType::isDynamic(width) && width >= 256 ? 256 : 128,
-                kBlockK, kThreads, 0, 0, 0);
+  // Without a tile: block barriers at planFor's width (n = 64 for narrow
+  // outputs, such as moe-decompose-lora-grad's dB).
+  moe::TileAttr chosen = tile;
+  if (!isHopperTile(tile)) {
+    int64_t blockN = ShapedType::isDynamic(width) ? 128
+                     : width >= 256               ? 256
+                     : width <= kNarrowBlockN     ? kNarrowBlockN
+                                                  : 128;
+    chosen = moe::TileAttr::get(lhsType.getContext(), kBlockM, blockN, kBlockK,
+                                kThreads, 0, 0, 0);
+  }
   std::optional<HopperPlan> plan =
       planFor(lhsType.getElementType(), rhsElem, outElem, lhsType.getDimSize(1),
               width, experts, chosen, limits);
@@ -246,7 +266,10 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
       lhsType.getElementType(),
       cast<ShapedType>(op.getRhs().getType()).getElementType(),
       outType.getElementType(), lhsType.getDimSize(1), width, experts, tile,
-      limits, /*loraRows=*/(*loraRank + 15) / 16 * 16);
+      limits, /*loraRows=*/(*loraRank + 15) / 16 * 16,
+      /*minBlockN=*/swigluGrad || op.getActivation() == moe::Activation::swiglu
+          ? 128
+          : kNarrowBlockN);
   if (plan) {
     plan->loraRank = *loraRank;
     plan->loraScaling = op.getLoraScaling().convertToFloat();
@@ -328,15 +351,18 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
   MLIRContext *context = op->getContext();
   SmallVector<moe::TileAttr> tiles = {tileOf(context, *chosen)};
   auto outType = cast<ShapedType>(matmul.getOut().getType());
+  int64_t outWidth = outType.getDimSize(outType.getRank() - 1);
   SmallVector<int64_t> widths = {128};
-  if (outType.getDimSize(outType.getRank() - 1) >= 256)
+  if (outWidth >= 256)
     widths.insert(widths.begin(), 256);
-  // Warp roles: with and without a producer warpgroup, at n = 256 (the
-  // warp-specialized kernel at n = 128 measured slower at every bench
+  if (outWidth <= kNarrowBlockN)
+    widths.insert(widths.begin(), kNarrowBlockN);
+  // Warp roles: with and without a producer warpgroup, at n = 256 and 64
+  // (the warp-specialized kernel at n = 128 measured slower at every bench
   // shape).
   for (int64_t n : widths)
     for (int64_t producers : {int64_t(0), kProducerThreads}) {
-      if (producers && n != 256)
+      if (producers && n == 128)
         continue;
       int64_t threads = producers ? kSpecializedThreads : kThreads;
       // The deepest pipeline that fits at this width (the plan clamps).

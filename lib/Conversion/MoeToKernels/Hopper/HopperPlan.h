@@ -23,6 +23,8 @@ namespace moec::kernels::hopper {
 
 constexpr int64_t kBlockM = 128;   ///< rows per block (2 warpgroups x 64)
 constexpr int64_t kBlockK = 64;    ///< K per stage: one 128-byte row
+/// Output columns per block of an output of at most that many columns.
+constexpr int64_t kNarrowBlockN = 64;
 constexpr int64_t kMaxLoraRank = 128; ///< largest fused LoRA rank
 constexpr int64_t kThreads = 256;  ///< 2 warpgroups
 /// Warp-specialized blocks: a producer warpgroup then the 2 MMA warpgroups.
@@ -242,19 +244,21 @@ struct HopperPlan {
 /// The tile the kernel of `plan` is built with (the bundle records it).
 moe::TileAttr tileOf(mlir::MLIRContext *context, const HopperPlan &plan);
 
-/// Whether `tile` has the form of this kernel's blocks: m = 128, n = 128 or
-/// 256, k = 64, 256 threads, or 384 of which 128 producers (warp
+/// Whether `tile` has the form of this kernel's blocks: m = 128, n = 64,
+/// 128 or 256, k = 64, 256 threads, or 384 of which 128 producers (warp
 /// specialization, in clusters of 1 or 2: the verifier allows 2 only
-/// there).
+/// there). planFor takes n = 64 only without LoRA, SwiGLU or a cluster.
 bool isHopperTile(moe::TileAttr tile);
 
 /// The plan for lhs [.., k] and output width `width` of 16-bit operands, or
-/// nullopt where the kernel does not apply.
+/// nullopt where the kernel does not apply. `minBlockN` (128 for SwiGLU's
+/// gate and up pairs) keeps narrow outputs off n = 64.
 std::optional<HopperPlan> planFor(mlir::Type lhsElem, mlir::Type rhsElem,
                                   mlir::Type outElem, int64_t k, int64_t width,
                                   int64_t experts, moe::TileAttr tile,
                                   const HopperLimits &limits = {},
-                                  int64_t loraRows = 0);
+                                  int64_t loraRows = 0,
+                                  int64_t minBlockN = kNarrowBlockN);
 
 /// The plan of the wgmma kernel for `op` with `tile`, or nullopt where the
 /// kernel does not apply.
