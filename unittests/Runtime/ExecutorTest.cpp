@@ -159,6 +159,11 @@ struct Arrays {
               {idsData.data(), ElemType::I32, {tokens, 2}}};
     outputs = {{yData.data(), ElemType::F32, {tokens, 4}}};
   }
+  /// makeEntry's result: y = (x + 1) * 3 + 1, element by element.
+  void expectEntryResult() const {
+    for (size_t i = 0; i < yData.size(); ++i)
+      EXPECT_EQ(yData[i], (xData[i] + 1) * 3 + 1) << i;
+  }
   std::vector<float> xData;
   std::vector<int32_t> idsData;
   std::vector<float> yData;
@@ -208,8 +213,7 @@ TEST(ExecutorTest, RunEntry) {
   HostLauncher launcher;
   Status s = runEntry(e, a.inputs, a.outputs, launcher);
   ASSERT_TRUE(s.isOk()) << s.toString();
-  for (size_t i = 0; i < a.yData.size(); ++i)
-    EXPECT_EQ(a.yData[i], (a.xData[i] + 1) * 3 + 1) << i;
+  a.expectEntryResult();
   EXPECT_EQ(launcher.prepares, 1);
   ASSERT_EQ(launcher.launches.size(), 3u);
   EXPECT_EQ(launcher.launches[1],
@@ -421,8 +425,7 @@ TEST(ExecutorTest, ViewUsesItsSourceBytes) {
   HostLauncher launcher;
   Status s = runEntry(e, a.inputs, a.outputs, launcher);
   ASSERT_TRUE(s.isOk()) << s.toString();
-  for (size_t i = 0; i < a.yData.size(); ++i)
-    EXPECT_EQ(a.yData[i], (a.xData[i] + 1) * 3 + 1) << i;
+  a.expectEntryResult();
   // Only t and u are allocated: the view has no bytes of its own.
   EXPECT_EQ(launcher.sizes, (std::vector<size_t>{80, 80}));
   EXPECT_TRUE(launcher.live.empty());
