@@ -207,13 +207,35 @@ OpResults evalUnpermuteGrad(const rt::RefOp &op, const Operands &x) {
   return results;
 }
 
+/// [A, B, C] -> [B, A, C]: the [K, E, N] of `experts_in_columns` to the
+/// reference's [E, K, N], and back.
+DTensor swapLeadingDims(const DTensor &a) {
+  if (a.shape.size() != 3)
+    throw std::invalid_argument("experts_in_columns: expected a rank-3 "
+                                "tensor, got shape " +
+                                shapeString(a.shape));
+  DTensor b({a.dim(1), a.dim(0), a.dim(2)});
+  for (int64_t i = 0; i < a.dim(0); ++i)
+    for (int64_t j = 0; j < a.dim(1); ++j)
+      for (int64_t l = 0; l < a.dim(2); ++l)
+        b.at(j, i, l) = a.at(i, j, l);
+  return b;
+}
+
 OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
-  const DTensor &lhs = x.required(0, "lhs"), &rhs = x.required(1, "rhs");
+  const DTensor &lhs = x.required(0, "lhs");
+  // Weights (forward) or result (weight_grad) [K, E, N] instead of [E, K, N].
+  const bool inColumns = boolAttr(op, "experts_in_columns");
+  const std::string mode = enumAttr(op, "mode", "forward");
+  DTensor swappedRhs;
+  if (inColumns && mode == "forward")
+    swappedRhs = swapLeadingDims(x.required(1, "rhs"));
+  const DTensor &rhs =
+      swappedRhs.shape.empty() ? x.required(1, "rhs") : swappedRhs;
   const ITensor offsets = x.ints(2, "offsets");
   const std::optional<ITensor> gather = x.optionalInts(3, "gather_slots");
   const std::optional<ITensor> scatter = x.optionalInts(8, "scatter_slots");
   const int64_t k = intAttr(op, "k", 0);
-  const std::string mode = enumAttr(op, "mode", "forward");
   const std::string activation = enumAttr(op, "activation", "none");
   if (activation != "none" && activation != "swiglu" &&
       activation != "swiglu_grad")
@@ -232,8 +254,9 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
     if (boolAttr(op, "transpose_rhs") || activation != "none")
       unsupported(op, "transpose_rhs or an activation with mode = "
                       "weight_grad");
-    return {ref::groupedMatmulWeightGrad(lhs, rhs, offsets,
-                                         gather ? &*gather : nullptr, k)};
+    DTensor grad = ref::groupedMatmulWeightGrad(
+        lhs, rhs, offsets, gather ? &*gather : nullptr, k);
+    return {inColumns ? swapLeadingDims(grad) : std::move(grad)};
   }
   if (mode != "forward")
     badEnum(op, "mode", mode);

@@ -200,6 +200,28 @@ func.func @dx(%dy: tensor<?x256xbf16>, %w: tensor<4x256x320xbf16>,
 
 // -----
 
+// experts_in_columns: the weights [K, E, N] (a LoRA B adapter as
+// [N, E, r]) by TMA through a map over [K, E, N] whose box is one expert
+// wide (box [64, 1, 64]): the same four 64-column boxes of 64 K rows per
+// stage as [E, K, N], read N-major by the same wgmmas.
+// CHECK-LABEL: gpu.func @columns_k0_grouped_matmul_wgmma(
+// CHECK-COUNT-4: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %arg4, %{{.*}}, box[%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}]
+// CHECK-NOT: nvvm.cp.async.bulk.tensor
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <row>]
+// CHECK-LABEL: func.func @columns(
+// CHECK: moe.tensor_map_box = array<i64: 64, 1, 64>
+// CHECK: gpu.launch_func @columns_kernels::@columns_k0_grouped_matmul_wgmma
+func.func @columns(%dy: tensor<?x256xbf16>, %w: tensor<256x4x320xbf16>,
+                   %offsets: tensor<4xi32>) -> tensor<?x320xbf16> {
+  %dx = moe.grouped_matmul %dy, %w, %offsets {experts_in_columns}
+      : tensor<?x256xbf16>, tensor<256x4x320xbf16>, tensor<4xi32>
+      -> tensor<?x320xbf16>
+  return %dx : tensor<?x320xbf16>
+}
+
+// -----
+
 // The weight gradient (mode = weight_grad): block barriers at n = 128, every
 // copy a cp.async (an expert's last slice must read zeros past its rows, no
 // tensor maps), the slice count of a tile from its expert's rows (the

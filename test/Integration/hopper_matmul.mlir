@@ -37,6 +37,12 @@
 // RUN: moec run %s --entry dense_narrow --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_narrow --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_narrow_bb --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_cols_bb --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_cols_bb --sym T=40 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_cols_ws_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_cols_bb --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_cols_ws --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_cols_ws --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_kn_r8 --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_long_k_r64 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
@@ -506,6 +512,70 @@ func.func @gmm_wgrad_narrow_bb(%x: tensor<?x136xbf16>, %dy: tensor<?x64xbf16>,
       : tensor<?x136xbf16>, tensor<?x64xbf16>, tensor<16xi32>
       -> tensor<16x136x64xf32>
   return %g : tensor<16x136x64xf32>
+}
+
+// experts_in_columns: weights [K, E, N] (a LoRA B adapter [N, E*r] as
+// moe-decompose-lora-grad reads it for du) and weight gradients written as
+// [K, E, N] (its dB). The default plan (n = 64, block barriers, cp.async
+// rows E*N apart) with a row scale: E = 16, K = 136, N = 24.
+func.func @gmm_cols_bb(%x: tensor<?x136xbf16>, %ids: tensor<?x1xi32>,
+                       %w: tensor<136x16x24xbf16>, %s: tensor<?xf32>)
+    -> tensor<?x24xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets row_scale(%s : tensor<?xf32>)
+      {experts_in_columns}
+      : tensor<?x136xbf16>, tensor<136x16x24xbf16>, tensor<16xi32>
+      -> tensor<?x24xbf16>
+  return %y : tensor<?x24xbf16>
+}
+
+// The default plan at N = 264 (n = 256, warp-specialized, the weights by
+// TMA through a [K, E, N] map: one expert by 64 columns by 64 K rows per
+// box), gathered rows (k = 2), f16: E = 8, K = 200.
+func.func @gmm_cols_ws_gather(%x: tensor<?x200xf16>, %ids: tensor<?x2xi32>,
+                              %w: tensor<200x8x264xf16>) -> tensor<?x264xf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 2 : i64, experts_in_columns}
+      : tensor<?x200xf16>, tensor<200x8x264xf16>, tensor<8xi32>
+      -> tensor<?x264xf16>
+  return %y : tensor<?x264xf16>
+}
+
+// The weight gradient into [K, E, N] at its default plan (block barriers,
+// n = 64), f32 out: E = 16, K = 136, N = 24.
+func.func @gmm_wgrad_cols_bb(%x: tensor<?x136xbf16>, %dy: tensor<?x24xbf16>,
+                             %ids: tensor<?x1xi32>) -> tensor<136x16x24xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      {experts_in_columns, mode = #moe.mode<weight_grad>}
+      : tensor<?x136xbf16>, tensor<?x24xbf16>, tensor<16xi32>
+      -> tensor<136x16x24xf32>
+  return %g : tensor<136x16x24xf32>
+}
+
+// The same warp-specialized with bulk stores (rows of 80 bytes, E*N apart),
+// bf16 out: E = 8, K = 520, N = 40.
+func.func @gmm_wgrad_cols_ws(%x: tensor<?x520xbf16>, %dy: tensor<?x40xbf16>,
+                             %ids: tensor<?x1xi32>) -> tensor<520x8x40xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x520xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x520xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      {experts_in_columns, mode = #moe.mode<weight_grad>,
+       moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x520xbf16>, tensor<?x40xbf16>, tensor<8xi32>
+      -> tensor<520x8x40xbf16>
+  return %g : tensor<520x8x40xbf16>
 }
 
 // LoRA fused into the wgmma kernel (block barriers: x · A_eᵀ in the K

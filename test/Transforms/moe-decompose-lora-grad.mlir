@@ -1,6 +1,7 @@
 // moe-decompose-lora-grad: on sm90a, moe.lora_grad becomes four grouped
 // matmuls (u and du forward with s as a row scale, dB and dA as weight
-// gradients) and the copies between the adapters' layouts and theirs.
+// gradients). B [N, E*r] and dB stay in the adapter's layout
+// (experts_in_columns); a gathered x leaves dA one transpose.
 // Elsewhere, and where the wgmma kernel would not take the matmuls (f32,
 // N not a multiple of 8), the op stays. The rewritten functions then run
 // on the host against the float64 reference (every op, the copies
@@ -25,12 +26,10 @@
 // CHECK: %[[S:.*]] = linalg.fill ins(%{{.*}} : f32) outs(%{{.*}} : tensor<?xf32>)
 // CHECK: %[[A3:.*]] = tensor.expand_shape %arg3 {{\[\[}}0, 1], [2]] output_shape [4, 16, 64] : tensor<64x64xbf16> into tensor<4x16x64xbf16>
 // CHECK: %[[U:.*]] = moe.grouped_matmul %arg0, %[[A3]], %{{.*}} gather(%{{.*}} : tensor<?xi32>) row_scale(%[[S]] : tensor<?xf32>) {k = 2 : i64, transpose_rhs} : tensor<?x64xbf16>, tensor<4x16x64xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
-// CHECK: linalg.transpose ins(%arg4 : tensor<48x64xbf16>) outs(%{{.*}} : tensor<64x48xbf16>) permutation = [1, 0]
-// CHECK: %[[BT3:.*]] = tensor.expand_shape %{{.*}} {{\[\[}}0, 1], [2]] output_shape [4, 16, 48] : tensor<64x48xbf16> into tensor<4x16x48xbf16>
-// CHECK: %[[DU:.*]] = moe.grouped_matmul %arg1, %[[BT3]], %{{.*}} row_scale(%[[S]] : tensor<?xf32>) {transpose_rhs} : tensor<?x48xbf16>, tensor<4x16x48xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
-// CHECK: %[[DBT:.*]] = moe.grouped_matmul %arg1, %[[U]], %{{.*}} {mode = #moe.mode<weight_grad>} : tensor<?x48xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x48x16xf32>
-// CHECK: linalg.transpose ins(%[[DBT]] : tensor<4x48x16xf32>) outs(%{{.*}} : tensor<48x4x16xf32>) permutation = [1, 0, 2]
-// CHECK: %[[DB:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0], [1, 2]] : tensor<48x4x16xf32> into tensor<48x64xf32>
+// CHECK: %[[B3:.*]] = tensor.expand_shape %arg4 {{\[\[}}0], [1, 2]] output_shape [48, 4, 16] : tensor<48x64xbf16> into tensor<48x4x16xbf16>
+// CHECK: %[[DU:.*]] = moe.grouped_matmul %arg1, %[[B3]], %{{.*}} row_scale(%[[S]] : tensor<?xf32>) {experts_in_columns} : tensor<?x48xbf16>, tensor<48x4x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
+// CHECK: %[[DB3:.*]] = moe.grouped_matmul %arg1, %[[U]], %{{.*}} {experts_in_columns, mode = #moe.mode<weight_grad>} : tensor<?x48xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<48x4x16xf32>
+// CHECK: %[[DB:.*]] = tensor.collapse_shape %[[DB3]] {{\[\[}}0], [1, 2]] : tensor<48x4x16xf32> into tensor<48x64xf32>
 // CHECK: %[[DAT:.*]] = moe.grouped_matmul %arg0, %[[DU]], %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>} : tensor<?x64xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x64x16xf32>
 // CHECK: linalg.transpose ins(%[[DAT]] : tensor<4x64x16xf32>) outs(%{{.*}} : tensor<4x16x64xf32>) permutation = [0, 2, 1]
 // CHECK: %[[DA:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0, 1], [2]] : tensor<4x16x64xf32> into tensor<64x64xf32>
@@ -50,33 +49,34 @@
 // HOST-COUNT-5: moe.lora_grad
 // HOST-NOT: moe.grouped_matmul
 
-// On sm_90a: four wgmma matmuls; the transposes go in 16-byte pieces
-// where the last two dimensions swap (16-bit: 128 x 128 tiles through
-// workgroup memory; f32: a thread per 8 x 8 block) and row pieces where the
-// last one stays. The reshapes are views that copy nothing: A [E*r, K] and
-// Bᵀ [E*r, N] read as [E, r, K] and [E, r, N], and the two weight
-// gradients written straight into the outputs (dB [N, E*r] through its
-// [N, E, r] view, dA [E*r, K] through [E, r, K]).
+// On sm_90a: four wgmma matmuls, and for a gathered x one transpose of dA
+// ([E, K, r] f32: a thread per 8 x 8 block). The reshapes are views that
+// copy nothing: A [E*r, K] and B [N, E*r] read as [E, r, K] and
+// [N, E, r], and the two weight gradients written straight into the
+// outputs (dB [N, E*r] through its [N, E, r] view, dA [E*r, K] through
+// [E, r, K]).
 // SM90-LABEL: entry gathered [sm_90a]
 // SM90: 3 arg3 input bf16 [64, 64]
+// SM90: 4 arg4 input bf16 [48, 64]
 // SM90: 5 result0 output f32 [64, 64]
 // SM90: 6 result1 output f32 [48, 64]
 // SM90: view bf16 [4, 16, 64] of buffer 3
-// SM90: view bf16 [4, 16, 48] of buffer
+// SM90: view bf16 [48, 4, 16] of buffer 4
 // SM90: view f32 [48, 4, 16] of buffer 6
 // SM90: view f32 [4, 16, 64] of buffer 5
 // SM90-NOT: lora_grad
 // SM90-NOT: _shape grid
 // SM90: gathered_k3_fill
-// SM90: grouped_matmul_wgmma grid
-// SM90: gathered_k5_transpose_tiles
-// SM90: grouped_matmul_wgmma grid
-// SM90: grouped_matmul_wgmma grid
-// SM90: gathered_k8_transpose_pieces
-// SM90: grouped_matmul_wgmma grid
-// SM90: gathered_k10_transpose_blocks
+// SM90-NEXT: grouped_matmul_wgmma grid
+// SM90-NEXT: grouped_matmul_wgmma grid
+// SM90-NEXT: grouped_matmul_wgmma grid
+// SM90-NEXT: grouped_matmul_wgmma grid
+// SM90-NEXT: gathered_k8_transpose_blocks
 // SM90-NOT: lora_grad
 // SM90-NOT: _shape grid
+// SM90-LABEL: entry grouped [sm_90a]
+// SM90-NOT: transpose
+// SM90: reference ops:
 // SM90-LABEL: entry kept [sm_90a]
 // SM90: kept_k3_lora_grad_rows
 

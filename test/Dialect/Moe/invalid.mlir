@@ -2729,3 +2729,48 @@ func.func @permute_probs_scale(%w: tensor<4x2xf32>, %slots: tensor<8xi32>, %o: t
   %p = moe.permute_probs %w, %slots, %o k = 2 {scale = 0x7F800000 : f32} : tensor<4x2xf32>, tensor<8xi32>, tensor<4xi32> -> tensor<8xf32>
   return
 }
+
+// -----
+
+// experts_in_columns: the weights are [K, E, N], not transposed
+func.func @experts_in_columns_transposed(%x: tensor<8x16xbf16>, %w: tensor<16x4x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attributes 'experts_in_columns' and 'transpose_rhs' cannot be combined}}
+  %y = moe.grouped_matmul %x, %w, %o {experts_in_columns, transpose_rhs} : tensor<8x16xbf16>, tensor<16x4x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// experts_in_columns: the experts are dimension 1 of the weights
+func.func @experts_in_columns_experts(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of operand 'rhs' (experts_in_columns) is 16 but must equal the number of experts (4)}}
+  %y = moe.grouped_matmul %x, %w, %o {experts_in_columns} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// experts_in_columns: K is dimension 0 of the weights
+func.func @experts_in_columns_k(%x: tensor<8x16xbf16>, %w: tensor<24x4x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 0 of operand 'rhs' (experts_in_columns) is 24 but must equal K, the columns of 'lhs' (16)}}
+  %y = moe.grouped_matmul %x, %w, %o {experts_in_columns} : tensor<8x16xbf16>, tensor<24x4x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
+  return
+}
+
+// -----
+
+// experts_in_columns: not with FP8 block scales
+func.func @experts_in_columns_fp8(%x: tensor<8x256xf8E4M3FN>, %w: tensor<256x4x128xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>, %sw: tensor<4x2x1xf32>) {
+  // expected-error @+1 {{attribute 'experts_in_columns' is not supported with FP8 block scales}}
+  %y = moe.grouped_matmul %x, %w, %o scales(%sx, %sw : tensor<8x2xf32>, tensor<4x2x1xf32>) {experts_in_columns} : tensor<8x256xf8E4M3FN>, tensor<256x4x128xf8E4M3FN>, tensor<4xi32> -> tensor<8x128xbf16>
+  return
+}
+
+// -----
+
+// weight_grad with experts_in_columns: the result is [K, E, N]
+func.func @experts_in_columns_weight_grad(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'out' (experts_in_columns) is 16 but must equal the number of experts (4)}}
+  %dw = moe.grouped_matmul %x, %dy, %o {experts_in_columns, mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}

@@ -206,6 +206,19 @@ func.func @grouped_matmul_weight_grad(%x: tensor<?x2048xbf16>, %dy: tensor<?x768
 
 // -----
 
+// experts_in_columns: a LoRA B adapter [N, E*r] as [N, E, r] weights, and a
+// weight gradient written in that layout.
+// CHECK-LABEL: func @grouped_matmul_experts_in_columns
+func.func @grouped_matmul_experts_in_columns(%dy: tensor<?x2048xbf16>, %b: tensor<2048x128x16xbf16>, %offsets: tensor<128xi32>, %u: tensor<?x16xbf16>) -> (tensor<?x16xbf16>, tensor<2048x128x16xf32>) {
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} {experts_in_columns} : tensor<?x2048xbf16>, tensor<2048x128x16xbf16>, tensor<128xi32> -> tensor<?x16xbf16>
+  %du = moe.grouped_matmul %dy, %b, %offsets {experts_in_columns} : tensor<?x2048xbf16>, tensor<2048x128x16xbf16>, tensor<128xi32> -> tensor<?x16xbf16>
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} {experts_in_columns, mode = #moe.mode<weight_grad>} : tensor<?x2048xbf16>, tensor<?x16xbf16>, tensor<128xi32> -> tensor<2048x128x16xf32>
+  %db = moe.grouped_matmul %dy, %u, %offsets {experts_in_columns, mode = #moe.mode<weight_grad>} : tensor<?x2048xbf16>, tensor<?x16xbf16>, tensor<128xi32> -> tensor<2048x128x16xf32>
+  return %du, %db : tensor<?x16xbf16>, tensor<2048x128x16xf32>
+}
+
+// -----
+
 // FP8 with DeepSeek-V3 block scales: 1x128 on activations, 128x128 on weights.
 // CHECK-LABEL: func @grouped_matmul_fp8
 func.func @grouped_matmul_fp8(%x: tensor<?x2048xf8E4M3FN>, %sx: tensor<?x16xf32>, %w: tensor<128x768x2048xf8E4M3FN>, %sw: tensor<128x6x16xf32>, %offsets: tensor<128xi32>, %wn: tensor<128x2048x768xf8E5M2>, %xn: tensor<?x2048xf8E5M2>, %swn: tensor<128x32x12xf32>, %sxn: tensor<?x32xf32>) -> (tensor<?x768xbf16>, tensor<?x768xf32>) {

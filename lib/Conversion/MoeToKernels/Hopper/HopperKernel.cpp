@@ -81,9 +81,12 @@ Value KernelEnv::slicesOf(const TileState &t) {
 
 SmallVector<Value> KernelEnv::outIndices(const TileState &t, Value row,
                                          Value col) {
-  // [E, K, N] per expert; a dense Aᵀ·B (one group) is [K, N].
+  // [E, K, N] per expert ([K, E, N] with experts_in_columns); a dense Aᵀ·B
+  // (one group) is [K, N].
   if (plan.weightGrad() && cast<MemRefType>(args.out.getType()).getRank() == 3)
-    return {t.group, row, col};
+    return plan.layout.expertsInColumns
+               ? SmallVector<Value>{row, t.group, col}
+               : SmallVector<Value>{t.group, row, col};
   return {row, col};
 }
 

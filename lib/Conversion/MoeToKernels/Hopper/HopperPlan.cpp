@@ -191,8 +191,10 @@ static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
       cast<ShapedType>(op.getRhs().getType()).getElementType(),
       outType.getElementType(), outType.getDimSize(2),
       cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits);
-  if (plan)
+  if (plan) {
     plan->slotsPerToken = op.getK().value_or(1);
+    plan->layout.expertsInColumns = op.getExpertsInColumns();
+  }
   return plan;
 }
 
@@ -280,6 +282,7 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
     // with [E, N, K] weights.
     if (!op.getTransposeRhs())
       plan->layout.rhs = RhsLayout::ExpertKN;
+    plan->layout.expertsInColumns = op.getExpertsInColumns(); // [K, E, N]
     // Recomputing U for every n-tile cost r / blockN of the tile's MMA work
     // in narrow m64nRk16 wgmmas (+12 to +22 % over the same matmul without
     // LoRA at r = 16 on the H200, bench/results/lora-kernels-ws-h200.md).

@@ -102,6 +102,10 @@ enum class RhsLayout {
 struct OperandLayout {
   LhsLayout lhs = LhsLayout::RowsK;
   RhsLayout rhs = RhsLayout::ExpertNK;
+  /// `experts_in_columns`: an ExpertKN rhs is [K, E, N], or the weight
+  /// gradient's output [K, E, N] (a LoRA B adapter [N, E*r] and its
+  /// gradient, with no transposes around the matmul).
+  bool expertsInColumns = false;
 };
 
 /// The compile-time shape of one Hopper grouped matmul kernel.
@@ -229,8 +233,12 @@ struct HopperPlan {
     return blockN / rhsBoxRows();
   }
   /// The rhs tensor map's box, innermost dimension first: 64 elements (one
-  /// 128-byte swizzled row) by rhsBoxRows(), one expert deep for [E, .., ..].
+  /// 128-byte swizzled row) by rhsBoxRows(), one expert deep for [E, .., ..]
+  /// (one expert wide for [K, E, N]).
   llvm::SmallVector<int64_t> rhsBox(int64_t rank) const {
+    // [K, E, N]: 64 columns of one expert by 64 K rows (the same stage).
+    if (layout.expertsInColumns)
+      return {kColumnBlock, 1, kBlockK};
     llvm::SmallVector<int64_t> box = {kBlockK, rhsBoxRows()};
     if (rank == 3)
       box.push_back(1);

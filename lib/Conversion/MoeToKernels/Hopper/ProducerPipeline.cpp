@@ -209,7 +209,10 @@ Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i, Value kt) {
         t, b.add(b.mul(block, b.idx(kColumnBlock)), b.mul(chunk, b.idx(8))),
         valid);
     valid = b.land(valid, b.ult(kRow, b.idx(env.plan.k)));
-    Value row = b.add(b.mul(t.group, b.idx(env.plan.k)), kRow);
+    // Row kRow of expert group's [K, N]: in [E, K, N], or in [K, E, N].
+    Value row = env.plan.layout.expertsInColumns
+                    ? b.add(b.mul(kRow, b.idx(env.plan.experts)), t.group)
+                    : b.add(b.mul(t.group, b.idx(env.plan.k)), kRow);
     bytes = b.mul(b.add(b.mul(row, env.rhsWidth), n), b.idx(2));
     break;
   }
@@ -356,7 +359,10 @@ void ProducerPipeline::loadRhsByTma(const TileState &t, Value slot, Value k0,
   case RhsLayout::GroupRowsN:
     llvm_unreachable("the weight gradient's rhs has no tensor map");
   }
-  if (env.args.offsets)
+  // The expert: the outermost coordinate, or between N and K for [K, E, N].
+  if (env.plan.layout.expertsInColumns)
+    coords.insert(coords.begin() + 1, toI32(b, t.group));
+  else if (env.args.offsets)
     coords.push_back(toI32(b, t.group));
   tmaLoad(env.args.rhsMap,
           b.add(env.stageB(slot), b.mul(l, b.idx(rows * kRowBytes))), coords,

@@ -29,6 +29,7 @@ struct MatmulArgs {
   int64_t scaleGroup = 128;
   int64_t k = 1; ///< slots per token (gather/scatter)
   bool transposeRhs = false;
+  bool expertsInColumns = false; ///< rhs [K, E, N]
   bool swiglu = false;
   double loraScaling = 1.0;
   bool transposeLora = false;
@@ -52,8 +53,9 @@ Value matmulElement(KernelBuilder &b, const MatmulArgs &m, Value e, Value row,
         b.idx(0), K, {b.f32(0)},
         [&](Value kk, ValueRange it) -> SmallVector<Value> {
           Value x = b.loadF(m.lhs, {lhsRow, kk});
-          Value w = m.transposeRhs ? b.loadF(m.rhs, {e, c, kk})
-                                   : b.loadF(m.rhs, {e, kk, c});
+          Value w = m.transposeRhs       ? b.loadF(m.rhs, {e, c, kk})
+                    : m.expertsInColumns ? b.loadF(m.rhs, {kk, e, c})
+                                         : b.loadF(m.rhs, {e, kk, c});
           if (m.lhsScales) {
             // FP8: each operand times its block's scale.
             Value g = b.idx(m.scaleGroup);
@@ -182,8 +184,10 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
   int64_t slotsPerToken = op.getK().value_or(1);
 
   if (op.getMode() == moe::MatmulMode::weight_grad) {
-    // out[e, i, n] = sum over rows r of group e of lhs_r[i] · rhs[r, n].
+    // out[e, i, n] = sum over rows r of group e of lhs_r[i] · rhs[r, n]
+    // (out[i, e, n] with experts_in_columns).
     Value gather = buffer(op.getGatherSlots());
+    bool inColumns = op.getExpertsInColumns();
     SmallVector<Value> outSizes = ctx.sizes(out);
     Value count = h.mul(h.mul(outSizes[0], outSizes[1]), outSizes[2]);
     SmallVector<Value> operands = {lhs, rhs, offsets, out};
@@ -192,9 +196,12 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
     return launchPerItem(
         ctx, "weight_grad", count, tile, operands,
         [&](KernelBuilder &b, ValueRange a, Value id) {
-          Value K = b.dim(a[3], 1), N = b.dim(a[3], 2);
-          Value e = b.div(id, b.mul(K, N));
-          Value i = b.rem(b.div(id, N), K), n = b.rem(id, N);
+          // Items in the output's order: its outer two dimensions, then n.
+          Value outer = b.dim(a[3], 1), N = b.dim(a[3], 2);
+          Value first = b.div(id, b.mul(outer, N));
+          Value second = b.rem(b.div(id, N), outer), n = b.rem(id, N);
+          Value e = inColumns ? second : first;
+          Value i = inColumns ? first : second;
           Value start = groupStart(b, a[2], e);
           Value end = b.loadIdx(a[2], {e});
           Value acc = b.loop(
@@ -215,7 +222,7 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
                 }
                 return {b.fadd(it[0], b.fmul(x, b.loadF(a[1], {r, n})))};
               })[0];
-          b.storeF(acc, a[3], {e, i, n});
+          b.storeF(acc, a[3], {first, second, n});
         });
   }
 
@@ -267,6 +274,7 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
     m.scaleGroup = op.getScaleGroup();
     m.k = slotsPerToken;
     m.transposeRhs = op.getTransposeRhs();
+    m.expertsInColumns = op.getExpertsInColumns();
     m.swiglu = swiglu;
     m.loraScaling = op.getLoraScaling().convertToDouble();
     m.rank = rank;

@@ -52,15 +52,19 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
                               op.getRhs(), 2, isAnyFloat, kAnyFloat);
   auto outType = expectTensor(raw, "result 'out'", op.getOut(), 3, isWideFloat,
                               kWideFloat);
+  // [E, K, N], or [K, E, N] with experts_in_columns.
+  bool inColumns = op.getExpertsInColumns();
+  const char *outName =
+      inColumns ? "result 'out' (experts_in_columns)" : "result 'out'";
   if (failed(rhsType) || failed(outType) ||
       failed(expectSameElementType(raw, "operand 'rhs'", *rhsType,
                                    "operand 'lhs'", lhsType)) ||
       failed(expectDim(raw, "operand 'rhs'", *rhsType, 0, rows,
                        "the number of grouped rows")) ||
-      failed(expectDim(raw, "result 'out'", *outType, 0, numExperts,
+      failed(expectDim(raw, outName, *outType, inColumns ? 1 : 0, numExperts,
                        "the number of experts")) ||
-      failed(expectDim(raw, "result 'out'", *outType, 1, lhsType.getDimSize(1),
-                       "K, the columns of 'lhs'")) ||
+      failed(expectDim(raw, outName, *outType, inColumns ? 0 : 1,
+                       lhsType.getDimSize(1), "K, the columns of 'lhs'")) ||
       failed(expectDim(raw, "result 'out'", *outType, 2, rhsType->getDimSize(1),
                        "N, the columns of 'rhs'")))
     return failure();
@@ -165,21 +169,32 @@ LogicalResult GroupedMatmulOp::verify() {
   if (getMode() == MatmulMode::weight_grad)
     return verifyWeightGrad(*this, *lhsType, rows, *numExperts);
 
+  // [E, K, N], [E, N, K] (transpose_rhs) or [K, E, N] (experts_in_columns).
+  bool inColumns = getExpertsInColumns();
+  if (inColumns && getTransposeRhs())
+    return emitOpError() << "attributes 'experts_in_columns' and "
+                            "'transpose_rhs' cannot be combined ([K, E, N] "
+                            "weights are not transposed)";
+  if (inColumns && getLhsScales())
+    return emitOpError() << "attribute 'experts_in_columns' is not supported "
+                            "with FP8 block scales";
   auto rhsType = expectTensor(op, "operand 'rhs'", getRhs(), 3, isMatmulInput,
                               kMatmulInput);
+  const char *rhsName = getTransposeRhs() ? "operand 'rhs' (transposed)"
+                        : inColumns       ? "operand 'rhs' (experts_in_columns)"
+                                          : "operand 'rhs'";
   if (failed(rhsType) ||
       failed(expectSameElementType(op, "operand 'rhs'", *rhsType,
                                    "operand 'lhs'", *lhsType)) ||
-      failed(expectDim(op, "operand 'rhs'", *rhsType, 0, *numExperts,
+      failed(expectDim(op, rhsName, *rhsType, inColumns ? 1 : 0, *numExperts,
                        "the number of experts")))
     return failure();
-  unsigned kDim = getTransposeRhs() ? 2 : 1, nDim = getTransposeRhs() ? 1 : 2;
+  unsigned kDim = getTransposeRhs() ? 2 : inColumns ? 0 : 1;
+  unsigned nDim = getTransposeRhs() ? 1 : 2;
   int64_t reduction = lhsType->getDimSize(1);
   int64_t cols = rhsType->getDimSize(nDim);
-  if (failed(expectDim(op,
-                       getTransposeRhs() ? "operand 'rhs' (transposed)"
-                                         : "operand 'rhs'",
-                       *rhsType, kDim, reduction, "K, the columns of 'lhs'")))
+  if (failed(expectDim(op, rhsName, *rhsType, kDim, reduction,
+                       "K, the columns of 'lhs'")))
     return failure();
 
   if (Value bias = getBias()) {

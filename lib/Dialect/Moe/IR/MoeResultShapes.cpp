@@ -204,11 +204,13 @@ GroupedMatmulOp::reifyResultShapes(OpBuilder &builder,
                                    ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);
   if (getMode() == MatmulMode::weight_grad) {
-    // [E, K, N]: K from the lhs, N from the grouped gradient.
+    // [E, K, N] ([K, E, N] with experts_in_columns): K from the lhs, N from
+    // the grouped gradient.
+    int64_t kDim = getExpertsInColumns() ? 0 : 1;
     s.fill(getOut(), [&](int64_t d) -> OpFoldResult {
-      return d == 1   ? s.dim(getLhs(), 1)
-             : d == 2 ? s.dim(getRhs(), 1)
-                      : OpFoldResult();
+      return d == kDim ? s.dim(getLhs(), 1)
+             : d == 2  ? s.dim(getRhs(), 1)
+                       : OpFoldResult();
     });
     return success();
   }

@@ -285,6 +285,8 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     unsupported = "FP8 scales";
   else if (op.getActivation() != Activation::none)
     unsupported = "a fused activation";
+  else if (op.getExpertsInColumns())
+    unsupported = "experts_in_columns";
   if (!unsupported.empty())
     return op.emitOpError("moe-autodiff: no gradient rule for a grouped "
                           "matmul with ")

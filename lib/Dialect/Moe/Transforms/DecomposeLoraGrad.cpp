@@ -2,9 +2,9 @@
 //
 // Part of moec. The `moe-decompose-lora-grad` pass: on sm90a, the LoRA
 // adapter gradients become four grouped matmuls that the wgmma kernel runs
-// (two forward products for u and du, two weight gradients for dB and dA),
-// with small copies putting the adapters in and the gradients out of the
-// layouts those matmuls read and write.
+// (two forward products for u and du, two weight gradients for dB and dA).
+// B and dB stay in their [N, E*r] layout (`experts_in_columns`); only a
+// gathered dA needs a copy out of the [E, K, r] its matmul writes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -124,24 +124,29 @@ void decompose(LoraGradOp op) {
       builder, loc, narrow, x, a3, offsets, slots, Value(), Value(), Value(),
       scale, Value(), Value(), Value(), Value(), Value(), Value(), forward,
       transposeRhs, slotsPerToken, one, none);
-  // du = dy · B_e: B_e's rows are Bᵀ's rows e*r.., [E, r, N].
-  Value bt3 = splitRows(builder, loc, transposed(builder, loc, op.getLoraB(),
-                                                 {1, 0}),
-                        experts);
-  Value du = GroupedMatmulOp::create(
-      builder, loc, narrow, dy, bt3, offsets, Value(), Value(), Value(),
-      Value(), scale, Value(), Value(), Value(), Value(), Value(), Value(),
-      forward, transposeRhs, IntegerAttr(), one, none);
+  // du = dy · B_e: B [N, E*r] is [N, E, r], B_e = B[:, e, :] its
+  // [K = N, r] (experts_in_columns: read in place, no transpose).
+  auto bColumns = RankedTensorType::get({n, experts, rank}, elem);
+  Value b3 = tensor::ExpandShapeOp::create(
+      builder, loc, bColumns, op.getLoraB(),
+      ArrayRef<ReassociationIndices>{{0}, {1, 2}});
+  auto duOp = GroupedMatmulOp::create(
+      builder, loc, narrow, dy, b3, offsets, Value(), Value(), Value(), Value(),
+      scale, Value(), Value(), Value(), Value(), Value(), Value(), forward,
+      UnitAttr(), IntegerAttr(), one, none);
+  duOp.setExpertsInColumns(true);
+  Value du = duOp;
 
-  // dB_e = Σ dy_iᵀ · u_i: [E, N, r], then [N, E, r] = [N, E*r].
-  Value dbT = GroupedMatmulOp::create(
+  // dB_e = Σ dy_iᵀ · u_i, written as [N, E, r] (experts_in_columns), which
+  // is B's [N, E*r].
+  auto dbOp = GroupedMatmulOp::create(
       builder, loc,
-      RankedTensorType::get({experts, n, rank}, gradBType.getElementType()), dy,
+      RankedTensorType::get({n, experts, rank}, gradBType.getElementType()), dy,
       u, offsets, Value(), Value(), Value(), Value(), Value(), Value(), Value(),
       Value(), Value(), Value(), Value(), weightGrad, UnitAttr(), IntegerAttr(),
       one, none);
-  Value gradB = joinLast(builder, loc, transposed(builder, loc, dbT, {1, 0, 2}),
-                         {{0}, {1, 2}});
+  dbOp.setExpertsInColumns(true);
+  Value gradB = joinLast(builder, loc, dbOp, {{0}, {1, 2}});
 
   // dA_e = Σ du_iᵀ · x_i: [E, r, K] = [E*r, K]. The weight gradient gathers
   // only its lhs, so gathered rows give [E, K, r] and a transpose.

@@ -32,12 +32,18 @@ std::optional<std::string> moec::moe::tuningKey(Operation *op) {
   };
   std::string key;
   llvm::raw_string_ostream os(key);
+  // The experts: the offsets' length (whatever dimension of the weights or
+  // the result holds them).
+  int64_t experts =
+      cast<ShapedType>(matmul.getOffsets().getType()).getDimSize(0);
   if (matmul.getMode() == MatmulMode::weight_grad) {
     // out [E, K, N] from lhs [M, K] (or gathered) and rhs [M, N].
     os << "grouped_matmul weight_grad " << lhs.getElementType() << "x"
        << rhs.getElementType() << "->" << out.getElementType()
-       << " E=" << dim(out.getDimSize(0)) << " K=" << dim(lhs.getDimSize(1))
+       << " E=" << dim(experts) << " K=" << dim(lhs.getDimSize(1))
        << " N=" << dim(rhs.getDimSize(1));
+    if (matmul.getExpertsInColumns())
+      os << " out=KEN";
     if (matmul.getGatherSlots())
       os << " gather k=" << matmul.getK().value_or(1);
     return key;
@@ -46,9 +52,11 @@ std::optional<std::string> moec::moe::tuningKey(Operation *op) {
   // tiles.
   os << "grouped_matmul " << lhs.getElementType() << "x"
      << rhs.getElementType() << "->" << out.getElementType()
-     << " E=" << dim(rhs.getDimSize(0)) << " K=" << dim(lhs.getDimSize(1))
+     << " E=" << dim(experts) << " K=" << dim(lhs.getDimSize(1))
      << " N=" << dim(rhs.getDimSize(matmul.getTransposeRhs() ? 1 : 2));
-  if (!matmul.getTransposeRhs())
+  if (matmul.getExpertsInColumns())
+    os << " rhs=KEN";
+  else if (!matmul.getTransposeRhs())
     os << " rhs=EKN";
   if (matmul.getGatherSlots())
     os << " gather k=" << matmul.getK().value_or(1);

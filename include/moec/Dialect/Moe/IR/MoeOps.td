@@ -493,7 +493,10 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
       `[T, K]` and row `i` is `lhs[slots[i] / k]` (zero for slot `-1`): the
       permute fused into the matmul's prologue.
     * `rhs` is `[E, K, N]`; with `transpose_rhs` it is `[E, N, K]` (the
-      `nn.Linear` layout of most checkpoints).
+      `nn.Linear` layout of most checkpoints); with `experts_in_columns` it
+      is `[K, E, N]`: the experts' `[K, N]` matrices side by side in the
+      columns of `[K, E*N]`, as in a LoRA B adapter `[N, E*r]` reshaped to
+      `[N, E, r]` (no FP8 scales or `transpose_rhs` then).
     * `bias(%b : tensor<ExNx..>)`: per-expert bias.
     * `lora(%A, %B : tensor<(E*r)xKx..>, tensor<Nx(E*r)x..>)`: a rank-`r` LoRA
       adapter per expert; `A_e = A[e*r : (e+1)*r, :]` and
@@ -537,8 +540,10 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     as above), `rhs` is the output gradient `[M, N]` in the same grouped row
     order, and the result is `[E, K, N]` with
     `out[e] = sum over rows i of group e of lhs_iᵀ · rhs_i`. An expert with
-    no rows gets zeros. No bias, LoRA, activation, row scale, scatter, FP8
-    or `transpose_rhs` in this mode.
+    no rows gets zeros. With `experts_in_columns` the result is `[K, E, N]`
+    instead (`out[:, e, :]` is expert `e`'s matrix), which collapses to the
+    `[K, E*N]` of a LoRA B adapter's gradient. No bias, LoRA, activation,
+    row scale, scatter, FP8 or `transpose_rhs` in this mode.
 
     `lhs` and `rhs` share one element type (bf16, f16, f32, f8E4M3FN or
     f8E5M2); accumulation is f32; the result is bf16, f16 or f32. With
@@ -579,7 +584,8 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     DefaultValuedAttr<F32Attr, "1.0f">:$lora_scaling,
     DefaultValuedAttr<Moe_ActivationAttr, "::moec::moe::Activation::none">:$activation,
     DefaultValuedAttr<I64Attr, "128">:$scale_group,
-    UnitAttr:$transpose_lora
+    UnitAttr:$transpose_lora,
+    UnitAttr:$experts_in_columns
   );
   let results = (outs AnyTensor:$out);
   let assemblyFormat = [{

@@ -230,10 +230,12 @@ def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
     * `u = s · x · A_eᵀ`: forward, `A` `[E*r, K]` read as `[E, r, K]`
       (`tensor.expand_shape`) with `transpose_rhs`, `x` gathered as the op
       reads it, `s` as a `row_scale` (`linalg.fill`, only when `s != 1`);
-    * `du = s · dy · B_e`: forward on `Bᵀ` (`linalg.transpose`) read as
-      `[E, r, N]`;
-    * `dB`: `mode = weight_grad` of `dy` and `u`, `[E, N, r]`, transposed
-      to `[N, E, r]` and joined to `[N, E*r]` (`tensor.collapse_shape`);
+    * `du = s · dy · B_e`: forward on `B` `[N, E*r]` read in place as
+      `[N, E, r]` (`experts_in_columns`: expert `e`'s `[N, r]` is
+      `B[:, e, :]`);
+    * `dB`: `mode = weight_grad` of `dy` and `u` with `experts_in_columns`,
+      written as `[N, E, r]` and joined to `[N, E*r]`
+      (`tensor.collapse_shape`);
     * `dA`: `mode = weight_grad` of `du` and `x`, `[E, r, K]` joined to
       `[E*r, K]`; with a gathered `x` (the weight gradient gathers only its
       lhs) `weight_grad` of `x` and `du`, `[E, K, r]`, transposed first.
@@ -243,8 +245,10 @@ def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
         gather(%slots : tensor<?xi32>) {k = 8 : i64, lora_scaling = 2.0 : f32}
     // becomes (sketch)
     %u   = moe.grouped_matmul %x, %a3, %offsets gather(%slots) row_scale(%s)
-    %du  = moe.grouped_matmul %dy, %bt3, %offsets row_scale(%s)
-    %dbT = moe.grouped_matmul %dy, %u, %offsets {mode = weight_grad}
+    %du  = moe.grouped_matmul %dy, %b3, %offsets row_scale(%s)
+        {experts_in_columns}
+    %db3 = moe.grouped_matmul %dy, %u, %offsets
+        {experts_in_columns, mode = weight_grad}
     %daT = moe.grouped_matmul %x, %du, %offsets gather(%slots)
         {mode = weight_grad}
     ```
