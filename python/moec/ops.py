@@ -448,6 +448,7 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
                    scatter_positions=None, scales=None,
                    scale_group: int = 128, mode: str = "forward",
                    transpose_lora: bool = False, activation_input=None,
+                   experts_in_columns: bool = False,
                    out_dtype=None) -> Value:
     """Each expert group of rows times that expert's weights.
 
@@ -462,6 +463,9 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
     [T, k] and `scatter_positions`, the sort's row of each slot) to combine
     into token order; `scales=(sx, sw)` for FP8 operands.
     `mode="weight_grad"`: rhs is the output gradient [M, N], result [E, K, N].
+    `experts_in_columns`: the weights (forward) or the result (weight_grad)
+    are [K, E, N], the experts' [K, N] matrices side by side: a LoRA B
+    adapter [N, E*r] reshaped to [N, E, r], read or written in place.
     """
     op = "grouped_matmul"
     lhs = check_value(lhs, "lhs", op)
@@ -509,12 +513,22 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
         _rank(rhs, 2, "rhs", op)
         attrs["mode"] = "#moe.mode<weight_grad>"
         out_shape: tuple = (experts, lhs.shape[1], rhs.shape[1])
+        if experts_in_columns:
+            attrs["experts_in_columns"] = True
+            out_shape = (lhs.shape[1], experts, rhs.shape[1])
     else:
         _rank(rhs, 3, "rhs", op)
-        _same_dim(rhs.shape[0], experts, "'rhs' experts and 'offsets' size",
-                  op)
+        if experts_in_columns and (transpose_rhs or scales is not None):
+            raise ValueError(f"{op}: 'experts_in_columns' is not taken with "
+                             f"'transpose_rhs' or 'scales'")
+        _same_dim(rhs.shape[1 if experts_in_columns else 0], experts,
+                  "'rhs' experts and 'offsets' size", op)
         k_dim, n_dim = ((rhs.shape[2], rhs.shape[1]) if transpose_rhs
+                        else (rhs.shape[0], rhs.shape[2])
+                        if experts_in_columns
                         else (rhs.shape[1], rhs.shape[2]))
+        if experts_in_columns:
+            attrs["experts_in_columns"] = True
         _same_dim(lhs.shape[1], k_dim,
                   "'lhs' columns and the reduction size of 'rhs'", op)
         if transpose_rhs:

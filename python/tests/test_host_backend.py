@@ -292,6 +292,54 @@ def test_grouped_matmul_swiglu_grad_epilogue(rng, sizes):
     assert rel_error(out, ref) < 1e-5
 
 
+@pytest.mark.parametrize("sizes", [
+    (3, 4, 5, 0),      # ragged groups, one empty expert
+    (0, 0, 1, 0),      # one row in all
+    (12, 0, 0, 0),     # every row on one expert
+])
+def test_grouped_matmul_experts_in_columns(rng, sizes):
+    # A LoRA B adapter [N, E*r] as [N, E, r]: du = dy · B_e reads it in
+    # place, and dB_e = dyᵀ · u is written into it.
+    @moec.kernel
+    def du_db(dy: moec.Tensor["M", 24, "f32"],
+              b: moec.Tensor[24, 4, 8, "f32"],
+              offsets: moec.Tensor[4, "i32"],
+              u: moec.Tensor["M", 8, "f32"]):
+        du = ops.grouped_matmul(dy, b, offsets, experts_in_columns=True)
+        db = ops.grouped_matmul(dy, u, offsets, mode="weight_grad",
+                                experts_in_columns=True)
+        return du, db
+
+    rows = sum(sizes)
+    dy = rng.standard_normal((rows, 24)).astype(np.float32)
+    b = rng.standard_normal((24, 4, 8)).astype(np.float32)
+    u = rng.standard_normal((rows, 8)).astype(np.float32)
+    offsets = np.cumsum(sizes).astype(np.int32)
+    du, db = moec.compile(du_db, target="host", cache=False)(dy, b, offsets, u)
+    du_ref, db_ref = np.zeros((rows, 8)), np.zeros((24, 4, 8))
+    for e in range(4):
+        g = slice(offsets[e - 1] if e else 0, offsets[e])
+        du_ref[g] = dy[g].astype(np.float64) @ b[:, e, :]
+        db_ref[:, e, :] = dy[g].T.astype(np.float64) @ u[g]
+    assert du.shape == (rows, 8) and db.shape == (24, 4, 8)
+    assert rel_error(du, du_ref) < 1e-5
+    assert rel_error(db, db_ref) < 1e-5
+
+
+def test_grouped_matmul_experts_in_columns_names_bad_arguments():
+    signature = {"x": moec.Tensor["M", 24, "f32"],
+                 "w": moec.Tensor[24, 4, 8, "f32"],
+                 "o": moec.Tensor[4, "i32"]}
+    with pytest.raises(ValueError, match="'transpose_rhs'"):
+        moec.kernel(lambda x, w, o: ops.grouped_matmul(
+            x, w, o, experts_in_columns=True, transpose_rhs=True),
+            signature=signature).ir()
+    with pytest.raises(ValueError, match="experts and 'offsets' size"):
+        moec.kernel(lambda x, w, o: ops.grouped_matmul(
+            x, w, o, experts_in_columns=True),
+            signature={**signature, "w": moec.Tensor[24, 5, 8, "f32"]}).ir()
+
+
 def test_grouped_matmul_swiglu_grad_names_bad_arguments():
     h = moec.Tensor["M", 20, "f32"]
     with pytest.raises(ValueError, match="activation_input"):

@@ -37,6 +37,17 @@ static bool fitStages(HopperPlan &plan) {
   return plan.sharedBytes() <= plan.maxSharedBytes;
 }
 
+/// The default block width for an output `width` columns wide: 256 from
+/// 256 columns, 64 for at most 64 where `narrowOk`, else (and for a
+/// dynamic width) 128.
+static int64_t defaultBlockN(int64_t width, bool narrowOk) {
+  if (ShapedType::isDynamic(width))
+    return 128;
+  return width >= 256                        ? 256
+         : narrowOk && width <= kNarrowBlockN ? kNarrowBlockN
+                                              : 128;
+}
+
 bool hopper::isHopperTile(moe::TileAttr tile) {
   if (!tile || tile.getM() != kBlockM || tile.getK() != kBlockK ||
       (tile.getN() != kNarrowBlockN && tile.getN() != 128 &&
@@ -80,9 +91,8 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
   // n = 128 (geomeans 1.05-1.08), and dA + dB at the warp-specialized
   // n = 64 0.92-0.99x the block-barrier one
   // (bench/results/lora-grad-narrow-h200.md).
-  bool narrow = loraRows == 0 && width <= kNarrowBlockN &&
-                minBlockN <= kNarrowBlockN;
-  plan.blockN = width >= 256 ? 256 : narrow ? kNarrowBlockN : 128;
+  plan.blockN =
+      defaultBlockN(width, loraRows == 0 && minBlockN <= kNarrowBlockN);
   // n = 256 gets the warp-specialized kernel with TMA for the weights (and
   // for the lhs when its rows are in order). On the H200 it was faster than
   // the block-barrier kernel at every bench/grouped_gemm.py shape with
@@ -156,14 +166,10 @@ rowReductionPlan(ShapedType lhsType, Type rhsElem, Type outElem, int64_t width,
   // Without a tile: block barriers at planFor's width (n = 64 for narrow
   // outputs, such as moe-decompose-lora-grad's dB).
   moe::TileAttr chosen = tile;
-  if (!isHopperTile(tile)) {
-    int64_t blockN = ShapedType::isDynamic(width) ? 128
-                     : width >= 256               ? 256
-                     : width <= kNarrowBlockN     ? kNarrowBlockN
-                                                  : 128;
-    chosen = moe::TileAttr::get(lhsType.getContext(), kBlockM, blockN, kBlockK,
-                                kThreads, 0, 0, 0);
-  }
+  if (!isHopperTile(tile))
+    chosen = moe::TileAttr::get(lhsType.getContext(), kBlockM,
+                                defaultBlockN(width, /*narrowOk=*/true),
+                                kBlockK, kThreads, 0, 0, 0);
   std::optional<HopperPlan> plan =
       planFor(lhsType.getElementType(), rhsElem, outElem, lhsType.getDimSize(1),
               width, experts, chosen, limits);
