@@ -257,11 +257,13 @@ def test_positions_passed_between_kernels(rng, tokens):
 
 
 
-@pytest.mark.parametrize("sizes", [
-    (3, 4, 5, 0),      # groups of 3, 4 and 5 rows, one empty expert
-    (0, 0, 1, 0),      # one row in all
-    (12, 0, 0, 0),     # every row on one expert
-])
+# Rows per expert of 4 experts: ragged groups of 3, 4 and 5 rows and one
+# empty expert; one row in all; every row on one expert.
+edge_groups = pytest.mark.parametrize(
+    "sizes", [(3, 4, 5, 0), (0, 0, 1, 0), (12, 0, 0, 0)])
+
+
+@edge_groups
 def test_grouped_matmul_swiglu_grad_epilogue(rng, sizes):
     # The down projection's input gradient with SwiGLU's gradient in its
     # epilogue: d = dy · W_e (rhs [E, K, N]), then for the saved input
@@ -292,11 +294,7 @@ def test_grouped_matmul_swiglu_grad_epilogue(rng, sizes):
     assert rel_error(out, ref) < 1e-5
 
 
-@pytest.mark.parametrize("sizes", [
-    (3, 4, 5, 0),      # ragged groups, one empty expert
-    (0, 0, 1, 0),      # one row in all
-    (12, 0, 0, 0),     # every row on one expert
-])
+@edge_groups
 def test_grouped_matmul_experts_in_columns(rng, sizes):
     # A LoRA B adapter [N, E*r] as [N, E, r]: du = dy · B_e reads it in
     # place, and dB_e = dyᵀ · u is written into it.
