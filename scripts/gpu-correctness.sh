@@ -84,7 +84,8 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_kn_cl_swiglu dense_kn gmm_wgrad_rows gmm_wgrad_gather_ws gmm_wgrad_ws_bulk \
              dense_at_b dense_at_b_narrow gmm_narrow_gather gmm_narrow_bb \
              gmm_narrow_kn dense_narrow gmm_wgrad_narrow gmm_wgrad_narrow_bb \
-             gmm_cols_bb gmm_cols_ws_gather gmm_wgrad_cols_bb gmm_wgrad_cols_ws \
+             gmm_cols_bb gmm_cols_ws_gather gmm_cols_cl_swiglu gmm_wgrad_cols_bb \
+             gmm_wgrad_cols_ws \
              gmm_lora_swiglu_gather gmm_lora_kn_r8 \
              gmm_lora_long_k_r64 gmm_lora_staged gmm_lora_r128_swiglu \
              gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64 \

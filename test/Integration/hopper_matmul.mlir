@@ -40,6 +40,7 @@
 // RUN: moec run %s --entry gmm_cols_bb --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_cols_bb --sym T=40 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_cols_ws_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_cols_cl_swiglu --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_cols_bb --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_cols_ws --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_cols_ws --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
@@ -544,6 +545,25 @@ func.func @gmm_cols_ws_gather(%x: tensor<?x200xf16>, %ids: tensor<?x2xi32>,
       : tensor<?x200xf16>, tensor<200x8x264xf16>, tensor<8xi32>
       -> tensor<?x264xf16>
   return %y : tensor<?x264xf16>
+}
+
+// [K, E, N] weights in a cluster of 2 with SwiGLU: each block of the pair
+// loads half of the stage's column blocks (gate then up columns, one expert
+// wide) and multicasts them; gathered rows of an aligned sort (k = 4),
+// K = 1096, I = 72: E = 8.
+func.func @gmm_cols_cl_swiglu(%x: tensor<?x1096xbf16>, %ids: tensor<?x4xi32>,
+                              %w: tensor<1096x8x144xbf16>)
+    -> tensor<?x72xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8 align = 16
+      : tensor<?x4xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 4 : i64, experts_in_columns,
+       activation = #moe.activation<swiglu>,
+       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 384,
+                            producers = 128, stages = 3, cluster = 2>}
+      : tensor<?x1096xbf16>, tensor<1096x8x144xbf16>, tensor<8xi32>
+      -> tensor<?x72xbf16>
+  return %y : tensor<?x72xbf16>
 }
 
 // The weight gradient into [K, E, N] at its default plan (block barriers,
