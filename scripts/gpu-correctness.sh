@@ -85,7 +85,7 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              dense_at_b dense_at_b_narrow gmm_narrow_gather gmm_narrow_bb \
              gmm_narrow_kn dense_narrow gmm_wgrad_narrow gmm_wgrad_narrow_bb \
              gmm_cols_bb gmm_cols_ws_gather gmm_cols_cl_swiglu gmm_wgrad_cols_bb \
-             gmm_wgrad_cols_ws \
+             gmm_wgrad_cols_ws gmm_wgrad_t_rows gmm_wgrad_t_gather_ws \
              gmm_lora_swiglu_gather gmm_lora_kn_r8 \
              gmm_lora_long_k_r64 gmm_lora_staged gmm_lora_r128_swiglu \
              gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64 \
@@ -138,12 +138,15 @@ done
 for entry in gmm_swiglu_grad_ws gmm_swiglu_grad_staged gmm_swiglu_grad_lora; do
   run hopper.moecb $entry 300 uniform --sym M=700 --iters 5
 done
-# The gathered weight gradient at the default tile: its grouped gradient
-# has T*k rows (symbol M).
-for t in 1 45 3000; do
-  run hopper.moecb gmm_wgrad_gather $t uniform --sym M=$((2 * t)) --iters 5
+# The gathered weight gradients at the default tile ([E, K, N], and
+# [E, N, K] with the rows as B): the grouped gradient has T*k rows
+# (symbol M).
+for entry in gmm_wgrad_gather gmm_wgrad_t_gather; do
+  for t in 1 45 3000; do
+    run hopper.moecb $entry $t uniform --sym M=$((2 * t)) --iters 5
+  done
+  run hopper.moecb $entry 300 one-expert --sym M=600 --iters 5
 done
-run hopper.moecb gmm_wgrad_gather 300 one-expert --sym M=600 --iters 5
 # permute / unpermute backward: the row gradients are inputs of the aligned
 # capacity M = T*k + E*(align-1) (3T+8 for k=3 of 8 experts padded to 2,
 # 8T+48 for k=8 of 16 padded to 4).

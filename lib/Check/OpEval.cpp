@@ -207,18 +207,25 @@ OpResults evalUnpermuteGrad(const rt::RefOp &op, const Operands &x) {
   return results;
 }
 
-/// [A, B, C] -> [B, A, C]: the [K, E, N] of `experts_in_columns` to the
-/// reference's [E, K, N], and back.
-DTensor swapLeadingDims(const DTensor &a) {
+/// A rank-3 tensor with dimensions `d0` and `d1` swapped: [A, B, C] ->
+/// [B, A, C] is the [K, E, N] of `experts_in_columns` to the reference's
+/// [E, K, N] and back; [A, C, B] the weight gradient's [E, K, N] to the
+/// [E, N, K] of `transpose_rhs`.
+DTensor swapDims(const DTensor &a, int d0, int d1, const char *attr) {
   if (a.shape.size() != 3)
-    throw std::invalid_argument("experts_in_columns: expected a rank-3 "
-                                "tensor, got shape " +
+    throw std::invalid_argument(std::string(attr) +
+                                ": expected a rank-3 tensor, got shape " +
                                 shapeString(a.shape));
-  DTensor b({a.dim(1), a.dim(0), a.dim(2)});
+  std::vector<int64_t> shape = a.shape;
+  std::swap(shape[d0], shape[d1]);
+  DTensor b(shape);
   for (int64_t i = 0; i < a.dim(0); ++i)
     for (int64_t j = 0; j < a.dim(1); ++j)
-      for (int64_t l = 0; l < a.dim(2); ++l)
-        b.at(j, i, l) = a.at(i, j, l);
+      for (int64_t l = 0; l < a.dim(2); ++l) {
+        int64_t at[3] = {i, j, l};
+        std::swap(at[d0], at[d1]);
+        b.at(at[0], at[1], at[2]) = a.at(i, j, l);
+      }
   return b;
 }
 
@@ -229,7 +236,7 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   const std::string mode = enumAttr(op, "mode", "forward");
   DTensor swappedRhs;
   if (inColumns && mode == "forward")
-    swappedRhs = swapLeadingDims(x.required(1, "rhs"));
+    swappedRhs = swapDims(x.required(1, "rhs"), 0, 1, "experts_in_columns");
   const DTensor &rhs =
       swappedRhs.shape.empty() ? x.required(1, "rhs") : swappedRhs;
   const ITensor offsets = x.ints(2, "offsets");
@@ -251,12 +258,15 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
       if (x.optional(i))
         unsupported(op, std::string("operand '") + forwardOnly[i] +
                             "' with mode = weight_grad");
-    if (boolAttr(op, "transpose_rhs") || activation != "none")
-      unsupported(op, "transpose_rhs or an activation with mode = "
-                      "weight_grad");
+    if (activation != "none")
+      unsupported(op, "an activation with mode = weight_grad");
     DTensor grad = ref::groupedMatmulWeightGrad(
         lhs, rhs, offsets, gather ? &*gather : nullptr, k);
-    return {inColumns ? swapLeadingDims(grad) : std::move(grad)};
+    if (inColumns)
+      return {swapDims(grad, 0, 1, "experts_in_columns")};
+    if (boolAttr(op, "transpose_rhs"))
+      return {swapDims(grad, 1, 2, "transpose_rhs")};
+    return {std::move(grad)};
   }
   if (mode != "forward")
     badEnum(op, "mode", mode);

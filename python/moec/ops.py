@@ -462,7 +462,9 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
     `row_scale` [M]; `scatter=slots` (+ `k`, optional `scatter_weights`
     [T, k] and `scatter_positions`, the sort's row of each slot) to combine
     into token order; `scales=(sx, sw)` for FP8 operands.
-    `mode="weight_grad"`: rhs is the output gradient [M, N], result [E, K, N].
+    `mode="weight_grad"`: rhs is the output gradient [M, N], result [E, K, N],
+    or with `transpose_rhs` [E, N, K] (the gradient of [E, N, K] weights;
+    lhs may be gathered either way).
     `experts_in_columns`: the weights (forward) or the result (weight_grad)
     are [K, E, N], the experts' [K, N] matrices side by side: a LoRA B
     adapter [N, E*r] reshaped to [N, E, r], read or written in place.
@@ -513,9 +515,15 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
         _rank(rhs, 2, "rhs", op)
         attrs["mode"] = "#moe.mode<weight_grad>"
         out_shape: tuple = (experts, lhs.shape[1], rhs.shape[1])
+        if experts_in_columns and transpose_rhs:
+            raise ValueError(f"{op}: 'experts_in_columns' is not taken with "
+                             f"'transpose_rhs'")
         if experts_in_columns:
             attrs["experts_in_columns"] = True
             out_shape = (lhs.shape[1], experts, rhs.shape[1])
+        if transpose_rhs:
+            attrs["transpose_rhs"] = True
+            out_shape = (experts, rhs.shape[1], lhs.shape[1])
     else:
         _rank(rhs, 3, "rhs", op)
         if experts_in_columns and (transpose_rhs or scales is not None):

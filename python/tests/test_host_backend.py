@@ -324,6 +324,50 @@ def test_grouped_matmul_experts_in_columns(rng, sizes):
     assert rel_error(db, db_ref) < 1e-5
 
 
+@edge_groups
+def test_grouped_matmul_weight_grad_transposed_gathered(rng, sizes):
+    # The gradient of [E, N, K] weights: dW_e = Σ dy_iᵀ · x[slot_i // k],
+    # written [E, N, K], the token rows read by slot (zero for slot -1).
+    @moec.kernel
+    def dw(x: moec.Tensor["T", 16, "f32"], dy: moec.Tensor["M", 24, "f32"],
+           offsets: moec.Tensor[4, "i32"], slots: moec.Tensor["M", "i32"]):
+        return ops.grouped_matmul(x, dy, offsets, gather=slots, k=2,
+                                  mode="weight_grad", transpose_rhs=True)
+
+    rows = sum(sizes)
+    tokens = rows + 1
+    x = rng.standard_normal((tokens, 16)).astype(np.float32)
+    dy = rng.standard_normal((rows, 24)).astype(np.float32)
+    slots = rng.choice(2 * tokens, rows, replace=False).astype(np.int32)
+    if rows > 1:
+        slots[rows // 2] = -1
+    offsets = np.cumsum(sizes).astype(np.int32)
+    got = moec.compile(dw, target="host", cache=False)(x, dy, offsets, slots)
+    xs = np.where((slots >= 0)[:, None], x[np.maximum(slots, 0) // 2], 0.0)
+    ref = np.zeros((4, 24, 16))
+    for e in range(4):
+        g = slice(offsets[e - 1] if e else 0, offsets[e])
+        ref[e] = dy[g].T.astype(np.float64) @ xs[g]
+    assert got.shape == (4, 24, 16)
+    if sizes[3] == 0:
+        assert not got[3].any()
+    assert rel_error(got, ref) < 1e-5
+
+
+def test_grouped_matmul_weight_grad_transposed_names_bad_arguments():
+    signature = {"x": moec.Tensor["M", 16, "f32"],
+                 "dy": moec.Tensor["M", 24, "f32"],
+                 "o": moec.Tensor[4, "i32"]}
+    with pytest.raises(ValueError, match="'transpose_rhs'"):
+        moec.kernel(lambda x, dy, o: ops.grouped_matmul(
+            x, dy, o, mode="weight_grad", experts_in_columns=True,
+            transpose_rhs=True), signature=signature).ir()
+    ir = moec.kernel(lambda x, dy, o: ops.grouped_matmul(
+        x, dy, o, mode="weight_grad", transpose_rhs=True),
+        signature=signature).ir()
+    assert "transpose_rhs" in ir and "tensor<4x24x16xf32>" in ir
+
+
 def test_grouped_matmul_experts_in_columns_names_bad_arguments():
     signature = {"x": moec.Tensor["M", 24, "f32"],
                  "w": moec.Tensor[24, 4, 8, "f32"],

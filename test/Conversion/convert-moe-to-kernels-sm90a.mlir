@@ -249,6 +249,32 @@ func.func @wgrad(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 
 // -----
 
+// The weight gradient of [E, N, K] weights (transpose_rhs) with gathered
+// rows: the same kernel with the operands swapped, dy [M, N] as A and the
+// token rows as B, looked up through the slots per slice (no permuted copy
+// of x), the output [E, N, K] written in place; the groups split dy's M
+// rows.
+// CHECK-LABEL: gpu.func @wgrad_t_k0_grouped_matmul_wgmma(%arg0: memref<?x136xbf16>, %arg1: memref<?x200xbf16>, %arg2: memref<4x136x200xf32>, %arg3: memref<4xi32>, %arg4: memref<?xi32>, %arg5: index)
+// CHECK: memref.load %arg4
+// CHECK: nvvm.cp.async.shared.global
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
+// CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<4x136x200xf32>, vector<2xf32>
+// CHECK-LABEL: func.func @wgrad_t(
+// CHECK: %[[M:.*]] = memref.dim %arg1, %c0{{.*}} : memref<?x136xbf16>
+// CHECK: gpu.launch_func @wgrad_t_kernels::@wgrad_t_k0_grouped_matmul_wgmma {{.*}} args(%arg1 : memref<?x136xbf16>, %arg0 : memref<?x200xbf16>, %arg4 : memref<4x136x200xf32>, %arg2 : memref<4xi32>, %arg3 : memref<?xi32>, %[[M]] : index)
+func.func @wgrad_t(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
+                   %offsets: tensor<4xi32>, %slots: tensor<?xi32>)
+    -> tensor<4x136x200xf32> {
+  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64}
+      : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
+      -> tensor<4x136x200xf32>
+  return %g : tensor<4x136x200xf32>
+}
+
+// -----
+
 // The warp-specialized weight gradient with a bf16 output stores through a
 // staging tile of its own: the MMA threads wait until the last tile's bulk
 // copies have read it, write their pairs behind a barrier of the 256 MMA

@@ -111,7 +111,8 @@ func.func @gathered_layer(%x: tensor<?x48xbf16>, %gate_w: tensor<6x48xbf16>,
 }
 
 // A gathered matmul with nn.Linear weights ([E, N, K]): the weight gradient
-// permutes the rows once (it gathers only its lhs). DeepSeek-V3's routing:
+// in its transpose_rhs form reads the token rows by slot (no permuted
+// copy). DeepSeek-V3's routing:
 // sigmoid scores, selection bias, renormalized and scaled.
 func.func @gathered_nk(%x: tensor<?x32xbf16>, %logits: tensor<?x8xf32>,
                        %bias: tensor<8xf32>, %w: tensor<8x24x32xbf16>)

@@ -44,6 +44,10 @@
 // RUN: moec run %s --entry gmm_wgrad_cols_bb --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_cols_ws --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_cols_ws --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_t_rows --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_t_gather_ws --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_t_gather_ws --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_t_gather --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_kn_r8 --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_long_k_r64 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
@@ -596,6 +600,55 @@ func.func @gmm_wgrad_cols_ws(%x: tensor<?x520xbf16>, %dy: tensor<?x40xbf16>,
       : tensor<?x520xbf16>, tensor<?x40xbf16>, tensor<8xi32>
       -> tensor<520x8x40xbf16>
   return %g : tensor<520x8x40xbf16>
+}
+
+// The weight gradient of [E, N, K] weights (transpose_rhs): out [E, N, K]
+// = Σ dyᵀ · x, the kernel's A the output gradient and B the rows. Rows in
+// order, f32 out, block barriers: E = 16, N = 264 (3 row tiles, the last
+// of 8 rows), K = 136 (a partial column tile).
+func.func @gmm_wgrad_t_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
+                            %ids: tensor<?x1xi32>) -> tensor<16x264x136xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      {mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
+      -> tensor<16x264x136xf32>
+  return %g : tensor<16x264x136xf32>
+}
+
+// The same with the token rows gathered by slot (B's rows looked up per
+// slice), warp-specialized with bulk stores, bf16 out: E = 8, N = 200,
+// K = 520 (a last column tile of 8).
+func.func @gmm_wgrad_t_gather_ws(%x: tensor<?x520xbf16>, %dy: tensor<?x200xbf16>,
+                                 %ids: tensor<?x1xi32>)
+    -> tensor<8x200x520xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 1 : i64,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x520xbf16>, tensor<?x200xbf16>, tensor<8xi32>
+      -> tensor<8x200x520xbf16>
+  return %g : tensor<8x200x520xbf16>
+}
+
+// Gathered with k = 2 at the default tile (n = 64, block barriers), the
+// grouped gradient's T*k rows the symbol M: the gate_up weight gradient of
+// a small layer with checkpoint-layout weights, E = 6, N = 40, K = 48.
+func.func @gmm_wgrad_t_gather(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
+                                  {moe.sym = "M"},
+                              %ids: tensor<?x2xi32>) -> tensor<6x40x48xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64}
+      : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
+      -> tensor<6x40x48xbf16>
+  return %g : tensor<6x40x48xbf16>
 }
 
 // LoRA fused into the wgmma kernel (block barriers: x · A_eᵀ in the K

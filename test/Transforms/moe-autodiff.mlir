@@ -108,16 +108,16 @@ func.func @layer(%x: tensor<?x16xbf16>, %gate_w: tensor<4x16xbf16>,
 
 // -----
 
-// Gathered lhs. With [E, K, N] weights the weight gradient gathers x by
-// slot; with [E, N, K] (transpose_rhs) the rows are permuted once for it.
+// Gathered lhs. The weight gradient gathers x by slot, with [E, K, N]
+// weights and with [E, N, K] (its transpose_rhs form): no permuted copy.
 // The input gradient of a gathered matmul goes back to tokens through
 // permute_grad. Arguments marked moe.wrt choose what is differentiated.
 // CHECK-LABEL: func.func @gathered_grad(
 // CHECK-SAME:    -> (tensor<?x16xbf16>, tensor<4x16x8xbf16>, tensor<4x8x16xbf16>)
 // CHECK-SAME:    moe.wrt = array<i64: 1, 2, 3>
 // CHECK:         moe.grouped_matmul %{{.*}}, %arg3, %{{.*}} : tensor<?x8xbf16>, tensor<4x8x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
-// CHECK:         %[[ROWS:.*]] = moe.permute %arg1, %{{.*}}, %{{.*}} k = 2 positions
-// CHECK:         moe.grouped_matmul %{{.*}}, %[[ROWS]], %{{.*}} {mode = #moe.mode<weight_grad>} : tensor<?x8xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x8x16xbf16>
+// CHECK-NOT:     moe.permute {{.*}}%arg1
+// CHECK:         moe.grouped_matmul %arg1, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x16xbf16>, tensor<?x8xbf16>, tensor<4xi32> -> tensor<4x8x16xbf16>
 // CHECK:         moe.grouped_matmul %{{.*}}, %arg2, %{{.*}} {transpose_rhs} : tensor<?x8xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
 // CHECK:         moe.permute_grad
 // CHECK:         linalg.add

@@ -1,7 +1,8 @@
 // moe-decompose-lora-grad: on sm90a, moe.lora_grad becomes four grouped
 // matmuls (u and du forward with s as a row scale, dB and dA as weight
 // gradients). B [N, E*r] and dB stay in the adapter's layout
-// (experts_in_columns); a gathered x leaves dA one transpose.
+// (experts_in_columns), dA is written as A's [E*r, K] (gathered x through
+// the weight gradient's transpose_rhs form): no copies.
 // Elsewhere, and where the wgmma kernel would not take the matmuls (f32,
 // N not a multiple of 8), the op stays. The rewritten functions then run
 // on the host against the float64 reference (every op, the copies
@@ -30,9 +31,9 @@
 // CHECK: %[[DU:.*]] = moe.grouped_matmul %arg1, %[[B3]], %{{.*}} row_scale(%[[S]] : tensor<?xf32>) {experts_in_columns} : tensor<?x48xbf16>, tensor<48x4x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
 // CHECK: %[[DB3:.*]] = moe.grouped_matmul %arg1, %[[U]], %{{.*}} {experts_in_columns, mode = #moe.mode<weight_grad>} : tensor<?x48xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<48x4x16xf32>
 // CHECK: %[[DB:.*]] = tensor.collapse_shape %[[DB3]] {{\[\[}}0], [1, 2]] : tensor<48x4x16xf32> into tensor<48x64xf32>
-// CHECK: %[[DAT:.*]] = moe.grouped_matmul %arg0, %[[DU]], %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>} : tensor<?x64xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x64x16xf32>
-// CHECK: linalg.transpose ins(%[[DAT]] : tensor<4x64x16xf32>) outs(%{{.*}} : tensor<4x16x64xf32>) permutation = [0, 2, 1]
-// CHECK: %[[DA:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0, 1], [2]] : tensor<4x16x64xf32> into tensor<64x64xf32>
+// CHECK: %[[DA3:.*]] = moe.grouped_matmul %arg0, %[[DU]], %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x64xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x16x64xf32>
+// CHECK-NOT: linalg.transpose
+// CHECK: %[[DA:.*]] = tensor.collapse_shape %[[DA3]] {{\[\[}}0, 1], [2]] : tensor<4x16x64xf32> into tensor<64x64xf32>
 // CHECK-NOT: moe.lora_grad
 // CHECK: return %[[DA]], %[[DB]]
 
@@ -49,9 +50,8 @@
 // HOST-COUNT-5: moe.lora_grad
 // HOST-NOT: moe.grouped_matmul
 
-// On sm_90a: four wgmma matmuls, and for a gathered x one transpose of dA
-// ([E, K, r] f32: a thread per 8 x 8 block). The reshapes are views that
-// copy nothing: A [E*r, K] and B [N, E*r] read as [E, r, K] and
+// On sm_90a: four wgmma matmuls and nothing else (no transpose, gathered
+// x included). The reshapes are views that copy nothing: A [E*r, K] and B [N, E*r] read as [E, r, K] and
 // [N, E, r], and the two weight gradients written straight into the
 // outputs (dB [N, E*r] through its [N, E, r] view, dA [E*r, K] through
 // [E, r, K]).
@@ -71,11 +71,11 @@
 // SM90-NEXT: grouped_matmul_wgmma grid
 // SM90-NEXT: grouped_matmul_wgmma grid
 // SM90-NEXT: grouped_matmul_wgmma grid
-// SM90-NEXT: gathered_k8_transpose_blocks
+// SM90-NOT: _transpose
 // SM90-NOT: lora_grad
 // SM90-NOT: _shape grid
 // SM90-LABEL: entry grouped [sm_90a]
-// SM90-NOT: transpose
+// SM90-NOT: _transpose
 // SM90: reference ops:
 // SM90-LABEL: entry kept [sm_90a]
 // SM90: kept_k3_lora_grad_rows

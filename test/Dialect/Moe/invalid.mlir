@@ -1046,10 +1046,28 @@ func.func @case105(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 
 // -----
 
-// weight_grad rejects transpose_rhs
+// weight_grad with transpose_rhs writes [E, N, K], not [E, K, N]
 func.func @case106(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{attribute 'transpose_rhs' is not supported with mode = weight_grad}}
+  // expected-error @+1 {{dimension 2 of result 'out' (transpose_rhs) is 32 but must equal K, the columns of 'lhs' (16)}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad with transpose_rhs: dimension 1 is N
+func.func @case106b(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'out' (transpose_rhs) is 24 but must equal N, the columns of 'rhs' (32)}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x24x16xf32>
+  return
+}
+
+// -----
+
+// weight_grad: one result layout, [K, E, N] or [E, N, K]
+func.func @case106c(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attributes 'experts_in_columns' and 'transpose_rhs' cannot be combined (the result is [K, E, N] or [E, N, K])}}
+  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, transpose_rhs, experts_in_columns} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<16x4x32xf32>
   return
 }
 

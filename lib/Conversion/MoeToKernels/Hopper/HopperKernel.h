@@ -334,6 +334,7 @@ private:
   mlir::Value lhsRowBytes(const TileState &t, int64_t i, mlir::Value kt);
   mlir::Value groupRow(const TileState &t, mlir::Value r, mlir::Value kt,
                        mlir::Value &valid);
+  mlir::Value gatheredRow(mlir::Value grouped, mlir::Value &valid);
   mlir::Value rhsColumn(const TileState &t, mlir::Value c, mlir::Value &valid);
   mlir::Value rhsRowBytes(const TileState &t, int64_t i, mlir::Value kt);
   /// A 16-byte cp.async from base + rowBytes (+ chunkBytes when given),

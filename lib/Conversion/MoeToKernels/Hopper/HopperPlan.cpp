@@ -188,18 +188,24 @@ rowReductionPlan(ShapedType lhsType, Type rhsElem, Type outElem, int64_t width,
   return plan;
 }
 
+/// The weight gradient [E, K, N] = Σ xᵀ · dy; with transpose_rhs [E, N, K]
+/// = Σ dyᵀ · x, the same kernel with dy as A and x as B
+/// (OperandLayout::gatheredRhs), so that the output is written in place
+/// instead of transposed.
 static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
                                                 moe::TileAttr tile,
                                                 const HopperLimits &limits) {
   auto outType = cast<ShapedType>(op.getOut().getType());
+  bool swapped = op.getTransposeRhs();
+  auto a = cast<ShapedType>((swapped ? op.getRhs() : op.getLhs()).getType());
+  auto b = cast<ShapedType>((swapped ? op.getLhs() : op.getRhs()).getType());
   std::optional<HopperPlan> plan = rowReductionPlan(
-      cast<ShapedType>(op.getLhs().getType()),
-      cast<ShapedType>(op.getRhs().getType()).getElementType(),
-      outType.getElementType(), outType.getDimSize(2),
+      a, b.getElementType(), outType.getElementType(), outType.getDimSize(2),
       cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits);
   if (plan) {
     plan->slotsPerToken = op.getK().value_or(1);
     plan->layout.expertsInColumns = op.getExpertsInColumns();
+    plan->layout.gatheredRhs = swapped && op.getGatherSlots();
   }
   return plan;
 }

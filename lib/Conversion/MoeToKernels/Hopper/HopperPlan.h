@@ -106,6 +106,11 @@ struct OperandLayout {
   /// gradient's output [K, E, N] (a LoRA B adapter [N, E*r] and its
   /// gradient, with no transposes around the matmul).
   bool expertsInColumns = false;
+  /// The weight gradient of transposed weights, [E, N, K] = Σ dyᵀ · x: the
+  /// op's output gradient dy is A and its lhs x is B (the kernel's usual
+  /// [E, K, N] with the roles swapped), so a gather of x applies to B's
+  /// rows (GroupRowsN), not A's.
+  bool gatheredRhs = false;
 };
 
 /// The compile-time shape of one Hopper grouped matmul kernel.

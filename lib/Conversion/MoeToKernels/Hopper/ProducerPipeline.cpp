@@ -128,6 +128,16 @@ Value ProducerPipeline::groupRow(const TileState &t, Value r, Value kt,
   return b.add(t.reduceStart, inGroup);
 }
 
+// The token row of grouped row `grouped` through the gather slots (the
+// weight gradient's); `valid` also turns false for a padding slot.
+Value ProducerPipeline::gatheredRow(Value grouped, Value &valid) {
+  KernelBuilder &b = env.b;
+  Value safe = b.select(valid, grouped, b.idx(0));
+  auto [slot, present] = b.loadSigned(env.args.gather, {safe});
+  valid = b.land(valid, present);
+  return b.div(slot, b.idx(env.plan.slotsPerToken));
+}
+
 // Source byte offset of this thread's A row i of tile t, slice kt (-1:
 // zero-fill). RowsK: the K chunk is added by copyChunk. GroupRowsT: stage
 // row i is row i % 64 of the slice, column block i / 64 of the tile's K
@@ -138,14 +148,9 @@ Value ProducerPipeline::lhsRowBytes(const TileState &t, int64_t i, Value kt) {
   switch (env.plan.layout.lhs) {
   case LhsLayout::GroupRowsT: {
     Value q = rowOf(i);
-    Value grouped = groupRow(t, b.rem(q, b.idx(kBlockK)), kt, valid);
-    row = grouped;
-    if (env.args.gather) {
-      Value safe = b.select(valid, grouped, b.idx(0));
-      auto [slot, present] = b.loadSigned(env.args.gather, {safe});
-      valid = b.land(valid, present);
-      row = b.div(slot, b.idx(env.plan.slotsPerToken));
-    }
+    row = groupRow(t, b.rem(q, b.idx(kBlockK)), kt, valid);
+    if (env.args.gather && !env.plan.layout.gatheredRhs)
+      row = gatheredRow(row, valid);
     Value col = b.add(
         b.add(t.rowStart, b.mul(b.div(q, b.idx(kBlockK)), b.idx(kColumnBlock))),
         b.mul(chunk, b.idx(8)));
@@ -219,6 +224,8 @@ Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i, Value kt) {
   case RhsLayout::GroupRowsN: {
     Value block = b.div(r, b.idx(kBlockK));
     Value row = groupRow(t, b.rem(r, b.idx(kBlockK)), kt, valid);
+    if (env.plan.layout.gatheredRhs)
+      row = gatheredRow(row, valid);
     Value n = b.add(t.colStart, b.add(b.mul(block, b.idx(kColumnBlock)),
                                       b.mul(chunk, b.idx(8))));
     valid = b.land(valid, b.ult(n, env.outWidth));

@@ -185,9 +185,11 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
 
   if (op.getMode() == moe::MatmulMode::weight_grad) {
     // out[e, i, n] = sum over rows r of group e of lhs_r[i] · rhs[r, n]
-    // (out[i, e, n] with experts_in_columns).
+    // (out[i, e, n] with experts_in_columns, out[e, n, i] with
+    // transpose_rhs).
     Value gather = buffer(op.getGatherSlots());
     bool inColumns = op.getExpertsInColumns();
+    bool transposed = op.getTransposeRhs();
     SmallVector<Value> outSizes = ctx.sizes(out);
     Value count = h.mul(h.mul(outSizes[0], outSizes[1]), outSizes[2]);
     SmallVector<Value> operands = {lhs, rhs, offsets, out};
@@ -196,12 +198,15 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
     return launchPerItem(
         ctx, "weight_grad", count, tile, operands,
         [&](KernelBuilder &b, ValueRange a, Value id) {
-          // Items in the output's order: its outer two dimensions, then n.
-          Value outer = b.dim(a[3], 1), N = b.dim(a[3], 2);
-          Value first = b.div(id, b.mul(outer, N));
-          Value second = b.rem(b.div(id, N), outer), n = b.rem(id, N);
+          // Items in the output's order: its three dimensions, the last
+          // contiguous.
+          Value middle = b.dim(a[3], 1), inner = b.dim(a[3], 2);
+          Value first = b.div(id, b.mul(middle, inner));
+          Value second = b.rem(b.div(id, inner), middle);
+          Value last = b.rem(id, inner);
           Value e = inColumns ? second : first;
-          Value i = inColumns ? first : second;
+          Value i = inColumns ? first : transposed ? last : second;
+          Value n = transposed ? second : last;
           Value start = groupStart(b, a[2], e);
           Value end = b.loadIdx(a[2], {e});
           Value acc = b.loop(
@@ -222,7 +227,7 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
                 }
                 return {b.fadd(it[0], b.fmul(x, b.loadF(a[1], {r, n})))};
               })[0];
-          b.storeF(acc, a[3], {first, second, n});
+          b.storeF(acc, a[3], {first, second, last});
         });
   }
 

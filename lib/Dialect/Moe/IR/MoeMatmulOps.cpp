@@ -19,7 +19,8 @@ using namespace moec::moe::verifiers;
 
 namespace {
 
-/// Verifies `mode = weight_grad`: [M, K]ᵀ · [M, N] per group -> [E, K, N].
+/// Verifies `mode = weight_grad`: [M, K]ᵀ · [M, N] per group -> [E, K, N]
+/// ([K, E, N] with experts_in_columns, [E, N, K] with transpose_rhs).
 LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
                                int64_t rows, int64_t numExperts) {
   Operation *raw = op.getOperation();
@@ -43,8 +44,10 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
     return op.emitOpError() << "mode = weight_grad needs bf16, f16 or f32 "
                                "operands, got 'lhs' of "
                             << lhsType;
-  if (op.getTransposeRhs())
-    return op.emitOpError() << "attribute 'transpose_rhs' " << reason;
+  if (op.getTransposeRhs() && op.getExpertsInColumns())
+    return op.emitOpError() << "attributes 'experts_in_columns' and "
+                               "'transpose_rhs' cannot be combined (the "
+                               "result is [K, E, N] or [E, N, K])";
   if (op.getActivation() != Activation::none)
     return op.emitOpError() << "attribute 'activation' " << reason;
 
@@ -52,10 +55,13 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
                               op.getRhs(), 2, isAnyFloat, kAnyFloat);
   auto outType = expectTensor(raw, "result 'out'", op.getOut(), 3, isWideFloat,
                               kWideFloat);
-  // [E, K, N], or [K, E, N] with experts_in_columns.
+  // [E, K, N]; [K, E, N] with experts_in_columns; [E, N, K] with
+  // transpose_rhs (the gradient of transposed weights).
   bool inColumns = op.getExpertsInColumns();
-  const char *outName =
-      inColumns ? "result 'out' (experts_in_columns)" : "result 'out'";
+  bool transposed = op.getTransposeRhs();
+  const char *outName = inColumns    ? "result 'out' (experts_in_columns)"
+                        : transposed ? "result 'out' (transpose_rhs)"
+                                     : "result 'out'";
   if (failed(rhsType) || failed(outType) ||
       failed(expectSameElementType(raw, "operand 'rhs'", *rhsType,
                                    "operand 'lhs'", lhsType)) ||
@@ -63,10 +69,11 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
                        "the number of grouped rows")) ||
       failed(expectDim(raw, outName, *outType, inColumns ? 1 : 0, numExperts,
                        "the number of experts")) ||
-      failed(expectDim(raw, outName, *outType, inColumns ? 0 : 1,
+      failed(expectDim(raw, outName, *outType,
+                       inColumns ? 0 : (transposed ? 2 : 1),
                        lhsType.getDimSize(1), "K, the columns of 'lhs'")) ||
-      failed(expectDim(raw, "result 'out'", *outType, 2, rhsType->getDimSize(1),
-                       "N, the columns of 'rhs'")))
+      failed(expectDim(raw, outName, *outType, transposed ? 1 : 2,
+                       rhsType->getDimSize(1), "N, the columns of 'rhs'")))
     return failure();
   return success();
 }

@@ -204,13 +204,14 @@ GroupedMatmulOp::reifyResultShapes(OpBuilder &builder,
                                    ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);
   if (getMode() == MatmulMode::weight_grad) {
-    // [E, K, N] ([K, E, N] with experts_in_columns): K from the lhs, N from
-    // the grouped gradient.
-    int64_t kDim = getExpertsInColumns() ? 0 : 1;
+    // [E, K, N] ([K, E, N] with experts_in_columns, [E, N, K] with
+    // transpose_rhs): K from the lhs, N from the grouped gradient.
+    int64_t kDim = getExpertsInColumns() ? 0 : getTransposeRhs() ? 2 : 1;
+    int64_t nDim = getTransposeRhs() ? 1 : 2;
     s.fill(getOut(), [&](int64_t d) -> OpFoldResult {
-      return d == kDim ? s.dim(getLhs(), 1)
-             : d == 2  ? s.dim(getRhs(), 1)
-                       : OpFoldResult();
+      return d == kDim   ? s.dim(getLhs(), 1)
+             : d == nDim ? s.dim(getRhs(), 1)
+                         : OpFoldResult();
     });
     return success();
   }

@@ -340,28 +340,17 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     accumulate(lhs, dRows);
   }
   if (active(rhs)) {
-    Value dW;
-    if (!transposed) {
-      // [E, K, N] = Σ x_iᵀ · dy_i: the lhs may be gathered by slot.
-      dW = create<GroupedMatmulOp>(loc, rhsType, P(lhs), dY, offsets,
-                                   slots ? P(slots) : Value(), Value(), Value(),
-                                   Value(), Value(), Value(), Value(), Value(),
-                                   Value(), Value(), Value(), gradMode,
-                                   UnitAttr(), op.getKAttr(), one, none);
-    } else {
-      // [E, N, K] = Σ dy_iᵀ · x_i: the rows are the rhs, which the weight
-      // gradient does not gather, so gathered rows are permuted first.
-      Value rows = P(lhs);
-      if (slots)
-        rows = create<PermuteOp>(loc, rowsType, Type(), Type(), rows, P(slots),
-                                 offsets, Value(), Value(), op.getKAttr(),
-                                 positionsOf(slots))
-                   .getRows();
-      dW = create<GroupedMatmulOp>(
-          loc, rhsType, dY, rows, offsets, Value(), Value(), Value(), Value(),
-          Value(), Value(), Value(), Value(), Value(), Value(), Value(),
-          gradMode, UnitAttr(), IntegerAttr(), one, none);
-    }
+    // [E, K, N] = Σ x_iᵀ · dy_i, the lhs gathered by slot where the
+    // forward's was. [E, N, K] = Σ dy_iᵀ · x_i: for gathered rows the
+    // weight gradient's transpose_rhs form (still gathering its lhs, no
+    // permuted copy of x), else dy times the rows.
+    bool swap = transposed && !slots;
+    Value dW = create<GroupedMatmulOp>(
+        loc, rhsType, swap ? dY : P(lhs), swap ? P(lhs) : dY, offsets,
+        slots ? P(slots) : Value(), Value(), Value(), Value(), Value(),
+        Value(), Value(), Value(), Value(), Value(), Value(), gradMode,
+        transposed && slots ? builder.getUnitAttr() : UnitAttr(),
+        op.getKAttr(), one, none);
     accumulate(rhs, dW);
   }
   if (active(loraA) || active(loraB)) {

@@ -3,15 +3,13 @@
 // Part of moec. The `moe-decompose-lora-grad` pass: on sm90a, the LoRA
 // adapter gradients become four grouped matmuls that the wgmma kernel runs
 // (two forward products for u and du, two weight gradients for dB and dA).
-// B and dB stay in their [N, E*r] layout (`experts_in_columns`); only a
-// gathered dA needs a copy out of the [E, K, r] its matmul writes.
+// B and dB stay in their [N, E*r] layout (`experts_in_columns`), dA is
+// written in A's [E*r, K] (`transpose_rhs`): no copies around them.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
-
-#include "Transposed.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -148,26 +146,16 @@ void decompose(LoraGradOp op) {
   dbOp.setExpertsInColumns(true);
   Value gradB = joinLast(builder, loc, dbOp, {{0}, {1, 2}});
 
-  // dA_e = Σ du_iᵀ · x_i: [E, r, K] = [E*r, K]. The weight gradient gathers
-  // only its lhs, so gathered rows give [E, K, r] and a transpose.
-  Value gradA;
-  auto gradAElem = gradAType.getElementType();
-  if (slots) {
-    Value daT = GroupedMatmulOp::create(
-        builder, loc, RankedTensorType::get({experts, k, rank}, gradAElem), x,
-        du, offsets, slots, Value(), Value(), Value(), Value(), Value(),
-        Value(), Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
-        slotsPerToken, one, none);
-    gradA = joinLast(builder, loc, transposed(builder, loc, daT, {0, 2, 1}),
-                     {{0, 1}, {2}});
-  } else {
-    Value da3 = GroupedMatmulOp::create(
-        builder, loc, RankedTensorType::get({experts, rank, k}, gradAElem), du,
-        x, offsets, Value(), Value(), Value(), Value(), Value(), Value(),
-        Value(), Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
-        IntegerAttr(), one, none);
-    gradA = joinLast(builder, loc, da3, {{0, 1}, {2}});
-  }
+  // dA_e = Σ du_iᵀ · x_i: [E, r, K], which is A's [E*r, K]. Gathered rows
+  // through transpose_rhs (the weight gradient gathers its lhs, and writes
+  // the gradient of [E, r, K] weights in their layout), else du times x.
+  Value da3 = GroupedMatmulOp::create(
+      builder, loc,
+      RankedTensorType::get({experts, rank, k}, gradAType.getElementType()),
+      slots ? x : du, slots ? du : x, offsets, slots, Value(), Value(),
+      Value(), Value(), Value(), Value(), Value(), Value(), Value(), Value(),
+      weightGrad, slots ? transposeRhs : UnitAttr(), slotsPerToken, one, none);
+  Value gradA = joinLast(builder, loc, da3, {{0, 1}, {2}});
   op.getGradA().replaceAllUsesWith(gradA);
   op.getGradB().replaceAllUsesWith(gradB);
   op.erase();

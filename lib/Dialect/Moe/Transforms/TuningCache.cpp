@@ -37,13 +37,16 @@ std::optional<std::string> moec::moe::tuningKey(Operation *op) {
   int64_t experts =
       cast<ShapedType>(matmul.getOffsets().getType()).getDimSize(0);
   if (matmul.getMode() == MatmulMode::weight_grad) {
-    // out [E, K, N] from lhs [M, K] (or gathered) and rhs [M, N].
+    // out [E, K, N] ([K, E, N], [E, N, K]) from lhs [M, K] (or gathered)
+    // and rhs [M, N].
     os << "grouped_matmul weight_grad " << lhs.getElementType() << "x"
        << rhs.getElementType() << "->" << out.getElementType()
        << " E=" << dim(experts) << " K=" << dim(lhs.getDimSize(1))
        << " N=" << dim(rhs.getDimSize(1));
     if (matmul.getExpertsInColumns())
       os << " out=KEN";
+    else if (matmul.getTransposeRhs())
+      os << " out=ENK";
     if (matmul.getGatherSlots())
       os << " gather k=" << matmul.getK().value_or(1);
     return key;

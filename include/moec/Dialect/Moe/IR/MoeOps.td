@@ -542,8 +542,12 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     `out[e] = sum over rows i of group e of lhs_iᵀ · rhs_i`. An expert with
     no rows gets zeros. With `experts_in_columns` the result is `[K, E, N]`
     instead (`out[:, e, :]` is expert `e`'s matrix), which collapses to the
-    `[K, E*N]` of a LoRA B adapter's gradient. No bias, LoRA, activation,
-    row scale, scatter, FP8 or `transpose_rhs` in this mode.
+    `[K, E*N]` of a LoRA B adapter's gradient. With `transpose_rhs` it is
+    `[E, N, K]`, `out[e] = sum over rows i of group e of rhs_iᵀ · lhs_i`:
+    the gradient of `transpose_rhs` weights in their own layout, the lhs
+    still gathered by slot where `gather` is given (no permuted copy of the
+    tokens). No bias, LoRA, activation, row scale, scatter or FP8 in this
+    mode.
 
     `lhs` and `rhs` share one element type (bf16, f16, f32, f8E4M3FN or
     f8E5M2); accumulation is f32; the result is bf16, f16 or f32. With

@@ -237,8 +237,9 @@ def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
       written as `[N, E, r]` and joined to `[N, E*r]`
       (`tensor.collapse_shape`);
     * `dA`: `mode = weight_grad` of `du` and `x`, `[E, r, K]` joined to
-      `[E*r, K]`; with a gathered `x` (the weight gradient gathers only its
-      lhs) `weight_grad` of `x` and `du`, `[E, K, r]`, transposed first.
+      `[E*r, K]`; with a gathered `x`, `weight_grad` of `x` (read by slot)
+      and `du` with `transpose_rhs`, which writes the same `[E, r, K]`:
+      no copies around any of the four.
 
     ```mlir
     %da, %db = moe.lora_grad %x, %dy, %offsets lora(%a, %b : ...)
@@ -311,9 +312,9 @@ def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
     * `moe.grouped_matmul` (forward; plain or gathered lhs, either rhs
       layout) -> the input gradient, a grouped matmul with the other rhs
       layout (then `moe.permute_grad` for a gathered lhs), and the weight
-      gradient, `mode = weight_grad` (a gathered lhs is read by slot when
-      the weights are `[E, K, N]`; with `transpose_rhs` the gathered rows
-      are permuted once, since the weight gradient gathers only its lhs);
+      gradient, `mode = weight_grad` (a gathered lhs is read by slot,
+      never copied: for `[E, N, K]` weights through the weight gradient's
+      `transpose_rhs` form, which writes `[E, N, K]`);
       with a LoRA adapter, the input gradient carries it transposed
       (`transpose_lora`) and the adapters' gradients come from
       `moe.lora_grad` (lhs gathered by slot like the forward's);
