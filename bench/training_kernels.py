@@ -19,6 +19,14 @@ nn.Linear layout [E, N, K]):
   dw_gate_up  the weight gradient x_eᵀ · dg_e per expert: x [R, H] and
               dg [R, 2I] in grouped row order -> [E, H, 2I] (bf16).
   dw_down     h [R, I] and dy [R, H] -> [E, I, H].
+  dw_gate_up_gathered
+              gate_up's weight gradient with nn.Linear weights [E, 2I, H]
+              from the token rows x [T, H] read by slot: moec's weight_grad
+              with transpose_rhs (x gathered in the kernel) against moec
+              unfused (moe.permute's copy of x, then dgᵀ · rows) and torch
+              (torch._grouped_mm(dg.t(), rows, offs) on the rows that
+              autograd saved from the forward's index_select: the copy is
+              not timed).
   dx_down_swiglu
               dx_down into SwiGLU's gradient: from dy [R, H], w_down and the
               saved gate_up output h [R, 2I], the gradient of h [R, 2I].
@@ -49,7 +57,8 @@ from grouped_gemm import (BF16, MODELS, TOLERANCE, fits, free_bytes,
                           report_peak)
 from memory_bound import make_flush, timed
 
-KERNELS = ("dx_gate_up", "dx_down", "dw_gate_up", "dw_down", "dx_down_swiglu")
+KERNELS = ("dx_gate_up", "dx_down", "dw_gate_up", "dw_down", "dx_down_swiglu",
+           "dw_gate_up_gathered")
 # (K, N) of each kernel's product for a model m.
 SHAPES = {
     "dx_gate_up": lambda m: (2 * m["I"], m["H"]),
@@ -57,6 +66,7 @@ SHAPES = {
     "dw_gate_up": lambda m: (m["H"], 2 * m["I"]),
     "dw_down": lambda m: (m["I"], m["H"]),
     "dx_down_swiglu": lambda m: (m["H"], m["I"]),
+    "dw_gate_up_gathered": lambda m: (m["H"], 2 * m["I"]),
 }
 
 
@@ -122,6 +132,29 @@ def dw_case(bundle, kernel, key, x, dy, offsets, E):
     return run_moec, run_torch, flops
 
 
+def dw_gathered_case(bundle, key, x, dg, offsets, slots, k, E):
+    """[E, 2I, H] = Σ dgᵀ · x[slot // k]: moec's gathered entry, its
+    permute-first form, and torch._grouped_mm on the gathered rows."""
+    gathered = bundle.entry(f"dwg_gate_up_{key}")
+    permuted = bundle.entry(f"dwp_gate_up_{key}")
+    out = torch.empty(E, dg.shape[1], x.shape[1], dtype=BF16, device="cuda")
+    rows = x.index_select(0, (slots // k).long())
+
+    def run_moec():
+        gathered(x, dg, offsets, slots, out=out, check_values=False)
+        return out
+
+    def run_unfused():
+        permuted(x, dg, offsets, slots, out=out, check_values=False)
+        return out
+
+    def run_torch():
+        return torch._grouped_mm(dg.t(), rows, offs=offsets)
+
+    flops = 2 * dg.shape[0] * dg.shape[1] * x.shape[1]
+    return run_moec, run_unfused, run_torch, flops
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", help="training_kernels.moecb")
@@ -161,7 +194,13 @@ def main():
                 dy = torch.randn(R, N if kernel.startswith("dw") else K,
                                  device="cuda", dtype=BF16, generator=gen)
                 run_unfused = None
-                if kernel.startswith("dw"):
+                if kernel == "dw_gate_up_gathered":
+                    x = torch.randn(T, K, device="cuda", dtype=BF16,
+                                    generator=gen)
+                    run_moec, run_unfused, run_torch, flops = \
+                        dw_gathered_case(bundle, key, x, dy, offsets, slots,
+                                         k, E)
+                elif kernel.startswith("dw"):
                     x = torch.randn(R, K, device="cuda", dtype=BF16,
                                     generator=gen)
                     run_moec, run_torch, flops = dw_case(

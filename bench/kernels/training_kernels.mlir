@@ -294,3 +294,106 @@ func.func @dx_down_swiglu_unfused_dsv3(%dy: tensor<?x7168xbf16> {moe.sym = "R"},
       : tensor<?x4096xbf16>, tensor<?x2048xbf16> -> tensor<?x4096xbf16>
   return %dh, %da : tensor<?x4096xbf16>, tensor<?x2048xbf16>
 }
+
+// ---- gate_up's weight gradient from the token rows, by slot ----
+// With the nn.Linear layout [E, 2I, H] the gradient is Σ dgᵀ · rows:
+//   dwg_gate_up_{key}(x [T, H], dg [R, 2I], offsets [E], slots [R])
+//       -> [E, 2I, H]: weight_grad with transpose_rhs, x read by slot
+//       (what moe-autodiff derives);
+//   dwp_gate_up_{key}(same) -> [E, 2I, H]: the permuted copy of x first,
+//       then dg times the rows (what it derived before).
+func.func @dwg_gate_up_mixtral(%x: tensor<?x4096xbf16> {moe.sym = "T"},
+    %dg: tensor<?x28672xbf16> {moe.sym = "R"}, %offsets: tensor<8xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<8x28672x4096xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      {k = 2 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x4096xbf16>, tensor<?x28672xbf16>, tensor<8xi32>
+      -> tensor<8x28672x4096xbf16>
+  return %dw : tensor<8x28672x4096xbf16>
+}
+func.func @dwp_gate_up_mixtral(%x: tensor<?x4096xbf16> {moe.sym = "T"},
+    %dg: tensor<?x28672xbf16> {moe.sym = "R"}, %offsets: tensor<8xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<8x28672x4096xbf16> {
+  %rows = moe.permute %x, %slots, %offsets k = 2
+      : tensor<?x4096xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x4096xbf16>
+  %dw = moe.grouped_matmul %dg, %rows, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x28672xbf16>, tensor<?x4096xbf16>, tensor<8xi32>
+      -> tensor<8x28672x4096xbf16>
+  return %dw : tensor<8x28672x4096xbf16>
+}
+func.func @dwg_gate_up_qwen3(%x: tensor<?x2048xbf16> {moe.sym = "T"},
+    %dg: tensor<?x1536xbf16> {moe.sym = "R"}, %offsets: tensor<128xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<128x1536x2048xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x2048xbf16>, tensor<?x1536xbf16>, tensor<128xi32>
+      -> tensor<128x1536x2048xbf16>
+  return %dw : tensor<128x1536x2048xbf16>
+}
+func.func @dwp_gate_up_qwen3(%x: tensor<?x2048xbf16> {moe.sym = "T"},
+    %dg: tensor<?x1536xbf16> {moe.sym = "R"}, %offsets: tensor<128xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<128x1536x2048xbf16> {
+  %rows = moe.permute %x, %slots, %offsets k = 8
+      : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
+  %dw = moe.grouped_matmul %dg, %rows, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x1536xbf16>, tensor<?x2048xbf16>, tensor<128xi32>
+      -> tensor<128x1536x2048xbf16>
+  return %dw : tensor<128x1536x2048xbf16>
+}
+func.func @dwg_gate_up_qwen35(%x: tensor<?x2048xbf16> {moe.sym = "T"},
+    %dg: tensor<?x1024xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<256x1024x2048xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x2048xbf16>, tensor<?x1024xbf16>, tensor<256xi32>
+      -> tensor<256x1024x2048xbf16>
+  return %dw : tensor<256x1024x2048xbf16>
+}
+func.func @dwp_gate_up_qwen35(%x: tensor<?x2048xbf16> {moe.sym = "T"},
+    %dg: tensor<?x1024xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<256x1024x2048xbf16> {
+  %rows = moe.permute %x, %slots, %offsets k = 8
+      : tensor<?x2048xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x2048xbf16>
+  %dw = moe.grouped_matmul %dg, %rows, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x1024xbf16>, tensor<?x2048xbf16>, tensor<256xi32>
+      -> tensor<256x1024x2048xbf16>
+  return %dw : tensor<256x1024x2048xbf16>
+}
+func.func @dwg_gate_up_olmoe(%x: tensor<?x2048xbf16> {moe.sym = "T"},
+    %dg: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<64xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<64x2048x2048xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x2048xbf16>, tensor<?x2048xbf16>, tensor<64xi32>
+      -> tensor<64x2048x2048xbf16>
+  return %dw : tensor<64x2048x2048xbf16>
+}
+func.func @dwp_gate_up_olmoe(%x: tensor<?x2048xbf16> {moe.sym = "T"},
+    %dg: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<64xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<64x2048x2048xbf16> {
+  %rows = moe.permute %x, %slots, %offsets k = 8
+      : tensor<?x2048xbf16>, tensor<?xi32>, tensor<64xi32> -> tensor<?x2048xbf16>
+  %dw = moe.grouped_matmul %dg, %rows, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x2048xbf16>, tensor<?x2048xbf16>, tensor<64xi32>
+      -> tensor<64x2048x2048xbf16>
+  return %dw : tensor<64x2048x2048xbf16>
+}
+func.func @dwg_gate_up_dsv3(%x: tensor<?x7168xbf16> {moe.sym = "T"},
+    %dg: tensor<?x4096xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<256x4096x7168xbf16> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x7168xbf16>, tensor<?x4096xbf16>, tensor<256xi32>
+      -> tensor<256x4096x7168xbf16>
+  return %dw : tensor<256x4096x7168xbf16>
+}
+func.func @dwp_gate_up_dsv3(%x: tensor<?x7168xbf16> {moe.sym = "T"},
+    %dg: tensor<?x4096xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<256x4096x7168xbf16> {
+  %rows = moe.permute %x, %slots, %offsets k = 8
+      : tensor<?x7168xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x7168xbf16>
+  %dw = moe.grouped_matmul %dg, %rows, %offsets {mode = #moe.mode<weight_grad>}
+      : tensor<?x4096xbf16>, tensor<?x7168xbf16>, tensor<256xi32>
+      -> tensor<256x4096x7168xbf16>
+  return %dw : tensor<256x4096x7168xbf16>
+}

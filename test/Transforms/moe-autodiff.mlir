@@ -48,15 +48,20 @@
 // CHECK:         %[[DGW:.*]] = linalg.matmul indexing_maps = [#[[AT]], #[[BT]], #{{map[0-9]*}}] ins(%[[DL]], %[[X]] : tensor<?x4xbf16>, tensor<?x16xbf16>) outs(%{{.*}} : tensor<4x16xbf16>)
 // CHECK:         return %[[DX]], %[[DGW]], %[[DWGU]], %[[DWD]]
 
-// save=matmuls keeps matmul and routing results; the permuted rows and the
-// SwiGLU output are recomputed in the backward.
+// save=matmuls keeps matmul and routing results and recomputes SwiGLU in
+// the backward. The permuted rows are never made: the permute becomes
+// gate_up's gather before differentiating, and gate_up's weight gradient
+// reads x by slot (its transpose_rhs form).
 // MATMULS-LABEL: func.func @layer_fwd(
+// MATMULS-NOT:     moe.permute %
+// MATMULS:         moe.grouped_matmul %arg0, %arg2, %offsets gather(%slots : tensor<?xi32>) {k = 2 : i64, transpose_rhs}
 // MATMULS:         return %{{[0-9]+}}, %{{[0-9]+}}, %weights, %ids, %slots, %offsets, %positions, %{{[0-9]+}}, %{{[0-9]+}} :
 // MATMULS-LABEL: func.func @layer_grad(
 // MATMULS-SAME:    moe.saved_results = array<i64: 1, 2, 3, 4, 5, 6, 7, 8>
-// MATMULS:         moe.permute %arg0
+// MATMULS-NOT:     moe.permute %
 // MATMULS:         moe.swiglu %
 // MATMULS:         moe.unpermute_grad
+// MATMULS:         moe.grouped_matmul %arg0, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
 
 // save=inputs: the backward takes the forward's inputs and the output
 // gradient only, and recomputes the forward.

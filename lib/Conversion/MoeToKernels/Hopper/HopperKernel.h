@@ -335,6 +335,13 @@ private:
   mlir::Value groupRow(const TileState &t, mlir::Value r, mlir::Value kt,
                        mlir::Value &valid);
   mlir::Value gatheredRow(mlir::Value grouped, mlir::Value &valid);
+  /// The weight gradient's reduction row (`valid`: within the expert's rows
+  /// and not a padding slot) of this thread's A (or B, `rhs`) stage row i
+  /// in slice kt: the grouped row, or the token row for the gathered
+  /// operand. Memoized per loadStage: a thread meets each of its slice rows
+  /// once per 64-column block, and one slot lookup serves them all.
+  mlir::Value sliceRow(const TileState &t, int64_t i, mlir::Value kt, bool rhs,
+                       mlir::Value &valid);
   mlir::Value rhsColumn(const TileState &t, mlir::Value c, mlir::Value &valid);
   mlir::Value rhsRowBytes(const TileState &t, int64_t i, mlir::Value kt);
   /// A 16-byte cp.async from base + rowBytes (+ chunkBytes when given),
@@ -352,6 +359,9 @@ private:
   ClusterPart &cluster;
   mlir::Value chunk, row0, swizzled, lhsBase, rhsBase, rowBytesK;
   mlir::Value loraABase, loraBBase;
+  /// sliceRow's memo: (row, valid) by operand and slice row offset.
+  llvm::SmallDenseMap<int64_t, std::pair<mlir::Value, mlir::Value>>
+      sliceRows;
 };
 
 /// The wgmmas of a tile: accumulators in registers, one commit group per

@@ -138,6 +138,24 @@ Value ProducerPipeline::gatheredRow(Value grouped, Value &valid) {
   return b.div(slot, b.idx(env.plan.slotsPerToken));
 }
 
+Value ProducerPipeline::sliceRow(const TileState &t, int64_t i, Value kt,
+                                 bool rhs, Value &valid) {
+  // rowOf(i) % 64 = row0 + (i * rowsPerPass) % 64: rowsPerPass (16 or 32)
+  // divides 64 and row0 < rowsPerPass.
+  int64_t rowsPerPass = env.plan.copyThreads() / kChunksPerRow;
+  int64_t key = (i * rowsPerPass) % kBlockK + (rhs ? kBlockK : 0);
+  if (auto it = sliceRows.find(key); it != sliceRows.end()) {
+    valid = it->second.second;
+    return it->second.first;
+  }
+  KernelBuilder &b = env.b;
+  Value row = groupRow(t, b.rem(rowOf(i), b.idx(kBlockK)), kt, valid);
+  if (env.args.gather && rhs == env.plan.layout.gatheredRhs)
+    row = gatheredRow(row, valid);
+  sliceRows[key] = {row, valid};
+  return row;
+}
+
 // Source byte offset of this thread's A row i of tile t, slice kt (-1:
 // zero-fill). RowsK: the K chunk is added by copyChunk. GroupRowsT: stage
 // row i is row i % 64 of the slice, column block i / 64 of the tile's K
@@ -148,9 +166,7 @@ Value ProducerPipeline::lhsRowBytes(const TileState &t, int64_t i, Value kt) {
   switch (env.plan.layout.lhs) {
   case LhsLayout::GroupRowsT: {
     Value q = rowOf(i);
-    row = groupRow(t, b.rem(q, b.idx(kBlockK)), kt, valid);
-    if (env.args.gather && !env.plan.layout.gatheredRhs)
-      row = gatheredRow(row, valid);
+    row = sliceRow(t, i, kt, /*rhs=*/false, valid);
     Value col = b.add(
         b.add(t.rowStart, b.mul(b.div(q, b.idx(kBlockK)), b.idx(kColumnBlock))),
         b.mul(chunk, b.idx(8)));
@@ -223,9 +239,7 @@ Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i, Value kt) {
   }
   case RhsLayout::GroupRowsN: {
     Value block = b.div(r, b.idx(kBlockK));
-    Value row = groupRow(t, b.rem(r, b.idx(kBlockK)), kt, valid);
-    if (env.plan.layout.gatheredRhs)
-      row = gatheredRow(row, valid);
+    Value row = sliceRow(t, i, kt, /*rhs=*/true, valid);
     Value n = b.add(t.colStart, b.add(b.mul(block, b.idx(kColumnBlock)),
                                       b.mul(chunk, b.idx(8))));
     valid = b.land(valid, b.ult(n, env.outWidth));
@@ -258,6 +272,7 @@ void ProducerPipeline::copyChunk(Value dst, Value base, Value rowBytes,
 // An operand with a tensor map comes by TMA (loadByTma), not here.
 void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
   KernelBuilder &b = env.b;
+  sliceRows.clear();
   Value kElem = b.add(b.mul(kt, b.idx(kBlockK)), b.mul(chunk, b.idx(8)));
   Value kValid = b.ult(kElem, b.idx(env.plan.k));
   Value kBytes = b.mul(kElem, b.idx(2));

@@ -661,6 +661,20 @@ void MoeAutodiffPass::runOnOperation() {
   fwd.walk([&](SortByExpertOp sort) { sorts.push_back(sort); });
   for (SortByExpertOp sort : sorts)
     withPositions(sort);
+  // With save=matmuls or inputs, permuted rows that grouped matmuls read
+  // are read by slot instead (moe-fuse-permute's rewrite, before
+  // differentiating): neither function makes an R x K copy of the tokens,
+  // and the weight gradients gather them too. save=all keeps the rows:
+  // on the H200 the gathered gate_up weight gradient ran 0.93-1.05x as
+  // fast as the permute plus the in-order one, and the whole full
+  // fine-tuning step at T = 8192 0.97-1.00x
+  // (bench/results/gathered-weight-grad-h200.md).
+  if (*policy != SavePolicy::All) {
+    RewritePatternSet fusions(&getContext());
+    populatePermuteIntoMatmulPatterns(fusions);
+    if (failed(applyFusionPatterns(fwd, std::move(fusions))))
+      return fwd.erase(), signalPassFailure();
+  }
 
   GradientBuilder gb(fwd, *wrtArgs, explicitly);
   func::FuncOp grad = gb.build(base + "_grad");

@@ -261,11 +261,15 @@ struct MoeFusePermutePass
     : moec::moe::impl::MoeFusePermutePassBase<MoeFusePermutePass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<FusePermuteIntoMatmul, FuseUnpermuteGradIntoMatmuls>(
-        &getContext());
+    populatePermuteIntoMatmulPatterns(patterns);
+    patterns.add<FuseUnpermuteGradIntoMatmuls>(&getContext());
     if (failed(applyFusionPatterns(getOperation(), std::move(patterns))))
       signalPassFailure();
   }
 };
 
 } // namespace
+
+void moec::moe::populatePermuteIntoMatmulPatterns(RewritePatternSet &patterns) {
+  patterns.add<FusePermuteIntoMatmul>(patterns.getContext());
+}

@@ -19,6 +19,11 @@ namespace moec::moe {
 /// moe-autodiff.
 SortByExpertOp withPositions(SortByExpertOp sort);
 
+/// moe-fuse-permute's forward rewrite: a grouped matmul whose lhs is a
+/// permute's rows reads the token rows by slot (`gather`). Shared by
+/// moe-fuse-permute and moe-autodiff.
+void populatePermuteIntoMatmulPatterns(mlir::RewritePatternSet &patterns);
+
 /// Applies fusion patterns greedily and nothing else: folding and region
 /// simplification are canonicalize's job.
 inline mlir::LogicalResult applyFusionPatterns(mlir::Operation *op,

@@ -329,12 +329,18 @@ def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
     activation fused into a grouped matmul, the backward ops themselves) is
     an error naming it: differentiate the unfused form; the fusion passes
     fuse both functions afterwards. Every `moe.sort_by_expert` of `@f_fwd`
-    gets its `positions` result, which the gradient ops take.
+    gets its `positions` result, which the gradient ops take. With `save`
+    `matmuls` or `inputs` one fusion runs first, in `@f_fwd`: a
+    `moe.permute` whose rows a grouped matmul reads becomes that matmul's
+    `gather` (moe-fuse-permute's rewrite), so that neither function makes
+    a permuted `[T*k, K]` copy of the tokens; the weight gradient reads
+    them by slot too.
 
     `save` chooses what `@f_fwd` keeps for `@f_grad`: `all` (default) every
     value the gradient ops read; `matmuls` only the results of matmuls and
-    routing, recomputing copies and element-wise ops (permute, swiglu) in
-    the backward, as ScatterMoE does to save memory; `inputs` nothing, the
+    routing, recomputing copies and element-wise ops (swiglu, a permute
+    that no matmul reads; one that a matmul reads is fused, above) in the
+    backward, as ScatterMoE does to save memory; `inputs` nothing, the
     backward recomputes the whole forward.
   }];
   let options = [
