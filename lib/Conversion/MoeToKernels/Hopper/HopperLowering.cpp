@@ -58,13 +58,13 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
 }
 
 /// The rows the groups split (host index): the output's, or (weight
-/// gradient) those of the grouped operand: B, or A when B's rows are
-/// gathered.
+/// gradient) those of the output gradient: B, or A with the operands
+/// swapped (B's rows may then be gathered tokens).
 Value groupedRows(LoweringContext &ctx, const HopperOperands &v,
                   const HopperPlan &plan) {
   if (!plan.weightGrad())
     return ctx.sizes(v.out)[0];
-  return ctx.sizes(plan.layout.gatheredRhs ? v.lhs : v.rhs)[0];
+  return ctx.sizes(plan.layout.swappedOperands ? v.lhs : v.rhs)[0];
 }
 
 /// Launches the wgmma kernel for `plan` over the rows of `v.out`; with
@@ -181,9 +181,8 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   HopperOperands v;
   v.lhs = buffer(op.getLhs());
   v.rhs = buffer(op.getRhs());
-  // The weight gradient of transposed weights: dy is A, x is B
-  // (OperandLayout::gatheredRhs).
-  if (op.getMode() == moe::MatmulMode::weight_grad && op.getTransposeRhs())
+  // The weight gradient of transposed weights: dy is A, x is B.
+  if (plan->layout.swappedOperands)
     std::swap(v.lhs, v.rhs);
   v.offsets = buffer(op.getOffsets());
   v.gather = buffer(op.getGatherSlots());

@@ -190,7 +190,7 @@ rowReductionPlan(ShapedType lhsType, Type rhsElem, Type outElem, int64_t width,
 
 /// The weight gradient [E, K, N] = Σ xᵀ · dy; with transpose_rhs [E, N, K]
 /// = Σ dyᵀ · x, the same kernel with dy as A and x as B
-/// (OperandLayout::gatheredRhs), so that the output is written in place
+/// (OperandLayout::swappedOperands), so that the output is written in place
 /// instead of transposed.
 static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
                                                 moe::TileAttr tile,
@@ -205,7 +205,7 @@ static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
   if (plan) {
     plan->slotsPerToken = op.getK().value_or(1);
     plan->layout.expertsInColumns = op.getExpertsInColumns();
-    plan->layout.gatheredRhs = swapped && op.getGatherSlots();
+    plan->layout.swappedOperands = swapped;
   }
   return plan;
 }

@@ -110,7 +110,7 @@ struct OperandLayout {
   /// op's output gradient dy is A and its lhs x is B (the kernel's usual
   /// [E, K, N] with the roles swapped), so a gather of x applies to B's
   /// rows (GroupRowsN), not A's.
-  bool gatheredRhs = false;
+  bool swappedOperands = false;
 };
 
 /// The compile-time shape of one Hopper grouped matmul kernel.

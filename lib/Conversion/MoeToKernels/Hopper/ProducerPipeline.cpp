@@ -150,7 +150,7 @@ Value ProducerPipeline::sliceRow(const TileState &t, int64_t i, Value kt,
   }
   KernelBuilder &b = env.b;
   Value row = groupRow(t, b.rem(rowOf(i), b.idx(kBlockK)), kt, valid);
-  if (env.args.gather && rhs == env.plan.layout.gatheredRhs)
+  if (env.args.gather && rhs == env.plan.layout.swappedOperands)
     row = gatheredRow(row, valid);
   sliceRows[key] = {row, valid};
   return row;
