@@ -27,6 +27,15 @@ nn.Linear layout [E, N, K]):
               (torch._grouped_mm(dg.t(), rows, offs) on the rows that
               autograd saved from the forward's index_select: the copy is
               not timed).
+  dw_gate_up_accumulate
+              gradient accumulation: dw_gate_up_gathered's gradient added
+              to an f32 main gradient [E, 2I, H] (main += dW, as Megatron's
+              fused gradient accumulation does). moec fused (`accumulate`:
+              the add in the weight gradient's epilogue, main passed as the
+              output too, so updated in place) against moec unfused (the
+              bf16 gathered gradient, then main.add_) and torch
+              (torch._grouped_mm on the saved rows, then main.add_). err
+              compares the increments of main. FLOPs are the matmul's.
   dx_down_swiglu
               dx_down into SwiGLU's gradient: from dy [R, H], w_down and the
               saved gate_up output h [R, 2I], the gradient of h [R, 2I].
@@ -58,7 +67,7 @@ from grouped_gemm import (BF16, MODELS, TOLERANCE, fits, free_bytes,
 from memory_bound import make_flush, timed
 
 KERNELS = ("dx_gate_up", "dx_down", "dw_gate_up", "dw_down", "dx_down_swiglu",
-           "dw_gate_up_gathered")
+           "dw_gate_up_gathered", "dw_gate_up_accumulate")
 # (K, N) of each kernel's product for a model m.
 SHAPES = {
     "dx_gate_up": lambda m: (2 * m["I"], m["H"]),
@@ -67,6 +76,7 @@ SHAPES = {
     "dw_down": lambda m: (m["I"], m["H"]),
     "dx_down_swiglu": lambda m: (m["H"], m["I"]),
     "dw_gate_up_gathered": lambda m: (m["H"], 2 * m["I"]),
+    "dw_gate_up_accumulate": lambda m: (m["H"], 2 * m["I"]),
 }
 
 
@@ -155,6 +165,41 @@ def dw_gathered_case(bundle, key, x, dg, offsets, slots, k, E):
     return run_moec, run_unfused, run_torch, flops
 
 
+def dw_accumulate_case(bundle, key, x, dg, offsets, slots, k, E, gen):
+    """main += Σ dgᵀ · x[slot // k] into an f32 main gradient [E, 2I, H]:
+    moec fused (in place), moec unfused and torch, each then main.add_.
+    Also returns the error of moec's increment of main against torch's
+    gradient."""
+    fused = bundle.entry(f"dwa_gate_up_{key}")
+    gathered = bundle.entry(f"dwg_gate_up_{key}")
+    shape = (E, dg.shape[1], x.shape[1])
+    main = torch.randn(shape, device="cuda", generator=gen)
+    grad = torch.empty(shape, dtype=BF16, device="cuda")
+    rows = x.index_select(0, (slots // k).long())
+
+    def run_moec():
+        fused(x, dg, offsets, slots, main, out=main, check_values=False)
+        return main
+
+    def run_unfused():
+        gathered(x, dg, offsets, slots, out=grad, check_values=False)
+        return main.add_(grad)
+
+    def run_torch():
+        return main.add_(torch._grouped_mm(dg.t(), rows, offs=offsets))
+
+    start = main.clone()
+    run_moec()
+    main.sub_(start)  # moec's increment
+    err = rel_err(main.reshape(-1, shape[2]),
+                  torch._grouped_mm(dg.t(), rows, offs=offsets)
+                  .reshape(-1, shape[2]))
+    main.copy_(start)
+    del start
+    flops = 2 * dg.shape[0] * dg.shape[1] * x.shape[1]
+    return run_moec, run_unfused, run_torch, flops, err
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", help="training_kernels.moecb")
@@ -193,8 +238,17 @@ def main():
                 K, N = SHAPES[kernel](m)
                 dy = torch.randn(R, N if kernel.startswith("dw") else K,
                                  device="cuda", dtype=BF16, generator=gen)
-                run_unfused = None
-                if kernel == "dw_gate_up_gathered":
+                run_unfused = err = None
+                if kernel == "dw_gate_up_accumulate":
+                    if not fits(E * N * K * (4 * 2 + 2 * 2),
+                                f"{key} main gradient"):
+                        continue
+                    x = torch.randn(T, K, device="cuda", dtype=BF16,
+                                    generator=gen)
+                    run_moec, run_unfused, run_torch, flops, err = \
+                        dw_accumulate_case(bundle, key, x, dy, offsets, slots,
+                                           k, E, gen)
+                elif kernel == "dw_gate_up_gathered":
                     x = torch.randn(T, K, device="cuda", dtype=BF16,
                                     generator=gen)
                     run_moec, run_unfused, run_torch, flops = \
@@ -216,8 +270,9 @@ def main():
                         bundle, kernel, key, dy, offsets, weights[kernel])
                 # [E, K, N] weight gradients as [E*K, N]: rel_err goes a
                 # slab of rows at a time.
-                err = rel_err(run_moec().reshape(-1, N),
-                              run_torch().reshape(-1, N))
+                if err is None:
+                    err = rel_err(run_moec().reshape(-1, N),
+                                  run_torch().reshape(-1, N))
                 ms = {"moec": timed(run_moec, args.iters, flush),
                       "grouped_mm": timed(run_torch, args.iters, flush)}
                 if run_unfused:

@@ -12,11 +12,15 @@
 #   build/bin/moec compile test/Integration/backward_kernels.mlir -o DIR/backward.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/lora_kernels.mlir -o DIR/lora.moecb --target sm_90a
 # Usage: scripts/gpu-correctness.sh RUNNER DIR
+# With GPU_CHECK_ONLY=REGEX only the runs of entries matching the bash
+# regular expression (the whole script takes over 9 minutes).
 set -uo pipefail
 runner=$1 dir=$2
+only=${GPU_CHECK_ONLY:-}
 fail=0
 run() {  # entry T routing [extra args]
   local bundle=$1 entry=$2 t=$3 routing=$4; shift 4
+  [[ -n $only && ! $entry =~ $only ]] && return 0
   local out
   local sym=(--sym T="$t"); [[ $t == - ]] && sym=()
   out=$("$runner" "$dir/$bundle" --entry "$entry" "${sym[@]}" \
@@ -86,6 +90,7 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_narrow_kn dense_narrow gmm_wgrad_narrow gmm_wgrad_narrow_bb \
              gmm_cols_bb gmm_cols_ws_gather gmm_cols_cl_swiglu gmm_wgrad_cols_bb \
              gmm_wgrad_cols_ws gmm_wgrad_t_rows gmm_wgrad_t_gather_ws \
+             gmm_wgrad_acc_rows gmm_wgrad_acc_ws_bulk \
              gmm_lora_swiglu_gather gmm_lora_kn_r8 \
              gmm_lora_long_k_r64 gmm_lora_staged gmm_lora_r128_swiglu \
              gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64 \
@@ -139,9 +144,9 @@ for entry in gmm_swiglu_grad_ws gmm_swiglu_grad_staged gmm_swiglu_grad_lora; do
   run hopper.moecb $entry 300 uniform --sym M=700 --iters 5
 done
 # The gathered weight gradients at the default tile ([E, K, N], and
-# [E, N, K] with the rows as B): the grouped gradient has T*k rows
-# (symbol M).
-for entry in gmm_wgrad_gather gmm_wgrad_t_gather; do
+# [E, N, K] with the rows as B; both and [K, E, N] added to a given
+# gradient): the grouped gradient has T*k rows (symbol M).
+for entry in gmm_wgrad_gather gmm_wgrad_t_gather gmm_wgrad_acc_layouts; do
   for t in 1 45 3000; do
     run hopper.moecb $entry $t uniform --sym M=$((2 * t)) --iters 5
   done

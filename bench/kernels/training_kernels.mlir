@@ -397,3 +397,68 @@ func.func @dwp_gate_up_dsv3(%x: tensor<?x7168xbf16> {moe.sym = "T"},
       -> tensor<256x4096x7168xbf16>
   return %dw : tensor<256x4096x7168xbf16>
 }
+
+// ---- gradient accumulation into an f32 main gradient ----
+// dwa_gate_up_{key}(x, dg, offsets, slots, main [E, 2I, H] f32)
+//     -> main + Σ dgᵀ · x[slot / k]: dwg's gathered weight gradient added
+//     to the main gradient in its epilogue (`accumulate`; the bench passes
+//     main as the output too, so it is updated in place).
+func.func @dwa_gate_up_mixtral(%x: tensor<?x4096xbf16> {moe.sym = "T"},
+    %dg: tensor<?x28672xbf16> {moe.sym = "R"}, %offsets: tensor<8xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"},
+    %main: tensor<8x28672x4096xf32>) -> tensor<8x28672x4096xf32> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      accumulate(%main : tensor<8x28672x4096xf32>)
+      {k = 2 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x4096xbf16>, tensor<?x28672xbf16>, tensor<8xi32>
+      -> tensor<8x28672x4096xf32>
+  return %dw : tensor<8x28672x4096xf32>
+}
+
+func.func @dwa_gate_up_qwen3(%x: tensor<?x2048xbf16> {moe.sym = "T"},
+    %dg: tensor<?x1536xbf16> {moe.sym = "R"}, %offsets: tensor<128xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"},
+    %main: tensor<128x1536x2048xf32>) -> tensor<128x1536x2048xf32> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      accumulate(%main : tensor<128x1536x2048xf32>)
+      {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x2048xbf16>, tensor<?x1536xbf16>, tensor<128xi32>
+      -> tensor<128x1536x2048xf32>
+  return %dw : tensor<128x1536x2048xf32>
+}
+
+func.func @dwa_gate_up_qwen35(%x: tensor<?x2048xbf16> {moe.sym = "T"},
+    %dg: tensor<?x1024xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"},
+    %main: tensor<256x1024x2048xf32>) -> tensor<256x1024x2048xf32> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      accumulate(%main : tensor<256x1024x2048xf32>)
+      {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x2048xbf16>, tensor<?x1024xbf16>, tensor<256xi32>
+      -> tensor<256x1024x2048xf32>
+  return %dw : tensor<256x1024x2048xf32>
+}
+
+func.func @dwa_gate_up_olmoe(%x: tensor<?x2048xbf16> {moe.sym = "T"},
+    %dg: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<64xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"},
+    %main: tensor<64x2048x2048xf32>) -> tensor<64x2048x2048xf32> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      accumulate(%main : tensor<64x2048x2048xf32>)
+      {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x2048xbf16>, tensor<?x2048xbf16>, tensor<64xi32>
+      -> tensor<64x2048x2048xf32>
+  return %dw : tensor<64x2048x2048xf32>
+}
+
+func.func @dwa_gate_up_dsv3(%x: tensor<?x7168xbf16> {moe.sym = "T"},
+    %dg: tensor<?x4096xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>,
+    %slots: tensor<?xi32> {moe.sym = "R"},
+    %main: tensor<256x4096x7168xf32>) -> tensor<256x4096x7168xf32> {
+  %dw = moe.grouped_matmul %x, %dg, %offsets gather(%slots : tensor<?xi32>)
+      accumulate(%main : tensor<256x4096x7168xf32>)
+      {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+      : tensor<?x7168xbf16>, tensor<?x4096xbf16>, tensor<256xi32>
+      -> tensor<256x4096x7168xf32>
+  return %dw : tensor<256x4096x7168xf32>
+}

@@ -263,11 +263,22 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
     DTensor grad = ref::groupedMatmulWeightGrad(
         lhs, rhs, offsets, gather ? &*gather : nullptr, k);
     if (inColumns)
-      return {swapDims(grad, 0, 1, "experts_in_columns")};
-    if (boolAttr(op, "transpose_rhs"))
-      return {swapDims(grad, 1, 2, "transpose_rhs")};
+      grad = swapDims(grad, 0, 1, "experts_in_columns");
+    else if (boolAttr(op, "transpose_rhs"))
+      grad = swapDims(grad, 1, 2, "transpose_rhs");
+    // accumulate: the gradient added to the given one (same layout).
+    if (const DTensor *into = x.optional(14)) {
+      if (into->shape != grad.shape)
+        throw std::invalid_argument(
+            "operand 'accumulate': shape " + shapeString(into->shape) +
+            " is not the result's " + shapeString(grad.shape));
+      for (size_t i = 0; i < grad.data.size(); ++i)
+        grad.data[i] += into->data[i];
+    }
     return {std::move(grad)};
   }
+  if (x.optional(14))
+    unsupported(op, "operand 'accumulate' with mode = forward");
   if (mode != "forward")
     badEnum(op, "mode", mode);
 

@@ -24,11 +24,21 @@ namespace {
 
 /// The ODS operand groups of moe.grouped_matmul, in order: the argument
 /// roles of the manifest.
-constexpr const char *kMatmulOperands[] = {
-    "lhs",           "rhs",             "offsets",           "gather_slots",
-    "bias",          "lora_a",          "lora_b",            "row_scale",
-    "scatter_slots", "scatter_weights", "scatter_positions", "lhs_scales",
-    "rhs_scales",    "activation_input"};
+constexpr const char *kMatmulOperands[] = {"lhs",
+                                           "rhs",
+                                           "offsets",
+                                           "gather_slots",
+                                           "bias",
+                                           "lora_a",
+                                           "lora_b",
+                                           "row_scale",
+                                           "scatter_slots",
+                                           "scatter_weights",
+                                           "scatter_positions",
+                                           "lhs_scales",
+                                           "rhs_scales",
+                                           "activation_input",
+                                           "accumulate"};
 
 /// Left out of the candidates: the inverse map of the slots only spares
 /// the combine two small kernels, and the tuner times the matmul.
@@ -76,7 +86,7 @@ moec::buildTuningCandidates(ModuleOp module, const std::string &target) {
       if (tiles.empty())
         return;
       seen.insert(*key);
-      static_assert(std::size(kMatmulOperands) == 14,
+      static_assert(std::size(kMatmulOperands) == 15,
                     "one role per operand group of moe.grouped_matmul");
       SmallVector<std::pair<StringRef, Value>> args;
       for (auto [group, role] : llvm::enumerate(kMatmulOperands))

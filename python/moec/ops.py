@@ -448,7 +448,7 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
                    scatter_positions=None, scales=None,
                    scale_group: int = 128, mode: str = "forward",
                    transpose_lora: bool = False, activation_input=None,
-                   experts_in_columns: bool = False,
+                   experts_in_columns: bool = False, accumulate=None,
                    out_dtype=None) -> Value:
     """Each expert group of rows times that expert's weights.
 
@@ -464,7 +464,9 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
     into token order; `scales=(sx, sw)` for FP8 operands.
     `mode="weight_grad"`: rhs is the output gradient [M, N], result [E, K, N],
     or with `transpose_rhs` [E, N, K] (the gradient of [E, N, K] weights;
-    lhs may be gathered either way).
+    lhs may be gathered either way); `accumulate=g` (the result's shape and
+    type, which default to g's) returns g + the gradient, added in f32 in
+    the kernel's epilogue (gradient accumulation into a main gradient).
     `experts_in_columns`: the weights (forward) or the result (weight_grad)
     are [K, E, N], the experts' [K, N] matrices side by side: a LoRA B
     adapter [N, E*r] reshaped to [N, E, r], read or written in place.
@@ -484,7 +486,16 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
     default_out = "bf16" if fp8 else lhs.dtype
     if mode == "weight_grad":
         default_out = "f32"
+    if accumulate is not None:
+        if mode != "weight_grad":
+            raise ValueError(f"{op}: 'accumulate' is taken only with "
+                             f"mode='weight_grad'")
+        accumulate = check_value(accumulate, "accumulate", op)
+        default_out = accumulate.dtype
     out_dtype = _dtypes.canonical(out_dtype or default_out, "out_dtype")
+    if accumulate is not None and accumulate.dtype != out_dtype:
+        raise ValueError(f"{op}: 'accumulate' is {accumulate.dtype}, the "
+                         f"result {out_dtype}: they must match")
     experts = offsets.shape[0]
     attrs: dict = {}
     extra = ""
@@ -524,6 +535,12 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
         if transpose_rhs:
             attrs["transpose_rhs"] = True
             out_shape = (experts, rhs.shape[1], lhs.shape[1])
+        if accumulate is not None:
+            _rank(accumulate, 3, "accumulate", op)
+            for d in range(3):
+                _same_dim(accumulate.shape[d], out_shape[d],
+                          f"'accumulate' dimension {d} and the result's", op)
+            out_shape = tuple(accumulate.shape)
     else:
         _rank(rhs, 3, "rhs", op)
         if experts_in_columns and (transpose_rhs or scales is not None):
@@ -615,6 +632,8 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
     if activation_input is not None and mode != "weight_grad":
         extra += (f" activation_input({activation_input.name} : "
                   f"{activation_input.type})")
+    if accumulate is not None:
+        extra += f" accumulate({accumulate.name} : {accumulate.type})"
     out = b.fresh(out_shape, out_dtype)
     b.emit(f"{out.name} = moe.grouped_matmul {lhs.name}, {rhs.name}, "
            f"{offsets.name}{extra}{_attr_dict(attrs)} : {lhs.type}, "

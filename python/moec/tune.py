@@ -39,7 +39,7 @@ CHECK_TOLERANCE = 1e-2
 # Arguments the tuner can fill; the sm_90a kernel takes no others.
 KNOWN_ROLES = ("lhs", "rhs", "offsets", "gather_slots", "bias", "lora_a",
                "lora_b", "row_scale", "scatter_slots", "scatter_weights",
-               "activation_input")
+               "activation_input", "accumulate")
 
 
 class TuneError(ValueError):
@@ -184,7 +184,7 @@ def make_inputs(entry, roles: Sequence[str], k: int, rows: int, gen):
         elif role in ("rhs", "lora_a", "lora_b"):
             x = torch.randn(shape, device="cuda", dtype=dtype,
                             generator=gen).mul_(0.02)
-        else:  # lhs, bias, scatter_weights, activation_input
+        else:  # lhs, bias, scatter_weights, activation_input, accumulate
             x = torch.randn(shape, device="cuda", dtype=torch.float32,
                             generator=gen)
         inputs.append(x.to(dtype).reshape(shape).contiguous())

@@ -354,6 +354,82 @@ def test_grouped_matmul_weight_grad_transposed_gathered(rng, sizes):
     assert rel_error(got, ref) < 1e-5
 
 
+@edge_groups
+def test_grouped_matmul_weight_grad_accumulate(rng, sizes):
+    # Gradient accumulation: main + Σ dy_iᵀ · x[slot_i // k] in the [E, N, K]
+    # layout, and main + Σ x_iᵀ · dy_i in [E, K, N]; an expert without rows
+    # keeps main. The second also runs in place (out=main).
+    @moec.kernel
+    def dw(x: moec.Tensor["T", 16, "f32"], dy: moec.Tensor["M", 24, "f32"],
+           offsets: moec.Tensor[4, "i32"], slots: moec.Tensor["M", "i32"],
+           main: moec.Tensor[4, 24, 16, "f32"]):
+        return ops.grouped_matmul(x, dy, offsets, gather=slots, k=2,
+                                  mode="weight_grad", transpose_rhs=True,
+                                  accumulate=main)
+
+    @moec.kernel
+    def dw_rows(x: moec.Tensor["M", 16, "f32"],
+                dy: moec.Tensor["M", 24, "f32"],
+                offsets: moec.Tensor[4, "i32"],
+                main: moec.Tensor[4, 16, 24, "f32"]):
+        return ops.grouped_matmul(x, dy, offsets, mode="weight_grad",
+                                  accumulate=main)
+
+    rows = sum(sizes)
+    tokens = rows + 1
+    x = rng.standard_normal((tokens, 16)).astype(np.float32)
+    dy = rng.standard_normal((rows, 24)).astype(np.float32)
+    slots = rng.choice(2 * tokens, rows, replace=False).astype(np.int32)
+    offsets = np.cumsum(sizes).astype(np.int32)
+    main = rng.standard_normal((4, 24, 16)).astype(np.float32)
+    got = moec.compile(dw, target="host", cache=False)(x, dy, offsets, slots,
+                                                       main)
+    xs = x[slots // 2].astype(np.float64)
+    ref = main.astype(np.float64)
+    for e in range(4):
+        g = slice(offsets[e - 1] if e else 0, offsets[e])
+        ref[e] += dy[g].T.astype(np.float64) @ xs[g]
+    assert got.shape == (4, 24, 16)
+    if sizes[3] == 0:
+        assert np.array_equal(got[3], main[3])
+    assert rel_error(got, ref) < 1e-5
+
+    rows_x = x[:rows].copy()
+    main2 = rng.standard_normal((4, 16, 24)).astype(np.float32)
+    ref2 = main2.astype(np.float64)
+    for e in range(4):
+        g = slice(offsets[e - 1] if e else 0, offsets[e])
+        ref2[e] += rows_x[g].T.astype(np.float64) @ dy[g]
+    entry = moec.compile(dw_rows, target="host", cache=False)
+    out = entry(rows_x, dy, offsets, main2, out=main2)
+    assert out is main2
+    assert rel_error(main2, ref2) < 1e-5
+
+
+def test_grouped_matmul_weight_grad_accumulate_names_bad_arguments():
+    signature = {"x": moec.Tensor["M", 16, "f32"],
+                 "w": moec.Tensor[4, 16, 24, "f32"],
+                 "dy": moec.Tensor["M", 24, "f32"],
+                 "o": moec.Tensor[4, "i32"],
+                 "main": moec.Tensor[4, 16, 24, "f32"],
+                 "main16": moec.Tensor[4, 16, 24, "bf16"]}
+    with pytest.raises(ValueError, match="'accumulate' is taken only"):
+        moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_matmul(
+            x, w, o, accumulate=main), signature=signature).ir()
+    with pytest.raises(ValueError, match="'accumulate' dimension 1"):
+        moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_matmul(
+            x, dy, o, mode="weight_grad", transpose_rhs=True,
+            accumulate=main), signature=signature).ir()
+    with pytest.raises(ValueError, match="'accumulate' is bf16"):
+        moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_matmul(
+            x, dy, o, mode="weight_grad", accumulate=main16,
+            out_dtype="f32"), signature=signature).ir()
+    ir = moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_matmul(
+        x, dy, o, mode="weight_grad", accumulate=main16),
+        signature=signature).ir()
+    assert "accumulate(" in ir and "-> tensor<4x16x24xbf16>" in ir
+
+
 def test_grouped_matmul_weight_grad_transposed_names_bad_arguments():
     signature = {"x": moec.Tensor["M", 16, "f32"],
                  "dy": moec.Tensor["M", 24, "f32"],

@@ -304,6 +304,33 @@ func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 
 // -----
 
+// Gradient accumulation (`accumulate`, an f32 main gradient): the kernel
+// takes the gradient added to after the offsets; per fragment row the
+// epilogue loads a batch of 8 of its pairs (pinned loads: inline assembly
+// that the compilers keep ahead of the stores), then adds each to the f32
+// sums before storing it (so the output may be the same memory).
+// CHECK-LABEL: gpu.func @wgrad_acc_k0_grouped_matmul_wgmma(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<4x200x264xf32>, %arg3: memref<4xi32>, %arg4: memref<4x200x264xf32>, %arg5: index)
+// CHECK: nvvm.wgmma.mma_async
+// CHECK: memref.extract_aligned_pointer_as_index %arg4
+// CHECK-COUNT-8: llvm.inline_asm has_side_effects "ld.global.ca.v2.b32 {$0, $1}, [$2];"
+// CHECK-NOT: vector.store
+// CHECK: arith.addf
+// CHECK: vector.store %{{.*}}, %arg2[{{.*}}] {{.*}} : memref<4x200x264xf32>, vector<2xf32>
+// CHECK-LABEL: func.func @wgrad_acc(
+// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k0_grouped_matmul_wgmma {{.*}} args(%arg0 : memref<?x200xbf16>, %arg1 : memref<?x264xbf16>, %arg4 : memref<4x200x264xf32>, %arg2 : memref<4xi32>, %arg3 : memref<4x200x264xf32>,
+func.func @wgrad_acc(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
+                     %offsets: tensor<4xi32>, %main: tensor<4x200x264xf32>)
+    -> tensor<4x200x264xf32> {
+  %g = moe.grouped_matmul %x, %dy, %offsets
+      accumulate(%main : tensor<4x200x264xf32>)
+      {mode = #moe.mode<weight_grad>}
+      : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<4xi32>
+      -> tensor<4x200x264xf32>
+  return %g : tensor<4x200x264xf32>
+}
+
+// -----
+
 // A bf16 weight gradient without a tile: up to 256 rows per expert on
 // average (here 4 * 256) the warp-specialized kernel with bulk stores,
 // above that the block-barrier one; each launch's grid is 0 unless the

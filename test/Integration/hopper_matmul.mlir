@@ -48,6 +48,10 @@
 // RUN: moec run %s --entry gmm_wgrad_t_gather_ws --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_t_gather_ws --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_t_gather --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_acc_rows --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_acc_rows --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_acc_ws_bulk --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_acc_layouts --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_kn_r8 --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_long_k_r64 --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
@@ -649,6 +653,72 @@ func.func @gmm_wgrad_t_gather(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
       : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
       -> tensor<6x40x48xbf16>
   return %g : tensor<6x40x48xbf16>
+}
+
+// Gradient accumulation (`accumulate`): the weight gradient added to a
+// given one in the epilogue. Rows in order, an f32 main gradient, block
+// barriers (pair stores): E = 16, K = 136, N = 264 (partial tiles both
+// ways); experts without rows keep the given gradient.
+func.func @gmm_wgrad_acc_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
+                              %ids: tensor<?x1xi32>,
+                              %main: tensor<16x136x264xf32>)
+    -> tensor<16x136x264xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      accumulate(%main : tensor<16x136x264xf32>)
+      {mode = #moe.mode<weight_grad>}
+      : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
+      -> tensor<16x136x264xf32>
+  return %g : tensor<16x136x264xf32>
+}
+
+// Warp-specialized with bulk stores and a bf16 gradient added to: the
+// pairs go through the staging tile after the add. K = 520, N = 264,
+// E = 16 (160 tiles: blocks take a second tile).
+func.func @gmm_wgrad_acc_ws_bulk(%x: tensor<?x520xbf16>,
+                                 %dy: tensor<?x264xbf16>,
+                                 %ids: tensor<?x1xi32>,
+                                 %main: tensor<16x520x264xbf16>)
+    -> tensor<16x520x264xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x520xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x520xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      accumulate(%main : tensor<16x520x264xbf16>)
+      {mode = #moe.mode<weight_grad>,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x520xbf16>, tensor<?x264xbf16>, tensor<16xi32>
+      -> tensor<16x520x264xbf16>
+  return %g : tensor<16x520x264xbf16>
+}
+
+// Gathered rows, [E, N, K] weights (transpose_rhs) and [K, E, N]
+// (experts_in_columns) gradients added to, f32, default tiles (n = 64):
+// the two other output layouts. E = 6, k = 2, N = 40, K = 48.
+func.func @gmm_wgrad_acc_layouts(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
+                                     {moe.sym = "M"},
+                                 %ids: tensor<?x2xi32>,
+                                 %main_t: tensor<6x40x48xf32>,
+                                 %main_c: tensor<48x6x40xf32>)
+    -> (tensor<6x40x48xf32>, tensor<48x6x40xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %gt = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      accumulate(%main_t : tensor<6x40x48xf32>)
+      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64}
+      : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
+      -> tensor<6x40x48xf32>
+  %gc = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      accumulate(%main_c : tensor<48x6x40xf32>)
+      {mode = #moe.mode<weight_grad>, experts_in_columns, k = 2 : i64}
+      : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
+      -> tensor<48x6x40xf32>
+  return %gt, %gc : tensor<6x40x48xf32>, tensor<48x6x40xf32>
 }
 
 // LoRA fused into the wgmma kernel (block barriers: x · A_eᵀ in the K

@@ -354,6 +354,56 @@ void KernelBuilder::storeVecStreaming(Value vec, Value memref,
       ArrayAttr());
 }
 
+Value KernelBuilder::loadVecInPlace(Value memref, ValueRange indices,
+                                    int64_t n) {
+  auto memrefType = cast<MemRefType>(memref.getType());
+  Type elem = memrefType.getElementType();
+  int64_t bytes = n * std::max<int64_t>(1, elem.getIntOrFloatBitWidth() / 8);
+  // NVVM: the targets with PTX's cache operators (storeVecStreaming's).
+  if (!target().hasStreamingStores() || !isPlainGlobal(memrefType) ||
+      (bytes != 4 && bytes != 8 && bytes != 16))
+    return loadVec(memref, indices, n);
+  Value address = arith::IndexCastOp::create(*this, getI64Type(),
+                                             elementAddress(memref, indices));
+  int64_t words = bytes / 4;
+  std::string asmText = "ld.global.ca";
+  std::string constraints;
+  if (words > 1)
+    asmText += ".v" + std::to_string(words);
+  asmText += ".b32 ";
+  asmText += words > 1 ? "{" : "";
+  for (int64_t i = 0; i < words; ++i) {
+    asmText += (i ? ", $" : "$") + std::to_string(i);
+    constraints += "=r,";
+  }
+  asmText += words > 1 ? "}" : "";
+  asmText += ", [$" + std::to_string(words) + "];";
+  constraints += "l";
+  Type i32 = getI32Type();
+  Type resultType = words > 1
+                        ? Type(LLVM::LLVMStructType::getLiteral(
+                              getContext(), SmallVector<Type>(words, i32)))
+                        : i32;
+  // With side effects, so that neither LLVM nor ptxas reorders it against
+  // the other memory accesses (Epilogue::pairStores says why).
+  Value result =
+      LLVM::InlineAsmOp::create(
+          *this, resultType, ValueRange{address}, asmText, constraints,
+          /*has_side_effects=*/true, /*is_align_stack=*/false,
+          LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
+          ArrayAttr())
+          .getResult(0);
+  SmallVector<Value> parts;
+  for (int64_t i = 0; i < words; ++i)
+    parts.push_back(words > 1 ? LLVM::ExtractValueOp::create(
+                                    *this, result, ArrayRef<int64_t>{i})
+                                    .getResult()
+                              : result);
+  Value packed = vector::FromElementsOp::create(
+      *this, VectorType::get({words}, i32), parts);
+  return vector::BitCastOp::create(*this, VectorType::get({n}, elem), packed);
+}
+
 Value KernelBuilder::loadVecF32(Value memref, ValueRange indices, int64_t n) {
   Value vec = loadVec(memref, indices, n);
   Type elem = cast<VectorType>(vec.getType()).getElementType();

@@ -111,6 +111,13 @@ public:
   /// targets and sizes get storeVec. `memref` must be contiguous row-major.
   void storeVecStreaming(mlir::Value vector, mlir::Value memref,
                          mlir::ValueRange indices);
+  /// loadVec that stays where it is issued: on NVVM one `ld.global.ca` of
+  /// 4, 8 or 16 bytes of a plain global buffer as inline assembly with side
+  /// effects, which neither LLVM nor ptxas moves past other memory accesses
+  /// (other targets and sizes get loadVec). For a batch of loads meant to
+  /// be in flight together ahead of stores that may alias them.
+  mlir::Value loadVecInPlace(mlir::Value memref, mlir::ValueRange indices,
+                             int64_t n);
   /// The byte address (index) of the element at `indices` of a contiguous
   /// row-major `memref`.
   mlir::Value elementAddress(mlir::Value memref, mlir::ValueRange indices);

@@ -716,7 +716,7 @@ func.func @case78(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // lora_a without lora_b (generic form)
 func.func @case79(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>) {
   // expected-error @+1 {{operands 'lora_a' and 'lora_b' must be given together}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
   return
 }
 
@@ -932,7 +932,7 @@ func.func @case92(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // scatter_weights without scatter (generic form)
 func.func @case93(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'scatter_weights' requires operand 'scatter_slots'}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
   return
 }
 
@@ -1031,7 +1031,7 @@ func.func @case103(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // weight_grad rejects scatter_weights (generic form)
 func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'scatter_weights' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -1040,7 +1040,7 @@ func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // weight_grad rejects lora_b alone (generic form)
 func.func @case105(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<32x8xbf16>) {
   // expected-error @+1 {{operand 'lora_b' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -1068,6 +1068,33 @@ func.func @case106b(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4x
 func.func @case106c(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{attributes 'experts_in_columns' and 'transpose_rhs' cannot be combined (the result is [K, E, N] or [E, N, K])}}
   %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, transpose_rhs, experts_in_columns} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<16x4x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad accumulate: the result's type, layout and element type
+func.func @case106d(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %g: tensor<4x16x32xbf16>) {
+  // expected-error @+1 {{operand 'accumulate' must have the type of result 'out' ('tensor<4x16x32xf32>'), got 'tensor<4x16x32xbf16>'}}
+  %dw = moe.grouped_matmul %x, %dy, %o accumulate(%g : tensor<4x16x32xbf16>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// weight_grad accumulate with transpose_rhs: [E, N, K], not [E, K, N]
+func.func @case106e(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %g: tensor<4x16x32xf32>) {
+  // expected-error @+1 {{operand 'accumulate' must have the type of result 'out' ('tensor<4x32x16xf32>'), got 'tensor<4x16x32xf32>'}}
+  %dw = moe.grouped_matmul %x, %dy, %o accumulate(%g : tensor<4x16x32xf32>) {mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x32x16xf32>
+  return
+}
+
+// -----
+
+// accumulate is a weight-gradient operand
+func.func @case106f(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %g: tensor<8x32xbf16>) {
+  // expected-error @+1 {{operand 'accumulate' is only used with mode = weight_grad}}
+  %y = moe.grouped_matmul %x, %w, %o accumulate(%g : tensor<8x32xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
   return
 }
 
@@ -1868,7 +1895,7 @@ func.func @case194(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4
 // scales come in pairs (generic form)
 func.func @case195(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>) {
   // expected-error @+1 {{operands 'lhs_scales' and 'rhs_scales' must be given together}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %sx) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32>, tensor<8x2xf32>) -> tensor<8x512xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sx) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32>, tensor<8x2xf32>) -> tensor<8x512xbf16>
   return
 }
 
@@ -1967,7 +1994,7 @@ func.func @case205(%x: tensor<8x16xf8E4M3FN>, %dy: tensor<8x32xf8E4M3FN>, %o: te
 // weight_grad rejects lhs_scales (generic form)
 func.func @case206(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sx: tensor<8x1xf32>) {
   // expected-error @+1 {{operand 'lhs_scales' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sx) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8x1xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sx) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8x1xf32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -1976,7 +2003,7 @@ func.func @case206(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi
 // weight_grad rejects rhs_scales (generic form)
 func.func @case207(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x1x1xf32>) {
   // expected-error @+1 {{operand 'rhs_scales' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x1x1xf32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x1x1xf32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -2510,7 +2537,7 @@ func.func @unpermute_grad_positions_rank(%g: tensor<4x16xbf16>, %slots: tensor<8
 // scatter_positions without scatter (generic form)
 func.func @grouped_matmul_positions_without_scatter(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %p: tensor<8xi32>) {
   // expected-error @+1 {{operand 'scatter_positions' requires operand 'scatter_slots'}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %p) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %p) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<8x32xbf16>
   return
 }
 
@@ -2535,7 +2562,7 @@ func.func @grouped_matmul_positions_type(%x: tensor<8x16xbf16>, %w: tensor<4x16x
 // the weight gradient has no scatter (generic form)
 func.func @weight_grad_scatter_positions(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %p: tensor<8xi32>) {
   // expected-error @+1 {{operand 'scatter_positions' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %p) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<4x16x32xf32>
+  %dw = "moe.grouped_matmul"(%x, %dy, %o, %p) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<4x16x32xf32>
   return
 }
 

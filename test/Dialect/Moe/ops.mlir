@@ -217,6 +217,17 @@ func.func @grouped_matmul_weight_grad_transposed(%tokens: tensor<?x2048xbf16>, %
 
 // -----
 
+// accumulate: the weight gradient added to a given one (an f32 main
+// gradient).
+// CHECK-LABEL: func @grouped_matmul_weight_grad_accumulate
+func.func @grouped_matmul_weight_grad_accumulate(%tokens: tensor<?x2048xbf16>, %dy: tensor<?x768xbf16>, %offsets: tensor<128xi32>, %slots: tensor<?xi32>, %main: tensor<128x768x2048xf32>) -> tensor<128x768x2048xf32> {
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) accumulate(%{{.*}} : tensor<128x768x2048xf32>) {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xf32>
+  %dw = moe.grouped_matmul %tokens, %dy, %offsets gather(%slots : tensor<?xi32>) accumulate(%main : tensor<128x768x2048xf32>) {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xf32>
+  return %dw : tensor<128x768x2048xf32>
+}
+
+// -----
+
 // experts_in_columns: a LoRA B adapter [N, E*r] as [N, E, r] weights, and a
 // weight gradient written in that layout.
 // CHECK-LABEL: func @grouped_matmul_experts_in_columns

@@ -41,6 +41,7 @@ KernelArgs::KernelArgs(ValueRange a, const HopperArgs &pos)
   lhsMap = at(pos.lhsMap);
   loraA = at(pos.loraA);
   loraB = at(pos.loraB);
+  accumulate = at(pos.accumulate);
 }
 
 void KernelEnv::readShapes() {

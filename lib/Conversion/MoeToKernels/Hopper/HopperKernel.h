@@ -119,6 +119,7 @@ struct HopperArgs {
   int offsets = -1, gather = -1, bias = -1, rowScale = -1;
   int swigluInput = -1; ///< swiglu_grad's saved SwiGLU input [M, 2N]
   int loraA = -1, loraB = -1; ///< a fused LoRA adapter's A and B
+  int accumulate = -1; ///< the weight gradient added to (same layout as out)
   int rhsMap = -1; ///< the rhs's TMA descriptor (warp-specialized)
   int lhsMap = -1; ///< the lhs's, when its rows are not gathered
 };
@@ -128,7 +129,7 @@ struct KernelArgs {
   KernelArgs(mlir::ValueRange a, const HopperArgs &pos);
   mlir::Value lhs, rhs, out, rows;
   mlir::Value offsets, gather, bias, rowScale, swigluInput, rhsMap, lhsMap;
-  mlir::Value loraA, loraB;
+  mlir::Value loraA, loraB, accumulate;
 };
 
 struct TileState;

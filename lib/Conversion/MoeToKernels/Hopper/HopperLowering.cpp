@@ -20,7 +20,7 @@ namespace {
 /// The operands of one wgmma matmul launch (null where absent).
 struct HopperOperands {
   Value lhs, rhs, out, offsets, gather, bias, rowScale, loraA, loraB;
-  Value swigluInput;
+  Value swigluInput, accumulate;
 };
 
 /// The launch operands of `v` for `plan` (tensor maps included), and
@@ -42,6 +42,7 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   addOptional(v.swigluInput, pos.swigluInput);
   addOptional(v.loraA, pos.loraA);
   addOptional(v.loraB, pos.loraB);
+  addOptional(v.accumulate, pos.accumulate);
   // The weight gradient copies everything with cp.async: rows past an
   // expert's end must read as zeros.
   if (plan.warpSpecialized && !plan.weightGrad()) {
@@ -191,6 +192,7 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   v.swigluInput = buffer(op.getActivationInput());
   v.loraA = buffer(op.getLoraA());
   v.loraB = buffer(op.getLoraB());
+  v.accumulate = buffer(op.getAccumulate());
   Value out = buffer(op.getOut());
   Value scatter = buffer(op.getScatterSlots());
   if (!scatter) {

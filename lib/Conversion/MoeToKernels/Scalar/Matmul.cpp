@@ -186,8 +186,9 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
   if (op.getMode() == moe::MatmulMode::weight_grad) {
     // out[e, i, n] = sum over rows r of group e of lhs_r[i] · rhs[r, n]
     // (out[i, e, n] with experts_in_columns, out[e, n, i] with
-    // transpose_rhs).
+    // transpose_rhs), plus accumulate's element when given.
     Value gather = buffer(op.getGatherSlots());
+    Value into = buffer(op.getAccumulate());
     bool inColumns = op.getExpertsInColumns();
     bool transposed = op.getTransposeRhs();
     SmallVector<Value> outSizes = ctx.sizes(out);
@@ -195,6 +196,11 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
     SmallVector<Value> operands = {lhs, rhs, offsets, out};
     if (gather)
       operands.push_back(gather);
+    int intoAt = -1;
+    if (into) {
+      intoAt = operands.size();
+      operands.push_back(into);
+    }
     return launchPerItem(
         ctx, "weight_grad", count, tile, operands,
         [&](KernelBuilder &b, ValueRange a, Value id) {
@@ -227,6 +233,9 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
                 }
                 return {b.fadd(it[0], b.fmul(x, b.loadF(a[1], {r, n})))};
               })[0];
+          // Added after the sum, as the wgmma kernel's epilogue does.
+          if (intoAt >= 0)
+            acc = b.fadd(acc, b.loadF(a[intoAt], {first, second, last}));
           b.storeF(acc, a[3], {first, second, last});
         });
   }

@@ -75,6 +75,13 @@ LogicalResult verifyWeightGrad(GroupedMatmulOp op, RankedTensorType lhsType,
       failed(expectDim(raw, outName, *outType, transposed ? 1 : 2,
                        rhsType->getDimSize(1), "N, the columns of 'rhs'")))
     return failure();
+  // The gradient accumulated into: the result's type exactly (its layout).
+  if (Value accumulate = op.getAccumulate();
+      accumulate && accumulate.getType() != op.getOut().getType())
+    return op.emitOpError()
+           << "operand 'accumulate' must have the type of "
+              "result 'out' ("
+           << op.getOut().getType() << "), got " << accumulate.getType();
   return success();
 }
 
@@ -175,6 +182,9 @@ LogicalResult GroupedMatmulOp::verify() {
 
   if (getMode() == MatmulMode::weight_grad)
     return verifyWeightGrad(*this, *lhsType, rows, *numExperts);
+  if (getAccumulate())
+    return emitOpError() << "operand 'accumulate' is only used with mode = "
+                            "weight_grad";
 
   // [E, K, N], [E, N, K] (transpose_rhs) or [K, E, N] (experts_in_columns).
   bool inColumns = getExpertsInColumns();

@@ -330,8 +330,9 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     Value dRows = create<GroupedMatmulOp>(
         loc, rowsType, dY, P(rhs), offsets, Value(), Value(),
         loraA ? P(loraA) : Value(), loraB ? P(loraB) : Value(), Value(),
-        Value(), Value(), Value(), Value(), Value(), Value(), forwardMode, flip,
-        IntegerAttr(), loraA ? scaling : one, none, IntegerAttr(), flipLora);
+        Value(), Value(), Value(), Value(), Value(), Value(), Value(),
+        forwardMode, flip, IntegerAttr(), loraA ? scaling : one, none,
+        IntegerAttr(), flipLora);
     if (slots)
       dRows = create<PermuteGradOp>(loc, lhs.getType(), Type(), dRows, P(slots),
                                     offsets, Value(), op.getKAttr(),
@@ -347,10 +348,10 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     bool swap = transposed && !slots;
     Value dW = create<GroupedMatmulOp>(
         loc, rhsType, swap ? dY : P(lhs), swap ? P(lhs) : dY, offsets,
-        slots ? P(slots) : Value(), Value(), Value(), Value(), Value(),
+        slots ? P(slots) : Value(), Value(), Value(), Value(), Value(), Value(),
         Value(), Value(), Value(), Value(), Value(), Value(), gradMode,
-        transposed && slots ? builder.getUnitAttr() : UnitAttr(),
-        op.getKAttr(), one, none);
+        transposed && slots ? builder.getUnitAttr() : UnitAttr(), op.getKAttr(),
+        one, none);
     accumulate(rhs, dW);
   }
   if (active(loraA) || active(loraB)) {

@@ -120,8 +120,8 @@ void decompose(LoraGradOp op) {
   Value a3 = splitRows(builder, loc, op.getLoraA(), experts);
   Value u = GroupedMatmulOp::create(
       builder, loc, narrow, x, a3, offsets, slots, Value(), Value(), Value(),
-      scale, Value(), Value(), Value(), Value(), Value(), Value(), forward,
-      transposeRhs, slotsPerToken, one, none);
+      scale, Value(), Value(), Value(), Value(), Value(), Value(), Value(),
+      forward, transposeRhs, slotsPerToken, one, none);
   // du = dy · B_e: B [N, E*r] is [N, E, r], B_e = B[:, e, :] its
   // [K = N, r] (experts_in_columns: read in place, no transpose).
   auto bColumns = RankedTensorType::get({n, experts, rank}, elem);
@@ -130,8 +130,8 @@ void decompose(LoraGradOp op) {
       ArrayRef<ReassociationIndices>{{0}, {1, 2}});
   auto duOp = GroupedMatmulOp::create(
       builder, loc, narrow, dy, b3, offsets, Value(), Value(), Value(), Value(),
-      scale, Value(), Value(), Value(), Value(), Value(), Value(), forward,
-      UnitAttr(), IntegerAttr(), one, none);
+      scale, Value(), Value(), Value(), Value(), Value(), Value(), Value(),
+      forward, UnitAttr(), IntegerAttr(), one, none);
   duOp.setExpertsInColumns(true);
   Value du = duOp;
 
@@ -141,8 +141,8 @@ void decompose(LoraGradOp op) {
       builder, loc,
       RankedTensorType::get({n, experts, rank}, gradBType.getElementType()), dy,
       u, offsets, Value(), Value(), Value(), Value(), Value(), Value(), Value(),
-      Value(), Value(), Value(), Value(), weightGrad, UnitAttr(), IntegerAttr(),
-      one, none);
+      Value(), Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
+      IntegerAttr(), one, none);
   dbOp.setExpertsInColumns(true);
   Value gradB = joinLast(builder, loc, dbOp, {{0}, {1, 2}});
 
@@ -152,7 +152,7 @@ void decompose(LoraGradOp op) {
   Value da3 = GroupedMatmulOp::create(
       builder, loc,
       RankedTensorType::get({experts, rank, k}, gradAType.getElementType()),
-      slots ? x : du, slots ? du : x, offsets, slots, Value(), Value(),
+      slots ? x : du, slots ? du : x, offsets, slots, Value(), Value(), Value(),
       Value(), Value(), Value(), Value(), Value(), Value(), Value(), Value(),
       weightGrad, slots ? transposeRhs : UnitAttr(), slotsPerToken, one, none);
   Value gradA = joinLast(builder, loc, da3, {{0, 1}, {2}});

@@ -546,8 +546,12 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     `[E, N, K]`, `out[e] = sum over rows i of group e of rhs_iᵀ · lhs_i`:
     the gradient of `transpose_rhs` weights in their own layout, the lhs
     still gathered by slot where `gather` is given (no permuted copy of the
-    tokens). No bias, LoRA, activation, row scale, scatter or FP8 in this
-    mode.
+    tokens). With `accumulate(%g : ...)` (this mode only; `%g` of the
+    result's type) the result is `%g + out`: each sum is accumulated in f32
+    first, then added to `%g`'s element and rounded once (gradient
+    accumulation over micro-batches into an f32 main gradient, without a
+    separate add). An expert with no rows then gets `%g`. No bias, LoRA,
+    activation, row scale, scatter or FP8 in this mode.
 
     `lhs` and `rhs` share one element type (bf16, f16, f32, f8E4M3FN or
     f8E5M2); accumulation is f32; the result is bf16, f16 or f32. With
@@ -582,6 +586,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Optional<AnyTensor>:$lhs_scales,
     Optional<AnyTensor>:$rhs_scales,
     Optional<AnyTensor>:$activation_input,
+    Optional<AnyTensor>:$accumulate,
     DefaultValuedAttr<Moe_MatmulModeAttr, "::moec::moe::MatmulMode::forward">:$mode,
     UnitAttr:$transpose_rhs,
     OptionalAttr<I64Attr>:$k,
@@ -604,6 +609,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     (`scales` `(` $lhs_scales^ `,` $rhs_scales `:` type($lhs_scales) `,`
                   type($rhs_scales) `)`)?
     (`activation_input` `(` $activation_input^ `:` type($activation_input) `)`)?
+    (`accumulate` `(` $accumulate^ `:` type($accumulate) `)`)?
     attr-dict `:` type($lhs) `,` type($rhs) `,` type($offsets) `->` type($out)
   }];
   let hasVerifier = 1;
