@@ -25,6 +25,11 @@
 // FUSED: moe.permute_probs
 // FUSED: moe.unpermute_grad {{.*}} : tensor<?x48xbf16>, tensor<?xi32>, tensor<6xi32>{{$}}
 // FUSED: moe.grouped_matmul {{.*}} gather({{.*}}) row_scale({{.*}}) activation_input({{.*}}) {activation = #moe.activation<swiglu_grad>
+// Gradient accumulation: both expert weights' gradients added to given f32
+// main gradients in the weight gradients' epilogue.
+// RUN: moec-opt %s -moe-autodiff="func=qwen3_layer save=inputs accumulate=2,3" -o %t.acc.mlir
+// RUN: moec run %t.acc.mlir --entry qwen3_layer_grad --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %t.acc.mlir --entry qwen3_layer_grad --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec-opt %s -moe-autodiff="func=gathered_layer save=inputs" -o %t.gathered.mlir
 // RUN: moec run %t.gathered.mlir --entry gathered_layer_grad --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %t.gathered.mlir --entry gathered_layer_grad --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS

@@ -40,6 +40,7 @@ constexpr llvm::StringLiteral kGradOfAttr = "moe.grad_of";
 constexpr llvm::StringLiteral kSavedResultsAttr = "moe.saved_results";
 constexpr llvm::StringLiteral kSymAttr = "moe.sym";
 constexpr llvm::StringLiteral kNameAttr = "moe.name";
+constexpr llvm::StringLiteral kAccumulatedAttr = "moe.accumulated";
 
 enum class SavePolicy { All, Matmuls, Inputs };
 
@@ -555,7 +556,49 @@ private:
   /// or moe.wrt attributes chose them.
   FailureOr<SmallVector<unsigned>> differentiable(func::FuncOp func,
                                                   bool &explicitly);
+  /// Option `accumulate`: appends an f32 gradient-so-far argument to `grad`
+  /// per index and fuses it into that gradient's weight-gradient matmul.
+  /// Returns the indices, in ascending order (that of the arguments).
+  FailureOr<SmallVector<unsigned>>
+  accumulateInto(func::FuncOp grad, ArrayRef<unsigned> returnedArgs);
 };
+
+FailureOr<SmallVector<unsigned>>
+MoeAutodiffPass::accumulateInto(func::FuncOp grad,
+                                ArrayRef<unsigned> returnedArgs) {
+  SmallVector<unsigned> indices;
+  Block &entry = grad.getBody().front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  SmallVector<int64_t> wanted(accumulate.begin(), accumulate.end());
+  llvm::sort(wanted);
+  for (int64_t i : wanted) {
+    if (llvm::is_contained(indices, unsigned(i)))
+      continue;
+    const auto *it = llvm::find(returnedArgs, unsigned(i));
+    if (i < 0 || it == returnedArgs.end())
+      return grad.emitOpError("moe-autodiff: option 'accumulate' names "
+                              "argument ")
+             << i << ", whose gradient the backward does not return";
+    Value g = ret.getOperand(it - returnedArgs.begin());
+    auto matmul = g.getDefiningOp<GroupedMatmulOp>();
+    if (!matmul || matmul.getMode() != MatmulMode::weight_grad ||
+        !g.hasOneUse())
+      return grad.emitOpError("moe-autodiff: option 'accumulate' names "
+                              "argument ")
+             << i
+             << ", whose gradient is not one weight-gradient grouped matmul "
+                "(the expert weights' are; the others are not fused yet)";
+    // The sum is f32 whatever the weights' type: a bf16 main gradient
+    // would round away the small per-micro-batch updates.
+    auto type = cast<RankedTensorType>(g.getType())
+                    .clone(Float32Type::get(&getContext()));
+    BlockArgument main = entry.addArgument(type, g.getLoc());
+    matmul.getAccumulateMutable().assign(main);
+    g.setType(type);
+    indices.push_back(i);
+  }
+  return indices;
+}
 
 FailureOr<func::FuncOp> MoeAutodiffPass::target() {
   ModuleOp module = getOperation();
@@ -756,9 +799,14 @@ void MoeAutodiffPass::runOnOperation() {
     if (op->use_empty() && isMemoryEffectFree(op))
       op->erase();
 
+  FailureOr<SmallVector<unsigned>> accumulated =
+      accumulateInto(grad, gb.returnedArgs);
+  if (failed(accumulated))
+    return grad.erase(), fwd.erase(), signalPassFailure();
+  auto gradReturn = cast<func::ReturnOp>(entry.getTerminator());
   SmallVector<Type> gradInputs(entry.getArgumentTypes());
   grad.setType(
-      FunctionType::get(ctx, gradInputs, grad.getFunctionType().getResults()));
+      FunctionType::get(ctx, gradInputs, gradReturn.getOperandTypes()));
   // Argument attributes: the forward's own, then names and row symbols.
   for (unsigned i = 0; i < gb.numForwardArgs; ++i)
     if (DictionaryAttr attrs = fwd.getArgAttrDict(i))
@@ -785,7 +833,20 @@ void MoeAutodiffPass::runOnOperation() {
                     StringAttr::get(ctx, "grad_result" + std::to_string(i)));
     setRowSymbol(index, v);
   }
+  unsigned firstMain = firstGrad + n;
+  for (auto [m, i] : llvm::enumerate(*accumulated)) {
+    auto argName = fwd.getArgAttrOfType<StringAttr>(i, kNameAttr);
+    std::string name = argName ? argName.str() + "_main_grad"
+                               : "main_grad" + std::to_string(i);
+    grad.setArgAttr(firstMain + m, kNameAttr, StringAttr::get(ctx, name));
+    setRowSymbol(firstMain + m, fwd.getArgument(i));
+  }
   grad->setAttr(kGradOfAttr, StringAttr::get(ctx, base));
+  if (!accumulated->empty())
+    grad->setAttr(
+        kAccumulatedAttr,
+        DenseI64ArrayAttr::get(ctx, SmallVector<int64_t>(accumulated->begin(),
+                                                         accumulated->end())));
   SmallVector<int64_t> wrtAttr(gb.returnedArgs.begin(), gb.returnedArgs.end());
   grad->setAttr(kWrtAttr, DenseI64ArrayAttr::get(ctx, wrtAttr));
   grad->setAttr(kSavedResultsAttr, DenseI64ArrayAttr::get(ctx, savedResults));

@@ -342,6 +342,22 @@ def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
     that no matmul reads; one that a matmul reads is fused, above) in the
     backward, as ScatterMoE does to save memory; `inputs` nothing, the
     backward recomputes the whole forward.
+
+    `accumulate` (argument indices) makes the backward add each named
+    argument's gradient to a gradient it is given, for gradient accumulation
+    over micro-batches into an f32 main gradient (Megatron-style
+    `main_grad`): `@f_grad` takes one more argument per index (in ascending
+    order), after the gradients of the results, of the argument's shape with
+    `f32` elements (`moe.name` `<argument name>_main_grad`, else
+    `main_grad<index>`), and returns `main_grad + gradient` in `f32` in that
+    argument's place. The add is the weight gradient's epilogue
+    (`moe.grouped_matmul ... accumulate(%main)`): each element is read
+    before it is written, so a caller may pass the main gradient as that
+    result's output buffer too and update it in place. An index whose
+    gradient is not exactly one `mode = weight_grad` grouped matmul (the
+    expert weights' gradients are; x's, the router's and LoRA adapters' are
+    not) is an error, as is one that is not differentiated. `@f_grad`
+    records the indices as `moe.accumulated`.
   }];
   let options = [
     Option<"funcName", "func", "std::string", /*default=*/"\"\"",
@@ -349,7 +365,10 @@ def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
     ListOption<"wrt", "wrt", "int64_t",
                "Indices of the arguments to differentiate with respect to">,
     Option<"save", "save", "std::string", /*default=*/"\"all\"",
-           "What the forward keeps for the backward: all, matmuls or inputs">
+           "What the forward keeps for the backward: all, matmuls or inputs">,
+    ListOption<"accumulate", "accumulate", "int64_t",
+               "Indices of differentiated arguments whose gradient the "
+               "backward adds to an f32 gradient it is given">
   ];
   let dependentDialects = ["::moec::moe::MoeDialect",
                            "::mlir::linalg::LinalgDialect",
