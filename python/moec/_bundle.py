@@ -59,7 +59,8 @@ class Entry:
 
     `entry(*inputs, out=None, stream=None, check_values=True)` validates every
     argument (the error names it), allocates the outputs unless `out` gives
-    them, launches, and returns the output (or a tuple of them). CUDA
+    them (a list with one array per output; None lets moec allocate that
+    one), launches, and returns the output (or a tuple of them). CUDA
     launches are asynchronous on `stream` (default: torch's current stream
     for torch tensors, else the default stream).
     """
@@ -192,24 +193,27 @@ class Entry:
         return shapes
 
     def _outputs(self, out, infos, shapes) -> list:
-        if out is not None:
-            outputs = list(out) if isinstance(out, (tuple, list)) else [out]
-            if len(outputs) != len(self.outputs):
-                raise ValueError(f"'out': {self.name} has {len(self.outputs)} "
-                                 f"outputs, got {len(outputs)}")
-            return outputs
+        """The output arrays: `out`'s (a None in it: allocated), else all
+        allocated."""
+        if out is None:
+            out = [None] * len(self.outputs)
+        outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outputs) != len(self.outputs):
+            raise ValueError(f"'out': {self.name} has {len(self.outputs)} "
+                             f"outputs, got {len(outputs)}")
         torch_arg = next((i for i in infos if i.is_torch), None)
-        outputs = []
-        for buffer, shape in zip(self.outputs, shapes):
+        for index, (buffer, shape) in enumerate(zip(self.outputs, shapes)):
+            if outputs[index] is not None:
+                continue
             if torch_arg is not None:
                 import torch
-                outputs.append(torch.empty(
+                outputs[index] = torch.empty(
                     shape, dtype=_dtypes.to_torch(buffer.dtype),
-                    device=torch_arg.obj.device))
+                    device=torch_arg.obj.device)
             elif self.device == "cpu":
                 import numpy as np
-                outputs.append(np.empty(shape,
-                                        dtype=_dtypes.to_numpy(buffer.dtype)))
+                outputs[index] = np.empty(
+                    shape, dtype=_dtypes.to_numpy(buffer.dtype))
             else:
                 raise ValueError(
                     f"'out': give the output arrays of {self.name} (moec "

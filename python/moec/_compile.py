@@ -98,10 +98,11 @@ class Kernel:
                 tile: Optional[dict] = None, **kwargs) -> Bundle:
         return compile(self, target, tile, **kwargs)
 
-    def grad(self, wrt: Optional[Sequence[str]] = None, save: str = "all"):
+    def grad(self, wrt: Optional[Sequence[str]] = None, save: str = "all",
+             accumulate: Sequence[str] = ()):
         """The backward of this kernel (moec.Gradient): see its docstring."""
         from ._grad import Gradient
-        return Gradient(self, wrt, save)
+        return Gradient(self, wrt, save, accumulate)
 
     def __call__(self, *args, **kwargs):
         from ._args import describe

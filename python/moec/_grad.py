@@ -49,25 +49,40 @@ class Gradient:
         grad = kernel.grad(wrt=["w_gate_up", "w_down"])
         outputs, saved = grad.forward(*args)
         d_w_gate_up, d_w_down = grad.backward(args, saved, (dy,))
+
+    `accumulate`: argument names (expert weights, whose gradient is one
+    weight-gradient matmul) whose gradients the backward adds to f32 main
+    gradients, given as `backward(..., main_grads=...)` in argument order
+    and updated in place (gradient accumulation over micro-batches,
+    Megatron-style `main_grad`): the add is the matmul's epilogue, no
+    separate pass over the gradient.
     """
 
     def __init__(self, kernel, wrt: Optional[Sequence[str]] = None,
-                 save: str = "all"):
+                 save: str = "all", accumulate: Sequence[str] = ()):
         names = kernel.arg_names
-        if isinstance(wrt, str):
-            wrt = [wrt]
-        indices = []
-        for name in wrt or ():
-            if name not in names:
-                raise ValueError(f"'wrt': {kernel.name} has no argument "
-                                 f"{name!r} (arguments: {', '.join(names)})")
-            indices.append(names.index(name))
+
+        def indices_of(what, given):
+            if isinstance(given, str):
+                given = [given]
+            indices = []
+            for name in given or ():
+                if name not in names:
+                    raise ValueError(f"'{what}': {kernel.name} has no "
+                                     f"argument {name!r} (arguments: "
+                                     f"{', '.join(names)})")
+                indices.append(names.index(name))
+            return indices
+
+        indices = indices_of("wrt", wrt)
         if save not in SAVE_POLICIES:
             raise ValueError(f"'save': expected one of "
                              f"{', '.join(SAVE_POLICIES)}, got {save!r}")
         self.kernel = kernel
         self.save = save
         self._wrt_indices = indices
+        self._accumulate_indices = sorted(set(indices_of("accumulate",
+                                                         accumulate)))
         self._module: Optional[str] = None
         self._bundles: dict = {}
 
@@ -85,7 +100,7 @@ class Gradient:
         if self._module is None:
             self._module = _native.compiler().autodiff(
                 self.kernel.module, self.kernel.name, self._wrt_indices,
-                self.save)
+                self.save, self._accumulate_indices)
         return self._module
 
     def _grad_attr(self, attr: str) -> list:
@@ -95,6 +110,12 @@ class Gradient:
     def wrt(self) -> list:
         """Names of the arguments whose gradients `backward` returns."""
         return [self.kernel.arg_names[i] for i in self._grad_attr("moe.wrt")]
+
+    @property
+    def accumulate(self) -> list:
+        """Names of the arguments whose gradients `backward` adds to the
+        main gradients it is given (in argument order)."""
+        return [self.kernel.arg_names[i] for i in self._accumulate_indices]
 
     @property
     def saved_results(self) -> list:
@@ -142,23 +163,42 @@ class Gradient:
         return out[:count], tuple(out[i] for i in self.saved_results)
 
     def backward(self, args: Sequence, saved: Sequence,
-                 grad_outputs: Sequence) -> tuple:
+                 grad_outputs: Sequence, main_grads: Sequence = ()) -> tuple:
         """Runs `f_grad`: the gradients of the `wrt` arguments, in order.
-        `grad_outputs`: one gradient per floating-point result of f."""
+        `grad_outputs`: one gradient per floating-point result of f.
+        `main_grads`: with `accumulate`, one f32 array per accumulated
+        argument (its shape), which receives main + gradient in place and is
+        returned in that argument's place."""
         self._check_args(args)
         if len(saved) != len(self.saved_results):
             raise ValueError(f"'saved': expected the {len(self.saved_results)}"
                              f" saved values forward() returned, got "
                              f"{len(saved)}")
+        accumulated = self.accumulate
+        if len(main_grads) != len(accumulated):
+            raise ValueError(f"'main_grads': expected {len(accumulated)} (one "
+                             f"per accumulated argument: "
+                             f"{', '.join(accumulated) or 'none'}), got "
+                             f"{len(main_grads)}")
         bundle, target = self._bundle_for(args[0])
         entry = bundle.entry(self.backward_name, target)
-        expected = len(entry.inputs) - len(args) - len(saved)
+        expected = (len(entry.inputs) - len(args) - len(saved) -
+                    len(main_grads))
         if len(grad_outputs) != expected:
             raise ValueError(f"'grad_outputs': {self.kernel.name} has "
                              f"{expected} floating-point results, got "
                              f"{len(grad_outputs)} gradients")
-        return _as_tuple(entry(*args, *saved, *grad_outputs))
+        out = None
+        if main_grads:
+            # Each main gradient is also its sum's output: the epilogue
+            # reads every element before it writes it.
+            mains = dict(zip(accumulated, main_grads))
+            out = [mains.get(name) for name in self.wrt]
+        return _as_tuple(entry(*args, *saved, *grad_outputs, *main_grads,
+                               out=out))
 
     def __repr__(self) -> str:
+        extra = (f", accumulate={', '.join(self.accumulate)}"
+                 if self._accumulate_indices else "")
         return (f"<moec gradient of {self.kernel.name} wrt "
-                f"{', '.join(self.wrt)} (save={self.save})>")
+                f"{', '.join(self.wrt)} (save={self.save}{extra})>")

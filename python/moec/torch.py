@@ -19,9 +19,12 @@ docs/training.md): `moe_block_fwd` returns the output and what the backward
 reads (router logits, routing, the permuted rows, the gate_up, SwiGLU and
 down outputs), `moe_block_grad` returns the gradients of x, the router and
 both expert weights (custom ops `moec::moe_block_train` and
-`moec::moe_block_backward`). `.grad` accumulates as usual; under
+`moec::moe_block_backward`, or `moec::moe_block_backward_main_grad`). `.grad` accumulates as usual; under
 `torch.autocast` to bf16 or f16, f32 blocks run the kernels of that type
-(gradients flow back to the f32 parameters).
+(gradients flow back to the f32 parameters). With `main_grad=True` the
+expert weights' gradients are instead added to f32 `.main_grad` tensors by
+the weight-gradient kernels themselves (Megatron-style gradient
+accumulation, no separate add).
 
 `replace_moe_blocks(model)` swaps the sparse MoE blocks of a transformers
 Qwen3-MoE, Mixtral or OLMoE model for MoE blocks (moec.hf).
@@ -47,10 +50,10 @@ class _Launcher:
 
     def __init__(self, hidden_size, intermediate_size, num_experts, top_k,
                  norm_topk_prob, routing, dtype, save, lora_rank,
-                 lora_scaling, tile, bundle):
+                 lora_scaling, main_grad, tile, bundle):
         self.args = (hidden_size, intermediate_size, num_experts, top_k)
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
-        self.save = save
+        self.save, self.main_grad = save, main_grad
         self.lora_rank, self.lora_scaling = lora_rank, lora_scaling
         self.dtype, self.tile, self.bundle = dtype, tile, bundle
         # Keeps the given bundle alive (its id is part of the key) after
@@ -80,7 +83,9 @@ class _Launcher:
         base weights frozen)."""
         if self._gradient is None:
             wrt = ["x"] + LORA_ARGS if self.lora_rank else None
-            self._gradient = self.kernel().grad(wrt=wrt, save=self.save)
+            self._gradient = self.kernel().grad(
+                wrt=wrt, save=self.save,
+                accumulate=MAIN_GRAD_ARGS if self.main_grad else ())
         return self._gradient
 
     def train_entries(self, device: torch.device) -> tuple:
@@ -115,6 +120,8 @@ class _Launcher:
 
 # The adapters' kernel arguments (moe_kernel's), in order.
 LORA_ARGS = ["gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b"]
+# The weights whose gradients add to `.main_grad` with main_grad=True.
+MAIN_GRAD_ARGS = ["w_gate_up", "w_down"]
 _DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
            "i32": torch.int32}
 
@@ -154,8 +161,11 @@ def _(x, gate_w, w_gate_up, w_down, adapters, launcher):
 def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
                      w_gate_up: torch.Tensor, w_down: torch.Tensor,
                      adapters: list[torch.Tensor],
+                     main_grads: list[torch.Tensor],
                      launcher: int) -> list[torch.Tensor]:
-    """The block's forward for training: [y, *what the backward reads]."""
+    """The block's forward for training: [y, *what the backward reads].
+    `main_grads` (main_grad=True: the expert weights' f32 main gradients,
+    else empty) is not read here; the backward updates it."""
     launcher_ = _LAUNCHERS[launcher]
     fwd, _ = launcher_.train_entries(x.device)
     outs = fwd(x, gate_w, w_gate_up, w_down, *adapters)
@@ -164,7 +174,7 @@ def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
 
 
 @_moe_block_train.register_fake
-def _(x, gate_w, w_gate_up, w_down, adapters, launcher):
+def _(x, gate_w, w_gate_up, w_down, adapters, main_grads, launcher):
     return [x.new_empty(shape, dtype=dtype)
             for shape, dtype in _LAUNCHERS[launcher].saved_specs(x)]
 
@@ -191,24 +201,61 @@ def _(grad, x, gate_w, w_gate_up, w_down, adapters, saved, launcher):
     return [torch.empty_like(t) for t in inputs]
 
 
+# Its own op: torch.compile functionalizes an op that mutates tensors only
+# when it returns tensors, not a list of them.
+@torch.library.custom_op("moec::moe_block_backward_main_grad",
+                         mutates_args=("main_grad_gate_up", "main_grad_down"))
+def _moe_block_backward_main_grad(
+        grad: torch.Tensor, x: torch.Tensor, gate_w: torch.Tensor,
+        w_gate_up: torch.Tensor, w_down: torch.Tensor,
+        saved: list[torch.Tensor], main_grad_gate_up: torch.Tensor,
+        main_grad_down: torch.Tensor,
+        launcher: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """main_grad=True's backward: adds the expert weights' gradients to
+    their f32 main gradients in place; returns x's and the router's."""
+    _, backward = _LAUNCHERS[launcher].train_entries(x.device)
+    # The kernel reads each main gradient's element before it writes the
+    # sum there: the main gradients are their own outputs.
+    mains = (main_grad_gate_up, main_grad_down)
+    grads = backward(x, gate_w, w_gate_up, w_down, *saved, grad.contiguous(),
+                     *mains, out=[None, None, *mains])
+    return grads[0], grads[1]
+
+
+@_moe_block_backward_main_grad.register_fake
+def _(grad, x, gate_w, w_gate_up, w_down, saved, main_grad_gate_up,
+      main_grad_down, launcher):
+    return torch.empty_like(x), torch.empty_like(gate_w)
+
+
 def _setup_context(ctx, inputs, output):
-    x, gate_w, w_gate_up, w_down, adapters, launcher = inputs
+    x, gate_w, w_gate_up, w_down, adapters, main_grads, launcher = inputs
     ctx.mark_non_differentiable(*output[1:])
     ctx.save_for_backward(x, gate_w, w_gate_up, w_down, *adapters,
                           *output[1:])
     ctx.num_adapters = len(adapters)
+    # Not saved tensors: the backward of another micro-batch may update
+    # them in between (a saved tensor's version check would fail).
+    ctx.main_grads = list(main_grads)
     ctx.launcher = launcher
 
 
 def _backward(ctx, grads):
     x, gate_w, w_gate_up, w_down, *rest = ctx.saved_tensors
     adapters, saved = rest[:ctx.num_adapters], rest[ctx.num_adapters:]
+    if ctx.main_grads:
+        # The expert weights' gradients go into their main gradients.
+        dx, d_gate = torch.ops.moec.moe_block_backward_main_grad(
+            grads[0], x, gate_w, w_gate_up, w_down, saved, *ctx.main_grads,
+            ctx.launcher)
+        return (dx, d_gate, None, None, [], [None] * len(ctx.main_grads),
+                None)
     out = torch.ops.moec.moe_block_backward(
         grads[0], x, gate_w, w_gate_up, w_down, adapters, saved, ctx.launcher)
     if adapters:
         # LoRA: the router and base weights are frozen (MoE.forward checks).
-        return out[0], None, None, None, list(out[1:]), None
-    return (*out, [], None)
+        return out[0], None, None, None, list(out[1:]), [], None
+    return (*out, [], [], None)
 
 
 _moe_block_train.register_autograd(_backward, setup_context=_setup_context)
@@ -271,6 +318,15 @@ class MoE(nn.Module):
     block starts as the base block. The router and the base weights are
     frozen (requires_grad False); the backward computes the gradients of
     x and the adapters only.
+
+    `main_grad=True` (full fine-tuning, not with LoRA): gradient
+    accumulation into f32 main gradients, as Megatron-LM does. Each
+    backward adds the expert weights' gradients to `w_gate_up.main_grad`
+    and `w_down.main_grad` (float32, the weights' shapes; made as zeros on
+    the first training forward unless set, e.g. to views of a flat
+    gradient buffer) inside the weight-gradient kernels, and leaves their
+    `.grad` None; x's and the router's gradients go to `.grad` as usual.
+    The optimizer step reads `.main_grad`; `zero_main_grad()` clears them.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int,
@@ -279,11 +335,12 @@ class MoE(nn.Module):
                  dtype: torch.dtype = torch.bfloat16, device=None,
                  bundle: Optional[Bundle] = None,
                  tile: Optional[dict] = None, save: str = "all",
-                 lora_rank: int = 0, lora_alpha: Optional[float] = None):
+                 lora_rank: int = 0, lora_alpha: Optional[float] = None,
+                 main_grad: bool = False):
         super().__init__()
         self._configure(hidden_size, intermediate_size, num_experts, top_k,
                         norm_topk_prob, routing, dtype, bundle, tile, save,
-                        lora_rank, lora_alpha)
+                        lora_rank, lora_alpha, main_grad)
         factory = dict(dtype=dtype, device=device)
         self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
         self.w_gate_up = nn.Parameter(torch.empty(
@@ -312,7 +369,8 @@ class MoE(nn.Module):
     def _configure(self, hidden_size, intermediate_size, num_experts, top_k,
                    norm_topk_prob, routing, dtype, bundle, tile,
                    save: str = "all", lora_rank: int = 0,
-                   lora_alpha: Optional[float] = None) -> None:
+                   lora_alpha: Optional[float] = None,
+                   main_grad: bool = False) -> None:
         """Checks and sets the configuration; no parameters (moec.hf's
         block adopts a transformers block's own)."""
         check_config(hidden_size, intermediate_size, num_experts, top_k,
@@ -327,6 +385,14 @@ class MoE(nn.Module):
                                            and lora_alpha > 0):
             raise ValueError(f"'lora_alpha': expected a positive number, got "
                              f"{lora_alpha!r}")
+        if not isinstance(main_grad, bool):
+            raise ValueError(f"'main_grad': expected a bool, got "
+                             f"{main_grad!r}")
+        if main_grad and lora_rank:
+            raise ValueError("'main_grad': a LoRA block trains its adapters "
+                             "only, whose gradients do not accumulate into "
+                             "main gradients (use main_grad=False)")
+        self.main_grad = main_grad
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.num_experts, self.top_k = num_experts, top_k
         self.norm_topk_prob, self.routing = norm_topk_prob, routing
@@ -345,7 +411,8 @@ class MoE(nn.Module):
             self._launchers[dtype] = _launcher_index(
                 self.hidden_size, self.intermediate_size, self.num_experts,
                 self.top_k, self.norm_topk_prob, self.routing, dtype,
-                self.save, self.lora_rank, self.lora_scaling, tile=self.tile,
+                self.save, self.lora_rank, self.lora_scaling, self.main_grad,
+                tile=self.tile,
                 bundle=bundle)
         return self._launchers[dtype]
 
@@ -355,6 +422,42 @@ class MoE(nn.Module):
             return ()
         return (self.gate_up_lora_A, self.gate_up_lora_B, self.down_lora_A,
                 self.down_lora_B)
+
+    def main_grads(self) -> list:
+        """The expert weights' f32 main gradients (main_grad=True), made as
+        zeros where a weight has none; a ValueError names one of the wrong
+        dtype, shape or device."""
+        grads = []
+        for name in MAIN_GRAD_ARGS:
+            weight = getattr(self, name)
+            grad = getattr(weight, "main_grad", None)
+            if grad is None:
+                grad = torch.zeros(weight.shape, dtype=torch.float32,
+                                   device=weight.device)
+                weight.main_grad = grad
+            elif (not isinstance(grad, torch.Tensor)
+                  or grad.dtype != torch.float32
+                  or grad.shape != weight.shape
+                  or grad.device != weight.device
+                  or not grad.is_contiguous()):
+                got = (f"{grad.dtype} {list(grad.shape)} on {grad.device}"
+                       f"{'' if grad.is_contiguous() else ', not contiguous'}"
+                       if isinstance(grad, torch.Tensor)
+                       else type(grad).__name__)
+                raise ValueError(
+                    f"'{name}.main_grad': expected a contiguous float32 "
+                    f"tensor of shape {list(weight.shape)} on "
+                    f"{weight.device}, got {got}")
+            grads.append(grad)
+        return grads
+
+    @torch.no_grad()
+    def zero_main_grad(self) -> None:
+        """Zeroes the expert weights' main gradients (main_grad=True)."""
+        for name in MAIN_GRAD_ARGS:
+            grad = getattr(getattr(self, name), "main_grad", None)
+            if grad is not None:
+                grad.zero_()
 
     def kernel(self) -> Kernel:
         """The traced forward kernel (for moec.compile / AOT bundles)."""
@@ -399,8 +502,9 @@ class MoE(nn.Module):
         adapters = [a.contiguous() for a in adapters]
         if torch.is_grad_enabled() and (tokens.requires_grad or any(
                 w.requires_grad for w in weights + tuple(adapters))):
+            main_grads = self.main_grads() if self.main_grad else []
             y = torch.ops.moec.moe_block_train(tokens, *weights, adapters,
-                                               launcher)[0]
+                                               main_grads, launcher)[0]
         else:
             y = torch.ops.moec.moe_block(tokens, *weights, adapters, launcher)
         return y.reshape(x.shape)
@@ -411,7 +515,8 @@ class MoE(nn.Module):
                 f"top_k={self.top_k}, routing={self.routing}, norm_topk_prob="
                 f"{self.norm_topk_prob}"
                 + (f", lora_rank={self.lora_rank}, lora_scaling="
-                   f"{self.lora_scaling}" if self.lora_rank else ""))
+                   f"{self.lora_scaling}" if self.lora_rank else "")
+                + (", main_grad=True" if self.main_grad else ""))
 
 
 @torch.no_grad()

@@ -173,12 +173,14 @@ PYBIND11_MODULE(_compiler, m) {
   m.def(
       "autodiff",
       [](const std::string &text, const std::string &func,
-         const std::vector<int64_t> &wrt, const std::string &save) {
+         const std::vector<int64_t> &wrt, const std::string &save,
+         const std::vector<int64_t> &accumulate) {
         Session session(text, "<moec module>");
         moec::moe::MoeAutodiffPassOptions options;
         options.funcName = func;
         options.wrt.assign(wrt.begin(), wrt.end());
         options.save = save;
+        options.accumulate.assign(accumulate.begin(), accumulate.end());
         PassManager pm(&session.context);
         pm.addPass(moec::moe::createMoeAutodiffPass(options));
         bool ok;
@@ -191,7 +193,10 @@ PYBIND11_MODULE(_compiler, m) {
         return print(*session.module);
       },
       py::arg("text"), py::arg("func"), py::arg("wrt"), py::arg("save"),
-      "Runs moe-autodiff: the module with `func`_fwd and `func`_grad added.");
+      py::arg("accumulate") = std::vector<int64_t>(),
+      "Runs moe-autodiff: the module with `func`_fwd and `func`_grad added "
+      "(`accumulate`: the arguments whose gradients add to given f32 main "
+      "gradients).");
   m.def(
       "compile",
       [](const std::string &text, const std::vector<std::string> &targets,

@@ -126,6 +126,70 @@ def test_wrt_and_saved_values():
     assert "moe_block_grad" in grad.ir("optimized")
 
 
+@pytest.mark.parametrize("dtype,save", [("f32", "all"), ("bf16", "all"),
+                                        ("f32", "matmuls")])
+def test_accumulate_adds_to_main_gradients_in_place(dtype, save):
+    # Two micro-batches into f32 main gradients that start nonzero: main +
+    # both gradients, in the arrays given (in place), the other gradients
+    # as without accumulate. One token: most experts get no rows and keep
+    # their main gradient.
+    kernel = moe_kernel(H, I, E, K, dtype=dtype)
+    grad = kernel.grad(save=save, accumulate=["w_down", "w_gate_up"])
+    plain = kernel.grad(save=save)
+    assert grad.accumulate == ["w_gate_up", "w_down"]
+    assert grad.wrt == plain.wrt == ["x", "gate_w", "w_gate_up", "w_down"]
+    assert "accumulate(" in grad.module.split("func.func @moe_block_grad")[1]
+    rng = np.random.default_rng(3)
+    cast = (lambda a: a.astype(BF16)) if dtype == "bf16" else (lambda a: a)
+    mains = [_random(rng, E, 2 * I, H), _random(rng, E, H, I)]
+    want = [m.astype(np.float64) for m in mains]
+    for tokens in (5, 1):
+        before = [m.copy() for m in mains]
+        args = [cast(a) for a in _layer_inputs(rng, tokens)]
+        dy = cast(_random(rng, tokens, H))
+        ref = plain.backward(args, plain.forward(*args)[1], (dy,))
+        got = grad.backward(args, grad.forward(*args)[1], (dy,),
+                            main_grads=mains)
+        assert got[2] is mains[0] and got[3] is mains[1]
+        assert mains[0].dtype == np.float32
+        for g, r in zip(got[:2], ref[:2]):
+            assert g.dtype == r.dtype and np.array_equal(g, r)
+        for w, r in zip(want, ref[2:]):
+            w += r.astype(np.float64)
+        # Experts without rows keep their main gradient bit for bit.
+        empty = [e for e in range(E) if not ref[3][e].any()]
+        assert len(empty) == (E - K if tokens == 1 else len(empty))
+        for m, b in zip(mains, before):
+            assert np.array_equal(m[empty], b[empty])
+    tol = 1e-2 if dtype == "bf16" else 1e-6
+    for m, w in zip(mains, want):
+        assert rel_error(m, w) < tol
+
+
+def test_accumulate_errors():
+    kernel = moe_kernel(H, I, E, K, dtype="f32")
+    with pytest.raises(ValueError, match="'accumulate': moe_block has no "
+                                         "argument 'w_up'"):
+        kernel.grad(accumulate=["w_up"])
+    with pytest.raises(moec.CompileError, match="option 'accumulate' names "
+                                           "argument 1, whose gradient is not "
+                                           "one weight-gradient grouped "
+                                           "matmul"):
+        kernel.grad(accumulate=["gate_w"]).module
+    grad = kernel.grad(accumulate=["w_down"])
+    args = _layer_inputs(np.random.default_rng(0), 3)
+    _, saved = grad.forward(*args)
+    dy = args[0]
+    with pytest.raises(ValueError, match=r"'main_grads': expected 1 \(one "
+                                         r"per accumulated argument: w_down\)"
+                                         r", got 0"):
+        grad.backward(args, saved, (dy,))
+    with pytest.raises(ValueError, match="'w_down_main_grad': expected "
+                                         "element type f32"):
+        grad.backward(args, saved, (dy,),
+                      main_grads=[np.zeros((E, H, I), np.float64)])
+
+
 @pytest.mark.parametrize("tokens,one_expert", [(7, False), (1, False),
                                                (6, True)])
 def test_input_gradient_fuses_unpermute_grad(tokens, one_expert):

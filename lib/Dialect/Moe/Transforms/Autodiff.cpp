@@ -559,12 +559,14 @@ private:
   /// Option `accumulate`: appends an f32 gradient-so-far argument to `grad`
   /// per index and fuses it into that gradient's weight-gradient matmul.
   /// Returns the indices, in ascending order (that of the arguments).
+  /// Errors are reported on `original` (the user's function).
   FailureOr<SmallVector<unsigned>>
-  accumulateInto(func::FuncOp grad, ArrayRef<unsigned> returnedArgs);
+  accumulateInto(func::FuncOp original, func::FuncOp grad,
+                 ArrayRef<unsigned> returnedArgs);
 };
 
 FailureOr<SmallVector<unsigned>>
-MoeAutodiffPass::accumulateInto(func::FuncOp grad,
+MoeAutodiffPass::accumulateInto(func::FuncOp original, func::FuncOp grad,
                                 ArrayRef<unsigned> returnedArgs) {
   SmallVector<unsigned> indices;
   Block &entry = grad.getBody().front();
@@ -576,15 +578,15 @@ MoeAutodiffPass::accumulateInto(func::FuncOp grad,
       continue;
     const auto *it = llvm::find(returnedArgs, unsigned(i));
     if (i < 0 || it == returnedArgs.end())
-      return grad.emitOpError("moe-autodiff: option 'accumulate' names "
-                              "argument ")
+      return original.emitOpError("moe-autodiff: option 'accumulate' names "
+                                  "argument ")
              << i << ", whose gradient the backward does not return";
     Value g = ret.getOperand(it - returnedArgs.begin());
     auto matmul = g.getDefiningOp<GroupedMatmulOp>();
     if (!matmul || matmul.getMode() != MatmulMode::weight_grad ||
         !g.hasOneUse())
-      return grad.emitOpError("moe-autodiff: option 'accumulate' names "
-                              "argument ")
+      return original.emitOpError("moe-autodiff: option 'accumulate' names "
+                                  "argument ")
              << i
              << ", whose gradient is not one weight-gradient grouped matmul "
                 "(the expert weights' are; the others are not fused yet)";
@@ -800,7 +802,7 @@ void MoeAutodiffPass::runOnOperation() {
       op->erase();
 
   FailureOr<SmallVector<unsigned>> accumulated =
-      accumulateInto(grad, gb.returnedArgs);
+      accumulateInto(f, grad, gb.returnedArgs);
   if (failed(accumulated))
     return grad.erase(), fwd.erase(), signalPassFailure();
   auto gradReturn = cast<func::ReturnOp>(entry.getTerminator());
