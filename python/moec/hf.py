@@ -74,7 +74,8 @@ class HFMoE(MoE):
 
     def __init__(self, block: nn.Module, routing: str, name: str = "block",
                  bundle=None, tile=None, save: str = "all",
-                 lora_rank: int = 0, lora_alpha=None):
+                 lora_rank: int = 0, lora_alpha=None,
+                 main_grad: bool = False):
         nn.Module.__init__(self)
         gate, experts = block.gate, block.experts
         extra = sorted(set(dict(block.named_children())) - {"gate", "experts"})
@@ -99,7 +100,7 @@ class HFMoE(MoE):
         self._configure(hidden, experts.down_proj.shape[2], num_experts,
                         gate.top_k, getattr(gate, "norm_topk_prob", True),
                         routing, dtype, bundle, tile, save, lora_rank,
-                        lora_alpha)
+                        lora_alpha, main_grad)
         for child in dict(block.named_children()):  # the block's key order
             if child == "gate":
                 self.gate = gate
@@ -134,14 +135,14 @@ class HFMoE(MoE):
 
 def replace_moe_blocks(model: nn.Module, *, bundle=None, tile=None,
                        save: str = "all", lora_rank: int = 0,
-                       lora_alpha=None) -> list:
+                       lora_alpha=None, main_grad: bool = False) -> list:
     """Replaces every Qwen3-MoE, Mixtral and OLMoE sparse MoE block of
     `model` (a transformers model, or any module holding such blocks) by an
     HFMoE holding the same parameters, with the block's routing (Qwen3 and
     OLMoE: softmax then top-k, renormalized when the config's
     norm_topk_prob is set; Mixtral: top-k then softmax). Returns the
     qualified names of the replaced modules. `bundle`, `tile`, `save`,
-    `lora_rank` and `lora_alpha` are passed to every block (see
+    `lora_rank`, `lora_alpha` and `main_grad` are passed to every block (see
     moec.torch.MoE: with `lora_rank` each block gains LoRA adapters on its
     experts and freezes its router and base experts; the rest of the model
     is left as it is, so freeze it for LoRA fine-tuning). Raises
@@ -167,7 +168,7 @@ def replace_moe_blocks(model: nn.Module, *, bundle=None, tile=None,
         routing = next(r for cls, r in routings.items()
                        if isinstance(block, cls))
         swaps.append((name, HFMoE(block, routing, name, bundle, tile, save,
-                                  lora_rank, lora_alpha)))
+                                  lora_rank, lora_alpha, main_grad)))
     for name, new in swaps:
         parent, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent), attr, new)

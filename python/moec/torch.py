@@ -97,8 +97,19 @@ class _Launcher:
             if bundle is not None and any(
                     e.name == "moe_block_grad" and e.target == target
                     for e in bundle.entries):
-                return (bundle.entry("moe_block_fwd", target),
-                        bundle.entry("moe_block_grad", target))
+                backward = bundle.entry("moe_block_grad", target)
+                accumulates = any(b.name == MAIN_GRAD_ARGS[0] + "_main_grad"
+                                  for b in backward.inputs)
+                if accumulates != self.main_grad:
+                    how = (f"accumulate={MAIN_GRAD_ARGS!r}" if self.main_grad
+                           else "")
+                    raise ValueError(
+                        f"'bundle': its moe_block_grad was compiled "
+                        f"{'with' if accumulates else 'without'} main "
+                        f"gradients, the block has main_grad="
+                        f"{self.main_grad} (compile it from "
+                        f"block.kernel().grad({how}).module)")
+                return (bundle.entry("moe_block_fwd", target), backward)
         self._train_bundle = _compile(self.gradient().module, target,
                                       self.tile)
         return self.train_entries(device)

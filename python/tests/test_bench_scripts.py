@@ -35,6 +35,26 @@ def test_lora_kernels_mlir_is_current(tmp_path):
     assert out.read_text() == (BENCH / "kernels" / "lora_kernels.mlir").read_text()
 
 
+def test_main_grad_step_mlir_is_current(tmp_path):
+    # bench/kernels/main_grad_step.mlir is what bench/main_grad_step.py
+    # emits, and its _mg layers take moe-autodiff's accumulate=2,3 (the
+    # expert weights).
+    import sys
+    from moec import _native
+    out = tmp_path / "main_grad_step.mlir"
+    sys.path.insert(0, str(BENCH))
+    try:
+        import main_grad_step
+        main_grad_step.emit_mlir(str(out))
+    finally:
+        sys.path.remove(str(BENCH))
+    text = out.read_text()
+    assert text == (BENCH / "kernels" / "main_grad_step.mlir").read_text()
+    module = _native.compiler().autodiff(text, "layer_qwen3_mg", [], "all",
+                                         [2, 3])
+    assert "moe.accumulated = array<i64: 2, 3>" in module
+
+
 TINY_LAYERS = {
     "softmax": dict(name="tiny", E=4, H=32, I=16, k=2, routing="softmax"),
     "deepseek": dict(name="tiny", E=8, H=32, I=16, k=2, routing="deepseek",

@@ -106,6 +106,29 @@ def test_swapped_model_gives_the_same_logits(family, dtype):
     assert dtype == torch.float32 or rel(out, exact) <= 1.5 * ref_err
 
 
+@pytest.mark.parametrize("family", ["qwen3", "mixtral"])
+def test_main_grad_on_a_transformers_model(family):
+    # replace_moe_blocks(main_grad=True): two micro-batches' expert
+    # gradients land in the experts' f32 main_grad, the rest in .grad, as
+    # the same model without main gradients accumulates them in .grad.
+    plain = make_model(family).train()
+    model = copy.deepcopy(plain)
+    moec.torch.replace_moe_blocks(plain)
+    moec.torch.replace_moe_blocks(model, main_grad=True)
+    for seed in (1, 2):
+        for m in (plain, model):
+            m(tokens(seed), labels=tokens(seed)).loss.backward()
+    for layer, ref in zip(model.model.layers, plain.model.layers):
+        experts, ref_experts = layer.mlp.experts, ref.mlp.experts
+        for name in ("gate_up_proj", "down_proj"):
+            p, r = getattr(experts, name), getattr(ref_experts, name)
+            assert p.grad is None and p.main_grad.dtype == torch.float32
+            assert rel(p.main_grad, r.grad) < 1e-5, name
+        assert rel(layer.mlp.gate.weight.grad, ref.mlp.gate.weight.grad) < 1e-5
+    layer.mlp.zero_main_grad()
+    assert not layer.mlp.experts.down_proj.main_grad.any()
+
+
 def test_routing_config_follows_the_model():
     for family, routing, norm in (("qwen3", "softmax_then_topk", True),
                                   ("olmoe", "softmax_then_topk", False),

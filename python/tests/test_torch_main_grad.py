@@ -149,3 +149,29 @@ def test_main_grad_ops_opcheck_and_compile():
     block(x).sum().backward()
     for g, w in zip(got, block.main_grads()):
         assert torch.equal(g, w)
+
+
+def test_main_grad_with_a_given_bundle():
+    # A precompiled bundle (a machine without the compiler) must hold the
+    # backward of the block's kind: with main gradients or without.
+    import moec
+    plain = moec.torch.MoE(32, 16, 4, 2, dtype=torch.float32)
+    without = moec.compile(plain.kernel().grad().module, "host")
+    block = moec.torch.MoE(32, 16, 4, 2, dtype=torch.float32, main_grad=True,
+                           bundle=without)
+    x = torch.randn(3, 32, requires_grad=True)
+    with pytest.raises(ValueError, match="'bundle': its moe_block_grad was "
+                                         "compiled without main gradients"):
+        block(x)
+    with_main = moec.compile(plain.kernel().grad(
+        accumulate=["w_gate_up", "w_down"]).module, "host")
+    block = moec.torch.MoE(32, 16, 4, 2, dtype=torch.float32, main_grad=True,
+                           bundle=with_main)
+    block.load_state_dict(plain.state_dict())
+    block(x).sum().backward()
+    plain(x).sum().backward()
+    assert torch.equal(block.w_down.main_grad, plain.w_down.grad)
+    with pytest.raises(ValueError, match="compiled with main gradients, the "
+                                         "block has main_grad=False"):
+        moec.torch.MoE(32, 16, 4, 2, dtype=torch.float32,
+                       bundle=with_main)(x)
