@@ -43,257 +43,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import _native, _peer, ops
+from . import _peer
 from ._args import is_positive_int
-from ._bundle import Bundle, Entry
-from ._compile import Kernel, compile as _compile
-from ._dtypes import canonical
+from ._bundle import Bundle
+from ._ep_kernels import (KERNELS, _PROGRAMS, _Program, _call,  # noqa: F401
+                          _program_index, ep_kernels, expert_groups)
 from ._exchange import _AllToAll, _Exchange, _wait
-from ._grad import SAVE_POLICIES, grad_attr
-from ._ir import Tensor
+from ._grad import SAVE_POLICIES
 
 #: How ExpertParallelMoE moves rows between ranks (its `transport`).
 TRANSPORTS = ("nccl", "copy_engine")
-
-#: The three kernels of one layer and the arguments each differentiates.
-KERNELS = ("ep_dispatch", "ep_experts", "ep_combine")
-_WRT = {"ep_dispatch": ("x", "gate_w"),
-        "ep_experts": ("rows", "w_gate_up", "w_down"),
-        "ep_combine": ("rows", "weights")}
-
-
-def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
-               top_k: int, world_size: int, *, norm_topk_prob: bool = True,
-               routing: str = "softmax_then_topk", dtype="bf16",
-               scoring: str = "softmax", selection_bias: bool = False,
-               num_groups: Optional[int] = None,
-               topk_groups: Optional[int] = None,
-               scaling_factor: float = 1.0, expert_chunks=1) -> list:
-    """The three moec kernels of an expert-parallel MoE layer over
-    `world_size` ranks: [ep_dispatch, ep_experts, ep_combine], and with
-    `expert_chunks` (ExpertParallelMoE's) one ep_experts_<n> per group size
-    n: ep_experts on n of the local experts. The router:
-    `routing` and `norm_topk_prob` as moec.torch.MoE (Qwen3, Mixtral,
-    OLMoE); DeepSeek-V3's with `scoring="sigmoid"`, `selection_bias=True`
-    (ep_dispatch then takes `bias` [E] f32, which only selects),
-    `num_groups`, `topk_groups` and `scaling_factor` (moec.ops.router_topk).
-    """
-    H, I, E, k, dt = (hidden_size, intermediate_size, num_experts, top_k,
-                      canonical(dtype))
-    if E % world_size:
-        raise ValueError(f"'num_experts' ({E}) must be a multiple of the "
-                         f"world size ({world_size})")
-    local = E // world_size
-    softmax = scoring == "softmax"
-    router = dict(k=k, order=routing, scoring=scoring,
-                  renormalize=norm_topk_prob and (
-                      not softmax or routing == "softmax_then_topk"),
-                  num_groups=num_groups, topk_groups=topk_groups,
-                  scaling_factor=scaling_factor)
-
-    def dispatch(x, gate_w, bias=None):
-        logits = ops.matmul(x, gate_w, transpose_rhs=True)
-        weights, ids = ops.router_topk(logits, bias=bias, **router)
-        _, slots, offsets, positions = ops.sort_by_expert(ids, E,
-                                                          positions=True)
-        send = ops.permute(x, slots, offsets, k=k, positions=positions)
-        return send, weights, slots, offsets, positions
-
-    dispatch_signature = {"x": Tensor["T", H, dt], "gate_w": Tensor[E, H, dt]}
-    if selection_bias:
-        dispatch_signature["bias"] = Tensor[E, "f32"]
-
-        def ep_dispatch(x, gate_w, bias):
-            return dispatch(x, gate_w, bias)
-    else:
-        def ep_dispatch(x, gate_w):
-            return dispatch(x, gate_w)
-
-    def experts(rows, ids, w_gate_up, w_down, count):
-        # One "slot" per received row (k = 1); the positions size the
-        # unweighted combine's output (one row per received row).
-        _, slots, offsets, positions = ops.sort_by_expert(ids, count,
-                                                          positions=True)
-        grouped = ops.permute(rows, slots, offsets, k=1, positions=positions)
-        h = ops.grouped_matmul(grouped, w_gate_up, offsets, transpose_rhs=True)
-        down = ops.grouped_matmul(ops.swiglu(h), w_down, offsets,
-                                  transpose_rhs=True)
-        return ops.unpermute(down, slots, offsets, k=1, positions=positions)
-
-    def ep_experts(rows, ids, w_gate_up, w_down):
-        return experts(rows, ids, w_gate_up, w_down, local)
-
-    def experts_signature(count):
-        return {"rows": Tensor["T", H, dt], "ids": Tensor["T", 1, "i32"],
-                "w_gate_up": Tensor[count, 2 * I, H, dt],
-                "w_down": Tensor[count, H, I, dt]}
-
-    groups = expert_groups(local, expert_chunks)
-
-    def ep_combine(rows, weights, slots, offsets, positions):
-        return ops.unpermute(rows, slots, offsets, k=k, weights=weights,
-                             positions=positions)
-
-    i32, f32 = "i32", "f32"
-    kernels = [
-        Kernel(ep_dispatch, signature=dispatch_signature),
-        Kernel(ep_experts, signature=experts_signature(local)),
-        Kernel(ep_combine, signature={
-            "rows": Tensor["M", H, dt], "weights": Tensor["T", k, f32],
-            "slots": Tensor["M", i32], "offsets": Tensor[E, i32],
-            "positions": Tensor["M", i32]}),
-    ]
-    def part(count):
-        def ep_experts_part(rows, ids, w_gate_up, w_down):
-            return experts(rows, ids, w_gate_up, w_down, count)
-        return ep_experts_part
-
-    for count in sorted(set(groups) - {local}):
-        kernels.append(Kernel(part(count), name=f"ep_experts_{count}",
-                              signature=experts_signature(count)))
-    return kernels
-
-
-def expert_groups(local: int, expert_chunks) -> tuple:
-    """The sizes of the groups ExpertParallelMoE's `expert_chunks` splits a
-    rank's `local` experts into: C equal ones for an int C, else the given
-    sizes (checked: a ValueError naming the argument)."""
-    if is_positive_int(expert_chunks):
-        if local % expert_chunks:
-            raise ValueError(f"'expert_chunks' ({expert_chunks}) must divide "
-                             f"the {local} experts of a rank")
-        return (local // expert_chunks,) * expert_chunks
-    if (not isinstance(expert_chunks, (list, tuple)) or not expert_chunks or
-            not all(is_positive_int(n) for n in expert_chunks)):
-        raise ValueError(f"'expert_chunks': expected a positive int or a "
-                         f"sequence of group sizes, got {expert_chunks!r}")
-    if sum(expert_chunks) != local:
-        raise ValueError(f"'expert_chunks' {list(expert_chunks)}: the group "
-                         f"sizes must add up to the {local} experts of a "
-                         f"rank")
-    return tuple(expert_chunks)
-
-
-class _Program:
-    """The kernels of one configuration and their derived backwards, in one
-    module (and so one bundle per target), shared by the blocks of that
-    configuration."""
-
-    def __init__(self, config: tuple, save: str, tile, bundle,
-                 sm_count: Optional[int] = None):
-        hidden, inter, experts, top_k, world, norm, routing, dtype, \
-            router, expert_chunks = config
-        self.kernels = {k.name: k for k in ep_kernels(
-            hidden, inter, experts, top_k, world, norm_topk_prob=norm,
-            routing=routing, dtype=dtype, expert_chunks=expert_chunks,
-            **dict(router))}
-        self.save, self.tile, self.sm_count = save, tile, sm_count
-        self._given = bundle
-        self._module: Optional[str] = None
-        self._bundles: dict = {}
-        self._saved: dict = {}
-
-    @property
-    def module(self) -> str:
-        """The kernels (KERNELS) and each one's _fwd / _grad
-        (moe-autodiff), MLIR text."""
-        if self._module is None:
-            compiler = _native.compiler()
-            text = "".join(k.module for k in self.kernels.values())
-            for name, kernel in self.kernels.items():
-                if name not in _WRT:  # ep_experts_<n>: no autograd
-                    continue
-                wrt = [kernel.arg_names.index(a) for a in _WRT[name]]
-                text = compiler.autodiff(text, name, wrt, self.save)
-            self._module = text
-        return self._module
-
-    def entry(self, name: str, device: torch.device) -> Entry:
-        """Entry `name` for the device: from the given bundle when it holds
-        it, else compiled (the whole module, once per target)."""
-        target = "host" if device.type == "cpu" else "sm_90a"
-        given = self._given
-        if given is not None and any(e.name == name and e.target == target
-                                     for e in given.entries):
-            return given.entry(name, target)
-        if target not in self._bundles:
-            self._bundles[target] = _compile(self.module, target, self.tile,
-                                             sm_count=self.sm_count)
-        return self._bundles[target].entry(name, target)
-
-    def saved_results(self, name: str, device: torch.device) -> list:
-        """Which `name_fwd` results `name_grad` takes (from the compiled
-        entry, so a bundle-only machine knows it too)."""
-        key = (name, device.type)
-        if key not in self._saved:
-            grad = self.entry(name + "_grad", device)
-            self._saved[key] = grad_attr(grad.source, grad.name,
-                                         "moe.saved_results")
-        return self._saved[key]
-
-
-# Blocks reach their program through an index (a module then holds no
-# compiled bundle itself: state_dict, deepcopy and pickling stay plain).
-_PROGRAMS: list = []
-_PROGRAM_INDEX: dict = {}
-
-
-def _program_index(config: tuple, save: str, tile, bundle,
-                   sm_count: Optional[int] = None) -> int:
-    key = config + (save, tuple(sorted((tile or {}).items())),
-                    None if bundle is None else id(bundle), sm_count)
-    if key not in _PROGRAM_INDEX:
-        _PROGRAM_INDEX[key] = len(_PROGRAMS)
-        _PROGRAMS.append(_Program(config, save, tile, bundle, sm_count))
-    return _PROGRAM_INDEX[key]
-
-
-def _outputs(out) -> tuple:
-    return out if isinstance(out, tuple) else (out,)
-
-
-class _KernelFunction(torch.autograd.Function):
-    """One kernel of the layer under autograd: the forward runs `name_fwd`
-    and keeps what `name_grad` reads; the backward runs `name_grad` on the
-    gradients of the float results and returns those of `_WRT[name]`."""
-
-    @staticmethod
-    def forward(ctx, program, name, *args):
-        device = args[0].device
-        count = len(program.entry(name, device).outputs)
-        out = _outputs(program.entry(name + "_fwd", device)(
-            *args, check_values=False))
-        saved = [out[i] for i in program.saved_results(name, device)]
-        out = out[:count]
-        ctx.program, ctx.name, ctx.arg_count = program, name, len(args)
-        ctx.float_results = [i for i, o in enumerate(out)
-                             if o.is_floating_point()]
-        ctx.mark_non_differentiable(
-            *[o for o in out if not o.is_floating_point()])
-        ctx.save_for_backward(*args, *saved)
-        return out
-
-    @staticmethod
-    def backward(ctx, *grads):
-        values = ctx.saved_tensors
-        args, saved = values[:ctx.arg_count], values[ctx.arg_count:]
-        kernel = ctx.program.kernels[ctx.name]
-        grads = [grads[i].contiguous() for i in ctx.float_results]
-        out = _outputs(ctx.program.entry(ctx.name + "_grad", args[0].device)(
-            *args, *saved, *grads, check_values=False))
-        result = [None] * len(args)
-        for arg, grad in zip(_WRT[ctx.name], out):
-            result[kernel.arg_names.index(arg)] = grad
-        return (None, None, *result)
-
-
-def _call(program: _Program, name: str, args, training: bool) -> tuple:
-    """The results of kernel `name` on `args`, under autograd if training."""
-    if training:
-        return _KernelFunction.apply(program, name, *args)
-    return _outputs(program.entry(name, args[0].device)(*args,
-                                                        check_values=False))
-
 
 class ExpertParallelMoE(nn.Module):
     """A sparse MoE block (as moec.torch.MoE) whose experts are split over
@@ -346,6 +105,12 @@ class ExpertParallelMoE(nn.Module):
     Same output as the plain layer; a forward under autograd runs the
     plain layer. A given bundle must come from
     `ep_module(..., expert_chunks=...)` with the same value.
+
+    `main_grad=True`: as moec.torch.MoE's, this rank's experts' gradients
+    are added to f32 `w_gate_up.main_grad` and `w_down.main_grad` inside
+    the weight-gradient kernels (their `.grad` stays None); the router's
+    gradient reaches `.grad` (all-reduce it as before). A given bundle must
+    come from `ep_module(..., main_grad=True)`.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int,
@@ -360,11 +125,13 @@ class ExpertParallelMoE(nn.Module):
                  topk_groups: Optional[int] = None,
                  scaling_factor: float = 1.0, chunks: int = 1,
                  sm_count: Optional[int] = None, transport: str = "nccl",
-                 expert_chunks=1):
+                 expert_chunks=1, main_grad: bool = False):
         super().__init__()
-        from .torch import check_config
+        from .torch import check_config, check_main_grad
         check_config(hidden_size, intermediate_size, num_experts, top_k,
                      routing, dtype, save)
+        check_main_grad(main_grad)
+        self.main_grad = main_grad
         router = _router_options(num_experts, routing, scoring,
                                  selection_bias, num_groups, topk_groups,
                                  scaling_factor)
@@ -427,7 +194,7 @@ class ExpertParallelMoE(nn.Module):
         self.sm_count = sm_count
         self._programs = {dtype: _program_index(
             self._config + (dtype, router, expert_chunks), save, tile,
-            bundle, sm_count)}
+            bundle, sm_count, main_grad)}
         factory = dict(dtype=dtype, device=device)
         self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
         self.w_gate_up = nn.Parameter(torch.empty(
@@ -451,7 +218,9 @@ class ExpertParallelMoE(nn.Module):
                  block.num_experts, block.top_k, group=group,
                  norm_topk_prob=block.norm_topk_prob, routing=block.routing,
                  dtype=block.w_down.dtype, device=block.w_down.device,
-                 tile=block.tile, save=block.save, **kwargs)
+                 tile=block.tile, save=block.save,
+                 **{"main_grad": getattr(block, "main_grad", False),
+                    **kwargs})
         with torch.no_grad():
             ep.gate.weight.copy_(block.gate.weight)
             ep.w_gate_up.copy_(block.w_gate_up[ep.experts.start:
@@ -479,7 +248,7 @@ class ExpertParallelMoE(nn.Module):
         if dtype not in self._programs:
             self._programs[dtype] = _program_index(
                 self._config + (dtype, self._router, self.expert_chunks),
-                self.save, self.tile, None, self.sm_count)
+                self.save, self.tile, None, self.sm_count, self.main_grad)
         return _PROGRAMS[self._programs[dtype]]
 
     def kernels(self) -> list:
@@ -602,11 +371,24 @@ class ExpertParallelMoE(nn.Module):
 
     def compute(self, state: dict) -> dict:
         """The local experts on the received rows (in received order)."""
+        main_grads = (self.main_grads() if self.main_grad and
+                      state["training"] else ())
         state["rows"] = _call(
             self._program, "ep_experts",
             (state["rows"], state["ids"], self.w_gate_up, self.w_down),
-            state["training"])[0]
+            state["training"], main_grads)[0]
         return state
+
+    def main_grads(self) -> list:
+        """This rank's experts' f32 main gradients (main_grad=True), as
+        moec.torch.MoE.main_grads."""
+        from .torch import main_grads_of
+        return main_grads_of(self)
+
+    def zero_main_grad(self) -> None:
+        """Zeroes this rank's experts' main gradients."""
+        from .torch import zero_main_grads
+        zero_main_grads(self)
 
     def send_back(self, state: dict) -> dict:
         """The expert outputs back to their tokens' ranks."""
@@ -751,7 +533,8 @@ class ExpertParallelMoE(nn.Module):
                 f"top_k={self.top_k}, experts={self.experts.start}.."
                 f"{self.experts.stop - 1} of rank {self.rank}/"
                 f"{self.world_size}, routing={self.routing}, transport="
-                f"{self.transport}")
+                f"{self.transport}"
+                + (", main_grad=True" if self.main_grad else ""))
 
 
 def _router_options(num_experts, routing, scoring, selection_bias,
@@ -787,13 +570,14 @@ def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
               save: str = "all", scoring: str = "softmax",
               selection_bias: bool = False, num_groups: Optional[int] = None,
               topk_groups: Optional[int] = None,
-              scaling_factor: float = 1.0, expert_chunks=1) -> str:
+              scaling_factor: float = 1.0, expert_chunks=1,
+              main_grad: bool = False) -> str:
     """The MLIR module ExpertParallelMoE runs (its three kernels, their
     derived backwards, and with `expert_chunks` the ep_experts_<n>), to
     compile ahead of time:
     `moec.compile(ep_module(...), "sm_90a").save(path)`, then
     `ExpertParallelMoE(..., bundle=moec.load(path))` with the same
-    arguments."""
+    arguments (`main_grad` included)."""
     if save not in SAVE_POLICIES:
         raise ValueError(f"'save': expected one of {', '.join(SAVE_POLICIES)}"
                          f", got {save!r}")
@@ -801,4 +585,5 @@ def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
                              num_groups, topk_groups, scaling_factor)
     return _Program((hidden_size, intermediate_size, num_experts, top_k,
                      world_size, norm_topk_prob, routing, dtype, router,
-                     expert_chunks), save, None, None).module
+                     expert_chunks), save, None, None,
+                    main_grad=main_grad).module

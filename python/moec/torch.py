@@ -396,13 +396,382 @@ class MoE(nn.Module):
                                            and lora_alpha > 0):
             raise ValueError(f"'lora_alpha': expected a positive number, got "
                              f"{lora_alpha!r}")
-        if not isinstance(main_grad, bool):
-            raise ValueError(f"'main_grad': expected a bool, got "
-                             f"{main_grad!r}")
-        if main_grad and lora_rank:
-            raise ValueError("'main_grad': a LoRA block trains its adapters "
-                             "only, whose gradients do not accumulate into "
-                             "main gradients (use main_grad=False)")
+        check_main_grad(main_grad, lora_rank)
+        self.main_grad = main_grad
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.num_experts, self.top_k = num_experts, top_k
+        self.norm_topk_prob, self.routing = norm_topk_prob, routing
+        self.tile, self.save = tile, save
+        self.lora_rank = lora_rank
+        self.lora_scaling = (float(lora_alpha if lora_alpha is not None
+                                   else lora_rank) / lora_rank
+                             if lora_rank else 1.0)
+        # Fixed here: torch.compile sees a constant. Under autocast the
+        # blocks run the kernels of the autocast type (_launcher_for).
+        self._launchers: dict = {}
+        self._launcher = self._launcher_for(dtype, bundle)
+
+    def _launcher_for(self, dtype: torch.dtype, bundle=None) -> int:
+        if dtype not in self._launchers:
+            self._launchers[dtype] = _launcher_index(
+                self.hidden_size, self.intermediate_size, self.num_experts,
+                self.top_k, self.norm_topk_prob, self.routing, dtype,
+                self.save, self.lora_rank, self.lora_scaling, self.main_grad,
+                tile=self.tile,
+                bundle=bundle)
+        return self._launchers[dtype]
+
+    def adapters(self) -> tuple:
+        """The four LoRA parameters in kernel order (empty without LoRA)."""
+        if not self.lora_rank:
+            return ()
+        return (self.gate_up_lora_A, self.gate_up_lora_B, self.down_lora_A,
+                self.down_lora_B)
+
+    def main_grads(self) -> list:
+        """The expert weights' f32 main gradients (main_grad=True), made as
+        zeros where a weight has none; a ValueError names one of the wrong
+        dtype, shape or device."""
+        return main_grads_of(self)
+
+    def zero_main_grad(self) -> None:
+        """Zeroes the expert weights' main gradients (main_grad=True)."""
+        zero_main_grads(self)
+
+    def kernel(self) -> Kernel:
+        if self._kernel is None:
+            self._kernel = moe_kernel(
+                *self.args, norm_topk_prob=self.norm_topk_prob,
+                routing=self.routing, dtype=self.dtype,
+                lora_rank=self.lora_rank, lora_scaling=self.lora_scaling)
+        return self._kernel
+
+    def entry(self, device: torch.device) -> Entry:
+        target = "host" if device.type == "cpu" else "sm_90a"
+        if self.bundle is None or target not in self.bundle.targets:
+            self.bundle = _compile(self.kernel(), target, self.tile)
+        return self.bundle.entry("moe_block", target)
+
+    def gradient(self) -> Gradient:
+        """The derived forward-with-saves and backward: with respect to x
+        and the weights, or with LoRA to x and the adapters (the router and
+        base weights frozen)."""
+        if self._gradient is None:
+            wrt = ["x"] + LORA_ARGS if self.lora_rank else None
+            self._gradient = self.kernel().grad(
+                wrt=wrt, save=self.save,
+                accumulate=MAIN_GRAD_ARGS if self.main_grad else ())
+        return self._gradient
+
+    def train_entries(self, device: torch.device) -> tuple:
+        """(moe_block_fwd, moe_block_grad) for the device: from the given
+        bundle when it holds them (compile gradient().module for AOT),
+        else compiled."""
+        target = "host" if device.type == "cpu" else "sm_90a"
+        for bundle in (self._given_bundle, self._train_bundle):
+            if bundle is not None and any(
+                    e.name == "moe_block_grad" and e.target == target
+                    for e in bundle.entries):
+                backward = bundle.entry("moe_block_grad", target)
+                accumulates = any(b.name == MAIN_GRAD_ARGS[0] + "_main_grad"
+                                  for b in backward.inputs)
+                if accumulates != self.main_grad:
+                    how = (f"accumulate={MAIN_GRAD_ARGS!r}" if self.main_grad
+                           else "")
+                    raise ValueError(
+                        f"'bundle': its moe_block_grad was compiled "
+                        f"{'with' if accumulates else 'without'} main "
+                        f"gradients, the block has main_grad="
+                        f"{self.main_grad} (compile it from "
+                        f"block.kernel().grad({how}).module)")
+                return (bundle.entry("moe_block_fwd", target), backward)
+        self._train_bundle = _compile(self.gradient().module, target,
+                                      self.tile)
+        return self.train_entries(device)
+
+    def saved_specs(self, x: torch.Tensor) -> list:
+        """(shape, dtype) of moe_block_fwd's results for tokens x: y, then
+        what the save policy keeps (docs/training.md), as the compiled
+        entry sizes them (the fake implementation's)."""
+        fwd, _ = self.train_entries(x.device)
+        if fwd.symbols != ["T"]:
+            raise RuntimeError(
+                f"moec.torch: moe_block_fwd sizes its results by "
+                f"{fwd.symbols}, expected the token count T alone (a bundle "
+                f"compiled from another module?)")
+        shapes = fwd.shapes([x.shape[0]])[len(fwd.inputs):]
+        return [(tuple(shape), _DTYPES[out.dtype])
+                for shape, out in zip(shapes, fwd.outputs)]
+
+
+# The adapters' kernel arguments (moe_kernel's), in order.
+LORA_ARGS = ["gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b"]
+# The weights whose gradients add to `.main_grad` with main_grad=True.
+MAIN_GRAD_ARGS = ["w_gate_up", "w_down"]
+_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
+           "i32": torch.int32}
+
+
+# The custom op reaches its launcher through an int argument (an op takes no
+# Python objects): an index into _LAUNCHERS, one per configuration (and per
+# precompiled bundle given).
+_LAUNCHERS: list = []
+_LAUNCHER_INDEX: dict = {}
+
+
+def _launcher_index(*config, tile, bundle) -> int:
+    key = config + (tuple(sorted((tile or {}).items())),
+                    None if bundle is None else id(bundle))
+    if key not in _LAUNCHER_INDEX:
+        _LAUNCHER_INDEX[key] = len(_LAUNCHERS)
+        _LAUNCHERS.append(_Launcher(*config, tile, bundle))
+    return _LAUNCHER_INDEX[key]
+
+
+@torch.library.custom_op("moec::moe_block", mutates_args=())
+def _moe_block(x: torch.Tensor, gate_w: torch.Tensor, w_gate_up: torch.Tensor,
+               w_down: torch.Tensor, adapters: list[torch.Tensor],
+               launcher: int) -> torch.Tensor:
+    """The block's forward on tokens x [T, H] (contiguous); `adapters`: the
+    four LoRA tensors (LORA_ARGS) of a LoRA block, else empty."""
+    return _LAUNCHERS[launcher].entry(x.device)(x, gate_w, w_gate_up, w_down,
+                                                *adapters)
+
+
+@_moe_block.register_fake
+def _(x, gate_w, w_gate_up, w_down, adapters, launcher):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("moec::moe_block_train", mutates_args=())
+def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
+                     w_gate_up: torch.Tensor, w_down: torch.Tensor,
+                     adapters: list[torch.Tensor],
+                     main_grads: list[torch.Tensor],
+                     launcher: int) -> list[torch.Tensor]:
+    """The block's forward for training: [y, *what the backward reads].
+    `main_grads` (main_grad=True: the expert weights' f32 main gradients,
+    else empty) is not read here; the backward updates it."""
+    launcher_ = _LAUNCHERS[launcher]
+    fwd, _ = launcher_.train_entries(x.device)
+    outs = fwd(x, gate_w, w_gate_up, w_down, *adapters)
+    # An entry with one result (save="inputs": y alone) returns it bare.
+    return list(outs) if isinstance(outs, tuple) else [outs]
+
+
+@_moe_block_train.register_fake
+def _(x, gate_w, w_gate_up, w_down, adapters, main_grads, launcher):
+    return [x.new_empty(shape, dtype=dtype)
+            for shape, dtype in _LAUNCHERS[launcher].saved_specs(x)]
+
+
+@torch.library.custom_op("moec::moe_block_backward", mutates_args=())
+def _moe_block_backward(
+        grad: torch.Tensor, x: torch.Tensor, gate_w: torch.Tensor,
+        w_gate_up: torch.Tensor, w_down: torch.Tensor,
+        adapters: list[torch.Tensor], saved: list[torch.Tensor],
+        launcher: int) -> list[torch.Tensor]:
+    """moe_block_grad on the inputs, the saved values and the output's
+    gradient: the gradients of x and the three weights, or with LoRA of x
+    and the four adapters."""
+    _, backward = _LAUNCHERS[launcher].train_entries(x.device)
+    grads = backward(x, gate_w, w_gate_up, w_down, *adapters, *saved,
+                     grad.contiguous())
+    return list(grads)
+
+
+@_moe_block_backward.register_fake
+def _(grad, x, gate_w, w_gate_up, w_down, adapters, saved, launcher):
+    inputs = [x] + (list(adapters) if adapters else [gate_w, w_gate_up,
+                                                     w_down])
+    return [torch.empty_like(t) for t in inputs]
+
+
+# Its own op: torch.compile functionalizes an op that mutates tensors only
+# when it returns tensors, not a list of them.
+@torch.library.custom_op("moec::moe_block_backward_main_grad",
+                         mutates_args=("main_grad_gate_up", "main_grad_down"))
+def _moe_block_backward_main_grad(
+        grad: torch.Tensor, x: torch.Tensor, gate_w: torch.Tensor,
+        w_gate_up: torch.Tensor, w_down: torch.Tensor,
+        saved: list[torch.Tensor], main_grad_gate_up: torch.Tensor,
+        main_grad_down: torch.Tensor,
+        launcher: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """main_grad=True's backward: adds the expert weights' gradients to
+    their f32 main gradients in place; returns x's and the router's."""
+    _, backward = _LAUNCHERS[launcher].train_entries(x.device)
+    # The kernel reads each main gradient's element before it writes the
+    # sum there: the main gradients are their own outputs.
+    mains = (main_grad_gate_up, main_grad_down)
+    grads = backward(x, gate_w, w_gate_up, w_down, *saved, grad.contiguous(),
+                     *mains, out=[None, None, *mains])
+    return grads[0], grads[1]
+
+
+@_moe_block_backward_main_grad.register_fake
+def _(grad, x, gate_w, w_gate_up, w_down, saved, main_grad_gate_up,
+      main_grad_down, launcher):
+    return torch.empty_like(x), torch.empty_like(gate_w)
+
+
+def _setup_context(ctx, inputs, output):
+    x, gate_w, w_gate_up, w_down, adapters, main_grads, launcher = inputs
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.save_for_backward(x, gate_w, w_gate_up, w_down, *adapters,
+                          *output[1:])
+    ctx.num_adapters = len(adapters)
+    # Not saved tensors: the backward of another micro-batch may update
+    # them in between (a saved tensor's version check would fail).
+    ctx.main_grads = list(main_grads)
+    ctx.launcher = launcher
+
+
+def _backward(ctx, grads):
+    x, gate_w, w_gate_up, w_down, *rest = ctx.saved_tensors
+    adapters, saved = rest[:ctx.num_adapters], rest[ctx.num_adapters:]
+    if ctx.main_grads:
+        # The expert weights' gradients go into their main gradients.
+        dx, d_gate = torch.ops.moec.moe_block_backward_main_grad(
+            grads[0], x, gate_w, w_gate_up, w_down, saved, *ctx.main_grads,
+            ctx.launcher)
+        return (dx, d_gate, None, None, [], [None] * len(ctx.main_grads),
+                None)
+    out = torch.ops.moec.moe_block_backward(
+        grads[0], x, gate_w, w_gate_up, w_down, adapters, saved, ctx.launcher)
+    if adapters:
+        # LoRA: the router and base weights are frozen (MoE.forward checks).
+        return out[0], None, None, None, list(out[1:]), [], None
+    return (*out, [], [], None)
+
+
+_moe_block_train.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _no_backward(ctx, grad):
+    raise RuntimeError(
+        "moec.torch: moec::moe_block is the inference op; MoE.forward runs "
+        "moec::moe_block_train when gradients are needed")
+
+
+_moe_block.register_autograd(_no_backward,
+                             setup_context=lambda ctx, inputs, output: None)
+
+
+def check_config(hidden_size, intermediate_size, num_experts, top_k,
+                 routing, dtype, save) -> None:
+    """The argument checks of an MoE block (moec.torch.MoE,
+    moec.ep.ExpertParallelMoE): a ValueError naming the argument."""
+    if routing not in ROUTINGS:
+        raise ValueError(f"'routing': expected one of {', '.join(ROUTINGS)}"
+                         f", got {routing!r}")
+    for name, value in (("hidden_size", hidden_size),
+                        ("intermediate_size", intermediate_size),
+                        ("num_experts", num_experts), ("top_k", top_k)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"'{name}': expected a positive int, got "
+                             f"{value!r}")
+    if top_k > num_experts:
+        raise ValueError(f"'top_k' ({top_k}) exceeds 'num_experts' "
+                         f"({num_experts})")
+    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"'dtype': expected torch.bfloat16, torch.float16"
+                         f" or torch.float32, got {dtype}")
+    if save not in SAVE_POLICIES:
+        raise ValueError(f"'save': expected one of "
+                         f"{', '.join(SAVE_POLICIES)}, got {save!r}")
+
+
+class MoE(nn.Module):
+    """A sparse MoE block whose forward runs moec kernels.
+
+    `routing="softmax_then_topk"` with `norm_topk_prob` is Qwen3 (and
+    Qwen3.5, OLMoE without renormalization); `routing="topk_then_softmax"`
+    is Mixtral. `dtype` (of the weights and of x): torch.bfloat16,
+    torch.float16 or torch.float32. `save`: what a training forward keeps
+    for the backward: "all" (fastest), "matmuls" (the backward recomputes
+    the permuted rows and SwiGLU: less memory) or "inputs" (it recomputes
+    the whole forward). `bundle`: a precompiled bundle of
+    `kernel()` (e.g. `moec.load(path)` on a machine without the compiler);
+    otherwise the kernel is compiled for the input's device on first use
+    (cached on disk, and shared by the blocks of one configuration).
+
+    LoRA fine-tuning: `lora_rank` r > 0 adds an adapter per expert to both
+    projections, `gate_up_lora_A` [E*r, H], `gate_up_lora_B` [2I, E*r],
+    `down_lora_A` [E*r, I], `down_lora_B` [H, E*r] (expert e's A is rows
+    e*r..e*r+r, its B columns e*r..e*r+r; the layout of one nn.Linear LoRA
+    per expert stacked along r), scaled by `lora_alpha / r` (default
+    alpha: r). A is initialized as nn.Linear's weight, B to zeros, so the
+    block starts as the base block. The router and the base weights are
+    frozen (requires_grad False); the backward computes the gradients of
+    x and the adapters only.
+
+    `main_grad=True` (full fine-tuning, not with LoRA): gradient
+    accumulation into f32 main gradients, as Megatron-LM does. Each
+    backward adds the expert weights' gradients to `w_gate_up.main_grad`
+    and `w_down.main_grad` (float32, the weights' shapes; made as zeros on
+    the first training forward unless set, e.g. to views of a flat
+    gradient buffer) inside the weight-gradient kernels, and leaves their
+    `.grad` None; x's and the router's gradients go to `.grad` as usual.
+    The optimizer step reads `.main_grad`; `zero_main_grad()` clears them.
+    """
+
+    def __init__(self, hidden_size: int, intermediate_size: int,
+                 num_experts: int, top_k: int, *, norm_topk_prob: bool = True,
+                 routing: str = "softmax_then_topk",
+                 dtype: torch.dtype = torch.bfloat16, device=None,
+                 bundle: Optional[Bundle] = None,
+                 tile: Optional[dict] = None, save: str = "all",
+                 lora_rank: int = 0, lora_alpha: Optional[float] = None,
+                 main_grad: bool = False):
+        super().__init__()
+        self._configure(hidden_size, intermediate_size, num_experts, top_k,
+                        norm_topk_prob, routing, dtype, bundle, tile, save,
+                        lora_rank, lora_alpha, main_grad)
+        factory = dict(dtype=dtype, device=device)
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
+        self.w_gate_up = nn.Parameter(torch.empty(
+            num_experts, 2 * intermediate_size, hidden_size, **factory))
+        self.w_down = nn.Parameter(torch.empty(
+            num_experts, hidden_size, intermediate_size, **factory))
+        nn.init.normal_(self.w_gate_up, std=hidden_size ** -0.5)
+        nn.init.normal_(self.w_down, std=intermediate_size ** -0.5)
+        if lora_rank:
+            self._add_adapters(factory)
+
+    def _add_adapters(self, factory: dict) -> None:
+        """The LoRA parameters (see the class docs); freezes the rest."""
+        H, I = self.hidden_size, self.intermediate_size
+        ER = self.num_experts * self.lora_rank
+        for name, rows, cols in (("gate_up", 2 * I, H), ("down", H, I)):
+            a = nn.Parameter(torch.empty(ER, cols, **factory))
+            # As nn.Linear(cols, rows) initializes its weight (peft's A).
+            nn.init.kaiming_uniform_(a, a=5 ** 0.5)
+            setattr(self, name + "_lora_A", a)
+            setattr(self, name + "_lora_B",
+                    nn.Parameter(torch.zeros(rows, ER, **factory)))
+        for p in (self.gate.weight, self.w_gate_up, self.w_down):
+            p.requires_grad_(False)
+
+    def _configure(self, hidden_size, intermediate_size, num_experts, top_k,
+                   norm_topk_prob, routing, dtype, bundle, tile,
+                   save: str = "all", lora_rank: int = 0,
+                   lora_alpha: Optional[float] = None,
+                   main_grad: bool = False) -> None:
+        """Checks and sets the configuration; no parameters (moec.hf's
+        block adopts a transformers block's own)."""
+        check_config(hidden_size, intermediate_size, num_experts, top_k,
+                     routing, dtype, save)
+        if (not isinstance(lora_rank, int) or isinstance(lora_rank, bool)
+                or lora_rank < 0):
+            raise ValueError(f"'lora_rank': expected an int >= 0, got "
+                             f"{lora_rank!r}")
+        if lora_alpha is not None and not lora_rank:
+            raise ValueError("'lora_alpha' needs 'lora_rank' > 0")
+        if lora_alpha is not None and not (isinstance(lora_alpha, (int, float))
+                                           and lora_alpha > 0):
+            raise ValueError(f"'lora_alpha': expected a positive number, got "
+                             f"{lora_alpha!r}")
+        check_main_grad(main_grad, lora_rank)
         self.main_grad = main_grad
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.num_experts, self.top_k = num_experts, top_k
@@ -528,6 +897,51 @@ class MoE(nn.Module):
                 + (f", lora_rank={self.lora_rank}, lora_scaling="
                    f"{self.lora_scaling}" if self.lora_rank else "")
                 + (", main_grad=True" if self.main_grad else ""))
+
+
+def main_grads_of(block: nn.Module) -> list:
+    """The f32 `.main_grad` of `block.w_gate_up` and `block.w_down` (MoE,
+    ExpertParallelMoE), made as zeros where missing, checked otherwise."""
+    grads = []
+    for name in MAIN_GRAD_ARGS:
+        weight = getattr(block, name)
+        grad = getattr(weight, "main_grad", None)
+        if grad is None:
+            grad = torch.zeros(weight.shape, dtype=torch.float32,
+                               device=weight.device)
+            weight.main_grad = grad
+        elif (not isinstance(grad, torch.Tensor)
+              or grad.dtype != torch.float32 or grad.shape != weight.shape
+              or grad.device != weight.device or not grad.is_contiguous()):
+            got = (f"{grad.dtype} {list(grad.shape)} on {grad.device}"
+                   f"{'' if grad.is_contiguous() else ', not contiguous'}"
+                   if isinstance(grad, torch.Tensor)
+                   else type(grad).__name__)
+            raise ValueError(
+                f"'{name}.main_grad': expected a contiguous float32 tensor "
+                f"of shape {list(weight.shape)} on {weight.device}, got "
+                f"{got}")
+        grads.append(grad)
+    return grads
+
+
+@torch.no_grad()
+def zero_main_grads(block: nn.Module) -> None:
+    """Zeroes the main gradients main_grads_of(block) made or took."""
+    for name in MAIN_GRAD_ARGS:
+        grad = getattr(getattr(block, name), "main_grad", None)
+        if grad is not None:
+            grad.zero_()
+
+
+def check_main_grad(main_grad, lora_rank: int = 0) -> None:
+    """The `main_grad` argument's checks (MoE, ExpertParallelMoE)."""
+    if not isinstance(main_grad, bool):
+        raise ValueError(f"'main_grad': expected a bool, got {main_grad!r}")
+    if main_grad and lora_rank:
+        raise ValueError("'main_grad': a LoRA block trains its adapters "
+                         "only, whose gradients do not accumulate into "
+                         "main gradients (use main_grad=False)")
 
 
 @torch.no_grad()

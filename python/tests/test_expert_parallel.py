@@ -197,6 +197,48 @@ def test_save_policies(tmp_path, save):
     check(cases[0], [r[0] for r in results])
 
 
+def _main_grad_rank(payload, rank):
+    case, chunks = payload
+    block = moec.torch.MoE(H, I, E, K, routing=case["routing"],
+                           dtype=case["dtype"], main_grad=True)
+    block.load_state_dict(case["weights"])
+    ep = moec.ep.ExpertParallelMoE.from_moe(block, chunks=chunks)
+    assert ep.main_grad
+    first = train_rank(ep, case, rank)
+    # The same micro-batch again: the main gradients take it twice.
+    second = train_rank(ep, case, rank)
+    return dict(first=first, second=second, main=ep.main_grads(),
+                experts=first["experts"])
+
+
+@pytest.mark.parametrize("world,chunks", [(2, 1), (4, 1), (2, 3)])
+def test_main_grad(tmp_path, world, chunks):
+    # ExpertParallelMoE(main_grad=True) (from a main_grad block): each
+    # rank's experts' gradients go into their f32 main gradients, none into
+    # .grad; after two steps on the same tokens they hold twice the
+    # single-process block's gradients (bitwise in f32, one piece), with a
+    # rank of one token and, at world 4, one of none.
+    tokens = [13, 1] if world == 2 else [13, 1, 0, 6]
+    cases = [make_case(world, tokens, torch.float32, seed=21),
+             make_case(world, tokens, torch.bfloat16, seed=22)]
+    for case in cases:
+        results = spawn(tmp_path, world, _main_grad_rank, (case, chunks))
+        tol = (0.0 if case["dtype"] == torch.float32 and chunks == 1
+               else 1e-6 if case["dtype"] == torch.float32 else 1e-2)
+        for rank, got in enumerate(results):
+            experts = slice(*got["experts"])
+            assert got["first"]["w_gate_up"] is None
+            assert got["second"]["w_down"] is None
+            assert torch.equal(got["first"]["y"], got["second"]["y"])
+            for main, name in zip(got["main"], ("w_gate_up", "w_down")):
+                want = 2 * case["grads"][name][experts].float()
+                assert main.dtype == torch.float32, (rank, name)
+                if tol:
+                    assert rel(main, want) <= tol, (rank, name)
+                else:
+                    assert torch.equal(main, want), (rank, name)
+
+
 DEEPSEEK = dict(scoring="sigmoid", selection_bias=True, num_groups=4,
                 topk_groups=2, scaling_factor=2.5)
 
