@@ -44,7 +44,7 @@ run, median of --iters.
 import argparse
 import json
 
-from training_step import MODELS, layer_mlir, torch_step_fn
+from training_step import MODELS, layer_mlir, layer_weights, torch_step_fn
 
 
 def emit_mlir(path: str) -> None:
@@ -153,7 +153,6 @@ def main():
         return
     import torch
     import moec
-    from grouped_gemm import random_weights
     from memory_bound import make_flush
 
     bundle = moec.load(args.bundle)
@@ -164,12 +163,7 @@ def main():
     rows = []
     for key in args.models.split(","):
         m = MODELS[key]
-        E, H, I = m["E"], m["H"], m["I"]
-        weights = (random_weights((E, H), gen),
-                   random_weights((E, 2 * I, H), gen),
-                   random_weights((E, H, I), gen))
-        bias = (torch.randn(E, device="cuda", generator=gen) * 0.01
-                if m["routing"] == "deepseek" else None)
+        weights, bias = layer_weights(m, gen)
         for T in tokens:
             try:
                 row = measure(bundle, key, m, T, weights, bias, gen, flush,

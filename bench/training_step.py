@@ -297,6 +297,19 @@ def reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy, ids,
     return [t.grad for t in leaves]
 
 
+def layer_weights(m, gen):
+    """Random bf16 weights of a layer, (gate_w, w_gate_up, w_down), and
+    DeepSeek-V3's selection bias (else None)."""
+    import torch
+    from grouped_gemm import random_weights
+    E, H, I = m["E"], m["H"], m["I"]
+    weights = (random_weights((E, H), gen), random_weights((E, 2 * I, H), gen),
+               random_weights((E, H, I), gen))
+    bias = (torch.randn(E, device="cuda", generator=gen) * 0.01
+            if m["routing"] == "deepseek" else None)
+    return weights, bias
+
+
 def moec_step_fn(bundle, name, args, dy):
     """{name}_fwd then {name}_grad on the saved values: (the gradients, the
     forward's outputs)."""
@@ -460,7 +473,7 @@ def main():
         return
     import torch
     import moec
-    from grouped_gemm import random_weights, report_peak
+    from grouped_gemm import report_peak
     from memory_bound import make_flush
 
     bundle = moec.load(args.bundle)
@@ -471,12 +484,7 @@ def main():
     rows = []
     for key in args.models.split(","):
         m = MODELS[key]
-        E, H, I = m["E"], m["H"], m["I"]
-        weights = (random_weights((E, H), gen),
-                   random_weights((E, 2 * I, H), gen),
-                   random_weights((E, H, I), gen))
-        bias = (torch.randn(E, device="cuda", generator=gen) * 0.01
-                if m["routing"] == "deepseek" else None)
+        weights, bias = layer_weights(m, gen)
         for T, rank in ((t, r) for t in tokens
                         for r in (int(v) for v in args.ranks.split(","))):
             # The float64 reference needs the weights and their gradients in
