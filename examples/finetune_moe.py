@@ -11,8 +11,15 @@ downloaded); the data are synthetic: sequences of a fixed random bigram
 models start from the same weights and see the same batches; the moec one
 has its sparse MoE blocks swapped for moec.torch.MoE
 (moec.torch.replace_moe_blocks), whose forward and backward are the
-kernels moec derives (moe-autodiff). Full fine-tuning in bf16 with AdamW;
-LoRA adapters on the experts are not in moec yet.
+kernels moec derives (moe-autodiff). Full fine-tuning in bf16 with AdamW
+(LoRA on the experts: examples/finetune_lora.py).
+
+`--micro-batches N` accumulates the gradients of N micro-batches per
+optimizer step. `--main-grad` then gives the moec model's experts f32 main
+gradients (replace_moe_blocks(main_grad=True)): the weight-gradient
+kernels add each micro-batch's gradient to `.main_grad` in f32, where the
+torch model adds bf16 `.grad`s; the optimizer step takes the sum as the
+experts' `.grad`.
 
 Needs torch, transformers and moec (`pip install .`, or
 PYTHONPATH=build/python_packages after `make`); on the GPU machine without
@@ -60,18 +67,28 @@ def bigram_batches(vocab, batch, seq, steps, device, seed=0):
         yield tokens.to(device)
 
 
-def train(model, batches, lr):
+def train(model, batches, lr, micro_batches=1):
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     losses, tokens_seen, elapsed = [], 0, 0.0
     for step, ids in enumerate(batches):
         if ids.is_cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
+        loss = 0.0
+        for part in ids.tensor_split(micro_batches):
+            part_loss = model(input_ids=part, labels=part).loss
+            (part_loss / micro_batches).backward()
+            loss += part_loss.detach() / micro_batches
+        for p in model.parameters():
+            # The experts' f32 main gradients (main_grad=True, made by the
+            # first training forward): the sum, as the optimizer of these
+            # bf16 weights takes it.
+            if getattr(p, "main_grad", None) is not None:
+                p.grad = p.main_grad.to(p.dtype)
+                p.main_grad.zero_()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())  # also waits for the step
+        losses.append(float(loss))  # also waits for the step
         if step >= 2:  # the first steps compile kernels / warm up
             elapsed += time.perf_counter() - start
             tokens_seen += ids.numel()
@@ -86,6 +103,11 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--micro-batches", type=int, default=1,
+                        help="gradient accumulation: micro-batches per step")
+    parser.add_argument("--main-grad", action="store_true",
+                        help="the moec experts accumulate into f32 "
+                             "main gradients")
     parser.add_argument("--small", action="store_true",
                         help="a tiny model (the CPU test)")
     parser.add_argument("--check", action="store_true",
@@ -99,7 +121,8 @@ def main():
     torch_model = transformers.AutoModelForCausalLM.from_config(
         config, dtype=dtype).to(args.device)
     moec_model = copy.deepcopy(torch_model)
-    swapped = moec.torch.replace_moe_blocks(moec_model)
+    swapped = moec.torch.replace_moe_blocks(moec_model,
+                                            main_grad=args.main_grad)
     print(f"{len(swapped)} MoE blocks on moec; {config.num_experts} experts, "
           f"top-{config.num_experts_per_tok}, hidden {config.hidden_size}, "
           f"device {args.device}")
@@ -108,7 +131,7 @@ def main():
     for name, model in (("torch", torch_model), ("moec", moec_model)):
         batches = bigram_batches(config.vocab_size, args.batch, args.seq,
                                  args.steps, args.device)
-        results[name] = train(model, batches, args.lr)
+        results[name] = train(model, batches, args.lr, args.micro_batches)
     (torch_losses, torch_tps), (moec_losses, moec_tps) = (
         results["torch"], results["moec"])
     print(f"{'step':>5} {'torch loss':>11} {'moec loss':>10}")

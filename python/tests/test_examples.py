@@ -58,6 +58,22 @@ def test_finetune_example(capsys, monkeypatch):
     assert "loss fell: True" in out and "(first steps 1 %): True" in out
 
 
+def test_finetune_example_main_grad(capsys, monkeypatch):
+    # The same with two micro-batches per step, the moec experts' gradients
+    # accumulated into f32 main gradients by the kernels.
+    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+    monkeypatch.setattr(sys, "argv", [
+        "finetune_moe.py", "--device", "cpu", "--steps", "30", "--batch", "4",
+        "--seq", "64", "--small", "--check", "--micro-batches", "2",
+        "--main-grad"])
+    runpy.run_path(os.path.join(EXAMPLES, "finetune_moe.py"),
+                   run_name="__main__")
+    out = capsys.readouterr().out
+    assert "loss fell: True" in out and "(first steps 1 %): True" in out
+
+
 def test_finetune_lora_example(capsys, monkeypatch):
     # LoRA fine-tuning of a tiny Qwen3-MoE-shaped model (base weights
     # frozen, adapters on the experts) on moec next to the same math in
