@@ -308,8 +308,12 @@ func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 // takes the gradient added to after the offsets; per fragment row the
 // epilogue loads a batch of 8 of its pairs (pinned loads: inline assembly
 // that the compilers keep ahead of the stores), then adds each to the f32
-// sums before storing it (so the output may be the same memory).
+// sums before storing it (so the output may be the same memory). Before
+// the tile's k-loop its part of the main gradient goes to L2, one prefetch
+// per 128-byte line (4 per thread: 128 rows of 8 lines of 32 f32).
 // CHECK-LABEL: gpu.func @wgrad_acc_k0_grouped_matmul_wgmma(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<4x200x264xf32>, %arg3: memref<4xi32>, %arg4: memref<4x200x264xf32>, %arg5: index)
+// CHECK-COUNT-4: llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];"
+// CHECK-NOT: llvm.inline_asm has_side_effects "prefetch.global.L2
 // CHECK: nvvm.wgmma.mma_async
 // CHECK: memref.extract_aligned_pointer_as_index %arg4
 // CHECK-COUNT-8: llvm.inline_asm has_side_effects "ld.global.ca.v2.b32 {$0, $1}, [$2];"

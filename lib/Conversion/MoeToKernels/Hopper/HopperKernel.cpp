@@ -245,6 +245,7 @@ void HopperKernel::emitBlockBarrier() {
   producer.loadPrologue(next);
   epilogue.zeroFill(t);
   b.setInsertionPointToStart(&branch.getElseRegion().front());
+  epilogue.prefetchAccumulate(t);
   Value result = mma.blockBarrierLoop(t);
   // Every warpgroup is done with the stages before they are refilled.
   gpu::BarrierOp::create(b);
@@ -351,6 +352,7 @@ void HopperKernel::consumerRole() {
         expert, b.getIndexType(),
         [&] {
           Value count = env.slicesOf(t);
+          epilogue.prefetchAccumulate(t);
           Value result = env.plan.loraUpTiles()
                              ? mma.loraSpecializedLoop(t, slices, count)
                              : mma.specializedLoop(slices, count);

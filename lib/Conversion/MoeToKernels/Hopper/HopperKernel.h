@@ -442,6 +442,9 @@ public:
   void emit(const TileState &t, mlir::Value result);
   /// Rows past the last group: zeros.
   void zeroFill(const TileState &t);
+  /// With accumulate: the tile's part of the gradient added to, into L2
+  /// (before the k-loop, so that pairStores' loads find it there).
+  void prefetchAccumulate(const TileState &t);
   /// Bulk stores: the last tile's copies have landed (before the MMA
   /// threads exit).
   void drain();
