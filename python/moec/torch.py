@@ -19,8 +19,9 @@ docs/training.md): `moe_block_fwd` returns the output and what the backward
 reads (router logits, routing, the permuted rows, the gate_up, SwiGLU and
 down outputs), `moe_block_grad` returns the gradients of x, the router and
 both expert weights (custom ops `moec::moe_block_train` and
-`moec::moe_block_backward`, or `moec::moe_block_backward_main_grad`). `.grad` accumulates as usual; under
-`torch.autocast` to bf16 or f16, f32 blocks run the kernels of that type
+`moec::moe_block_backward`, or `moec::moe_block_backward_main_grad`).
+`.grad` accumulates as usual; under `torch.autocast` to bf16 or f16, f32
+blocks run the kernels of that type
 (gradients flow back to the f32 parameters). With `main_grad=True` the
 expert weights' gradients are instead added to f32 `.main_grad` tensors by
 the weight-gradient kernels themselves (Megatron-style gradient
@@ -417,8 +418,7 @@ class MoE(nn.Module):
                 self.hidden_size, self.intermediate_size, self.num_experts,
                 self.top_k, self.norm_topk_prob, self.routing, dtype,
                 self.save, self.lora_rank, self.lora_scaling, self.main_grad,
-                tile=self.tile,
-                bundle=bundle)
+                tile=self.tile, bundle=bundle)
         return self._launchers[dtype]
 
     def adapters(self) -> tuple:
