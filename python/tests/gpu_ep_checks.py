@@ -4,7 +4,9 @@ tokens (`chunks`) and by experts (`expert_chunks`, equal and uneven
 groups), against the same layer over NCCL, bitwise, forward and training
 gradients, for token counts that leave every rank (as the first call) or
 one rank with no tokens, T = 1, and all tokens routed to rank 0's experts
-(the other ranks receive nothing).
+(the other ranks receive nothing); and a `main_grad=True` layer over NCCL,
+whose experts' f32 main gradients must match the plain layer's bf16
+gradients within their rounding.
 
 Where the compiler is, write the bundles (world size W):
 
@@ -32,6 +34,10 @@ def bundle_name(folder, world, expert_chunks):
     return os.path.join(folder, f"ep_check_w{world}_x{tag}.moecb")
 
 
+def main_grad_bundle(folder, world):
+    return os.path.join(folder, f"ep_check_w{world}_main_grad.moecb")
+
+
 def prepare(folder, world):
     import moec
     from moec.ep import ep_module
@@ -41,6 +47,10 @@ def prepare(folder, world):
         moec.compile(ep_module(H, I, E, K, world, expert_chunks=chunks),
                      "sm_90a").save(path)
         print(path)
+    path = main_grad_bundle(folder, world)
+    moec.compile(ep_module(H, I, E, K, world, main_grad=True),
+                 "sm_90a").save(path)
+    print(path)
 
 
 def run(folder):
@@ -74,6 +84,8 @@ def run(folder):
     grouped = [block("copy_engine", expert_chunks=groups,
                      bundle=moec.load(bundle_name(folder, world, groups)))
                for groups in GROUPS[world]]
+    mains = block("nccl", bundle=moec.load(main_grad_bundle(folder, world)),
+                  main_grad=True)
     # First, no tokens anywhere: the copy engines' shared buffer is made
     # by a forward that moves no rows.
     cases = {"no tokens at all": 0, "T=37": 37,
@@ -87,7 +99,7 @@ def run(folder):
         if name == "all to rank 0":  # only rank 0's experts score
             x = x.abs() + 0.1
             saved = nccl.gate.weight.detach().clone()
-            for b in [nccl, engines, pieces] + grouped:
+            for b in [nccl, engines, pieces, mains] + grouped:
                 with torch.no_grad():
                     b.gate.weight.copy_(saved.abs())
                     b.gate.weight[E // world:].neg_()
@@ -106,6 +118,10 @@ def run(folder):
                 p.grad = None
             b(xg).backward(dy)
             grads[label] = [xg.grad] + [p.grad for p in b.parameters()]
+        xg = x.detach().requires_grad_()
+        mains.zero_main_grad()
+        mains(xg).backward(dy)
+        grads["main_grad"] = [xg.grad, *mains.main_grads()]
         checks = [(f"forward {label}", torch.equal(out, want))
                   for label, out in got.items()]
         checks.append(("gradients copy_engine", all(
@@ -115,6 +131,18 @@ def run(folder):
         # is bitwise, the weights' within bf16 rounding.
         checks.append(("gradients copy_engine chunks=3 (x)", torch.equal(
             grads["copy_engine chunks=3"][0], grads["nccl"][0])))
+
+        def close(main, want):  # f32 against the plain bf16 gradient
+            if not want.abs().max() > 0:
+                return not main.abs().max() > 0
+            err = (main - want.float()).norm() / want.float().norm()
+            return err.item() <= 1e-2
+
+        checks.append(("main_grad: x bitwise, experts' main gradients",
+                       torch.equal(grads["main_grad"][0], grads["nccl"][0])
+                       and close(grads["main_grad"][1], nccl.w_gate_up.grad)
+                       and close(grads["main_grad"][2], nccl.w_down.grad)
+                       and mains.w_gate_up.grad is None))
         flags = torch.tensor([float(ok) for _, ok in checks], device="cuda")
         dist.all_reduce(flags, op=dist.ReduceOp.MIN)
         for (label, _), ok in zip(checks, flags.tolist()):
@@ -124,7 +152,7 @@ def run(folder):
             if not ok:
                 failed.append((name, label))
         if name == "all to rank 0":
-            for b in [nccl, engines, pieces] + grouped:
+            for b in [nccl, engines, pieces, mains] + grouped:
                 with torch.no_grad():
                     b.gate.weight.copy_(saved)
     dist.destroy_process_group()
