@@ -90,7 +90,7 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_narrow_kn dense_narrow gmm_wgrad_narrow gmm_wgrad_narrow_bb \
              gmm_cols_bb gmm_cols_ws_gather gmm_cols_cl_swiglu gmm_wgrad_cols_bb \
              gmm_wgrad_cols_ws gmm_wgrad_t_rows gmm_wgrad_t_gather_ws \
-             gmm_wgrad_acc_rows gmm_wgrad_acc_ws_bulk \
+             gmm_wgrad_acc_rows gmm_wgrad_acc_ws gmm_wgrad_acc_ws_bulk \
              gmm_lora_swiglu_gather gmm_lora_kn_r8 \
              gmm_lora_long_k_r64 gmm_lora_staged gmm_lora_r128_swiglu \
              gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64 \

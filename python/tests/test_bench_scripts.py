@@ -35,6 +35,7 @@ def test_lora_kernels_mlir_is_current(tmp_path):
     assert out.read_text() == (BENCH / "kernels" / "lora_kernels.mlir").read_text()
 
 
+@pytest.mark.compiler
 def test_main_grad_step_mlir_is_current(tmp_path):
     # bench/kernels/main_grad_step.mlir is what bench/main_grad_step.py
     # emits, and its _mg layers take moe-autodiff's accumulate=2,3 (the

@@ -310,8 +310,15 @@ func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 // that the compilers keep ahead of the stores), then adds each to the f32
 // sums before storing it (so the output may be the same memory). Before
 // the tile's k-loop its part of the main gradient goes to L2, one prefetch
-// per 128-byte line (4 per thread: 128 rows of 8 lines of 32 f32).
-// CHECK-LABEL: gpu.func @wgrad_acc_k0_grouped_matmul_wgmma(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<4x200x264xf32>, %arg3: memref<4xi32>, %arg4: memref<4x200x264xf32>, %arg5: index)
+// per 128-byte line (4 per MMA thread: 128 rows of 8 lines of 32 f32).
+// Without a tile, up to 512 rows per expert on average (here 2048 rows)
+// run the warp-specialized kernel, more the block-barrier one.
+// CHECK-LABEL: gpu.func @wgrad_acc_k0_grouped_matmul_wgmma_le2048(
+// CHECK-COUNT-4: llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];"
+// CHECK-NOT: llvm.inline_asm has_side_effects "prefetch.global.L2
+// CHECK: nvvm.wgmma.mma_async
+// CHECK-COUNT-8: llvm.inline_asm has_side_effects "ld.global.ca.v2.b32 {$0, $1}, [$2];"
+// CHECK-LABEL: gpu.func @wgrad_acc_k1_grouped_matmul_wgmma(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<4x200x264xf32>, %arg3: memref<4xi32>, %arg4: memref<4x200x264xf32>, %arg5: index)
 // CHECK-COUNT-4: llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];"
 // CHECK-NOT: llvm.inline_asm has_side_effects "prefetch.global.L2
 // CHECK: nvvm.wgmma.mma_async
@@ -321,7 +328,8 @@ func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 // CHECK: arith.addf
 // CHECK: vector.store %{{.*}}, %arg2[{{.*}}] {{.*}} : memref<4x200x264xf32>, vector<2xf32>
 // CHECK-LABEL: func.func @wgrad_acc(
-// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k0_grouped_matmul_wgmma {{.*}} args(%arg0 : memref<?x200xbf16>, %arg1 : memref<?x264xbf16>, %arg4 : memref<4x200x264xf32>, %arg2 : memref<4xi32>, %arg3 : memref<4x200x264xf32>,
+// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k0_grouped_matmul_wgmma_le2048 {{.*}} threads in (%c384
+// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k1_grouped_matmul_wgmma {{.*}} args(%arg0 : memref<?x200xbf16>, %arg1 : memref<?x264xbf16>, %arg4 : memref<4x200x264xf32>, %arg2 : memref<4xi32>, %arg3 : memref<4x200x264xf32>,
 func.func @wgrad_acc(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
                      %offsets: tensor<4xi32>, %main: tensor<4x200x264xf32>)
     -> tensor<4x200x264xf32> {

@@ -50,6 +50,7 @@
 // RUN: moec run %s --entry gmm_wgrad_t_gather --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_acc_rows --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_acc_rows --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_acc_ws --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_acc_ws_bulk --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_acc_layouts --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
@@ -662,6 +663,26 @@ func.func @gmm_wgrad_t_gather(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
 func.func @gmm_wgrad_acc_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
                               %ids: tensor<?x1xi32>,
                               %main: tensor<16x136x264xf32>)
+    -> tensor<16x136x264xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      accumulate(%main : tensor<16x136x264xf32>)
+      {mode = #moe.mode<weight_grad>,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256>}
+      : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
+      -> tensor<16x136x264xf32>
+  return %g : tensor<16x136x264xf32>
+}
+
+// The same without a tile: up to 512 rows per expert on average (8192
+// here, every T the checks run) the default row bucket takes the
+// warp-specialized kernel, its f32 pairs stored by the MMA threads.
+func.func @gmm_wgrad_acc_ws(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
+                            %ids: tensor<?x1xi32>,
+                            %main: tensor<16x136x264xf32>)
     -> tensor<16x136x264xf32> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>

@@ -238,7 +238,9 @@ static std::optional<int64_t> fusableLoraRank(moe::GroupedMatmulOp op,
 // stores ran 1.03-1.21x as fast as the block-barrier one where the experts
 // average 64-256 rows (Qwen3, Qwen3.5, OLMoE and DeepSeek-V3 at T = 2048,
 // Qwen3.5 and DeepSeek-V3 at T = 8192) and 0.85-1.03x at 512 rows and
-// more.
+// more. With an f32 gradient added to (accumulate; pair stores, no bulk
+// copies) it ran 1.00-1.20x at 64-512 rows and 0.97-1.07x at 1024 and
+// more (bench/results/dw-accumulate-ws-h200.md).
 SmallVector<moe::TileBucketAttr>
 hopper::defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
                        const HopperLimits &limits) {
@@ -251,10 +253,11 @@ hopper::defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
   auto ws = moe::TileAttr::get(op->getContext(), kBlockM, 256, kBlockK,
                                kSpecializedThreads, 0, 0, kProducerThreads);
   std::optional<HopperPlan> plan = groupedPlan(op, ws, limits);
-  if (!plan || !plan->bulkStores)
+  if (!plan || (!plan->bulkStores && !op.getAccumulate()))
     return {};
+  int64_t rows = plan->bulkStores ? kShortReduction : kShortAccumulation;
   int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
-  return {moe::TileBucketAttr::get(op->getContext(), kShortReduction * experts,
+  return {moe::TileBucketAttr::get(op->getContext(), rows * experts,
                                    tileOf(op->getContext(), *plan))};
 }
 

@@ -283,7 +283,8 @@ std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
 /// (else none), the rows above the last going to the op's plan for `tile`.
 /// The weight gradient with a 16-bit output runs the warp-specialized
 /// kernel (bulk stores) while its experts average at most kShortReduction
-/// rows.
+/// rows; one added to an f32 gradient (accumulate) while they average at
+/// most kShortAccumulation.
 llvm::SmallVector<moe::TileBucketAttr>
 defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
                const HopperLimits &limits = {});
@@ -291,6 +292,8 @@ defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
 /// Rows per expert (on average) up to which the weight gradient's default
 /// is warp-specialized.
 constexpr int64_t kShortReduction = 256;
+/// The same for the f32 weight gradient with accumulate.
+constexpr int64_t kShortAccumulation = 512;
 
 /// The plan of the wgmma kernel for `op` (moe.grouped_matmul, or a
 /// linalg.matmul reading B as [N, K]) with `tile`, or nullopt where the
