@@ -13,6 +13,7 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 
+#include "AutodiffRowSymbols.h"
 #include "FusionPatterns.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -32,6 +33,7 @@ namespace moec::moe {
 
 using namespace mlir;
 using namespace moec::moe;
+using moec::moe::autodiff::RowSymbols;
 
 namespace {
 
@@ -61,73 +63,6 @@ bool isFree(Operation *op) {
           llvm::all_of(op->getResultTypes(),
                        [](Type t) { return t.isIntOrIndex(); }));
 }
-
-/// The symbol name of a dynamic leading dimension of each forward value, for
-/// the `moe.sym` of the backward's arguments: values with the same row count
-/// share one (the tokens, the sorted rows of one sort, ...), others get a
-/// fresh name.
-class RowSymbols {
-public:
-  explicit RowSymbols(func::FuncOp func) {
-    for (BlockArgument arg : func.getArguments()) {
-      auto named =
-          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kSymAttr);
-      symbols[arg] = named ? named.str() : "T";
-    }
-    for (Operation &op : func.getBody().front().without_terminator())
-      visit(&op);
-  }
-
-  std::string of(Value v) {
-    auto [it, inserted] = symbols.try_emplace(v);
-    if (inserted)
-      it->second = fresh();
-    return it->second;
-  }
-
-private:
-  std::string fresh() { return "rows" + std::to_string(next++); }
-
-  void visit(Operation *op) {
-    // Results with the row count of `from`; none: each gets a fresh name
-    // when asked.
-    auto same = [&](Value from) {
-      if (!from)
-        return;
-      std::string symbol = of(from);
-      for (Value result : op->getResults())
-        symbols[result] = symbol;
-    };
-    llvm::TypeSwitch<Operation *>(op)
-        .Case([&](RouterTopKOp o) { same(o.getLogits()); })
-        .Case([&](RouterTopKGradOp o) { same(o.getLogits()); })
-        .Case([&](SortByExpertOp o) {
-          std::string rows = fresh();
-          symbols[o.getSortedExpertIds()] = rows;
-          symbols[o.getSlots()] = rows;
-          if (o.getPositions())
-            symbols[o.getPositions()] = fresh();
-        })
-        .Case([&](PermuteOp o) { same(o.getSlots()); })
-        .Case([&](UnpermuteOp o) { same(o.getWeights()); })
-        .Case([&](GroupedMatmulOp o) {
-          if (o.getMode() == MatmulMode::weight_grad)
-            return same(Value());
-          if (o.getScatterSlots())
-            return same(o.getScatterWeights() ? o.getScatterWeights()
-                        : o.getGatherSlots()  ? o.getLhs()
-                                              : Value());
-          same(o.getGatherSlots() ? o.getGatherSlots() : o.getLhs());
-        })
-        .Case<SwigluOp, SwigluGradOp>([&](auto o) { same(o->getOperand(0)); })
-        .Case([&](linalg::MatmulOp o) { same(o.getInputs()[0]); })
-        .Case([&](linalg::AddOp o) { same(o.getInputs()[0]); })
-        .Default([&](Operation *) { same(Value()); });
-  }
-
-  DenseMap<Value, std::string> symbols;
-  unsigned next = 0;
-};
 
 /// Builds `@f_grad` from the forward function `fwd`.
 class GradientBuilder {
