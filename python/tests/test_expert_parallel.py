@@ -7,6 +7,7 @@ with none, T = 1; DeepSeek-V3's routing against a float64 reference at
 world sizes 1, 2 and 4."""
 
 import os
+import tempfile
 
 import pytest
 
@@ -72,10 +73,16 @@ def _worker(rank, world, init_file, out_dir, run, payload):
 
 
 def spawn(tmp_path, world, run, payload) -> list:
-    """Each rank's result of `run` (a module-level function)."""
-    mp.spawn(_worker, args=(world, str(tmp_path / "init"), str(tmp_path),
+    """Each rank's result of `run` (a module-level function).
+
+    Each call rendezvouses through a fresh file: a group's file store can
+    outlive destroy_process_group, and a later group reading it would take
+    the earlier ranks' stale addresses (gloo: "Connection refused")."""
+    run_dir = tempfile.mkdtemp(dir=tmp_path, prefix="spawn")
+    mp.spawn(_worker, args=(world, os.path.join(run_dir, "init"), run_dir,
                             run, payload), nprocs=world, join=True)
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    return [torch.load(os.path.join(run_dir, f"rank{r}.pt"))
+            for r in range(world)]
 
 
 def train_rank(ep, case, rank) -> dict:
