@@ -35,6 +35,22 @@ def test_lora_kernels_mlir_is_current(tmp_path):
     assert out.read_text() == (BENCH / "kernels" / "lora_kernels.mlir").read_text()
 
 
+def test_small_wgrad_mlir_is_current(tmp_path):
+    # bench/kernels/small_wgrad.mlir is what bench/small_wgrad.py emits.
+    import os
+    import sys
+    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
+        pytest.importorskip("torch")
+    out = tmp_path / "small_wgrad.mlir"
+    sys.path.insert(0, str(BENCH))
+    try:
+        import small_wgrad
+        small_wgrad.emit_mlir(str(out))
+    finally:
+        sys.path.remove(str(BENCH))
+    assert out.read_text() == (BENCH / "kernels" / "small_wgrad.mlir").read_text()
+
+
 @pytest.mark.compiler
 def test_main_grad_step_mlir_is_current(tmp_path):
     # bench/kernels/main_grad_step.mlir is what bench/main_grad_step.py
