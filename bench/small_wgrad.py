@@ -164,10 +164,9 @@ def main():
                         continue
                     run_moec, run_torch, flops = case(
                         bundle, kernel, key, m, T, offsets, gen)
-                    err = rel_err(run_moec().reshape(-1, run_moec().shape[-1])
-                                  .float(),
-                                  run_torch().reshape(-1, run_moec().shape[-1])
-                                  .float())
+                    out, ref = run_moec(), run_torch()
+                    err = rel_err(out.reshape(-1, out.shape[-1]).float(),
+                                  ref.reshape(-1, out.shape[-1]).float())
                     ms = {"moec": timed(run_moec, args.iters, flush),
                           "torch": timed(run_torch, args.iters, flush)}
                     row = dict(device=device, model=key, T=T, skew=skew,

@@ -19,36 +19,21 @@ def test_bench_script_compiles(script):
     compile(script.read_text(), str(script), "exec")
 
 
-def test_lora_kernels_mlir_is_current(tmp_path):
-    # bench/kernels/lora_kernels.mlir is what bench/lora_kernels.py emits.
+@pytest.mark.parametrize("script", ["lora_kernels", "small_wgrad"])
+def test_emitted_mlir_is_current(script, tmp_path):
+    # bench/kernels/<script>.mlir is what bench/<script>.py emits.
+    import importlib
     import os
     import sys
     if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
         pytest.importorskip("torch")
-    out = tmp_path / "lora_kernels.mlir"
+    out = tmp_path / f"{script}.mlir"
     sys.path.insert(0, str(BENCH))
     try:
-        import lora_kernels
-        lora_kernels.emit_mlir(str(out))
+        importlib.import_module(script).emit_mlir(str(out))
     finally:
         sys.path.remove(str(BENCH))
-    assert out.read_text() == (BENCH / "kernels" / "lora_kernels.mlir").read_text()
-
-
-def test_small_wgrad_mlir_is_current(tmp_path):
-    # bench/kernels/small_wgrad.mlir is what bench/small_wgrad.py emits.
-    import os
-    import sys
-    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
-        pytest.importorskip("torch")
-    out = tmp_path / "small_wgrad.mlir"
-    sys.path.insert(0, str(BENCH))
-    try:
-        import small_wgrad
-        small_wgrad.emit_mlir(str(out))
-    finally:
-        sys.path.remove(str(BENCH))
-    assert out.read_text() == (BENCH / "kernels" / "small_wgrad.mlir").read_text()
+    assert out.read_text() == (BENCH / "kernels" / f"{script}.mlir").read_text()
 
 
 @pytest.mark.compiler
