@@ -14,9 +14,10 @@ compare moec with itself.
         .device/small_wgrad.moecb --skews 0,2,8 --json $OUT/small_wgrad.json
 
 Kernels per model (bench/grouped_gemm.py's MODELS), bf16 in, f32 out:
-  router_grad  dlᵀ·x [E, H], the router's weight gradient (one group of
-               T rows, a linalg.matmul reading dl transposed);
-               torch.mm(dl.t(), x) (bf16 out, f32 accumulate).
+  router_grad  dlᵀ·x [E, H], the router's weight gradient (a
+               linalg.matmul reading dl transposed; moec splits its T
+               rows into chunks); torch.mm(dl.t(), x) (bf16 out, f32
+               accumulate).
   lora_db      [E, 2I, r] = Σ dyᵀ·u per expert, r = 16; torch._grouped_mm
                (dy.t(), u, offs).
   lora_da      [E, r, H] = Σ duᵀ·x per expert; torch._grouped_mm(du.t(),
@@ -27,7 +28,8 @@ skewed_routing; on the H200 runs Z = 2 already put expert 0 in nearly
 every token's top k: T of the T*k rows, 12.5 % at k = 8, 48 % for
 Mixtral's k = 2). "max_rows" is the largest group. Timing as
 bench/grouped_gemm.py (CUDA events, L2 evicted before every run, median of
---iters). "ratio" is torch's time over moec's.
+--iters). "ratio" is torch's time over moec's. "bitwise_repeat": moec's
+output identical over two runs on the same inputs.
 """
 
 import argparse
@@ -165,6 +167,10 @@ def main():
                     run_moec, run_torch, flops = case(
                         bundle, kernel, key, m, T, offsets, gen)
                     out, ref = run_moec(), run_torch()
+                    # Run to run bitwise (a split reduction must add its
+                    # partial sums in a fixed order).
+                    first = out.clone()
+                    bitwise = bool(torch.equal(first, run_moec()))
                     err = rel_err(out.reshape(-1, out.shape[-1]).float(),
                                   ref.reshape(-1, out.shape[-1]).float())
                     ms = {"moec": timed(run_moec, args.iters, flush),
@@ -172,6 +178,7 @@ def main():
                     row = dict(device=device, model=key, T=T, skew=skew,
                                kernel=kernel, max_rows=max_rows, flops=flops,
                                ms=ms, ratio=ms["torch"] / ms["moec"], err=err,
+                               bitwise_repeat=bitwise,
                                pct_peak=100 * flops / ms["moec"] / 1e9 / peak)
                     rows.append(row)
                     print(f"{key:8s} T={T:<6d} skew {skew:g} {kernel:12s} "
@@ -179,7 +186,8 @@ def main():
                           f"{row['pct_peak']:5.1f}% | torch "
                           f"{ms['torch']:7.3f} ms | x{row['ratio']:5.2f} | "
                           f"err {err:.1e}"
-                          + ("" if err < TOLERANCE else "  MISMATCH"),
+                          + ("" if err < TOLERANCE else "  MISMATCH")
+                          + ("" if bitwise else "  NOT-BITWISE-REPEATABLE"),
                           flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -102,6 +102,18 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
     run hopper.moecb $entry 300 $routing --iters 5
   done
 done
+# The dense Aᵀ·B (router gradient) splits its rows into chunks (64-row
+# multiples, at least 256 rows), 16 on 132 SMs, 4 or 8 on 16: chunks left
+# without rows (T <= 3000), and long reductions with full chunks and a
+# short last one (T = 9000, 40000), on both grids.
+for entry in dense_at_b dense_at_b_narrow; do
+  for t in 9000 40000; do
+    run hopper.moecb $entry $t uniform --iters 5
+  done
+  for t in 1 45 3000 40000; do
+    run hopper_sm16.moecb $entry $t uniform --iters 5
+  done
+done
 # The warp-specialized LoRA kernels over several B_e rounds per block, and
 # (T = 9000: more runs than blocks) in LoRA runs that share U across
 # n-tiles (the two _runs_ entries; the others have single tiles).

@@ -363,18 +363,27 @@ func.func @wgrad_default_buckets(%x: tensor<?x200xbf16>,
 // -----
 
 // A dense Aᵀ·B (A read as [K, M]: the router's weight gradient) runs on the
-// weight gradient's kernel with one group: a one-thread kernel writes the
-// row count as its offsets, then the wgmma kernel (M-major A, N-major B)
-// stores into the rank-2 out[row, col].
-// CHECK-LABEL: gpu.func @dense_at_b_k0_matmul_rows(
-// CHECK: memref.store %{{.*}}, %arg0[%{{.*}}] : memref<1xi32>
-// CHECK-LABEL: gpu.func @dense_at_b_k1_matmul_wgmma(
-// CHECK-SAME: %arg2: memref<128x2048xbf16>, %arg3: memref<1xi32>
+// weight gradient's kernel, without offsets. Its 8 output tiles (128 x 256)
+// would leave most of the 132 SMs idle, so the rows split into 16 chunks
+// (at least 256 rows, multiples of 64) that are the kernel's groups: the
+// kernel computes their bounds from the row count, stores each chunk's f32
+// partial sum [16, K, N] (chunks without rows store nothing), and a second
+// kernel adds the chunks that have rows, in chunk order, into out (16-byte
+// loads, rounded to bf16 once).
+// CHECK-LABEL: gpu.func @dense_at_b_k0_matmul_wgmma(
+// CHECK-SAME: %arg2: memref<16x128x2048xf32>, %arg3: index)
+// CHECK: arith.ceildivui
+// CHECK: arith.minui
 // CHECK: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
-// CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}] {{.*}} : memref<128x2048xbf16>, vector<8xbf16>
+// CHECK-LABEL: gpu.func @dense_at_b_k1_matmul_sum_row_splits(
+// CHECK-SAME: %arg0: memref<16x128x2048xf32>, %arg1: index, %arg2: memref<128x2048xbf16>
+// CHECK: arith.ceildivui %arg1
+// CHECK-COUNT-16: vector.load %arg0[{{.*}}] {{.*}} : memref<16x128x2048xf32>, vector<4xf32>
+// CHECK-NOT: vector.load
+// CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}] {{.*}} : memref<128x2048xbf16>, vector<4xbf16>
 // CHECK-LABEL: func.func @dense_at_b(
-// CHECK: gpu.launch_func @dense_at_b_kernels::@dense_at_b_k0_matmul_rows
-// CHECK: gpu.launch_func @dense_at_b_kernels::@dense_at_b_k1_matmul_wgmma
+// CHECK: gpu.launch_func @dense_at_b_kernels::@dense_at_b_k0_matmul_wgmma
+// CHECK: gpu.launch_func @dense_at_b_kernels::@dense_at_b_k1_matmul_sum_row_splits
 func.func @dense_at_b(%dl: tensor<?x128xbf16>, %x: tensor<?x2048xbf16>)
     -> tensor<128x2048xbf16> {
   %zero = arith.constant 0.0 : bf16
@@ -388,6 +397,29 @@ func.func @dense_at_b(%dl: tensor<?x128xbf16>, %x: tensor<?x2048xbf16>)
       ins(%dl, %x : tensor<?x128xbf16>, tensor<?x2048xbf16>)
       outs(%acc : tensor<128x2048xbf16>) -> tensor<128x2048xbf16>
   return %y : tensor<128x2048xbf16>
+}
+
+// With as many output tiles as SMs (8 x 16 = 128 of 132) the rows stay one
+// group, and the wgmma kernel writes out: one launch.
+// CHECK-LABEL: gpu.func @dense_at_b_wide_k0_matmul_wgmma(
+// CHECK-SAME: %arg2: memref<1024x4096xf32>, %arg3: index)
+// CHECK-LABEL: func.func @dense_at_b_wide(
+// CHECK: gpu.launch_func @dense_at_b_wide_kernels::@dense_at_b_wide_k0_matmul_wgmma
+// CHECK-NOT: gpu.launch_func
+// CHECK: return
+func.func @dense_at_b_wide(%dl: tensor<?x1024xbf16>, %x: tensor<?x4096xbf16>)
+    -> tensor<1024x4096xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1024x4096xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<1024x4096xf32>)
+      -> tensor<1024x4096xf32>
+  %y = linalg.matmul
+      indexing_maps = [affine_map<(m, n, k) -> (k, m)>,
+                       affine_map<(m, n, k) -> (k, n)>,
+                       affine_map<(m, n, k) -> (m, n)>]
+      ins(%dl, %x : tensor<?x1024xbf16>, tensor<?x4096xbf16>)
+      outs(%acc : tensor<1024x4096xf32>) -> tensor<1024x4096xf32>
+  return %y : tensor<1024x4096xf32>
 }
 
 // -----

@@ -321,8 +321,10 @@ func.func @dense_kn(%x: tensor<?x200xbf16>, %w: tensor<200x264xbf16>)
 }
 
 // A dense Aᵀ·B (A read transposed, as (k, m)): the weight gradient of a
-// dense layer such as the router's, on the weight gradient's kernel with
-// one group of all T rows. M = 136 (a partial 128-row tile), N = 264.
+// dense layer such as the router's, on the weight gradient's kernel. Its
+// few output tiles split the T rows into chunks (the kernel's groups, f32
+// partial sums that a second kernel adds). M = 136 (a partial 128-row
+// tile), N = 264.
 func.func @dense_at_b(%dl: tensor<?x136xbf16>, %x: tensor<?x264xbf16>)
     -> tensor<136x264xbf16> {
   %zero = arith.constant 0.0 : bf16

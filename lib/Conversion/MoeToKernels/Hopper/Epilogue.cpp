@@ -109,6 +109,17 @@ Value Epilogue::outputAt(Value result, Value group, int64_t h, int64_t j,
 
 void Epilogue::emit(const TileState &t, Value result) {
   KernelBuilder &b = env.b;
+  // A dense Aᵀ·B's chunk without rows stores nothing: sumRowSplits reads
+  // only the chunks that have rows.
+  if (env.plan.rowSplits > 1) {
+    b.ifThen(b.ult(b.idx(0), t.reduceRows), [&] { store(t, result); });
+    return;
+  }
+  store(t, result);
+}
+
+void Epilogue::store(const TileState &t, Value result) {
+  KernelBuilder &b = env.b;
   // Built here, not once per kernel: nothing more stays live across the
   // k-loop.
   Value staging;

@@ -450,6 +450,8 @@ public:
   void drain();
 
 private:
+  /// emit's stores (Stores picks how).
+  void store(const TileState &t, mlir::Value result);
   /// Pairs: every thread stores its column pairs. QuadGather: a quad of
   /// lanes trades words so that each stores 16 bytes. Staged: through a
   /// padded shared-memory tile, then 16-byte row stores. Bulk
@@ -547,6 +549,12 @@ mlir::Value bitAnd(KernelBuilder &b, mlir::Value x, int64_t mask);
 /// Makes this thread's generic-proxy writes to shared memory visible to
 /// the async proxy (wgmma and bulk copies read through it).
 void fenceAsyncShared(KernelBuilder &b);
+/// Rows per chunk of a dense Aᵀ·B split `splits` ways
+/// (HopperPlan::rowSplits) for `rows` rows: ceil(rows / splits) rounded
+/// up to kRowSplitAlign, at least kMinRowSplitRows. Chunk g holds rows
+/// [g * chunk, (g + 1) * chunk) of those that exist: the last ones may
+/// have none. The kernel's schedule and sumRowSplits both use it.
+mlir::Value rowSplitChunk(KernelBuilder &b, mlir::Value rows, int64_t splits);
 
 } // namespace moec::kernels::hopper
 

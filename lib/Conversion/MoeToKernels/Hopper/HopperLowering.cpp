@@ -219,6 +219,39 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   return *combined;
 }
 
+/// out[r, c] = Σ_s part[s, r, c] (f32, in order s = 0, 1, ...) over the
+/// chunks that have rows (rowSplitChunk of `rows`; the others were not
+/// written), rounded to out's type; four columns per thread where the row
+/// length allows (16-byte loads of the partial sums).
+LogicalResult sumRowSplits(LoweringContext &ctx, moe::TileAttr tile,
+                           Value part, Value rows, Value out) {
+  KernelBuilder &h = ctx.host();
+  const int64_t S = cast<MemRefType>(part.getType()).getDimSize(0);
+  std::optional<int64_t> width = staticDim(out, 1);
+  const int64_t n = width && *width % 4 == 0 ? 4 : 1;
+  SmallVector<Value> sizes = ctx.sizes(out);
+  Value items = h.div(h.mul(sizes[0], sizes[1]), h.idx(n));
+  return launchPerItem(
+      ctx, "sum_row_splits", items, tile, {part, rows, out},
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        Value columns = b.div(b.dim(a[2], 1), b.idx(n));
+        Value r = b.div(id, columns);
+        Value c = b.mul(b.rem(id, columns), b.idx(n));
+        Value used = b.ceilDiv(a[1], rowSplitChunk(b, a[1], S));
+        auto vec = VectorType::get({n}, b.getF32Type());
+        // Unrolled, so that the chunks' loads are in flight together.
+        Value sum = b.zeroVec(vec);
+        for (int64_t s = 0; s < S; ++s) {
+          Value more = b.ifElse(
+              b.ult(b.idx(s), used), vec,
+              [&] { return b.loadVecF32(a[0], {b.idx(s), r, c}, n); },
+              [&] { return b.zeroVec(vec); });
+          sum = arith::AddFOp::create(b, sum, more);
+        }
+        b.storeVecF32(sum, a[2], {r, c});
+      });
+}
+
 std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
                                         moe::TileAttr tile, BufferMap buffer,
                                         LoweringContext &ctx) {
@@ -230,19 +263,25 @@ std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
   v.lhs = buffer(op.getInputs()[0]);
   v.rhs = buffer(op.getInputs()[1]);
   v.out = buffer(op.getResult(0));
-  if (plan->weightGrad()) {
-    // Aᵀ·B on the weight gradient's kernel: one group whose end, the row
-    // count, a one-thread kernel writes as its offsets.
-    KernelBuilder &h = ctx.host();
-    v.offsets = ctx.allocTemp(MemRefType::get({1}, h.getI32Type()), {h.idx(1)});
-    if (failed(launchPerItem(ctx, "rows", h.idx(1), tile,
-                             {v.offsets, ctx.sizes(v.rhs)[0]},
-                             [](KernelBuilder &b, ValueRange a, Value) {
-                               b.storeI32(a[1], a[0], {b.idx(0)});
-                             })))
-      return failure();
-  }
-  return launchHopperMatmul(ctx, v, *plan, "wgmma");
+  if (!plan->weightGrad())
+    return launchHopperMatmul(ctx, v, *plan, "wgmma");
+  // Aᵀ·B on the weight gradient's kernel, without offsets: one group of all
+  // rows, or rowSplits chunks of them (the kernel computes their bounds)
+  // writing f32 partial sums [S, K, N]; then out = their sum in chunk
+  // order, rounded once to out's type.
+  const int64_t S = plan->rowSplits;
+  if (S == 1)
+    return launchHopperMatmul(ctx, v, *plan, "wgmma");
+  KernelBuilder &h = ctx.host();
+  Value out = v.out;
+  SmallVector<Value> outSizes = ctx.sizes(out);
+  ArrayRef<int64_t> outShape = cast<MemRefType>(out.getType()).getShape();
+  v.out = ctx.allocTemp(
+      MemRefType::get({S, outShape[0], outShape[1]}, h.getF32Type()),
+      {h.idx(S), outSizes[0], outSizes[1]});
+  if (failed(launchHopperMatmul(ctx, v, *plan, "wgmma")))
+    return failure();
+  return sumRowSplits(ctx, tile, v.out, groupedRows(ctx, v, *plan), out);
 }
 
 } // namespace

@@ -319,7 +319,8 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
 /// The plan for a dense A·Bᵀ (B read as [N, K]) or A·B (B [K, N]): one
 /// group of all rows; or for Aᵀ·B (A read as [K, M], B [K, N]: a weight
 /// gradient such as the router's), the weight gradient's kernel with one
-/// group of all rows (lowerDense gives it the offsets).
+/// group of all rows, or with few output tiles rowSplits groups of chunks
+/// of them (no offsets: the kernel computes the groups' bounds).
 static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
                                            moe::TileAttr tile,
                                            const HopperLimits &limits) {
@@ -329,12 +330,34 @@ static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
   auto lhsType = cast<ShapedType>(op.getInputs()[0].getType());
   auto outType = cast<ShapedType>(op.getResult(0).getType());
   Type rhsElem = cast<ShapedType>(op.getInputs()[1].getType()).getElementType();
-  if (layout->transposeA)
-    return layout->transposeB
-               ? std::nullopt
-               : rowReductionPlan(lhsType, rhsElem, outType.getElementType(),
-                                  outType.getDimSize(1), /*experts=*/1, tile,
-                                  limits);
+  if (layout->transposeA) {
+    if (layout->transposeB)
+      return std::nullopt;
+    std::optional<HopperPlan> whole =
+        rowReductionPlan(lhsType, rhsElem, outType.getElementType(),
+                         outType.getDimSize(1), /*experts=*/1, tile, limits);
+    if (!whole)
+      return whole;
+    // One block per output tile reduces over all T rows: with few tiles
+    // (the router's gradient: 8 to 56) most SMs sit idle, and the time
+    // grew with T alone (0.08 ms at T = 8192, 0.30 at 32768 on the H200
+    // at every model, 0.13-0.59x torch.mm; bench/results/
+    // small-wgrad-h200.md). Split the rows so that the tiles of all chunks
+    // fill the persistent grid once.
+    int64_t outTiles = llvm::divideCeil(whole->k, kBlockM) *
+                       llvm::divideCeil(outType.getDimSize(1),
+                                        whole->outTileN());
+    int64_t splits = std::clamp<int64_t>(
+        whole->persistentBlocks / outTiles, 1, kMaxRowSplits);
+    if (splits == 1)
+      return whole;
+    std::optional<HopperPlan> split = rowReductionPlan(
+        lhsType, rhsElem, Float32Type::get(op.getContext()),
+        outType.getDimSize(1), splits, tile, limits);
+    if (split)
+      split->rowSplits = splits;
+    return split;
+  }
   bool transposed = layout->transposeB;
   std::optional<HopperPlan> plan = planFor(
       lhsType.getElementType(),

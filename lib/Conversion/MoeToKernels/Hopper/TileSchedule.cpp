@@ -14,10 +14,26 @@ using namespace moec;
 using namespace moec::kernels;
 using namespace moec::kernels::hopper;
 
+Value moec::kernels::hopper::rowSplitChunk(KernelBuilder &b, Value rows,
+                                           int64_t splits) {
+  Value even = b.mul(b.ceilDiv(b.ceilDiv(rows, b.idx(splits)),
+                               b.idx(kRowSplitAlign)),
+                     b.idx(kRowSplitAlign));
+  return b.select(b.ult(even, b.idx(kMinRowSplitRows)),
+                  b.idx(kMinRowSplitRows), even);
+}
+
 // Rows [start, end) of group g: experts, then the tail up to `rows`.
 std::pair<Value, Value> TileSchedule::groupBounds(Value g) {
   KernelBuilder &b = env.b;
   Value rows = env.args.rows;
+  // A dense Aᵀ·B's chunks, computed here (no offsets); the tail (g = S)
+  // starts at `rows`.
+  if (env.plan.rowSplits > 1) {
+    Value chunk = rowSplitChunk(b, rows, env.plan.rowSplits);
+    Value start = b.minIdx(rows, b.mul(g, chunk));
+    return {start, b.minIdx(rows, b.add(start, chunk))};
+  }
   if (!env.args.offsets) // dense: all rows, then an empty tail
     return {b.select(b.eq(g, b.idx(0)), b.idx(0), rows), rows};
   Value start = groupStart(b, env.args.offsets, g);
