@@ -103,10 +103,11 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
   done
 done
 # The dense Aᵀ·B (router gradient) splits its rows into chunks (64-row
-# multiples, at least 256 rows), 16 on 132 SMs, 4 or 8 on 16: chunks left
-# without rows (T <= 3000), and long reductions with full chunks and a
-# short last one (T = 9000, 40000), on both grids.
-for entry in dense_at_b dense_at_b_narrow; do
+# multiples, at least 256 rows), 16 on 132 SMs (8 of 128 x 128 tiles for
+# dense_at_b_router), 2 to 8 on 16: chunks left without rows (T <= 3000),
+# and long reductions with full chunks and a short last one (T = 9000,
+# 40000), on both grids.
+for entry in dense_at_b dense_at_b_narrow dense_at_b_router; do
   for t in 9000 40000; do
     run hopper.moecb $entry $t uniform --iters 5
   done

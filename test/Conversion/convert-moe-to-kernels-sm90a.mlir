@@ -364,25 +364,26 @@ func.func @wgrad_default_buckets(%x: tensor<?x200xbf16>,
 
 // A dense Aᵀ·B (A read as [K, M]: the router's weight gradient) runs on the
 // weight gradient's kernel, without offsets. Its 8 output tiles (128 x 256)
-// would leave most of the 132 SMs idle, so the rows split into 16 chunks
-// (at least 256 rows, multiples of 64) that are the kernel's groups: the
-// kernel computes their bounds from the row count, stores each chunk's f32
-// partial sum [16, K, N] (chunks without rows store nothing), and a second
+// would leave most of the 132 SMs idle, so the rows split into chunks (at
+// least 256 rows, multiples of 64) that are the kernel's groups: 16 at
+// n = 256, so 128 x 128 tiles instead, 16 of them in 8 chunks. The kernel
+// computes the chunks' bounds from the row count, stores each chunk's f32
+// partial sum [8, K, N] (chunks without rows store nothing), and a second
 // kernel adds the chunks that have rows, in chunk order, into out (16-byte
 // loads, rounded to bf16 once).
 // CHECK-LABEL: gpu.func @dense_at_b_k0_matmul_wgmma(
-// CHECK-SAME: %arg2: memref<16x128x2048xf32>, %arg3: index)
+// CHECK-SAME: %arg2: memref<8x128x2048xf32>, %arg3: index)
 // CHECK: arith.ceildivui
 // CHECK: arith.minui
 // CHECK: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
 // CHECK-LABEL: gpu.func @dense_at_b_k1_matmul_sum_row_splits(
-// CHECK-SAME: %arg0: memref<16x128x2048xf32>, %arg1: index, %arg2: memref<128x2048xbf16>
+// CHECK-SAME: %arg0: memref<8x128x2048xf32>, %arg1: index, %arg2: memref<128x2048xbf16>
 // CHECK: arith.ceildivui %arg1
-// CHECK-COUNT-16: vector.load %arg0[{{.*}}] {{.*}} : memref<16x128x2048xf32>, vector<4xf32>
+// CHECK-COUNT-8: vector.load %arg0[{{.*}}] {{.*}} : memref<8x128x2048xf32>, vector<4xf32>
 // CHECK-NOT: vector.load
 // CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}] {{.*}} : memref<128x2048xbf16>, vector<4xbf16>
 // CHECK-LABEL: func.func @dense_at_b(
-// CHECK: gpu.launch_func @dense_at_b_kernels::@dense_at_b_k0_matmul_wgmma
+// CHECK: gpu.launch_func @dense_at_b_kernels::@dense_at_b_k0_matmul_wgmma {{.*}}moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256
 // CHECK: gpu.launch_func @dense_at_b_kernels::@dense_at_b_k1_matmul_sum_row_splits
 func.func @dense_at_b(%dl: tensor<?x128xbf16>, %x: tensor<?x2048xbf16>)
     -> tensor<128x2048xbf16> {

@@ -31,6 +31,7 @@
 // RUN: moec run %s --entry gmm_wgrad_gather --sym T=45 --sym M=90 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dense_at_b --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dense_at_b_narrow --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry dense_at_b_router --sym T=300 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_narrow_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_narrow_bb --sym T=9 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_narrow_kn --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
@@ -338,6 +339,23 @@ func.func @dense_at_b(%dl: tensor<?x136xbf16>, %x: tensor<?x264xbf16>)
       ins(%dl, %x : tensor<?x136xbf16>, tensor<?x264xbf16>)
       outs(%acc : tensor<136x264xbf16>) -> tensor<136x264xbf16>
   return %y : tensor<136x264xbf16>
+}
+
+// Qwen3-30B-A3B's router gradient (128 x 2048, f32 out): 16 chunks at
+// n = 256, so 128 x 128 tiles in 8 chunks.
+func.func @dense_at_b_router(%dl: tensor<?x128xbf16>, %x: tensor<?x2048xbf16>)
+    -> tensor<128x2048xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<128x2048xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<128x2048xf32>)
+      -> tensor<128x2048xf32>
+  %y = linalg.matmul
+      indexing_maps = [affine_map<(m, n, k) -> (k, m)>,
+                       affine_map<(m, n, k) -> (k, n)>,
+                       affine_map<(m, n, k) -> (m, n)>]
+      ins(%dl, %x : tensor<?x128xbf16>, tensor<?x2048xbf16>)
+      outs(%acc : tensor<128x2048xf32>) -> tensor<128x2048xf32>
+  return %y : tensor<128x2048xf32>
 }
 
 // The same with 8 output rows (Mixtral's 8 experts), f32 out.

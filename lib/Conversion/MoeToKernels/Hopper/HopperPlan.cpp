@@ -344,16 +344,38 @@ static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
     // at every model, 0.13-0.59x torch.mm; bench/results/
     // small-wgrad-h200.md). Split the rows so that the tiles of all chunks
     // fill the persistent grid once.
-    int64_t outTiles = llvm::divideCeil(whole->k, kBlockM) *
-                       llvm::divideCeil(outType.getDimSize(1),
-                                        whole->outTileN());
-    int64_t splits = std::clamp<int64_t>(
-        whole->persistentBlocks / outTiles, 1, kMaxRowSplits);
+    auto splitsOf = [&](const HopperPlan &plan) {
+      int64_t outTiles =
+          llvm::divideCeil(plan.k, kBlockM) *
+          llvm::divideCeil(outType.getDimSize(1), plan.outTileN());
+      return std::clamp<int64_t>(plan.persistentBlocks / outTiles, 1,
+                                 kMaxRowSplits);
+    };
+    int64_t splits = splitsOf(*whole);
+    // Without a tile set: 128-column tiles where they halve the chunks, and
+    // so the partial sums written and read back (Qwen3's and OLMoE's router
+    // gradient: 16 chunks at n = 256, 8 at n = 128, 1.02-1.21x faster on
+    // the H200; at 8 chunks or fewer, as Mixtral's and DeepSeek-V3's, the
+    // narrower tiles ran up to 1.39x slower:
+    // bench/results/router-grad-split-h200.md).
+    moe::TileAttr chosen = tile;
+    if (!isHopperTile(tile) && splits > kMaxRowSplits / 2 &&
+        whole->blockN > 128) {
+      chosen = moe::TileAttr::get(op.getContext(), kBlockM, 128, kBlockK,
+                                  kThreads, 0, 0, 0);
+      std::optional<HopperPlan> narrower =
+          rowReductionPlan(lhsType, rhsElem, outType.getElementType(),
+                           outType.getDimSize(1), 1, chosen, limits);
+      if (narrower && splitsOf(*narrower) < splits)
+        splits = splitsOf(*narrower);
+      else
+        chosen = tile;
+    }
     if (splits == 1)
       return whole;
     std::optional<HopperPlan> split = rowReductionPlan(
         lhsType, rhsElem, Float32Type::get(op.getContext()),
-        outType.getDimSize(1), splits, tile, limits);
+        outType.getDimSize(1), splits, chosen, limits);
     if (split)
       split->rowSplits = splits;
     return split;
