@@ -263,12 +263,10 @@ std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
   v.lhs = buffer(op.getInputs()[0]);
   v.rhs = buffer(op.getInputs()[1]);
   v.out = buffer(op.getResult(0));
-  if (!plan->weightGrad())
-    return launchHopperMatmul(ctx, v, *plan, "wgmma");
-  // Aᵀ·B on the weight gradient's kernel, without offsets: one group of all
-  // rows, or rowSplits chunks of them (the kernel computes their bounds)
-  // writing f32 partial sums [S, K, N]; then out = their sum in chunk
-  // order, rounded once to out's type.
+  // A·B, or Aᵀ·B on the weight gradient's kernel without offsets: one
+  // group of all rows, or rowSplits chunks of them (the kernel computes
+  // their bounds) writing f32 partial sums [S, K, N]; then out = their sum
+  // in chunk order, rounded once to out's type.
   const int64_t S = plan->rowSplits;
   if (S == 1)
     return launchHopperMatmul(ctx, v, *plan, "wgmma");

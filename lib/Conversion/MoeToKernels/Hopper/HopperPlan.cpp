@@ -361,15 +361,15 @@ static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
     moe::TileAttr chosen = tile;
     if (!isHopperTile(tile) && splits > kMaxRowSplits / 2 &&
         whole->blockN > 128) {
-      chosen = moe::TileAttr::get(op.getContext(), kBlockM, 128, kBlockK,
-                                  kThreads, 0, 0, 0);
+      auto narrowTile = moe::TileAttr::get(op.getContext(), kBlockM, 128,
+                                           kBlockK, kThreads, 0, 0, 0);
       std::optional<HopperPlan> narrower =
           rowReductionPlan(lhsType, rhsElem, outType.getElementType(),
-                           outType.getDimSize(1), 1, chosen, limits);
-      if (narrower && splitsOf(*narrower) < splits)
+                           outType.getDimSize(1), 1, narrowTile, limits);
+      if (narrower && splitsOf(*narrower) < splits) {
+        chosen = narrowTile;
         splits = splitsOf(*narrower);
-      else
-        chosen = tile;
+      }
     }
     if (splits == 1)
       return whole;
