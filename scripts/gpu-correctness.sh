@@ -115,6 +115,27 @@ for entry in dense_at_b dense_at_b_narrow dense_at_b_router; do
     run hopper_sm16.moecb $entry $t uniform --iters 5
   done
 done
+# Grouped weight gradients with fewer output tiles than SMs split each
+# expert's rows into chunks (gmm_wgrad_rows: 16 per expert on 132 SMs; the
+# loops above cover chunks without rows and experts without any): long
+# reductions with full chunks (T = 9000, 40000), and every row on one
+# expert (T = 9000: that expert's chunks all full, the others' empty);
+# unsplit on 16 SMs (gmm_wgrad_acc_ws there: the warp-specialized row
+# bucket at T = 3000, block barriers at 9000).
+for entry in gmm_wgrad_rows gmm_wgrad_t_rows gmm_wgrad_acc_ws \
+             gmm_wgrad_narrow_bb; do
+  for t in 9000 40000; do
+    run hopper.moecb $entry $t uniform --iters 5
+  done
+  run hopper.moecb $entry 9000 one-expert --iters 5
+  for t in 3000 9000; do
+    run hopper_sm16.moecb $entry $t uniform --iters 5
+  done
+done
+for entry in gmm_wgrad_gather gmm_wgrad_t_gather gmm_wgrad_acc_layouts; do
+  run hopper.moecb $entry 9000 uniform --sym M=18000 --iters 5
+  run hopper.moecb $entry 9000 one-expert --sym M=18000 --iters 5
+done
 # The warp-specialized LoRA kernels over several B_e rounds per block, and
 # (T = 9000: more runs than blocks) in LoRA runs that share U across
 # n-tiles (the two _runs_ entries; the others have single tiles).

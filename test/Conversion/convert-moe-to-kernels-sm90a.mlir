@@ -162,7 +162,8 @@ func.func @narrow(%x: tensor<?x256xbf16>, %a: tensor<4x16x256xbf16>,
 func.func @wgrad_narrow(%x: tensor<?x200xbf16>, %dy: tensor<?x64xbf16>,
                         %w: tensor<4x64x200xbf16>, %offsets: tensor<4xi32>)
     -> (tensor<4x200x64xbf16>, tensor<?x32xbf16>) {
-  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>}
+  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
+      moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 256>}
       : tensor<?x200xbf16>, tensor<?x64xbf16>, tensor<4xi32>
       -> tensor<4x200x64xbf16>
   %h = moe.grouped_matmul %x, %w, %offsets
@@ -241,10 +242,45 @@ func.func @columns(%dy: tensor<?x256xbf16>, %w: tensor<256x4x320xbf16>,
 // CHECK-SAME: threads in (%c256,
 func.func @wgrad(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
                  %offsets: tensor<4xi32>) -> tensor<4x200x136xf32> {
-  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>}
+  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
+      moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256>}
       : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
       -> tensor<4x200x136xf32>
   return %g : tensor<4x200x136xf32>
+}
+
+// -----
+
+// Without a tile set, a weight gradient with fewer output tiles than SMs
+// (here 4 experts x 2 x 2 tiles for 132) splits each expert's rows into
+// chunks: min(16, 132 / (2 * 4)) = 16 groups per expert, group g being
+// chunk g % 16 of expert g / 16 (bounds from the offsets: ceil(rows / 16),
+// at least the experts' average rows, rounded up to 64, at least 256);
+// chunks with rows store f32 partial sums [64, 200, 136], and a second
+// kernel adds an expert's used chunks in order, plus the gradient given to
+// accumulate into, rounded to bf16.
+// CHECK-LABEL: gpu.func @wgrad_split_k0_grouped_matmul_wgmma(
+// CHECK-SAME: %arg2: memref<64x200x136xf32>
+// CHECK: arith.divui %{{.*}}, %c16
+// CHECK: arith.remui %{{.*}}, %c16
+// CHECK: nvvm.wgmma.mma_async
+// CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<64x200x136xf32>, vector<2xf32>
+// CHECK-LABEL: gpu.func @wgrad_split_k1_grouped_matmul_sum_row_splits(
+// CHECK-COUNT-16: vector.load %arg0[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<64x200x136xf32>, vector<4xf32>
+// CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<4x200x136xbf16>, vector<4xbf16>
+// CHECK-LABEL: func.func @wgrad_split(
+// CHECK: memref.alloc() {{.*}} : memref<64x200x136xf32>
+// CHECK: gpu.launch_func @wgrad_split_kernels::@wgrad_split_k0_grouped_matmul_wgmma
+// CHECK-NOT: gpu.launch_func {{.*}}wgmma
+// CHECK: gpu.launch_func @wgrad_split_kernels::@wgrad_split_k1_grouped_matmul_sum_row_splits
+func.func @wgrad_split(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
+                       %offsets: tensor<4xi32>, %acc: tensor<4x200x136xbf16>)
+    -> tensor<4x200x136xbf16> {
+  %g = moe.grouped_matmul %x, %dy, %offsets accumulate(%acc : tensor<4x200x136xbf16>)
+      {mode = #moe.mode<weight_grad>}
+      : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
+      -> tensor<4x200x136xbf16>
+  return %g : tensor<4x200x136xbf16>
 }
 
 // -----
@@ -267,7 +303,8 @@ func.func @wgrad_t(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
                    %offsets: tensor<4xi32>, %slots: tensor<?xi32>)
     -> tensor<4x136x200xf32> {
   %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
-      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64}
+      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64,
+       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256>}
       : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
       -> tensor<4x136x200xf32>
   return %g : tensor<4x136x200xf32>
@@ -311,14 +348,15 @@ func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 // sums before storing it (so the output may be the same memory). Before
 // the tile's k-loop its part of the main gradient goes to L2, one prefetch
 // per 128-byte line (4 per MMA thread: 128 rows of 8 lines of 32 f32).
-// Without a tile, up to 512 rows per expert on average (here 2048 rows)
-// run the warp-specialized kernel, more the block-barrier one.
-// CHECK-LABEL: gpu.func @wgrad_acc_k0_grouped_matmul_wgmma_le2048(
+// Without a tile, up to 512 rows per expert on average (here 32768 rows)
+// run the warp-specialized kernel, more the block-barrier one (64 experts:
+// 256 output tiles, more than the SMs, so the rows are not split).
+// CHECK-LABEL: gpu.func @wgrad_acc_k0_grouped_matmul_wgmma_le32768(
 // CHECK-COUNT-4: llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];"
 // CHECK-NOT: llvm.inline_asm has_side_effects "prefetch.global.L2
 // CHECK: nvvm.wgmma.mma_async
 // CHECK-COUNT-8: llvm.inline_asm has_side_effects "ld.global.ca.v2.b32 {$0, $1}, [$2];"
-// CHECK-LABEL: gpu.func @wgrad_acc_k1_grouped_matmul_wgmma(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<4x200x264xf32>, %arg3: memref<4xi32>, %arg4: memref<4x200x264xf32>, %arg5: index)
+// CHECK-LABEL: gpu.func @wgrad_acc_k1_grouped_matmul_wgmma(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<64x200x264xf32>, %arg3: memref<64xi32>, %arg4: memref<64x200x264xf32>, %arg5: index)
 // CHECK-COUNT-4: llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];"
 // CHECK-NOT: llvm.inline_asm has_side_effects "prefetch.global.L2
 // CHECK: nvvm.wgmma.mma_async
@@ -326,38 +364,38 @@ func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 // CHECK-COUNT-8: llvm.inline_asm has_side_effects "ld.global.ca.v2.b32 {$0, $1}, [$2];"
 // CHECK-NOT: vector.store
 // CHECK: arith.addf
-// CHECK: vector.store %{{.*}}, %arg2[{{.*}}] {{.*}} : memref<4x200x264xf32>, vector<2xf32>
+// CHECK: vector.store %{{.*}}, %arg2[{{.*}}] {{.*}} : memref<64x200x264xf32>, vector<2xf32>
 // CHECK-LABEL: func.func @wgrad_acc(
-// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k0_grouped_matmul_wgmma_le2048 {{.*}} threads in (%c384
-// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k1_grouped_matmul_wgmma {{.*}} args(%arg0 : memref<?x200xbf16>, %arg1 : memref<?x264xbf16>, %arg4 : memref<4x200x264xf32>, %arg2 : memref<4xi32>, %arg3 : memref<4x200x264xf32>,
+// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k0_grouped_matmul_wgmma_le32768 {{.*}} threads in (%c384
+// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k1_grouped_matmul_wgmma {{.*}} args(%arg0 : memref<?x200xbf16>, %arg1 : memref<?x264xbf16>, %arg4 : memref<64x200x264xf32>, %arg2 : memref<64xi32>, %arg3 : memref<64x200x264xf32>,
 func.func @wgrad_acc(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
-                     %offsets: tensor<4xi32>, %main: tensor<4x200x264xf32>)
-    -> tensor<4x200x264xf32> {
+                     %offsets: tensor<64xi32>, %main: tensor<64x200x264xf32>)
+    -> tensor<64x200x264xf32> {
   %g = moe.grouped_matmul %x, %dy, %offsets
-      accumulate(%main : tensor<4x200x264xf32>)
+      accumulate(%main : tensor<64x200x264xf32>)
       {mode = #moe.mode<weight_grad>}
-      : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<4xi32>
-      -> tensor<4x200x264xf32>
-  return %g : tensor<4x200x264xf32>
+      : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<64xi32>
+      -> tensor<64x200x264xf32>
+  return %g : tensor<64x200x264xf32>
 }
 
 // -----
 
 // A bf16 weight gradient without a tile: up to 256 rows per expert on
-// average (here 4 * 256) the warp-specialized kernel with bulk stores,
+// average (here 64 * 256) the warp-specialized kernel with bulk stores,
 // above that the block-barrier one; each launch's grid is 0 unless the
-// row count is in its bucket.
+// row count is in its bucket (64 experts: enough tiles not to split).
 // CHECK-LABEL: func.func @wgrad_default_buckets(
-// CHECK: gpu.launch_func @wgrad_default_buckets_kernels::@wgrad_default_buckets_k0_grouped_matmul_wgmma_le1024 {{.*}} threads in (%c384, {{.*}} producers = 128>
+// CHECK: gpu.launch_func @wgrad_default_buckets_kernels::@wgrad_default_buckets_k0_grouped_matmul_wgmma_le16384 {{.*}} threads in (%c384, {{.*}} producers = 128>
 // CHECK: gpu.launch_func @wgrad_default_buckets_kernels::@wgrad_default_buckets_k1_grouped_matmul_wgmma blocks {{.*}} threads in (%c256
 func.func @wgrad_default_buckets(%x: tensor<?x200xbf16>,
                                  %dy: tensor<?x264xbf16>,
-                                 %offsets: tensor<4xi32>)
-    -> tensor<4x200x264xbf16> {
+                                 %offsets: tensor<64xi32>)
+    -> tensor<64x200x264xbf16> {
   %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>}
-      : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<4xi32>
-      -> tensor<4x200x264xbf16>
-  return %g : tensor<4x200x264xbf16>
+      : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<64xi32>
+      -> tensor<64x200x264xbf16>
+  return %g : tensor<64x200x264xbf16>
 }
 
 // -----

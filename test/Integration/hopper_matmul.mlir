@@ -698,8 +698,10 @@ func.func @gmm_wgrad_acc_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
 }
 
 // The same without a tile: up to 512 rows per expert on average (8192
-// here, every T the checks run) the default row bucket takes the
-// warp-specialized kernel, its f32 pairs stored by the MMA threads.
+// here) the default row bucket takes the warp-specialized kernel, its f32
+// pairs stored by the MMA threads. That is on 16 SMs (--sm-count 16); on
+// 132 its 64 output tiles split each expert's rows into 16 chunks of f32
+// partial sums, and the main gradient is added where they are summed.
 func.func @gmm_wgrad_acc_ws(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
                             %ids: tensor<?x1xi32>,
                             %main: tensor<16x136x264xf32>)

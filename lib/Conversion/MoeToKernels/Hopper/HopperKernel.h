@@ -549,12 +549,23 @@ mlir::Value bitAnd(KernelBuilder &b, mlir::Value x, int64_t mask);
 /// Makes this thread's generic-proxy writes to shared memory visible to
 /// the async proxy (wgmma and bulk copies read through it).
 void fenceAsyncShared(KernelBuilder &b);
-/// Rows per chunk of a dense Aᵀ·B split `splits` ways
-/// (HopperPlan::rowSplits) for `rows` rows: ceil(rows / splits) rounded
-/// up to kRowSplitAlign, at least kMinRowSplitRows. Chunk g holds rows
-/// [g * chunk, (g + 1) * chunk) of those that exist: the last ones may
-/// have none. The kernel's schedule and sumRowSplits both use it.
-mlir::Value rowSplitChunk(KernelBuilder &b, mlir::Value rows, int64_t splits);
+/// Rows per chunk of a group of `rows` rows split `splits` ways
+/// (HopperPlan::rowSplits): ceil(rows / splits), at least `least` where
+/// given, rounded up to kRowSplitAlign, at least kMinRowSplitRows. Chunk s
+/// holds the group's rows [s * chunk, (s + 1) * chunk) of those that
+/// exist: the last ones may have none. The kernel's schedule and
+/// sumRowSplits both use it.
+mlir::Value rowSplitChunk(KernelBuilder &b, mlir::Value rows, int64_t splits,
+                          mlir::Value least = {});
+/// The least chunk of a grouped weight gradient's split: 1.25 times the
+/// experts' average rows (`rows` over `experts`). With balanced routing
+/// every expert then stays one chunk (random top-k routing kept the
+/// largest within 10 % of the average in bench/small_wgrad.py), and only
+/// experts well above the average split, into up to HopperPlan::rowSplits
+/// chunks: the block that would reduce all of a large expert's rows
+/// reduces one chunk of them.
+mlir::Value leastChunkRows(KernelBuilder &b, mlir::Value rows,
+                           mlir::Value experts);
 
 } // namespace moec::kernels::hopper
 

@@ -167,6 +167,91 @@ LogicalResult launchBucketed(
   return launchHopperMatmul(ctx, v, base, "wgmma", above(h, rows, below));
 }
 
+/// out = Σ_s part[g * S + s] (f32, in order s = 0, 1, ...) for every group
+/// g of a row reduction split S ways (HopperPlan::rowSplits): out [K, N]
+/// for a dense Aᵀ·B (one group of `rows` rows), else [E, K, N] with the
+/// groups' rows from `offsets`, plus `accumulate` where given. Only the
+/// chunks that have rows count (rowSplitChunk; the others were not
+/// written); rounded once to out's type; four columns per thread where the
+/// row length allows (16-byte loads of the partial sums).
+LogicalResult sumRowSplits(LoweringContext &ctx, moe::TileAttr tile,
+                           Value part, int64_t S, Value rows, Value offsets,
+                           Value accumulate, Value out) {
+  KernelBuilder &h = ctx.host();
+  const int64_t rank = cast<MemRefType>(out.getType()).getRank();
+  std::optional<int64_t> width = staticDim(out, rank - 1);
+  const int64_t n = width && *width % 4 == 0 ? 4 : 1;
+  Value items = h.idx(1);
+  for (Value size : ctx.sizes(out))
+    items = h.mul(items, size);
+  items = h.div(items, h.idx(n));
+  SmallVector<Value> operands = {part, rows, out};
+  if (offsets)
+    operands.push_back(offsets);
+  if (accumulate)
+    operands.push_back(accumulate);
+  return launchPerItem(
+      ctx, "sum_row_splits", items, tile, operands,
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        Value columns = b.div(b.dim(a[2], rank - 1), b.idx(n));
+        Value tileItems = b.mul(b.dim(a[2], rank - 2), columns);
+        Value g = b.div(id, tileItems), inTile = b.rem(id, tileItems);
+        Value r = b.div(inTile, columns);
+        Value c = b.mul(b.rem(inTile, columns), b.idx(n));
+        Value groupRows = a[1], least;
+        if (offsets) {
+          // As the matmul's schedule reads them (TileSchedule::groupBounds).
+          Value start = groupStart(b, a[3], g), end = b.loadIdx(a[3], {g});
+          groupRows = b.sub(b.select(b.ult(start, end), end, start), start);
+          least = leastChunkRows(b, a[1], b.dim(a[2], 0));
+        }
+        Value used =
+            b.ceilDiv(groupRows, rowSplitChunk(b, groupRows, S, least));
+        auto vec = VectorType::get({n}, b.getF32Type());
+        SmallVector<Value> at = {r, c};
+        if (rank == 3)
+          at.insert(at.begin(), g);
+        Value sum = accumulate ? b.loadVecF32(a.back(), at, n)
+                               : b.zeroVec(vec);
+        // Unrolled, so that the chunks' loads are in flight together.
+        Value first = b.mul(g, b.idx(S));
+        for (int64_t s = 0; s < S; ++s) {
+          Value more = b.ifElse(
+              b.ult(b.idx(s), used), vec,
+              [&] {
+                return b.loadVecF32(a[0], {b.add(first, b.idx(s)), r, c}, n);
+              },
+              [&] { return b.zeroVec(vec); });
+          sum = arith::AddFOp::create(b, sum, more);
+        }
+        b.storeVecF32(sum, a[2], at);
+      });
+}
+
+/// A row reduction split S ways (HopperPlan::rowSplits): the wgmma kernel
+/// writes f32 partial sums [groups, K, N] (S chunks per group; `accumulate`
+/// is added by the sum, not by the kernel), then sumRowSplits adds them
+/// into `out`.
+LogicalResult lowerSplitRows(LoweringContext &ctx, moe::TileAttr tile,
+                             HopperOperands v, const HopperPlan &plan,
+                             Value out) {
+  KernelBuilder &h = ctx.host();
+  const int64_t S = plan.rowSplits;
+  auto outType = cast<MemRefType>(out.getType());
+  SmallVector<Value> outSizes = ctx.sizes(out);
+  ArrayRef<int64_t> shape = outType.getShape().take_back(2);
+  const int64_t groups = plan.experts; // S chunks of each group
+  Value accumulate = v.accumulate;
+  v.accumulate = Value();
+  v.out = ctx.allocTemp(
+      MemRefType::get({groups, shape[0], shape[1]}, h.getF32Type()),
+      {h.idx(groups), outSizes[outSizes.size() - 2], outSizes.back()});
+  if (failed(launchHopperMatmul(ctx, v, plan, "wgmma")))
+    return failure();
+  return sumRowSplits(ctx, tile, v.out, S, groupedRows(ctx, v, plan),
+                      v.offsets, accumulate, out);
+}
+
 std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
                                           moe::TileAttr tile, BufferMap buffer,
                                           LoweringContext &ctx) {
@@ -195,6 +280,8 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   v.accumulate = buffer(op.getAccumulate());
   Value out = buffer(op.getOut());
   Value scatter = buffer(op.getScatterSlots());
+  if (plan->rowSplits > 1)
+    return lowerSplitRows(ctx, tile, v, *plan, out);
   if (!scatter) {
     v.out = out;
     return launchBucketed(ctx, op, v, *plan, planOf,
@@ -219,39 +306,6 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   return *combined;
 }
 
-/// out[r, c] = Σ_s part[s, r, c] (f32, in order s = 0, 1, ...) over the
-/// chunks that have rows (rowSplitChunk of `rows`; the others were not
-/// written), rounded to out's type; four columns per thread where the row
-/// length allows (16-byte loads of the partial sums).
-LogicalResult sumRowSplits(LoweringContext &ctx, moe::TileAttr tile,
-                           Value part, Value rows, Value out) {
-  KernelBuilder &h = ctx.host();
-  const int64_t S = cast<MemRefType>(part.getType()).getDimSize(0);
-  std::optional<int64_t> width = staticDim(out, 1);
-  const int64_t n = width && *width % 4 == 0 ? 4 : 1;
-  SmallVector<Value> sizes = ctx.sizes(out);
-  Value items = h.div(h.mul(sizes[0], sizes[1]), h.idx(n));
-  return launchPerItem(
-      ctx, "sum_row_splits", items, tile, {part, rows, out},
-      [&](KernelBuilder &b, ValueRange a, Value id) {
-        Value columns = b.div(b.dim(a[2], 1), b.idx(n));
-        Value r = b.div(id, columns);
-        Value c = b.mul(b.rem(id, columns), b.idx(n));
-        Value used = b.ceilDiv(a[1], rowSplitChunk(b, a[1], S));
-        auto vec = VectorType::get({n}, b.getF32Type());
-        // Unrolled, so that the chunks' loads are in flight together.
-        Value sum = b.zeroVec(vec);
-        for (int64_t s = 0; s < S; ++s) {
-          Value more = b.ifElse(
-              b.ult(b.idx(s), used), vec,
-              [&] { return b.loadVecF32(a[0], {b.idx(s), r, c}, n); },
-              [&] { return b.zeroVec(vec); });
-          sum = arith::AddFOp::create(b, sum, more);
-        }
-        b.storeVecF32(sum, a[2], {r, c});
-      });
-}
-
 std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
                                         moe::TileAttr tile, BufferMap buffer,
                                         LoweringContext &ctx) {
@@ -267,19 +321,9 @@ std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
   // group of all rows, or rowSplits chunks of them (the kernel computes
   // their bounds) writing f32 partial sums [S, K, N]; then out = their sum
   // in chunk order, rounded once to out's type.
-  const int64_t S = plan->rowSplits;
-  if (S == 1)
+  if (plan->rowSplits == 1)
     return launchHopperMatmul(ctx, v, *plan, "wgmma");
-  KernelBuilder &h = ctx.host();
-  Value out = v.out;
-  SmallVector<Value> outSizes = ctx.sizes(out);
-  ArrayRef<int64_t> outShape = cast<MemRefType>(out.getType()).getShape();
-  v.out = ctx.allocTemp(
-      MemRefType::get({S, outShape[0], outShape[1]}, h.getF32Type()),
-      {h.idx(S), outSizes[0], outSizes[1]});
-  if (failed(launchHopperMatmul(ctx, v, *plan, "wgmma")))
-    return failure();
-  return sumRowSplits(ctx, tile, v.out, groupedRows(ctx, v, *plan), out);
+  return lowerSplitRows(ctx, tile, v, *plan, v.out);
 }
 
 } // namespace

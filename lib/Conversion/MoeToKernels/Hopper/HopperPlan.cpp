@@ -202,12 +202,43 @@ static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
   std::optional<HopperPlan> plan = rowReductionPlan(
       a, b.getElementType(), outType.getElementType(), outType.getDimSize(2),
       cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits);
-  if (plan) {
-    plan->slotsPerToken = op.getK().value_or(1);
-    plan->layout.expertsInColumns = op.getExpertsInColumns();
-    plan->layout.swappedOperands = swapped;
-  }
-  return plan;
+  if (!plan)
+    return plan;
+  plan->slotsPerToken = op.getK().value_or(1);
+  plan->layout.expertsInColumns = op.getExpertsInColumns();
+  plan->layout.swappedOperands = swapped;
+  // Fewer output tiles than SMs (Mixtral's LoRA dA: 16 per expert, 128 in
+  // all): with skewed routing one expert's few tiles carried most rows
+  // while the other SMs idled (0.67-0.79x torch at Z = 2 and 8). Without a
+  // tile set: split each expert's rows into up to rowSplits chunks (groups
+  // e * S + s), so that one expert's tiles can fill half the grid, never
+  // shorter than leastChunkRows (balanced routing keeps one chunk per
+  // expert); f32 partial sums [E*S, K, N] that a second kernel adds. On
+  // the H200 skewed Mixtral dA ran 1.2-2.3x faster (1.25-1.52x torch),
+  // uniform +6 us for the sum (1.31-1.55x torch, was 1.58-1.80x;
+  // bench/results/grouped-row-split-h200.md). Not for [K, E, N] outputs
+  // (the partial sums keep the kernel's own [group, K, N]).
+  int64_t experts = plan->experts;
+  int64_t perExpert = llvm::divideCeil(plan->k, kBlockM) *
+                      llvm::divideCeil(outType.getDimSize(2), plan->outTileN());
+  if (isHopperTile(tile) || op->hasAttr(moe::kTileBucketsAttrName) ||
+      op.getExpertsInColumns() || experts * perExpert >= plan->persistentBlocks)
+    return plan;
+  int64_t splits = std::clamp<int64_t>(
+      plan->persistentBlocks / (2 * perExpert), 1, kMaxRowSplits);
+  while (splits > 1 && experts * splits + 1 > kMaxGroups)
+    --splits;
+  if (splits == 1)
+    return plan;
+  std::optional<HopperPlan> split =
+      rowReductionPlan(a, b.getElementType(), Float32Type::get(op.getContext()),
+                       outType.getDimSize(2), experts * splits, tile, limits);
+  if (!split)
+    return plan;
+  split->slotsPerToken = plan->slotsPerToken;
+  split->layout.swappedOperands = swapped;
+  split->rowSplits = splits;
+  return split;
 }
 
 /// A LoRA adapter the wgmma kernel fuses: the forward's (not transposed),

@@ -125,11 +125,13 @@ struct HopperPlan {
   int64_t k = 0; ///< reduction length (static); K of out [E, K, N] for
                  ///< the weight gradient
   int64_t slotsPerToken = 1;
-  /// A dense Aᵀ·B (the router's weight gradient: one group, few output
-  /// tiles, a reduction over every token) split into this many chunks of
-  /// rows, each chunk a group of the weight gradient's kernel writing f32
-  /// partial sums [S, K, N] that a second kernel adds in chunk order (so
-  /// the result stays bitwise deterministic); 1: not split.
+  /// A row reduction with few output tiles split into this many chunks of
+  /// rows per group: a dense Aᵀ·B (the router's weight gradient: one group
+  /// of every token) or a grouped weight gradient (each expert's rows; then
+  /// `experts` counts E * S groups, chunk s of expert e being group
+  /// e * S + s). Each chunk is a group of the weight gradient's kernel
+  /// writing f32 partial sums [groups, K, N] that a second kernel adds in
+  /// chunk order (so the result stays bitwise deterministic); 1: not split.
   int64_t rowSplits = 1;
   bool swiglu = false;
   /// The epilogue writes swiglu_grad(h, y) [M, 2N] from the saved SwiGLU
@@ -300,10 +302,10 @@ defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
 constexpr int64_t kShortReduction = 256;
 /// The same for the f32 weight gradient with accumulate.
 constexpr int64_t kShortAccumulation = 512;
-/// At most this many row chunks for a dense Aᵀ·B (HopperPlan::rowSplits):
+/// At most this many row chunks per group (HopperPlan::rowSplits):
 /// the f32 partial sums the second kernel reads grow with it.
 constexpr int64_t kMaxRowSplits = 16;
-/// Chunks of a dense Aᵀ·B hold a multiple of this many rows (whole K
+/// Row chunks hold a multiple of this many rows (whole K
 /// slices of the reduction), and at least kMinRowSplitRows: a chunk's tile
 /// stores 128 KB of f32 partial sums, about as long as 4 slices of wgmmas
 /// when every SM stores at once.

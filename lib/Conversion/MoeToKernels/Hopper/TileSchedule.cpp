@@ -15,12 +15,19 @@ using namespace moec::kernels;
 using namespace moec::kernels::hopper;
 
 Value moec::kernels::hopper::rowSplitChunk(KernelBuilder &b, Value rows,
-                                           int64_t splits) {
-  Value even = b.mul(b.ceilDiv(b.ceilDiv(rows, b.idx(splits)),
-                               b.idx(kRowSplitAlign)),
-                     b.idx(kRowSplitAlign));
+                                           int64_t splits, Value least) {
+  Value even = b.ceilDiv(rows, b.idx(splits));
+  if (least)
+    even = b.select(b.ult(even, least), least, even);
+  even = b.mul(b.ceilDiv(even, b.idx(kRowSplitAlign)), b.idx(kRowSplitAlign));
   return b.select(b.ult(even, b.idx(kMinRowSplitRows)),
                   b.idx(kMinRowSplitRows), even);
+}
+
+Value moec::kernels::hopper::leastChunkRows(KernelBuilder &b, Value rows,
+                                            Value experts) {
+  Value average = b.ceilDiv(rows, experts);
+  return b.add(average, b.ceilDiv(average, b.idx(4)));
 }
 
 // Rows [start, end) of group g: experts, then the tail up to `rows`.
@@ -29,19 +36,30 @@ std::pair<Value, Value> TileSchedule::groupBounds(Value g) {
   Value rows = env.args.rows;
   // A dense Aᵀ·B's chunks, computed here (no offsets); the tail (g = S)
   // starts at `rows`.
-  if (env.plan.rowSplits > 1) {
+  if (env.plan.rowSplits > 1 && !env.args.offsets) {
     Value chunk = rowSplitChunk(b, rows, env.plan.rowSplits);
     Value start = b.minIdx(rows, b.mul(g, chunk));
     return {start, b.minIdx(rows, b.add(start, chunk))};
   }
   if (!env.args.offsets) // dense: all rows, then an empty tail
     return {b.select(b.eq(g, b.idx(0)), b.idx(0), rows), rows};
-  Value start = groupStart(b, env.args.offsets, g);
+  // A grouped weight gradient split S ways: group g is chunk g % S of
+  // expert g / S's rows (the tail g = E * S: the rows past the experts').
+  const int64_t S = env.plan.rowSplits, E = env.plan.experts / S;
+  Value e = S > 1 ? b.div(g, b.idx(S)) : g;
+  Value start = groupStart(b, env.args.offsets, e);
   Value end = b.ifElse(
-      b.eq(g, b.idx(env.plan.experts)), b.getIndexType(),
+      b.eq(e, b.idx(E)), b.getIndexType(),
       [&] { return rows; },
-      [&] { return b.loadIdx(env.args.offsets, {g}); });
-  return {start, b.select(b.ult(start, end), end, start)};
+      [&] { return b.loadIdx(env.args.offsets, {e}); });
+  end = b.select(b.ult(start, end), end, start);
+  if (S == 1)
+    return {start, end};
+  Value chunk = rowSplitChunk(b, b.sub(end, start), S,
+                              leastChunkRows(b, rows, b.idx(E)));
+  Value from =
+      b.minIdx(end, b.add(start, b.mul(b.rem(g, b.idx(S)), chunk)));
+  return {from, b.minIdx(end, b.add(from, chunk))};
 }
 
 // The groups this thread handles in the scan: thread, thread + threads, ...
@@ -60,12 +78,20 @@ void TileSchedule::forOwnGroups(const std::function<void(Value)> &body) {
 void TileSchedule::scan() {
   KernelBuilder &b = env.b;
   const int64_t G = env.plan.groups(), C = env.plan.cluster;
+  const bool chunks = env.plan.weightGrad() && env.plan.rowSplits > 1;
   forOwnGroups([&](Value g) {
     auto [start, end] = groupBounds(g);
-    // m-tiles, in units of C (a cluster's blocks share a unit).
-    b.storeI32(b.ceilDiv(b.ceilDiv(b.sub(end, start), b.idx(kBlockM)),
-                         b.idx(C)),
-               env.tables[0], {g});
+    // m-tiles, in units of C (a cluster's blocks share a unit); a split
+    // weight gradient's chunk: 1 with rows, else 0 (no tiles: a block
+    // would otherwise take such empty tiles where others take full ones;
+    // the tail, g = E * S, has no partial sums to write).
+    Value units = chunks ? b.select(b.land(b.ult(start, end),
+                                           b.ult(g, b.idx(env.plan.experts))),
+                                    b.idx(1), b.idx(0))
+                         : b.ceilDiv(b.ceilDiv(b.sub(end, start),
+                                               b.idx(kBlockM)),
+                                     b.idx(C));
+    b.storeI32(units, env.tables[0], {g});
     // The tiles read their group's rows from here, not from global memory.
     b.storeI32(start, env.groupStarts, {g});
     b.ifThen(b.eq(g, b.idx(G - 1)),
@@ -74,10 +100,13 @@ void TileSchedule::scan() {
   gpu::BarrierOp::create(b);
   nTiles = b.ceilDiv(env.outWidth, b.idx(env.plan.outTileN()));
   if (env.plan.weightGrad()) {
-    // Every expert has the same tiles: K tiles times n-tiles.
+    // Every expert (or chunk with rows) has the same tiles: K tiles times
+    // n-tiles.
     kTiles = b.idx((env.plan.k + kBlockM - 1) / kBlockM);
-    tilesTotal = b.mul(b.idx(env.plan.experts), b.mul(kTiles, nTiles));
-    return;
+    if (!chunks) {
+      tilesTotal = b.mul(b.idx(env.plan.experts), b.mul(kTiles, nTiles));
+      return;
+    }
   }
   int current = 0;
   for (int64_t d = 1; d < G; d *= 2) {
@@ -93,6 +122,11 @@ void TileSchedule::scan() {
     current = 1 - current;
   }
   tileEnds = env.tables[current];
+  if (chunks) {
+    tilesTotal = b.mul(b.loadIdx(tileEnds, {b.idx(G - 1)}),
+                       b.mul(kTiles, nTiles));
+    return;
+  }
 
   // Tiles of the schedule: (group, m-unit, n-tile); an m-unit is C m-tiles,
   // one per block of a cluster.
@@ -125,12 +159,15 @@ void TileSchedule::placeGrid() {
 // output-gradient column blocks over the same rows at about the same time
 // (L2 hits), where with n-tiles fastest each block read its own
 // output-gradient columns (Mixtral dW of gate_up: 0.57x torch). A tile
-// sums over all the expert's rows.
+// sums over all the expert's rows (split: over one chunk of them).
 TileState TileSchedule::locateWeightGrad(Value tile) {
   KernelBuilder &b = env.b;
   TileState t;
   Value perExpert = b.mul(kTiles, nTiles);
   t.group = b.div(tile, perExpert);
+  // Split: the tiles of the chunks with rows only, in group order.
+  if (env.plan.rowSplits > 1)
+    t.group = firstGreater(b, tileEnds, env.plan.groups(), t.group);
   Value local = b.rem(tile, perExpert);
   Value bandM = b.idx(env.plan.bandM);
   Value bandTiles = b.mul(bandM, nTiles);
