@@ -151,9 +151,29 @@ def symbol_values(symbols: Sequence[str], rows: int, k: int) -> dict:
 # Inputs and timing (GPU)
 # ---------------------------------------------------------------------------
 
-def make_inputs(entry, roles: Sequence[str], k: int, rows: int, gen):
+def routed_ids(tokens: int, rows: int, experts: int, k: int,
+               tokenwise: bool, skew: float, gen, device: str = "cuda"):
+    """The expert of each of `rows` rows: each token's top `k` of random
+    logits (`tokenwise`: ops that gather or combine tokens, rows = tokens
+    * k), else one expert per row. With `skew` Z expert e's logit is
+    lowered by Z * ln(1 + e) (as bench/training_kernels.py's skewed
+    routing), so that low experts get most rows; 0 routes uniformly."""
+    import torch
+
+    if not tokenwise and skew == 0:
+        return torch.randint(experts, (rows,), device=device, generator=gen)
+    logits = torch.randn(tokens if tokenwise else rows, experts,
+                         device=device, generator=gen)
+    if skew:
+        logits -= skew * torch.log1p(torch.arange(experts, device=device,
+                                                  dtype=torch.float32))
+    return torch.topk(logits, k if tokenwise else 1, dim=-1).indices.flatten()
+
+
+def make_inputs(entry, roles: Sequence[str], k: int, rows: int, gen,
+                skew: float = 0.0):
     """Random inputs of a candidate entry for `rows` rows, in argument
-    order."""
+    order (routing skewed by `skew`: routed_ids)."""
     import torch
     from . import _dtypes
 
@@ -163,11 +183,7 @@ def make_inputs(entry, roles: Sequence[str], k: int, rows: int, gen):
     tokens, m = values["T"], values["M"]
     experts = next(s[0] for r, s in zip(roles, shapes) if r == "offsets")
     tokenwise = "gather_slots" in roles or "scatter_slots" in roles
-    if tokenwise:
-        logits = torch.randn(tokens, experts, device="cuda", generator=gen)
-        ids = torch.topk(logits, k, dim=-1).indices.flatten()
-    else:
-        ids = torch.randint(experts, (m,), device="cuda", generator=gen)
+    ids = routed_ids(tokens, m, experts, k, tokenwise, skew, gen)
     slots = torch.argsort(ids, stable=True).int()
     counts = torch.bincount(ids, minlength=experts)
     offsets = torch.cumsum(counts, 0).int()
@@ -229,15 +245,17 @@ def median_ms(fn: Callable[[], None], iters: int, flush, warmup: int = 1,
 
 
 def tune_op(bundle, op: dict, rows: int, iters: int, flush, gen,
-            target: str, min_gain: float, log=print) -> Optional[dict]:
-    """Times every candidate of `op` at `rows` rows; the cache entry of the
-    fastest correct one (None when the inputs do not fit in memory)."""
+            target: str, min_gain: float, log=print,
+            skew: float = 0.0) -> Optional[dict]:
+    """Times every candidate of `op` at `rows` rows (routing skewed by
+    `skew`); the cache entry of the fastest correct one (None when the
+    inputs do not fit in memory)."""
     import torch
 
     candidates = op["candidates"]
     first = bundle.entry(candidates[0]["entry"])
     try:
-        inputs = make_inputs(first, op["args"], op["k"], rows, gen)
+        inputs = make_inputs(first, op["args"], op["k"], rows, gen, skew)
         reference = first(*inputs)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
@@ -290,6 +308,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--min-gain", type=float, default=0.01,
                         help="keep the default tile unless the best is "
                              "this much faster (0.01: 1 %%)")
+    parser.add_argument("--skew", type=float, default=0.0,
+                        help="route unevenly: expert e's logit lowered by "
+                             "SKEW * ln(1 + e) (0: uniform; 2 puts expert 0 "
+                             "in nearly every token's top k). Weight "
+                             "gradients that split their rows (row_splits) "
+                             "gain most under skew")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
@@ -302,6 +326,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if args.iters < 1:
         print("moec.tune: error: --iters must be >= 1", file=sys.stderr)
+        return 2
+    if not (0 <= args.skew < math.inf):
+        print(f"moec.tune: error: --skew must be a finite number >= 0, got "
+              f"{args.skew}", file=sys.stderr)
         return 2
 
     import torch
@@ -318,7 +346,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     ops = [op for op in manifest["ops"] if args.only in op["function"]]
     print(f"tuning {len(ops)} ops x {len(rows_list)} row counts on {device} "
-          f"({manifest['target']})", flush=True)
+          f"({manifest['target']}, routing skew {args.skew:g})", flush=True)
     measured = []
     for i, op in enumerate(ops):
         print(f"[{i + 1}/{len(ops)}] {op['function']}: {op['key']} "
@@ -326,7 +354,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for rows in rows_list:
             entry = tune_op(bundle, op, rows, args.iters, flush, gen,
                             manifest["target"], args.min_gain,
-                            log=lambda s: print(s, flush=True))
+                            log=lambda s: print(s, flush=True),
+                            skew=args.skew)
             if entry:
                 measured.append(entry)
         # Merge and write after every op: an interrupted run keeps its

@@ -89,6 +89,29 @@ def test_main_reports_bad_arguments(tmp_path, capsys):
     assert tune.main([bundle, "-o", str(tmp_path / "c.json"),
                       "--rows", "x"]) == 2
     assert "--rows" in capsys.readouterr().err
+    for skew in ("-1", "nan", "inf"):
+        assert tune.main([bundle, "-o", str(tmp_path / "c.json"),
+                          "--skew", skew]) == 2
+        assert "--skew" in capsys.readouterr().err
+
+
+def test_skewed_routing_favours_low_experts():
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(0)
+    for tokenwise, k in ((True, 2), (False, 1)):
+        flat = tune.routed_ids(4000, 4000 * k, 8, k, tokenwise, 0.0, gen,
+                               device="cpu")
+        counts = torch.bincount(flat, minlength=8)
+        assert flat.numel() == 4000 * k and counts.min() > 0.8 * k * 500
+        flat = tune.routed_ids(4000, 4000 * k, 8, k, tokenwise, 2.0, gen,
+                               device="cpu")
+        counts = torch.bincount(flat, minlength=8)
+        assert flat.numel() == 4000 * k
+        # Expert 0 takes most tokens (nearly all with k = 2, 79 % of
+        # rows alone on the H200 run); the last expert is rare.
+        assert counts[0] > 0.7 * 4000 and counts[7] < 0.05 * 4000 * k
+        if tokenwise:  # k distinct experts per token
+            assert (flat.view(-1, k).sort(dim=1).values.diff(dim=1) > 0).all()
 
 
 def test_small_gains_keep_the_default_tile():

@@ -163,7 +163,8 @@ func.func @wgrad_narrow(%x: tensor<?x200xbf16>, %dy: tensor<?x64xbf16>,
                         %w: tensor<4x64x200xbf16>, %offsets: tensor<4xi32>)
     -> (tensor<4x200x64xbf16>, tensor<?x32xbf16>) {
   %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
-      moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 256>}
+      moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 256,
+                           row_splits = 1>}
       : tensor<?x200xbf16>, tensor<?x64xbf16>, tensor<4xi32>
       -> tensor<4x200x64xbf16>
   %h = moe.grouped_matmul %x, %w, %offsets
@@ -223,7 +224,8 @@ func.func @columns(%dy: tensor<?x256xbf16>, %w: tensor<256x4x320xbf16>,
 
 // -----
 
-// The weight gradient (mode = weight_grad): block barriers at n = 128, every
+// The weight gradient (mode = weight_grad), one chunk of rows per expert
+// (row_splits = 1): block barriers at n = 128, every
 // copy a cp.async (an expert's last slice must read zeros past its rows, no
 // tensor maps), the slice count of a tile from its expert's rows (the
 // k-loop's bound is not a constant), both operands read transposed
@@ -243,7 +245,35 @@ func.func @columns(%dy: tensor<?x256xbf16>, %w: tensor<256x4x320xbf16>,
 func.func @wgrad(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
                  %offsets: tensor<4xi32>) -> tensor<4x200x136xf32> {
   %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
-      moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256>}
+      moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
+                           row_splits = 1>}
+      : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
+      -> tensor<4x200x136xf32>
+  return %g : tensor<4x200x136xf32>
+}
+
+// -----
+
+// A tile's row_splits sets the chunks per expert (the tuner's candidates):
+// 2 here, where the kernel's own choice would be 16; the kernel records it
+// in the tile it was built with.
+// CHECK-LABEL: gpu.func @wgrad_split_asked_k0_grouped_matmul_wgmma(
+// CHECK-SAME: %arg2: memref<8x200x136xf32>
+// CHECK: arith.divui %{{.*}}, %c2
+// CHECK: arith.remui %{{.*}}, %c2
+// CHECK-LABEL: gpu.func @wgrad_split_asked_k1_grouped_matmul_sum_row_splits(
+// CHECK-COUNT-2: vector.load %arg0[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<8x200x136xf32>, vector<4xf32>
+// CHECK-NOT: vector.load %arg0
+// CHECK-LABEL: func.func @wgrad_split_asked(
+// CHECK: gpu.launch_func @wgrad_split_asked_kernels::@wgrad_split_asked_k0_grouped_matmul_wgmma
+// CHECK-SAME: moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, stages = 6, band_m = 8, row_splits = 2>
+// CHECK: gpu.launch_func @wgrad_split_asked_kernels::@wgrad_split_asked_k1_grouped_matmul_sum_row_splits
+func.func @wgrad_split_asked(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
+                             %offsets: tensor<4xi32>)
+    -> tensor<4x200x136xf32> {
+  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
+      moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
+                           row_splits = 2>}
       : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
       -> tensor<4x200x136xf32>
   return %g : tensor<4x200x136xf32>
@@ -304,7 +334,8 @@ func.func @wgrad_t(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
     -> tensor<4x136x200xf32> {
   %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
       {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64,
-       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256>}
+       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
+                            row_splits = 1>}
       : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
       -> tensor<4x136x200xf32>
   return %g : tensor<4x136x200xf32>
@@ -333,7 +364,7 @@ func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
   %g = moe.grouped_matmul %x, %dy, %offsets
       {mode = #moe.mode<weight_grad>,
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
-                            producers = 128>}
+                            producers = 128, row_splits = 1>}
       : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<4xi32>
       -> tensor<4x200x264xbf16>
   return %g : tensor<4x200x264xbf16>
@@ -396,6 +427,32 @@ func.func @wgrad_default_buckets(%x: tensor<?x200xbf16>,
       : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<64xi32>
       -> tensor<64x200x264xbf16>
   return %g : tensor<64x200x264xbf16>
+}
+
+// -----
+
+// Row buckets whose tiles split (a tuning cache's): the bucket's split
+// matmul and its sum both launch only for rows in the bucket (grids
+// multiplied by the same 0 / 1), the unsplit base kernel above it.
+// CHECK-LABEL: func.func @wgrad_split_buckets(
+// CHECK: %[[ON:.*]] = arith.subi
+// CHECK: memref.alloc() {{.*}} : memref<8x200x136xf32>
+// CHECK: gpu.launch_func @wgrad_split_buckets_kernels::@wgrad_split_buckets_k0_grouped_matmul_wgmma_le4096 {{.*}} row_splits = 2>
+// CHECK: arith.muli %{{.*}}, %[[ON]]
+// CHECK: gpu.launch_func @wgrad_split_buckets_kernels::@wgrad_split_buckets_k1_grouped_matmul_sum_row_splits
+// CHECK: gpu.launch_func @wgrad_split_buckets_kernels::@wgrad_split_buckets_k2_grouped_matmul_wgmma blocks
+// CHECK-NOT: gpu.launch_func
+func.func @wgrad_split_buckets(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
+                               %offsets: tensor<4xi32>)
+    -> tensor<4x200x136xbf16> {
+  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
+      moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
+                           row_splits = 1>,
+      moe.tile_buckets = [#moe.tile_bucket<max_rows = 4096,
+          tile = <m = 128, n = 128, k = 64, threads = 256, row_splits = 2>>]}
+      : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
+      -> tensor<4x200x136xbf16>
+  return %g : tensor<4x200x136xbf16>
 }
 
 // -----

@@ -53,6 +53,8 @@
 // RUN: moec run %s --entry gmm_wgrad_acc_rows --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_acc_ws --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_acc_ws_bulk --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_acc_split2 --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_ws_split4 --sym T=40 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_acc_layouts --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_kn_r8 --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
@@ -422,7 +424,7 @@ func.func @gmm_wgrad_gather_ws(%x: tensor<?x200xbf16>, %dy: tensor<?x200xbf16>,
   %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
       {mode = #moe.mode<weight_grad>, k = 1 : i64,
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
-                            producers = 128>}
+                            producers = 128, row_splits = 1>}
       : tensor<?x200xbf16>, tensor<?x200xbf16>, tensor<8xi32>
       -> tensor<8x200x200xbf16>
   return %g : tensor<8x200x200xbf16>
@@ -523,7 +525,7 @@ func.func @gmm_wgrad_narrow(%x: tensor<?x520xbf16>, %dy: tensor<?x24xbf16>,
   %g = moe.grouped_matmul %rows, %dy, %offsets
       {mode = #moe.mode<weight_grad>,
        moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 384,
-                            producers = 128>}
+                            producers = 128, row_splits = 1>}
       : tensor<?x520xbf16>, tensor<?x24xbf16>, tensor<16xi32>
       -> tensor<16x520x24xbf16>
   return %g : tensor<16x520x24xbf16>
@@ -655,7 +657,7 @@ func.func @gmm_wgrad_t_gather_ws(%x: tensor<?x520xbf16>, %dy: tensor<?x200xbf16>
   %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
       {mode = #moe.mode<weight_grad>, transpose_rhs, k = 1 : i64,
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
-                            producers = 128>}
+                            producers = 128, row_splits = 1>}
       : tensor<?x520xbf16>, tensor<?x200xbf16>, tensor<8xi32>
       -> tensor<8x200x520xbf16>
   return %g : tensor<8x200x520xbf16>
@@ -691,7 +693,8 @@ func.func @gmm_wgrad_acc_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
   %g = moe.grouped_matmul %rows, %dy, %offsets
       accumulate(%main : tensor<16x136x264xf32>)
       {mode = #moe.mode<weight_grad>,
-       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256>}
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256,
+                            row_splits = 1>}
       : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
       -> tensor<16x136x264xf32>
   return %g : tensor<16x136x264xf32>
@@ -738,6 +741,46 @@ func.func @gmm_wgrad_acc_ws_bulk(%x: tensor<?x520xbf16>,
       : tensor<?x520xbf16>, tensor<?x264xbf16>, tensor<16xi32>
       -> tensor<16x520x264xbf16>
   return %g : tensor<16x520x264xbf16>
+}
+
+// A tile asking for 2 row chunks per expert (row_splits, as a tuning
+// cache may) where the kernel alone would not split (160 output tiles):
+// 320 chunk tiles over the grid, a bf16 gradient added to where the f32
+// partial sums are summed. K = 520, N = 264, E = 16.
+func.func @gmm_wgrad_acc_split2(%x: tensor<?x520xbf16>,
+                                %dy: tensor<?x264xbf16>,
+                                %ids: tensor<?x1xi32>,
+                                %main: tensor<16x520x264xbf16>)
+    -> tensor<16x520x264xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x520xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x520xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      accumulate(%main : tensor<16x520x264xbf16>)
+      {mode = #moe.mode<weight_grad>,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256,
+                            row_splits = 2>}
+      : tensor<?x520xbf16>, tensor<?x264xbf16>, tensor<16xi32>
+      -> tensor<16x520x264xbf16>
+  return %g : tensor<16x520x264xbf16>
+}
+
+// The warp-specialized kernel split 4 ways (a tuning cache's tile under
+// skewed routing): gathered rows, f32 partial sums stored in pairs by the
+// MMA threads (no bulk copies of f32), summed into bf16. E = 8, K = 200,
+// N = 200.
+func.func @gmm_wgrad_ws_split4(%x: tensor<?x200xbf16>, %dy: tensor<?x200xbf16>,
+                               %ids: tensor<?x1xi32>) -> tensor<8x200x200xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {mode = #moe.mode<weight_grad>, k = 1 : i64,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128, row_splits = 4>}
+      : tensor<?x200xbf16>, tensor<?x200xbf16>, tensor<8xi32>
+      -> tensor<8x200x200xbf16>
+  return %g : tensor<8x200x200xbf16>
 }
 
 // Gathered rows, [E, N, K] weights (transpose_rhs) and [K, E, N]

@@ -2108,6 +2108,15 @@ func.func @tile_cluster_of_four(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>,
 
 // -----
 
+// at most 16 row chunks per group
+func.func @tile_too_many_row_splits(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{tile parameter 'row_splits' must be 0 (the kernel's choice) or in [1, 16], got 17}}
+  %g = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, row_splits = 17>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
 // only the warp-specialized kernel runs in clusters
 func.func @tile_cluster_without_producers(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{tile parameter 'cluster' = 2 needs 'producers' = 128 (the warp-specialized kernel multicasts the weights), got producers = 0}}

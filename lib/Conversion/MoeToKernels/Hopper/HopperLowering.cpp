@@ -119,64 +119,17 @@ Value above(KernelBuilder &h, Value rows, int64_t bound) {
   return h.minIdx(h.idx(1), h.div(rows, h.idx(bound + 1)));
 }
 
-/// Launches the kernel of `base`, or with the op's `moe.tile_buckets` (else
-/// `defaults`) one variant per bucket: each launch's grid is 0 unless the
-/// row count (groupedRows) falls in its bucket (the first bucket from 0
-/// rows, the base plan the rows above every bucket). `planOf` makes the
-/// plan of a bucket's tile.
-LogicalResult launchBucketed(
-    LoweringContext &ctx, Operation *op, const HopperOperands &v,
-    const HopperPlan &base,
-    function_ref<std::optional<HopperPlan>(moe::TileAttr)> planOf,
-    ArrayRef<moe::TileBucketAttr> defaults = {}) {
-  SmallVector<moe::TileBucketAttr> list(defaults);
-  if (auto bucketList = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName))
-    list.assign(llvm::to_vector(bucketList.getAsRange<moe::TileBucketAttr>()));
-  SmallVector<std::pair<moe::TileBucketAttr, HopperPlan>> buckets;
-  for (moe::TileBucketAttr bucket : list) {
-    std::optional<HopperPlan> plan = planOf(bucket.getTile());
-    if (!plan || !isHopperTile(bucket.getTile()))
-      return op->emitOpError("has a tile bucket the sm90a matmul cannot "
-                             "build: ")
-             << bucket;
-    buckets.push_back({bucket, *plan});
-  }
-  // Last buckets that would build the base kernel again: the base serves
-  // their rows.
-  MLIRContext *context = op->getContext();
-  moe::TileAttr baseTile = tileOf(context, base);
-  while (!buckets.empty() &&
-         tileOf(context, buckets.back().second) == baseTile)
-    buckets.pop_back();
-  if (buckets.empty())
-    return launchHopperMatmul(ctx, v, base, "wgmma");
-  KernelBuilder &h = ctx.host();
-  Value rows = groupedRows(ctx, v, base);
-  int64_t below = 0;
-  for (auto &[bucket, plan] : buckets) {
-    // rows in (below, max_rows]: above(below) - above(max_rows); the first
-    // bucket takes no rows too, so that some launch writes the output (a
-    // weight gradient of no rows is zeros, not untouched memory).
-    Value from = below == 0 ? h.idx(1) : above(h, rows, below);
-    Value enabled = h.sub(from, above(h, rows, bucket.getMaxRows()));
-    std::string suffix = "wgmma_le" + std::to_string(bucket.getMaxRows());
-    if (failed(launchHopperMatmul(ctx, v, plan, suffix, enabled)))
-      return failure();
-    below = bucket.getMaxRows();
-  }
-  return launchHopperMatmul(ctx, v, base, "wgmma", above(h, rows, below));
-}
-
 /// out = Σ_s part[g * S + s] (f32, in order s = 0, 1, ...) for every group
 /// g of a row reduction split S ways (HopperPlan::rowSplits): out [K, N]
 /// for a dense Aᵀ·B (one group of `rows` rows), else [E, K, N] with the
 /// groups' rows from `offsets`, plus `accumulate` where given. Only the
 /// chunks that have rows count (rowSplitChunk; the others were not
 /// written); rounded once to out's type; four columns per thread where the
-/// row length allows (16-byte loads of the partial sums).
+/// row length allows (16-byte loads of the partial sums). With `enabled`
+/// (a host index, 0 or 1) the item count is multiplied by it.
 LogicalResult sumRowSplits(LoweringContext &ctx, moe::TileAttr tile,
                            Value part, int64_t S, Value rows, Value offsets,
-                           Value accumulate, Value out) {
+                           Value accumulate, Value out, Value enabled) {
   KernelBuilder &h = ctx.host();
   const int64_t rank = cast<MemRefType>(out.getType()).getRank();
   std::optional<int64_t> width = staticDim(out, rank - 1);
@@ -185,6 +138,8 @@ LogicalResult sumRowSplits(LoweringContext &ctx, moe::TileAttr tile,
   for (Value size : ctx.sizes(out))
     items = h.mul(items, size);
   items = h.div(items, h.idx(n));
+  if (enabled)
+    items = h.mul(items, enabled);
   SmallVector<Value> operands = {part, rows, out};
   if (offsets)
     operands.push_back(offsets);
@@ -231,10 +186,11 @@ LogicalResult sumRowSplits(LoweringContext &ctx, moe::TileAttr tile,
 /// A row reduction split S ways (HopperPlan::rowSplits): the wgmma kernel
 /// writes f32 partial sums [groups, K, N] (S chunks per group; `accumulate`
 /// is added by the sum, not by the kernel), then sumRowSplits adds them
-/// into `out`.
+/// into `out`; both launches gated by `enabled` as launchHopperMatmul's.
 LogicalResult lowerSplitRows(LoweringContext &ctx, moe::TileAttr tile,
                              HopperOperands v, const HopperPlan &plan,
-                             Value out) {
+                             Value out, StringRef suffix = "wgmma",
+                             Value enabled = {}) {
   KernelBuilder &h = ctx.host();
   const int64_t S = plan.rowSplits;
   auto outType = cast<MemRefType>(out.getType());
@@ -246,10 +202,69 @@ LogicalResult lowerSplitRows(LoweringContext &ctx, moe::TileAttr tile,
   v.out = ctx.allocTemp(
       MemRefType::get({groups, shape[0], shape[1]}, h.getF32Type()),
       {h.idx(groups), outSizes[outSizes.size() - 2], outSizes.back()});
-  if (failed(launchHopperMatmul(ctx, v, plan, "wgmma")))
+  if (failed(launchHopperMatmul(ctx, v, plan, suffix, enabled)))
     return failure();
   return sumRowSplits(ctx, tile, v.out, S, groupedRows(ctx, v, plan),
-                      v.offsets, accumulate, out);
+                      v.offsets, accumulate, out, enabled);
+}
+
+/// The kernels of `plan` writing `v.out`: one, or with rowSplits the
+/// split matmul and its sum.
+LogicalResult launchPlan(LoweringContext &ctx, moe::TileAttr tile,
+                         const HopperOperands &v, const HopperPlan &plan,
+                         StringRef suffix, Value enabled = {}) {
+  if (plan.rowSplits > 1)
+    return lowerSplitRows(ctx, tile, v, plan, v.out, suffix, enabled);
+  return launchHopperMatmul(ctx, v, plan, suffix, enabled);
+}
+
+/// Launches the kernel of `base`, or with the op's `moe.tile_buckets` (else
+/// `defaults`) one variant per bucket: each launch's grid is 0 unless the
+/// row count (groupedRows) falls in its bucket (the first bucket from 0
+/// rows, the base plan the rows above every bucket). `planOf` makes the
+/// plan of a bucket's tile; a plan that splits its rows launches its sum
+/// too, gated the same way.
+LogicalResult launchBucketed(
+    LoweringContext &ctx, Operation *op, moe::TileAttr tile,
+    const HopperOperands &v, const HopperPlan &base,
+    function_ref<std::optional<HopperPlan>(moe::TileAttr)> planOf,
+    ArrayRef<moe::TileBucketAttr> defaults = {}) {
+  SmallVector<moe::TileBucketAttr> list(defaults);
+  if (auto bucketList = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName))
+    list.assign(llvm::to_vector(bucketList.getAsRange<moe::TileBucketAttr>()));
+  SmallVector<std::pair<moe::TileBucketAttr, HopperPlan>> buckets;
+  for (moe::TileBucketAttr bucket : list) {
+    std::optional<HopperPlan> plan = planOf(bucket.getTile());
+    if (!plan || !isHopperTile(bucket.getTile()))
+      return op->emitOpError("has a tile bucket the sm90a matmul cannot "
+                             "build: ")
+             << bucket;
+    buckets.push_back({bucket, *plan});
+  }
+  // Last buckets that would build the base kernel again: the base serves
+  // their rows.
+  MLIRContext *context = op->getContext();
+  moe::TileAttr baseTile = tileOf(context, base);
+  while (!buckets.empty() &&
+         tileOf(context, buckets.back().second) == baseTile)
+    buckets.pop_back();
+  if (buckets.empty())
+    return launchPlan(ctx, tile, v, base, "wgmma");
+  KernelBuilder &h = ctx.host();
+  Value rows = groupedRows(ctx, v, base);
+  int64_t below = 0;
+  for (auto &[bucket, plan] : buckets) {
+    // rows in (below, max_rows]: above(below) - above(max_rows); the first
+    // bucket takes no rows too, so that some launch writes the output (a
+    // weight gradient of no rows is zeros, not untouched memory).
+    Value from = below == 0 ? h.idx(1) : above(h, rows, below);
+    Value enabled = h.sub(from, above(h, rows, bucket.getMaxRows()));
+    std::string suffix = "wgmma_le" + std::to_string(bucket.getMaxRows());
+    if (failed(launchPlan(ctx, tile, v, plan, suffix, enabled)))
+      return failure();
+    below = bucket.getMaxRows();
+  }
+  return launchPlan(ctx, tile, v, base, "wgmma", above(h, rows, below));
 }
 
 std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
@@ -280,12 +295,13 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   v.accumulate = buffer(op.getAccumulate());
   Value out = buffer(op.getOut());
   Value scatter = buffer(op.getScatterSlots());
-  if (plan->rowSplits > 1)
-    return lowerSplitRows(ctx, tile, v, *plan, out);
   if (!scatter) {
     v.out = out;
-    return launchBucketed(ctx, op, v, *plan, planOf,
-                          defaultBuckets(op, tile, limits));
+    // No default buckets under a split (measured without them).
+    return launchBucketed(ctx, op, tile, v, *plan, planOf,
+                          plan->rowSplits > 1
+                              ? SmallVector<moe::TileBucketAttr>()
+                              : defaultBuckets(op, tile, limits));
   }
   // Combined in token order: the grouped rows go to a scratch buffer, then
   // unpermute's combine sums each token's k rows with its weights.
@@ -295,7 +311,7 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
       MemRefType::get({ShapedType::kDynamic, outType.getDimSize(1)},
                       outType.getElementType()),
       {slotRows, h.idx(outType.getDimSize(1))});
-  if (failed(launchBucketed(ctx, op, v, *plan, planOf)))
+  if (failed(launchBucketed(ctx, op, tile, v, *plan, planOf)))
     return failure();
   std::optional<LogicalResult> combined =
       emitCombine(ctx, tile, v.out, scatter, v.offsets,
@@ -321,9 +337,7 @@ std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
   // group of all rows, or rowSplits chunks of them (the kernel computes
   // their bounds) writing f32 partial sums [S, K, N]; then out = their sum
   // in chunk order, rounded once to out's type.
-  if (plan->rowSplits == 1)
-    return launchHopperMatmul(ctx, v, *plan, "wgmma");
-  return lowerSplitRows(ctx, tile, v, *plan, v.out);
+  return launchPlan(ctx, tile, v, *plan, "wgmma");
 }
 
 } // namespace

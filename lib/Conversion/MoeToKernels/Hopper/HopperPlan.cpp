@@ -26,7 +26,27 @@ moe::TileAttr hopper::tileOf(MLIRContext *context, const HopperPlan &plan) {
   return moe::TileAttr::get(context, kBlockM, plan.blockN, kBlockK,
                             plan.threads(), plan.stages, plan.bandM,
                             plan.warpSpecialized ? kProducerThreads : 0,
-                            plan.cluster);
+                            plan.cluster,
+                            plan.rowSplits > 1 ? plan.rowSplits : 0);
+}
+
+/// `tile` with its `row_splits` set to `splits`.
+static moe::TileAttr withRowSplits(moe::TileAttr tile, int64_t splits) {
+  return moe::TileAttr::get(tile.getContext(), tile.getM(), tile.getN(),
+                            tile.getK(), tile.getThreads(), tile.getStages(),
+                            tile.getBandM(), tile.getProducers(),
+                            tile.getCluster(), splits);
+}
+
+/// Output tiles of one group of a row reduction into [k, width].
+static int64_t outTilesPerGroup(const HopperPlan &plan, int64_t width) {
+  return llvm::divideCeil(plan.k, kBlockM) *
+         llvm::divideCeil(width, plan.outTileN());
+}
+
+/// The row splits a tile asks for: 0 (the kernel's choice) without one.
+static int64_t askedRowSplits(moe::TileAttr tile) {
+  return tile ? tile.getRowSplits() : 0;
 }
 
 /// At most as many stages as fit in shared memory (a deeper pipeline asked
@@ -216,16 +236,20 @@ static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
   // expert); f32 partial sums [E*S, K, N] that a second kernel adds. On
   // the H200 skewed Mixtral dA ran 1.2-2.3x faster (1.25-1.52x torch),
   // uniform +6 us for the sum (1.31-1.55x torch, was 1.58-1.80x;
-  // bench/results/grouped-row-split-h200.md). Not for [K, E, N] outputs
-  // (the partial sums keep the kernel's own [group, K, N]).
+  // bench/results/grouped-row-split-h200.md). A tile's `row_splits` sets
+  // S (1: no split), which the tuner measures (each row bucket's tile
+  // too). Not for [K, E, N] outputs (the partial sums keep the kernel's
+  // own [group, K, N]).
   int64_t experts = plan->experts;
-  int64_t perExpert = llvm::divideCeil(plan->k, kBlockM) *
-                      llvm::divideCeil(outType.getDimSize(2), plan->outTileN());
-  if (isHopperTile(tile) || op->hasAttr(moe::kTileBucketsAttrName) ||
-      op.getExpertsInColumns() || experts * perExpert >= plan->persistentBlocks)
+  int64_t perExpert = outTilesPerGroup(*plan, outType.getDimSize(2));
+  int64_t splits = askedRowSplits(tile);
+  if (splits == 0)
+    splits = experts * perExpert >= plan->persistentBlocks
+                 ? 1
+                 : std::clamp<int64_t>(plan->persistentBlocks / (2 * perExpert),
+                                       1, kMaxRowSplits);
+  if (splits == 1 || op.getExpertsInColumns())
     return plan;
-  int64_t splits = std::clamp<int64_t>(
-      plan->persistentBlocks / (2 * perExpert), 1, kMaxRowSplits);
   while (splits > 1 && experts * splits + 1 > kMaxGroups)
     --splits;
   if (splits == 1)
@@ -281,8 +305,10 @@ hopper::defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
       op.getMode() != moe::MatmulMode::weight_grad ||
       outType.getDimSize(outType.getRank() - 1) < 256)
     return {};
+  // A bucket is one kernel: never split.
   auto ws = moe::TileAttr::get(op->getContext(), kBlockM, 256, kBlockK,
-                               kSpecializedThreads, 0, 0, kProducerThreads);
+                               kSpecializedThreads, 0, 0, kProducerThreads,
+                               /*cluster=*/1, /*row_splits=*/1);
   std::optional<HopperPlan> plan = groupedPlan(op, ws, limits);
   if (!plan || (!plan->bulkStores && !op.getAccumulate()))
     return {};
@@ -374,15 +400,15 @@ static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
     // grew with T alone (0.08 ms at T = 8192, 0.30 at 32768 on the H200
     // at every model, 0.13-0.59x torch.mm; bench/results/
     // small-wgrad-h200.md). Split the rows so that the tiles of all chunks
-    // fill the persistent grid once.
+    // fill the persistent grid once; a tile's `row_splits` sets the count
+    // (1: no split).
     auto splitsOf = [&](const HopperPlan &plan) {
-      int64_t outTiles =
-          llvm::divideCeil(plan.k, kBlockM) *
-          llvm::divideCeil(outType.getDimSize(1), plan.outTileN());
-      return std::clamp<int64_t>(plan.persistentBlocks / outTiles, 1,
-                                 kMaxRowSplits);
+      return std::clamp<int64_t>(
+          plan.persistentBlocks / outTilesPerGroup(plan, outType.getDimSize(1)),
+          1, kMaxRowSplits);
     };
-    int64_t splits = splitsOf(*whole);
+    int64_t asked = askedRowSplits(tile);
+    int64_t splits = asked ? asked : splitsOf(*whole);
     // Without a tile set: 128-column tiles where they halve the chunks, and
     // so the partial sums written and read back (Qwen3's and OLMoE's router
     // gradient: 16 chunks at n = 256, 8 at n = 128, 1.02-1.21x faster on
@@ -390,7 +416,7 @@ static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
     // narrower tiles ran up to 1.39x slower:
     // bench/results/router-grad-split-h200.md).
     moe::TileAttr chosen = tile;
-    if (!isHopperTile(tile) && splits > kMaxRowSplits / 2 &&
+    if (!isHopperTile(tile) && !asked && splits > kMaxRowSplits / 2 &&
         whole->blockN > 128) {
       auto narrowTile = moe::TileAttr::get(op.getContext(), kBlockM, 128,
                                            kBlockK, kThreads, 0, 0, 0);
@@ -443,7 +469,23 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
   if (!chosen)
     return {};
   MLIRContext *context = op->getContext();
-  SmallVector<moe::TileAttr> tiles = {tileOf(context, *chosen)};
+  SmallVector<moe::TileAttr> tiles;
+  // A tile as its plan builds it (row_splits the chunks taken), and where
+  // that splits the rows, the same tile unsplit.
+  auto add = [&](moe::TileAttr tile) {
+    std::optional<HopperPlan> plan = groupedPlan(matmul, tile);
+    if (!plan)
+      return;
+    for (int64_t splits : {plan->rowSplits > 1 ? plan->rowSplits : 0,
+                           int64_t(1)}) {
+      moe::TileAttr candidate = withRowSplits(tile, splits);
+      if (!llvm::is_contained(tiles, candidate))
+        tiles.push_back(candidate);
+      if (plan->rowSplits == 1)
+        break;
+    }
+  };
+  add(tileOf(context, *chosen));
   auto outType = cast<ShapedType>(matmul.getOut().getType());
   int64_t outWidth = outType.getDimSize(outType.getRank() - 1);
   SmallVector<int64_t> widths = {128};
@@ -472,11 +514,8 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
         for (int64_t stages = deepest->stages;
              stages >= std::max<int64_t>(3, deepest->stages - 1); --stages)
           for (int64_t band : {4, 8, 16}) {
-            auto tile = moe::TileAttr::get(context, kBlockM, n, kBlockK,
-                                           threads, stages, band, producers,
-                                           cluster);
-            if (groupedPlan(matmul, tile) && !llvm::is_contained(tiles, tile))
-              tiles.push_back(tile);
+            add(moe::TileAttr::get(context, kBlockM, n, kBlockK, threads,
+                                   stages, band, producers, cluster));
           }
       }
     }

@@ -45,7 +45,7 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t m, int64_t n, int64_t k,
                                int64_t threads, int64_t stages,
                                int64_t bandM, int64_t producers,
-                               int64_t cluster) {
+                               int64_t cluster, int64_t rowSplits) {
   if (stages != 0 && (stages < 3 || stages > 16))
     return emitError() << "tile parameter 'stages' must be 0 (the kernel's "
                           "choice) or in [3, 16], got "
@@ -71,6 +71,10 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile parameter 'cluster' must be 1 or 2 (blocks "
                           "per cluster), got "
                        << cluster;
+  if (rowSplits < 0 || rowSplits > 16)
+    return emitError() << "tile parameter 'row_splits' must be 0 (the "
+                          "kernel's choice) or in [1, 16], got "
+                       << rowSplits;
   if (cluster == 2 && producers != 128)
     return emitError() << "tile parameter 'cluster' = 2 needs 'producers' = "
                           "128 (the warp-specialized kernel multicasts the "

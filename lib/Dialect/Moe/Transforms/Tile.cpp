@@ -70,7 +70,7 @@ struct MoeTilePass : moec::moe::impl::MoeTilePassBase<MoeTilePass> {
         return mlir::emitError(root->getLoc())
                << "moe-tile: invalid matmul tile options: ";
       };
-      if (failed(TileAttr::verify(emitOptionError, m, n, k, t, 0, 0, 0, 1)))
+      if (failed(TileAttr::verify(emitOptionError, m, n, k, t, 0, 0, 0, 1, 0)))
         return signalPassFailure();
     }
 

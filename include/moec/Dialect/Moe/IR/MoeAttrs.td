@@ -147,6 +147,21 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
       loads half of their common weight tile by TMA multicast into both
       blocks' shared memory (the weights then cross from L2 once per pair).
       Needs `producers = 128`. Other kernels ignore it.
+    * `row_splits`, only for the `sm90a` row reductions (`mode =
+      weight_grad`, and a dense `linalg.matmul` of the form Aᵀ·B such as a
+      router's weight gradient): the most chunks each group's rows are
+      split into, so that few output tiles still fill the GPU. Each chunk's
+      tiles write f32 partial sums that a second kernel adds in chunk order
+      (the result is the same run to run). 0, the default, leaves it to the
+      kernel: a dense Aᵀ·B splits where its output tiles fill at most half
+      the SMs, a weight gradient where its experts' tiles number fewer
+      than the SMs. 1 never splits. Chunks keep at
+      least 256 rows (a weight gradient's at least 1.25x its experts'
+      average), so an expert with few rows stays one chunk. Weight
+      gradients with `experts_in_columns` ignore it; past the kernel's
+      group table (E x S + 1 <= 1024 groups) it takes fewer chunks. A
+      tile of `moe.tile_buckets` splits its bucket's launches. Other kernels ignore it. The autotuner measures the
+      split against none.
 
     Constraints (checked by the verifier): `m`, `n` and `k` are powers of
     two (1 included); `threads` is a multiple of 32 (a whole number of
@@ -155,7 +170,7 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
     other, so that outputs split evenly over the computing threads. `stages` is 0 or in
     `[3, 16]` (a pipeline keeps one slice computing and one loading);
     `band_m` is 0 or a power of two up to 64; `cluster` is 1 or 2, and 2
-    only with `producers = 128`.
+    only with `producers = 128`; `row_splits` is in `[0, 16]`.
 
     Example:
 
@@ -174,19 +189,27 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
     DefaultValuedParameter<"int64_t", "0">:$stages,
     DefaultValuedParameter<"int64_t", "0">:$band_m,
     DefaultValuedParameter<"int64_t", "0">:$producers,
-    DefaultValuedParameter<"int64_t", "1">:$cluster
+    DefaultValuedParameter<"int64_t", "1">:$cluster,
+    DefaultValuedParameter<"int64_t", "0">:$row_splits
   );
   let builders = [
     AttrBuilder<(ins "int64_t":$m, "int64_t":$n, "int64_t":$k,
                      "int64_t":$threads), [{
       return $_get($_ctxt, m, n, k, threads, /*stages=*/0, /*band_m=*/0,
-                   /*producers=*/0, /*cluster=*/1);
+                   /*producers=*/0, /*cluster=*/1, /*row_splits=*/0);
     }]>,
     AttrBuilder<(ins "int64_t":$m, "int64_t":$n, "int64_t":$k,
                      "int64_t":$threads, "int64_t":$stages,
                      "int64_t":$band_m, "int64_t":$producers), [{
       return $_get($_ctxt, m, n, k, threads, stages, band_m, producers,
-                   /*cluster=*/1);
+                   /*cluster=*/1, /*row_splits=*/0);
+    }]>,
+    AttrBuilder<(ins "int64_t":$m, "int64_t":$n, "int64_t":$k,
+                     "int64_t":$threads, "int64_t":$stages,
+                     "int64_t":$band_m, "int64_t":$producers,
+                     "int64_t":$cluster), [{
+      return $_get($_ctxt, m, n, k, threads, stages, band_m, producers,
+                   cluster, /*row_splits=*/0);
     }]>
   ];
   let assemblyFormat = "`<` struct(params) `>`";
