@@ -155,13 +155,13 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
       (the result is the same run to run). 0, the default, leaves it to the
       kernel: a dense Aᵀ·B splits where its output tiles fill at most half
       the SMs, a weight gradient where its experts' tiles number fewer
-      than the SMs. 1 never splits. Chunks keep at
-      least 256 rows (a weight gradient's at least 1.25x its experts'
-      average), so an expert with few rows stays one chunk. Weight
-      gradients with `experts_in_columns` ignore it; past the kernel's
-      group table (E x S + 1 <= 1024 groups) it takes fewer chunks. A
-      tile of `moe.tile_buckets` splits its bucket's launches. Other kernels ignore it. The autotuner measures the
-      split against none.
+      than the SMs. 1 never splits. Chunks keep at least 256 rows (a
+      weight gradient's at least 1.25x its experts' average), so an expert
+      with few rows stays one chunk. Weight gradients with
+      `experts_in_columns` ignore it; past the kernel's group table
+      (E x S + 1 <= 1024 groups) it takes fewer chunks. A tile of
+      `moe.tile_buckets` splits its bucket's launches. Other kernels
+      ignore it. The autotuner measures the split against none.
 
     Constraints (checked by the verifier): `m`, `n` and `k` are powers of
     two (1 included); `threads` is a multiple of 32 (a whole number of
