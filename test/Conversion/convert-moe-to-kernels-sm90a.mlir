@@ -286,13 +286,17 @@ func.func @wgrad_split_asked(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 // chunks: min(16, 132 / (2 * 4)) = 16 groups per expert, group g being
 // chunk g % 16 of expert g / 16 (bounds from the offsets: ceil(rows / 16),
 // at least the experts' average rows, rounded up to 64, at least 256);
-// chunks with rows store f32 partial sums [64, 200, 136], and a second
+// every block sorts the chunks with rows by their rows (a loop over the
+// 64 chunks per chunk, largest first: the blocks' tiles then pair large
+// with small), whose tiles store f32 partial sums [64, 200, 136]; a second
 // kernel adds an expert's used chunks in order, plus the gradient given to
 // accumulate into, rounded to bf16.
 // CHECK-LABEL: gpu.func @wgrad_split_k0_grouped_matmul_wgmma(
 // CHECK-SAME: %arg2: memref<64x200x136xf32>
 // CHECK: arith.divui %{{.*}}, %c16
 // CHECK: arith.remui %{{.*}}, %c16
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c1{{.*}} iter_args
+// CHECK: gpu.barrier
 // CHECK: nvvm.wgmma.mma_async
 // CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<64x200x136xf32>, vector<2xf32>
 // CHECK-LABEL: gpu.func @wgrad_split_k1_grouped_matmul_sum_row_splits(

@@ -253,6 +253,9 @@ public:
   mlir::Value mUnitsTotal, fullRounds, runTiles;
   /// The weight gradient's tiles along K per expert.
   mlir::Value kTiles;
+  /// A split grouped weight gradient's chunks with rows, largest first
+  /// (sortChunks; null where not sorted).
+  mlir::Value chunkOrder;
 
 private:
   TileState locateWeightGrad(mlir::Value tile);
@@ -262,6 +265,7 @@ private:
                        mlir::Value &column);
   TileState locateRun(mlir::Value tile);
   std::pair<mlir::Value, mlir::Value> groupBounds(mlir::Value g);
+  void sortChunks(mlir::Value order);
   void forOwnGroups(const std::function<void(mlir::Value)> &body);
   KernelEnv &env;
   const ClusterPart &cluster;

@@ -305,6 +305,10 @@ constexpr int64_t kShortAccumulation = 512;
 /// At most this many row chunks per group (HopperPlan::rowSplits):
 /// the f32 partial sums the second kernel reads grow with it.
 constexpr int64_t kMaxRowSplits = 16;
+/// A split grouped weight gradient of at most this many groups sorts its
+/// chunks by rows in every block (TileSchedule::sortChunks: a loop over
+/// the chunks per chunk, short enough here).
+constexpr int64_t kMaxSortedChunks = 128;
 /// Row chunks hold a multiple of this many rows (whole K
 /// slices of the reduction), and at least kMinRowSplitRows: a chunk's tile
 /// stores 128 KB of f32 partial sums, about as long as 4 slices of wgmmas

@@ -125,6 +125,8 @@ void TileSchedule::scan() {
   if (chunks) {
     tilesTotal = b.mul(b.loadIdx(tileEnds, {b.idx(G - 1)}),
                        b.mul(kTiles, nTiles));
+    if (env.args.offsets && G <= kMaxSortedChunks)
+      sortChunks(env.tables[1 - current]);
     return;
   }
 
@@ -132,6 +134,44 @@ void TileSchedule::scan() {
   // one per block of a cluster.
   mUnitsTotal = b.loadIdx(tileEnds, {b.idx(G - 1)});
   tilesTotal = b.mul(mUnitsTotal, nTiles);
+}
+
+// Rows of chunk g (its end is the next group's start: an expert's chunks
+// are contiguous, and the tail follows the last).
+static Value chunkRows(KernelBuilder &b, Value groupStarts, Value g) {
+  Value start = b.loadIdx(groupStarts, {g});
+  Value end = b.loadIdx(groupStarts, {b.add(g, b.idx(1))});
+  return b.select(b.ult(start, end), b.sub(end, start), b.idx(0));
+}
+
+// The chunks with rows by decreasing rows (ties by index) into `order`:
+// chunk g's place is the number of chunks ahead of it, counted over all
+// E * S of them (G <= kMaxSortedChunks keeps that loop short).
+void TileSchedule::sortChunks(Value order) {
+  KernelBuilder &b = env.b;
+  const int64_t chunksTotal = env.plan.experts; // E * S, without the tail
+  forOwnGroups([&](Value g) {
+    b.ifThen(b.ult(g, b.idx(chunksTotal)), [&] {
+      Value rows = chunkRows(b, env.groupStarts, g);
+      auto loop = scf::ForOp::create(b, b.idx(0), b.idx(chunksTotal),
+                                     b.idx(1), ValueRange{b.idx(0)});
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(loop.getBody());
+        Value h = loop.getInductionVar();
+        Value other = chunkRows(b, env.groupStarts, h);
+        Value ahead = b.select(
+            b.eq(other, rows), b.ult(h, g), b.ult(rows, other));
+        Value count = b.add(loop.getRegionIterArgs()[0],
+                            b.select(ahead, b.idx(1), b.idx(0)));
+        scf::YieldOp::create(b, count);
+      }
+      b.ifThen(b.ult(b.idx(0), rows),
+               [&] { b.storeI32(g, order, {loop.getResult(0)}); });
+    });
+  });
+  gpu::BarrierOp::create(b);
+  chunkOrder = order;
 }
 
 void TileSchedule::placeGrid() {
@@ -164,9 +204,26 @@ TileState TileSchedule::locateWeightGrad(Value tile) {
   KernelBuilder &b = env.b;
   TileState t;
   Value perExpert = b.mul(kTiles, nTiles);
+  if (chunkOrder) {
+    // Sorted chunks, largest first. Where they take one round and part of
+    // a second, the blocks of the second round (block < rem) take the
+    // smallest tiles of the first, and the other blocks the largest: the
+    // pairs even out (a greedy longest-first schedule, without a queue).
+    Value stride = tileStride;
+    Value rem = b.sub(tilesTotal, stride);
+    Value paired = b.land(b.ult(stride, tilesTotal),
+                          b.land(b.ult(rem, stride), b.ult(tile, stride)));
+    Value last = b.sub(stride, b.idx(1));
+    Value first = b.select(b.ult(tile, rem), b.sub(last, tile),
+                           b.sub(tile, rem));
+    tile = b.select(paired, first, tile);
+  }
   t.group = b.div(tile, perExpert);
-  // Split: the tiles of the chunks with rows only, in group order.
-  if (env.plan.rowSplits > 1)
+  // Split: the tiles of the chunks with rows only, by decreasing rows
+  // (sortChunks) or in group order.
+  if (chunkOrder)
+    t.group = b.loadIdx(chunkOrder, {t.group});
+  else if (env.plan.rowSplits > 1)
     t.group = firstGreater(b, tileEnds, env.plan.groups(), t.group);
   Value local = b.rem(tile, perExpert);
   Value bandM = b.idx(env.plan.bandM);
