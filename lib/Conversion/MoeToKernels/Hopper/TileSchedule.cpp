@@ -136,12 +136,13 @@ void TileSchedule::scan() {
   tilesTotal = b.mul(mUnitsTotal, nTiles);
 }
 
-// Rows of chunk g (its end is the next group's start: an expert's chunks
-// are contiguous, and the tail follows the last).
-static Value chunkRows(KernelBuilder &b, Value groupStarts, Value g) {
+// First row and rows of group g from the scan's table (its end is the next
+// group's start: an expert's chunks are contiguous, the tail follows).
+static std::pair<Value, Value> groupRows(KernelBuilder &b, Value groupStarts,
+                                         Value g) {
   Value start = b.loadIdx(groupStarts, {g});
   Value end = b.loadIdx(groupStarts, {b.add(g, b.idx(1))});
-  return b.select(b.ult(start, end), b.sub(end, start), b.idx(0));
+  return {start, b.select(b.ult(start, end), b.sub(end, start), b.idx(0))};
 }
 
 // The chunks with rows by decreasing rows (ties by index) into `order`:
@@ -152,14 +153,14 @@ void TileSchedule::sortChunks(Value order) {
   const int64_t chunksTotal = env.plan.experts; // E * S, without the tail
   forOwnGroups([&](Value g) {
     b.ifThen(b.ult(g, b.idx(chunksTotal)), [&] {
-      Value rows = chunkRows(b, env.groupStarts, g);
+      Value rows = groupRows(b, env.groupStarts, g).second;
       auto loop = scf::ForOp::create(b, b.idx(0), b.idx(chunksTotal),
                                      b.idx(1), ValueRange{b.idx(0)});
       {
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(loop.getBody());
         Value h = loop.getInductionVar();
-        Value other = chunkRows(b, env.groupStarts, h);
+        Value other = groupRows(b, env.groupStarts, h).second;
         Value ahead = b.select(
             b.eq(other, rows), b.ult(h, g), b.ult(rows, other));
         Value count = b.add(loop.getRegionIterArgs()[0],
@@ -234,10 +235,8 @@ TileState TileSchedule::locateWeightGrad(Value tile) {
   t.rowStart = b.mul(kTile, b.idx(kBlockM));
   t.rowCount = b.minIdx(b.sub(b.idx(env.plan.k), t.rowStart), b.idx(kBlockM));
   t.colStart = b.mul(b.div(inBand, bandHeight), b.idx(env.plan.outTileN()));
-  t.reduceStart = b.loadIdx(env.groupStarts, {t.group});
-  Value end = b.loadIdx(env.groupStarts, {b.add(t.group, b.idx(1))});
-  t.reduceRows =
-      b.select(b.ult(t.reduceStart, end), b.sub(end, t.reduceStart), b.idx(0));
+  std::tie(t.reduceStart, t.reduceRows) =
+      groupRows(b, env.groupStarts, t.group);
   return t;
 }
 
