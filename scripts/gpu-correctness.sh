@@ -215,12 +215,14 @@ done
 # _wgmma entries as four wgmma matmuls, moe-decompose-lora-grad; k = 2:
 # the output gradients have M = 2T rows, 2T + 12 with the aligned sort).
 lora_m() {  # entry T: the M of the entries that take output gradients
-  case $1 in lora_input_grad|lora_grad_gathered|lora_grad_chunks|lora_grad_long_rows|lora_grad_wgmma) echo --sym M=$((2 * $2)) ;;
+  case $1 in lora_input_grad|lora_grad_gathered|lora_grad_chunks|lora_grad_long_rows|lora_grad_wgmma|\
+           lora_rank4_input_grad|lora_grad_rank12) echo --sym M=$((2 * $2)) ;;
     lora_grad_aligned) echo --sym M=$((2 * $2 + 12)) ;; esac
 }
 for entry in lora_gather_swiglu lora_scatter lora_input_grad lora_grad_gathered lora_grad_chunks \
              lora_grad_long_rows lora_grad_aligned \
-             lora_grad_grouped lora_grad_wgmma lora_grad_wgmma_grouped; do
+             lora_grad_grouped lora_grad_wgmma lora_grad_wgmma_grouped \
+             lora_rank12_gather lora_rank4_input_grad lora_grad_rank12; do
   for t in 1 45 3000; do
     run lora.moecb $entry $t uniform --iters 5 $(lora_m $entry $t)
   done

@@ -413,8 +413,8 @@ OpResults evalAdd(const rt::RefOp &op, const Operands &x) {
   return {std::move(c)};
 }
 
-/// linalg.fill [] -> [B]: every element of B is the "value" attribute.
-OpResults evalFill(const rt::RefOp &op, const Operands &x) {
+/// The number an op's "value" attribute holds (a fill's, a pad's).
+double valueAttr(const rt::RefOp &op) {
   const std::string *text = findAttr(op, "value");
   if (!text)
     throw std::invalid_argument(op.name + " lacks its attribute 'value'");
@@ -423,6 +423,12 @@ OpResults evalFill(const rt::RefOp &op, const Operands &x) {
   if (text->empty() || *end != '\0')
     throw std::invalid_argument("attribute 'value' of " + op.name + " is '" +
                                 *text + "', expected a number");
+  return value;
+}
+
+/// linalg.fill [] -> [B]: every element of B is the "value" attribute.
+OpResults evalFill(const rt::RefOp &op, const Operands &x) {
+  const double value = valueAttr(op);
   DTensor b(x.resultShape(0));
   std::fill(b.data.begin(), b.data.end(), value);
   return {std::move(b)};
@@ -441,25 +447,116 @@ OpResults evalReshape(const rt::RefOp &op, const Operands &x) {
   return {std::move(b)};
 }
 
-/// linalg.transpose [A] -> [B]: dimension d of B is dimension
-/// permutation[d] of A (the "permutation" attribute, comma-separated).
-OpResults evalTranspose(const rt::RefOp &op, const Operands &x) {
-  const DTensor &a = x.required(0, "input");
-  const std::string *text = findAttr(op, "permutation");
+/// An attribute of comma-separated integers (a transpose's permutation, a
+/// pad's low padding, a slice's offsets and strides).
+std::vector<int64_t> integerListAttr(const rt::RefOp &op,
+                                     const std::string &name) {
+  const std::string *text = findAttr(op, name);
   if (!text)
-    throw std::invalid_argument(op.name + " lacks its attribute 'permutation'");
-  std::vector<int64_t> permutation;
+    throw std::invalid_argument(op.name + " lacks its attribute '" + name +
+                                "'");
+  std::vector<int64_t> values;
   for (size_t start = 0; start <= text->size();) {
     size_t comma = std::min(text->find(',', start), text->size());
     const std::string item = text->substr(start, comma - start);
     char *end = nullptr;
     const long long value = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0')
-      throw std::invalid_argument("attribute 'permutation' of " + op.name +
+      throw std::invalid_argument("attribute '" + name + "' of " + op.name +
                                   " is '" + *text + "', expected integers");
-    permutation.push_back(value);
+    values.push_back(value);
     start = comma + 1;
   }
+  return values;
+}
+
+/// Calls `visit(index, flat)` for every index of `shape` in row-major order.
+template <typename Visit>
+void forEachIndex(const std::vector<int64_t> &shape, Visit visit) {
+  size_t count = 1;
+  for (int64_t size : shape)
+    count *= static_cast<size_t>(size);
+  std::vector<int64_t> index(shape.size(), 0);
+  for (size_t flat = 0; flat < count; ++flat) {
+    visit(index, flat);
+    for (size_t d = shape.size(); d-- > 0;) // last dimension fastest
+      if (++index[d] < shape[d])
+        break;
+      else
+        index[d] = 0;
+  }
+}
+
+/// Row-major strides of `shape`.
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> stride(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;)
+    stride[d - 1] = stride[d] * shape[d];
+  return stride;
+}
+
+/// tensor.pad [A] -> [B]: B[i] = A[i - low] where that is inside A, else the
+/// "value" attribute ("low": comma-separated; B's shape gives the high
+/// padding).
+OpResults evalPad(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required(0, "source");
+  const std::vector<int64_t> low = integerListAttr(op, "low");
+  const double value = valueAttr(op);
+  DTensor b(x.resultShape(0));
+  if (low.size() != a.shape.size() || b.shape.size() != a.shape.size())
+    throw std::invalid_argument("tensor.pad: 'low' and the result need " +
+                                std::to_string(a.shape.size()) +
+                                " dimensions like " + shapeString(a.shape));
+  const std::vector<int64_t> stride = stridesOf(a.shape);
+  forEachIndex(b.shape, [&](const std::vector<int64_t> &index, size_t flat) {
+    int64_t source = 0;
+    bool inside = true;
+    for (size_t d = 0; d < index.size(); ++d) {
+      const int64_t i = index[d] - low[d];
+      inside = inside && i >= 0 && i < a.shape[d];
+      source += i * stride[d];
+    }
+    b.data[flat] = inside ? a.data[source] : value;
+  });
+  return {std::move(b)};
+}
+
+/// tensor.extract_slice [A] -> [B]: B[i] = A[offsets + i * strides] (both
+/// comma-separated; B's shape gives the sizes).
+OpResults evalExtractSlice(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required(0, "source");
+  const std::vector<int64_t> offsets = integerListAttr(op, "offsets");
+  const std::vector<int64_t> strides = integerListAttr(op, "strides");
+  DTensor b(x.resultShape(0));
+  const size_t rank = a.shape.size();
+  if (offsets.size() != rank || strides.size() != rank ||
+      b.shape.size() != rank)
+    throw std::invalid_argument("tensor.extract_slice: offsets, strides and "
+                                "the result need " + std::to_string(rank) +
+                                " dimensions like " + shapeString(a.shape));
+  for (size_t d = 0; d < rank; ++d)
+    if (offsets[d] < 0 || strides[d] < 1 ||
+        (b.shape[d] > 0 &&
+         offsets[d] + (b.shape[d] - 1) * strides[d] >= a.shape[d]))
+      throw std::invalid_argument("tensor.extract_slice: the slice leaves " +
+                                  shapeString(a.shape) + " in dimension " +
+                                  std::to_string(d));
+  const std::vector<int64_t> stride = stridesOf(a.shape);
+  forEachIndex(b.shape, [&](const std::vector<int64_t> &index, size_t flat) {
+    int64_t source = 0;
+    for (size_t d = 0; d < rank; ++d)
+      source += (offsets[d] + index[d] * strides[d]) * stride[d];
+    b.data[flat] = a.data[source];
+  });
+  return {std::move(b)};
+}
+
+/// linalg.transpose [A] -> [B]: dimension d of B is dimension
+/// permutation[d] of A (the "permutation" attribute, comma-separated).
+OpResults evalTranspose(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required(0, "input");
+  const std::vector<int64_t> permutation = integerListAttr(op, "permutation");
+  const std::string *text = findAttr(op, "permutation");
   const size_t rank = a.shape.size();
   std::vector<bool> seen(rank, false);
   for (int64_t p : permutation) {
@@ -473,24 +570,17 @@ OpResults evalTranspose(const rt::RefOp &op, const Operands &x) {
     throw std::invalid_argument("linalg.transpose: permutation '" + *text +
                                 "' has the wrong length for an operand of "
                                 "shape " + shapeString(a.shape));
-  std::vector<int64_t> shape(rank), stride(rank, 1);
+  std::vector<int64_t> shape(rank);
   for (size_t d = 0; d < rank; ++d)
     shape[d] = a.shape[permutation[d]];
-  for (size_t d = rank; d-- > 1;)
-    stride[d - 1] = stride[d] * a.shape[d];
+  const std::vector<int64_t> stride = stridesOf(a.shape);
   DTensor b(shape);
-  std::vector<int64_t> index(rank, 0);
-  for (double &value : b.data) {
+  forEachIndex(shape, [&](const std::vector<int64_t> &index, size_t flat) {
     int64_t source = 0;
     for (size_t d = 0; d < rank; ++d)
       source += index[d] * stride[permutation[d]];
-    value = a.data[source];
-    for (size_t d = rank; d-- > 0;) // the next index, last dimension fastest
-      if (++index[d] < shape[d] || d == 0)
-        break;
-      else
-        index[d] = 0;
-  }
+    b.data[flat] = a.data[source];
+  });
   return {std::move(b)};
 }
 
@@ -650,6 +740,10 @@ OpResults evaluate(const OpInputs &in) {
     results = evalTranspose(op, x);
   else if (op.name == "linalg.fill")
     results = evalFill(op, x);
+  else if (op.name == "tensor.pad")
+    results = evalPad(op, x);
+  else if (op.name == "tensor.extract_slice")
+    results = evalExtractSlice(op, x);
   else if (op.name == "tensor.expand_shape" ||
            op.name == "tensor.collapse_shape")
     results = evalReshape(op, x);

@@ -30,6 +30,8 @@ void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile,
   // is one the wgmma kernel fuses, and on sm90a the adapter gradients are
   // grouped matmuls it runs.
   pm.addPass(moe::createMoeTransposeLoraAdaptersPass());
+  // Ranks not a multiple of 8 padded, so the wgmma kernels take them.
+  pm.addPass(moe::createMoePadLoraRankPass());
   moe::MoeDecomposeLoraGradPassOptions decompose;
   decompose.target = kernelTarget;
   pm.addPass(moe::createMoeDecomposeLoraGradPass(decompose));

@@ -5,8 +5,9 @@
 // gradient's transposed term s·(dy·B_e)·A_e (`transpose_lora`), and
 // moe.lora_grad (dA, dB; grouped and gathered rows). Edge cases: T=1 (most
 // experts empty), one expert taking every token's first choice, half the
-// experts without tokens, ranks 8 and 3 (not a multiple of 16), K and N
-// not multiples of 16, bf16 and f32.
+// experts without tokens, ranks 8 and 3 (not a multiple of 16) and 4 and
+// 12 (padded to 8 and 16 for the wgmma kernels), K and N not multiples of
+// 16, bf16 and f32.
 // RUN: moec run %s --entry lora_gather_swiglu --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_gather_swiglu --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_gather_swiglu --sym T=40 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
@@ -31,6 +32,12 @@
 // RUN: moec run %s --entry lora_grad_wgmma --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_wgmma --sym T=37 --sym M=74 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_grad_wgmma_grouped --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_rank12_gather --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_rank12_gather --sym T=37 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_rank4_input_grad --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_rank4_input_grad --sym T=40 --sym M=80 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_rank12 --sym T=1 --sym M=2 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry lora_grad_rank12 --sym T=37 --sym M=74 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry lora_fp8 --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // The backward moe-autodiff derives for a LoRA layer (save=inputs, so the
@@ -203,6 +210,57 @@ func.func @lora_grad_wgmma_grouped(%x: tensor<?x136xbf16>,
       : tensor<?x136xbf16>, tensor<?x24xbf16>, tensor<4xi32>
       -> tensor<32x136xbf16>, tensor<24x32xbf16>
   return %da, %db : tensor<32x136xbf16>, tensor<24x32xbf16>
+}
+
+// Ranks that are not a multiple of 8 (moe-pad-lora-rank pads the bf16
+// adapters; on sm_90a the padded forms run the wgmma kernels): r = 12 on
+// gathered rows (k = 2 of 6 experts, K = 40, N = 24), the input gradient
+// at r = 4 ([E, K, N] weights, transpose_lora), and the adapter gradients
+// at r = 12 (k = 2 of 8 experts, K = 72, N = 40: four wgmma matmuls on
+// sm_90a), each expert's padded rows and columns sliced off.
+func.func @lora_rank12_gather(%x: tensor<?x40xbf16>, %ids: tensor<?x2xi32>,
+                              %w: tensor<6x24x40xbf16>,
+                              %la: tensor<72x40xbf16>, %lb: tensor<24x72xbf16>)
+    -> tensor<?x24xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      lora(%la, %lb : tensor<72x40xbf16>, tensor<24x72xbf16>)
+      {k = 2 : i64, transpose_rhs, lora_scaling = 2.0 : f32}
+      : tensor<?x40xbf16>, tensor<6x24x40xbf16>, tensor<6xi32>
+      -> tensor<?x24xbf16>
+  return %y : tensor<?x24xbf16>
+}
+
+func.func @lora_rank4_input_grad(%dy: tensor<?x32xbf16> {moe.sym = "M"},
+                                 %ids: tensor<?x2xi32>,
+                                 %w: tensor<6x32x40xbf16>,
+                                 %la: tensor<24x40xbf16>,
+                                 %lb: tensor<32x24xbf16>)
+    -> tensor<?x40xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
+  %dx = moe.grouped_matmul %dy, %w, %offsets
+      lora(%la, %lb : tensor<24x40xbf16>, tensor<32x24xbf16>)
+      {transpose_lora, lora_scaling = 0.5 : f32}
+      : tensor<?x32xbf16>, tensor<6x32x40xbf16>, tensor<6xi32>
+      -> tensor<?x40xbf16>
+  return %dx : tensor<?x40xbf16>
+}
+
+func.func @lora_grad_rank12(%x: tensor<?x72xbf16>,
+                            %dy: tensor<?x40xbf16> {moe.sym = "M"},
+                            %ids: tensor<?x2xi32>,
+                            %la: tensor<96x72xbf16>, %lb: tensor<40x96xbf16>)
+    -> (tensor<96x72xf32>, tensor<40x96xbf16>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %da, %db = moe.lora_grad %x, %dy, %offsets
+      lora(%la, %lb : tensor<96x72xbf16>, tensor<40x96xbf16>)
+      gather(%slots : tensor<?xi32>) {k = 2 : i64, lora_scaling = 2.0 : f32}
+      : tensor<?x72xbf16>, tensor<?x40xbf16>, tensor<8xi32>
+      -> tensor<96x72xf32>, tensor<40x96xbf16>
+  return %da, %db : tensor<96x72xf32>, tensor<40x96xbf16>
 }
 
 // dA and dB over grouped rows (k = 1, r = 3), f32 throughout.

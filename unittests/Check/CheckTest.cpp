@@ -421,6 +421,41 @@ TEST(CheckEntry, MatmulTransposeB) {
   }
 }
 
+TEST(CheckEntry, PadThenSlice) {
+  // A [2, 3] = 1..6 padded with 0.5 (one column before, one after, one row
+  // after) into B [3, 5], then C [2, 2] = B[1 + i, 1 + 2j].
+  EntryBuilder b;
+  int32_t a = b.buffer("A", BufferRole::Input, ElemType::F32, {"2", "3"});
+  int32_t padded = b.buffer("B", BufferRole::Output, ElemType::F32, {"3", "5"});
+  int32_t c = b.buffer("C", BufferRole::Output, ElemType::F32, {"2", "2"});
+  b.op("tensor.pad", {a}, {padded}, {{"low", "0,1"}, {"value", "0.5"}});
+  b.op("tensor.extract_slice", {padded}, {c},
+       {{"offsets", "1,1"}, {"strides", "1,2"}});
+  std::vector<HostArray> in{makeHostArray(ElemType::F32, {2, 3})};
+  for (int i = 0; i < 6; ++i)
+    in[0].set(i, i + 1);
+  std::vector<HostArray> buffers;
+  ASSERT_TRUE(allocateBuffers(b.entry, {}, in, buffers).isOk());
+  const double expectedB[] = {0.5, 1, 2, 3, 0.5, 0.5, 4,   5,
+                              6,   0.5, 0.5, 0.5, 0.5, 0.5, 0.5};
+  for (int i = 0; i < 15; ++i)
+    buffers[padded].set(i, expectedB[i]);
+  const double expectedC[] = {4, 6, 0.5, 0.5};
+  for (int i = 0; i < 4; ++i)
+    buffers[c].set(i, expectedC[i]);
+  CheckReport report = check(b.entry, {}, buffers);
+  EXPECT_TRUE(report.pass) << report.summary();
+  ASSERT_EQ(report.perOp.size(), 2u);
+  EXPECT_EQ(report.perOp[0].relError, 0);
+  EXPECT_EQ(report.perOp[1].relError, 0);
+
+  buffers[c].set(1, 5); // the slice's stride taken as 1
+  EXPECT_FALSE(check(b.entry, {}, buffers).pass);
+  buffers[c].set(1, 6);
+  buffers[padded].set(0, 0); // a pad value other than the attribute's
+  EXPECT_FALSE(check(b.entry, {}, buffers).pass);
+}
+
 /// logits -> router_topk -> sort_by_expert (align 4) -> permute with probs.
 EntryBuilder routerChain() {
   EntryBuilder b;

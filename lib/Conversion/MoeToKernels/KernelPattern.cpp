@@ -95,9 +95,11 @@ moe::TileAttr kernels::requestedTile(Operation *op) {
   // The scalar dense matmul's block (the sm90_wgmma one picks its own).
   if (isa<linalg::MatmulOp>(op))
     return moe::TileAttr::get(op->getContext(), 16, 16, 32, 256);
-  // One thread per element of a linalg.add, transpose, fill or reshape.
+  // One thread per element of a linalg.add, transpose, fill, reshape, pad
+  // or slice.
   if (isa<linalg::AddOp, linalg::TransposeOp, linalg::FillOp,
-          tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op))
+          tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::PadOp,
+          tensor::ExtractSliceOp>(op))
     return moe::TileAttr::get(op->getContext(), 1, 1, 1, 256);
   if (auto tile = op->getAttrOfType<moe::TileAttr>(moe::kTileAttrName))
     return tile;

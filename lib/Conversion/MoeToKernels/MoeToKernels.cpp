@@ -85,9 +85,18 @@ SmallVector<int32_t> groupIndices(Operation *op, ValueRange values,
   return indices;
 }
 
+/// `values` comma-separated, as the bundle's reference ops take lists.
+std::string integerList(ArrayRef<int64_t> values) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  llvm::interleave(values, os, ",");
+  return text;
+}
+
 /// The ODS operand groups (null for an absent optional one) of ops whose
 /// groups the operands alone do not tell: a matmul's A and B (its
-/// accumulator is the zero fill), and moe ops with one optional operand,
+/// accumulator is the zero fill), a pad's or slice's source (their static
+/// bounds are attributes), and moe ops with one optional operand,
 /// which have no segment sizes (ODS wants two variadic operands for
 /// AttrSizedOperandSegments).
 std::optional<SmallVector<Value>> unsegmentedOperands(Operation *op) {
@@ -102,6 +111,8 @@ std::optional<SmallVector<Value>> unsegmentedOperands(Operation *op) {
       .Case([](linalg::FillOp) { return SmallVector<Value>{}; })
       .Case<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(
           [](auto reshape) { return SmallVector<Value>{reshape.getSrc()}; })
+      .Case<tensor::PadOp, tensor::ExtractSliceOp>(
+          [](auto copy) { return SmallVector<Value>{copy.getSource()}; })
       .Case([](moe::RouterTopKOp topk) {
         return SmallVector<Value>{topk.getLogits(), topk.getSelectionBias()};
       })
@@ -543,16 +554,42 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     if (!transpose.getInit().getDefiningOp<tensor::EmptyOp>())
       return op->emitOpError("needs a tensor.empty init (the transpose "
                              "overwrites it)");
-    std::string permutation;
-    llvm::raw_string_ostream os(permutation);
-    llvm::interleave(transpose.getPermutation(), os, ",");
-    extraAttrs.push_back({"permutation", permutation});
+    extraAttrs.push_back(
+        {"permutation", integerList(transpose.getPermutation())});
+  } else if (auto pad = dyn_cast<tensor::PadOp>(op)) {
+    FloatAttr value;
+    if (!pad.getResultType().hasStaticShape() ||
+        ShapedType::isDynamicShape(pad.getStaticLow()) ||
+        ShapedType::isDynamicShape(pad.getStaticHigh()))
+      return op->emitOpError("with a dynamic shape or padding is not "
+                             "supported (only static pads lower)");
+    if (!isa<FloatType>(pad.getResultType().getElementType()) ||
+        !pad.getConstantPaddingValue() ||
+        !matchPattern(pad.getConstantPaddingValue(), m_Constant(&value)))
+      return op->emitOpError("only a float tensor padded with a constant "
+                             "is supported");
+    extraAttrs.push_back({"low", integerList(pad.getStaticLow())});
+    extraAttrs.push_back(
+        {"value", llvm::formatv("{0:e16}", value.getValueAsDouble()).str()});
+  } else if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+    if (!slice.getResultType().hasStaticShape() ||
+        ShapedType::isDynamicShape(slice.getStaticOffsets()) ||
+        ShapedType::isDynamicShape(slice.getStaticStrides()))
+      return op->emitOpError("with dynamic offsets, sizes or strides is not "
+                             "supported (only static slices lower)");
+    if (slice.getResultType().getRank() != slice.getSourceType().getRank())
+      return op->emitOpError("that drops dimensions is not supported");
+    if (!isa<FloatType>(slice.getResultType().getElementType()))
+      return op->emitOpError("of a non-float tensor is not supported");
+    extraAttrs.push_back({"offsets", integerList(slice.getStaticOffsets())});
+    extraAttrs.push_back({"strides", integerList(slice.getStaticStrides())});
   } else if (op->getDialect()->getNamespace() != "moe") {
     return op->emitOpError("is not supported in a function lowered to "
                            "kernels (supported: moe ops, linalg.matmul with a "
                            "zero-filled accumulator, linalg.add, "
                            "linalg.transpose, linalg.fill, static "
-                           "tensor.expand_shape and tensor.collapse_shape, "
+                           "tensor.expand_shape, tensor.collapse_shape, "
+                           "tensor.pad and tensor.extract_slice, "
                            "tensor.dim, constants)");
   }
 

@@ -41,14 +41,15 @@ struct MoeSelectKernelPass
 
     MLIRContext *context = &getContext();
     WalkResult walked = module.walk([&](Operation *op) {
-      // The conversion lowers matmuls, adds, transposes, fills and reshapes
-      // on tensors (it rejects others).
+      // The conversion lowers matmuls, adds, transposes, fills, reshapes,
+      // pads and slices on tensors (it rejects others).
       if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
           linalgOp && !linalgOp.hasPureTensorSemantics())
         return WalkResult::advance();
       if (!isa<linalg::MatmulOp, linalg::AddOp, linalg::TransposeOp,
                linalg::FillOp, tensor::ExpandShapeOp,
-               tensor::CollapseShapeOp>(op) &&
+               tensor::CollapseShapeOp, tensor::PadOp,
+               tensor::ExtractSliceOp>(op) &&
           !isa_and_nonnull<moe::MoeDialect>(op->getDialect()))
         return WalkResult::advance();
       // A matmul's zero accumulator is no kernel of its own.

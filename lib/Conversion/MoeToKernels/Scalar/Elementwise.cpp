@@ -1,7 +1,8 @@
-//===- Elementwise.cpp - Scalar swiglu, add, transpose, (de)quantize -----===//
+//===- Elementwise.cpp - Scalar swiglu, add, layout copies, (de)quantize -===//
 //
 // Part of moec. One thread per output element (or per FP8 group),
-// f32 arithmetic, one rounding at the store (a transpose copies the bits).
+// f32 arithmetic, one rounding at the store (transposes, reshapes, pads
+// and slices copy the bits).
 //
 //===-------------------------------------------------------------------===//
 
@@ -9,6 +10,7 @@
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Matchers.h"
@@ -453,5 +455,118 @@ LogicalResult scalar::emitTranspose(linalg::TransposeOp op, moe::TileAttr tile,
       [&](KernelBuilder &b, ValueRange a, ArrayRef<Value> index) {
         b.storeVec(b.loadVec(a[0], permutedSource(index, permutation), 1),
                    a[1], index);
+      });
+}
+
+namespace {
+
+/// One copy of `out`'s elements from `in` (a pad or a slice): `source` maps
+/// an output index to the input index it reads and whether it is inside
+/// the input (null: always; else `fill` outside). Where `lastWhole` (the
+/// last dimension read in order from an offset that is a multiple of the
+/// 16-byte vector width w, both sizes multiples of w), one thread per w
+/// elements (the adapters' rows of moe-pad-lora-rank); else one thread per
+/// element. Exact bits.
+LogicalResult emitBoxCopy(
+    Value in, Value out, bool lastWhole, double fill, moe::TileAttr tile,
+    LoweringContext &ctx,
+    const std::function<Value(KernelBuilder &, ArrayRef<Value>,
+                              SmallVector<Value> &)> &source) {
+  auto inType = cast<ShapedType>(in.getType());
+  auto outType = cast<ShapedType>(out.getType());
+  Type elem = outType.getElementType();
+  int64_t width = KernelBuilder::vectorWidth(elem);
+  if (!lastWhole || width < 2 || outType.getRank() == 0 ||
+      inType.getShape().back() % width || outType.getShape().back() % width)
+    width = 1;
+  auto copyItem = [&](KernelBuilder &b, ValueRange a,
+                      ArrayRef<Value> index) {
+    SmallVector<Value> from;
+    Value inside = source(b, index, from);
+    if (width == 1) {
+      Value element =
+          inside ? b.ifElse(
+                       inside, b.getF32Type(),
+                       [&] { return b.loadF(a[0], from); },
+                       [&] { return b.f32(static_cast<float>(fill)); })
+                 : b.loadF(a[0], from);
+      b.storeF(element, a[1], index);
+      return;
+    }
+    auto vecType = VectorType::get({width}, elem);
+    Value piece =
+        inside ? b.ifElse(
+                     inside, vecType, [&] { return b.loadVec(a[0], from, width); },
+                     [&]() -> Value {
+                       return arith::ConstantOp::create(
+                           b, DenseElementsAttr::get(
+                                  vecType, b.getFloatAttr(elem, fill)));
+                     })
+               : b.loadVec(a[0], from, width);
+    b.storeVec(piece, a[1], index);
+  };
+  if (width == 1)
+    return launchPerElement(ctx, tile, {in, out}, copyItem);
+  KernelBuilder &h = ctx.host();
+  Value count = h.idx(outType.getNumElements() / width);
+  return launchPerItem(ctx, "pieces", count, tile, {in, out},
+                       [&](KernelBuilder &b, ValueRange a, Value id) {
+                         copyItem(b, a,
+                                  unflatten(b, b.mul(id, b.idx(width)),
+                                            outType.getShape()));
+                       });
+}
+
+} // namespace
+
+// The zero padding and the slices of moe-pad-lora-rank (adapters and their
+// gradients). Static shapes, offsets and strides (the conversion checks
+// them).
+LogicalResult scalar::emitPad(tensor::PadOp op, moe::TileAttr tile,
+                              BufferMap buffer, LoweringContext &ctx) {
+  FloatAttr value;
+  Value padding = op.getConstantPaddingValue();
+  if (!padding || !matchPattern(padding, m_Constant(&value)))
+    return op.emitOpError("needs a constant float padding value");
+  SmallVector<int64_t> low(op.getStaticLow());
+  ArrayRef<int64_t> sourceShape = op.getSourceType().getShape();
+  const int64_t last = sourceShape.size() - 1;
+  bool lastWhole = !sourceShape.empty() && low[last] == 0 &&
+                   op.getResultType().getShape()[last] == sourceShape[last];
+  return emitBoxCopy(
+      buffer(op.getSource()), buffer(op.getResult()), lastWhole,
+      value.getValueAsDouble(), tile, ctx,
+      [&](KernelBuilder &b, ArrayRef<Value> index, SmallVector<Value> &from) {
+        // index - low wraps below zero, so one unsigned compare per padded
+        // dimension checks both ends.
+        Value inside;
+        for (auto [d, i] : llvm::enumerate(index)) {
+          from.push_back(b.sub(i, b.idx(low[d])));
+          if (lastWhole && static_cast<int64_t>(d) == last)
+            continue;
+          Value here = b.ult(from.back(), b.idx(sourceShape[d]));
+          inside = inside ? b.land(inside, here) : here;
+        }
+        return inside;
+      });
+}
+
+LogicalResult scalar::emitExtractSlice(tensor::ExtractSliceOp op,
+                                       moe::TileAttr tile, BufferMap buffer,
+                                       LoweringContext &ctx) {
+  SmallVector<int64_t> offsets(op.getStaticOffsets());
+  SmallVector<int64_t> strides(op.getStaticStrides());
+  int64_t width =
+      KernelBuilder::vectorWidth(op.getResultType().getElementType());
+  bool lastWhole = !offsets.empty() && strides.back() == 1 && width > 1 &&
+                   offsets.back() % width == 0;
+  return emitBoxCopy(
+      buffer(op.getSource()), buffer(op.getResult()), lastWhole, 0.0, tile,
+      ctx,
+      [&](KernelBuilder &b, ArrayRef<Value> index, SmallVector<Value> &from) {
+        for (auto [d, i] : llvm::enumerate(index))
+          from.push_back(
+              b.add(b.idx(offsets[d]), b.mul(i, b.idx(strides[d]))));
+        return Value();
       });
 }

@@ -42,6 +42,8 @@ void kernels::populateScalarKernelPatterns(KernelPatternSet &patterns,
   patterns.add<linalg::FillOp>(scalar, emitFill);
   patterns.add<tensor::ExpandShapeOp>(scalar, emitExpandShape);
   patterns.add<tensor::CollapseShapeOp>(scalar, emitCollapseShape);
+  patterns.add<tensor::PadOp>(scalar, emitPad);
+  patterns.add<tensor::ExtractSliceOp>(scalar, emitExtractSlice);
   patterns.add<moe::SwigluOp>(scalar, emitSwiglu);
   patterns.add<moe::SwigluGradOp>(scalar, emitSwigluGrad);
   patterns.add<moe::QuantizeOp>(scalar, emitQuantize);

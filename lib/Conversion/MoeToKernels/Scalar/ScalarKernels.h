@@ -29,6 +29,8 @@ class MatmulOp;
 namespace mlir::tensor {
 class CollapseShapeOp;
 class ExpandShapeOp;
+class ExtractSliceOp;
+class PadOp;
 } // namespace mlir::tensor
 
 namespace moec::kernels::scalar {
@@ -53,6 +55,8 @@ MOEC_SCALAR_KERNEL(mlir::linalg::TransposeOp, Transpose) // Elementwise.cpp
 MOEC_SCALAR_KERNEL(mlir::linalg::FillOp, Fill)          // Elementwise.cpp
 MOEC_SCALAR_KERNEL(mlir::tensor::ExpandShapeOp, ExpandShape) // Elementwise.cpp
 MOEC_SCALAR_KERNEL(mlir::tensor::CollapseShapeOp, CollapseShape) // Elementwise.cpp
+MOEC_SCALAR_KERNEL(mlir::tensor::PadOp, Pad)            // Elementwise.cpp
+MOEC_SCALAR_KERNEL(mlir::tensor::ExtractSliceOp, ExtractSlice) // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::SwigluOp, Swiglu)               // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::SwigluGradOp, SwigluGrad)       // Elementwise.cpp
 MOEC_SCALAR_KERNEL(moe::QuantizeOp, Quantize)           // Elementwise.cpp

@@ -218,6 +218,49 @@ def MoeTransposeLoraAdaptersPass : Pass<"moe-transpose-lora-adapters"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def MoePadLoraRankPass : Pass<"moe-pad-lora-rank"> {
+  let summary = "Zero-pads 16-bit LoRA adapters to a rank that is a multiple "
+                "of 8";
+  let description = [{
+    The sm_90a wgmma grouped matmul fuses a LoRA adapter, and
+    `moe-decompose-lora-grad` turns `moe.lora_grad` into wgmma matmuls,
+    only where the rank `r` is a multiple of 8 (`B_e`'s rows are copied in
+    16-byte pieces). Other ranks (4, 12, ...) would take the scalar
+    kernels, 100-1,000x slower. This pass gives each expert `p - r` more
+    zero rows of `A` and zero columns of `B`, with `p` the next multiple
+    of 8, on every `moe.grouped_matmul` with an adapter (either form,
+    `transpose_lora` included) and every `moe.lora_grad`:
+
+    ```mlir
+    %y = moe.grouped_matmul %x, %w, %offsets
+        lora(%a, %b : tensor<48x64xbf16>, tensor<32x48xbf16>) ...
+    // 4 experts, r = 12, becomes
+    %a3 = tensor.expand_shape %a [[0, 1], [2]] output_shape [4, 12, 64]
+    %ap = tensor.pad %a3 low[0, 0, 0] high[0, 4, 0] { ... %zero }
+    %a2 = tensor.collapse_shape %ap [[0, 1], [2]]  // 64x64
+    // the same for B's columns: 32x48 -> 32x4x12 -> 32x4x16 -> 32x64
+    %y = moe.grouped_matmul %x, %w, %offsets
+        lora(%a2, %b2 : tensor<64x64xbf16>, tensor<32x64xbf16>) ...
+    ```
+
+    The output is the same: the zero rows of `A_e` give `u = x · A_eᵀ`
+    zero columns, which meet `B_e`'s zero columns. `moe.lora_grad` is
+    rebuilt on the padded adapters and its gradients sliced back
+    (`tensor.extract_slice` between reshapes): the padded rows of `dA` and
+    columns of `dB` are sums over those zero columns.
+
+    The reshapes lower to views; the pads and slices are copy kernels of
+    the adapters' size (`E·r·(K + N)` elements), small next to the
+    matmuls. Only bf16 and f16 adapters with static shapes are padded (the
+    wgmma kernel takes no other); f32 ones and multiples of 8 stay. The
+    pipeline runs it on every target, after `moe-transpose-lora-adapters`
+    and before `moe-decompose-lora-grad`.
+  }];
+  let dependentDialects = ["::moec::moe::MoeDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
   let summary = "On sm90a, computes the LoRA adapter gradients with four "
                 "grouped matmuls";
