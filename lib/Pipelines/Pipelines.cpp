@@ -29,9 +29,11 @@ void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile,
   // Before the tile choice: the input gradient's adapter in the forward form
   // is one the wgmma kernel fuses, and on sm90a the adapter gradients are
   // grouped matmuls it runs.
-  pm.addPass(moe::createMoeTransposeLoraAdaptersPass());
-  // Ranks not a multiple of 8 padded, so the wgmma kernels take them.
+  // Ranks not a multiple of 8 padded, so the wgmma kernels take them (first:
+  // an input gradient and the adapter gradients then share the padded
+  // adapters, which the transposes read).
   pm.addPass(moe::createMoePadLoraRankPass());
+  pm.addPass(moe::createMoeTransposeLoraAdaptersPass());
   moe::MoeDecomposeLoraGradPassOptions decompose;
   decompose.target = kernelTarget;
   pm.addPass(moe::createMoeDecomposeLoraGradPass(decompose));

@@ -75,6 +75,25 @@ func.func @adapter_grads(%x: tensor<?x64xbf16>, %dy: tensor<?x32xbf16>, %slots: 
 
 // -----
 
+// A backward's input gradient and adapter gradients read the same adapters:
+// each is padded once, after its definition, and both ops take the copies.
+// CHECK-LABEL: func @backward_shares
+// CHECK-SAME: %[[A:[a-z0-9]+]]: tensor<40x64xbf16>, %[[B:[a-z0-9]+]]: tensor<32x40xbf16>)
+// CHECK: %[[AP:.*]] = tensor.collapse_shape {{.*}} into tensor<64x64xbf16>
+// CHECK: %[[BP:.*]] = tensor.collapse_shape {{.*}} into tensor<32x64xbf16>
+// CHECK-NOT: tensor.pad
+// CHECK: moe.grouped_matmul {{.*}} lora(%[[AP]], %[[BP]] : tensor<64x64xbf16>, tensor<32x64xbf16>) {transpose_lora}
+// CHECK: moe.lora_grad {{.*}} lora(%[[AP]], %[[BP]] : tensor<64x64xbf16>, tensor<32x64xbf16>)
+func.func @backward_shares(%x: tensor<?x64xbf16>, %dy: tensor<?x32xbf16>, %w: tensor<8x32x64xbf16>, %o: tensor<8xi32>, %a: tensor<40x64xbf16>, %b: tensor<32x40xbf16>) -> (tensor<?x64xbf16>, tensor<40x64xbf16>, tensor<32x40xbf16>) {
+  %dx = moe.grouped_matmul %dy, %w, %o lora(%a, %b : tensor<40x64xbf16>, tensor<32x40xbf16>)
+      {transpose_lora} : tensor<?x32xbf16>, tensor<8x32x64xbf16>, tensor<8xi32> -> tensor<?x64xbf16>
+  %da, %db = moe.lora_grad %x, %dy, %o lora(%a, %b : tensor<40x64xbf16>, tensor<32x40xbf16>)
+      : tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<8xi32> -> tensor<40x64xbf16>, tensor<32x40xbf16>
+  return %dx, %da, %db : tensor<?x64xbf16>, tensor<40x64xbf16>, tensor<32x40xbf16>
+}
+
+// -----
+
 // Left alone: ranks that are multiples of 8, f32 adapters (the wgmma kernel
 // fuses 16-bit ones only) and dynamic adapter shapes.
 // CHECK-LABEL: func @kept

@@ -80,11 +80,32 @@ splitExperts(RankedTensorType type, int64_t dim, int64_t experts,
   return {groups, shape};
 }
 
+/// Padded adapters by (adapter, dimension): a backward's input gradient and
+/// adapter gradients read the same adapters, padded once. Pads of block
+/// arguments go to the block's start in the order they were made.
+struct PaddedAdapters {
+  DenseMap<std::pair<Value, int64_t>, Value> byAdapter;
+  DenseMap<Block *, Operation *> lastAtBlockStart;
+};
+
 /// [.., E*r, ..] -> [.., E*p, ..]: each expert's r rows (or columns)
 /// followed by p - r zero ones (tensor.pad between two reshapes, which
-/// lower to views).
-Value padExperts(OpBuilder &builder, Location loc, Value value, int64_t dim,
+/// lower to views), right after `value` is defined so that every user of
+/// the adapter can share it.
+Value padExperts(PaddedAdapters &padded, Value value, int64_t dim,
                  const Adapters &adapters) {
+  Value &known = padded.byAdapter[{value, dim}];
+  if (known)
+    return known;
+  OpBuilder builder(value.getContext());
+  auto argument = dyn_cast<BlockArgument>(value);
+  Operation *&last =
+      padded.lastAtBlockStart[argument ? argument.getOwner() : nullptr];
+  if (argument && last)
+    builder.setInsertionPointAfter(last);
+  else
+    builder.setInsertionPointAfterValue(value);
+  Location loc = value.getLoc();
   auto type = cast<RankedTensorType>(value.getType());
   Type elem = type.getElementType();
   auto [groups, shape] =
@@ -97,13 +118,17 @@ Value padExperts(OpBuilder &builder, Location loc, Value value, int64_t dim,
   shape[dim + 1] = adapters.padded;
   Value zero = arith::ConstantOp::create(builder, loc, elem,
                                          builder.getZeroAttr(elem));
-  Value padded = tensor::PadOp::create(builder, loc,
-                                       RankedTensorType::get(shape, elem),
-                                       split, low, high, zero);
+  Value pad = tensor::PadOp::create(builder, loc,
+                                    RankedTensorType::get(shape, elem), split,
+                                    low, high, zero);
   SmallVector<int64_t> joined(type.getShape());
   joined[dim] = adapters.experts * adapters.padded;
-  return tensor::CollapseShapeOp::create(
-      builder, loc, RankedTensorType::get(joined, elem), padded, groups);
+  auto collapse = tensor::CollapseShapeOp::create(
+      builder, loc, RankedTensorType::get(joined, elem), pad, groups);
+  if (argument)
+    last = collapse;
+  known = collapse;
+  return known;
 }
 
 /// [.., E*p, ..] -> [.., E*r, ..]: each expert's first r rows (or columns)
@@ -136,42 +161,40 @@ RankedTensorType paddedType(Type type, int64_t dim, const Adapters &adapters) {
   return RankedTensorType::get(shape, ranked.getElementType());
 }
 
-void padMatmul(GroupedMatmulOp op) {
+void padMatmul(GroupedMatmulOp op, PaddedAdapters &padded) {
   std::optional<Adapters> adapters =
       adaptersToPad(op.getOffsets(), op.getLoraA(), op.getLoraB());
   if (!adapters)
     return;
   // The adapter term only reads u's columns through B_e's zero columns, so
   // the output is unchanged; the padded A rows make those columns zero.
-  OpBuilder builder(op);
-  Location loc = op.getLoc();
   op.getLoraAMutable().assign(
-      padExperts(builder, loc, op.getLoraA(), 0, *adapters));
+      padExperts(padded, op.getLoraA(), 0, *adapters));
   op.getLoraBMutable().assign(
-      padExperts(builder, loc, op.getLoraB(), 1, *adapters));
+      padExperts(padded, op.getLoraB(), 1, *adapters));
 }
 
-void padGrad(LoraGradOp op) {
+void padGrad(LoraGradOp op, PaddedAdapters &padded) {
   std::optional<Adapters> adapters =
       adaptersToPad(op.getOffsets(), op.getLoraA(), op.getLoraB());
   if (!adapters)
     return;
   // The padded rows of dA are du's zero columns (B_e's zero columns) times
   // x, the padded columns of dB dy times u's zero columns: sliced off.
+  Value a = padExperts(padded, op.getLoraA(), 0, *adapters);
+  Value b = padExperts(padded, op.getLoraB(), 1, *adapters);
   OpBuilder builder(op);
   Location loc = op.getLoc();
-  Value a = padExperts(builder, loc, op.getLoraA(), 0, *adapters);
-  Value b = padExperts(builder, loc, op.getLoraB(), 1, *adapters);
-  auto padded = LoraGradOp::create(
+  auto grads = LoraGradOp::create(
       builder, loc, paddedType(op.getGradA().getType(), 0, *adapters),
       paddedType(op.getGradB().getType(), 1, *adapters), op.getLhs(),
       op.getGradOut(), op.getOffsets(), a, b, op.getGatherSlots(),
       op.getKAttr(), op.getLoraScalingAttr());
-  padded->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+  grads->setDiscardableAttrs(op->getDiscardableAttrDictionary());
   op.getGradA().replaceAllUsesWith(
-      sliceExperts(builder, loc, padded.getGradA(), 0, *adapters));
+      sliceExperts(builder, loc, grads.getGradA(), 0, *adapters));
   op.getGradB().replaceAllUsesWith(
-      sliceExperts(builder, loc, padded.getGradB(), 1, *adapters));
+      sliceExperts(builder, loc, grads.getGradB(), 1, *adapters));
   op.erase();
 }
 
@@ -187,10 +210,11 @@ struct MoePadLoraRankPass
       else if (auto grad = dyn_cast<LoraGradOp>(op))
         grads.push_back(grad);
     });
+    PaddedAdapters padded;
     for (GroupedMatmulOp matmul : matmuls)
-      padMatmul(matmul);
+      padMatmul(matmul, padded);
     for (LoraGradOp grad : grads)
-      padGrad(grad);
+      padGrad(grad, padded);
   }
 };
 

@@ -251,10 +251,13 @@ def MoePadLoraRankPass : Pass<"moe-pad-lora-rank"> {
 
     The reshapes lower to views; the pads and slices are copy kernels of
     the adapters' size (`E·r·(K + N)` elements), small next to the
-    matmuls. Only bf16 and f16 adapters with static shapes are padded (the
-    wgmma kernel takes no other); f32 ones and multiples of 8 stay. The
-    pipeline runs it on every target, after `moe-transpose-lora-adapters`
-    and before `moe-decompose-lora-grad`.
+    matmuls. Each adapter is padded once, right after its definition, for
+    all its users (a backward's input gradient and adapter gradients read
+    the same two). Only bf16 and f16 adapters with static shapes are
+    padded (the wgmma kernel takes no other); f32 ones and multiples of 8
+    stay. The pipeline runs it on every target, first, so that
+    `moe-transpose-lora-adapters` transposes the padded adapters and
+    `moe-decompose-lora-grad` finds a multiple of 8.
   }];
   let dependentDialects = ["::moec::moe::MoeDialect",
                            "::mlir::arith::ArithDialect",
