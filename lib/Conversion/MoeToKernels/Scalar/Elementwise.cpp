@@ -517,74 +517,6 @@ LogicalResult emitBoxCopy(
                        });
 }
 
-/// Longest last dimension copied a row per thread (LoRA ranks are <= 128).
-constexpr int64_t kMaxRowCopy = 256;
-
-/// A copy that changes only the last dimension (B's [N, E, r] columns of
-/// moe-pad-lora-rank and dB's slice back): one thread per row. Output
-/// element j of a row reads the source row's element `sourceColumn(j)`
-/// (`fill` where that is outside it); the thread reads the source row in
-/// 16-byte pieces where it is made of them, and writes the output row so
-/// too, else element by element. Exact bits.
-LogicalResult emitRowCopy(Value in, Value out, double fill, moe::TileAttr tile,
-                          LoweringContext &ctx,
-                          const std::function<int64_t(int64_t)> &sourceColumn,
-                          const std::function<Value(KernelBuilder &,
-                                                    ArrayRef<Value>,
-                                                    SmallVector<Value> &)>
-                              &sourceRow) {
-  auto inType = cast<ShapedType>(in.getType());
-  auto outType = cast<ShapedType>(out.getType());
-  const int64_t inLast = inType.getShape().back();
-  const int64_t outLast = outType.getShape().back();
-  int64_t width = KernelBuilder::vectorWidth(outType.getElementType());
-  bool vecIn = width > 1 && inLast % width == 0;
-  bool vecOut = width > 1 && outLast % width == 0;
-  SmallVector<int64_t> rows(outType.getShape().drop_back());
-  KernelBuilder &h = ctx.host();
-  Value count = h.idx(ShapedType::getNumElements(rows));
-  return launchPerItem(
-      ctx, "rows", count, tile, {in, out},
-      [&](KernelBuilder &b, ValueRange a, Value id) {
-        SmallVector<Value> row = unflatten(b, id, rows);
-        SmallVector<Value> from;
-        sourceRow(b, row, from);
-        auto at = [&](SmallVector<Value> prefix, int64_t column) {
-          prefix.push_back(b.idx(column));
-          return prefix;
-        };
-        // The source elements the row needs, loaded once each.
-        DenseMap<int64_t, Value> loaded;
-        for (int64_t j = 0; j < outLast; ++j) {
-          int64_t c = sourceColumn(j);
-          if (c < 0 || c >= inLast || loaded.count(c))
-            continue;
-          if (!vecIn) {
-            loaded[c] = b.loadF(a[0], at(from, c));
-            continue;
-          }
-          int64_t first = c / width * width;
-          SmallVector<Value> piece = b.loadVecF(a[0], at(from, first), width);
-          for (int64_t i = 0; i < width; ++i)
-            loaded[first + i] = piece[i];
-        }
-        SmallVector<Value> values;
-        for (int64_t j = 0; j < outLast; ++j) {
-          int64_t c = sourceColumn(j);
-          values.push_back(c < 0 || c >= inLast
-                               ? b.f32(static_cast<float>(fill))
-                               : loaded[c]);
-        }
-        for (int64_t j = 0; j < outLast; j += vecOut ? width : 1) {
-          if (vecOut)
-            b.storeVecF(ArrayRef<Value>(values).slice(j, width), a[1],
-                        at(row, j));
-          else
-            b.storeF(values[j], a[1], at(row, j));
-        }
-      });
-}
-
 } // namespace
 
 // The zero padding and the slices of moe-pad-lora-rank (adapters and their
@@ -598,22 +530,9 @@ LogicalResult scalar::emitPad(tensor::PadOp op, moe::TileAttr tile,
     return op.emitOpError("needs a constant float padding value");
   SmallVector<int64_t> low(op.getStaticLow());
   ArrayRef<int64_t> sourceShape = op.getSourceType().getShape();
-  ArrayRef<int64_t> resultShape = op.getResultType().getShape();
   const int64_t last = sourceShape.size() - 1;
   bool lastWhole = !sourceShape.empty() && low[last] == 0 &&
-                   resultShape[last] == sourceShape[last];
-  bool lastOnly = !sourceShape.empty() && resultShape[last] <= kMaxRowCopy;
-  for (int64_t d = 0; d < last; ++d)
-    lastOnly = lastOnly && low[d] == 0 && resultShape[d] == sourceShape[d];
-  if (!lastWhole && lastOnly)
-    return emitRowCopy(
-        buffer(op.getSource()), buffer(op.getResult()),
-        value.getValueAsDouble(), tile, ctx,
-        [&](int64_t j) { return j - low[last]; },
-        [](KernelBuilder &, ArrayRef<Value> row, SmallVector<Value> &from) {
-          from.assign(row.begin(), row.end());
-          return Value();
-        });
+                   op.getResultType().getShape()[last] == sourceShape[last];
   return emitBoxCopy(
       buffer(op.getSource()), buffer(op.getResult()), lastWhole,
       value.getValueAsDouble(), tile, ctx,
@@ -639,22 +558,8 @@ LogicalResult scalar::emitExtractSlice(tensor::ExtractSliceOp op,
   SmallVector<int64_t> strides(op.getStaticStrides());
   int64_t width =
       KernelBuilder::vectorWidth(op.getResultType().getElementType());
-  ArrayRef<int64_t> sourceShape = op.getSourceType().getShape();
-  ArrayRef<int64_t> resultShape = op.getResultType().getShape();
   bool lastWhole = !offsets.empty() && strides.back() == 1 && width > 1 &&
                    offsets.back() % width == 0;
-  bool inPieces = lastWhole && sourceShape.back() % width == 0 &&
-                  resultShape.back() % width == 0;
-  if (!inPieces && !offsets.empty() && resultShape.back() <= kMaxRowCopy)
-    return emitRowCopy(
-        buffer(op.getSource()), buffer(op.getResult()), 0.0, tile, ctx,
-        [&](int64_t j) { return offsets.back() + j * strides.back(); },
-        [&](KernelBuilder &b, ArrayRef<Value> row, SmallVector<Value> &from) {
-          for (auto [d, i] : llvm::enumerate(row))
-            from.push_back(
-                b.add(b.idx(offsets[d]), b.mul(i, b.idx(strides[d]))));
-          return Value();
-        });
   return emitBoxCopy(
       buffer(op.getSource()), buffer(op.getResult()), lastWhole, 0.0, tile,
       ctx,
