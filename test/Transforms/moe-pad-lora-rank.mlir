@@ -94,6 +94,21 @@ func.func @backward_shares(%x: tensor<?x64xbf16>, %dy: tensor<?x32xbf16>, %w: te
 
 // -----
 
+// The same 48 adapter rows are 4 experts x 12 for one matmul and 8 x 6 for
+// another: two paddings.
+// CHECK-LABEL: func @shared_other_experts
+// CHECK-DAG: } : tensor<4x12x64xbf16> to tensor<4x16x64xbf16>
+// CHECK-DAG: } : tensor<8x6x64xbf16> to tensor<8x8x64xbf16>
+func.func @shared_other_experts(%x: tensor<?x64xbf16>, %w4: tensor<4x32x64xbf16>, %w8: tensor<8x32x64xbf16>, %o4: tensor<4xi32>, %o8: tensor<8xi32>, %a: tensor<48x64xbf16>, %b: tensor<32x48xbf16>) -> (tensor<?x32xbf16>, tensor<?x32xbf16>) {
+  %y4 = moe.grouped_matmul %x, %w4, %o4 lora(%a, %b : tensor<48x64xbf16>, tensor<32x48xbf16>)
+      {transpose_rhs} : tensor<?x64xbf16>, tensor<4x32x64xbf16>, tensor<4xi32> -> tensor<?x32xbf16>
+  %y8 = moe.grouped_matmul %x, %w8, %o8 lora(%a, %b : tensor<48x64xbf16>, tensor<32x48xbf16>)
+      {transpose_rhs} : tensor<?x64xbf16>, tensor<8x32x64xbf16>, tensor<8xi32> -> tensor<?x32xbf16>
+  return %y4, %y8 : tensor<?x32xbf16>, tensor<?x32xbf16>
+}
+
+// -----
+
 // Left alone: ranks that are multiples of 8, f32 adapters (the wgmma kernel
 // fuses 16-bit ones only) and dynamic adapter shapes.
 // CHECK-LABEL: func @kept

@@ -80,11 +80,12 @@ splitExperts(RankedTensorType type, int64_t dim, int64_t experts,
   return {groups, shape};
 }
 
-/// Padded adapters by (adapter, dimension): a backward's input gradient and
-/// adapter gradients read the same adapters, padded once. Pads of block
+/// Padded adapters by (adapter, dimension, experts): a backward's input
+/// gradient and adapter gradients read the same adapters, padded once (the
+/// expert count sets the rank: 48 rows are 4 x 12 or 8 x 6). Pads of block
 /// arguments go to the block's start in the order they were made.
 struct PaddedAdapters {
-  DenseMap<std::pair<Value, int64_t>, Value> byAdapter;
+  DenseMap<std::tuple<Value, int64_t, int64_t>, Value> byAdapter;
   DenseMap<Block *, Operation *> lastAtBlockStart;
 };
 
@@ -94,7 +95,7 @@ struct PaddedAdapters {
 /// the adapter can share it.
 Value padExperts(PaddedAdapters &padded, Value value, int64_t dim,
                  const Adapters &adapters) {
-  Value &known = padded.byAdapter[{value, dim}];
+  Value &known = padded.byAdapter[{value, dim, adapters.experts}];
   if (known)
     return known;
   OpBuilder builder(value.getContext());
