@@ -84,3 +84,58 @@ func.func @dynamic_reshape(%a: tensor<?x8xf32>) -> tensor<?xf32> {
   %r = tensor.collapse_shape %a [[0, 1]] : tensor<?x8xf32> into tensor<?xf32>
   return %r : tensor<?xf32>
 }
+
+// -----
+
+func.func @dynamic_pad(%a: tensor<?x8xbf16>) -> tensor<?x16xbf16> {
+  %zero = arith.constant 0.0 : bf16
+  // expected-error @+1 {{with a dynamic shape or padding is not supported}}
+  %p = tensor.pad %a low[0, 0] high[0, 8] {
+  ^bb0(%i: index, %j: index):
+    tensor.yield %zero : bf16
+  } : tensor<?x8xbf16> to tensor<?x16xbf16>
+  return %p : tensor<?x16xbf16>
+}
+
+// -----
+
+func.func @pad_by_position(%a: tensor<4x8xf32>) -> tensor<4x16xf32> {
+  // expected-error @+1 {{only a float tensor padded with a constant is supported}}
+  %p = tensor.pad %a low[0, 0] high[0, 8] {
+  ^bb0(%i: index, %j: index):
+    %n = arith.index_cast %j : index to i32
+    %v = arith.sitofp %n : i32 to f32
+    tensor.yield %v : f32
+  } : tensor<4x8xf32> to tensor<4x16xf32>
+  return %p : tensor<4x16xf32>
+}
+
+// -----
+
+func.func @integer_pad(%a: tensor<4x8xi32>) -> tensor<4x16xi32> {
+  %zero = arith.constant 0 : i32
+  // expected-error @+1 {{only a float tensor padded with a constant is supported}}
+  %p = tensor.pad %a low[0, 0] high[0, 8] {
+  ^bb0(%i: index, %j: index):
+    tensor.yield %zero : i32
+  } : tensor<4x8xi32> to tensor<4x16xi32>
+  return %p : tensor<4x16xi32>
+}
+
+// -----
+
+func.func @slice_dropping_a_dimension(%a: tensor<4x8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{that drops dimensions is not supported}}
+  %s = tensor.extract_slice %a[1, 0] [1, 8] [1, 1] : tensor<4x8xf32> to tensor<8xf32>
+  return %s : tensor<8xf32>
+}
+
+// -----
+
+func.func @slice_at_a_dynamic_offset(%a: tensor<?x8xf32>) -> tensor<2x8xf32> {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %a, %c0 : tensor<?x8xf32>
+  // expected-error @+1 {{with dynamic offsets, sizes or strides is not supported}}
+  %s = tensor.extract_slice %a[%n, 0] [2, 8] [1, 1] : tensor<?x8xf32> to tensor<2x8xf32>
+  return %s : tensor<2x8xf32>
+}
