@@ -17,6 +17,8 @@ import moec
 
 from conftest import rel_error
 
+pytestmark = pytest.mark.compiler
+
 BF16 = ml_dtypes.bfloat16
 E, K, N = 4, 40, 24
 SCALE = 2.0
