@@ -347,12 +347,50 @@ func.func @wgrad_t(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 
 // -----
 
+// The same with a bf16 output and no tile: the tokens gathered by slot keep
+// the warp-specialized kernel on cp.async (no tensor map), so it runs up to
+// 256 rows per expert on average (here 64 * 256), the block-barrier kernel
+// above (64 experts: enough tiles not to split).
+// CHECK-LABEL: gpu.func @wgrad_t_gathered_k0_grouped_matmul_wgmma_le16384(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<64x200x264xbf16>, %arg3: memref<64xi32>, %arg4: memref<?xi32>, %arg5: index)
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c128_i32
+// CHECK-NOT: nvvm.cp.async.bulk.tensor
+// CHECK: nvvm.cp.async.bulk.global.shared.cta
+// CHECK-LABEL: func.func @wgrad_t_gathered(
+// CHECK-NOT: moe.tensor_map_box
+// CHECK: gpu.launch_func @wgrad_t_gathered_kernels::@wgrad_t_gathered_k0_grouped_matmul_wgmma_le16384 {{.*}} threads in (%c384
+// CHECK: gpu.launch_func @wgrad_t_gathered_kernels::@wgrad_t_gathered_k1_grouped_matmul_wgmma blocks {{.*}} threads in (%c256
+func.func @wgrad_t_gathered(%x: tensor<?x264xbf16>, %dy: tensor<?x200xbf16>,
+                            %offsets: tensor<64xi32>, %slots: tensor<?xi32>)
+    -> tensor<64x200x264xbf16> {
+  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64}
+      : tensor<?x264xbf16>, tensor<?x200xbf16>, tensor<64xi32>
+      -> tensor<64x200x264xbf16>
+  return %g : tensor<64x200x264xbf16>
+}
+
+// -----
+
 // The warp-specialized weight gradient with a bf16 output stores through a
 // staging tile of its own: the MMA threads wait until the last tile's bulk
 // copies have read it, write their pairs behind a barrier of the 256 MMA
 // threads, and MMA thread r issues row r's bulk copy, not waited for until
 // the next tile (and, for the writes, before the threads exit).
+// The producer loads a whole 64-row slice by TMA, 64 x 64 boxes of dy
+// (%arg4, four for n = 256) and x (%arg5, two for m = 128), and the last
+// slice of a reduction that is not a multiple of 64 by cp.async, which
+// zero-fills past the expert's rows; the TMA thread's arrival is then a
+// plain one (full barriers: 128 producer threads + 1).
 // CHECK-LABEL: gpu.func @wgrad_bulk_k0_grouped_matmul_wgmma(
+// CHECK-SAME: %arg4: !llvm.ptr, %arg5: !llvm.ptr
+// CHECK: nvvm.mbarrier.init %{{.*}}, %c129_i32
+// CHECK: scf.if
+// CHECK: nvvm.cp.async.shared.global
+// CHECK: nvvm.mbarrier.arrive %{{.*}} : !llvm.ptr<3>
+// CHECK: nvvm.mbarrier.arrive.expect_tx %{{.*}}, %c49152_i32
+// CHECK-COUNT-2: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %arg5, %{{.*}}, box[%{{[0-9]+}}, %{{[0-9]+}}]
+// CHECK-COUNT-4: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %arg4, %{{.*}}, box[%{{[0-9]+}}, %{{[0-9]+}}]
+// CHECK: nvvm.cp.async.mbarrier.arrive %{{.*}} {noinc = true}
 // CHECK: nvvm.cp.async.bulk.wait_group 0 {read}
 // CHECK: nvvm.barrier id = %c3_i32{{.*}} number_of_threads = %c256_i32
 // CHECK: vector.store %{{.*}} : memref<?xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
@@ -362,7 +400,9 @@ func.func @wgrad_t(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 // CHECK-NEXT: nvvm.cp.async.bulk.commit.group
 // CHECK: nvvm.cp.async.bulk.wait_group 0{{$}}
 // CHECK-LABEL: func.func @wgrad_bulk(
-// CHECK: gpu.launch_func {{.*}} threads in (%c384, %c1, %c1) {{.*}} stages = 3,
+// CHECK-DAG: %[[DY_MAP:.*]] = builtin.unrealized_conversion_cast %arg1 : memref<?x264xbf16> to !llvm.ptr {moe.tensor_map_box = array<i64: 64, 64>}
+// CHECK-DAG: %[[X_MAP:.*]] = builtin.unrealized_conversion_cast %arg0 : memref<?x200xbf16> to !llvm.ptr {moe.tensor_map_box = array<i64: 64, 64>}
+// CHECK: gpu.launch_func {{.*}} threads in (%c384, %c1, %c1) {{.*}} %[[DY_MAP]] : !llvm.ptr, %[[X_MAP]] : !llvm.ptr{{.*}} stages = 3,
 func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
                       %offsets: tensor<4xi32>) -> tensor<4x200x264xbf16> {
   %g = moe.grouped_matmul %x, %dy, %offsets
@@ -416,14 +456,13 @@ func.func @wgrad_acc(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 
 // -----
 
-// A bf16 weight gradient without a tile: up to 256 rows per expert on
-// average (here 64 * 256) the warp-specialized kernel with bulk stores,
-// above that the block-barrier one; each launch's grid is 0 unless the
-// row count is in its bucket (64 experts: enough tiles not to split).
-// CHECK-LABEL: func.func @wgrad_default_buckets(
-// CHECK: gpu.launch_func @wgrad_default_buckets_kernels::@wgrad_default_buckets_k0_grouped_matmul_wgmma_le16384 {{.*}} threads in (%c384, {{.*}} producers = 128>
-// CHECK: gpu.launch_func @wgrad_default_buckets_kernels::@wgrad_default_buckets_k1_grouped_matmul_wgmma blocks {{.*}} threads in (%c256
-func.func @wgrad_default_buckets(%x: tensor<?x200xbf16>,
+// A bf16 weight gradient without a tile: the warp-specialized kernel with
+// bulk stores at every row count, one launch (64 experts: enough tiles not
+// to split).
+// CHECK-LABEL: func.func @wgrad_default(
+// CHECK: gpu.launch_func @wgrad_default_kernels::@wgrad_default_k0_grouped_matmul_wgmma {{.*}} threads in (%c384, {{.*}} producers = 128>
+// CHECK-NOT: gpu.launch_func
+func.func @wgrad_default(%x: tensor<?x200xbf16>,
                                  %dy: tensor<?x264xbf16>,
                                  %offsets: tensor<64xi32>)
     -> tensor<64x200x264xbf16> {

@@ -46,6 +46,7 @@
 // RUN: moec run %s --entry gmm_wgrad_cols_ws --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_cols_ws --sym T=37 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_t_rows --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_t_ws --sym T=130 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_t_gather_ws --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_t_gather_ws --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_t_gather --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
@@ -644,6 +645,23 @@ func.func @gmm_wgrad_t_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
       : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
       -> tensor<16x264x136xf32>
   return %g : tensor<16x264x136xf32>
+}
+
+// The same warp-specialized with bulk stores, bf16 out: dy's and x's whole
+// 64-row slices by TMA, a partial last slice by cp.async.
+func.func @gmm_wgrad_t_ws(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
+                          %ids: tensor<?x1xi32>) -> tensor<16x264x136xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      {mode = #moe.mode<weight_grad>, transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128>}
+      : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
+      -> tensor<16x264x136xbf16>
+  return %g : tensor<16x264x136xbf16>
 }
 
 // The same with the token rows gathered by slot (B's rows looked up per

@@ -291,8 +291,11 @@ public:
   /// The element types of TileState::values() (block-barrier carry).
   llvm::SmallVector<mlir::Type> stateTypes();
 
-  /// This thread's cp.async copies of slice `kt` into stage `slot`.
-  void loadStage(const TileState &t, mlir::Value slot, mlir::Value kt);
+  /// This thread's cp.async copies of slice `kt` into stage `slot`: of the
+  /// operands without a tensor map, or of all (`ignoreMaps`: the weight
+  /// gradient's partial slices).
+  void loadStage(const TileState &t, mlir::Value slot, mlir::Value kt,
+                 bool ignoreMaps = false);
   /// The TMA loads of slice `kt`, completing on `full`.
   void loadByTma(const TileState &t, mlir::Value slot, mlir::Value kt,
                  mlir::Value full);
@@ -327,11 +330,16 @@ public:
 
 private:
   /// Whether the producer threads copy into every stage with cp.async (a
-  /// gathered lhs, operands without tensor maps, LoRA's A_e rows): then
-  /// each arrives on the stage's full barrier.
+  /// gathered lhs, operands without tensor maps, LoRA's A_e rows, the
+  /// weight gradient's partial slices): then each arrives on the stage's
+  /// full barrier.
   bool cpAsyncArrivals() const {
-    return !env.args.lhsMap || env.plan.lora();
+    return !env.args.lhsMap || env.plan.lora() || env.plan.weightGrad();
   }
+  /// The weight gradient's slice kt with tensor maps: TMA while the slice
+  /// is all the tile's rows, cp.async for a partial last one.
+  void loadWeightGradSlice(const TileState &t, mlir::Value slot,
+                           mlir::Value kt);
   mlir::Value rowOf(int64_t i);
   mlir::Value smemOffset(int64_t i);
   int64_t lhsRowsPerThread() const;

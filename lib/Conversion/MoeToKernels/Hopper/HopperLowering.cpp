@@ -43,9 +43,19 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   addOptional(v.loraA, pos.loraA);
   addOptional(v.loraB, pos.loraB);
   addOptional(v.accumulate, pos.accumulate);
-  // The weight gradient copies everything with cp.async: rows past an
-  // expert's end must read as zeros.
-  if (plan.warpSpecialized && !plan.weightGrad()) {
+  // The warp-specialized weight gradient with its rows in order: both
+  // operands' whole 64-row slices by TMA, boxes of 64 columns by 64 rows
+  // over [rows, K] and [rows, N] (ProducerPipeline::loadWeightGradSlice).
+  // Not with a gathered operand: TMA for the other one alone ran
+  // 0.92-1.02x cp.async for both on the H200 (bench/results/dw-tma-h200.md).
+  if (plan.warpSpecialized && plan.weightGrad()) {
+    if (!v.gather) {
+      addOptional(tensorMapOperand(ctx.host(), v.rhs, {kColumnBlock, kBlockK}),
+                  pos.rhsMap);
+      addOptional(tensorMapOperand(ctx.host(), v.lhs, {kColumnBlock, kBlockK}),
+                  pos.lhsMap);
+    }
+  } else if (plan.warpSpecialized) {
     // The producer loads the rhs by TMA (HopperPlan::rhsBox).
     int64_t rank = cast<MemRefType>(v.rhs.getType()).getRank();
     addOptional(tensorMapOperand(ctx.host(), v.rhs, plan.rhsBox(rank)),

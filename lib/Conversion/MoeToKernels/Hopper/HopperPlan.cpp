@@ -166,11 +166,13 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
 }
 
 /// The weight gradient out [E, K, N] = X_eᵀ · dY_e: block barriers at
-/// n = 256 (128 for narrower outputs) unless the tile says otherwise (or,
-/// with a 16-bit output, the default row bucket of defaultBuckets picks the
-/// warp-specialized kernel for short reductions); no clusters, no TMA (an
-/// expert's last slice must read zeros past its rows, which a tensor map
-/// over all rows cannot give). On an H100 at the Mixtral, Qwen3 and
+/// n = 256 (128 for narrower outputs) unless the tile says otherwise (with
+/// rows in order and a 16-bit output of 256 columns or more:
+/// warp-specialized, weightGradPlan; gathered or accumulating: the row
+/// bucket of defaultBuckets for short reductions); no clusters. The
+/// warp-specialized kernel loads whole 64-row slices by TMA and an
+/// expert's partial last slice by cp.async, which reads zeros past its
+/// rows where a tensor map over all rows cannot. On an H100 at the Mixtral, Qwen3 and
 /// DeepSeek-V3 shapes (bench/training_kernels.py) n = 128 ran 0.57-0.80x
 /// torch._grouped_mm; n = 256 with block barriers 0.86-1.22x and with a
 /// producer warpgroup 0.80-1.13x, ahead only at short reductions
@@ -208,6 +210,26 @@ rowReductionPlan(ShapedType lhsType, Type rhsElem, Type outElem, int64_t width,
   return plan;
 }
 
+/// The warp-specialized weight gradient's tile at n = 256 (never split).
+static moe::TileAttr specializedWeightGradTile(MLIRContext *context) {
+  return moe::TileAttr::get(context, kBlockM, 256, kBlockK,
+                            kSpecializedThreads, 0, 0, kProducerThreads,
+                            /*cluster=*/1, /*row_splits=*/1);
+}
+
+/// Whether the weight gradient without a tile runs the warp-specialized
+/// kernel at every row count: rows in order (no gather) and a 16-bit output
+/// (bulk stores) of at least 256 columns. With whole slices by TMA it ran
+/// 1.01-1.12x the block-barrier kernel at 512-8192 rows per expert on the
+/// H200, where it had been 0.85-1.03x with cp.async
+/// (bench/results/dw-tma-h200.md).
+static bool specializedByDefault(moe::GroupedMatmulOp op) {
+  auto outType = cast<ShapedType>(op.getOut().getType());
+  return !op.getGatherSlots() &&
+         outType.getElementType().getIntOrFloatBitWidth() == 16 &&
+         outType.getDimSize(outType.getRank() - 1) >= 256;
+}
+
 /// The weight gradient [E, K, N] = Σ xᵀ · dy; with transpose_rhs [E, N, K]
 /// = Σ dyᵀ · x, the same kernel with dy as A and x as B
 /// (OperandLayout::swappedOperands), so that the output is written in place
@@ -219,9 +241,13 @@ static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
   bool swapped = op.getTransposeRhs();
   auto a = cast<ShapedType>((swapped ? op.getRhs() : op.getLhs()).getType());
   auto b = cast<ShapedType>((swapped ? op.getLhs() : op.getRhs()).getType());
+  moe::TileAttr chosen = tile;
+  if (!isHopperTile(tile) && specializedByDefault(op))
+    chosen = specializedWeightGradTile(op->getContext());
   std::optional<HopperPlan> plan = rowReductionPlan(
       a, b.getElementType(), outType.getElementType(), outType.getDimSize(2),
-      cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits);
+      cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), chosen,
+      limits);
   if (!plan)
     return plan;
   plan->slotsPerToken = op.getK().value_or(1);
@@ -290,12 +316,15 @@ static std::optional<int64_t> fusableLoraRank(moe::GroupedMatmulOp op,
 
 // On the H200 (bench/training_kernels.py, same call; bench/results/
 // training-kernels-h200.md) the warp-specialized weight gradient with bulk
-// stores ran 1.03-1.21x as fast as the block-barrier one where the experts
-// average 64-256 rows (Qwen3, Qwen3.5, OLMoE and DeepSeek-V3 at T = 2048,
-// Qwen3.5 and DeepSeek-V3 at T = 8192) and 0.85-1.03x at 512 rows and
-// more. With an f32 gradient added to (accumulate; pair stores, no bulk
-// copies) it ran 1.00-1.20x at 64-512 rows and 0.97-1.07x at 1024 and
-// more (bench/results/dw-accumulate-ws-h200.md).
+// stores, with cp.async for both operands, ran 1.03-1.21x as fast as the
+// block-barrier one where the experts average 64-256 rows (Qwen3, Qwen3.5,
+// OLMoE and DeepSeek-V3 at T = 2048, Qwen3.5 and DeepSeek-V3 at T = 8192)
+// and 0.85-1.03x at 512 rows and more. That still holds where a gathered
+// operand keeps it on cp.async; with rows in order the operands come by
+// TMA and it runs at every row count (specializedByDefault). With an f32
+// gradient added to (accumulate; pair stores, no bulk copies) it ran
+// 1.00-1.20x at 64-512 rows and 0.97-1.07x at 1024 and more
+// (bench/results/dw-accumulate-ws-h200.md).
 SmallVector<moe::TileBucketAttr>
 hopper::defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
                        const HopperLimits &limits) {
@@ -305,11 +334,12 @@ hopper::defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
       op.getMode() != moe::MatmulMode::weight_grad ||
       outType.getDimSize(outType.getRank() - 1) < 256)
     return {};
+  // Rows in order with a 16-bit output: at every row count (weightGradPlan).
+  if (specializedByDefault(op))
+    return {};
   // A bucket is one kernel: never split.
-  auto ws = moe::TileAttr::get(op->getContext(), kBlockM, 256, kBlockK,
-                               kSpecializedThreads, 0, 0, kProducerThreads,
-                               /*cluster=*/1, /*row_splits=*/1);
-  std::optional<HopperPlan> plan = groupedPlan(op, ws, limits);
+  std::optional<HopperPlan> plan =
+      groupedPlan(op, specializedWeightGradTile(op->getContext()), limits);
   if (!plan || (!plan->bulkStores && !op.getAccumulate()))
     return {};
   int64_t rows = plan->bulkStores ? kShortReduction : kShortAccumulation;

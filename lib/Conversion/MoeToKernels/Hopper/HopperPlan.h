@@ -289,16 +289,17 @@ std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
 
 /// The row buckets of `op` when neither a tile nor buckets are set on it
 /// (else none), the rows above the last going to the op's plan for `tile`.
-/// The weight gradient with a 16-bit output runs the warp-specialized
-/// kernel (bulk stores) while its experts average at most kShortReduction
-/// rows; one added to an f32 gradient (accumulate) while they average at
-/// most kShortAccumulation.
+/// The weight gradient with a 16-bit output and a gathered operand runs the
+/// warp-specialized kernel (bulk stores) while its experts average at most
+/// kShortReduction rows (with its rows in order: at every row count,
+/// without buckets); one added to an f32 gradient (accumulate) while they
+/// average at most kShortAccumulation.
 llvm::SmallVector<moe::TileBucketAttr>
 defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
                const HopperLimits &limits = {});
 
-/// Rows per expert (on average) up to which the weight gradient's default
-/// is warp-specialized.
+/// Rows per expert (on average) up to which the gathered weight gradient's
+/// default is warp-specialized.
 constexpr int64_t kShortReduction = 256;
 /// The same for the f32 weight gradient with accumulate.
 constexpr int64_t kShortAccumulation = 512;

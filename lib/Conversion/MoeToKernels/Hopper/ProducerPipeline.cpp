@@ -270,14 +270,15 @@ void ProducerPipeline::copyChunk(Value dst, Value base, Value rowBytes,
 }
 
 // An operand with a tensor map comes by TMA (loadByTma), not here.
-void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
+void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt,
+                                 bool ignoreMaps) {
   KernelBuilder &b = env.b;
   sliceRows.clear();
   Value kElem = b.add(b.mul(kt, b.idx(kBlockK)), b.mul(chunk, b.idx(8)));
   Value kValid = b.ult(kElem, b.idx(env.plan.k));
   Value kBytes = b.mul(kElem, b.idx(2));
   bool lhsAlongK = env.plan.layout.lhs == LhsLayout::RowsK;
-  if (!env.args.lhsMap)
+  if (ignoreMaps || !env.args.lhsMap)
     for (int64_t i = 0; i < lhsRowsPerThread(); ++i)
       copyChunk(b.add(env.stageA(slot), smemOffset(i)), lhsBase,
                 lhsRowBytes(t, i, kt), lhsAlongK ? kBytes : Value(),
@@ -303,7 +304,7 @@ void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt) {
       });
     }
   }
-  if (env.args.rhsMap)
+  if (env.args.rhsMap && !ignoreMaps)
     return;
   // ExpertNK rows run along K (the chunk's K offset is in kBytes);
   // ExpertKN / GroupRowsN rows are K rows whose chunks run along N
@@ -427,6 +428,49 @@ void ProducerPipeline::loadByTma(const TileState &t, Value slot, Value kt,
                  full);
 }
 
+// The weight gradient's slice kt (rows in order: both operands have tensor
+// maps): while all 64 rows are the tile's (in its expert, or its chunk of
+// them), both come by TMA, 64 rows by 64 columns a box, in the layout of
+// the cp.async copies (stage row i: row i % 64 of column block i / 64;
+// columns past K or N arrive as zeros). The last slice of a reduction that
+// is not a multiple of 64 must read zeros past the tile's rows, which a map
+// over all rows cannot give: cp.async copies it, and the TMA thread's
+// arrival is a plain one. Every producer thread then arrives as for
+// cp.async (produceTile).
+void ProducerPipeline::loadWeightGradSlice(const TileState &t, Value slot,
+                                           Value kt) {
+  KernelBuilder &b = env.b;
+  Value end = b.mul(b.add(kt, b.idx(1)), b.idx(kBlockK));
+  Value partial = b.ult(t.reduceRows, end);
+  b.ifThen(partial, [&] { loadStage(t, slot, kt, /*ignoreMaps=*/true); });
+  Value full = env.stageBarrier(false, slot);
+  b.ifThen(b.eq(env.thread, b.idx(0)), [&] {
+    b.ifThen(partial, [&] {
+      NVVM::MBarrierArriveOp::create(b, Type(), full, Value());
+    });
+    b.ifThen(b.ule(end, t.reduceRows), [&] {
+      int64_t bytes = (kBlockM + env.plan.blockN) * kRowBytes;
+      NVVM::MBarrierArriveExpectTxOp::create(b, Type(), full, b.i32(bytes),
+                                             NVVM::MemScopeKind::CTA, false,
+                                             Value());
+      Value row = toI32(b, b.add(t.reduceStart, b.mul(kt, b.idx(kBlockK))));
+      auto boxes = [&](Value map, Value stage, Value firstColumn,
+                       int64_t count) {
+        for (int64_t l = 0; l < count; ++l) {
+          Value column = b.add(firstColumn, b.idx(l * kColumnBlock));
+          tmaLoad(map, b.add(stage, b.idx(l * kBlockK * kRowBytes)),
+                  ValueRange{toI32(b, column), row}, Value(), full);
+        }
+      };
+      // A: the tile's K columns from rowStart; B: its output columns.
+      boxes(env.args.lhsMap, env.stageA(slot), t.rowStart,
+            kBlockM / kColumnBlock);
+      boxes(env.args.rhsMap, env.stageB(slot), t.colStart,
+            env.plan.blockN / kColumnBlock);
+    });
+  });
+}
+
 void ProducerPipeline::commit() { NVVM::CpAsyncCommitGroupOp::create(env.b); }
 
 // Empty past the last slice or for a tile without expert rows, which keeps
@@ -472,11 +516,15 @@ Value ProducerPipeline::produceTile(const TileState &t, Value slices) {
   Value kt = kLoop.getInductionVar();
   Value n = b.add(slices, kt);
   waitRound(/*empty=*/true, n, /*previous=*/true);
-  loadStage(t, slotOf(n), kt);
-  if (env.args.rhsMap)
-    b.ifThen(b.eq(env.thread, b.idx(0)), [&] {
-      loadByTma(t, slotOf(n), kt, env.stageBarrier(false, slotOf(n)));
-    });
+  if (env.plan.weightGrad() && env.args.rhsMap) {
+    loadWeightGradSlice(t, slotOf(n), kt);
+  } else {
+    loadStage(t, slotOf(n), kt);
+    if (env.args.rhsMap)
+      b.ifThen(b.eq(env.thread, b.idx(0)), [&] {
+        loadByTma(t, slotOf(n), kt, env.stageBarrier(false, slotOf(n)));
+      });
+  }
   if (cpAsyncArrivals())
     NVVM::CpAsyncMBarrierArriveOp::create(
         b, env.stageBarrier(false, slotOf(n)), b.getBoolAttr(true));
