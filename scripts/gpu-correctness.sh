@@ -91,7 +91,7 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
              gmm_cols_bb gmm_cols_ws_gather gmm_cols_cl_swiglu gmm_wgrad_cols_bb \
              gmm_wgrad_cols_ws gmm_wgrad_t_rows gmm_wgrad_t_ws gmm_wgrad_t_gather_ws \
              gmm_wgrad_acc_rows gmm_wgrad_acc_ws gmm_wgrad_acc_ws_bulk \
-             gmm_wgrad_acc_split2 gmm_wgrad_ws_split4 \
+             gmm_wgrad_acc_split2 gmm_wgrad_ws_split4 gmm_wgrad_rows_ws_split4 \
              gmm_lora_swiglu_gather gmm_lora_kn_r8 \
              gmm_lora_long_k_r64 gmm_lora_staged gmm_lora_r128_swiglu \
              gmm_ws_lora_swiglu_gather gmm_ws_lora_long_k_r64 \
@@ -125,12 +125,13 @@ done
 # bucket at T = 3000, block barriers at 9000).
 # gmm_wgrad_acc_split2 asks for 2 chunks (row_splits) where 132 SMs alone
 # would not split, gmm_wgrad_ws_split4 for 4 on the warp-specialized kernel.
-# gmm_wgrad_ws_bulk and gmm_wgrad_t_ws (rows in order, warp-specialized)
-# load whole 64-row slices by TMA and an expert's partial last slice by
-# cp.async: long reductions of both kinds of slice here.
+# gmm_wgrad_ws_bulk, gmm_wgrad_t_ws and gmm_wgrad_rows_ws_split4 (rows in
+# order, warp-specialized) load whole 64-row slices by TMA and an expert's
+# (or chunk's) partial last slice by cp.async: long reductions of both
+# kinds of slice here.
 for entry in gmm_wgrad_rows gmm_wgrad_t_rows gmm_wgrad_acc_ws \
              gmm_wgrad_narrow_bb gmm_wgrad_acc_split2 gmm_wgrad_ws_split4 \
-             gmm_wgrad_ws_bulk gmm_wgrad_t_ws; do
+             gmm_wgrad_ws_bulk gmm_wgrad_t_ws gmm_wgrad_rows_ws_split4; do
   for t in 9000 40000; do
     run hopper.moecb $entry $t uniform --iters 5
   done

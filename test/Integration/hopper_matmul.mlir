@@ -56,6 +56,7 @@
 // RUN: moec run %s --entry gmm_wgrad_acc_ws_bulk --sym T=30 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_acc_split2 --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_ws_split4 --sym T=40 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry gmm_wgrad_rows_ws_split4 --sym T=70 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_wgrad_acc_layouts --sym T=45 --sym M=90 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_swiglu_gather --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_lora_kn_r8 --sym T=30 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
@@ -794,6 +795,25 @@ func.func @gmm_wgrad_ws_split4(%x: tensor<?x200xbf16>, %dy: tensor<?x200xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
   %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
       {mode = #moe.mode<weight_grad>, k = 1 : i64,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
+                            producers = 128, row_splits = 4>}
+      : tensor<?x200xbf16>, tensor<?x200xbf16>, tensor<8xi32>
+      -> tensor<8x200x200xbf16>
+  return %g : tensor<8x200x200xbf16>
+}
+
+// The same with the rows in order (permuted first): each chunk's whole
+// 64-row slices by TMA, its partial last one by cp.async.
+func.func @gmm_wgrad_rows_ws_split4(%x: tensor<?x200xbf16>,
+                                    %dy: tensor<?x200xbf16>,
+                                    %ids: tensor<?x1xi32>)
+    -> tensor<8x200x200xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x200xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x200xbf16>
+  %g = moe.grouped_matmul %rows, %dy, %offsets
+      {mode = #moe.mode<weight_grad>,
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128, row_splits = 4>}
       : tensor<?x200xbf16>, tensor<?x200xbf16>, tensor<8xi32>

@@ -47,7 +47,7 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   // operands' whole 64-row slices by TMA, boxes of 64 columns by 64 rows
   // over [rows, K] and [rows, N] (ProducerPipeline::loadWeightGradSlice).
   // Not with a gathered operand: TMA for the other one alone ran
-  // 0.92-1.02x cp.async for both on the H200 (bench/results/dw-tma-h200.md).
+  // 0.91-1.03x cp.async for both on the H200 (bench/results/dw-tma-h200.md).
   if (plan.warpSpecialized && plan.weightGrad()) {
     if (!v.gather) {
       addOptional(tensorMapOperand(ctx.host(), v.rhs, {kColumnBlock, kBlockK}),

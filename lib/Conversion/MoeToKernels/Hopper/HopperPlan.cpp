@@ -168,8 +168,9 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
 /// The weight gradient out [E, K, N] = X_eᵀ · dY_e: block barriers at
 /// n = 256 (128 for narrower outputs) unless the tile says otherwise (with
 /// rows in order and a 16-bit output of 256 columns or more:
-/// warp-specialized, weightGradPlan; gathered or accumulating: the row
-/// bucket of defaultBuckets for short reductions); no clusters. The
+/// warp-specialized, weightGradPlan; else a 16-bit output or an f32 one
+/// with accumulate: the row bucket of defaultBuckets for short
+/// reductions); no clusters. The
 /// warp-specialized kernel loads whole 64-row slices by TMA and an
 /// expert's partial last slice by cp.async, which reads zeros past its
 /// rows where a tensor map over all rows cannot. On an H100 at the Mixtral, Qwen3 and
@@ -220,9 +221,10 @@ static moe::TileAttr specializedWeightGradTile(MLIRContext *context) {
 /// Whether the weight gradient without a tile runs the warp-specialized
 /// kernel at every row count: rows in order (no gather) and a 16-bit output
 /// (bulk stores) of at least 256 columns. With whole slices by TMA it ran
-/// 1.01-1.12x the block-barrier kernel at 512-8192 rows per expert on the
-/// H200, where it had been 0.85-1.03x with cp.async
-/// (bench/results/dw-tma-h200.md).
+/// 1.03-1.12x the block-barrier kernel at 512-8192 rows per expert on the
+/// H200; with cp.async, 0.98-1.09x in the same call (0.85-1.03x in an
+/// earlier one, which set the old 256-row bucket;
+/// bench/results/dw-tma-h200.md).
 static bool specializedByDefault(moe::GroupedMatmulOp op) {
   auto outType = cast<ShapedType>(op.getOut().getType());
   return !op.getGatherSlots() &&

@@ -23,7 +23,8 @@ void ProducerPipeline::initBarriers() {
   KernelBuilder &b = env.b;
   // Arrivals that complete a stage's full barrier: every producer thread's
   // cp.async, unless the lhs comes by TMA too and there are no LoRA A_e
-  // rows, plus the TMA thread's.
+  // rows (the weight gradient's partial slices need them), plus the TMA
+  // thread's.
   int64_t fullArrivals =
       (cpAsyncArrivals() ? env.plan.copyThreads() : 0) +
       (env.args.rhsMap ? 1 : 0);
@@ -269,7 +270,8 @@ void ProducerPipeline::copyChunk(Value dst, Value base, Value rowBytes,
       arith::IndexCastOp::create(b, b.getI32Type(), bytes));
 }
 
-// An operand with a tensor map comes by TMA (loadByTma), not here.
+// An operand with a tensor map comes by TMA (loadByTma, or the weight
+// gradient's whole slices), not here, unless `ignoreMaps`.
 void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt,
                                  bool ignoreMaps) {
   KernelBuilder &b = env.b;
@@ -380,7 +382,7 @@ void ProducerPipeline::loadRhsByTma(const TileState &t, Value slot, Value k0,
     break;
   }
   case RhsLayout::GroupRowsN:
-    llvm_unreachable("the weight gradient's rhs has no tensor map");
+    llvm_unreachable("the weight gradient's maps load in loadWeightGradSlice");
   }
   // The expert: the outermost coordinate, or between N and K for [K, E, N].
   if (env.plan.layout.expertsInColumns)
