@@ -170,11 +170,11 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
 /// rows in order and a 16-bit output of 256 columns or more:
 /// warp-specialized, weightGradPlan; else a 16-bit output or an f32 one
 /// with accumulate: the row bucket of defaultBuckets for short
-/// reductions); no clusters. The
-/// warp-specialized kernel loads whole 64-row slices by TMA and an
-/// expert's partial last slice by cp.async, which reads zeros past its
-/// rows where a tensor map over all rows cannot. On an H100 at the Mixtral, Qwen3 and
-/// DeepSeek-V3 shapes (bench/training_kernels.py) n = 128 ran 0.57-0.80x
+/// reductions); no clusters. The warp-specialized kernel loads whole
+/// 64-row slices by TMA and an expert's partial last slice by cp.async,
+/// which reads zeros past its rows where a tensor map over all rows
+/// cannot. On an H100 at the Mixtral, Qwen3 and DeepSeek-V3 shapes
+/// (bench/training_kernels.py, with cp.async) n = 128 ran 0.57-0.80x
 /// torch._grouped_mm; n = 256 with block barriers 0.86-1.22x and with a
 /// producer warpgroup 0.80-1.13x, ahead only at short reductions
 /// (DeepSeek-V3 T=8192); the tuner picks per shape.
