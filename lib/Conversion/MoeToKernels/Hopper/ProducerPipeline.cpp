@@ -451,8 +451,9 @@ void ProducerPipeline::loadWeightGradSlice(const TileState &t, Value slot,
       NVVM::MBarrierArriveOp::create(b, Type(), full, Value());
     });
     b.ifThen(b.ule(end, t.reduceRows), [&] {
-      int64_t bytes = (kBlockM + env.plan.blockN) * kRowBytes;
-      NVVM::MBarrierArriveExpectTxOp::create(b, Type(), full, b.i32(bytes),
+      // A weight gradient's stage is A's and B's rows (no LoRA rows).
+      NVVM::MBarrierArriveExpectTxOp::create(b, Type(), full,
+                                             b.i32(env.plan.stageBytes()),
                                              NVVM::MemScopeKind::CTA, false,
                                              Value());
       Value row = toI32(b, b.add(t.reduceStart, b.mul(kt, b.idx(kBlockK))));
