@@ -224,7 +224,9 @@ static moe::TileAttr specializedWeightGradTile(MLIRContext *context) {
 /// 1.03-1.12x the block-barrier kernel at 512-8192 rows per expert on the
 /// H200; with cp.async, 0.98-1.09x in the same call (0.85-1.03x in an
 /// earlier one, which set the old 256-row bucket;
-/// bench/results/dw-tma-h200.md).
+/// bench/results/dw-tma-h200.md). Narrower outputs keep block barriers:
+/// LoRA's dB (16-64 columns) ran 0.83-1.01x that way with TMA
+/// (bench/results/lora-grad-ws-tma-h200.md).
 static bool specializedByDefault(moe::GroupedMatmulOp op) {
   auto outType = cast<ShapedType>(op.getOut().getType());
   return !op.getGatherSlots() &&
