@@ -23,3 +23,12 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.moec_tools_dir, config.llvm_tools_dir]
 tools = ["moec-opt", "moec", "mlir-tblgen", "not", ToolSubst("FileCheck", unresolved="fatal")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
+# `moec compile` assembles sm_90a PTX with ptxas where it finds one (as
+# lib/Target/Compile.cpp looks: CUDA_HOME, PATH, /usr/local/cuda): tests
+# of ptxas's own output need it.
+import shutil
+_cuda_home = os.environ.get("CUDA_HOME", "")
+if (shutil.which("ptxas") or
+        (_cuda_home and os.access(os.path.join(_cuda_home, "bin", "ptxas"), os.X_OK)) or
+        os.access("/usr/local/cuda/bin/ptxas", os.X_OK)):
+    config.available_features.add("ptxas")
