@@ -2,6 +2,7 @@
 # lit configuration of moec's regression tests (FileCheck-based).
 
 import os
+import shutil
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -26,7 +27,6 @@ llvm_config.add_tool_substitutions(tools, tool_dirs)
 # `moec compile` assembles sm_90a PTX with ptxas where it finds one (as
 # lib/Target/Compile.cpp looks: CUDA_HOME, PATH, /usr/local/cuda): tests
 # of ptxas's own output need it.
-import shutil
 _cuda_home = os.environ.get("CUDA_HOME", "")
 if (shutil.which("ptxas") or
         (_cuda_home and os.access(os.path.join(_cuda_home, "bin", "ptxas"), os.X_OK)) or

@@ -114,7 +114,8 @@ bool runTool(StringRef program, ArrayRef<StringRef> args,
 
 /// One note per kernel that ptxas -v says spills registers to local memory
 /// ("Compiling entry function 'K'", then "N bytes spill stores, M bytes
-/// spill loads"): correct, but slower, and issue 24 asks for none.
+/// spill loads"): still correct, but each spill is memory traffic that the
+/// kernel's designer meant to keep in registers.
 void noteSpills(StringRef log, StringRef chip, CompileResult &result) {
   llvm::Regex entry("Compiling entry function '([A-Za-z0-9_$.]+)'");
   llvm::Regex spills("([0-9]+) bytes spill stores, ([0-9]+) bytes spill loads");
