@@ -102,12 +102,15 @@ bool runTool(StringRef program, ArrayRef<StringRef> args,
   std::string execError;
   int rc = llvm::sys::ExecuteAndWait(program, args, std::nullopt, redirects, 0,
                                      0, &execError);
-  auto err = llvm::MemoryBuffer::getFile(errPath);
-  std::string errText = err ? (*err)->getBuffer().str() : "";
-  if (rc != 0)
-    message = execError + errText;
-  else if (log)
-    *log = std::move(errText);
+  // stderr is read only where someone wants it.
+  if (rc != 0 || log) {
+    auto err = llvm::MemoryBuffer::getFile(errPath);
+    std::string errText = err ? (*err)->getBuffer().str() : "";
+    if (rc != 0)
+      message = execError + errText;
+    else
+      *log = std::move(errText);
+  }
   llvm::sys::fs::remove(errPath);
   return rc == 0;
 }
