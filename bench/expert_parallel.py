@@ -100,9 +100,18 @@ def expert_chunks_name(expert_chunks):
             if isinstance(expert_chunks, tuple) else str(expert_chunks))
 
 
+def variant_arg(text):
+    """A variant's third field: expert_chunks ("4", "16-48-48-16") or
+    "dedup" (ExpertParallelMoE dedup=True)."""
+    return "dedup" if text == "dedup" else expert_chunks_arg(text)
+
+
 def bundle_path(folder, key, world, sm_count=None, expert_chunks=1):
+    """expert_chunks "dedup": the bundle of ep_module(..., dedup=True)."""
     suffix = f"_sm{sm_count}" if sm_count else ""
-    if expert_chunks != 1:
+    if expert_chunks == "dedup":
+        suffix += "_dedup"
+    elif expert_chunks != 1:
         suffix += f"_x{expert_chunks_name(expert_chunks)}"
     return os.path.join(folder, f"ep_{key}_w{world}{suffix}.moecb")
 
@@ -117,13 +126,15 @@ def emit_bundles(folder, world, sm_counts=(), expert_chunks=()):
     os.makedirs(folder, exist_ok=True)
     for key, m in MODELS.items():
         for chunks in (1,) + tuple(expert_chunks):
+            dedup = chunks == "dedup"
             try:
-                expert_groups(m["E"] // world, chunks)
+                expert_groups(m["E"] // world, 1 if dedup else chunks)
             except ValueError as error:  # sizes for another model
                 print(f"{key}: skipped expert_chunks {chunks}: {error}")
                 continue
             text = ep_module(m["H"], m["I"], m["E"], m["k"], world,
-                             expert_chunks=chunks, **m["router"])
+                             expert_chunks=1 if dedup else chunks,
+                             dedup=dedup, **m["router"])
             for sm_count in (None,) + tuple(sm_counts):
                 # sm_count: the persistent matmuls leave the other SMs to
                 # the exchanges' kernels.
@@ -166,10 +177,12 @@ def main():
                              "SMS:TRANSPORT[:EXPERT_CHUNKS] (SMS 132: the "
                              "plain bundle; EXPERT_CHUNKS: "
                              "ExpertParallelMoE expert_chunks, 4 or "
-                             "16-48-48-16, timed once, not per --chunks)")
+                             "16-48-48-16, or dedup for dedup=True, timed "
+                             "once, not per --chunks)")
     parser.add_argument("--expert-chunks", default="",
                         help="with --emit-bundles: also these "
-                             "expert_chunks variants of each bundle")
+                             "expert_chunks variants of each bundle "
+                             "(dedup: the dedup=True one)")
     parser.add_argument("--sm-counts", default="",
                         help="bundles whose matmuls fill only this many SMs "
                              "(--emit-bundles makes them; the run times "
@@ -178,7 +191,7 @@ def main():
     sm_counts = tuple(int(v) for v in args.sm_counts.split(",") if v)
     if args.emit_bundles:
         emit_bundles(args.bundles, args.world, sm_counts,
-                     tuple(expert_chunks_arg(v) for v in
+                     tuple(variant_arg(v) for v in
                            args.expert_chunks.split(",") if v))
         return
     run(args, sm_counts)
@@ -191,6 +204,7 @@ def time_pipelined(x, want, variants, chunk_counts, timed, iters):
     is bitwise the plain layer's on every rank."""
     import torch
     import torch.distributed as dist
+    from grouped_gemm import rel_err
     rows = []
     for sm_count, transport, block in variants:
         # An expert_chunks block pipelines by itself (one piece of tokens).
@@ -199,14 +213,47 @@ def time_pipelined(x, want, variants, chunk_counts, timed, iters):
             if block is variants[0][2] and chunks == 1:
                 continue
             block.chunks = chunks
-            equal = torch.tensor([float(torch.equal(block(x), want))],
-                                 device="cuda")
-            dist.all_reduce(equal, op=dist.ReduceOp.MIN)
+            out = block(x)
+            # equal: on every rank; err: the root mean square over ranks.
+            check = torch.tensor([float(torch.equal(out, want)),
+                                  rel_err(out, want) ** 2], device="cuda")
+            dist.all_reduce(check[:1], op=dist.ReduceOp.MIN)
+            dist.all_reduce(check[1:])
             ms = timed([("layer", lambda _: block(x))], iters)["layer"]
             rows.append(dict(sm_count=sm_count, transport=transport,
-                             chunks=chunks, ms=ms, equal=bool(equal.item())))
+                             chunks=chunks, ms=ms, equal=bool(check[0]),
+                             err=(check[1].item() /
+                                  dist.get_world_size()) ** 0.5))
             block.chunks = 1
     return rows
+
+
+def time_dedup(block, x, timed, iters):
+    """A dedup=True layer's six steps (moec._ep_dedup) and, on the same
+    rows, plain NCCL all_to_all_single each way: {steps, dispatch,
+    compute, combine, a2a, a2a_fraction, sent_rows}."""
+    import torch
+    from moec import _ep_dedup as dd
+    from moec._exchange import _exchange
+    steps = [("route", lambda _: dd.route(block, x))] + [
+        (step.__name__, lambda s, step=step: step(block, s))
+        for step in (dd.plan, dd.send, dd.compute, dd.send_back, dd.weigh)]
+    times = timed(steps, iters)
+    state = dd.plan(block, dd.route(block, x))
+    sent, received = state["exchange"].send_splits, \
+        state["exchange"].recv_splits
+    rows = state["rows"].clone()
+    a2a = timed([("send", lambda _: _exchange(rows, sent, received, None)),
+                 ("back", lambda r: _exchange(r, received, sent, None))],
+                iters)
+    dispatch = times["route"] + times["plan"] + times["send"]
+    combine = times["send_back"] + times["weigh"]
+    moved = torch.tensor([float(sum(sent))], device="cuda")
+    return dict(steps=times, dispatch=dispatch, compute=times["compute"],
+                combine=combine, a2a=a2a,
+                a2a_fraction=(a2a["send"] + a2a["back"]) / (dispatch +
+                                                            combine),
+                sent_rows=int(moved.item()))
 
 
 def scratch_high(reset=False):
@@ -297,7 +344,7 @@ def run(args, sm_counts):
     bf16 = torch.bfloat16
     chunk_counts = [int(c) for c in args.chunks.split(",")]
     extra = [(int(v.split(":")[0]), v.split(":")[1],
-              expert_chunks_arg((v.split(":")[2:] or ["1"])[0]))
+              variant_arg((v.split(":")[2:] or ["1"])[0]))
              for v in args.variants.split(",") if v]
     results = []
 
@@ -371,9 +418,11 @@ def run(args, sm_counts):
         # The same layer from the bundles whose matmuls leave SMs free, and
         # over the other transports.
         def same_layer(sm_count, transport, expert_chunks):
+            dedup = expert_chunks == "dedup"
             other = ExpertParallelMoE(
                 H, I, E, k, dtype=bf16, device="cuda", **m["router"],
-                transport=transport, expert_chunks=expert_chunks,
+                transport=transport, dedup=dedup,
+                expert_chunks=1 if dedup else expert_chunks,
                 bundle=moec.load(bundle_path(args.bundles, key, world,
                                              sm_count, expert_chunks)))
             other.load_state_dict(block.state_dict())
@@ -387,8 +436,8 @@ def run(args, sm_counts):
                 if rank == 0:  # group sizes for another model
                     print(f"{key}: no {path}, variant skipped", flush=True)
                 continue
-            variants.append((n, t if x == 1 else
-                             f"{t}:x{expert_chunks_name(x)}",
+            variants.append((n, t if x == 1 else f"{t}:dedup" if x == "dedup"
+                             else f"{t}:x{expert_chunks_name(x)}",
                              same_layer(None if n == 132 else n, t, x)))
         if key == "qwen3":
             ok, received = zero_receive_check(block, world, rank)
@@ -563,6 +612,8 @@ def run(args, sm_counts):
                                    args.iters)["layer"]
                 pipelined = time_pipelined(x, got, variants, chunk_counts,
                                            timed, args.iters)
+                dedup = {f"{n}:{t}": time_dedup(b, x, timed, args.iters)
+                         for n, t, b in variants if b.dedup}
                 torch_layer = timed([("layer", lambda _: t_combine(
                     t_compute(t_dispatch(None))))], args.iters)["layer"]
             # Rows this rank sends to the others (its own stay in place).
@@ -578,6 +629,7 @@ def run(args, sm_counts):
                 moec=moec_t, torch=torch_t, a2a=a2a,
                 moec_layer_ms=moec_layer, torch_layer_ms=torch_layer,
                 ratio=torch_layer / moec_layer, pipelined=pipelined,
+                dedup=dedup,
                 best_ratio=torch_layer / min(
                     [moec_layer] + [p["ms"] for p in pipelined]),
                 a2a_fraction=a2a_ms / (moec_t["dispatch"] +
@@ -714,7 +766,19 @@ def run(args, sm_counts):
                           f"{p['transport']:>11} {p['sm_count']:>4} "
                           f"{p['chunks']:>6} {p['ms']:>8.3f} "
                           f"{r['torch_layer_ms'] / p['ms']:>5.2f} "
-                          f"{p['equal']}")
+                          f"{p['equal']} (err {p['err']:.1e})")
+        if any(r["dedup"] for r in results):
+            print(f"\n{'dedup steps':<14} {'T/rank':>6} {'variant':>20} "
+                  f"{'disp':>6} {'comp':>6} {'comb':>6} | {'a2a ms':>6} "
+                  f"{'a2a%':>5} sent rows (plain layer's)")
+            for r in results:
+                for name, d in r["dedup"].items():
+                    print(f"{r['model']:<14} {r['T']:>6} {name:>20} "
+                          f"{d['dispatch']:>6.3f} {d['compute']:>6.3f} "
+                          f"{d['combine']:>6.3f} | "
+                          f"{d['a2a']['send'] + d['a2a']['back']:>6.3f} "
+                          f"{100 * d['a2a_fraction']:>5.1f} "
+                          f"{d['sent_rows']} ({r['T'] * r['k']})")
         print(f"dense bf16 peak (torch.mm 8192^3, same run): "
               f"{results[0]['peak_tflops']:.0f} TFLOP/s; moec compute: "
               + ", ".join(f"{r['compute_tflops']:.0f}" for r in results))

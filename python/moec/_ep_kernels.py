@@ -31,11 +31,14 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
                scoring: str = "softmax", selection_bias: bool = False,
                num_groups: Optional[int] = None,
                topk_groups: Optional[int] = None,
-               scaling_factor: float = 1.0, expert_chunks=1) -> list:
+               scaling_factor: float = 1.0, expert_chunks=1,
+               dedup: bool = False) -> list:
     """The three moec kernels of an expert-parallel MoE layer over
     `world_size` ranks: [ep_dispatch, ep_experts, ep_combine], and with
     `expert_chunks` (ExpertParallelMoE's) one ep_experts_<n> per group size
-    n: ep_experts on n of the local experts. The router:
+    n: ep_experts on n of the local experts; with `dedup`, DEDUP_KERNELS
+    (each token sent once per destination rank, moec._ep_dedup). The
+    router:
     `routing` and `norm_topk_prob` as moec.torch.MoE (Qwen3, Mixtral,
     OLMoE); DeepSeek-V3's with `scoring="sigmoid"`, `selection_bias=True`
     (ep_dispatch then takes `bias` [E] f32, which only selects),
@@ -114,7 +117,87 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
     for count in sorted(set(groups) - {local}):
         kernels.append(Kernel(part(count), name=f"ep_experts_{count}",
                               signature=experts_signature(count)))
+    if dedup:
+        kernels += _dedup_kernels(dispatch_signature, router, H, I, k, dt,
+                                  world_size, local)
     return kernels
+
+
+#: The kernels of the deduplicated forward (ExpertParallelMoE dedup=True).
+DEDUP_KERNELS = ("ep_route", "ep_send_once", "ep_sort_received",
+                 "ep_experts_received", "ep_sum_ranks")
+
+
+def received_columns(top_k: int, local: int) -> int:
+    """Expert columns of a deduplicated received row: at most min(k, local
+    experts) of a token's k experts live on one rank."""
+    return min(top_k, local)
+
+
+def _dedup_kernels(dispatch_signature: dict, router: dict, H: int, I: int,
+                   k: int, dt: str, world: int, local: int) -> list:
+    """DEDUP_KERNELS. Each sort below takes one bucket more than its
+    consumers are given: the slots nobody sends or computes, sorted last.
+    The caller passes the offsets without that bucket's end, and rows at
+    or past offsets[E-1] are padding to every grouped op (permute,
+    grouped_matmul and unpermute build their row map from the slots of the
+    rows before it). ep_experts_received gets only the slots before it:
+    the grouped matmuls would write zeros into the rows past it."""
+    kr = received_columns(k, local)
+    i32, f32 = "i32", "f32"
+
+    def route(x, gate_w, bias=None):
+        logits = ops.matmul(x, gate_w, transpose_rhs=True)
+        return ops.router_topk(logits, bias=bias, **router)
+
+    if "bias" in dispatch_signature:
+        def ep_route(x, gate_w, bias):
+            return route(x, gate_w, bias)
+    else:
+        def ep_route(x, gate_w):
+            return route(x, gate_w)
+
+    def ep_send_once(x, dest):
+        # dest [T, W]: d where token t goes to rank d, else W (not sent).
+        _, slots, offsets, positions = ops.sort_by_expert(dest, world + 1,
+                                                          positions=True)
+        send = ops.permute(x, slots, offsets, k=world, positions=positions)
+        return send, slots, offsets
+
+    def ep_sort_received(ids):
+        # ids [N, kr]: local experts of each received row, `local` for none.
+        _, slots, offsets = ops.sort_by_expert(ids, local + 1)
+        return slots, offsets
+
+    def ep_experts_received(rows, slots, offsets, weights, w_gate_up,
+                            w_down):
+        # Each received row's local experts, weighted and summed: one row
+        # back per row received.
+        grouped = ops.permute(rows, slots, offsets, k=kr)
+        h = ops.grouped_matmul(grouped, w_gate_up, offsets, transpose_rhs=True)
+        down = ops.grouped_matmul(ops.swiglu(h), w_down, offsets,
+                                  transpose_rhs=True)
+        return ops.unpermute(down, slots, offsets, k=kr, weights=weights)
+
+    def ep_sum_ranks(rows, slots, offsets, ones):
+        # Each token's partial sums from its ranks (`ones` [T, W] f32 gives
+        # the token count).
+        return ops.unpermute(rows, slots, offsets, k=world, weights=ones)
+
+    return [
+        Kernel(ep_route, signature=dispatch_signature),
+        Kernel(ep_send_once, signature={"x": Tensor["T", H, dt],
+                                        "dest": Tensor["T", world, i32]}),
+        Kernel(ep_sort_received, signature={"ids": Tensor["N", kr, i32]}),
+        Kernel(ep_experts_received, signature={
+            "rows": Tensor["N", H, dt], "slots": Tensor["M", i32],
+            "offsets": Tensor[local, i32], "weights": Tensor["N", kr, f32],
+            "w_gate_up": Tensor[local, 2 * I, H, dt],
+            "w_down": Tensor[local, H, I, dt]}),
+        Kernel(ep_sum_ranks, signature={
+            "rows": Tensor["R", H, dt], "slots": Tensor["S", i32],
+            "offsets": Tensor[world, i32], "ones": Tensor["T", world, f32]}),
+    ]
 
 
 def expert_groups(local: int, expert_chunks) -> tuple:
@@ -145,11 +228,11 @@ class _Program:
     def __init__(self, config: tuple, save: str, tile, bundle,
                  sm_count: Optional[int] = None, main_grad: bool = False):
         hidden, inter, experts, top_k, world, norm, routing, dtype, \
-            router, expert_chunks = config
+            router, expert_chunks, dedup = config
         self.kernels = {k.name: k for k in ep_kernels(
             hidden, inter, experts, top_k, world, norm_topk_prob=norm,
             routing=routing, dtype=dtype, expert_chunks=expert_chunks,
-            **dict(router))}
+            dedup=dedup, **dict(router))}
         self.save, self.tile, self.sm_count = save, tile, sm_count
         self.main_grad = main_grad
         self._given = bundle
@@ -165,7 +248,7 @@ class _Program:
             compiler = _native.compiler()
             text = "".join(k.module for k in self.kernels.values())
             for name, kernel in self.kernels.items():
-                if name not in _WRT:  # ep_experts_<n>: no autograd
+                if name not in _WRT:  # ep_experts_<n>, DEDUP_KERNELS: no autograd
                     continue
                 wrt = [kernel.arg_names.index(a) for a in _WRT[name]]
                 accumulate = ([kernel.arg_names.index(a)

@@ -43,11 +43,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import _peer
+from . import _ep_dedup, _peer
 from ._args import is_positive_int
 from ._bundle import Bundle
-from ._ep_kernels import (KERNELS, _PROGRAMS, _Program, _call,  # noqa: F401
-                          _program_index, ep_kernels, expert_groups)
+from ._ep_dedup import DEDUP_MODE
+from ._ep_kernels import (DEDUP_KERNELS, KERNELS, _PROGRAMS,  # noqa: F401
+                          _Program, _call, _program_index, ep_kernels,
+                          expert_groups)
 from ._exchange import _AllToAll, _Exchange, _wait
 from ._grad import SAVE_POLICIES
 
@@ -111,6 +113,17 @@ class ExpertParallelMoE(nn.Module):
     the weight-gradient kernels (their `.grad` stays None); the router's
     gradient reaches `.grad` (all-reduce it as before). A given bundle must
     come from `ep_module(..., main_grad=True)`.
+
+    `dedup=True`: the forward without autograd sends each token once to
+    each rank that holds any of its experts (not once per expert), with
+    its experts and routing weights; that rank weighs and sums the token's
+    expert outputs and sends one row back (moec._ep_dedup). For top-8
+    routing over two ranks that moves at most 2 rows per token each way
+    instead of 8. The output equals the plain layer's up to rounding (each
+    rank's partial sum is rounded to the dtype before it travels). Not
+    with `chunks` or `expert_chunks`; a forward under autograd runs the
+    plain layer. A given bundle must come from `ep_module(...,
+    dedup=True)`.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int,
@@ -125,7 +138,8 @@ class ExpertParallelMoE(nn.Module):
                  topk_groups: Optional[int] = None,
                  scaling_factor: float = 1.0, chunks: int = 1,
                  sm_count: Optional[int] = None, transport: str = "nccl",
-                 expert_chunks=1, main_grad: bool = False):
+                 expert_chunks=1, main_grad: bool = False,
+                 dedup: bool = False):
         super().__init__()
         from .torch import check_config, check_main_grad
         check_config(hidden_size, intermediate_size, num_experts, top_k,
@@ -184,6 +198,18 @@ class ExpertParallelMoE(nn.Module):
                                  f"compile ep_module(..., expert_chunks="
                                  f"{expert_chunks!r})")
         self.expert_chunks = expert_chunks
+        if not isinstance(dedup, bool):
+            raise ValueError(f"'dedup': expected a bool, got {dedup!r}")
+        if dedup and (chunks != 1 or len(self.expert_groups) > 1):
+            raise ValueError("'dedup' runs the layer whole: not with "
+                             "'chunks' or 'expert_chunks'")
+        if dedup and bundle is not None:
+            missing = sorted(set(DEDUP_KERNELS) - {e.name for e in
+                                                   bundle.entries})
+            if missing:
+                raise ValueError(f"'bundle' has no {', '.join(missing)}: "
+                                 f"compile ep_module(..., dedup=True)")
+        self.dedup = dedup
         first = self.rank * self.local_experts
         self.experts = range(first, first + self.local_experts)
         self._config = (hidden_size, intermediate_size, num_experts, top_k,
@@ -193,7 +219,7 @@ class ExpertParallelMoE(nn.Module):
         # new type; the given bundle serves the dtype it was made for).
         self.sm_count = sm_count
         self._programs = {dtype: _program_index(
-            self._config + (dtype, router, expert_chunks), save, tile,
+            self._config + (dtype, router, expert_chunks, dedup), save, tile,
             bundle, sm_count, main_grad)}
         factory = dict(dtype=dtype, device=device)
         self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
@@ -247,13 +273,15 @@ class ExpertParallelMoE(nn.Module):
         dtype = self.w_down.dtype
         if dtype not in self._programs:
             self._programs[dtype] = _program_index(
-                self._config + (dtype, self._router, self.expert_chunks),
+                self._config + (dtype, self._router, self.expert_chunks,
+                                self.dedup),
                 self.save, self.tile, None, self.sm_count, self.main_grad)
         return _PROGRAMS[self._programs[dtype]]
 
     def kernels(self) -> list:
         """[ep_dispatch, ep_experts, ep_combine] and, with expert_chunks,
-        one ep_experts_<n> per group size (moec.Kernel)."""
+        one ep_experts_<n> per group size, with dedup the DEDUP_KERNELS
+        (moec.Kernel)."""
         return list(self._program.kernels.values())
 
     # -- the stages (forward runs them in turn; bench/ times each) --------
@@ -326,21 +354,7 @@ class ExpertParallelMoE(nn.Module):
         same ValueError instead of mismatched barriers."""
         counts = torch.stack([torch.diff(s["offsets"], prepend=s[
             "offsets"].new_zeros(1)) for s in states])  # [piece, expert]
-        tag = TRANSPORTS.index(self.transport) * 1000 + mode
-        sent = torch.cat([counts.view(-1), counts.new_tensor([tag])])
-        every = sent.new_empty(self.world_size * sent.numel())
-        dist.all_gather_into_tensor(every, sent, group=self.group)
-        every = every.view(self.world_size, -1)
-        host = every.tolist()
-        tags = [row[-1] for row in host]
-        if len(set(tags)) > 1:
-            raise ValueError(
-                f"ExpertParallelMoE: the ranks of the group would run this "
-                f"forward differently (transport, and expert groups where "
-                f"not training, per rank: "
-                f"{[(TRANSPORTS[t // 1000], t % 1000) for t in tags]}); "
-                f"every rank must pass the same transport and expert_chunks "
-                f"and run the forward with or without autograd alike")
+        every, host = self._all_gather(counts.view(-1), mode)
         shape = (self.world_size, len(states), self.world_size,
                  self.local_experts)
         per_source = len(states) * self.world_size * self.local_experts
@@ -349,6 +363,28 @@ class ExpertParallelMoE(nn.Module):
                     for d in range(self.world_size)]
                    for p in range(len(states))] for row in host]
         return every[:, :per_source].reshape(shape), nested
+
+    def _all_gather(self, counts: torch.Tensor, mode: int) -> tuple:
+        """Every rank's `counts` (1-D, on device; one all_gather and one
+        host read): [source, count] on device and as lists. `mode` and the
+        transport travel along (see _gather_counts)."""
+        tag = TRANSPORTS.index(self.transport) * 1000 + mode
+        sent = torch.cat([counts, counts.new_tensor([tag])])
+        every = sent.new_empty(self.world_size * sent.numel())
+        dist.all_gather_into_tensor(every, sent, group=self.group)
+        every = every.view(self.world_size, -1)
+        host = every.tolist()
+        tags = [row.pop() for row in host]
+        if len(set(tags)) > 1:
+            raise ValueError(
+                f"ExpertParallelMoE: the ranks of the group would run this "
+                f"forward differently (transport, and expert groups or "
+                f"dedup ({DEDUP_MODE}) where not training, per rank: "
+                f"{[(TRANSPORTS[t // 1000], t % 1000) for t in tags]}); "
+                f"every rank must pass the same transport, expert_chunks "
+                f"and dedup and run the forward with or without autograd "
+                f"alike")
+        return every[:, :-1], host
 
     def _peers(self, device: torch.device):
         """The copy-engine transport's buffers of this group on `device`, or
@@ -433,6 +469,8 @@ class ExpertParallelMoE(nn.Module):
         self._peers(x.device)  # a transport the device cannot run: named
         tokens = x.reshape(-1, self.hidden_size).contiguous()
         training = self._training(tokens)
+        if self.dedup and not training:
+            return _ep_dedup.forward(self, tokens).reshape(x.shape)
         if len(self.expert_groups) > 1 and not training:
             return self._expert_pipelined(tokens).reshape(x.shape)
         if self.chunks == 1:
@@ -534,7 +572,8 @@ class ExpertParallelMoE(nn.Module):
                 f"{self.experts.stop - 1} of rank {self.rank}/"
                 f"{self.world_size}, routing={self.routing}, transport="
                 f"{self.transport}"
-                + (", main_grad=True" if self.main_grad else ""))
+                + (", main_grad=True" if self.main_grad else "")
+                + (", dedup=True" if self.dedup else ""))
 
 
 def _router_options(num_experts, routing, scoring, selection_bias,
@@ -571,13 +610,13 @@ def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
               selection_bias: bool = False, num_groups: Optional[int] = None,
               topk_groups: Optional[int] = None,
               scaling_factor: float = 1.0, expert_chunks=1,
-              main_grad: bool = False) -> str:
+              main_grad: bool = False, dedup: bool = False) -> str:
     """The MLIR module ExpertParallelMoE runs (its three kernels, their
     derived backwards, and with `expert_chunks` the ep_experts_<n>), to
     compile ahead of time:
     `moec.compile(ep_module(...), "sm_90a").save(path)`, then
     `ExpertParallelMoE(..., bundle=moec.load(path))` with the same
-    arguments (`main_grad` included)."""
+    arguments (`main_grad` and `dedup` included)."""
     if save not in SAVE_POLICIES:
         raise ValueError(f"'save': expected one of {', '.join(SAVE_POLICIES)}"
                          f", got {save!r}")
@@ -585,5 +624,5 @@ def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
                              num_groups, topk_groups, scaling_factor)
     return _Program((hidden_size, intermediate_size, num_experts, top_k,
                      world_size, norm_topk_prob, routing, dtype, router,
-                     expert_chunks), save, None, None,
+                     expert_chunks, bool(dedup)), save, None, None,
                     main_grad=main_grad).module

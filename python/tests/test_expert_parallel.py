@@ -250,6 +250,89 @@ DEEPSEEK = dict(scoring="sigmoid", selection_bias=True, num_groups=4,
                 topk_groups=2, scaling_factor=2.5)
 
 
+def _dedup_rank(cases, rank):
+    """Each case's forward with dedup=True (no autograd) and without, and a
+    dedup layer's training step (the plain layer's path under autograd)."""
+    results = []
+    for case in cases:
+        E_, k_ = case.get("experts", E), case.get("k", K)
+        block = moec.torch.MoE(H, I, E_, k_, routing=case["routing"],
+                               dtype=case["dtype"])
+        router = case.get("router", {})
+        if router:  # DeepSeek-V3's router: the moec.ep layer only
+            plain = moec.ep.ExpertParallelMoE(H, I, E_, k_,
+                                              dtype=case["dtype"], **router)
+            plain.load_hf_state_dict(case["state"])
+        else:
+            block.load_state_dict(case["weights"])
+            plain = moec.ep.ExpertParallelMoE.from_moe(block)
+        once = moec.ep.ExpertParallelMoE(H, I, E_, k_, dtype=case["dtype"],
+                                         routing=case["routing"], dedup=True,
+                                         **router)
+        once.load_state_dict(plain.state_dict())
+        first = sum(case["tokens"][:rank])
+        x = case["x"][first:first + case["tokens"][rank]]
+        with torch.no_grad():
+            result = dict(once=once(x), plain=plain(x))
+        if not router:
+            result.update(train_rank(once, case, rank))
+        results.append(result)
+    return results
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_dedup(tmp_path, world):
+    # Each token once per rank: the plain layer's output up to rounding (a
+    # rank's partial sum is rounded to the dtype before it travels, and the
+    # sums run in another order). Uneven token counts, T = 1, T = 0
+    # (world 4), ranks that receive nothing; at world 4 with E = 8, k = 4
+    # a rank holds 2 experts, so a received row carries 2 of a token's 4;
+    # DeepSeek-V3's router.
+    tokens = [13, 1] if world == 2 else [13, 1, 0, 6]
+    gen = torch.Generator().manual_seed(40)
+    E16 = 16
+    deepseek = dict(
+        world=world, tokens=tokens, dtype=torch.float32,
+        routing="softmax_then_topk", experts=E16, k=4, router=DEEPSEEK,
+        x=torch.randn(sum(tokens), H, generator=gen),
+        state={"gate.weight": torch.randn(E16, H, generator=gen) / H ** 0.5,
+               "gate.e_score_correction_bias": 0.1 * torch.randn(
+                   E16, generator=gen),
+               "experts.gate_up_proj": torch.randn(
+                   E16, 2 * I, H, generator=gen) / H ** 0.5,
+               "experts.down_proj": torch.randn(
+                   E16, H, I, generator=gen) / I ** 0.5})
+    wide = make_case(world, tokens, torch.float32, seed=44)
+    block = make_block(H, I, experts=E, k=4, dtype=torch.float32, seed=45)
+    wide.update(k=4, weights={n: p.detach().clone()
+                              for n, p in block.named_parameters()})
+    with torch.no_grad():
+        wide["y"] = block(wide["x"])
+    cases = [make_case(world, tokens, torch.float32, seed=41),
+             make_case(world, tokens, torch.bfloat16, seed=42),
+             make_case(world, [5] * world, torch.float32, only_rank0=True,
+                       seed=43),
+             wide, deepseek]
+    results = spawn(tmp_path, world, _dedup_rank, cases)
+    for i, case in enumerate(cases):
+        tol = GATE_TOL[case["dtype"]]
+        got = [r[i] for r in results]
+        first = 0
+        for rank, r in enumerate(got):
+            assert r["once"].shape == r["plain"].shape, (i, rank)
+            assert r["once"].dtype == case["dtype"], (i, rank)
+            if r["plain"].numel():
+                assert rel(r["once"], r["plain"]) <= tol, (
+                    i, rank, rel(r["once"], r["plain"]))
+            if "router" not in case and r["plain"].numel():
+                rows = slice(first, first + case["tokens"][rank])
+                assert rel(r["once"], case["y"][rows]) <= tol, (i, rank)
+            first += case["tokens"][rank]
+        if "router" not in case and "k" not in case:
+            # Under autograd a dedup layer trains as the plain one.
+            check(case, [dict(r, inference=r["plain"]) for r in got])
+
+
 def _deepseek_rank(case, rank):
     """DeepSeek-V3 routing (sigmoid, selection bias, group-limited top-k,
     scaling): this rank's output, gradients and the experts it chose."""

@@ -1,0 +1,174 @@
+"""The deduplicated forward of moec.ep.ExpertParallelMoE (`dedup=True`):
+each token travels once to each rank that holds any of its experts, not
+once per expert, and comes back once per rank, already summed there.
+
+    sender                               receiver
+    ep_route: router, top-k (ids, w)
+    dest[t, d] = d if a k-expert of t
+      lives on rank d, else W
+    ep_send_once: sort by rank, one
+      row per (token, rank)    ---- rows, and per row its (local expert,
+                                    weight) pairs (at most min(k, E / W);
+                                    local experts fill the row's first
+                                    columns, `E / W` marks an empty one) -->
+                                         ep_sort_received: by local expert
+                                         ep_experts_received: gate_up,
+                                           SwiGLU, down on the gathered rows,
+                                           each row's experts weighted and
+                                           summed (the combine, on this side)
+    ep_sum_ranks: a token's rows  <---- one row per row received ----
+      (one per rank) summed
+
+For DeepSeek-V3 (k = 8) over two ranks a token then moves at most 2 rows
+each way where the plain layer moves 8. The result equals the plain
+layer's up to rounding: each rank's partial sum is rounded to the dtype
+before it travels, and the sum runs in another order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _peer
+from ._ep_kernels import _call, received_columns
+from ._exchange import _Exchange
+
+#: The tag of a deduplicated forward in the count exchange (ranks that
+#: would run differently raise the same error).
+DEDUP_MODE = 999
+
+
+def forward(layer, tokens: torch.Tensor) -> torch.Tensor:
+    """The deduplicated forward (no autograd) of `layer`
+    (ExpertParallelMoE) on this rank's tokens [T, H]: [T, H]."""
+    state = route(layer, tokens)
+    for step in (plan, send, compute, send_back):
+        state = step(layer, state)
+    return weigh(layer, state)
+
+
+# -- its steps, in order (bench/expert_parallel.py times each) -------------
+
+def route(layer, tokens: torch.Tensor) -> dict:
+    """ep_route, then ep_send_once: the send buffer, one row per (token,
+    destination rank) grouped by rank (rows past the sent ones unused),
+    and each row's (local expert, weight) pairs, its local experts in the
+    first columns (made here, before the count exchange's host read, so
+    that they queue behind the kernels instead of after the sync)."""
+    program, W, local = layer._program, layer.world_size, layer.local_experts
+    args = (tokens, layer.gate.weight)
+    if layer.router_options["selection_bias"]:
+        args += (layer.e_score_correction_bias.float(),)
+    weights, ids = _call(program, "ep_route", args, False)
+    ranks = torch.div(ids, local, rounding_mode="floor")
+    dest = torch.full((tokens.shape[0], W), W, dtype=torch.int32,
+                      device=tokens.device)
+    dest.scatter_(1, ranks.long(), ranks)
+    send, slots, offsets = _call(program, "ep_send_once", (tokens, dest),
+                                 False)
+    row_slots = slots.long()
+    token, to = row_slots // W, row_slots % W
+    mine = ranks[token] == to[:, None]  # [T * W, k]
+    lids = torch.where(mine, ids[token] % local, local)
+    lids, order = lids.sort(dim=1, stable=True)
+    kr = received_columns(layer.top_k, local)
+    lids = lids[:, :kr]
+    valid = lids < local
+    picked = torch.where(valid, weights[token].gather(1, order[:, :kr]), 0.0)
+    ends = offsets[:W]
+    # Rows and (row, expert) pairs per destination rank (rows nobody sends
+    # have no pairs).
+    pairs = torch.zeros(W, dtype=torch.int64, device=tokens.device)
+    pairs.scatter_add_(0, to, valid.sum(1))
+    counts = torch.cat([torch.diff(ends, prepend=ends.new_zeros(1)),
+                        pairs.to(torch.int32)])
+    return dict(rows=send, weights=weights, slots=slots, ends=ends,
+                counts=counts, meta=torch.cat([lids.to(torch.int32),
+                                               picked.view(torch.int32)], 1))
+
+
+def plan(layer, state: dict) -> dict:
+    """The row counts of every rank to every rank (one all_gather, the
+    forward's one host read) and the receive regions of the copy
+    engines."""
+    rank, ends = layer.rank, state["ends"]
+    kr = received_columns(layer.top_k, layer.local_experts)
+    W = layer.world_size
+    every = layer._all_gather(state["counts"], DEDUP_MODE)[1]
+    matrix = [row[:W] for row in every]  # rows, [source][dest]
+    sent = sum(matrix[rank])
+    # The pairs this rank receives: the sorted ones before the unused.
+    state["pairs"] = sum(row[W + rank] for row in every)
+    state["rows"] = state["rows"][:sent]
+    state["meta"] = state["meta"][:sent]
+    peers = layer._peers(ends.device)
+    there = meta_region = back = 0
+    if peers is not None:
+        rows = state["rows"]
+        row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
+        meta_region = _peer.aligned(_peer.region_rows(matrix) * row_bytes)
+        back = meta_region + _peer.aligned(_peer.region_rows(matrix) *
+                                           2 * kr * 4)
+        peers.reserve(back + _peer.aligned(
+            _peer.region_rows(_peer.transposed(matrix)) * row_bytes))
+    state["exchange"] = _Exchange(matrix, rank, layer.group, peers, there,
+                                  back)
+    state["meta_region"] = meta_region
+    return state
+
+
+def send(layer, state: dict) -> dict:
+    """The rows and their pairs to the experts' ranks."""
+    exchange = state["exchange"]
+    state["rows"], _ = exchange.start(state["rows"], async_op=False,
+                                      keep=False)
+    peers = exchange.peers
+    if peers is not None:
+        # Its region was last read before the rows' fenced exchange.
+        meta, _ = peers.exchange(
+            state["meta"], _peer.copies(exchange.matrix, exchange.rank),
+            state["rows"].shape[0], state["meta_region"], keep=False,
+            async_op=False, fence=False)
+    else:
+        meta, _ = exchange.start(state["meta"], async_op=False, keep=False)
+    kr = received_columns(layer.top_k, layer.local_experts)
+    # Copies of their own (one row, or none, would leave the columns a
+    # view off the 16-byte alignment the kernels need).
+    state["received_ids"] = meta[:, :kr].clone()
+    state["received_weights"] = meta[:, kr:].clone().view(torch.float32)
+    return state
+
+
+def compute(layer, state: dict) -> dict:
+    """The local experts on the received rows: one row per row received,
+    its experts' outputs weighted and summed."""
+    program = layer._program
+    slots, offsets = _call(program, "ep_sort_received",
+                           (state["received_ids"],), False)
+    # Only the pairs' rows: the matmuls then have no rows past the last
+    # expert's (they would write zeros there).
+    state["rows"] = _call(program, "ep_experts_received", (
+        state["rows"], slots[:state["pairs"]], offsets[:layer.local_experts],
+        state["received_weights"], layer.w_gate_up, layer.w_down),
+        False)[0]
+    return state
+
+
+def send_back(layer, state: dict) -> dict:
+    """The partial sums back to their tokens' ranks."""
+    state["rows"], _ = state["exchange"].reversed().start(
+        state["rows"], async_op=False, keep=False)
+    return state
+
+
+def weigh(layer, state: dict) -> torch.Tensor:
+    """ep_sum_ranks: each token's partial sums (one per rank) added, [T,
+    H]."""
+    T = state["weights"].shape[0]
+    ones = torch.ones((T, layer.world_size), dtype=torch.float32,
+                      device=state["weights"].device)
+    return _call(layer._program, "ep_sum_ranks",
+                 (state["rows"], state["slots"], state["ends"], ones),
+                 False)[0]
