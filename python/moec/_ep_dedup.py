@@ -68,22 +68,22 @@ def route(layer, tokens: torch.Tensor) -> dict:
     dest.scatter_(1, ranks.long(), ranks)
     send, slots, offsets = _call(program, "ep_send_once", (tokens, dest),
                                  False)
-    row_slots = slots.long()
-    token, to = row_slots // W, row_slots % W
-    mine = ranks[token] == to[:, None]  # [T * W, k]
-    lids = torch.where(mine, ids[token] % local, local)
-    lids, order = lids.sort(dim=1, stable=True)
+    # Few torch ops: each costs a launch on the host, and the count
+    # exchange's host read waits for them all.
+    token = torch.div(slots, W, rounding_mode="floor")
+    chosen = ids[token]  # [T * W, k]
+    mine = torch.div(chosen, local, rounding_mode="floor") == \
+        (slots % W)[:, None]
+    lids = torch.where(mine, chosen % local, local)
+    picked = weights[token]  # read only where mine (the sort drops the rest)
     kr = received_columns(layer.top_k, local)
-    lids = lids[:, :kr]
-    valid = lids < local
-    picked = torch.where(valid, weights[token].gather(1, order[:, :kr]), 0.0)
+    if kr < layer.top_k:  # a row's local experts into its first kr columns
+        lids, order = lids.sort(dim=1, stable=True)
+        lids, picked = lids[:, :kr], picked.gather(1, order[:, :kr])
     ends = offsets[:W]
-    # Rows and (row, expert) pairs per destination rank (rows nobody sends
-    # have no pairs).
-    pairs = torch.zeros(W, dtype=torch.int64, device=tokens.device)
-    pairs.scatter_add_(0, to, valid.sum(1))
-    counts = torch.cat([torch.diff(ends, prepend=ends.new_zeros(1)),
-                        pairs.to(torch.int32)])
+    # Rows per destination rank (cumulative), and (row, expert) pairs.
+    counts = torch.cat([ends, torch.bincount(ranks.view(-1), minlength=W)
+                        .to(torch.int32)])
     return dict(rows=send, weights=weights, slots=slots, ends=ends,
                 counts=counts, meta=torch.cat([lids.to(torch.int32),
                                                picked.view(torch.int32)], 1))
@@ -97,7 +97,8 @@ def plan(layer, state: dict) -> dict:
     kr = received_columns(layer.top_k, layer.local_experts)
     W = layer.world_size
     every = layer._all_gather(state["counts"], DEDUP_MODE)[1]
-    matrix = [row[:W] for row in every]  # rows, [source][dest]
+    matrix = [[end - start for start, end in zip([0] + row[:W - 1], row[:W])]
+              for row in every]  # rows, [source][dest]
     sent = sum(matrix[rank])
     # The pairs this rank receives: the sorted ones before the unused.
     state["pairs"] = sum(row[W + rank] for row in every)
