@@ -33,17 +33,18 @@ import torch
 
 from . import _peer
 from ._ep_kernels import _call, received_columns
-from ._exchange import _Exchange
+from ._exchange import _AllToAll, _Exchange
 
 #: The tag of a deduplicated forward in the count exchange (ranks that
 #: would run differently raise the same error).
 DEDUP_MODE = 999
 
 
-def forward(layer, tokens: torch.Tensor) -> torch.Tensor:
-    """The deduplicated forward (no autograd) of `layer`
-    (ExpertParallelMoE) on this rank's tokens [T, H]: [T, H]."""
-    state = route(layer, tokens)
+def forward(layer, tokens: torch.Tensor, training: bool) -> torch.Tensor:
+    """The deduplicated forward of `layer` (ExpertParallelMoE) on this
+    rank's tokens [T, H]: [T, H]; under autograd where `training` (each
+    kernel's derived backward, the exchanges reversed)."""
+    state = route(layer, tokens, training)
     for step in (plan, send, compute, send_back):
         state = step(layer, state)
     return weigh(layer, state)
@@ -51,7 +52,7 @@ def forward(layer, tokens: torch.Tensor) -> torch.Tensor:
 
 # -- its steps, in order (bench/expert_parallel.py times each) -------------
 
-def route(layer, tokens: torch.Tensor) -> dict:
+def route(layer, tokens: torch.Tensor, training: bool = False) -> dict:
     """ep_route, then ep_send_once: the send buffer, one row per (token,
     destination rank) grouped by rank (rows past the sent ones unused),
     and each row's (local expert, weight) pairs, its local experts in the
@@ -61,13 +62,13 @@ def route(layer, tokens: torch.Tensor) -> dict:
     args = (tokens, layer.gate.weight)
     if layer.router_options["selection_bias"]:
         args += (layer.e_score_correction_bias.float(),)
-    weights, ids = _call(program, "ep_route", args, False)
+    weights, ids = _call(program, "ep_route", args, training)
     ranks = torch.div(ids, local, rounding_mode="floor")
     dest = torch.full((tokens.shape[0], W), W, dtype=torch.int32,
                       device=tokens.device)
     dest.scatter_(1, ranks.long(), ranks)
     send, slots, offsets = _call(program, "ep_send_once", (tokens, dest),
-                                 False)
+                                 training)
     # Few torch ops: each costs a launch on the host, and the count
     # exchange's host read waits for them all.
     token = torch.div(slots, W, rounding_mode="floor")
@@ -75,70 +76,100 @@ def route(layer, tokens: torch.Tensor) -> dict:
     mine = torch.div(chosen, local, rounding_mode="floor") == \
         (slots % W)[:, None]
     lids = torch.where(mine, chosen % local, local)
-    picked = weights[token]  # read only where mine (the sort drops the rest)
+    # The sort drops the other ranks' pairs, so their weights are never
+    # read; under autograd they are zeros, so that their gradients are.
+    picked = (torch.where(mine, weights[token], 0.0) if training
+              else weights[token])
     kr = received_columns(layer.top_k, local)
     if kr < layer.top_k:  # a row's local experts into its first kr columns
         lids, order = lids.sort(dim=1, stable=True)
         lids, picked = lids[:, :kr], picked.gather(1, order[:, :kr])
+    lids = lids.to(torch.int32)
     ends = offsets[:W]
     # Rows per destination rank (cumulative), and (row, expert) pairs.
     counts = torch.cat([ends, torch.bincount(ranks.view(-1), minlength=W)
                         .to(torch.int32)])
-    return dict(rows=send, weights=weights, slots=slots, ends=ends,
-                counts=counts, meta=torch.cat([lids.to(torch.int32),
-                                               picked.view(torch.int32)], 1))
+    state = dict(rows=send, slots=slots, ends=ends, counts=counts,
+                 tokens=tokens.shape[0], training=training)
+    if training:  # the weights travel apart, with their gradients
+        state.update(ids=lids, weights=picked)
+    else:  # one exchange of both
+        state["meta"] = torch.cat([lids, picked.view(torch.int32)], 1)
+    return state
 
 
 def plan(layer, state: dict) -> dict:
     """The row counts of every rank to every rank (one all_gather, the
     forward's one host read) and the receive regions of the copy
     engines."""
-    rank, ends = layer.rank, state["ends"]
+    rank, W = layer.rank, layer.world_size
     kr = received_columns(layer.top_k, layer.local_experts)
-    W = layer.world_size
-    every = layer._all_gather(state["counts"], DEDUP_MODE)[1]
+    every = layer._all_gather(state["counts"], DEDUP_MODE - state["training"])[1]
     matrix = [[end - start for start, end in zip([0] + row[:W - 1], row[:W])]
               for row in every]  # rows, [source][dest]
     sent = sum(matrix[rank])
     # The pairs this rank receives: the sorted ones before the unused.
     state["pairs"] = sum(row[W + rank] for row in every)
-    state["rows"] = state["rows"][:sent]
-    state["meta"] = state["meta"][:sent]
-    peers = layer._peers(ends.device)
-    there = meta_region = back = 0
+    for key in ("rows", "meta", "ids", "weights"):
+        if key in state:
+            state[key] = state[key][:sent]
+    state["slots"] = state["slots"][:sent]
+    peers = layer._peers(state["rows"].device)
+    # Copy-engine regions: rows, pairs (ids and weights), weights apart
+    # (autograd); back: rows, weights' gradients.
+    regions = [0] * 6
     if peers is not None:
         rows = state["rows"]
         row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
-        meta_region = _peer.aligned(_peer.region_rows(matrix) * row_bytes)
-        back = meta_region + _peer.aligned(_peer.region_rows(matrix) *
-                                           2 * kr * 4)
-        peers.reserve(back + _peer.aligned(
-            _peer.region_rows(_peer.transposed(matrix)) * row_bytes))
-    state["exchange"] = _Exchange(matrix, rank, layer.group, peers, there,
-                                  back)
-    state["meta_region"] = meta_region
+        there = _peer.region_rows(matrix)
+        back = _peer.region_rows(_peer.transposed(matrix))
+        sizes = [there * row_bytes, there * 2 * kr * 4, there * kr * 4,
+                 back * row_bytes, back * kr * 4]
+        for i, size in enumerate(sizes):
+            regions[i + 1] = regions[i] + _peer.aligned(size)
+        peers.reserve(regions[-1])
+    state["exchange"] = _Exchange(matrix, rank, layer.group, peers,
+                                  regions[0], regions[3])
+    state["weights_exchange"] = _Exchange(matrix, rank, layer.group, peers,
+                                          regions[2], regions[4])
+    state["meta_region"] = regions[1]
     return state
+
+
+def _move(state: dict, key: str, exchange: _Exchange) -> None:
+    """state[key] through `exchange`, under autograd where training."""
+    if state["training"]:
+        state[key] = _AllToAll.apply(state[key], exchange)
+    else:
+        state[key] = exchange.start(state[key], async_op=False,
+                                    keep=False)[0]
+
+
+def _move_ints(state: dict, key: str, exchange: _Exchange) -> torch.Tensor:
+    """state[key] (no gradient) to the experts' ranks, after the rows."""
+    peers = exchange.peers
+    if peers is None:
+        return exchange.start(state[key], async_op=False, keep=False)[0]
+    # Its region was last read before the rows' fenced exchange.
+    return peers.exchange(state[key], _peer.copies(exchange.matrix,
+                                                   exchange.rank),
+                          state["rows"].shape[0], state["meta_region"],
+                          keep=False, async_op=False, fence=False)[0]
 
 
 def send(layer, state: dict) -> dict:
     """The rows and their pairs to the experts' ranks."""
-    exchange = state["exchange"]
-    state["rows"], _ = exchange.start(state["rows"], async_op=False,
-                                      keep=False)
-    peers = exchange.peers
-    if peers is not None:
-        # Its region was last read before the rows' fenced exchange.
-        meta, _ = peers.exchange(
-            state["meta"], _peer.copies(exchange.matrix, exchange.rank),
-            state["rows"].shape[0], state["meta_region"], keep=False,
-            async_op=False, fence=False)
-    else:
-        meta, _ = exchange.start(state["meta"], async_op=False, keep=False)
+    _move(state, "rows", state["exchange"])
     kr = received_columns(layer.top_k, layer.local_experts)
     # Copies of their own (one row, or none, would leave the columns a
     # view off the 16-byte alignment the kernels need).
-    state["received_ids"] = meta[:, :kr].clone()
-    state["received_weights"] = meta[:, kr:].clone().view(torch.float32)
+    if state["training"]:
+        state["ids"] = _move_ints(state, "ids", state["exchange"]).clone()
+        _move(state, "weights", state["weights_exchange"])
+    else:
+        meta = _move_ints(state, "meta", state["exchange"])
+        state["ids"] = meta[:, :kr].clone()
+        state["weights"] = meta[:, kr:].clone().view(torch.float32)
     return state
 
 
@@ -146,30 +177,30 @@ def compute(layer, state: dict) -> dict:
     """The local experts on the received rows: one row per row received,
     its experts' outputs weighted and summed."""
     program = layer._program
-    slots, offsets = _call(program, "ep_sort_received",
-                           (state["received_ids"],), False)
+    slots, offsets = _call(program, "ep_sort_received", (state["ids"],),
+                           False)
+    main_grads = (layer.main_grads() if layer.main_grad and
+                  state["training"] else ())
     # Only the pairs' rows: the matmuls then have no rows past the last
     # expert's (they would write zeros there).
     state["rows"] = _call(program, "ep_experts_received", (
         state["rows"], slots[:state["pairs"]], offsets[:layer.local_experts],
-        state["received_weights"], layer.w_gate_up, layer.w_down),
-        False)[0]
+        state["weights"], layer.w_gate_up, layer.w_down), state["training"],
+        main_grads)[0]
     return state
 
 
 def send_back(layer, state: dict) -> dict:
     """The partial sums back to their tokens' ranks."""
-    state["rows"], _ = state["exchange"].reversed().start(
-        state["rows"], async_op=False, keep=False)
+    _move(state, "rows", state["exchange"].reversed())
     return state
 
 
 def weigh(layer, state: dict) -> torch.Tensor:
     """ep_sum_ranks: each token's partial sums (one per rank) added, [T,
     H]."""
-    T = state["weights"].shape[0]
-    ones = torch.ones((T, layer.world_size), dtype=torch.float32,
-                      device=state["weights"].device)
+    ones = torch.ones((state["tokens"], layer.world_size),
+                      dtype=torch.float32, device=state["rows"].device)
     return _call(layer._program, "ep_sum_ranks",
                  (state["rows"], state["slots"], state["ends"], ones),
-                 False)[0]
+                 state["training"])[0]

@@ -20,7 +20,13 @@ from ._ir import Tensor
 KERNELS = ("ep_dispatch", "ep_experts", "ep_combine")
 _WRT = {"ep_dispatch": ("x", "gate_w"),
         "ep_experts": ("rows", "w_gate_up", "w_down"),
-        "ep_combine": ("rows", "weights")}
+        "ep_combine": ("rows", "weights"),
+        # dedup=True's (ep_sort_received has no float results)
+        "ep_route": ("x", "gate_w"), "ep_send_once": ("x",),
+        "ep_experts_received": ("rows", "weights", "w_gate_up", "w_down"),
+        "ep_sum_ranks": ("rows",)}
+#: The kernels whose weight gradients go to main gradients (main_grad).
+EXPERT_KERNELS = ("ep_experts", "ep_experts_received")
 #: With main gradients: the weights ep_experts_grad adds to them.
 MAIN_GRAD_WEIGHTS = ("w_gate_up", "w_down")
 
@@ -190,8 +196,10 @@ def _dedup_kernels(dispatch_signature: dict, router: dict, H: int, I: int,
                                         "dest": Tensor["T", world, i32]}),
         Kernel(ep_sort_received, signature={"ids": Tensor["N", kr, i32]}),
         Kernel(ep_experts_received, signature={
-            "rows": Tensor["N", H, dt], "slots": Tensor["M", i32],
-            "offsets": Tensor[local, i32], "weights": Tensor["N", kr, f32],
+            # The received rows are the token count T (the backward's
+            # gather gradient is sized by it).
+            "rows": Tensor["T", H, dt], "slots": Tensor["M", i32],
+            "offsets": Tensor[local, i32], "weights": Tensor["T", kr, f32],
             "w_gate_up": Tensor[local, 2 * I, H, dt],
             "w_down": Tensor[local, H, I, dt]}),
         Kernel(ep_sum_ranks, signature={
@@ -248,12 +256,12 @@ class _Program:
             compiler = _native.compiler()
             text = "".join(k.module for k in self.kernels.values())
             for name, kernel in self.kernels.items():
-                if name not in _WRT:  # ep_experts_<n>, DEDUP_KERNELS: no autograd
+                if name not in _WRT:  # ep_experts_<n>, ep_sort_received
                     continue
                 wrt = [kernel.arg_names.index(a) for a in _WRT[name]]
                 accumulate = ([kernel.arg_names.index(a)
                                for a in MAIN_GRAD_WEIGHTS]
-                              if self.main_grad and name == "ep_experts"
+                              if self.main_grad and name in EXPERT_KERNELS
                               else [])
                 text = compiler.autodiff(text, name, wrt, self.save,
                                          accumulate)
@@ -268,12 +276,12 @@ class _Program:
         if given is not None and any(e.name == name and e.target == target
                                      for e in given.entries):
             entry = given.entry(name, target)
-            if name == "ep_experts_grad":
+            if name in [n + "_grad" for n in EXPERT_KERNELS]:
                 accumulates = any(b.name == MAIN_GRAD_WEIGHTS[0] + "_main_grad"
                                   for b in entry.inputs)
                 if accumulates != self.main_grad:
                     raise ValueError(
-                        f"'bundle': its ep_experts_grad was compiled "
+                        f"'bundle': its {name} was compiled "
                         f"{'with' if accumulates else 'without'} main "
                         f"gradients, the block has main_grad="
                         f"{self.main_grad} (compile ep_module(..., "

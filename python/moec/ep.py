@@ -114,15 +114,15 @@ class ExpertParallelMoE(nn.Module):
     gradient reaches `.grad` (all-reduce it as before). A given bundle must
     come from `ep_module(..., main_grad=True)`.
 
-    `dedup=True`: the forward without autograd sends each token once to
-    each rank that holds any of its experts (not once per expert), with
-    its experts and routing weights; that rank weighs and sums the token's
-    expert outputs and sends one row back (moec._ep_dedup). For top-8
-    routing over two ranks that moves at most 2 rows per token each way
-    instead of 8. The output equals the plain layer's up to rounding (each
-    rank's partial sum is rounded to the dtype before it travels). Not
-    with `chunks` or `expert_chunks`; a forward under autograd runs the
-    plain layer. A given bundle must come from `ep_module(...,
+    `dedup=True`: the forward sends each token once to each rank that
+    holds any of its experts (not once per expert), with its experts and
+    routing weights; that rank weighs and sums the token's expert outputs
+    and sends one row back (moec._ep_dedup); the backward runs the same
+    exchanges reversed. For top-8 routing over two ranks that moves at
+    most 2 rows per token each way instead of 8. The output and the
+    gradients equal the plain layer's up to rounding (each rank's partial
+    sum is rounded to the dtype before it travels). Not with `chunks` or
+    `expert_chunks`. A given bundle must come from `ep_module(...,
     dedup=True)`.
     """
 
@@ -469,8 +469,8 @@ class ExpertParallelMoE(nn.Module):
         self._peers(x.device)  # a transport the device cannot run: named
         tokens = x.reshape(-1, self.hidden_size).contiguous()
         training = self._training(tokens)
-        if self.dedup and not training:
-            return _ep_dedup.forward(self, tokens).reshape(x.shape)
+        if self.dedup:
+            return _ep_dedup.forward(self, tokens, training).reshape(x.shape)
         if len(self.expert_groups) > 1 and not training:
             return self._expert_pipelined(tokens).reshape(x.shape)
         if self.chunks == 1:

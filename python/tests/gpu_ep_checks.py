@@ -6,9 +6,9 @@ gradients, for token counts that leave every rank (as the first call) or
 one rank with no tokens, T = 1, and all tokens routed to rank 0's experts
 (the other ranks receive nothing); a `main_grad=True` layer over NCCL,
 whose experts' f32 main gradients must match the plain layer's bf16
-gradients within their rounding; and the `dedup=True` forward over both
-transports: bitwise the same on both, the plain layer's within bf16
-rounding.
+gradients within their rounding; and the `dedup=True` layer over both
+transports, forward and gradients: bitwise the same on both, the plain
+layer's within bf16 rounding.
 
 Where the compiler is, write the bundles (world size W):
 
@@ -125,7 +125,9 @@ def run(folder):
         dy = torch.randn_like(want)
         grads = {}
         for label, b in (("nccl", nccl), ("copy_engine", engines),
-                         ("copy_engine chunks=3", pieces)):
+                         ("copy_engine chunks=3", pieces),
+                         ("dedup nccl", dedups[0]),
+                         ("dedup copy_engine", dedups[1])):
             xg = x.detach().requires_grad_()
             for p in b.parameters():
                 p.grad = None
@@ -142,6 +144,18 @@ def run(folder):
                 1e-2 * want.float().norm())
         checks.append(("forward dedup nccl (within 1e-2), copy_engine",
                        near and torch.equal(once[1], once[0])))
+
+        def near_grads(got, want):
+            return all(
+                (a is None and b is None) or not b.numel() or
+                (a - b).float().norm() <= 1e-2 * b.float().norm()
+                for a, b in zip(got, want))
+
+        checks.append(("gradients dedup nccl (within 1e-2), copy_engine",
+                       near_grads(grads["dedup nccl"], grads["nccl"]) and
+                       all((a is None and b is None) or torch.equal(a, b)
+                           for a, b in zip(grads["dedup copy_engine"],
+                                           grads["dedup nccl"]))))
         checks.append(("gradients copy_engine", all(
             (a is None and b is None) or torch.equal(a, b)
             for a, b in zip(grads["copy_engine"], grads["nccl"]))))

@@ -35,10 +35,10 @@ GATE_TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2}
 
 
 def make_case(world, tokens, dtype, routing="softmax_then_topk",
-              only_rank0=False, seed=0):
+              only_rank0=False, seed=0, k=K):
     """The single-process block's output and gradients on all ranks'
     tokens (rank r's are the r-th slice), and what the ranks need."""
-    block = make_block(H, I, experts=E, k=K, routing=routing, dtype=dtype,
+    block = make_block(H, I, experts=E, k=k, routing=routing, dtype=dtype,
                        seed=seed)
     gen = torch.Generator().manual_seed(seed + 100)
     x = torch.randn(sum(tokens), H, generator=gen)
@@ -54,7 +54,7 @@ def make_case(world, tokens, dtype, routing="softmax_then_topk",
     dy = torch.randn(sum(tokens), H, generator=gen).to(dtype)
     y = block(x)
     y.backward(dy)
-    return dict(world=world, tokens=tokens, dtype=dtype, routing=routing,
+    return dict(world=world, tokens=tokens, dtype=dtype, routing=routing, k=k,
                 weights={n: p.detach().clone()
                          for n, p in block.named_parameters()},
                 x=x.detach(), dy=dy, y=y.detach(), grad_x=x.grad,
@@ -205,11 +205,12 @@ def test_save_policies(tmp_path, save):
 
 
 def _main_grad_rank(payload, rank):
-    case, chunks = payload
+    case, chunks, dedup = payload
     block = moec.torch.MoE(H, I, E, K, routing=case["routing"],
                            dtype=case["dtype"], main_grad=True)
     block.load_state_dict(case["weights"])
-    ep = moec.ep.ExpertParallelMoE.from_moe(block, chunks=chunks)
+    ep = moec.ep.ExpertParallelMoE.from_moe(block, chunks=chunks,
+                                            dedup=dedup)
     assert ep.main_grad
     first = train_rank(ep, case, rank)
     # The same micro-batch again: the main gradients take it twice.
@@ -218,19 +219,24 @@ def _main_grad_rank(payload, rank):
                 experts=first["experts"])
 
 
-@pytest.mark.parametrize("world,chunks", [(2, 1), (4, 1), (2, 3)])
-def test_main_grad(tmp_path, world, chunks):
+@pytest.mark.parametrize("world,chunks,dedup", [(2, 1, False), (4, 1, False),
+                                               (2, 3, False), (4, 1, True)])
+def test_main_grad(tmp_path, world, chunks, dedup):
     # ExpertParallelMoE(main_grad=True) (from a main_grad block): each
     # rank's experts' gradients go into their f32 main gradients, none into
     # .grad; after two steps on the same tokens they hold twice the
     # single-process block's gradients (bitwise in f32, one piece), with a
-    # rank of one token and, at world 4, one of none.
+    # rank of one token and, at world 4, one of none. With dedup the
+    # experts' rows are summed on their rank before they travel (f32:
+    # within 1e-6).
     tokens = [13, 1] if world == 2 else [13, 1, 0, 6]
     cases = [make_case(world, tokens, torch.float32, seed=21),
              make_case(world, tokens, torch.bfloat16, seed=22)]
     for case in cases:
-        results = spawn(tmp_path, world, _main_grad_rank, (case, chunks))
-        tol = (0.0 if case["dtype"] == torch.float32 and chunks == 1
+        results = spawn(tmp_path, world, _main_grad_rank,
+                        (case, chunks, dedup))
+        tol = (0.0 if case["dtype"] == torch.float32 and chunks == 1 and
+               not dedup
                else 1e-6 if case["dtype"] == torch.float32 else 1e-2)
         for rank, got in enumerate(results):
             experts = slice(*got["experts"])
@@ -252,7 +258,7 @@ DEEPSEEK = dict(scoring="sigmoid", selection_bias=True, num_groups=4,
 
 def _dedup_rank(cases, rank):
     """Each case's forward with dedup=True (no autograd) and without, and a
-    dedup layer's training step (the plain layer's path under autograd)."""
+    dedup layer's training step."""
     results = []
     for case in cases:
         E_, k_ = case.get("experts", E), case.get("k", K)
@@ -274,7 +280,7 @@ def _dedup_rank(cases, rank):
         x = case["x"][first:first + case["tokens"][rank]]
         with torch.no_grad():
             result = dict(once=once(x), plain=plain(x))
-        if not router:
+        if "y" in case:
             result.update(train_rank(once, case, rank))
         results.append(result)
     return results
@@ -287,7 +293,8 @@ def test_dedup(tmp_path, world):
     # sums run in another order). Uneven token counts, T = 1, T = 0
     # (world 4), ranks that receive nothing; at world 4 with E = 8, k = 4
     # a rank holds 2 experts, so a received row carries 2 of a token's 4;
-    # DeepSeek-V3's router.
+    # DeepSeek-V3's router. Training: the output and gradients against the
+    # single-process block's.
     tokens = [13, 1] if world == 2 else [13, 1, 0, 6]
     gen = torch.Generator().manual_seed(40)
     E16 = 16
@@ -302,12 +309,7 @@ def test_dedup(tmp_path, world):
                    E16, 2 * I, H, generator=gen) / H ** 0.5,
                "experts.down_proj": torch.randn(
                    E16, H, I, generator=gen) / I ** 0.5})
-    wide = make_case(world, tokens, torch.float32, seed=44)
-    block = make_block(H, I, experts=E, k=4, dtype=torch.float32, seed=45)
-    wide.update(k=4, weights={n: p.detach().clone()
-                              for n, p in block.named_parameters()})
-    with torch.no_grad():
-        wide["y"] = block(wide["x"])
+    wide = make_case(world, tokens, torch.float32, seed=44, k=4)
     cases = [make_case(world, tokens, torch.float32, seed=41),
              make_case(world, tokens, torch.bfloat16, seed=42),
              make_case(world, [5] * world, torch.float32, only_rank0=True,
@@ -328,9 +330,30 @@ def test_dedup(tmp_path, world):
                 rows = slice(first, first + case["tokens"][rank])
                 assert rel(r["once"], case["y"][rows]) <= tol, (i, rank)
             first += case["tokens"][rank]
-        if "router" not in case and "k" not in case:
-            # Under autograd a dedup layer trains as the plain one.
-            check(case, [dict(r, inference=r["plain"]) for r in got])
+        if "grads" not in case:
+            continue
+        first = 0
+        for rank, r in enumerate(got):
+            rows = slice(first, first + case["tokens"][rank])
+            first = rows.stop
+            experts = slice(*r["experts"])
+            for name, value, want in (
+                    ("y", r["y"], case["y"][rows]),
+                    ("grad x", r["grad_x"], case["grad_x"][rows]),
+                    ("grad gate", r["gate"], case["grads"]["gate.weight"]),
+                    ("grad w_gate_up", r["w_gate_up"],
+                     case["grads"]["w_gate_up"][experts]),
+                    ("grad w_down", r["w_down"],
+                     case["grads"]["w_down"][experts])):
+                assert value.shape == want.shape, (i, rank, name)
+                assert value.dtype == want.dtype, (i, rank, name)
+                if not want.numel():
+                    continue
+                if want.abs().max() > 0:
+                    assert rel(value, want) <= tol, (i, rank, name,
+                                                     rel(value, want))
+                else:  # a rank that received nothing: zero gradients
+                    assert not value.abs().max() > 0, (i, rank, name)
 
 
 def _deepseek_rank(case, rank):
@@ -498,6 +521,20 @@ def test_errors(tmp_path):
         with pytest.raises(ValueError, match="'expert_chunks' and 'chunks'"):
             moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
                                       expert_chunks=2, chunks=2)
+        # dedup: a bool, the layer whole, a bundle with its kernels.
+        with pytest.raises(ValueError, match="'dedup': expected a bool"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, dedup=1)
+        for kwargs in (dict(chunks=2), dict(transport="copy_engine",
+                                            expert_chunks=2)):
+            with pytest.raises(ValueError, match="'dedup' runs the layer "
+                                                 "whole"):
+                moec.ep.ExpertParallelMoE(H, I, E, K, dedup=True, **kwargs)
+        with pytest.raises(ValueError, match="'bundle' has no ep_experts_"
+                                             "received, ep_route, "):
+            moec.ep.ExpertParallelMoE(H, I, E, K, dedup=True, bundle=plain)
+        names = [k.name for k in moec.ep.ep_kernels(H, I, E, K, 1,
+                                                    dedup=True)]
+        assert names[3:] == list(moec.ep.DEDUP_KERNELS)
         # A block cast to bf16 keeps routing with an f32 selection bias.
         ds = moec.ep.ExpertParallelMoE(H, I, E, K, dtype=torch.float32,
                                        scoring="sigmoid",
