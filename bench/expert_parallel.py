@@ -16,8 +16,10 @@ over the copy engines (ExpertParallelMoE transport; the "a2a" baseline
 stays NCCL's all_to_all_single, and the layer's own exchanges are timed
 alone too); --variants adds more layers to time whole, e.g. 132:nccl or
 131:copy_engine:4 (131 SMs, expert_chunks=4; bundles from --emit-bundles
---sm-counts 131 --expert-chunks 4). Every variant's output is compared
-with the plain layer's, bitwise.
+--sm-counts 131 --expert-chunks 4) or 132:nccl:dedup (dedup=True; bundles
+from --expert-chunks dedup, its steps timed too). Every variant's output
+is compared with the plain layer's: bitwise (`equal`) and its relative
+error (`err`, where dedup rounds differently).
 
 Layers (bf16): Qwen3-30B-A3B (E128 H2048 I768 top-8, softmax top-k
 renormalized) and DeepSeek-V3 (E256 H7168 I2048 top-8, sigmoid scores with
@@ -724,7 +726,10 @@ def run(args, sm_counts):
                            pipelined_grad_err=dict(zip(
                                ("x", "gate", "w_gate_up", "w_down"),
                                piped_err.tolist())))
-            for p in params + t_params:
+            # Every run's gradients go (a pipelined variant's too): the
+            # next T's layers need the memory.
+            for p in params + t_params + [q for _, _, qs in runs
+                                          for q in qs]:
                 p.grad = None
             if args.profile and key == "qwen3":
                 with torch.no_grad():
