@@ -22,7 +22,7 @@ _WRT = {"ep_dispatch": ("x", "gate_w"),
         "ep_experts": ("rows", "w_gate_up", "w_down"),
         "ep_combine": ("rows", "weights"),
         # dedup=True's (ep_sort_received has no float results)
-        "ep_route": ("x", "gate_w"), "ep_send_once": ("x",),
+        "ep_route": ("x", "gate_w"), "ep_send_once": ("x", "pairs"),
         "ep_experts_received": ("rows", "weights", "w_gate_up", "w_down"),
         "ep_sum_ranks": ("rows",)}
 #: The kernels whose weight gradients go to main gradients (main_grad).
@@ -134,22 +134,16 @@ DEDUP_KERNELS = ("ep_route", "ep_send_once", "ep_sort_received",
                  "ep_experts_received", "ep_sum_ranks")
 
 
-def received_columns(top_k: int, local: int) -> int:
-    """Expert columns of a deduplicated received row: at most min(k, local
-    experts) of a token's k experts live on one rank."""
-    return min(top_k, local)
-
-
 def _dedup_kernels(dispatch_signature: dict, router: dict, H: int, I: int,
                    k: int, dt: str, world: int, local: int) -> list:
-    """DEDUP_KERNELS. Each sort below takes one bucket more than its
-    consumers are given: the slots nobody sends or computes, sorted last.
-    The caller passes the offsets without that bucket's end, and rows at
-    or past offsets[E-1] are padding to every grouped op (permute,
+    """DEDUP_KERNELS. Each sort below has buckets its consumers are not
+    given, sorted last: the rows nobody sends (ep_send_once's bucket W),
+    the received pairs of other ranks' experts (ep_sort_received's buckets
+    past the local ones). The caller passes the offsets without them, and
+    rows at or past offsets[E-1] are padding to every grouped op (permute,
     grouped_matmul and unpermute build their row map from the slots of the
     rows before it). ep_experts_received gets only the slots before it:
     the grouped matmuls would write zeros into the rows past it."""
-    kr = received_columns(k, local)
     i32, f32 = "i32", "f32"
 
     def route(x, gate_w, bias=None):
@@ -163,27 +157,31 @@ def _dedup_kernels(dispatch_signature: dict, router: dict, H: int, I: int,
         def ep_route(x, gate_w):
             return route(x, gate_w)
 
-    def ep_send_once(x, dest):
+    def ep_send_once(x, dest, pairs):
         # dest [T, W]: d where token t goes to rank d, else W (not sent).
+        # Each row carries its token's `pairs` [T, 2k] along: the k experts
+        # (as f32, exact below 2^24) and their weights.
         _, slots, offsets, positions = ops.sort_by_expert(dest, world + 1,
                                                           positions=True)
-        send = ops.permute(x, slots, offsets, k=world, positions=positions)
-        return send, slots, offsets
+        rows = [ops.permute(v, slots, offsets, k=world, positions=positions)
+                for v in (x, pairs)]
+        return (*rows, slots, offsets)
 
     def ep_sort_received(ids):
-        # ids [N, kr]: local experts of each received row, `local` for none.
-        _, slots, offsets = ops.sort_by_expert(ids, local + 1)
+        # ids [N, k]: the receiving rank's experts first (0 .. local - 1),
+        # then the others'.
+        _, slots, offsets = ops.sort_by_expert(ids, world * local)
         return slots, offsets
 
     def ep_experts_received(rows, slots, offsets, weights, w_gate_up,
                             w_down):
         # Each received row's local experts, weighted and summed: one row
         # back per row received.
-        grouped = ops.permute(rows, slots, offsets, k=kr)
+        grouped = ops.permute(rows, slots, offsets, k=k)
         h = ops.grouped_matmul(grouped, w_gate_up, offsets, transpose_rhs=True)
         down = ops.grouped_matmul(ops.swiglu(h), w_down, offsets,
                                   transpose_rhs=True)
-        return ops.unpermute(down, slots, offsets, k=kr, weights=weights)
+        return ops.unpermute(down, slots, offsets, k=k, weights=weights)
 
     def ep_sum_ranks(rows, slots, offsets, ones):
         # Each token's partial sums from its ranks (`ones` [T, W] f32 gives
@@ -193,13 +191,14 @@ def _dedup_kernels(dispatch_signature: dict, router: dict, H: int, I: int,
     return [
         Kernel(ep_route, signature=dispatch_signature),
         Kernel(ep_send_once, signature={"x": Tensor["T", H, dt],
-                                        "dest": Tensor["T", world, i32]}),
-        Kernel(ep_sort_received, signature={"ids": Tensor["N", kr, i32]}),
+                                        "dest": Tensor["T", world, i32],
+                                        "pairs": Tensor["T", 2 * k, f32]}),
+        Kernel(ep_sort_received, signature={"ids": Tensor["N", k, i32]}),
         Kernel(ep_experts_received, signature={
             # The received rows are the token count T (the backward's
             # gather gradient is sized by it).
             "rows": Tensor["T", H, dt], "slots": Tensor["M", i32],
-            "offsets": Tensor[local, i32], "weights": Tensor["T", kr, f32],
+            "offsets": Tensor[local, i32], "weights": Tensor["T", k, f32],
             "w_gate_up": Tensor[local, 2 * I, H, dt],
             "w_down": Tensor[local, H, I, dt]}),
         Kernel(ep_sum_ranks, signature={
@@ -358,7 +357,7 @@ class _KernelFunction(torch.autograd.Function):
         values = ctx.saved_tensors
         args, saved = values[:ctx.arg_count], values[ctx.arg_count:]
         kernel = ctx.program.kernels[ctx.name]
-        grads = [grads[i].contiguous() for i in ctx.float_results]
+        grads = [_aligned(grads[i].contiguous()) for i in ctx.float_results]
         entry = ctx.program.entry(ctx.name + "_grad", args[0].device)
         out, accumulated = None, ()
         if ctx.main_grads:
@@ -374,6 +373,13 @@ class _KernelFunction(torch.autograd.Function):
             if arg not in accumulated:
                 result[kernel.arg_names.index(arg)] = grad
         return (None, None, None, *result)
+
+
+def _aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`, or a copy where it starts off the 16-byte boundary the
+    kernels need (a gradient can be a view into a wider one: that of one
+    row of a concatenation's columns)."""
+    return tensor if tensor.data_ptr() % 16 == 0 else tensor.clone()
 
 
 def _call(program: _Program, name: str, args, training: bool,
