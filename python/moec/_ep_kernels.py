@@ -144,6 +144,9 @@ def _dedup_kernels(dispatch_signature: dict, router: dict, H: int, I: int,
     grouped_matmul and unpermute build their row map from the slots of the
     rows before it). ep_experts_received gets only the slots before it:
     the grouped matmuls would write zeros into the rows past it."""
+    if world > 64:  # dest's columns are sort_by_expert's k
+        raise ValueError(f"'dedup': at most 64 ranks, got a world size of "
+                         f"{world}")
     i32, f32 = "i32", "f32"
 
     def route(x, gate_w, bias=None):

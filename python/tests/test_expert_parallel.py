@@ -535,6 +535,9 @@ def test_errors(tmp_path):
         names = [k.name for k in moec.ep.ep_kernels(H, I, E, K, 1,
                                                     dedup=True)]
         assert names[3:] == list(moec.ep.DEDUP_KERNELS)
+        with pytest.raises(ValueError, match="'dedup': at most 64 ranks, "
+                                             "got a world size of 65"):
+            moec.ep.ep_kernels(H, I, 130, K, 65, dedup=True)
         # A block cast to bf16 keeps routing with an f32 selection bias.
         ds = moec.ep.ExpertParallelMoE(H, I, E, K, dtype=torch.float32,
                                        scoring="sigmoid",
