@@ -23,7 +23,9 @@ once per expert, and comes back once per rank, already summed there.
 For DeepSeek-V3 (k = 8) over two ranks a token then moves at most 2 rows
 each way where the plain layer moves 8. The result equals the plain
 layer's up to rounding: each rank's partial sum is rounded to the dtype
-before it travels, and the sum runs in another order.
+before it travels, and the sum runs in another order. Under autograd the
+kernels run their derived backwards and the exchanges run reversed (the
+weights' gradients come back through the pairs' exchange).
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ def plan(layer, state: dict) -> dict:
     forward's one host read) and the receive regions of the copy
     engines."""
     rank, W, k = layer.rank, layer.world_size, layer.top_k
-    every = layer._all_gather(state["counts"], DEDUP_MODE - state["training"])[1]
+    mode = DEDUP_MODE - state["training"]
+    every = layer._all_gather(state["counts"], mode)[1]
     matrix = [[end - start for start, end in zip([0] + row[:W - 1], row[:W])]
               for row in every]  # rows, [source][dest]
     sent = sum(matrix[rank])
