@@ -234,7 +234,6 @@ def time_dedup(block, x, timed, iters):
     """A dedup=True layer's six steps (moec._ep_dedup) and, on the same
     rows, plain NCCL all_to_all_single each way: {steps, dispatch,
     compute, combine, a2a, a2a_fraction, sent_rows}."""
-    import torch
     from moec import _ep_dedup as dd
     from moec._exchange import _exchange
     steps = [("route", lambda _: dd.route(block, x))] + [
@@ -250,12 +249,11 @@ def time_dedup(block, x, timed, iters):
                 iters)
     dispatch = times["route"] + times["plan"] + times["send"]
     combine = times["send_back"] + times["weigh"]
-    moved = torch.tensor([float(sum(sent))], device="cuda")
     return dict(steps=times, dispatch=dispatch, compute=times["compute"],
                 combine=combine, a2a=a2a,
                 a2a_fraction=(a2a["send"] + a2a["back"]) / (dispatch +
                                                             combine),
-                sent_rows=int(moved.item()))
+                sent_rows=sum(sent))
 
 
 def scratch_high(reset=False):

@@ -114,25 +114,22 @@ def plan(layer, state: dict) -> dict:
     return state
 
 
-def _move(state: dict, key: str, exchange: _Exchange) -> None:
-    """state[key] through `exchange`, under autograd where training."""
+def _move(state: dict, key: str, exchange: _Exchange,
+          fence: bool = True) -> None:
+    """state[key] through `exchange`, under autograd where training
+    (`fence`: as _Exchange.start's, without autograd)."""
     if state["training"]:
         state[key] = _AllToAll.apply(state[key], exchange)
-    elif exchange.peers is not None and key == "pairs":
-        # Its region was last read before the rows' fenced exchange.
-        state[key] = exchange.peers.exchange(
-            state[key], _peer.copies(exchange.matrix, exchange.rank),
-            sum(exchange.recv_splits), exchange.region, keep=False,
-            async_op=False, fence=False)[0]
     else:
-        state[key] = exchange.start(state[key], async_op=False,
-                                    keep=False)[0]
+        state[key] = exchange.start(state[key], async_op=False, keep=False,
+                                    fence=fence)[0]
 
 
 def send(layer, state: dict) -> dict:
     """The rows and their pairs to the experts' ranks."""
     _move(state, "rows", state["exchange"])
-    _move(state, "pairs", state["pairs_exchange"])
+    # The pairs' region was last read before the rows' fenced exchange.
+    _move(state, "pairs", state["pairs_exchange"], fence=False)
     k, local = layer.top_k, layer.local_experts
     pairs = state["pairs"]
     # This rank's experts first (0 .. E/W - 1), the others' after.

@@ -38,15 +38,17 @@ class _Exchange:
                          self.group, self.peers, self.reverse_region,
                          self.region)
 
-    def start(self, rows: torch.Tensor, async_op: bool,
-              keep: bool) -> tuple:
+    def start(self, rows: torch.Tensor, async_op: bool, keep: bool,
+              fence: bool = True) -> tuple:
         """(received rows, work handle to wait on before reading them, or
         None when not `async_op`). `keep`: the result must outlive the next
-        exchange (autograd saves it)."""
+        exchange (autograd saves it). `fence=False`: the copy engines skip
+        the first barrier (PeerBuffers.exchange's)."""
         if self.peers is not None:
             return self.peers.exchange(
                 rows, _peer.copies(self.matrix, self.rank),
-                sum(self.recv_splits), self.region, keep, async_op)
+                sum(self.recv_splits), self.region, keep, async_op,
+                fence=fence)
         return _start_exchange(rows, self.send_splits, self.recv_splits,
                                self.group, async_op)
 

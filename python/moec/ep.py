@@ -357,12 +357,11 @@ class ExpertParallelMoE(nn.Module):
         every, host = self._all_gather(counts.view(-1), mode)
         shape = (self.world_size, len(states), self.world_size,
                  self.local_experts)
-        per_source = len(states) * self.world_size * self.local_experts
         nested = [[[row[(p * self.world_size + d) * self.local_experts:
                         (p * self.world_size + d + 1) * self.local_experts]
                     for d in range(self.world_size)]
                    for p in range(len(states))] for row in host]
-        return every[:, :per_source].reshape(shape), nested
+        return every.reshape(shape), nested
 
     def _all_gather(self, counts: torch.Tensor, mode: int) -> tuple:
         """Every rank's `counts` (1-D, on device; one all_gather and one
