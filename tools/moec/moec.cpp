@@ -3,7 +3,8 @@
 // Part of moec.
 //
 //   moec compile in.mlir -o out.moecb [--target sm_90a,gfx942,host]
-//                [--emit-asm DIR] [--tuning-cache CACHE.json] [--sm-count N]
+//                [--entry NAME,...] [--emit-asm DIR]
+//                [--tuning-cache CACHE.json] [--sm-count N]
 //   moec tune in.mlir -o tune.moecb [--target sm_90a]
 //   moec inspect out.moecb [--params] [--source]
 //   moec run in.mlir [--entry NAME] [--sym T=64 ...] [--routing uniform|
@@ -16,6 +17,8 @@
 // MLIR's ExecutionEngine on random inputs, checks every op against the
 // float64 reference and prints timing. On the GPU machine, `moec-runner`
 // (runtime only) does the same with a bundle and the CUDA driver.
+// `--entry` makes `compile` and `run` lower only the named functions (and
+// those they call).
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,6 +44,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -61,7 +65,8 @@ int usage() {
   llvm::errs()
       << "usage:\n"
          "  moec compile IN.mlir -o OUT.moecb [--target sm_90a,gfx942,host]"
-         " [--emit-asm DIR] [--tuning-cache CACHE.json] [--sm-count N]\n"
+         " [--entry NAME,...] [--emit-asm DIR] [--tuning-cache CACHE.json]"
+         " [--sm-count N]\n"
          "  moec tune IN.mlir -o TUNE.moecb [--target sm_90a]\n"
          "  moec inspect BUNDLE.moecb [--params] [--source]\n"
          "  moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
@@ -182,6 +187,33 @@ bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
 // compile / inspect
 //===----------------------------------------------------------------------===//
 
+/// Erases every function not named in `names` (a comma-separated list) and
+/// not referenced from one that is, so that `compile --entry` and `run
+/// --entry` lower one function, not the whole file (the integration tests'
+/// files hold up to 60). Returns the first name with no function, or "".
+std::string keepOnlyFunctions(ModuleOp module, StringRef names) {
+  llvm::SmallPtrSet<Operation *, 4> kept;
+  for (StringRef name : llvm::split(names, ',')) {
+    auto func = dyn_cast_or_null<func::FuncOp>(
+        SymbolTable::lookupSymbolIn(module, name.trim()));
+    if (!func)
+      return name.trim().str();
+    kept.insert(func);
+  }
+  // Erasing a function can leave another one unused: repeat to a fixpoint.
+  for (bool erased = true; erased;) {
+    erased = false;
+    for (func::FuncOp func :
+         llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+      if (!kept.contains(func) &&
+          SymbolTable::symbolKnownUseEmpty(func, module)) {
+        func.erase();
+        erased = true;
+      }
+  }
+  return "";
+}
+
 int compile(const Args &args) {
   if (args.positional.size() != 1 || args.output.empty())
     return usage();
@@ -190,6 +222,10 @@ int compile(const Args &args) {
   OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
   if (!module)
     return 1;
+  if (!args.entry.empty())
+    if (std::string missing = keepOnlyFunctions(*module, args.entry);
+        !missing.empty())
+      return fail("no function named '" + missing + "'");
   moec::CompileOptions options;
   options.targets.clear();
   // Named, not a temporary: the split pieces point into it.
@@ -363,6 +399,12 @@ int run(const Args &args) {
   OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
   if (!module)
     return 1;
+  if (!args.entry.empty() && args.entry.find(',') != std::string::npos)
+    return fail("'run' checks one function: give one name to '--entry'");
+  if (!args.entry.empty())
+    if (std::string missing = keepOnlyFunctions(*module, args.entry);
+        !missing.empty())
+      return fail("no function named '" + missing + "'");
   auto program = moec::HostProgram::create(*module);
   if (failed(program))
     return fail("lowering for the host failed");
