@@ -1,13 +1,16 @@
 # moec: the two commands a newcomer needs.
 #   make demo   install deps if missing, build, show the moe dialect on an example layer
 #   make test   install deps if missing, build (full, runtime-only and the
-#               ASan + UBSan build with the fuzzers), run the lit + GoogleTest
-#               suites (also under the sanitizers), the Python suite and each
-#               fuzzer for a bounded time
+#               ASan + UBSan build with the fuzzers) and run every test: what
+#               CI runs (scripts/run-tests.sh says what, stage by stage)
+# For the edit-test loop: make check   build, then the lit + GoogleTest
+#               suites and the Python suite against the build tree (no
+#               package install, no sanitizers, no fuzzing)
 # As a Python package: pip install . (README, "Use from Python").
 # Other targets: build, configure, docs (regenerate docs/dialects/moe.md),
 # runtime-only (the MLIR-free build the GPU machine uses), sanitize (the
-# clang ASan + UBSan build with the fuzzers, fuzz/README.md), clean.
+# clang ASan + UBSan build with the fuzzers), fuzz (each fuzzer for
+# FUZZ_SECONDS, default 600, on JOBS processes: fuzz/README.md), clean.
 
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
@@ -15,7 +18,7 @@ MLIR_DIR ?= /usr/lib/llvm-22/lib/cmake/mlir
 CMAKE_FLAGS ?=
 
 .PHONY: all deps configure build demo test check docs runtime-only sanitize \
-	clean
+	fuzz clean
 
 all: build
 
@@ -35,9 +38,10 @@ demo: build
 	@scripts/demo.sh $(BUILD_DIR)
 
 test: build runtime-only sanitize
-	@scripts/run-tests.sh $(BUILD_DIR) $(BUILD_DIR)-runtime $(BUILD_DIR)-asan
+	@scripts/run-tests.sh test $(BUILD_DIR) $(BUILD_DIR)-runtime $(BUILD_DIR)-asan
 
-check: test
+check: build
+	@scripts/run-tests.sh check $(BUILD_DIR)
 
 docs: configure
 	cmake --build $(BUILD_DIR) --target moec-doc
@@ -59,6 +63,11 @@ $(BUILD_DIR)-asan/build.ninja:
 
 sanitize: deps $(BUILD_DIR)-asan/build.ninja
 	cmake --build $(BUILD_DIR)-asan -j $(JOBS)
+
+FUZZ_SECONDS ?= 600
+fuzz: sanitize
+	MOEC_ASAN_BUILD=$(BUILD_DIR)-asan fuzz/run.sh bundle $(FUZZ_SECONDS) $(JOBS)
+	MOEC_ASAN_BUILD=$(BUILD_DIR)-asan fuzz/run.sh compiler $(FUZZ_SECONDS) $(JOBS)
 
 # build-pip*: the build trees of `pip install .` (pyproject.toml).
 clean:

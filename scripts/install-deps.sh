@@ -16,7 +16,7 @@ requirements=(-r "$python_dir/requirements-test.txt"
 # the Python package is built for (make test installs them again into the
 # venvs it installs moec into). Not torch and transformers
 # (python/requirements-torch.txt, about 5 GB): make test installs them only
-# into its venv of the full package.
+# into build/torch-venv, which its venv of the full package sees.
 install_python_deps() {
   if python3 -c "import numpy, pytest, ml_dtypes, scikit_build_core, pybind11" \
       2>/dev/null; then

@@ -1,31 +1,78 @@
 #!/usr/bin/env bash
-# `make test`: runs the lit suite (FileCheck tests + GoogleTest units through
-# lit) of the full build, then the GoogleTest units of the runtime-only build
-# (the MLIR-free configuration the GPU machine uses), then the Python suite
-# (python/tests, pytest) against the package as `pip install .` installs it
-# into a fresh venv, full (with torch and transformers, for moec.torch) and
-# runtime-only (needs python3-venv, and PyPI or pip's cache for the pinned
-# requirements), then, with a sanitizer build,
-# the lit suite again under ASan + UBSan and each fuzzer from the
-# checked-in corpus with a fixed seed, for MOEC_FUZZ_SECONDS
-# (default 60) the bundle reader and MOEC_FUZZ_COMPILER_SECONDS (default 180:
-# its 380 seeds alone take about 150 s on 2 cores) the compiler; ends with
-# one line "N passed, M failed".
-# Usage: scripts/run-tests.sh [build-dir] [runtime-only-build-dir]
-#                             [sanitizer-build-dir]
+# moec's test suites, in two tiers with one meaning each:
+#
+#   scripts/run-tests.sh check BUILD                        (make check)
+#     The edit-test loop: the lit suite of BUILD (FileCheck tests and the
+#     GoogleTest units), then the Python suite on the host backend against
+#     BUILD's package (BUILD/python_packages, nothing installed; the
+#     moec.torch tests run where python3 has torch, else they skip).
+#
+#   scripts/run-tests.sh test BUILD RUNTIME_BUILD ASAN_BUILD (make test, CI)
+#     Everything: the lit suite of BUILD; the units of the MLIR-free
+#     RUNTIME_BUILD; the Python suite against the packages as pip installs
+#     them into fresh venvs, the full one (with torch and transformers) and
+#     the runtime-only one; the lit suite again under ASan + UBSan
+#     (ASAN_BUILD); each fuzzer over its checked-in corpus.
+#
+# Each stage prints its time, and the run ends with a table of them and the
+# line "N passed, M failed". Fuzzing (test only): each fuzzer's corpus is
+# split over $MOEC_FUZZ_JOBS processes (default 2) that each run for
+# $MOEC_FUZZ_SECONDS (bundle reader, default 20) or
+# $MOEC_FUZZ_COMPILER_SECONDS (compiler, default 60) by libFuzzer's clock:
+# the replay of the whole corpus always completes (it is what catches
+# regressions, about 75 s for the compiler on 2 cores), the rest of the time
+# goes to mutations. Long fuzzing is `make fuzz` (fuzz/README.md).
 set -uo pipefail
-build=${1:-build}
-runtime_build=${2:-}
-asan_build=${3:-}
-fuzz_seconds=${MOEC_FUZZ_SECONDS:-60}
-fuzz_compiler_seconds=${MOEC_FUZZ_COMPILER_SECONDS:-180}
+mode=${1:-}
+build=${2:-build}
+runtime_build=${3:-}
+asan_build=${4:-}
+if [[ $mode != check && $mode != test ]] ||
+   [[ $mode == test && ( -z $runtime_build || -z $asan_build ) ]]; then
+  echo "usage: scripts/run-tests.sh check BUILD" >&2
+  echo "       scripts/run-tests.sh test BUILD RUNTIME_BUILD ASAN_BUILD" >&2
+  exit 2
+fi
+fuzz_seconds=${MOEC_FUZZ_SECONDS:-20}
+fuzz_compiler_seconds=${MOEC_FUZZ_COMPILER_SECONDS:-60}
+fuzz_jobs=${MOEC_FUZZ_JOBS:-2}
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$log" "$work"' EXIT
 passed=0
 failed=0
 status=0
+stages=()
+stage_name=
+stage_start=0
 
-# check-moec of one build; adds to the counts.
+# Stage bookkeeping: `stage NAME` starts one (ending the one before).
+stage() {
+  end_stage
+  stage_name=$1
+  stage_start=$SECONDS
+  echo "== $stage_name =="
+}
+end_stage() {
+  [[ -z $stage_name ]] && return
+  local took=$((SECONDS - stage_start))
+  stages+=("$(printf '%5d s  %s' "$took" "$stage_name")")
+  echo "== $stage_name: ${took} s =="
+  stage_name=
+}
+
+# Counts one failure (and shows why) unless "$@" succeeds; quiet otherwise.
+quiet() {
+  "$@" >"$log" 2>&1 && return 0
+  tail -60 "$log"
+  echo "run-tests: failed: $*"
+  failed=$((failed + 1))
+  status=1
+  return 1
+}
+
+# check-moec of one build (lit tests and GoogleTest units); adds to the
+# counts.
 run_lit() {
   cmake --build "$1" --target check-moec 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]} n before=$failed
@@ -42,73 +89,30 @@ run_lit() {
   fi
 }
 
-run_lit "$build"
-
-if [[ -n $runtime_build ]]; then
-  echo "== runtime-only build ($runtime_build): GoogleTest units =="
-  "$runtime_build/unittests/MoecUnitTests" --gtest_brief=1 2>&1 | tee "$log"
-  unit_status=${PIPESTATUS[0]}
+# GoogleTest binary $1; adds to the counts.
+run_units() {
+  "$1" --gtest_brief=1 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]} n
   n=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log")
   passed=$((passed + ${n:-0}))
   n=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log")
   failed=$((failed + ${n:-0}))
-  if [[ $unit_status -ne 0 ]]; then
-    status=$unit_status
+  if [[ $rc -ne 0 ]]; then
+    status=$rc
     [[ -z $n ]] && failed=$((failed + 1))
   fi
-fi
-
-# The Python suite runs against the package as pip installs it, each in a
-# fresh venv, so that a file missing from the package fails here: the full
-# package (compiler, runtime, CUDA launcher, commands) and the runtime-only
-# one the GPU machine installs.
-venvs=$(mktemp -d)
-trap 'rm -rf "$log" "$venvs"' EXIT
-cuda=0
-grep -q '^MOEC_HAVE_CUDA:INTERNAL=ON' "$build/CMakeCache.txt" && cuda=1
-
-# Runs "$@", quiet; on failure shows its output and counts one failure.
-quiet() {
-  "$@" >"$log" 2>&1 && return 0
-  tail -60 "$log"
-  echo "run-tests: failed: $*"
-  failed=$((failed + 1))
-  status=1
-  return 1
 }
 
-# A fresh venv $1 with the pinned test requirements, and moec installed
-# into it from "${@:2}" (a wheel, or . and pip's options).
-pip_install() {
-  local venv=$1 start=$SECONDS
-  shift
-  quiet python3 -m venv "$venv" &&
-    quiet "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-      -r python/requirements-test.txt -r python/requirements-build.txt &&
-    quiet "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-      --no-build-isolation "$@" || return 1
-  echo "installed in $((SECONDS - start)) s (venv and requirements included)"
-}
-
-# torch and transformers (python/requirements-torch.txt: PyPI's CUDA build
-# of torch, about 5 GB installed) into venv $1, for the moec.torch tests.
-install_torch() {
-  local start=$SECONDS
-  quiet "$1/bin/python" -m pip install -q --disable-pip-version-check \
-    -r python/requirements-torch.txt || return 1
-  echo "torch and transformers installed in $((SECONDS - start)) s"
-}
-
-# pytest (python/tests) with the venv's python; adds to the counts. $2:
-# full or runtime, for test_package.py; $3: 1 where torch and transformers
-# were installed (their tests then fail instead of skipping without them).
+# pytest (python/tests) with python $1; adds to the counts. $2: full,
+# runtime or build (test_package.py checks an installed package, not the
+# build tree's); $3: 1 where torch and transformers must be there (their
+# tests then fail instead of skipping without them).
 run_pytest() {
-  local venv=$1 kind=$2 torch=${3:-0}
-  echo "== Python suite (installed package: $kind) =="
-  MOEC_TEST_INSTALLED="$kind" MOEC_TEST_EXPECT_CUDA=$cuda \
+  local python=$1 kind=$2 torch=${3:-0} installed=$2
+  [[ $kind == build ]] && installed=
+  MOEC_TEST_INSTALLED="$installed" MOEC_TEST_EXPECT_CUDA=$cuda \
     MOEC_TEST_EXPECT_TORCH=$torch MOEC_TEST_BUNDLE="$bundle" \
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests 2>&1 |
-    tee "$log"
+    "$python" -m pytest -q -p no:cacheprovider python/tests 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local line n
   line=$(grep -E '^[0-9]+ (passed|failed|skipped)|^=+ .*(passed|failed|error)' "$log" | tail -1)
@@ -124,98 +128,174 @@ run_pytest() {
   fi
 }
 
-# The full package's wheel is built from $build itself (`pip wheel .`):
-# scikit-build-core configures the tree make built, keeping make's
-# settings (tests on; no Python hints, site-packages or FindPython
-# backport, so the cache keeps the interpreter make found and gets no
-# temporary paths), so nothing compiles again. The backend runs from a venv
-# kept in $build: scikit-build-core clears a build tree's CMake cache when
-# its own location changes (a fresh venv each time would rebuild all).
-echo "== pip: full package (wheel built from $build) =="
-start=$SECONDS
-build_venv=$build/pip-build-venv
-bundle=$venvs/ops.moecb
-if { [[ -x $build_venv/bin/python ]] || quiet python3 -m venv "$build_venv"; } &&
-    quiet "$build_venv/bin/python" -m pip install -q \
-      --disable-pip-version-check -r python/requirements-build.txt &&
-    quiet "$build_venv/bin/python" -m pip wheel -q --disable-pip-version-check \
-      --no-build-isolation --no-deps -w "$venvs/wheels" \
-      --config-settings=build-dir="$build" \
-      --config-settings=cmake.define.MOEC_BUILD_TESTS=ON \
-      --config-settings=cmake.python-hints=false \
-      --config-settings=search.site-packages=false \
-      --config-settings=backport.find-python=0 . &&
-    echo "wheel built in $((SECONDS - start)) s: $(ls "$venvs/wheels")" &&
-    pip_install "$venvs/full" "$venvs"/wheels/moec-*.whl; then
-  full_installed=1
-  # The bundle the tests of loading without the compiler use, compiled by
-  # the installed CLI.
-  quiet "$venvs/full/bin/moec" compile test/Integration/ops.mlir \
-    -o "$bundle" --target sm_90a,host
-  # Only here: the runtime-only suite has no compiler for moec.torch's host
-  # kernels, and a second torch would cost another 5 GB and minutes.
-  install_torch "$venvs/full" && full_torch=1
-fi
-if [[ ! -f $bundle ]]; then
-  quiet "$build/bin/moec" compile test/Integration/ops.mlir -o "$bundle" \
-    --target sm_90a,host
-fi
-[[ -n ${full_installed:-} ]] && run_pytest "$venvs/full" full "${full_torch:-0}"
+cuda=0
+grep -q '^MOEC_HAVE_CUDA:INTERNAL=ON' "$build/CMakeCache.txt" && cuda=1
+# The bundle the tests of loading without the compiler use.
+bundle=$work/ops.moecb
 
-# The runtime-only package is built from scratch, in a temporary tree, with
-# pip's pybind11, as on a GPU machine (about a minute on 2 cores).
-if [[ -n $runtime_build ]]; then
-  echo "== pip: runtime-only package (MOEC_RUNTIME_ONLY=ON pip install .) =="
-  if MOEC_RUNTIME_ONLY=ON pip_install "$venvs/runtime" \
-      --config-settings=build-dir="$venvs/runtime-build" .; then
-    run_pytest "$venvs/runtime" runtime
+stage "lit + GoogleTest units ($build)"
+run_lit "$build"
+
+if [[ $mode == check ]]; then
+  stage "Python suite (host backend, $build/python_packages)"
+  if quiet "$build/bin/moec" compile test/Integration/ops.mlir -o "$bundle" \
+      --target sm_90a,host; then
+    torch=0
+    python3 -c "import torch, transformers, peft" 2>/dev/null && torch=1
+    PYTHONPATH="$PWD/$build/python_packages${PYTHONPATH:+:$PYTHONPATH}" \
+      run_pytest python3 build "$torch"
   fi
 fi
 
-# One fuzzer for a fixed time and seed, on a copy of the checked-in corpus;
-# a crash, leak, time-out or memory-limit hit fails it (libFuzzer exits
-# nonzero and writes the input to fuzz-artifacts/).
-run_fuzzer() {
-  local target=$1 seconds=$2 work rc
-  work=$(mktemp -d)
-  cp -r "fuzz/corpus/$target/." "$work/"
-  mkdir -p "$asan_build/fuzz-artifacts"
-  local args=(-seed=1 -max_total_time="$seconds" -rss_limit_mb=2048
-              -print_final_stats=1
-              -artifact_prefix="$asan_build/fuzz-artifacts/$target-")
-  if [[ $target == compiler ]]; then
-    args+=(-timeout=60 -dict=fuzz/mlir.dict -max_len=16384)
-  else
-    args+=(-timeout=10)
-  fi
-  echo "== fuzzer $target: ${seconds}s from $(ls "$work" | wc -l) inputs =="
-  "$asan_build/bin/moec-fuzz-$target" "${args[@]}" "$work" >"$log" 2>&1
-  rc=$?
-  grep -E '^(#[0-9]+ +DONE|Done [0-9]+ runs|stat::number_of_executed_units)' \
-    "$log"
-  rm -rf "$work"
-  if [[ $rc -eq 0 ]]; then
-    passed=$((passed + 1))
-  else
-    tail -60 "$log"
-    echo "run-tests: fuzzer $target failed (exit $rc); input in" \
-      "$asan_build/fuzz-artifacts/"
-    failed=$((failed + 1))
-    status=1
-  fi
-}
+if [[ $mode == test ]]; then
+  stage "GoogleTest units ($runtime_build, runtime only)"
+  run_units "$runtime_build/unittests/MoecUnitTests"
 
-if [[ -n $asan_build ]]; then
+  # A wheel built from an existing build tree by `pip wheel .`:
+  # scikit-build-core configures the tree make built, keeping make's
+  # settings (tests on; no Python hints, site-packages or FindPython
+  # backport, so the cache keeps the interpreter make found and gets no
+  # temporary paths), so nothing compiles again. The backend runs from a
+  # venv kept in the tree: scikit-build-core clears a build tree's CMake
+  # cache when its own location changes (a fresh venv each time would
+  # rebuild all). $1: the tree; the rest: environment for the build.
+  build_wheel() {
+    local tree=$1 build_venv=$1/pip-build-venv
+    shift
+    { [[ -x $build_venv/bin/python ]] || quiet python3 -m venv "$build_venv"; } &&
+      quiet "$build_venv/bin/python" -m pip install -q \
+        --disable-pip-version-check -r python/requirements-build.txt &&
+      quiet env "$@" "$build_venv/bin/python" -m pip wheel -q \
+        --disable-pip-version-check --no-build-isolation --no-deps \
+        -w "$work/wheels-$(basename "$tree")" \
+        --config-settings=build-dir="$tree" \
+        --config-settings=cmake.define.MOEC_BUILD_TESTS=ON \
+        --config-settings=cmake.python-hints=false \
+        --config-settings=search.site-packages=false \
+        --config-settings=backport.find-python=0 . &&
+      echo "wheel: $(ls "$work/wheels-$(basename "$tree")")"
+  }
+
+  # A fresh venv $1 with the pinned test requirements and the wheel $2.
+  install_fresh() {
+    quiet python3 -m venv "$1" &&
+      quiet "$1/bin/python" -m pip install -q --disable-pip-version-check \
+        -r python/requirements-test.txt &&
+      quiet "$1/bin/python" -m pip install -q --disable-pip-version-check \
+        --no-deps "$2"
+  }
+
+  # torch, transformers and peft (python/requirements-torch.txt: PyPI's
+  # CUDA build of torch, about 5 GB installed) in a venv kept in $build and
+  # made again only when the requirements change; the fresh venv $1 sees it
+  # through a .pth file, after its own site-packages (so moec and the
+  # pinned numpy are the fresh venv's).
+  add_torch() {
+    local torch_venv=$build/torch-venv stamp
+    stamp=$(cat python/requirements-test.txt python/requirements-torch.txt |
+            sha256sum | cut -c1-16)
+    if [[ $(cat "$torch_venv/stamp" 2>/dev/null) != "$stamp" ]]; then
+      rm -rf "$torch_venv"
+      quiet python3 -m venv "$torch_venv" &&
+        quiet "$torch_venv/bin/python" -m pip install -q \
+          --disable-pip-version-check -r python/requirements-test.txt \
+          -r python/requirements-torch.txt &&
+        echo "$stamp" >"$torch_venv/stamp" || return 1
+      echo "torch and transformers installed into $torch_venv"
+    fi
+    local site
+    site=$("$torch_venv/bin/python" -c \
+      "import sysconfig; print(sysconfig.get_path('purelib'))") &&
+      "$1/bin/python" -c \
+        "import sysconfig; print(sysconfig.get_path('purelib'))" |
+      { read -r own; echo "$site" >"$own/moec-test-torch.pth"; }
+  }
+
+  stage "pip: full package (wheel from $build), torch"
+  full_ok=
+  if build_wheel "$build" &&
+      install_fresh "$work/full" "$work"/wheels-"$(basename "$build")"/moec-*.whl; then
+    full_ok=1
+    # compiled by the installed CLI
+    quiet "$work/full/bin/moec" compile test/Integration/ops.mlir \
+      -o "$bundle" --target sm_90a,host
+    # Only here: the runtime-only suite has no compiler for moec.torch's
+    # host kernels.
+    add_torch "$work/full" && full_torch=1
+  fi
+  [[ -f $bundle ]] || quiet "$build/bin/moec" compile \
+    test/Integration/ops.mlir -o "$bundle" --target sm_90a,host
+  if [[ -n $full_ok ]]; then
+    stage "Python suite (installed package: full)"
+    run_pytest "$work/full/bin/python" full "${full_torch:-0}"
+  fi
+
+  # The runtime-only package as a GPU machine installs it
+  # (MOEC_RUNTIME_ONLY=ON pip install .), from the tree make configured.
+  stage "pip + Python suite: runtime-only package (wheel from $runtime_build)"
+  if build_wheel "$runtime_build" MOEC_RUNTIME_ONLY=ON &&
+      install_fresh "$work/runtime" \
+        "$work"/wheels-"$(basename "$runtime_build")"/moec-*.whl; then
+    run_pytest "$work/runtime/bin/python" runtime
+  fi
+
+  # One fuzzer for its time limit and a fixed seed, its checked-in corpus
+  # split over $fuzz_jobs processes; a crash, leak, time-out or memory-limit
+  # hit fails it (libFuzzer exits nonzero and writes the input to
+  # fuzz-artifacts/).
+  run_fuzzer() {
+    local target=$1 seconds=$2 rc=0 i pids=()
+    local args=(-seed=1 -max_total_time="$seconds" -rss_limit_mb=2048
+                -print_final_stats=1
+                -artifact_prefix="$asan_build/fuzz-artifacts/$target-")
+    if [[ $target == compiler ]]; then
+      args+=(-timeout=60 -dict=fuzz/mlir.dict -max_len=16384)
+    else
+      args+=(-timeout=10)
+    fi
+    mkdir -p "$asan_build/fuzz-artifacts"
+    i=0
+    for input in fuzz/corpus/"$target"/*; do
+      mkdir -p "$work/fuzz-$target-$((i % fuzz_jobs))"
+      cp "$input" "$work/fuzz-$target-$((i % fuzz_jobs))/"
+      i=$((i + 1))
+    done
+    echo "fuzzer $target: $i inputs over $fuzz_jobs processes, ${seconds} s each"
+    for ((j = 0; j < fuzz_jobs; ++j)); do
+      "$asan_build/bin/moec-fuzz-$target" "${args[@]}" \
+        "$work/fuzz-$target-$j" >"$log.$target.$j" 2>&1 &
+      pids+=($!)
+    done
+    for ((j = 0; j < fuzz_jobs; ++j)); do
+      wait "${pids[$j]}" || rc=$?
+      grep -E '^(#[0-9]+ +DONE|Done [0-9]+ runs)' "$log.$target.$j"
+    done
+    if [[ $rc -eq 0 ]]; then
+      passed=$((passed + 1))
+    else
+      for ((j = 0; j < fuzz_jobs; ++j)); do tail -40 "$log.$target.$j"; done
+      echo "run-tests: fuzzer $target failed (exit $rc); input in" \
+        "$asan_build/fuzz-artifacts/"
+      failed=$((failed + 1))
+      status=1
+    fi
+    rm -f "$log.$target".*
+  }
+
   # Uninstrumented libMLIR.so / libLLVM.so share containers and allocators
   # with our instrumented code: container-overflow annotations and the
   # poisoning of BumpPtrAllocator slabs (done only on our side) misfire.
   export ASAN_OPTIONS=detect_container_overflow=0:allow_user_poisoning=0
   export UBSAN_OPTIONS=print_stacktrace=1
-  echo "== sanitizer build ($asan_build): lit + GoogleTest under ASan + UBSan =="
+  stage "lit + GoogleTest units under ASan + UBSan ($asan_build)"
   run_lit "$asan_build"
+  stage "fuzzers (corpus replay + mutations)"
   run_fuzzer bundle "$fuzz_seconds"
   run_fuzzer compiler "$fuzz_compiler_seconds"
 fi
 
+end_stage
+echo "== stages =="
+printf '%s\n' "${stages[@]}"
 echo "$passed passed, $failed failed"
 exit $status

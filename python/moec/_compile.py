@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import inspect
@@ -247,22 +249,56 @@ def compile(source, target: Union[str, Sequence[str]] = "sm_90a",
              compiler_fingerprint()]).encode()).hexdigest()
         path = os.path.join(cache_dir(), key[:2], key + ".moecb")
         meta_path = path[:-len(".moecb")] + ".json"
-        try:
-            with open(path, "rb") as file:
-                data = file.read()
-            with open(meta_path, encoding="utf-8") as file:
-                meta = json.load(file)
-            return Bundle.from_bytes(data, notes=meta["notes"],
-                                     assembly=meta["assembly"], **kwargs)
-        except (OSError, ValueError, KeyError, MoecError):
-            pass  # a miss, or an unreadable entry: compile afresh
-    data, notes, assembly = _native.compiler().compile(
-        text, targets, tile_options, keep_assembly, sm_count or 0)
-    if key is not None:
-        _store(path, data)
-        _store(meta_path, json.dumps({"notes": list(notes),
-                                      "assembly": list(assembly)}).encode())
+        cached = _read_cached(path, meta_path, kwargs)
+        if cached is not None:
+            return cached
+        # A miss. The ranks of a job on one machine ask for the same
+        # kernels at once: one compiles, the others wait and read its entry.
+        with _compile_lock(path + ".lock"):
+            cached = _read_cached(path, meta_path, kwargs)
+            if cached is not None:
+                return cached
+            data, notes, assembly = _native.compiler().compile(
+                text, targets, tile_options, keep_assembly, sm_count or 0)
+            _store(path, data)
+            _store(meta_path, json.dumps({
+                "notes": list(notes), "assembly": list(assembly)}).encode())
+    else:
+        data, notes, assembly = _native.compiler().compile(
+            text, targets, tile_options, keep_assembly, sm_count or 0)
     return Bundle.from_bytes(data, notes=notes, assembly=assembly, **kwargs)
+
+
+def _read_cached(path: str, meta_path: str, kwargs: dict) -> Optional[Bundle]:
+    """The cache entry at `path`, or None for a miss or an unreadable one
+    (which is then compiled afresh)."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+        with open(meta_path, encoding="utf-8") as file:
+            meta = json.load(file)
+        return Bundle.from_bytes(data, notes=meta["notes"],
+                                 assembly=meta["assembly"], **kwargs)
+    except (OSError, ValueError, KeyError, MoecError):
+        return None
+
+
+@contextlib.contextmanager
+def _compile_lock(path: str):
+    """An exclusive advisory lock on `path` while one process compiles a
+    cache entry; none where the cache cannot be written (the compile then
+    runs unlocked, as without a cache)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _store(path: str, data: bytes) -> None:
