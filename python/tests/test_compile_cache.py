@@ -124,3 +124,46 @@ def test_load_rejects_garbage(tmp_path):
         moec.load(path)
     with pytest.raises(FileNotFoundError):
         moec.load(tmp_path / "missing.moecb")
+
+
+def test_a_miss_waits_for_the_process_compiling_it(private_cache,
+                                                   monkeypatch):
+    # While another process holds a miss's lock (it is compiling that
+    # entry), compile waits, then reads the entry that process wrote instead
+    # of compiling it a second time.
+    import fcntl
+    import threading
+
+    first = moec.compile(make_kernel(), target="host")
+    [entry] = [os.path.join(d, f) for d, _, fs in os.walk(private_cache)
+               for f in fs if f.endswith(".moecb")]
+    meta = entry[:-len(".moecb")] + ".json"
+    saved = {p: open(p, "rb").read() for p in (entry, meta)}
+    for path in saved:
+        os.remove(path)
+
+    calls = []
+    real = _native.compiler()
+
+    class CountingCompiler:
+        def __getattr__(self, name):
+            if name == "compile":
+                calls.append(name)
+            return getattr(real, name)
+    monkeypatch.setattr(_native, "compiler", lambda: CountingCompiler())
+
+    result = {}
+    with open(entry + ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=lambda: result.update(
+            bundle=moec.compile(make_kernel(), target="host")))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive(), "compile did not wait for the lock"
+        for path, data in saved.items():  # the other process's entry
+            with open(path, "wb") as file:
+                file.write(data)
+    waiter.join(60)
+    assert not waiter.is_alive()
+    assert calls == [], "the compiler ran again for an entry being written"
+    assert result["bundle"].to_bytes() == first.to_bytes()
