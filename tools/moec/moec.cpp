@@ -56,6 +56,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 using namespace mlir;
 
@@ -103,6 +104,7 @@ struct Args {
   int64_t smCount = 0; ///< compile: SMs sm_90a's persistent kernels fill
   bool source = false;
   bool params = false; ///< inspect: list each launch's parameters
+  std::vector<std::string> given; ///< the options on the command line
 };
 
 bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
@@ -117,6 +119,8 @@ bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
       return true;
     };
     std::string v;
+    if (!arg.empty() && arg[0] == '-')
+      args.given.push_back(arg);
     if (arg == "-o") {
       if (!value(args.output))
         return false;
@@ -494,6 +498,21 @@ int main(int argc, char **argv) {
   }
   if (!parseArgs(argc, argv, args, error))
     return fail(error);
+  // Each command's options; another command's option is an error, not
+  // silently ignored.
+  static const std::map<std::string, std::vector<std::string>> options = {
+      {"compile",
+       {"-o", "--target", "--entry", "--emit-asm", "--tuning-cache",
+        "--sm-count"}},
+      {"tune", {"-o", "--target"}},
+      {"inspect", {"--params", "--source"}},
+      {"run", {"--entry", "--sym", "-T", "--routing", "--seed", "--iters"}}};
+  if (auto known = options.find(command); known != options.end())
+    for (const std::string &option : args.given)
+      if (!llvm::is_contained(known->second, option))
+        return fail("'" + command + "' takes no option '" + option +
+                    "' (its options: " + llvm::join(known->second, " ") +
+                    ")");
   if (command == "compile")
     return compile(args);
   if (command == "tune")
