@@ -158,22 +158,24 @@ if [[ $mode == test ]]; then
   # temporary paths), so nothing compiles again. The backend runs from a
   # venv kept in the tree: scikit-build-core clears a build tree's CMake
   # cache when its own location changes (a fresh venv each time would
-  # rebuild all). $1: the tree; the rest: environment for the build.
+  # rebuild all). $1: the tree; the rest: environment for the build. Sets
+  # $wheel to the wheel's path.
   build_wheel() {
     local tree=$1 build_venv=$1/pip-build-venv
+    local wheels=$work/wheels-$(basename "$1")
     shift
     { [[ -x $build_venv/bin/python ]] || quiet python3 -m venv "$build_venv"; } &&
       quiet "$build_venv/bin/python" -m pip install -q \
         --disable-pip-version-check -r python/requirements-build.txt &&
       quiet env "$@" "$build_venv/bin/python" -m pip wheel -q \
         --disable-pip-version-check --no-build-isolation --no-deps \
-        -w "$work/wheels-$(basename "$tree")" \
+        -w "$wheels" \
         --config-settings=build-dir="$tree" \
         --config-settings=cmake.define.MOEC_BUILD_TESTS=ON \
         --config-settings=cmake.python-hints=false \
         --config-settings=search.site-packages=false \
         --config-settings=backport.find-python=0 . &&
-      echo "wheel: $(ls "$work/wheels-$(basename "$tree")")"
+      wheel=$(ls "$wheels"/moec-*.whl) && echo "wheel: $wheel"
   }
 
   # A fresh venv $1 with the pinned test requirements and the wheel $2.
@@ -203,18 +205,16 @@ if [[ $mode == test ]]; then
         echo "$stamp" >"$torch_venv/stamp" || return 1
       echo "torch and transformers installed into $torch_venv"
     fi
-    local site
-    site=$("$torch_venv/bin/python" -c \
-      "import sysconfig; print(sysconfig.get_path('purelib'))") &&
-      "$1/bin/python" -c \
-        "import sysconfig; print(sysconfig.get_path('purelib'))" |
-      { read -r own; echo "$site" >"$own/moec-test-torch.pth"; }
+    local purelib="import sysconfig; print(sysconfig.get_path('purelib'))"
+    local site own
+    site=$("$torch_venv/bin/python" -c "$purelib") &&
+      own=$("$1/bin/python" -c "$purelib") &&
+      echo "$site" >"$own/moec-test-torch.pth"
   }
 
   stage "pip: full package (wheel from $build), torch"
   full_ok=
-  if build_wheel "$build" &&
-      install_fresh "$work/full" "$work"/wheels-"$(basename "$build")"/moec-*.whl; then
+  if build_wheel "$build" && install_fresh "$work/full" "$wheel"; then
     full_ok=1
     # compiled by the installed CLI
     quiet "$work/full/bin/moec" compile test/Integration/ops.mlir \
@@ -234,8 +234,7 @@ if [[ $mode == test ]]; then
   # (MOEC_RUNTIME_ONLY=ON pip install .), from the tree make configured.
   stage "pip + Python suite: runtime-only package (wheel from $runtime_build)"
   if build_wheel "$runtime_build" MOEC_RUNTIME_ONLY=ON &&
-      install_fresh "$work/runtime" \
-        "$work"/wheels-"$(basename "$runtime_build")"/moec-*.whl; then
+      install_fresh "$work/runtime" "$wheel"; then
     run_pytest "$work/runtime/bin/python" runtime
   fi
 

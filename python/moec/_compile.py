@@ -242,6 +242,10 @@ def compile(source, target: Union[str, Sequence[str]] = "sm_90a",
         raise ValueError(f"'sm_count': expected an int in [1, 65536], got "
                          f"{sm_count!r}")
     kwargs = dict(module_text=text, tile=tile_options, arg_names=arg_names)
+
+    def compile_now():
+        return _native.compiler().compile(text, targets, tile_options,
+                                          keep_assembly, sm_count or 0)
     key = None
     if cache:
         key = hashlib.sha256(json.dumps(
@@ -258,14 +262,12 @@ def compile(source, target: Union[str, Sequence[str]] = "sm_90a",
             cached = _read_cached(path, meta_path, kwargs)
             if cached is not None:
                 return cached
-            data, notes, assembly = _native.compiler().compile(
-                text, targets, tile_options, keep_assembly, sm_count or 0)
+            data, notes, assembly = compile_now()
             _store(path, data)
             _store(meta_path, json.dumps({
                 "notes": list(notes), "assembly": list(assembly)}).encode())
     else:
-        data, notes, assembly = _native.compiler().compile(
-            text, targets, tile_options, keep_assembly, sm_count or 0)
+        data, notes, assembly = compile_now()
     return Bundle.from_bytes(data, notes=notes, assembly=assembly, **kwargs)
 
 

@@ -218,6 +218,17 @@ std::string keepOnlyFunctions(ModuleOp module, StringRef names) {
   return "";
 }
 
+/// keepOnlyFunctions for `--entry`, if given; a missing name is reported.
+LogicalResult keepEntries(ModuleOp module, const Args &args) {
+  if (args.entry.empty())
+    return success();
+  std::string missing = keepOnlyFunctions(module, args.entry);
+  if (missing.empty())
+    return success();
+  fail("no function named '" + missing + "'");
+  return failure();
+}
+
 int compile(const Args &args) {
   if (args.positional.size() != 1 || args.output.empty())
     return usage();
@@ -226,10 +237,8 @@ int compile(const Args &args) {
   OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
   if (!module)
     return 1;
-  if (!args.entry.empty())
-    if (std::string missing = keepOnlyFunctions(*module, args.entry);
-        !missing.empty())
-      return fail("no function named '" + missing + "'");
+  if (failed(keepEntries(*module, args)))
+    return 1;
   moec::CompileOptions options;
   options.targets.clear();
   // Named, not a temporary: the split pieces point into it.
@@ -403,12 +412,10 @@ int run(const Args &args) {
   OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
   if (!module)
     return 1;
-  if (!args.entry.empty() && args.entry.find(',') != std::string::npos)
+  if (args.entry.find(',') != std::string::npos)
     return fail("'run' checks one function: give one name to '--entry'");
-  if (!args.entry.empty())
-    if (std::string missing = keepOnlyFunctions(*module, args.entry);
-        !missing.empty())
-      return fail("no function named '" + missing + "'");
+  if (failed(keepEntries(*module, args)))
+    return 1;
   auto program = moec::HostProgram::create(*module);
   if (failed(program))
     return fail("lowering for the host failed");
