@@ -18,7 +18,7 @@ from ._ir import Dim, Sym, Value, check_value, current_builder
 __all__ = [
     "matmul", "router_topk", "router_topk_grad", "sort_by_expert", "permute",
     "permute_probs", "unpermute", "permute_grad", "unpermute_grad",
-    "grouped_matmul",
+    "grouped_matmul", "grouped_weight_grad",
     "lora_grad", "swiglu", "swiglu_grad", "quantize", "dequantize",
 ]
 
@@ -581,6 +581,6 @@ def dequantize(data, scales, *, group_size: int, dtype="bf16",
     return out
 
 
-# The grouped matmul's two ops live in their own module (the most options of
+# The grouped matmul's ops live in their own module (the most options of
 # the dialect); re-exported here, after the helpers that module imports.
-from ._matmul_ops import grouped_matmul, lora_grad  # noqa: E402
+from ._matmul_ops import grouped_matmul, grouped_weight_grad, lora_grad  # noqa: E402,E501
