@@ -67,7 +67,7 @@ func.func @router_grad_{key}(%dl: tensor<?x{E}xbf16> {{moe.sym = "T"}},
 func.func @lora_db_{key}(%dy: tensor<?x{N}xbf16> {{moe.sym = "R"}},
     %u: tensor<?x{r}xbf16> {{moe.sym = "R"}}, %offsets: tensor<{E}xi32>)
     -> tensor<{E}x{N}x{r}xf32> {{
-  %g = moe.grouped_matmul %dy, %u, %offsets {{mode = #moe.mode<weight_grad>}}
+  %g = moe.grouped_weight_grad %dy, %u, %offsets
       : tensor<?x{N}xbf16>, tensor<?x{r}xbf16>, tensor<{E}xi32>
       -> tensor<{E}x{N}x{r}xf32>
   return %g : tensor<{E}x{N}x{r}xf32>
@@ -75,7 +75,7 @@ func.func @lora_db_{key}(%dy: tensor<?x{N}xbf16> {{moe.sym = "R"}},
 func.func @lora_da_{key}(%du: tensor<?x{r}xbf16> {{moe.sym = "R"}},
     %x: tensor<?x{H}xbf16> {{moe.sym = "R"}}, %offsets: tensor<{E}xi32>)
     -> tensor<{E}x{r}x{H}xf32> {{
-  %g = moe.grouped_matmul %du, %x, %offsets {{mode = #moe.mode<weight_grad>}}
+  %g = moe.grouped_weight_grad %du, %x, %offsets
       : tensor<?x{r}xbf16>, tensor<?x{H}xbf16>, tensor<{E}xi32>
       -> tensor<{E}x{r}x{H}xf32>
   return %g : tensor<{E}x{r}x{H}xf32>

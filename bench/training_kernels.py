@@ -21,7 +21,7 @@ nn.Linear layout [E, N, K]):
   dw_down     h [R, I] and dy [R, H] -> [E, I, H].
   dw_gate_up_gathered
               gate_up's weight gradient with nn.Linear weights [E, 2I, H]
-              from the token rows x [T, H] read by slot: moec's weight_grad
+              from the token rows x [T, H] read by slot: moec's grouped_weight_grad
               with transpose_rhs (x gathered in the kernel) against moec
               unfused (moe.permute's copy of x, then dgᵀ · rows) and torch
               (torch._grouped_mm(dg.t(), rows, offs) on the rows that

@@ -229,13 +229,32 @@ DTensor swapDims(const DTensor &a, int d0, int d1, const char *attr) {
   return b;
 }
 
+OpResults evalGroupedWeightGrad(const rt::RefOp &op, const Operands &x) {
+  const std::optional<ITensor> gather = x.optionalInts(3, "gather_slots");
+  DTensor grad = ref::groupedWeightGrad(
+      x.required(0, "lhs"), x.required(1, "grad_out"), x.ints(2, "offsets"),
+      gather ? &*gather : nullptr, intAttr(op, "k", 0));
+  if (boolAttr(op, "experts_in_columns"))
+    grad = swapDims(grad, 0, 1, "experts_in_columns");
+  else if (boolAttr(op, "transpose_rhs"))
+    grad = swapDims(grad, 1, 2, "transpose_rhs");
+  // accumulate: the gradient added to the given one (same layout).
+  if (const DTensor *into = x.optional(4)) {
+    if (into->shape != grad.shape)
+      throw std::invalid_argument(
+          "operand 'accumulate': shape " + shapeString(into->shape) +
+          " is not the result's " + shapeString(grad.shape));
+    for (size_t i = 0; i < grad.data.size(); ++i)
+      grad.data[i] += into->data[i];
+  }
+  return {std::move(grad)};
+}
+
 OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   const DTensor &lhs = x.required(0, "lhs");
-  // Weights (forward) or result (weight_grad) [K, E, N] instead of [E, K, N].
-  const bool inColumns = boolAttr(op, "experts_in_columns");
-  const std::string mode = enumAttr(op, "mode", "forward");
+  // Weights [K, E, N] instead of [E, K, N].
   DTensor swappedRhs;
-  if (inColumns && mode == "forward")
+  if (boolAttr(op, "experts_in_columns"))
     swappedRhs = swapDims(x.required(1, "rhs"), 0, 1, "experts_in_columns");
   const DTensor &rhs =
       swappedRhs.shape.empty() ? x.required(1, "rhs") : swappedRhs;
@@ -247,40 +266,6 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   if (activation != "none" && activation != "swiglu" &&
       activation != "swiglu_grad")
     badEnum(op, "activation", activation);
-
-  if (mode == "weight_grad") {
-    static const char *const forwardOnly[] = {
-        nullptr,        nullptr,           nullptr,    nullptr,
-        "bias",         "lora_a",          "lora_b",   "row_scale",
-        "scatter_slots", "scatter_weights", "scatter_positions",
-        "lhs_scales",   "rhs_scales",      "activation_input"};
-    for (size_t i = 4; i < std::size(forwardOnly); ++i)
-      if (x.optional(i))
-        unsupported(op, std::string("operand '") + forwardOnly[i] +
-                            "' with mode = weight_grad");
-    if (activation != "none")
-      unsupported(op, "an activation with mode = weight_grad");
-    DTensor grad = ref::groupedMatmulWeightGrad(
-        lhs, rhs, offsets, gather ? &*gather : nullptr, k);
-    if (inColumns)
-      grad = swapDims(grad, 0, 1, "experts_in_columns");
-    else if (boolAttr(op, "transpose_rhs"))
-      grad = swapDims(grad, 1, 2, "transpose_rhs");
-    // accumulate: the gradient added to the given one (same layout).
-    if (const DTensor *into = x.optional(14)) {
-      if (into->shape != grad.shape)
-        throw std::invalid_argument(
-            "operand 'accumulate': shape " + shapeString(into->shape) +
-            " is not the result's " + shapeString(grad.shape));
-      for (size_t i = 0; i < grad.data.size(); ++i)
-        grad.data[i] += into->data[i];
-    }
-    return {std::move(grad)};
-  }
-  if (x.optional(14))
-    unsupported(op, "operand 'accumulate' with mode = forward");
-  if (mode != "forward")
-    badEnum(op, "mode", mode);
 
   ref::GroupedMatmulOptions o;
   o.transposeRhs = boolAttr(op, "transpose_rhs");
@@ -722,6 +707,8 @@ OpResults evaluate(const OpInputs &in) {
     results = evalUnpermuteGrad(op, x);
   else if (op.name == "moe.grouped_matmul")
     results = evalGroupedMatmul(op, x);
+  else if (op.name == "moe.grouped_weight_grad")
+    results = evalGroupedWeightGrad(op, x);
   else if (op.name == "moe.lora_grad")
     results = evalLoraGrad(op, x);
   else if (op.name == "moe.swiglu")

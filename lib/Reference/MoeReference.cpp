@@ -457,37 +457,42 @@ DTensor groupedRows(const DTensor &lhs, const ITensor *gatherSlots,
 
 } // namespace
 
-DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
-                      const ITensor &offsets,
-                      const GroupedMatmulOptions &options) {
+namespace {
+
+/// lhs times its FP8 block scales (`lhs_scales`, as given: tokens when
+/// gathered), or lhs itself.
+DTensor scaledLhs(const DTensor &lhs, const GroupedMatmulOptions &options) {
   if (bool(options.lhsScales) != bool(options.rhsScales))
     fail("'lhs_scales' and 'rhs_scales' must be given together");
   const int64_t g = options.scaleGroup;
   if (options.lhsScales && g < 1)
     fail("'scale_group' must be positive");
-  // Block scales apply to lhs as given (tokens, when gathered).
-  DTensor scaledLhs = lhs;
-  if (options.lhsScales) {
-    expectRank(lhs, "lhs", 2);
-    expectRank(*options.lhsScales, "lhs_scales", 2);
-    expectDim(*options.lhsScales, "lhs_scales", 0, lhs.dim(0), "the rows of 'lhs'");
-    expectDim(*options.lhsScales, "lhs_scales", 1, ceilDiv(lhs.dim(1), g),
-              "ceil(K / scale_group)");
-    for (int64_t i = 0; i < lhs.dim(0); ++i)
-      for (int64_t c = 0; c < lhs.dim(1); ++c)
-        scaledLhs.at(i, c) *= options.lhsScales->at(i, c / g);
-  }
-  const DTensor x = groupedRows(scaledLhs, options.gatherSlots, options.k);
-  const int64_t rows = x.dim(0), red = x.dim(1);
-  expectOffsets(offsets, rows);
-  const int64_t experts = offsets.dim(0);
+  DTensor scaled = lhs;
+  if (!options.lhsScales)
+    return scaled;
+  expectRank(lhs, "lhs", 2);
+  expectRank(*options.lhsScales, "lhs_scales", 2);
+  expectDim(*options.lhsScales, "lhs_scales", 0, lhs.dim(0),
+            "the rows of 'lhs'");
+  expectDim(*options.lhsScales, "lhs_scales", 1, ceilDiv(lhs.dim(1), g),
+            "ceil(K / scale_group)");
+  for (int64_t i = 0; i < lhs.dim(0); ++i)
+    for (int64_t c = 0; c < lhs.dim(1); ++c)
+      scaled.at(i, c) *= options.lhsScales->at(i, c / g);
+  return scaled;
+}
+
+/// Checks the weights (and their scales) against K and the experts;
+/// returns N.
+int64_t checkWeights(const DTensor &rhs, int64_t experts, int64_t red,
+                     const GroupedMatmulOptions &options) {
   expectRank(rhs, "rhs", 3);
   expectDim(rhs, "rhs", 0, experts, "the number of experts");
   const int64_t cols = options.transposeRhs ? rhs.dim(1) : rhs.dim(2);
   expectDim(rhs, "rhs", options.transposeRhs ? 2 : 1, red,
             "K, the columns of 'lhs'");
-  const DTensor *rhsScales = options.rhsScales;
-  if (rhsScales) {
+  if (const DTensor *rhsScales = options.rhsScales) {
+    const int64_t g = options.scaleGroup;
     expectRank(*rhsScales, "rhs_scales", 3);
     expectDim(*rhsScales, "rhs_scales", 0, experts, "the number of experts");
     expectDim(*rhsScales, "rhs_scales", options.transposeRhs ? 2 : 1,
@@ -495,66 +500,58 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
     expectDim(*rhsScales, "rhs_scales", options.transposeRhs ? 1 : 2,
               ceilDiv(cols, g), "ceil(N / scale_group)");
   }
-  auto weight = [&](int64_t e, int64_t kk, int64_t n) {
-    double w = options.transposeRhs ? rhs.at(e, n, kk) : rhs.at(e, kk, n);
-    if (!rhsScales)
-      return w;
-    return w * (options.transposeRhs ? rhsScales->at(e, n / g, kk / g)
-                                     : rhsScales->at(e, kk / g, n / g));
-  };
   if (options.bias) {
     expectRank(*options.bias, "bias", 2);
     expectDim(*options.bias, "bias", 0, experts, "the number of experts");
     expectDim(*options.bias, "bias", 1, cols, "N");
   }
-  int64_t rank = 0;
+  return cols;
+}
+
+/// Checks the LoRA adapters; returns their rank (0 without).
+int64_t checkLora(int64_t experts, int64_t red, int64_t cols,
+                  const GroupedMatmulOptions &options) {
   if (bool(options.loraA) != bool(options.loraB))
     fail("'lora_a' and 'lora_b' must be given together");
-  if (options.loraA) {
-    expectRank(*options.loraA, "lora_a", 2);
-    expectRank(*options.loraB, "lora_b", 2);
-    if (options.loraA->dim(0) % experts != 0)
-      fail("dimension 0 of 'lora_a' must be a multiple of the experts");
-    rank = options.loraA->dim(0) / experts;
-    if (options.transposeLora) {
-      expectDim(*options.loraA, "lora_a", 1, cols, "N (transposed adapter)");
-      expectDim(*options.loraB, "lora_b", 0, red, "K (transposed adapter)");
-    } else {
-      expectDim(*options.loraA, "lora_a", 1, red, "K");
-      expectDim(*options.loraB, "lora_b", 0, cols, "N");
-    }
-    expectDim(*options.loraB, "lora_b", 1, experts * rank, "E * r");
-  } else if (options.transposeLora) {
-    fail("'transpose_lora' requires 'lora_a' and 'lora_b'");
+  if (!options.loraA) {
+    if (options.transposeLora)
+      fail("'transpose_lora' requires 'lora_a' and 'lora_b'");
+    return 0;
   }
-  // The adapter's down (x -> r) and up (r -> N) projections.
-  auto loraDown = [&](int64_t e, int64_t r, int64_t kk) {
-    return options.transposeLora ? options.loraB->at(kk, e * rank + r)
-                                 : options.loraA->at(e * rank + r, kk);
-  };
-  auto loraUp = [&](int64_t e, int64_t r, int64_t n) {
-    return options.transposeLora ? options.loraA->at(e * rank + r, n)
-                                 : options.loraB->at(n, e * rank + r);
-  };
+  expectRank(*options.loraA, "lora_a", 2);
+  expectRank(*options.loraB, "lora_b", 2);
+  if (options.loraA->dim(0) % experts != 0)
+    fail("dimension 0 of 'lora_a' must be a multiple of the experts");
+  const int64_t rank = options.loraA->dim(0) / experts;
+  if (options.transposeLora) {
+    expectDim(*options.loraA, "lora_a", 1, cols, "N (transposed adapter)");
+    expectDim(*options.loraB, "lora_b", 0, red, "K (transposed adapter)");
+  } else {
+    expectDim(*options.loraA, "lora_a", 1, red, "K");
+    expectDim(*options.loraB, "lora_b", 0, cols, "N");
+  }
+  expectDim(*options.loraB, "lora_b", 1, experts * rank, "E * r");
+  return rank;
+}
+
+/// Checks the epilogue's operands (SwiGLU, its gradient's saved input, row
+/// scale, scatter); returns the output's columns.
+int64_t checkEpilogue(int64_t rows, int64_t cols,
+                      const GroupedMatmulOptions &options) {
   if (options.swiglu && cols % 2 != 0)
     fail("swiglu needs an even N, got " + std::to_string(cols));
-  const DTensor *gradInput = options.swigluGradInput;
-  if (gradInput) {
+  if (const DTensor *gradInput = options.swigluGradInput) {
     if (options.swiglu || options.scatterSlots)
       fail("'swigluGradInput' excludes swiglu and scatter");
     expectRank(*gradInput, "activation_input", 2);
     expectDim(*gradInput, "activation_input", 0, rows, "the grouped rows");
     expectDim(*gradInput, "activation_input", 1, 2 * cols, "2 * N");
   }
-  const int64_t outCols = options.swiglu ? cols / 2
-                          : gradInput    ? 2 * cols
-                                         : cols;
   if (options.rowScale)
     expectDim(*options.rowScale, "row_scale", 0, rows, "the grouped rows");
   if (options.scatterWeights && !options.scatterSlots)
     fail("'scatter_weights' requires 'scatter_slots'");
-  const bool scatter = options.scatterSlots != nullptr;
-  if (scatter) {
+  if (options.scatterSlots) {
     if (options.k < 1)
       fail("'k' is required (positive) with 'scatter_slots'");
     expectDim(*options.scatterSlots, "scatter_slots", 0, rows,
@@ -568,7 +565,44 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
       expectDim(*options.scatterWeights, "scatter_weights", 1, options.k, "k");
     }
   }
+  return options.swiglu             ? cols / 2
+         : options.swigluGradInput ? 2 * cols
+                                   : cols;
+}
 
+} // namespace
+
+DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
+                      const ITensor &offsets,
+                      const GroupedMatmulOptions &options) {
+  const DTensor x =
+      groupedRows(scaledLhs(lhs, options), options.gatherSlots, options.k);
+  const int64_t rows = x.dim(0), red = x.dim(1);
+  expectOffsets(offsets, rows);
+  const int64_t experts = offsets.dim(0);
+  const int64_t cols = checkWeights(rhs, experts, red, options);
+  const int64_t rank = checkLora(experts, red, cols, options);
+  const int64_t outCols = checkEpilogue(rows, cols, options);
+  const int64_t g = options.scaleGroup;
+  const DTensor *rhsScales = options.rhsScales;
+  auto weight = [&](int64_t e, int64_t kk, int64_t n) {
+    double w = options.transposeRhs ? rhs.at(e, n, kk) : rhs.at(e, kk, n);
+    if (!rhsScales)
+      return w;
+    return w * (options.transposeRhs ? rhsScales->at(e, n / g, kk / g)
+                                     : rhsScales->at(e, kk / g, n / g));
+  };
+  // The adapter's down (x -> r) and up (r -> N) projections.
+  auto loraDown = [&](int64_t e, int64_t r, int64_t kk) {
+    return options.transposeLora ? options.loraB->at(kk, e * rank + r)
+                                 : options.loraA->at(e * rank + r, kk);
+  };
+  auto loraUp = [&](int64_t e, int64_t r, int64_t n) {
+    return options.transposeLora ? options.loraA->at(e * rank + r, n)
+                                 : options.loraB->at(n, e * rank + r);
+  };
+  const DTensor *gradInput = options.swigluGradInput;
+  const bool scatter = options.scatterSlots != nullptr;
   DTensor out(scatter ? std::vector<int64_t>{options.numTokens, outCols}
                       : std::vector<int64_t>{rows, outCols});
   std::vector<double> y(cols), down(rank);
@@ -596,7 +630,7 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
       }
       if (options.swiglu)
         for (int64_t n = 0; n < outCols; ++n)
-          y[n] = y[n] * sigmoid(y[n]) * y[n + outCols];
+          y[n] = swigluAt(y[n], y[n + outCols]);
       double scale = options.rowScale ? options.rowScale->data[i] : 1.0;
       if (gradInput) {
         // y is SwiGLU's output gradient: the input's, gate then up half.
@@ -623,9 +657,9 @@ DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
   return out;
 }
 
-DTensor groupedMatmulWeightGrad(const DTensor &lhs, const DTensor &grad,
-                                const ITensor &offsets,
-                                const ITensor *gatherSlots, int64_t k) {
+DTensor groupedWeightGrad(const DTensor &lhs, const DTensor &grad,
+                          const ITensor &offsets, const ITensor *gatherSlots,
+                          int64_t k) {
   const DTensor x = groupedRows(lhs, gatherSlots, k);
   expectRank(grad, "grad", 2);
   expectDim(grad, "grad", 0, x.dim(0), "the grouped rows");
@@ -705,7 +739,7 @@ DTensor swiglu(const DTensor &input, GateUpLayout layout) {
     for (int64_t c = 0; c < half; ++c) {
       double g = input.at(i, gateUpColumn(layout, half, c, false));
       double u = input.at(i, gateUpColumn(layout, half, c, true));
-      out.at(i, c) = g * sigmoid(g) * u;
+      out.at(i, c) = swigluAt(g, u);
     }
   return out;
 }

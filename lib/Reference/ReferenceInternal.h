@@ -101,6 +101,9 @@ inline void expectGroupedRows(const DTensor &rows, const char *name,
 
 inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+/// SwiGLU of one gate and up value: silu(g)·u.
+inline double swigluAt(double g, double u) { return g * sigmoid(g) * u; }
+
 /// SwiGLU's input gradient {dGate, dUp} of silu(g)·u for output gradient dy.
 inline std::pair<double, double> swigluGradAt(double dy, double g, double u) {
   double s = sigmoid(g);

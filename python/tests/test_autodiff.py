@@ -113,7 +113,8 @@ def test_wrt_and_saved_values():
     derived = grad.module.split("func.func @moe_block_fwd")[1]
     assert "moe.permute " not in derived
     assert "moe.swiglu " in backward
-    assert "transpose_rhs" in backward and "weight_grad" in backward
+    assert ("transpose_rhs" in backward
+            and "moe.grouped_weight_grad" in backward)
     assert "router_topk_grad" not in backward
     rng = np.random.default_rng(5)
     args = _layer_inputs(rng, 5)
@@ -173,8 +174,7 @@ def test_accumulate_errors():
         kernel.grad(accumulate=["w_up"])
     with pytest.raises(moec.CompileError, match="option 'accumulate' names "
                                            "argument 1, whose gradient is not "
-                                           "one weight-gradient grouped "
-                                           "matmul"):
+                                           "one moe.grouped_weight_grad"):
         kernel.grad(accumulate=["gate_w"]).module
     grad = kernel.grad(accumulate=["w_down"])
     args = _layer_inputs(np.random.default_rng(0), 3)
@@ -248,9 +248,9 @@ func.func @down(%dy: tensor<?x40xf32>, %w: tensor<?x2xf32>,
   %du = moe.grouped_matmul %dr, %lbt, %offsets row_scale(%s : tensor<?xf32>)
       {transpose_rhs}
       : tensor<?x40xf32>, tensor<6x8x40xf32>, tensor<6xi32> -> tensor<?x8xf32>
-  %db = moe.grouped_matmul %dr, %u, %offsets {mode = #moe.mode<weight_grad>}
+  %db = moe.grouped_weight_grad %dr, %u, %offsets
       : tensor<?x40xf32>, tensor<?x8xf32>, tensor<6xi32> -> tensor<6x40x8xf32>
-  %dla = moe.grouped_matmul %du, %a, %offsets {mode = #moe.mode<weight_grad>}
+  %dla = moe.grouped_weight_grad %du, %a, %offsets
       : tensor<?x8xf32>, tensor<?x24xf32>, tensor<6xi32> -> tensor<6x8x24xf32>
   return %dh, %db, %dla, %dw{extra} : tensor<?x48xf32>, tensor<6x40x8xf32>,
       tensor<6x8x24xf32>, tensor<?x2xf32>{extra_type}
@@ -470,7 +470,8 @@ def test_ops_lora_grad_errors():
         return ops.grouped_matmul(x, dy, offsets, gather=slots, k=K,
                                   mode="weight_grad", lora=(a, b))
     signature["b"] = moec.Tensor[8, E, "f32"]
-    with pytest.raises(ValueError, match="'lora' is not taken"):
+    with pytest.warns(DeprecationWarning), \
+            pytest.raises(ValueError, match="'lora' is not taken"):
         moec.kernel(lora_in_weight_grad, signature=signature).module
 
 

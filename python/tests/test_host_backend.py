@@ -304,8 +304,7 @@ def test_grouped_matmul_experts_in_columns(rng, sizes):
               offsets: moec.Tensor[4, "i32"],
               u: moec.Tensor["M", 8, "f32"]):
         du = ops.grouped_matmul(dy, b, offsets, experts_in_columns=True)
-        db = ops.grouped_matmul(dy, u, offsets, mode="weight_grad",
-                                experts_in_columns=True)
+        db = ops.grouped_weight_grad(dy, u, offsets, experts_in_columns=True)
         return du, db
 
     rows = sum(sizes)
@@ -325,14 +324,14 @@ def test_grouped_matmul_experts_in_columns(rng, sizes):
 
 
 @edge_groups
-def test_grouped_matmul_weight_grad_transposed_gathered(rng, sizes):
+def test_grouped_weight_grad_transposed_gathered(rng, sizes):
     # The gradient of [E, N, K] weights: dW_e = Σ dy_iᵀ · x[slot_i // k],
     # written [E, N, K], the token rows read by slot (zero for slot -1).
     @moec.kernel
     def dw(x: moec.Tensor["T", 16, "f32"], dy: moec.Tensor["M", 24, "f32"],
            offsets: moec.Tensor[4, "i32"], slots: moec.Tensor["M", "i32"]):
-        return ops.grouped_matmul(x, dy, offsets, gather=slots, k=2,
-                                  mode="weight_grad", transpose_rhs=True)
+        return ops.grouped_weight_grad(x, dy, offsets, gather=slots, k=2,
+                                       transpose_rhs=True)
 
     rows = sum(sizes)
     tokens = rows + 1
@@ -355,7 +354,7 @@ def test_grouped_matmul_weight_grad_transposed_gathered(rng, sizes):
 
 
 @edge_groups
-def test_grouped_matmul_weight_grad_accumulate(rng, sizes):
+def test_grouped_weight_grad_accumulate(rng, sizes):
     # Gradient accumulation: main + Σ dy_iᵀ · x[slot_i // k] in the [E, N, K]
     # layout, and main + Σ x_iᵀ · dy_i in [E, K, N]; an expert without rows
     # keeps main. The second also runs in place (out=main).
@@ -363,17 +362,15 @@ def test_grouped_matmul_weight_grad_accumulate(rng, sizes):
     def dw(x: moec.Tensor["T", 16, "f32"], dy: moec.Tensor["M", 24, "f32"],
            offsets: moec.Tensor[4, "i32"], slots: moec.Tensor["M", "i32"],
            main: moec.Tensor[4, 24, 16, "f32"]):
-        return ops.grouped_matmul(x, dy, offsets, gather=slots, k=2,
-                                  mode="weight_grad", transpose_rhs=True,
-                                  accumulate=main)
+        return ops.grouped_weight_grad(x, dy, offsets, gather=slots, k=2,
+                                       transpose_rhs=True, accumulate=main)
 
     @moec.kernel
     def dw_rows(x: moec.Tensor["M", 16, "f32"],
                 dy: moec.Tensor["M", 24, "f32"],
                 offsets: moec.Tensor[4, "i32"],
                 main: moec.Tensor[4, 16, 24, "f32"]):
-        return ops.grouped_matmul(x, dy, offsets, mode="weight_grad",
-                                  accumulate=main)
+        return ops.grouped_weight_grad(x, dy, offsets, accumulate=main)
 
     rows = sum(sizes)
     tokens = rows + 1
@@ -406,41 +403,67 @@ def test_grouped_matmul_weight_grad_accumulate(rng, sizes):
     assert rel_error(main2, ref2) < 1e-5
 
 
-def test_grouped_matmul_weight_grad_accumulate_names_bad_arguments():
+def test_grouped_weight_grad_accumulate_names_bad_arguments():
     signature = {"x": moec.Tensor["M", 16, "f32"],
                  "w": moec.Tensor[4, 16, 24, "f32"],
                  "dy": moec.Tensor["M", 24, "f32"],
                  "o": moec.Tensor[4, "i32"],
                  "main": moec.Tensor[4, 16, 24, "f32"],
                  "main16": moec.Tensor[4, 16, 24, "bf16"]}
-    with pytest.raises(ValueError, match="'accumulate' is taken only"):
+    with pytest.raises(ValueError, match="'accumulate' belongs to the "
+                       "weight gradient: use grouped_weight_grad"):
         moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_matmul(
             x, w, o, accumulate=main), signature=signature).ir()
     with pytest.raises(ValueError, match="'accumulate' dimension 1"):
-        moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_matmul(
-            x, dy, o, mode="weight_grad", transpose_rhs=True,
-            accumulate=main), signature=signature).ir()
+        moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_weight_grad(
+            x, dy, o, transpose_rhs=True, accumulate=main),
+            signature=signature).ir()
     with pytest.raises(ValueError, match="'accumulate' is bf16"):
-        moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_matmul(
-            x, dy, o, mode="weight_grad", accumulate=main16,
-            out_dtype="f32"), signature=signature).ir()
-    ir = moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_matmul(
-        x, dy, o, mode="weight_grad", accumulate=main16),
-        signature=signature).ir()
+        moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_weight_grad(
+            x, dy, o, accumulate=main16, out_dtype="f32"),
+            signature=signature).ir()
+    with pytest.raises(ValueError, match="'k' is only taken with 'gather'"):
+        moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_weight_grad(
+            x, dy, o, k=2), signature=signature).ir()
+    ir = moec.kernel(lambda x, w, dy, o, main, main16: ops.grouped_weight_grad(
+        x, dy, o, accumulate=main16), signature=signature).ir()
     assert "accumulate(" in ir and "-> tensor<4x16x24xbf16>" in ir
 
 
-def test_grouped_matmul_weight_grad_transposed_names_bad_arguments():
+def test_grouped_matmul_weight_grad_mode_is_deprecated():
+    # grouped_matmul(mode="weight_grad") still builds the weight gradient
+    # for one release, with a DeprecationWarning naming its replacement;
+    # the forward's options stay errors there.
+    signature = {"x": moec.Tensor["M", 16, "f32"],
+                 "dy": moec.Tensor["M", 24, "f32"],
+                 "o": moec.Tensor[4, "i32"],
+                 "main": moec.Tensor[4, 24, 16, "f32"],
+                 "b": moec.Tensor[4, 24, "f32"]}
+    with pytest.warns(DeprecationWarning, match="grouped_weight_grad"):
+        old = moec.kernel(lambda x, dy, o, main, b: ops.grouped_matmul(
+            x, dy, o, mode="weight_grad", transpose_rhs=True,
+            accumulate=main), signature=signature).ir()
+    new = moec.kernel(lambda x, dy, o, main, b: ops.grouped_weight_grad(
+        x, dy, o, transpose_rhs=True, accumulate=main),
+        signature=signature).ir()
+    assert old == new and "moe.grouped_weight_grad" in new
+    with pytest.warns(DeprecationWarning), \
+            pytest.raises(ValueError, match="'bias' is not taken with "
+                                            "mode='weight_grad'"):
+        moec.kernel(lambda x, dy, o, main, b: ops.grouped_matmul(
+            x, dy, o, mode="weight_grad", bias=b), signature=signature).ir()
+
+
+def test_grouped_weight_grad_transposed_names_bad_arguments():
     signature = {"x": moec.Tensor["M", 16, "f32"],
                  "dy": moec.Tensor["M", 24, "f32"],
                  "o": moec.Tensor[4, "i32"]}
     with pytest.raises(ValueError, match="'transpose_rhs'"):
-        moec.kernel(lambda x, dy, o: ops.grouped_matmul(
-            x, dy, o, mode="weight_grad", experts_in_columns=True,
+        moec.kernel(lambda x, dy, o: ops.grouped_weight_grad(
+            x, dy, o, experts_in_columns=True,
             transpose_rhs=True), signature=signature).ir()
-    ir = moec.kernel(lambda x, dy, o: ops.grouped_matmul(
-        x, dy, o, mode="weight_grad", transpose_rhs=True),
-        signature=signature).ir()
+    ir = moec.kernel(lambda x, dy, o: ops.grouped_weight_grad(
+        x, dy, o, transpose_rhs=True), signature=signature).ir()
     assert "transpose_rhs" in ir and "tensor<4x24x16xf32>" in ir
 
 

@@ -147,9 +147,6 @@ def test_public_module_has_all(name, path):
     assert not unlisted, f"{name}: public but not in __all__: {unlisted}"
 
 
-#: Functions allowed past the limit, each with the reason. grouped_matmul's
-#: body stays as it is while issue 57 adds grouped_weight_grad beside it.
-LONG_FUNCTIONS = {"moec.language._matmul_ops.grouped_matmul"}
 MAX_FUNCTION_LINES = 120
 
 
@@ -163,6 +160,6 @@ def test_no_function_over_120_lines():
                             [d.lineno for d in node.decorator_list])
                 lines = node.end_lineno - start + 1
                 where = f"{name}.{node.name}"
-                if lines > MAX_FUNCTION_LINES and where not in LONG_FUNCTIONS:
+                if lines > MAX_FUNCTION_LINES:
                     long.append(f"{where}: {lines} lines")
     assert not long, "functions over 120 lines: " + ", ".join(long)

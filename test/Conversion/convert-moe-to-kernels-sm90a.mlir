@@ -155,14 +155,14 @@ func.func @narrow(%x: tensor<?x256xbf16>, %a: tensor<4x16x256xbf16>,
 // likewise: block barriers at n = 64; SwiGLU keeps n = 128 (gate and up
 // pairs), at any width.
 // CHECK-LABEL: func.func @wgrad_narrow(
-// CHECK: gpu.launch_func @wgrad_narrow_kernels::@wgrad_narrow_k0_grouped_matmul_wgmma
+// CHECK: gpu.launch_func @wgrad_narrow_kernels::@wgrad_narrow_k0_grouped_weight_grad_wgmma
 // CHECK-SAME: moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 256, stages = 6, band_m = 8>
 // CHECK: gpu.launch_func @wgrad_narrow_kernels::@wgrad_narrow_k1_grouped_matmul_wgmma
 // CHECK-SAME: moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, stages = 6, band_m = 8>
 func.func @wgrad_narrow(%x: tensor<?x200xbf16>, %dy: tensor<?x64xbf16>,
                         %w: tensor<4x64x200xbf16>, %offsets: tensor<4xi32>)
     -> (tensor<4x200x64xbf16>, tensor<?x32xbf16>) {
-  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
+  %g = moe.grouped_weight_grad %x, %dy, %offsets {
       moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 256,
                            row_splits = 1>}
       : tensor<?x200xbf16>, tensor<?x64xbf16>, tensor<4xi32>
@@ -224,13 +224,13 @@ func.func @columns(%dy: tensor<?x256xbf16>, %w: tensor<256x4x320xbf16>,
 
 // -----
 
-// The weight gradient (mode = weight_grad), one chunk of rows per expert
+// The weight gradient (moe.grouped_weight_grad), one chunk of rows per expert
 // (row_splits = 1): block barriers at n = 128, every
 // copy a cp.async (an expert's last slice must read zeros past its rows, no
 // tensor maps), the slice count of a tile from its expert's rows (the
 // k-loop's bound is not a constant), both operands read transposed
 // (M-major A, N-major B), stored into out[e, row, col].
-// CHECK-LABEL: gpu.func @wgrad_k0_grouped_matmul_wgmma(
+// CHECK-LABEL: gpu.func @wgrad_k0_grouped_weight_grad_wgmma(
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-NOT: nvvm.cp.async.bulk.tensor
 // CHECK: nvvm.cp.async.shared.global
@@ -240,11 +240,11 @@ func.func @columns(%dy: tensor<?x256xbf16>, %w: tensor<256x4x320xbf16>,
 // CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
 // CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<4x200x136xf32>, vector<2xf32>
 // CHECK-LABEL: func.func @wgrad(
-// CHECK: gpu.launch_func @wgrad_kernels::@wgrad_k0_grouped_matmul_wgmma
+// CHECK: gpu.launch_func @wgrad_kernels::@wgrad_k0_grouped_weight_grad_wgmma
 // CHECK-SAME: threads in (%c256,
 func.func @wgrad(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
                  %offsets: tensor<4xi32>) -> tensor<4x200x136xf32> {
-  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
+  %g = moe.grouped_weight_grad %x, %dy, %offsets {
       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
                            row_splits = 1>}
       : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
@@ -257,21 +257,21 @@ func.func @wgrad(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 // A tile's row_splits sets the chunks per expert (the tuner's candidates):
 // 2 here, where the kernel's own choice would be 16; the kernel records it
 // in the tile it was built with.
-// CHECK-LABEL: gpu.func @wgrad_split_asked_k0_grouped_matmul_wgmma(
+// CHECK-LABEL: gpu.func @wgrad_split_asked_k0_grouped_weight_grad_wgmma(
 // CHECK-SAME: %arg2: memref<8x200x136xf32>
 // CHECK: arith.divui %{{.*}}, %c2
 // CHECK: arith.remui %{{.*}}, %c2
-// CHECK-LABEL: gpu.func @wgrad_split_asked_k1_grouped_matmul_sum_row_splits(
+// CHECK-LABEL: gpu.func @wgrad_split_asked_k1_grouped_weight_grad_sum_row_splits(
 // CHECK-COUNT-2: vector.load %arg0[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<8x200x136xf32>, vector<4xf32>
 // CHECK-NOT: vector.load %arg0
 // CHECK-LABEL: func.func @wgrad_split_asked(
-// CHECK: gpu.launch_func @wgrad_split_asked_kernels::@wgrad_split_asked_k0_grouped_matmul_wgmma
+// CHECK: gpu.launch_func @wgrad_split_asked_kernels::@wgrad_split_asked_k0_grouped_weight_grad_wgmma
 // CHECK-SAME: moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, stages = 6, band_m = 8, row_splits = 2>
-// CHECK: gpu.launch_func @wgrad_split_asked_kernels::@wgrad_split_asked_k1_grouped_matmul_sum_row_splits
+// CHECK: gpu.launch_func @wgrad_split_asked_kernels::@wgrad_split_asked_k1_grouped_weight_grad_sum_row_splits
 func.func @wgrad_split_asked(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
                              %offsets: tensor<4xi32>)
     -> tensor<4x200x136xf32> {
-  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
+  %g = moe.grouped_weight_grad %x, %dy, %offsets {
       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
                            row_splits = 2>}
       : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
@@ -291,7 +291,7 @@ func.func @wgrad_split_asked(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 // with small), whose tiles store f32 partial sums [64, 200, 136]; a second
 // kernel adds an expert's used chunks in order, plus the gradient given to
 // accumulate into, rounded to bf16.
-// CHECK-LABEL: gpu.func @wgrad_split_k0_grouped_matmul_wgmma(
+// CHECK-LABEL: gpu.func @wgrad_split_k0_grouped_weight_grad_wgmma(
 // CHECK-SAME: %arg2: memref<64x200x136xf32>
 // CHECK: arith.divui %{{.*}}, %c16
 // CHECK: arith.remui %{{.*}}, %c16
@@ -299,19 +299,19 @@ func.func @wgrad_split_asked(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 // CHECK: gpu.barrier
 // CHECK: nvvm.wgmma.mma_async
 // CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<64x200x136xf32>, vector<2xf32>
-// CHECK-LABEL: gpu.func @wgrad_split_k1_grouped_matmul_sum_row_splits(
+// CHECK-LABEL: gpu.func @wgrad_split_k1_grouped_weight_grad_sum_row_splits(
 // CHECK-COUNT-16: vector.load %arg0[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<64x200x136xf32>, vector<4xf32>
 // CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<4x200x136xbf16>, vector<4xbf16>
 // CHECK-LABEL: func.func @wgrad_split(
 // CHECK: memref.alloc() {{.*}} : memref<64x200x136xf32>
-// CHECK: gpu.launch_func @wgrad_split_kernels::@wgrad_split_k0_grouped_matmul_wgmma
+// CHECK: gpu.launch_func @wgrad_split_kernels::@wgrad_split_k0_grouped_weight_grad_wgmma
 // CHECK-NOT: gpu.launch_func {{.*}}wgmma
-// CHECK: gpu.launch_func @wgrad_split_kernels::@wgrad_split_k1_grouped_matmul_sum_row_splits
+// CHECK: gpu.launch_func @wgrad_split_kernels::@wgrad_split_k1_grouped_weight_grad_sum_row_splits
 func.func @wgrad_split(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
                        %offsets: tensor<4xi32>, %acc: tensor<4x200x136xbf16>)
     -> tensor<4x200x136xbf16> {
-  %g = moe.grouped_matmul %x, %dy, %offsets accumulate(%acc : tensor<4x200x136xbf16>)
-      {mode = #moe.mode<weight_grad>}
+  %g = moe.grouped_weight_grad %x, %dy, %offsets accumulate(%acc : tensor<4x200x136xbf16>)
+      
       : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
       -> tensor<4x200x136xbf16>
   return %g : tensor<4x200x136xbf16>
@@ -324,7 +324,7 @@ func.func @wgrad_split(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 // token rows as B, looked up through the slots per slice (no permuted copy
 // of x), the output [E, N, K] written in place; the groups split dy's M
 // rows.
-// CHECK-LABEL: gpu.func @wgrad_t_k0_grouped_matmul_wgmma(%arg0: memref<?x136xbf16>, %arg1: memref<?x200xbf16>, %arg2: memref<4x136x200xf32>, %arg3: memref<4xi32>, %arg4: memref<?xi32>, %arg5: index)
+// CHECK-LABEL: gpu.func @wgrad_t_k0_grouped_weight_grad_wgmma(%arg0: memref<?x136xbf16>, %arg1: memref<?x200xbf16>, %arg2: memref<4x136x200xf32>, %arg3: memref<4xi32>, %arg4: memref<?xi32>, %arg5: index)
 // CHECK: memref.load %arg4
 // CHECK: nvvm.cp.async.shared.global
 // CHECK: nvvm.wgmma.fence.aligned
@@ -332,12 +332,12 @@ func.func @wgrad_split(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 // CHECK: vector.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}} : memref<4x136x200xf32>, vector<2xf32>
 // CHECK-LABEL: func.func @wgrad_t(
 // CHECK: %[[M:.*]] = memref.dim %arg1, %c0{{.*}} : memref<?x136xbf16>
-// CHECK: gpu.launch_func @wgrad_t_kernels::@wgrad_t_k0_grouped_matmul_wgmma {{.*}} args(%arg1 : memref<?x136xbf16>, %arg0 : memref<?x200xbf16>, %arg4 : memref<4x136x200xf32>, %arg2 : memref<4xi32>, %arg3 : memref<?xi32>, %[[M]] : index)
+// CHECK: gpu.launch_func @wgrad_t_kernels::@wgrad_t_k0_grouped_weight_grad_wgmma {{.*}} args(%arg1 : memref<?x136xbf16>, %arg0 : memref<?x200xbf16>, %arg4 : memref<4x136x200xf32>, %arg2 : memref<4xi32>, %arg3 : memref<?xi32>, %[[M]] : index)
 func.func @wgrad_t(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
                    %offsets: tensor<4xi32>, %slots: tensor<?xi32>)
     -> tensor<4x136x200xf32> {
-  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
-      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64,
+  %g = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {transpose_rhs, k = 2 : i64,
        moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
                             row_splits = 1>}
       : tensor<?x200xbf16>, tensor<?x136xbf16>, tensor<4xi32>
@@ -351,19 +351,19 @@ func.func @wgrad_t(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
 // the warp-specialized kernel on cp.async (no tensor map), so it runs up to
 // 256 rows per expert on average (here 64 * 256), the block-barrier kernel
 // above (64 experts: enough tiles not to split).
-// CHECK-LABEL: gpu.func @wgrad_t_gathered_k0_grouped_matmul_wgmma_le16384(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<64x200x264xbf16>, %arg3: memref<64xi32>, %arg4: memref<?xi32>, %arg5: index)
+// CHECK-LABEL: gpu.func @wgrad_t_gathered_k0_grouped_weight_grad_wgmma_le16384(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<64x200x264xbf16>, %arg3: memref<64xi32>, %arg4: memref<?xi32>, %arg5: index)
 // CHECK: nvvm.mbarrier.init %{{.*}}, %c128_i32
 // CHECK-NOT: nvvm.cp.async.bulk.tensor
 // CHECK: nvvm.cp.async.bulk.global.shared.cta
 // CHECK-LABEL: func.func @wgrad_t_gathered(
 // CHECK-NOT: moe.tensor_map_box
-// CHECK: gpu.launch_func @wgrad_t_gathered_kernels::@wgrad_t_gathered_k0_grouped_matmul_wgmma_le16384 {{.*}} threads in (%c384
-// CHECK: gpu.launch_func @wgrad_t_gathered_kernels::@wgrad_t_gathered_k1_grouped_matmul_wgmma blocks {{.*}} threads in (%c256
+// CHECK: gpu.launch_func @wgrad_t_gathered_kernels::@wgrad_t_gathered_k0_grouped_weight_grad_wgmma_le16384 {{.*}} threads in (%c384
+// CHECK: gpu.launch_func @wgrad_t_gathered_kernels::@wgrad_t_gathered_k1_grouped_weight_grad_wgmma blocks {{.*}} threads in (%c256
 func.func @wgrad_t_gathered(%x: tensor<?x264xbf16>, %dy: tensor<?x200xbf16>,
                             %offsets: tensor<64xi32>, %slots: tensor<?xi32>)
     -> tensor<64x200x264xbf16> {
-  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
-      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64}
+  %g = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {transpose_rhs, k = 2 : i64}
       : tensor<?x264xbf16>, tensor<?x200xbf16>, tensor<64xi32>
       -> tensor<64x200x264xbf16>
   return %g : tensor<64x200x264xbf16>
@@ -381,7 +381,7 @@ func.func @wgrad_t_gathered(%x: tensor<?x264xbf16>, %dy: tensor<?x200xbf16>,
 // slice of a reduction that is not a multiple of 64 by cp.async, which
 // zero-fills past the expert's rows; the TMA thread's arrival is then a
 // plain one (full barriers: 128 producer threads + 1).
-// CHECK-LABEL: gpu.func @wgrad_bulk_k0_grouped_matmul_wgmma(
+// CHECK-LABEL: gpu.func @wgrad_bulk_k0_grouped_weight_grad_wgmma(
 // CHECK-SAME: %arg4: !llvm.ptr, %arg5: !llvm.ptr
 // CHECK: nvvm.mbarrier.init %{{.*}}, %c129_i32
 // CHECK: scf.if
@@ -405,8 +405,8 @@ func.func @wgrad_t_gathered(%x: tensor<?x264xbf16>, %dy: tensor<?x200xbf16>,
 // CHECK: gpu.launch_func {{.*}} threads in (%c384, %c1, %c1) {{.*}} %[[DY_MAP]] : !llvm.ptr, %[[X_MAP]] : !llvm.ptr{{.*}} stages = 3,
 func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
                       %offsets: tensor<4xi32>) -> tensor<4x200x264xbf16> {
-  %g = moe.grouped_matmul %x, %dy, %offsets
-      {mode = #moe.mode<weight_grad>,
+  %g = moe.grouped_weight_grad %x, %dy, %offsets
+      {
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128, row_splits = 1>}
       : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<4xi32>
@@ -426,12 +426,12 @@ func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 // Without a tile, up to 512 rows per expert on average (here 32768 rows)
 // run the warp-specialized kernel, more the block-barrier one (64 experts:
 // 256 output tiles, more than the SMs, so the rows are not split).
-// CHECK-LABEL: gpu.func @wgrad_acc_k0_grouped_matmul_wgmma_le32768(
+// CHECK-LABEL: gpu.func @wgrad_acc_k0_grouped_weight_grad_wgmma_le32768(
 // CHECK-COUNT-4: llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];"
 // CHECK-NOT: llvm.inline_asm has_side_effects "prefetch.global.L2
 // CHECK: nvvm.wgmma.mma_async
 // CHECK-COUNT-8: llvm.inline_asm has_side_effects "ld.global.ca.v2.b32 {$0, $1}, [$2];"
-// CHECK-LABEL: gpu.func @wgrad_acc_k1_grouped_matmul_wgmma(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<64x200x264xf32>, %arg3: memref<64xi32>, %arg4: memref<64x200x264xf32>, %arg5: index)
+// CHECK-LABEL: gpu.func @wgrad_acc_k1_grouped_weight_grad_wgmma(%arg0: memref<?x200xbf16>, %arg1: memref<?x264xbf16>, %arg2: memref<64x200x264xf32>, %arg3: memref<64xi32>, %arg4: memref<64x200x264xf32>, %arg5: index)
 // CHECK-COUNT-4: llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];"
 // CHECK-NOT: llvm.inline_asm has_side_effects "prefetch.global.L2
 // CHECK: nvvm.wgmma.mma_async
@@ -441,14 +441,14 @@ func.func @wgrad_bulk(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 // CHECK: arith.addf
 // CHECK: vector.store %{{.*}}, %arg2[{{.*}}] {{.*}} : memref<64x200x264xf32>, vector<2xf32>
 // CHECK-LABEL: func.func @wgrad_acc(
-// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k0_grouped_matmul_wgmma_le32768 {{.*}} threads in (%c384
-// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k1_grouped_matmul_wgmma {{.*}} args(%arg0 : memref<?x200xbf16>, %arg1 : memref<?x264xbf16>, %arg4 : memref<64x200x264xf32>, %arg2 : memref<64xi32>, %arg3 : memref<64x200x264xf32>,
+// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k0_grouped_weight_grad_wgmma_le32768 {{.*}} threads in (%c384
+// CHECK: gpu.launch_func @wgrad_acc_kernels::@wgrad_acc_k1_grouped_weight_grad_wgmma {{.*}} args(%arg0 : memref<?x200xbf16>, %arg1 : memref<?x264xbf16>, %arg4 : memref<64x200x264xf32>, %arg2 : memref<64xi32>, %arg3 : memref<64x200x264xf32>,
 func.func @wgrad_acc(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
                      %offsets: tensor<64xi32>, %main: tensor<64x200x264xf32>)
     -> tensor<64x200x264xf32> {
-  %g = moe.grouped_matmul %x, %dy, %offsets
+  %g = moe.grouped_weight_grad %x, %dy, %offsets
       accumulate(%main : tensor<64x200x264xf32>)
-      {mode = #moe.mode<weight_grad>}
+      
       : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<64xi32>
       -> tensor<64x200x264xf32>
   return %g : tensor<64x200x264xf32>
@@ -460,13 +460,13 @@ func.func @wgrad_acc(%x: tensor<?x200xbf16>, %dy: tensor<?x264xbf16>,
 // bulk stores at every row count, one launch (64 experts: enough tiles not
 // to split).
 // CHECK-LABEL: func.func @wgrad_default(
-// CHECK: gpu.launch_func @wgrad_default_kernels::@wgrad_default_k0_grouped_matmul_wgmma {{.*}} threads in (%c384, {{.*}} producers = 128>
+// CHECK: gpu.launch_func @wgrad_default_kernels::@wgrad_default_k0_grouped_weight_grad_wgmma {{.*}} threads in (%c384, {{.*}} producers = 128>
 // CHECK-NOT: gpu.launch_func
 func.func @wgrad_default(%x: tensor<?x200xbf16>,
                                  %dy: tensor<?x264xbf16>,
                                  %offsets: tensor<64xi32>)
     -> tensor<64x200x264xbf16> {
-  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>}
+  %g = moe.grouped_weight_grad %x, %dy, %offsets 
       : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<64xi32>
       -> tensor<64x200x264xbf16>
   return %g : tensor<64x200x264xbf16>
@@ -480,15 +480,15 @@ func.func @wgrad_default(%x: tensor<?x200xbf16>,
 // CHECK-LABEL: func.func @wgrad_split_buckets(
 // CHECK: %[[ON:.*]] = arith.subi
 // CHECK: memref.alloc() {{.*}} : memref<8x200x136xf32>
-// CHECK: gpu.launch_func @wgrad_split_buckets_kernels::@wgrad_split_buckets_k0_grouped_matmul_wgmma_le4096 {{.*}} row_splits = 2>
+// CHECK: gpu.launch_func @wgrad_split_buckets_kernels::@wgrad_split_buckets_k0_grouped_weight_grad_wgmma_le4096 {{.*}} row_splits = 2>
 // CHECK: arith.muli %{{.*}}, %[[ON]]
-// CHECK: gpu.launch_func @wgrad_split_buckets_kernels::@wgrad_split_buckets_k1_grouped_matmul_sum_row_splits
-// CHECK: gpu.launch_func @wgrad_split_buckets_kernels::@wgrad_split_buckets_k2_grouped_matmul_wgmma blocks
+// CHECK: gpu.launch_func @wgrad_split_buckets_kernels::@wgrad_split_buckets_k1_grouped_weight_grad_sum_row_splits
+// CHECK: gpu.launch_func @wgrad_split_buckets_kernels::@wgrad_split_buckets_k2_grouped_weight_grad_wgmma blocks
 // CHECK-NOT: gpu.launch_func
 func.func @wgrad_split_buckets(%x: tensor<?x200xbf16>, %dy: tensor<?x136xbf16>,
                                %offsets: tensor<4xi32>)
     -> tensor<4x200x136xbf16> {
-  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>,
+  %g = moe.grouped_weight_grad %x, %dy, %offsets {
       moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256,
                            row_splits = 1>,
       moe.tile_buckets = [#moe.tile_bucket<max_rows = 4096,

@@ -378,7 +378,7 @@ func.func @dense_at_b_narrow(%dl: tensor<?x8xbf16>, %x: tensor<?x512xbf16>)
   return %y : tensor<8x512xf32>
 }
 
-// The weight gradient (mode = weight_grad): out[e] = X_eᵀ · dY_e, tiles over
+// The weight gradient (moe.grouped_weight_grad): out[e] = X_eᵀ · dY_e, tiles over
 // (expert, 128 K columns, n columns) reducing over the expert's rows, both
 // operands read N-major (transposed A and B). Rows in order, f32 out, block
 // barriers: E = 16, K = 136 (a partial K tile), N = 264; experts without
@@ -389,7 +389,7 @@ func.func @gmm_wgrad_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets {mode = #moe.mode<weight_grad>}
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets 
       : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
       -> tensor<16x136x264xf32>
   return %g : tensor<16x136x264xf32>
@@ -407,8 +407,8 @@ func.func @gmm_wgrad_ws_bulk(%x: tensor<?x520xbf16>, %dy: tensor<?x264xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x520xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x520xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
-      {mode = #moe.mode<weight_grad>,
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
+      {
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128>}
       : tensor<?x520xbf16>, tensor<?x264xbf16>, tensor<16xi32>
@@ -423,8 +423,8 @@ func.func @gmm_wgrad_gather_ws(%x: tensor<?x200xbf16>, %dy: tensor<?x200xbf16>,
                                %ids: tensor<?x1xi32>) -> tensor<8x200x200xbf16> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
-  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
-      {mode = #moe.mode<weight_grad>, k = 1 : i64,
+  %g = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {k = 1 : i64,
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128, row_splits = 1>}
       : tensor<?x200xbf16>, tensor<?x200xbf16>, tensor<8xi32>
@@ -440,8 +440,8 @@ func.func @gmm_wgrad_gather(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
                             %ids: tensor<?x2xi32>) -> tensor<6x48x40xbf16> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
       : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
-  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
-      {mode = #moe.mode<weight_grad>, k = 2 : i64}
+  %g = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {k = 2 : i64}
       : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
       -> tensor<6x48x40xbf16>
   return %g : tensor<6x48x40xbf16>
@@ -524,8 +524,8 @@ func.func @gmm_wgrad_narrow(%x: tensor<?x520xbf16>, %dy: tensor<?x24xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x520xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x520xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
-      {mode = #moe.mode<weight_grad>,
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
+      {
        moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 384,
                             producers = 128, row_splits = 1>}
       : tensor<?x520xbf16>, tensor<?x24xbf16>, tensor<16xi32>
@@ -541,8 +541,8 @@ func.func @gmm_wgrad_narrow_bb(%x: tensor<?x136xbf16>, %dy: tensor<?x64xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
-      {mode = #moe.mode<weight_grad>}
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
+      
       : tensor<?x136xbf16>, tensor<?x64xbf16>, tensor<16xi32>
       -> tensor<16x136x64xf32>
   return %g : tensor<16x136x64xf32>
@@ -607,8 +607,8 @@ func.func @gmm_wgrad_cols_bb(%x: tensor<?x136xbf16>, %dy: tensor<?x24xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
-      {experts_in_columns, mode = #moe.mode<weight_grad>}
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
+      {experts_in_columns}
       : tensor<?x136xbf16>, tensor<?x24xbf16>, tensor<16xi32>
       -> tensor<136x16x24xf32>
   return %g : tensor<136x16x24xf32>
@@ -622,8 +622,8 @@ func.func @gmm_wgrad_cols_ws(%x: tensor<?x520xbf16>, %dy: tensor<?x40xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x520xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x520xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
-      {experts_in_columns, mode = #moe.mode<weight_grad>,
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
+      {experts_in_columns, 
        moe.tile = #moe.tile<m = 128, n = 64, k = 64, threads = 384,
                             producers = 128>}
       : tensor<?x520xbf16>, tensor<?x40xbf16>, tensor<8xi32>
@@ -641,8 +641,8 @@ func.func @gmm_wgrad_t_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
-      {mode = #moe.mode<weight_grad>, transpose_rhs}
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
+      {transpose_rhs}
       : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
       -> tensor<16x264x136xf32>
   return %g : tensor<16x264x136xf32>
@@ -656,8 +656,8 @@ func.func @gmm_wgrad_t_ws(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
-      {mode = #moe.mode<weight_grad>, transpose_rhs,
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
+      {transpose_rhs,
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128>}
       : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
@@ -673,8 +673,8 @@ func.func @gmm_wgrad_t_gather_ws(%x: tensor<?x520xbf16>, %dy: tensor<?x200xbf16>
     -> tensor<8x200x520xbf16> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
-  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
-      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 1 : i64,
+  %g = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {transpose_rhs, k = 1 : i64,
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128, row_splits = 1>}
       : tensor<?x520xbf16>, tensor<?x200xbf16>, tensor<8xi32>
@@ -690,8 +690,8 @@ func.func @gmm_wgrad_t_gather(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
                               %ids: tensor<?x2xi32>) -> tensor<6x40x48xbf16> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
       : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
-  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
-      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64}
+  %g = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {transpose_rhs, k = 2 : i64}
       : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
       -> tensor<6x40x48xbf16>
   return %g : tensor<6x40x48xbf16>
@@ -709,9 +709,9 @@ func.func @gmm_wgrad_acc_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
       accumulate(%main : tensor<16x136x264xf32>)
-      {mode = #moe.mode<weight_grad>,
+      {
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256,
                             row_splits = 1>}
       : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
@@ -732,9 +732,9 @@ func.func @gmm_wgrad_acc_ws(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
       accumulate(%main : tensor<16x136x264xf32>)
-      {mode = #moe.mode<weight_grad>}
+      
       : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
       -> tensor<16x136x264xf32>
   return %g : tensor<16x136x264xf32>
@@ -752,9 +752,9 @@ func.func @gmm_wgrad_acc_ws_bulk(%x: tensor<?x520xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x520xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x520xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
       accumulate(%main : tensor<16x520x264xbf16>)
-      {mode = #moe.mode<weight_grad>,
+      {
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128>}
       : tensor<?x520xbf16>, tensor<?x264xbf16>, tensor<16xi32>
@@ -775,9 +775,9 @@ func.func @gmm_wgrad_acc_split2(%x: tensor<?x520xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x520xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x520xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
       accumulate(%main : tensor<16x520x264xbf16>)
-      {mode = #moe.mode<weight_grad>,
+      {
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 256,
                             row_splits = 2>}
       : tensor<?x520xbf16>, tensor<?x264xbf16>, tensor<16xi32>
@@ -793,8 +793,8 @@ func.func @gmm_wgrad_ws_split4(%x: tensor<?x200xbf16>, %dy: tensor<?x200xbf16>,
                                %ids: tensor<?x1xi32>) -> tensor<8x200x200xbf16> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
-  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
-      {mode = #moe.mode<weight_grad>, k = 1 : i64,
+  %g = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {k = 1 : i64,
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128, row_splits = 4>}
       : tensor<?x200xbf16>, tensor<?x200xbf16>, tensor<8xi32>
@@ -812,8 +812,8 @@ func.func @gmm_wgrad_rows_ws_split4(%x: tensor<?x200xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x200xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x200xbf16>
-  %g = moe.grouped_matmul %rows, %dy, %offsets
-      {mode = #moe.mode<weight_grad>,
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
+      {
        moe.tile = #moe.tile<m = 128, n = 256, k = 64, threads = 384,
                             producers = 128, row_splits = 4>}
       : tensor<?x200xbf16>, tensor<?x200xbf16>, tensor<8xi32>
@@ -832,14 +832,14 @@ func.func @gmm_wgrad_acc_layouts(%x: tensor<?x48xbf16>, %dy: tensor<?x40xbf16>
     -> (tensor<6x40x48xf32>, tensor<48x6x40xf32>) {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 6
       : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<6xi32>
-  %gt = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+  %gt = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
       accumulate(%main_t : tensor<6x40x48xf32>)
-      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64}
+      {transpose_rhs, k = 2 : i64}
       : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
       -> tensor<6x40x48xf32>
-  %gc = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+  %gc = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
       accumulate(%main_c : tensor<48x6x40xf32>)
-      {mode = #moe.mode<weight_grad>, experts_in_columns, k = 2 : i64}
+      {experts_in_columns, k = 2 : i64}
       : tensor<?x48xbf16>, tensor<?x40xbf16>, tensor<6xi32>
       -> tensor<48x6x40xf32>
   return %gt, %gc : tensor<6x40x48xf32>, tensor<48x6x40xf32>

@@ -15,10 +15,10 @@
 
 // BUNDLE: entry tune0_0 [sm_90a]
 // BUNDLE: 1 arg1 input bf16 [64, 4, 16]
-// BUNDLE: moe.grouped_matmul {{.*}} experts_in_columns=true {{.*}}mode=forward
+// BUNDLE: moe.grouped_matmul {{.*}} experts_in_columns=true
 // BUNDLE: entry tune1_0 [sm_90a]
 // BUNDLE: 3 result0 output f32 [64, 4, 16]
-// BUNDLE: moe.grouped_matmul {{.*}} experts_in_columns=true {{.*}}mode=weight_grad
+// BUNDLE: moe.grouped_weight_grad {{.*}} experts_in_columns=true
 
 func.func @du(%dy: tensor<?x64xbf16>, %b: tensor<64x4x16xbf16>,
               %offsets: tensor<4xi32>) -> tensor<?x16xbf16> {
@@ -30,8 +30,8 @@ func.func @du(%dy: tensor<?x64xbf16>, %b: tensor<64x4x16xbf16>,
 
 func.func @db(%dy: tensor<?x64xbf16>, %u: tensor<?x16xbf16>,
               %offsets: tensor<4xi32>) -> tensor<64x4x16xf32> {
-  %db = moe.grouped_matmul %dy, %u, %offsets
-      {experts_in_columns, mode = #moe.mode<weight_grad>}
+  %db = moe.grouped_weight_grad %dy, %u, %offsets
+      {experts_in_columns}
       : tensor<?x64xbf16>, tensor<?x16xbf16>, tensor<4xi32>
       -> tensor<64x4x16xf32>
   return %db : tensor<64x4x16xf32>

@@ -19,7 +19,7 @@
 // BUNDLE: entry tune0_0 [sm_90a]
 // BUNDLE: 0 arg0 input bf16 [s0, 64]
 // BUNDLE: 3 arg3 input bf16 [s0, 512]
-// BUNDLE: moe.grouped_matmul (0, 1, 2, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 3, -1) -> (4) activation=swiglu_grad
+// BUNDLE: moe.grouped_matmul (0, 1, 2, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 3) -> (4) activation=swiglu_grad
 
 func.func @down_dx(%dy: tensor<?x64xbf16> {moe.sym = "M"},
                    %w: tensor<4x64x256xbf16>, %offsets: tensor<4xi32>,

@@ -16,13 +16,13 @@
 // BUNDLE: 0 arg0 input bf16 [s0, 256]
 // BUNDLE-NEXT: 1 arg1 input bf16 [s1, 64]
 // BUNDLE: output bf16 [4, 64, 256]
-// BUNDLE: moe.grouped_matmul {{.*}}mode=weight_grad {{.*}}transpose_rhs=true
+// BUNDLE: moe.grouped_weight_grad {{.*}}transpose_rhs=true
 
 func.func @dw(%x: tensor<?x256xbf16>, %dy: tensor<?x64xbf16>,
               %offsets: tensor<4xi32>, %slots: tensor<?xi32>)
     -> tensor<4x64x256xbf16> {
-  %g = moe.grouped_matmul %x, %dy, %offsets gather(%slots : tensor<?xi32>)
-      {mode = #moe.mode<weight_grad>, transpose_rhs, k = 2 : i64}
+  %g = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      {transpose_rhs, k = 2 : i64}
       : tensor<?x256xbf16>, tensor<?x64xbf16>, tensor<4xi32>
       -> tensor<4x64x256xbf16>
   return %g : tensor<4x64x256xbf16>

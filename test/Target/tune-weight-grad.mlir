@@ -1,4 +1,4 @@
-// moec tune covers the weight gradient (mode = weight_grad) on sm_90a: its
+// moec tune covers the weight gradient (moe.grouped_weight_grad) on sm_90a: its
 // own key, the output gradient (rhs) sized by the op's rows like the lhs,
 // and the kernel's default first (block barriers at n = 256: the output is
 // 256 wide; its 4 output tiles split each expert's rows 16 ways), then the
@@ -11,7 +11,7 @@
 
 // MANIFEST: "args": [
 // MANIFEST-NEXT: "lhs",
-// MANIFEST-NEXT: "rhs",
+// MANIFEST-NEXT: "grad_out",
 // MANIFEST-NEXT: "offsets"
 // MANIFEST-NEXT: ],
 // MANIFEST: "default": true,
@@ -28,7 +28,7 @@
 // BUNDLE-NEXT: 1 arg1 input bf16 [s0, 256]
 func.func @wgrad(%x: tensor<?x64xbf16>, %dy: tensor<?x256xbf16>,
                  %offsets: tensor<4xi32>) -> tensor<4x64x256xf32> {
-  %g = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>}
+  %g = moe.grouped_weight_grad %x, %dy, %offsets 
       : tensor<?x64xbf16>, tensor<?x256xbf16>, tensor<4xi32>
       -> tensor<4x64x256xf32>
   return %g : tensor<4x64x256xf32>

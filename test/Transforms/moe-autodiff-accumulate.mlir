@@ -5,9 +5,9 @@
 // RUN: not moec-opt %s -moe-autodiff="func=layer accumulate=1" 2>&1 | FileCheck %s --check-prefix=ROUTER
 // RUN: not moec-opt %s -moe-autodiff="func=layer wrt=0,3 accumulate=2" 2>&1 | FileCheck %s --check-prefix=NOGRAD
 // RUN: not moec-opt %s -moe-autodiff="func=shared accumulate=1" 2>&1 | FileCheck %s --check-prefix=SHARED
-// ROUTER: error: 'func.func' op moe-autodiff: option 'accumulate' names argument 1, whose gradient is not one weight-gradient grouped matmul
+// ROUTER: error: 'func.func' op moe-autodiff: option 'accumulate' names argument 1, whose gradient is not one moe.grouped_weight_grad
 // NOGRAD: error: 'func.func' op moe-autodiff: option 'accumulate' names argument 2, whose gradient the backward does not return
-// SHARED: error: 'func.func' op moe-autodiff: option 'accumulate' names argument 1, whose gradient is not one weight-gradient grouped matmul
+// SHARED: error: 'func.func' op moe-autodiff: option 'accumulate' names argument 1, whose gradient is not one moe.grouped_weight_grad
 
 // The main gradients come after the result's gradient, in argument order
 // (the option's order does not matter), f32 and named after the weights;
@@ -17,8 +17,8 @@
 // CHECK-SAME:    %[[MGU:[a-z0-9]+]]: tensor<4x24x16xf32> {moe.name = "w_gate_up_main_grad"}, %[[MD:[a-z0-9]+]]: tensor<4x16x12xf32> {moe.name = "w_down_main_grad"})
 // CHECK-SAME:    -> (tensor<?x16xbf16>, tensor<4x16xbf16>, tensor<4x24x16xf32>, tensor<4x16x12xf32>)
 // CHECK-SAME:    attributes {moe.accumulated = array<i64: 2, 3>, moe.grad_of = "layer"
-// CHECK:         %[[DWD:.*]] = moe.grouped_matmul %{{.*}} accumulate(%[[MD]] : tensor<4x16x12xf32>) {mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x12xbf16>, tensor<4xi32> -> tensor<4x16x12xf32>
-// CHECK:         %[[DWGU:.*]] = moe.grouped_matmul %{{.*}} accumulate(%[[MGU]] : tensor<4x24x16xf32>) {mode = #moe.mode<weight_grad>} : tensor<?x24xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x24x16xf32>
+// CHECK:         %[[DWD:.*]] = moe.grouped_weight_grad %{{.*}} accumulate(%[[MD]] : tensor<4x16x12xf32>) : tensor<?x16xbf16>, tensor<?x12xbf16>, tensor<4xi32> -> tensor<4x16x12xf32>
+// CHECK:         %[[DWGU:.*]] = moe.grouped_weight_grad %{{.*}} accumulate(%[[MGU]] : tensor<4x24x16xf32>) : tensor<?x24xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x24x16xf32>
 // CHECK:         return %{{.*}}, %{{.*}}, %[[DWGU]], %[[DWD]] :
 
 // save=matmuls: gate_up's weight gradient reads x by slot (transpose_rhs
@@ -26,7 +26,7 @@
 // GATHER-LABEL: func.func @layer_grad(
 // GATHER-SAME:    %[[M:[a-z0-9]+]]: tensor<4x24x16xf32> {moe.name = "w_gate_up_main_grad"})
 // GATHER-SAME:    -> (tensor<?x16xbf16>, tensor<4x16xbf16>, tensor<4x24x16xf32>, tensor<4x16x12xbf16>)
-// GATHER:         moe.grouped_matmul %arg0, %{{.*}} gather(%{{.*}}) accumulate(%[[M]] : tensor<4x24x16xf32>) {k = 2 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+// GATHER:         moe.grouped_weight_grad %arg0, %{{.*}} gather(%{{.*}}) accumulate(%[[M]] : tensor<4x24x16xf32>) {k = 2 : i64, transpose_rhs}
 func.func @layer(%x: tensor<?x16xbf16> {moe.name = "x"},
                  %gate_w: tensor<4x16xbf16> {moe.name = "gate_w"},
                  %w_gate_up: tensor<4x24x16xbf16> {moe.name = "w_gate_up"},

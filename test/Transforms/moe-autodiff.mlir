@@ -33,10 +33,10 @@
 // CHECK-NOT:     moe.router_topk %
 // CHECK:         %[[DROWS:.*]], %[[DW:.*]] = moe.unpermute_grad %[[DY]], %[[SSLOTS]], %[[SOFFS]] k = 2 positions(%[[SPOS]] : tensor<?xi32>) weights(%[[SW]], %[[SDOWN]] :
 // CHECK:         %[[DA:.*]] = moe.grouped_matmul %[[DROWS]], %[[WD]], %[[SOFFS]] : tensor<?x16xbf16>, tensor<4x16x12xbf16>, tensor<4xi32> -> tensor<?x12xbf16>
-// CHECK:         %[[DWD:.*]] = moe.grouped_matmul %[[DROWS]], %[[SA]], %[[SOFFS]] {mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x12xbf16>, tensor<4xi32> -> tensor<4x16x12xbf16>
+// CHECK:         %[[DWD:.*]] = moe.grouped_weight_grad %[[DROWS]], %[[SA]], %[[SOFFS]] : tensor<?x16xbf16>, tensor<?x12xbf16>, tensor<4xi32> -> tensor<4x16x12xbf16>
 // CHECK:         %[[DH:.*]] = moe.swiglu_grad %[[SH]], %[[DA]]
 // CHECK:         %[[DR:.*]] = moe.grouped_matmul %[[DH]], %[[WGU]], %[[SOFFS]] : tensor<?x24xbf16>, tensor<4x24x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
-// CHECK:         %[[DWGU:.*]] = moe.grouped_matmul %[[DH]], %[[SROWS]], %[[SOFFS]] {mode = #moe.mode<weight_grad>}
+// CHECK:         %[[DWGU:.*]] = moe.grouped_weight_grad %[[DH]], %[[SROWS]], %[[SOFFS]] 
 // CHECK:         %[[DT:.*]] = moe.permute_grad %[[DR]], %[[SSLOTS]], %[[SOFFS]] k = 2 positions(%[[SPOS]] : tensor<?xi32>)
 // The logits were accumulated in f32 from bf16 operands: their gradient is
 // bf16, so the router's backward matmuls take like operands.
@@ -61,7 +61,7 @@
 // MATMULS-NOT:     moe.permute %
 // MATMULS:         moe.swiglu %
 // MATMULS:         moe.unpermute_grad
-// MATMULS:         moe.grouped_matmul %arg0, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>, transpose_rhs}
+// MATMULS:         moe.grouped_weight_grad %arg0, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, transpose_rhs}
 
 // save=inputs: the backward takes the forward's inputs and the output
 // gradient only, and recomputes the forward.
@@ -122,11 +122,11 @@ func.func @layer(%x: tensor<?x16xbf16>, %gate_w: tensor<4x16xbf16>,
 // CHECK-SAME:    moe.wrt = array<i64: 1, 2, 3>
 // CHECK:         moe.grouped_matmul %{{.*}}, %arg3, %{{.*}} : tensor<?x8xbf16>, tensor<4x8x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
 // CHECK-NOT:     moe.permute {{.*}}%arg1
-// CHECK:         moe.grouped_matmul %arg1, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x16xbf16>, tensor<?x8xbf16>, tensor<4xi32> -> tensor<4x8x16xbf16>
+// CHECK:         moe.grouped_weight_grad %arg1, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, transpose_rhs} : tensor<?x16xbf16>, tensor<?x8xbf16>, tensor<4xi32> -> tensor<4x8x16xbf16>
 // CHECK:         moe.grouped_matmul %{{.*}}, %arg2, %{{.*}} {transpose_rhs} : tensor<?x8xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
 // CHECK:         moe.permute_grad
 // CHECK:         linalg.add
-// CHECK:         moe.grouped_matmul %arg1, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x8xbf16>, tensor<4xi32> -> tensor<4x16x8xbf16>
+// CHECK:         moe.grouped_weight_grad %arg1, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64} : tensor<?x16xbf16>, tensor<?x8xbf16>, tensor<4xi32> -> tensor<4x16x8xbf16>
 func.func @gathered(%ids: tensor<?x2xi32>, %x: tensor<?x16xbf16> {moe.wrt},
                     %w1: tensor<4x16x8xbf16> {moe.wrt},
                     %w2: tensor<4x8x16xbf16> {moe.wrt})
@@ -172,13 +172,13 @@ func.func @frozen_side(%y: tensor<?x256xbf16>, %c: tensor<?x24xbf16>,
 // CHECK-LABEL: func.func @lora_experts_grad(
 // CHECK-SAME:    -> (tensor<8x16xbf16>, tensor<24x8xbf16>, tensor<8x12xbf16>, tensor<16x8xbf16>)
 // CHECK-SAME:    moe.wrt = array<i64: 4, 5, 6, 7>
-// CHECK-NOT:     mode = #moe.mode<weight_grad>
+// CHECK-NOT:     moe.grouped_weight_grad
 // CHECK-NOT:     moe.permute_grad
 // CHECK:         moe.grouped_matmul %{{.*}}, %arg3, %{{.*}} lora(%arg6, %arg7 : tensor<8x12xbf16>, tensor<16x8xbf16>) {lora_scaling = 2.000000e+00 : f32, transpose_lora} : tensor<?x16xbf16>, tensor<4x16x12xbf16>, tensor<4xi32> -> tensor<?x12xbf16>
 // CHECK:         %[[DA2:.*]], %[[DB2:.*]] = moe.lora_grad %{{.*}}, %{{.*}}, %{{.*}} lora(%arg6, %arg7 : tensor<8x12xbf16>, tensor<16x8xbf16>) {lora_scaling = 2.000000e+00 : f32} : tensor<?x12xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<8x12xbf16>, tensor<16x8xbf16>
 // CHECK:         moe.swiglu_grad
 // CHECK:         %[[DA1:.*]], %[[DB1:.*]] = moe.lora_grad %arg1, %{{.*}}, %{{.*}} lora(%arg4, %arg5 : tensor<8x16xbf16>, tensor<24x8xbf16>) gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, lora_scaling = 2.000000e+00 : f32} : tensor<?x16xbf16>, tensor<?x24xbf16>, tensor<4xi32> -> tensor<8x16xbf16>, tensor<24x8xbf16>
-// CHECK-NOT:     mode = #moe.mode<weight_grad>
+// CHECK-NOT:     moe.grouped_weight_grad
 // CHECK:         return %[[DA1]], %[[DB1]], %[[DA2]], %[[DB2]]
 func.func @lora_experts(%ids: tensor<?x2xi32>, %x: tensor<?x16xbf16>,
                         %w1: tensor<4x16x24xbf16>, %w2: tensor<4x16x12xbf16>,

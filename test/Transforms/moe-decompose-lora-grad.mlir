@@ -29,9 +29,9 @@
 // CHECK: %[[U:.*]] = moe.grouped_matmul %arg0, %[[A3]], %{{.*}} gather(%{{.*}} : tensor<?xi32>) row_scale(%[[S]] : tensor<?xf32>) {k = 2 : i64, transpose_rhs} : tensor<?x64xbf16>, tensor<4x16x64xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
 // CHECK: %[[B3:.*]] = tensor.expand_shape %arg4 {{\[\[}}0], [1, 2]] output_shape [48, 4, 16] : tensor<48x64xbf16> into tensor<48x4x16xbf16>
 // CHECK: %[[DU:.*]] = moe.grouped_matmul %arg1, %[[B3]], %{{.*}} row_scale(%[[S]] : tensor<?xf32>) {experts_in_columns} : tensor<?x48xbf16>, tensor<48x4x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
-// CHECK: %[[DB3:.*]] = moe.grouped_matmul %arg1, %[[U]], %{{.*}} {experts_in_columns, mode = #moe.mode<weight_grad>} : tensor<?x48xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<48x4x16xf32>
+// CHECK: %[[DB3:.*]] = moe.grouped_weight_grad %arg1, %[[U]], %{{.*}} {experts_in_columns} : tensor<?x48xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<48x4x16xf32>
 // CHECK: %[[DB:.*]] = tensor.collapse_shape %[[DB3]] {{\[\[}}0], [1, 2]] : tensor<48x4x16xf32> into tensor<48x64xf32>
-// CHECK: %[[DA3:.*]] = moe.grouped_matmul %arg0, %[[DU]], %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x64xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x16x64xf32>
+// CHECK: %[[DA3:.*]] = moe.grouped_weight_grad %arg0, %[[DU]], %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 2 : i64, transpose_rhs} : tensor<?x64xbf16>, tensor<?x16xbf16>, tensor<4xi32> -> tensor<4x16x64xf32>
 // CHECK-NOT: linalg.transpose
 // CHECK: %[[DA:.*]] = tensor.collapse_shape %[[DA3]] {{\[\[}}0, 1], [2]] : tensor<4x16x64xf32> into tensor<64x64xf32>
 // CHECK-NOT: moe.lora_grad
@@ -41,7 +41,7 @@
 // CHECK-LABEL: func.func @grouped
 // CHECK-NOT: linalg.fill
 // CHECK: moe.grouped_matmul %arg0, %{{.*}}, %{{.*}} {transpose_rhs} : tensor<?x40xbf16>, tensor<3x8x40xbf16>, tensor<3xi32> -> tensor<?x8xbf16>
-// CHECK: %[[DA3:.*]] = moe.grouped_matmul %{{.*}}, %arg0, %{{.*}} {mode = #moe.mode<weight_grad>} : tensor<?x8xbf16>, tensor<?x40xbf16>, tensor<3xi32> -> tensor<3x8x40xbf16>
+// CHECK: %[[DA3:.*]] = moe.grouped_weight_grad %{{.*}}, %arg0, %{{.*}} : tensor<?x8xbf16>, tensor<?x40xbf16>, tensor<3xi32> -> tensor<3x8x40xbf16>
 // CHECK: tensor.collapse_shape %[[DA3]] {{\[\[}}0, 1], [2]] : tensor<3x8x40xbf16> into tensor<24x40xbf16>
 
 // CHECK-LABEL: func.func @kept
@@ -69,8 +69,8 @@
 // SM90: gathered_k3_fill
 // SM90-NEXT: grouped_matmul_wgmma grid
 // SM90-NEXT: grouped_matmul_wgmma grid
-// SM90-NEXT: grouped_matmul_wgmma grid
-// SM90-NEXT: grouped_matmul_wgmma grid
+// SM90-NEXT: grouped_weight_grad_wgmma grid
+// SM90-NEXT: grouped_weight_grad_wgmma grid
 // SM90-NOT: _transpose
 // SM90-NOT: lora_grad
 // SM90-NOT: _shape grid

@@ -145,9 +145,9 @@ func.func @no_fuse_other_offsets(%x: tensor<4x16xbf16>, %w: tensor<4x16x32xbf16>
 // CHECK-LABEL: func @no_fuse_weight_grad
 func.func @no_fuse_weight_grad(%x: tensor<4x16xbf16>, %dy: tensor<8x32xbf16>, %slots: tensor<8xi32>, %o: tensor<4xi32>) -> tensor<4x16x32xf32> {
   // CHECK: %[[ROWS:.*]] = moe.permute
-  // CHECK: moe.grouped_matmul %[[ROWS]]
+  // CHECK: moe.grouped_weight_grad %[[ROWS]]
   %rows = moe.permute %x, %slots, %o k = 2 : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
-  %dw = moe.grouped_matmul %rows, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  %dw = moe.grouped_weight_grad %rows, %dy, %o : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return %dw : tensor<4x16x32xf32>
 }
 
@@ -210,8 +210,8 @@ func.func @fuse_unpermute_grad_lora(%dy: tensor<?x16xbf16>, %w: tensor<?x2xf32>,
   // CHECK-DAG: %[[DA:.*]] = moe.grouped_matmul %[[DY]], %[[WD]], %[[O]] gather(%[[S]] : tensor<?xi32>) row_scale(%[[WS1]] : tensor<?xf32>) {k = 2 : i64}
   // CHECK-DAG: %[[U:.*]] = moe.grouped_matmul %[[A]], %[[LA]], %[[O]] row_scale(%[[WS2]] : tensor<?xf32>) {transpose_rhs}
   // CHECK-DAG: %[[DU:.*]] = moe.grouped_matmul %[[DY]], %[[LB]], %[[O]] gather(%[[S]] : tensor<?xi32>) row_scale(%[[WS2]] : tensor<?xf32>) {k = 2 : i64, transpose_rhs}
-  // CHECK-DAG: %[[DB:.*]] = moe.grouped_matmul %[[DY]], %[[U]], %[[O]] gather(%[[S]] : tensor<?xi32>) {k = 2 : i64, mode = #moe.mode<weight_grad>}
-  // CHECK-DAG: %[[DAA:.*]] = moe.grouped_matmul %[[DU]], %[[A]], %[[O]] {mode = #moe.mode<weight_grad>}
+  // CHECK-DAG: %[[DB:.*]] = moe.grouped_weight_grad %[[DY]], %[[U]], %[[O]] gather(%[[S]] : tensor<?xi32>) {k = 2 : i64}
+  // CHECK-DAG: %[[DAA:.*]] = moe.grouped_weight_grad %[[DU]], %[[A]], %[[O]]
   // CHECK: return %[[DA]], %[[DB]], %[[DAA]], %[[DW]]
   %c0 = arith.constant 0 : index
   %two = arith.constant 2.0 : f32
@@ -222,8 +222,8 @@ func.func @fuse_unpermute_grad_lora(%dy: tensor<?x16xbf16>, %w: tensor<?x2xf32>,
   %s = linalg.fill ins(%two : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
   %u = moe.grouped_matmul %a, %la, %o row_scale(%s : tensor<?xf32>) {transpose_rhs} : tensor<?x8xbf16>, tensor<4x4x8xbf16>, tensor<4xi32> -> tensor<?x4xbf16>
   %du = moe.grouped_matmul %dr, %lbt, %o row_scale(%s : tensor<?xf32>) {transpose_rhs} : tensor<?x16xbf16>, tensor<4x4x16xbf16>, tensor<4xi32> -> tensor<?x4xbf16>
-  %db = moe.grouped_matmul %dr, %u, %o {mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x4xbf16>, tensor<4xi32> -> tensor<4x16x4xf32>
-  %daa = moe.grouped_matmul %du, %a, %o {mode = #moe.mode<weight_grad>} : tensor<?x4xbf16>, tensor<?x8xbf16>, tensor<4xi32> -> tensor<4x4x8xf32>
+  %db = moe.grouped_weight_grad %dr, %u, %o : tensor<?x16xbf16>, tensor<?x4xbf16>, tensor<4xi32> -> tensor<4x16x4xf32>
+  %daa = moe.grouped_weight_grad %du, %a, %o : tensor<?x4xbf16>, tensor<?x8xbf16>, tensor<4xi32> -> tensor<4x4x8xf32>
   return %da, %db, %daa, %dw : tensor<?x8xbf16>, tensor<4x16x4xf32>, tensor<4x4x8xf32>, tensor<?x2xf32>
 }
 
@@ -236,10 +236,10 @@ func.func @keep_unpermute_grad_full_weight_grad(%dy: tensor<4x16xbf16>, %w: tens
   // CHECK: %[[DR:.*]], %{{.*}} = moe.unpermute_grad
   // CHECK-NOT: moe.permute_probs
   // CHECK: moe.grouped_matmul %[[DR]]
-  // CHECK: moe.grouped_matmul %[[DR]]
+  // CHECK: moe.grouped_weight_grad %[[DR]]
   %dr, %dw = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<4x2xf32>, tensor<8x16xbf16> -> tensor<4x2xf32>) : tensor<4x16xbf16>, tensor<8xi32>, tensor<4xi32> -> tensor<8x16xbf16>
   %da = moe.grouped_matmul %dr, %wd, %o : tensor<8x16xbf16>, tensor<4x16x8xbf16>, tensor<4xi32> -> tensor<8x8xbf16>
-  %dwd = moe.grouped_matmul %dr, %a, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x8xbf16>, tensor<4xi32> -> tensor<4x16x8xf32>
+  %dwd = moe.grouped_weight_grad %dr, %a, %o : tensor<8x16xbf16>, tensor<8x8xbf16>, tensor<4xi32> -> tensor<4x16x8xf32>
   return %da, %dwd, %dw : tensor<8x8xbf16>, tensor<4x16x8xf32>, tensor<4x2xf32>
 }
 
@@ -271,7 +271,7 @@ func.func @keep_unpermute_grad(%dy: tensor<4x16xbf16>, %w: tensor<4x2xf32>, %y: 
 func.func @keep_unpermute_grad_scaled_twice(%dy: tensor<?x16xbf16>, %w: tensor<?x2xf32>, %y: tensor<?x16xbf16>, %wd: tensor<4x16x4xbf16>, %slots: tensor<?xi32>, %o: tensor<4xi32>) -> (tensor<4x16x4xf32>, tensor<?x2xf32>) {
   %dr, %dw = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<?x2xf32>, tensor<?x16xbf16> -> tensor<?x2xf32>) : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
   %t = moe.grouped_matmul %dr, %wd, %o : tensor<?x16xbf16>, tensor<4x16x4xbf16>, tensor<4xi32> -> tensor<?x4xbf16>
-  %db = moe.grouped_matmul %dr, %t, %o {mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x4xbf16>, tensor<4xi32> -> tensor<4x16x4xf32>
+  %db = moe.grouped_weight_grad %dr, %t, %o : tensor<?x16xbf16>, tensor<?x4xbf16>, tensor<4xi32> -> tensor<4x16x4xf32>
   return %db, %dw : tensor<4x16x4xf32>, tensor<?x2xf32>
 }
 
@@ -282,7 +282,7 @@ func.func @keep_unpermute_grad_scaled_twice(%dy: tensor<?x16xbf16>, %w: tensor<?
 func.func @keep_unpermute_grad_rhs_before(%dy: tensor<?x16xbf16>, %w: tensor<?x2xf32>, %y: tensor<?x16xbf16>, %a: tensor<?x8xbf16>, %la: tensor<4x4x8xbf16>, %slots: tensor<?xi32>, %o: tensor<4xi32>) -> (tensor<4x16x4xf32>, tensor<?x2xf32>) {
   %u = moe.grouped_matmul %a, %la, %o {transpose_rhs} : tensor<?x8xbf16>, tensor<4x4x8xbf16>, tensor<4xi32> -> tensor<?x4xbf16>
   %dr, %dw = moe.unpermute_grad %dy, %slots, %o k = 2 weights(%w, %y : tensor<?x2xf32>, tensor<?x16xbf16> -> tensor<?x2xf32>) : tensor<?x16xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x16xbf16>
-  %db = moe.grouped_matmul %dr, %u, %o {mode = #moe.mode<weight_grad>} : tensor<?x16xbf16>, tensor<?x4xbf16>, tensor<4xi32> -> tensor<4x16x4xf32>
+  %db = moe.grouped_weight_grad %dr, %u, %o : tensor<?x16xbf16>, tensor<?x4xbf16>, tensor<4xi32> -> tensor<4x16x4xf32>
   return %db, %dw : tensor<4x16x4xf32>, tensor<?x2xf32>
 }
 

@@ -59,11 +59,11 @@ func.func @row_ops(%h: tensor<?x64xbf16>, %da: tensor<?x32xbf16>, %x: tensor<?x2
 // OPTS-LABEL: func @matmul_shapes
 func.func @matmul_shapes(%x: tensor<?x64xbf16>, %w: tensor<8x64x8xbf16>, %dy: tensor<?x32xbf16>, %o: tensor<8xi32>) -> (tensor<?x8xbf16>, tensor<8x64x32xf32>) {
   // CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 16, n = 8, k = 32, threads = 128>
-  // CHECK: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 256>
+  // CHECK: moe.grouped_weight_grad {{.*}}moe.tile = #moe.tile<m = 16, n = 16, k = 32, threads = 256>
   // OPTS: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 32, n = 8, k = 64, threads = 512>
-  // OPTS: moe.grouped_matmul {{.*}}moe.tile = #moe.tile<m = 32, n = 16, k = 64, threads = 512>
+  // OPTS: moe.grouped_weight_grad {{.*}}moe.tile = #moe.tile<m = 32, n = 16, k = 64, threads = 512>
   %y = moe.grouped_matmul %x, %w, %o : tensor<?x64xbf16>, tensor<8x64x8xbf16>, tensor<8xi32> -> tensor<?x8xbf16>
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<8xi32> -> tensor<8x64x32xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %o : tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<8xi32> -> tensor<8x64x32xf32>
   return %y, %dw : tensor<?x8xbf16>, tensor<8x64x32xf32>
 }
 

@@ -49,7 +49,7 @@ TEST_F(MoeOpsTest, EnumsRoundTrip) {
   EXPECT_EQ(symbolizeTopKOrder("topk_then_softmax"),
             TopKOrder::topk_then_softmax);
   EXPECT_EQ(symbolizeQuantAxis("colwise"), QuantAxis::colwise);
-  EXPECT_FALSE(symbolizeMatmulMode("backward").has_value());
+  EXPECT_FALSE(symbolizeActivation("relu").has_value());
 }
 
 TEST_F(MoeOpsTest, BuildRoutingChain) {

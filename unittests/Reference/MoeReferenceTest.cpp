@@ -3,8 +3,8 @@
 // Part of moec. The reference is the oracle for every kernel, so it is checked
 // two ways: small cases worked out by hand, and identities between ops on
 // random inputs (permute/unpermute invert each other and their gradients are
-// their adjoints, a gathered matmul equals permute then matmul, weight_grad
-// is the adjoint of the forward matmul, swiglu_grad matches finite
+// their adjoints, a gathered matmul equals permute then matmul, the weight
+// gradient is the adjoint of the forward matmul, swiglu_grad matches finite
 // differences, ...).
 //
 //===----------------------------------------------------------------------===//
@@ -592,7 +592,7 @@ TEST(Reference, WeightGradIsTheAdjointOfTheForward) {
     gather.k = p.k;
     DTensor y = groupedMatmul(p.x, p.w, offsets, gather);
     DTensor g = randomTensor(y.shape, rng);
-    DTensor dw = groupedMatmulWeightGrad(p.x, g, offsets, &slots, p.k);
+    DTensor dw = groupedWeightGrad(p.x, g, offsets, &slots, p.k);
     EXPECT_NEAR(dot(y, g), dot(p.w, dw), 1e-10 * std::fabs(dot(y, g)));
   }
 }
@@ -600,7 +600,7 @@ TEST(Reference, WeightGradIsTheAdjointOfTheForward) {
 TEST(Reference, WeightGradOfAnEmptyExpertIsZero) {
   DTensor x({2, 1}, {1, 2});
   DTensor g({2, 1}, {3, 4});
-  DTensor dw = groupedMatmulWeightGrad(x, g, ITensor({3}, {0, 2, 2}));
+  DTensor dw = groupedWeightGrad(x, g, ITensor({3}, {0, 2, 2}));
   EXPECT_EQ(dw.data, (std::vector<double>{0, 11, 0}));
 }
 

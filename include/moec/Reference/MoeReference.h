@@ -178,17 +178,16 @@ struct GroupedMatmulOptions {
   int64_t scaleGroup = 128;
 };
 
-/// moe.grouped_matmul, mode = forward.
+/// moe.grouped_matmul.
 DTensor groupedMatmul(const DTensor &lhs, const DTensor &rhs,
                       const ITensor &offsets,
                       const GroupedMatmulOptions &options = {});
 
-/// moe.grouped_matmul, mode = weight_grad: per group lhsᵀ · grad -> [E, K, N].
-/// `gatherSlots` (with k) gathers the lhs rows as in the forward mode.
-DTensor groupedMatmulWeightGrad(const DTensor &lhs, const DTensor &grad,
-                                const ITensor &offsets,
-                                const ITensor *gatherSlots = nullptr,
-                                int64_t k = 0);
+/// moe.grouped_weight_grad: per group lhsᵀ · grad -> [E, K, N].
+/// `gatherSlots` (with k) gathers the lhs rows as moe.grouped_matmul does.
+DTensor groupedWeightGrad(const DTensor &lhs, const DTensor &grad,
+                          const ITensor &offsets,
+                          const ITensor *gatherSlots = nullptr, int64_t k = 0);
 
 struct LoraGradResult {
   DTensor gradA; ///< [E*r, K], like lora_a

@@ -103,6 +103,11 @@ Value KernelBuilder::sigmoid(Value x) {
       arith::FastMathFlags::afn);
 }
 
+Value KernelBuilder::swiglu(Value gate, Value up) {
+  Value s = sigmoid(gate);
+  return fmul(fmul(gate, s), up);
+}
+
 std::pair<Value, Value> KernelBuilder::swigluGrad(Value dy, Value gate,
                                                   Value up) {
   // d/dg silu(g)·u = u·s·(1 + g·(1 − s)); d/du = g·s.

@@ -68,6 +68,9 @@ public:
   /// and AMDGPU without the vendors' device math libraries.
   mlir::Value exp(mlir::Value x);
   mlir::Value sigmoid(mlir::Value x);
+  /// SwiGLU (f32): silu(gate)·up = gate·sigmoid(gate)·up, the one formula
+  /// every kernel's SwiGLU uses.
+  mlir::Value swiglu(mlir::Value gate, mlir::Value up);
   /// SwiGLU's input gradient (f32): {dGate, dUp} of silu(gate)·up for the
   /// output gradient `dy`.
   std::pair<mlir::Value, mlir::Value> swigluGrad(mlir::Value dy,

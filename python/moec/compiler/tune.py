@@ -45,7 +45,8 @@ CACHE_FORMAT = 1
 MANIFEST_FORMAT = 1
 CHECK_TOLERANCE = 1e-2
 # Arguments the tuner can fill; the sm_90a kernel takes no others.
-KNOWN_ROLES = ("lhs", "rhs", "offsets", "gather_slots", "bias", "lora_a",
+KNOWN_ROLES = ("lhs", "rhs", "grad_out", "offsets", "gather_slots", "bias",
+               "lora_a",
                "lora_b", "row_scale", "scatter_slots", "scatter_weights",
                "activation_input", "accumulate")
 

@@ -16,14 +16,14 @@ from . import _dtypes
 from ._checks import (_attr_dict, _choice, _dtype_in, _float, _positions_text,
                       _positive, _rank, _same_dim, _token_rows)
 from ._ir import Dim, Sym, Value, check_value, current_builder
-# The grouped matmul's two ops live in their own module (the most options of
+# The grouped matmul's ops live in their own module (the most options of
 # the dialect); re-exported here.
-from ._matmul_ops import grouped_matmul, lora_grad
+from ._matmul_ops import grouped_matmul, grouped_weight_grad, lora_grad
 
 __all__ = [
     "matmul", "router_topk", "router_topk_grad", "sort_by_expert", "permute",
     "permute_probs", "unpermute", "permute_grad", "unpermute_grad",
-    "grouped_matmul",
+    "grouped_matmul", "grouped_weight_grad",
     "lora_grad", "swiglu", "swiglu_grad", "quantize", "dequantize",
 ]
 

@@ -30,15 +30,6 @@ func.func @flip_b_rows(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tens
 
 // -----
 
-// weight_grad takes no adapter, transposed or not
-func.func @flip_weight_grad(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x32xbf16>, %b: tensor<16x8xbf16>) {
-  // expected-error @+1 {{operand 'lora_a' is not supported with mode = weight_grad}}
-  %y = moe.grouped_matmul %x, %dy, %o lora(%a, %b : tensor<8x32xbf16>, tensor<16x8xbf16>) {transpose_lora, mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
 // lora_grad: lhs and grad_out share their element type
 func.func @grad_mixed_types(%x: tensor<8x16xbf16>, %dy: tensor<8x32xf32>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<32x8xbf16>) {
   // expected-error @+1 {{element type of operand 'grad_out' ('f32') must match operand 'lhs' ('bf16')}}

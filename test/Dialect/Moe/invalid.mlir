@@ -716,7 +716,7 @@ func.func @case78(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // lora_a without lora_b (generic form)
 func.func @case79(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>) {
   // expected-error @+1 {{operands 'lora_a' and 'lora_b' must be given together}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %a) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8x16xbf16>) -> tensor<8x32xbf16>
   return
 }
 
@@ -875,15 +875,6 @@ func.func @case87_swiglu_grad_odd_input(%x: tensor<8x48xbf16>, %w: tensor<4x48x?
 
 // -----
 
-// no activation_input in the weight gradient
-func.func @case87_weight_grad_activation_input(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %h: tensor<8x64xbf16>) {
-  // expected-error @+1 {{operand 'activation_input' is not supported with mode = weight_grad}}
-  %dw = moe.grouped_matmul %x, %dy, %o activation_input(%h : tensor<8x64xbf16>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
 // row scale must be f32
 func.func @case88(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xbf16>) {
   // expected-error @+1 {{operand 'row_scale' must be a 1-D tensor of f32 values}}
@@ -932,7 +923,7 @@ func.func @case92(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 // scatter_weights without scatter (generic form)
 func.func @case93(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
   // expected-error @+1 {{operand 'scatter_weights' requires operand 'scatter_slots'}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sw) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<8x32xbf16>
   return
 }
 
@@ -992,181 +983,127 @@ func.func @case99(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4x
 
 // -----
 
-// weight_grad rejects bias
-func.func @case100(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<4x32xf32>) {
-  // expected-error @+1 {{operand 'bias' is not supported with mode = weight_grad}}
-  %dw = moe.grouped_matmul %x, %dy, %o bias(%b : tensor<4x32xf32>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
-// weight_grad rejects lora_a
-func.func @case101(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %a: tensor<8x16xbf16>, %b: tensor<32x8xbf16>) {
-  // expected-error @+1 {{operand 'lora_a' is not supported with mode = weight_grad}}
-  %dw = moe.grouped_matmul %x, %dy, %o lora(%a, %b : tensor<8x16xbf16>, tensor<32x8xbf16>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
-// weight_grad rejects row_scale
-func.func @case102(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xf32>) {
-  // expected-error @+1 {{operand 'row_scale' is not supported with mode = weight_grad}}
-  %dw = moe.grouped_matmul %x, %dy, %o row_scale(%s : tensor<8xf32>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
-// weight_grad rejects scatter
-func.func @case103(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>) {
-  // expected-error @+1 {{operand 'scatter_slots' is not supported with mode = weight_grad}}
-  %dw = moe.grouped_matmul %x, %dy, %o scatter(%s : tensor<8xi32>) {mode = #moe.mode<weight_grad>, k = 2 : i64} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
-// weight_grad rejects scatter_weights (generic form)
-func.func @case104(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x2xf32>) {
-  // expected-error @+1 {{operand 'scatter_weights' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x2xf32>) -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
-// weight_grad rejects lora_b alone (generic form)
-func.func @case105(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %b: tensor<32x8xbf16>) {
-  // expected-error @+1 {{operand 'lora_b' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %b) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<32x8xbf16>) -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
-// weight_grad with transpose_rhs writes [E, N, K], not [E, K, N]
+// grouped_weight_grad with transpose_rhs writes [E, N, K], not [E, K, N]
 func.func @case106(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 2 of result 'out' (transpose_rhs) is 32 but must equal K, the columns of 'lhs' (16)}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %o {transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
 
 // -----
 
-// weight_grad with transpose_rhs: dimension 1 is N
+// grouped_weight_grad with transpose_rhs: dimension 1 is N
 func.func @case106b(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{dimension 1 of result 'out' (transpose_rhs) is 24 but must equal N, the columns of 'rhs' (32)}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x24x16xf32>
+  // expected-error @+1 {{dimension 1 of result 'out' (transpose_rhs) is 24 but must equal N, the columns of 'grad_out' (32)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o {transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x24x16xf32>
   return
 }
 
 // -----
 
-// weight_grad: one result layout, [K, E, N] or [E, N, K]
+// grouped_weight_grad: one result layout, [K, E, N] or [E, N, K]
 func.func @case106c(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{attributes 'experts_in_columns' and 'transpose_rhs' cannot be combined (the result is [K, E, N] or [E, N, K])}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, transpose_rhs, experts_in_columns} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<16x4x32xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %o {transpose_rhs, experts_in_columns} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<16x4x32xf32>
   return
 }
 
 // -----
 
-// weight_grad accumulate: the result's type, layout and element type
+// grouped_weight_grad accumulate: the result's type, layout and element type
 func.func @case106d(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %g: tensor<4x16x32xbf16>) {
   // expected-error @+1 {{operand 'accumulate' must have the type of result 'out' ('tensor<4x16x32xf32>'), got 'tensor<4x16x32xbf16>'}}
-  %dw = moe.grouped_matmul %x, %dy, %o accumulate(%g : tensor<4x16x32xbf16>) {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %o accumulate(%g : tensor<4x16x32xbf16>) : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
 
 // -----
 
-// weight_grad accumulate with transpose_rhs: [E, N, K], not [E, K, N]
+// grouped_weight_grad accumulate with transpose_rhs: [E, N, K], not [E, K, N]
 func.func @case106e(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %g: tensor<4x16x32xf32>) {
   // expected-error @+1 {{operand 'accumulate' must have the type of result 'out' ('tensor<4x32x16xf32>'), got 'tensor<4x16x32xf32>'}}
-  %dw = moe.grouped_matmul %x, %dy, %o accumulate(%g : tensor<4x16x32xf32>) {mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x32x16xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %o accumulate(%g : tensor<4x16x32xf32>) {transpose_rhs} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x32x16xf32>
   return
 }
 
 // -----
 
-// accumulate is a weight-gradient operand
-func.func @case106f(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %g: tensor<8x32xbf16>) {
-  // expected-error @+1 {{operand 'accumulate' is only used with mode = weight_grad}}
-  %y = moe.grouped_matmul %x, %w, %o accumulate(%g : tensor<8x32xbf16>) : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<8x32xbf16>
-  return
-}
-
-// -----
-
-// weight_grad rejects activation
-func.func @case107(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{attribute 'activation' is not supported with mode = weight_grad}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, activation = #moe.activation<swiglu>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
-// weight_grad: rhs is the 2-D output gradient
+// grouped_weight_grad: grad_out is the 2-D output gradient
 func.func @case108(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{operand 'rhs' (the output gradient) must be a 2-D tensor of floating-point values}}
-  %dw = moe.grouped_matmul %x, %w, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  // expected-error @+1 {{operand 'grad_out' must be a 2-D tensor of bf16, f16 or f32 values}}
+  %dw = moe.grouped_weight_grad %x, %w, %o : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
 
 // -----
 
-// weight_grad element types
+// grouped_weight_grad element types
 func.func @case109(%x: tensor<8x16xbf16>, %dy: tensor<8x32xf32>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{element type of operand 'rhs' ('f32') must match operand 'lhs' ('bf16')}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xf32>, tensor<4xi32> -> tensor<4x16x32xf32>
+  // expected-error @+1 {{element type of operand 'grad_out' ('f32') must match operand 'lhs' ('bf16')}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o : tensor<8x16xbf16>, tensor<8x32xf32>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
 
 // -----
 
-// weight_grad: gradient rows
+// grouped_weight_grad: gradient rows
 func.func @case110(%x: tensor<8x16xbf16>, %dy: tensor<9x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{dimension 0 of operand 'rhs' is 9 but must equal the number of grouped rows (8)}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<9x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  // expected-error @+1 {{dimension 0 of operand 'grad_out' is 9 but must equal the number of grouped rows (8)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o : tensor<8x16xbf16>, tensor<9x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
 
 // -----
 
-// weight_grad out rank
+// grouped_weight_grad out rank
 func.func @case111(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{result 'out' must be a 3-D tensor of bf16, f16 or f32 values}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32x1xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %o : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32x1xf32>
   return
 }
 
 // -----
 
-// weight_grad one gradient per expert
+// grouped_weight_grad one gradient per expert
 func.func @case112(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 0 of result 'out' is 3 but must equal the number of experts (4)}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<3x16x32xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %o : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<3x16x32xf32>
   return
 }
 
 // -----
 
-// weight_grad K
+// grouped_weight_grad K
 func.func @case113(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 1 of result 'out' is 15 but must equal K, the columns of 'lhs' (16)}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x15x32xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %o : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x15x32xf32>
   return
 }
 
 // -----
 
-// weight_grad N
+// grouped_weight_grad N
 func.func @case114(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{dimension 2 of result 'out' is 31 but must equal N, the columns of 'rhs' (32)}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x31xf32>
+  // expected-error @+1 {{dimension 2 of result 'out' is 31 but must equal N, the columns of 'grad_out' (32)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x31xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad: k turns a gathered slot into a token, nothing else
+func.func @case114b(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'k' is only used with 'gather'}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o {k = 2 : i64} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad: a gather needs k
+func.func @case114c(%x: tensor<8x16xbf16>, %dy: tensor<16x32xbf16>, %s: tensor<16xi32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{attribute 'k' is required with 'gather' (slot / k is the token)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o gather(%s : tensor<16xi32>) : tensor<8x16xbf16>, tensor<16x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
 
@@ -1865,15 +1802,6 @@ func.func @case191(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4
 
 // -----
 
-// lora_scaling without LoRA in weight_grad mode
-func.func @case192(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{attribute 'lora_scaling' requires operands 'lora_a' and 'lora_b'}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, lora_scaling = 0.5 : f32} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
 // FP8 needs scales
 func.func @case193(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>) {
   // expected-error @+1 {{FP8 'lhs' and 'rhs' require block scales: scales(%lhs_scales, %rhs_scales : ...)}}
@@ -1895,7 +1823,7 @@ func.func @case194(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4
 // scales come in pairs (generic form)
 func.func @case195(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<8x2xf32>) {
   // expected-error @+1 {{operands 'lhs_scales' and 'rhs_scales' must be given together}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %sx) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32>, tensor<8x2xf32>) -> tensor<8x512xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %sx) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x256xf8E4M3FN>, tensor<4x256x512xf8E4M3FN>, tensor<4xi32>, tensor<8x2xf32>) -> tensor<8x512xbf16>
   return
 }
 
@@ -1982,28 +1910,10 @@ func.func @case204(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %
 
 // -----
 
-// weight_grad takes no FP8
+// grouped_weight_grad takes no FP8
 func.func @case205(%x: tensor<8x16xf8E4M3FN>, %dy: tensor<8x32xf8E4M3FN>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{mode = weight_grad needs bf16, f16 or f32 operands, got 'lhs' of 'tensor<8x16xf8E4M3FN>'}}
-  %dw = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>} : tensor<8x16xf8E4M3FN>, tensor<8x32xf8E4M3FN>, tensor<4xi32> -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
-// weight_grad rejects lhs_scales (generic form)
-func.func @case206(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sx: tensor<8x1xf32>) {
-  // expected-error @+1 {{operand 'lhs_scales' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sx) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8x1xf32>) -> tensor<4x16x32xf32>
-  return
-}
-
-// -----
-
-// weight_grad rejects rhs_scales (generic form)
-func.func @case207(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %sw: tensor<4x1x1xf32>) {
-  // expected-error @+1 {{operand 'rhs_scales' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %sw) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<4x1x1xf32>) -> tensor<4x16x32xf32>
+  // expected-error @+1 {{operand 'lhs' must be a 2-D tensor of bf16, f16 or f32 values, got 'tensor<8x16xf8E4M3FN>'}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o : tensor<8x16xf8E4M3FN>, tensor<8x32xf8E4M3FN>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
 
@@ -2111,7 +2021,7 @@ func.func @tile_cluster_of_four(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>,
 // at most 16 row chunks per group
 func.func @tile_too_many_row_splits(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{tile parameter 'row_splits' must be 0 (the kernel's choice) or in [1, 16], got 17}}
-  %g = moe.grouped_matmul %x, %dy, %o {mode = #moe.mode<weight_grad>, moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, row_splits = 17>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  %g = moe.grouped_weight_grad %x, %dy, %o {moe.tile = #moe.tile<m = 128, n = 128, k = 64, threads = 256, row_splits = 17>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
 
@@ -2546,7 +2456,7 @@ func.func @unpermute_grad_positions_rank(%g: tensor<4x16xbf16>, %slots: tensor<8
 // scatter_positions without scatter (generic form)
 func.func @grouped_matmul_positions_without_scatter(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %p: tensor<8xi32>) {
   // expected-error @+1 {{operand 'scatter_positions' requires operand 'scatter_slots'}}
-  %y = "moe.grouped_matmul"(%x, %w, %o, %p) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<8x32xbf16>
+  %y = "moe.grouped_matmul"(%x, %w, %o, %p) <{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<8x32xbf16>
   return
 }
 
@@ -2563,15 +2473,6 @@ func.func @grouped_matmul_positions_length(%x: tensor<8x16xbf16>, %w: tensor<4x1
 func.func @grouped_matmul_positions_type(%x: tensor<8x16xbf16>, %w: tensor<4x16x32xbf16>, %o: tensor<4xi32>, %s: tensor<8xi32>, %p: tensor<8xi64>) {
   // expected-error @+1 {{operand 'scatter_positions' must be a 1-D tensor of i32 values, got 'tensor<8xi64>'}}
   %y = moe.grouped_matmul %x, %w, %o scatter(%s : tensor<8xi32>) scatter_positions(%p : tensor<8xi64>) {k = 2 : i64} : tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<4xi32> -> tensor<4x32xbf16>
-  return
-}
-
-// -----
-
-// the weight gradient has no scatter (generic form)
-func.func @weight_grad_scatter_positions(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>, %p: tensor<8xi32>) {
-  // expected-error @+1 {{operand 'scatter_positions' is not supported with mode = weight_grad}}
-  %dw = "moe.grouped_matmul"(%x, %dy, %o, %p) <{mode = #moe.mode<weight_grad>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0>}> : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32>, tensor<8xi32>) -> tensor<4x16x32xf32>
   return
 }
 
@@ -2822,9 +2723,9 @@ func.func @experts_in_columns_fp8(%x: tensor<8x256xf8E4M3FN>, %w: tensor<256x4x1
 
 // -----
 
-// weight_grad with experts_in_columns: the result is [K, E, N]
+// grouped_weight_grad with experts_in_columns: the result is [K, E, N]
 func.func @experts_in_columns_weight_grad(%x: tensor<8x16xbf16>, %dy: tensor<8x32xbf16>, %o: tensor<4xi32>) {
   // expected-error @+1 {{dimension 1 of result 'out' (experts_in_columns) is 16 but must equal the number of experts (4)}}
-  %dw = moe.grouped_matmul %x, %dy, %o {experts_in_columns, mode = #moe.mode<weight_grad>} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %o {experts_in_columns} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }

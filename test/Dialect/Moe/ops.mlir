@@ -195,12 +195,12 @@ func.func @grouped_matmul_scatter(%h: tensor<?x768xbf16>, %w: tensor<128x2048x76
 
 // -----
 
-// CHECK-LABEL: func @grouped_matmul_weight_grad
-func.func @grouped_matmul_weight_grad(%x: tensor<?x2048xbf16>, %dy: tensor<?x768xbf16>, %offsets: tensor<128xi32>, %tokens: tensor<?x2048xbf16>, %slots: tensor<?xi32>) -> (tensor<128x2048x768xf32>, tensor<128x2048x768xbf16>) {
-  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} {mode = #moe.mode<weight_grad>} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x2048x768xf32>
-  %dw = moe.grouped_matmul %x, %dy, %offsets {mode = #moe.mode<weight_grad>} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x2048x768xf32>
-  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 8 : i64, mode = #moe.mode<weight_grad>}
-  %dwg = moe.grouped_matmul %tokens, %dy, %offsets gather(%slots : tensor<?xi32>) {k = 8 : i64, mode = #moe.mode<weight_grad>} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x2048x768xbf16>
+// CHECK-LABEL: func @grouped_weight_grad
+func.func @grouped_weight_grad(%x: tensor<?x2048xbf16>, %dy: tensor<?x768xbf16>, %offsets: tensor<128xi32>, %tokens: tensor<?x2048xbf16>, %slots: tensor<?xi32>) -> (tensor<128x2048x768xf32>, tensor<128x2048x768xbf16>) {
+  // CHECK: moe.grouped_weight_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x2048x768xf32>
+  %dw = moe.grouped_weight_grad %x, %dy, %offsets : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x2048x768xf32>
+  // CHECK: moe.grouped_weight_grad %{{.*}}, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 8 : i64}
+  %dwg = moe.grouped_weight_grad %tokens, %dy, %offsets gather(%slots : tensor<?xi32>) {k = 8 : i64} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x2048x768xbf16>
   return %dw, %dwg : tensor<128x2048x768xf32>, tensor<128x2048x768xbf16>
 }
 
@@ -208,10 +208,10 @@ func.func @grouped_matmul_weight_grad(%x: tensor<?x2048xbf16>, %dy: tensor<?x768
 
 // transpose_rhs: the gradient of [E, N, K] weights in that layout, the
 // token rows gathered by slot.
-// CHECK-LABEL: func @grouped_matmul_weight_grad_transposed
-func.func @grouped_matmul_weight_grad_transposed(%tokens: tensor<?x2048xbf16>, %dy: tensor<?x768xbf16>, %offsets: tensor<128xi32>, %slots: tensor<?xi32>) -> tensor<128x768x2048xbf16> {
-  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xbf16>
-  %dw = moe.grouped_matmul %tokens, %dy, %offsets gather(%slots : tensor<?xi32>) {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xbf16>
+// CHECK-LABEL: func @grouped_weight_grad_transposed
+func.func @grouped_weight_grad_transposed(%tokens: tensor<?x2048xbf16>, %dy: tensor<?x768xbf16>, %offsets: tensor<128xi32>, %slots: tensor<?xi32>) -> tensor<128x768x2048xbf16> {
+  // CHECK: moe.grouped_weight_grad %{{.*}}, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) {k = 8 : i64, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xbf16>
+  %dw = moe.grouped_weight_grad %tokens, %dy, %offsets gather(%slots : tensor<?xi32>) {k = 8 : i64, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xbf16>
   return %dw : tensor<128x768x2048xbf16>
 }
 
@@ -219,10 +219,10 @@ func.func @grouped_matmul_weight_grad_transposed(%tokens: tensor<?x2048xbf16>, %
 
 // accumulate: the weight gradient added to a given one (an f32 main
 // gradient).
-// CHECK-LABEL: func @grouped_matmul_weight_grad_accumulate
-func.func @grouped_matmul_weight_grad_accumulate(%tokens: tensor<?x2048xbf16>, %dy: tensor<?x768xbf16>, %offsets: tensor<128xi32>, %slots: tensor<?xi32>, %main: tensor<128x768x2048xf32>) -> tensor<128x768x2048xf32> {
-  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) accumulate(%{{.*}} : tensor<128x768x2048xf32>) {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xf32>
-  %dw = moe.grouped_matmul %tokens, %dy, %offsets gather(%slots : tensor<?xi32>) accumulate(%main : tensor<128x768x2048xf32>) {k = 8 : i64, mode = #moe.mode<weight_grad>, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xf32>
+// CHECK-LABEL: func @grouped_weight_grad_accumulate
+func.func @grouped_weight_grad_accumulate(%tokens: tensor<?x2048xbf16>, %dy: tensor<?x768xbf16>, %offsets: tensor<128xi32>, %slots: tensor<?xi32>, %main: tensor<128x768x2048xf32>) -> tensor<128x768x2048xf32> {
+  // CHECK: moe.grouped_weight_grad %{{.*}}, %{{.*}}, %{{.*}} gather(%{{.*}} : tensor<?xi32>) accumulate(%{{.*}} : tensor<128x768x2048xf32>) {k = 8 : i64, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xf32>
+  %dw = moe.grouped_weight_grad %tokens, %dy, %offsets gather(%slots : tensor<?xi32>) accumulate(%main : tensor<128x768x2048xf32>) {k = 8 : i64, transpose_rhs} : tensor<?x2048xbf16>, tensor<?x768xbf16>, tensor<128xi32> -> tensor<128x768x2048xf32>
   return %dw : tensor<128x768x2048xf32>
 }
 
@@ -234,8 +234,8 @@ func.func @grouped_matmul_weight_grad_accumulate(%tokens: tensor<?x2048xbf16>, %
 func.func @grouped_matmul_experts_in_columns(%dy: tensor<?x2048xbf16>, %b: tensor<2048x128x16xbf16>, %offsets: tensor<128xi32>, %u: tensor<?x16xbf16>) -> (tensor<?x16xbf16>, tensor<2048x128x16xf32>) {
   // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} {experts_in_columns} : tensor<?x2048xbf16>, tensor<2048x128x16xbf16>, tensor<128xi32> -> tensor<?x16xbf16>
   %du = moe.grouped_matmul %dy, %b, %offsets {experts_in_columns} : tensor<?x2048xbf16>, tensor<2048x128x16xbf16>, tensor<128xi32> -> tensor<?x16xbf16>
-  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} {experts_in_columns, mode = #moe.mode<weight_grad>} : tensor<?x2048xbf16>, tensor<?x16xbf16>, tensor<128xi32> -> tensor<2048x128x16xf32>
-  %db = moe.grouped_matmul %dy, %u, %offsets {experts_in_columns, mode = #moe.mode<weight_grad>} : tensor<?x2048xbf16>, tensor<?x16xbf16>, tensor<128xi32> -> tensor<2048x128x16xf32>
+  // CHECK: moe.grouped_weight_grad %{{.*}}, %{{.*}}, %{{.*}} {experts_in_columns} : tensor<?x2048xbf16>, tensor<?x16xbf16>, tensor<128xi32> -> tensor<2048x128x16xf32>
+  %db = moe.grouped_weight_grad %dy, %u, %offsets {experts_in_columns} : tensor<?x2048xbf16>, tensor<?x16xbf16>, tensor<128xi32> -> tensor<2048x128x16xf32>
   return %du, %db : tensor<?x16xbf16>, tensor<2048x128x16xf32>
 }
 

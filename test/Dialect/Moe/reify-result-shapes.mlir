@@ -110,3 +110,23 @@ func.func @colwise_scales(%x: tensor<?x64xbf16>, %offsets: tensor<8xi32>)
   %n = tensor.dim %s, %c0 : tensor<?x64xf32>
   return %n : index
 }
+
+// -----
+
+// The weight gradient: K from the lhs's columns, N from grad_out's;
+// transpose_rhs writes [E, N, K].
+// CHECK-LABEL: func.func @weight_grad_dims
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<?x?xf32>, %[[DY:[^:]*]]: tensor<?x?xf32>
+// CHECK-DAG: %[[N:.*]] = tensor.dim %[[DY]], %{{.*}} : tensor<?x?xf32>
+// CHECK-DAG: %[[K:.*]] = tensor.dim %[[X]], %{{.*}} : tensor<?x?xf32>
+// CHECK: return %[[N]], %[[K]]
+func.func @weight_grad_dims(%x: tensor<?x?xf32>, %dy: tensor<?x?xf32>,
+                            %offsets: tensor<4xi32>) -> (index, index) {
+  %dw = moe.grouped_weight_grad %x, %dy, %offsets {transpose_rhs}
+      : tensor<?x?xf32>, tensor<?x?xf32>, tensor<4xi32> -> tensor<4x?x?xf32>
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %n = tensor.dim %dw, %c1 : tensor<4x?x?xf32>
+  %k = tensor.dim %dw, %c2 : tensor<4x?x?xf32>
+  return %n, %k : index, index
+}

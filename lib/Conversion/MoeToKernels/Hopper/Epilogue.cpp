@@ -100,7 +100,7 @@ Value Epilogue::outputAt(Value result, Value group, int64_t h, int64_t j,
       y = b.fadd(y, b.loadF(bias, {group, c}));
       up = b.fadd(up, b.loadF(bias, {group, b.add(c, env.outWidth)}));
     }
-    y = b.fmul(b.fmul(y, b.sigmoid(y)), up);
+    y = b.swiglu(y, up);
   } else if (bias) {
     y = b.fadd(y, b.loadF(bias, {group, c}));
   }

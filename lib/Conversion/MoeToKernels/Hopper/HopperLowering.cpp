@@ -292,9 +292,6 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   HopperOperands v;
   v.lhs = buffer(op.getLhs());
   v.rhs = buffer(op.getRhs());
-  // The weight gradient of transposed weights: dy is A, x is B.
-  if (plan->layout.swappedOperands)
-    std::swap(v.lhs, v.rhs);
   v.offsets = buffer(op.getOffsets());
   v.gather = buffer(op.getGatherSlots());
   v.bias = buffer(op.getBias());
@@ -302,16 +299,11 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   v.swigluInput = buffer(op.getActivationInput());
   v.loraA = buffer(op.getLoraA());
   v.loraB = buffer(op.getLoraB());
-  v.accumulate = buffer(op.getAccumulate());
   Value out = buffer(op.getOut());
   Value scatter = buffer(op.getScatterSlots());
   if (!scatter) {
     v.out = out;
-    // No default buckets under a split (measured without them).
-    return launchBucketed(ctx, op, tile, v, *plan, planOf,
-                          plan->rowSplits > 1
-                              ? SmallVector<moe::TileBucketAttr>()
-                              : defaultBuckets(op, tile, limits));
+    return launchBucketed(ctx, op, tile, v, *plan, planOf);
   }
   // Combined in token order: the grouped rows go to a scratch buffer, then
   // unpermute's combine sums each token's k rows with its weights.
@@ -330,6 +322,34 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   if (!combined)
     return op.emitOpError("has no vectorized combine for its output width");
   return *combined;
+}
+
+std::optional<LogicalResult> lowerWeightGrad(moe::GroupedWeightGradOp op,
+                                             moe::TileAttr tile,
+                                             BufferMap buffer,
+                                             LoweringContext &ctx) {
+  HopperLimits limits = limitsOf(ctx.target());
+  auto planOf = [&](moe::TileAttr tile) {
+    return groupedPlan(op, tile, limits);
+  };
+  std::optional<HopperPlan> plan = planOf(tile);
+  if (!plan)
+    return std::nullopt;
+  HopperOperands v;
+  v.lhs = buffer(op.getLhs());
+  v.rhs = buffer(op.getGradOut());
+  // The weight gradient of transposed weights: dy is A, x is B.
+  if (plan->layout.swappedOperands)
+    std::swap(v.lhs, v.rhs);
+  v.offsets = buffer(op.getOffsets());
+  v.gather = buffer(op.getGatherSlots());
+  v.accumulate = buffer(op.getAccumulate());
+  v.out = buffer(op.getOut());
+  // No default buckets under a split (measured without them).
+  return launchBucketed(ctx, op, tile, v, *plan, planOf,
+                        plan->rowSplits > 1
+                            ? SmallVector<moe::TileBucketAttr>()
+                            : defaultBuckets(op, tile, limits));
 }
 
 std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
@@ -359,6 +379,8 @@ moec::kernels::lowerMatmulHopper(Operation *op, moe::TileAttr tile,
     return std::nullopt;
   if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op))
     return lowerGrouped(grouped, tile, buffer, ctx);
+  if (auto wgrad = dyn_cast<moe::GroupedWeightGradOp>(op))
+    return lowerWeightGrad(wgrad, tile, buffer, ctx);
   if (auto dense = dyn_cast<linalg::MatmulOp>(op))
     return lowerDense(dense, tile, buffer, ctx);
   return std::nullopt;

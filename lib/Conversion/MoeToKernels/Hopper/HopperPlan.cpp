@@ -168,7 +168,7 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
 /// The weight gradient out [E, K, N] = X_eᵀ · dY_e: block barriers at
 /// n = 256 (128 for narrower outputs) unless the tile says otherwise (with
 /// rows in order and a 16-bit output of 256 columns or more:
-/// warp-specialized, weightGradPlan; else a 16-bit output or an f32 one
+/// warp-specialized, groupedPlan; else a 16-bit output or an f32 one
 /// with accumulate: the row bucket of defaultBuckets for short
 /// reductions); no clusters. The warp-specialized kernel loads whole
 /// 64-row slices by TMA and an expert's partial last slice by cp.async,
@@ -227,24 +227,22 @@ static moe::TileAttr specializedWeightGradTile(MLIRContext *context) {
 /// bench/results/dw-tma-h200.md). Narrower outputs keep block barriers:
 /// LoRA's dB (16-64 columns) ran 0.83-1.01x that way with TMA
 /// (bench/results/lora-grad-ws-tma-h200.md).
-static bool specializedByDefault(moe::GroupedMatmulOp op) {
+static bool specializedByDefault(moe::GroupedWeightGradOp op) {
   auto outType = cast<ShapedType>(op.getOut().getType());
   return !op.getGatherSlots() &&
          outType.getElementType().getIntOrFloatBitWidth() == 16 &&
          outType.getDimSize(outType.getRank() - 1) >= 256;
 }
 
-/// The weight gradient [E, K, N] = Σ xᵀ · dy; with transpose_rhs [E, N, K]
-/// = Σ dyᵀ · x, the same kernel with dy as A and x as B
-/// (OperandLayout::swappedOperands), so that the output is written in place
-/// instead of transposed.
-static std::optional<HopperPlan> weightGradPlan(moe::GroupedMatmulOp op,
-                                                moe::TileAttr tile,
-                                                const HopperLimits &limits) {
+std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedWeightGradOp op,
+                                              moe::TileAttr tile,
+                                              const HopperLimits &limits) {
   auto outType = cast<ShapedType>(op.getOut().getType());
   bool swapped = op.getTransposeRhs();
-  auto a = cast<ShapedType>((swapped ? op.getRhs() : op.getLhs()).getType());
-  auto b = cast<ShapedType>((swapped ? op.getLhs() : op.getRhs()).getType());
+  auto a =
+      cast<ShapedType>((swapped ? op.getGradOut() : op.getLhs()).getType());
+  auto b =
+      cast<ShapedType>((swapped ? op.getLhs() : op.getGradOut()).getType());
   moe::TileAttr chosen = tile;
   if (!isHopperTile(tile) && specializedByDefault(op))
     chosen = specializedWeightGradTile(op->getContext());
@@ -330,15 +328,14 @@ static std::optional<int64_t> fusableLoraRank(moe::GroupedMatmulOp op,
 // 1.00-1.20x at 64-512 rows and 0.97-1.07x at 1024 and more
 // (bench/results/dw-accumulate-ws-h200.md).
 SmallVector<moe::TileBucketAttr>
-hopper::defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
+hopper::defaultBuckets(moe::GroupedWeightGradOp op, moe::TileAttr tile,
                        const HopperLimits &limits) {
   auto outType = cast<ShapedType>(op.getOut().getType());
   // Measured at n = 256 only: not for narrower outputs.
   if (isHopperTile(tile) || op->hasAttr(moe::kTileBucketsAttrName) ||
-      op.getMode() != moe::MatmulMode::weight_grad ||
       outType.getDimSize(outType.getRank() - 1) < 256)
     return {};
-  // Rows in order with a 16-bit output: at every row count (weightGradPlan).
+  // Rows in order with a 16-bit output: at every row count (groupedPlan).
   if (specializedByDefault(op))
     return {};
   // A bucket is one kernel: never split.
@@ -357,10 +354,6 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
                                               const HopperLimits &limits) {
   std::optional<int64_t> loraRank = fusableLoraRank(op, tile);
   if (!loraRank || op.getLhsScales())
-    return std::nullopt;
-  if (op.getMode() == moe::MatmulMode::weight_grad)
-    return weightGradPlan(op, tile, limits);
-  if (op.getMode() != moe::MatmulMode::forward)
     return std::nullopt;
   auto lhsType = cast<ShapedType>(op.getLhs().getType());
   auto outType = cast<ShapedType>(op.getOut().getType());
@@ -487,6 +480,8 @@ std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,
                                                 const HopperLimits &limits) {
   if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op))
     return groupedPlan(grouped, tile, limits);
+  if (auto wgrad = dyn_cast<moe::GroupedWeightGradOp>(op))
+    return groupedPlan(wgrad, tile, limits);
   if (auto dense = dyn_cast<linalg::MatmulOp>(op))
     return densePlan(dense, tile, limits);
   return std::nullopt;
@@ -494,12 +489,12 @@ std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,
 
 SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
                                                   StringRef target) {
-  auto matmul = dyn_cast<moe::GroupedMatmulOp>(op);
   // A LoRA matmul's tiles are those groupedPlan accepts for it (no cluster;
   // n = 128 and block barriers past rank 64): the loops below filter.
-  if (target != "sm_90a" || !matmul)
+  if (target != "sm_90a" ||
+      !isa<moe::GroupedMatmulOp, moe::GroupedWeightGradOp>(op))
     return {};
-  std::optional<HopperPlan> chosen = groupedPlan(matmul, {});
+  std::optional<HopperPlan> chosen = hopperPlanFor(op, {});
   if (!chosen)
     return {};
   MLIRContext *context = op->getContext();
@@ -507,7 +502,7 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
   // A tile as its plan builds it (row_splits the chunks taken), and where
   // that splits the rows, the same tile unsplit.
   auto add = [&](moe::TileAttr tile) {
-    std::optional<HopperPlan> plan = groupedPlan(matmul, tile);
+    std::optional<HopperPlan> plan = hopperPlanFor(op, tile);
     if (!plan)
       return;
     for (int64_t splits : {plan->rowSplits > 1 ? plan->rowSplits : 0,
@@ -520,7 +515,7 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
     }
   };
   add(tileOf(context, *chosen));
-  auto outType = cast<ShapedType>(matmul.getOut().getType());
+  auto outType = cast<ShapedType>(op->getResult(0).getType());
   int64_t outWidth = outType.getDimSize(outType.getRank() - 1);
   SmallVector<int64_t> widths = {128};
   if (outWidth >= 256)
@@ -536,8 +531,8 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
         continue;
       int64_t threads = producers ? kSpecializedThreads : kThreads;
       // The deepest pipeline that fits at this width (the plan clamps).
-      std::optional<HopperPlan> deepest = groupedPlan(
-          matmul, moe::TileAttr::get(context, kBlockM, n, kBlockK, threads,
+      std::optional<HopperPlan> deepest = hopperPlanFor(
+          op, moe::TileAttr::get(context, kBlockM, n, kBlockK, threads,
                                      /*stages=*/16, /*band_m=*/0, producers));
       if (!deepest)
         continue;

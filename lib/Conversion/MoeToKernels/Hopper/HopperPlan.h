@@ -223,7 +223,7 @@ struct HopperPlan {
     return tableBytes() + barrierBytes() + 1024 + stages * stageBytes() +
            loraUpBytes() + stagingBytes();
   }
-  /// The weight gradient (mode = weight_grad): out [E, K, N], tiles over
+  /// The weight gradient (moe.grouped_weight_grad): out [E, K, N], tiles over
   /// (expert, K tile, n-tile), each reducing over its expert's rows.
   bool weightGrad() const { return layout.lhs == LhsLayout::GroupRowsT; }
   /// Output columns per block.
@@ -286,6 +286,13 @@ std::optional<HopperPlan> planFor(mlir::Type lhsElem, mlir::Type rhsElem,
 std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
                                       moe::TileAttr tile,
                                       const HopperLimits &limits = {});
+/// The weight gradient's plan [E, K, N] = Σ xᵀ · dy; with transpose_rhs
+/// [E, N, K] = Σ dyᵀ · x, the same kernel with dy as A and x as B
+/// (OperandLayout::swappedOperands), so that the output is written in place
+/// instead of transposed.
+std::optional<HopperPlan> groupedPlan(moe::GroupedWeightGradOp op,
+                                      moe::TileAttr tile,
+                                      const HopperLimits &limits = {});
 
 /// The row buckets of `op` when neither a tile nor buckets are set on it
 /// (else none), the rows above the last going to the op's plan for `tile`.
@@ -295,7 +302,7 @@ std::optional<HopperPlan> groupedPlan(moe::GroupedMatmulOp op,
 /// without buckets); one added to an f32 gradient (accumulate) while they
 /// average at most kShortAccumulation.
 llvm::SmallVector<moe::TileBucketAttr>
-defaultBuckets(moe::GroupedMatmulOp op, moe::TileAttr tile,
+defaultBuckets(moe::GroupedWeightGradOp op, moe::TileAttr tile,
                const HopperLimits &limits = {});
 
 /// Rows per expert (on average) up to which the gathered weight gradient's

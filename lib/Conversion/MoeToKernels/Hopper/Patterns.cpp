@@ -1,7 +1,8 @@
 //===- Patterns.cpp - The `sm90_wgmma` strategy's patterns ----------------===//
 //
 // Part of moec. The warpgroup-MMA grouped matmul (HopperKernel.h) for
-// moe.grouped_matmul and linalg.matmul A·Bᵀ, on targets with wgmma.
+// moe.grouped_matmul, moe.grouped_weight_grad and linalg.matmul A·Bᵀ, on
+// targets with wgmma.
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,6 +41,9 @@ void kernels::populateHopperKernelPatterns(KernelPatternSet &patterns,
   constexpr auto wgmma = moe::KernelStrategy::sm90_wgmma;
   patterns.add<moe::GroupedMatmulOp>(wgmma, emitWgmma<moe::GroupedMatmulOp>,
                                      matchWgmma<moe::GroupedMatmulOp>);
+  patterns.add<moe::GroupedWeightGradOp>(
+      wgmma, emitWgmma<moe::GroupedWeightGradOp>,
+      matchWgmma<moe::GroupedWeightGradOp>);
   patterns.add<linalg::MatmulOp>(wgmma, emitWgmma<linalg::MatmulOp>,
                                  matchWgmma<linalg::MatmulOp>);
 }

@@ -57,7 +57,7 @@ LogicalResult scalar::emitSwiglu(moe::SwigluOp op, moe::TileAttr tile,
         Value r = b.div(id, half), c = b.rem(id, half);
         Value g = b.loadF(a[0], {r, gateUpColumn(b, layout, half, c, false)});
         Value u = b.loadF(a[0], {r, gateUpColumn(b, layout, half, c, true)});
-        b.storeF(b.fmul(b.fmul(g, b.sigmoid(g)), u), a[1], {r, c});
+        b.storeF(b.swiglu(g, u), a[1], {r, c});
       });
 }
 

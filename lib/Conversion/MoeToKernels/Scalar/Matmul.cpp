@@ -2,8 +2,8 @@
 //
 // Part of moec. One thread per output element (or a few sharing its
 // reduction): the reference loop with bias, LoRA, FP8 block scales, SwiGLU
-// (or its gradient) and row scale in f32. Every mode and layout the dialect
-// has; the sm90a target uses Hopper/ where it applies.
+// (or its gradient) and row scale in f32, and the weight gradient. Every
+// layout the dialect has; the sm90a target uses Hopper/ where it applies.
 //
 //===-------------------------------------------------------------------===//
 
@@ -12,6 +12,8 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+
+#include <functional>
 
 using namespace mlir;
 using namespace moec;
@@ -88,7 +90,7 @@ Value matmulElement(KernelBuilder &b, const MatmulArgs &m, Value e, Value row,
     if (m.swiglu) {
       Value g = dot(lhsRow, col);
       Value u = dot(lhsRow, b.add(col, width));
-      y = b.fmul(b.fmul(g, b.sigmoid(g)), u);
+      y = b.swiglu(g, u);
     } else {
       y = dot(lhsRow, col);
     }
@@ -172,191 +174,111 @@ FailureOr<Value> emitLoraDown(moe::GroupedMatmulOp op, moe::TileAttr tile,
   return scratch;
 }
 
-} // namespace
+/// A grouped matmul's kernel operands (lhs, rhs, offsets, out, then the
+/// optional ones, remembered by position) and how a kernel reads them back.
+struct MatmulOperands {
+  SmallVector<Value> values;
+  std::function<MatmulArgs(ValueRange)> unpack;
+  int swigluInputAt = -1; ///< swiglu_grad's saved input [M, 2N]
+  int64_t experts = 0, slotsPerToken = 1;
 
-LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
-                                        moe::TileAttr tile, BufferMap buffer,
-                                        LoweringContext &ctx) {
-  KernelBuilder &h = ctx.host();
-  Value lhs = buffer(op.getLhs()), rhs = buffer(op.getRhs());
-  Value offsets = buffer(op.getOffsets()), out = buffer(op.getOut());
-  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
-  int64_t slotsPerToken = op.getK().value_or(1);
-
-  if (op.getMode() == moe::MatmulMode::weight_grad) {
-    // out[e, i, n] = sum over rows r of group e of lhs_r[i] · rhs[r, n]
-    // (out[i, e, n] with experts_in_columns, out[e, n, i] with
-    // transpose_rhs), plus accumulate's element when given.
-    Value gather = buffer(op.getGatherSlots());
-    Value into = buffer(op.getAccumulate());
-    bool inColumns = op.getExpertsInColumns();
-    bool transposed = op.getTransposeRhs();
-    SmallVector<Value> outSizes = ctx.sizes(out);
-    Value count = h.mul(h.mul(outSizes[0], outSizes[1]), outSizes[2]);
-    SmallVector<Value> operands = {lhs, rhs, offsets, out};
-    if (gather)
-      operands.push_back(gather);
-    int intoAt = -1;
-    if (into) {
-      intoAt = operands.size();
-      operands.push_back(into);
-    }
-    return launchPerItem(
-        ctx, "weight_grad", count, tile, operands,
-        [&](KernelBuilder &b, ValueRange a, Value id) {
-          // Items in the output's order: its three dimensions, the last
-          // contiguous.
-          Value middle = b.dim(a[3], 1), inner = b.dim(a[3], 2);
-          Value first = b.div(id, b.mul(middle, inner));
-          Value second = b.rem(b.div(id, inner), middle);
-          Value last = b.rem(id, inner);
-          Value e = inColumns ? second : first;
-          Value i = inColumns ? first : transposed ? last : second;
-          Value n = transposed ? second : last;
-          Value start = groupStart(b, a[2], e);
-          Value end = b.loadIdx(a[2], {e});
-          Value acc = b.loop(
-              start, end, {b.f32(0)},
-              [&](Value r, ValueRange it) -> SmallVector<Value> {
-                Value x;
-                if (gather) {
-                  auto [slot, valid] = b.loadSigned(a[4], {r});
-                  x = b.ifElse(
-                      valid, b.getF32Type(),
-                      [&] {
-                        return b.loadF(a[0],
-                                       {b.div(slot, b.idx(slotsPerToken)), i});
-                      },
-                      [&] { return b.f32(0); });
-                } else {
-                  x = b.loadF(a[0], {r, i});
-                }
-                return {b.fadd(it[0], b.fmul(x, b.loadF(a[1], {r, n})))};
-              })[0];
-          // Added after the sum, as the wgmma kernel's epilogue does.
-          if (intoAt >= 0)
-            acc = b.fadd(acc, b.loadF(a[intoAt], {first, second, last}));
-          b.storeF(acc, a[3], {first, second, last});
-        });
-  }
-
-  // Kernel arguments: lhs, rhs, offsets, out, then the optional operands in
-  // a fixed order, remembered by position.
-  SmallVector<Value> operands = {lhs, rhs, offsets, out};
-  auto addOptional = [&](Value v) -> int {
+  int add(Value v) {
     if (!v)
       return -1;
-    operands.push_back(v);
-    return operands.size() - 1;
-  };
-  int gatherAt = addOptional(buffer(op.getGatherSlots()));
-  int biasAt = addOptional(buffer(op.getBias()));
-  int loraAAt = addOptional(buffer(op.getLoraA()));
-  int loraBAt = addOptional(buffer(op.getLoraB()));
-  int rowScaleAt = addOptional(buffer(op.getRowScale()));
-  int lhsScalesAt = addOptional(buffer(op.getLhsScales()));
-  int rhsScalesAt = addOptional(buffer(op.getRhsScales()));
-  // swiglu_grad: the saved SwiGLU input [M, 2N]; the output is as wide.
-  int swigluInputAt = addOptional(buffer(op.getActivationInput()));
-  Value scatter = buffer(op.getScatterSlots());
-  int64_t rank = 0;
-  if (op.getLoraA())
-    rank = cast<ShapedType>(op.getLoraA().getType()).getDimSize(0) / experts;
-  int loraDownAt = -1;
-  if (op.getLoraA()) {
-    FailureOr<Value> down = emitLoraDown(op, tile, buffer, ctx, rank);
-    if (failed(down))
-      return failure();
-    loraDownAt = addOptional(*down);
+    values.push_back(v);
+    return values.size() - 1;
   }
-  bool swiglu = op.getActivation() == moe::Activation::swiglu;
-  auto unpack = [&, rank, swiglu](ValueRange a) {
-    MatmulArgs m;
-    m.lhs = a[0];
-    m.rhs = a[1];
-    m.offsets = a[2];
-    auto at = [&](int i) { return i < 0 ? Value() : a[i]; };
-    m.gather = at(gatherAt);
-    m.bias = at(biasAt);
-    m.loraA = at(loraAAt);
-    m.loraB = at(loraBAt);
-    m.loraDown = at(loraDownAt);
-    m.transposeLora = op.getTransposeLora();
-    m.rowScale = at(rowScaleAt);
-    m.lhsScales = at(lhsScalesAt);
-    m.rhsScales = at(rhsScalesAt);
-    m.scaleGroup = op.getScaleGroup();
-    m.k = slotsPerToken;
-    m.transposeRhs = op.getTransposeRhs();
-    m.expertsInColumns = op.getExpertsInColumns();
-    m.swiglu = swiglu;
-    m.loraScaling = op.getLoraScaling().convertToDouble();
-    m.rank = rank;
-    return m;
-  };
+};
 
+/// Combined in token order: out[t, c] = sum_j w[t, j] · y[pos(t·k+j), c].
+LogicalResult emitScatteredMatmul(moe::GroupedMatmulOp op, moe::TileAttr tile,
+                                  BufferMap buffer, LoweringContext &ctx,
+                                  MatmulOperands &m, Value width) {
+  KernelBuilder &h = ctx.host();
+  Value out = buffer(op.getOut()), offsets = buffer(op.getOffsets());
   SmallVector<Value> outSizes = ctx.sizes(out);
-  // The matmul's columns: half the output's with swiglu_grad.
-  Value width = swigluInputAt >= 0 ? h.div(outSizes[1], h.idx(2)) : outSizes[1];
+  const int64_t k = m.slotsPerToken, experts = m.experts;
+  Value numSlots = h.mul(outSizes[0], h.idx(k));
+  FailureOr<Value> inverse =
+      emitInverse(ctx, tile, buffer(op.getScatterSlots()), offsets, numSlots,
+                  buffer(op.getScatterPositions()));
+  if (failed(inverse))
+    return failure();
+  int inverseAt = m.add(*inverse);
+  int weightsAt = m.add(buffer(op.getScatterWeights()));
+  return launchPerItem(
+      ctx, "scatter", h.mul(outSizes[0], width), tile, m.values,
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        MatmulArgs args = m.unpack(a);
+        Value outArg = a[3];
+        Value W = b.dim(outArg, 1);
+        Value t = b.div(id, W), c = b.rem(id, W);
+        Value acc = b.loop(
+            b.idx(0), b.idx(k), {b.f32(0)},
+            [&](Value j, ValueRange it) -> SmallVector<Value> {
+              auto [row, valid] =
+                  b.loadSigned(a[inverseAt], {b.add(b.mul(t, b.idx(k)), j)});
+              Value term = b.ifElse(
+                  valid, b.getF32Type(),
+                  [&] {
+                    Value e = expertOfRow(b, args.offsets, b.idx(experts), row);
+                    Value y = matmulElement(b, args, e, row, c, W);
+                    if (weightsAt >= 0)
+                      y = b.fmul(y, b.loadF(a[weightsAt], {t, j}));
+                    return y;
+                  },
+                  [&] { return b.f32(0); });
+              return {b.fadd(it[0], term)};
+            })[0];
+        b.storeF(acc, outArg, {t, c});
+      });
+}
 
-  if (scatter) {
-    // Combined in token order: out[t, c] = sum_j w[t, j] · y[pos(t·k+j), c].
-    Value scatterWeights = buffer(op.getScatterWeights());
-    Value numSlots = h.mul(outSizes[0], h.idx(slotsPerToken));
-    FailureOr<Value> inverse =
-        emitInverse(ctx, tile, scatter, offsets, numSlots,
-                    buffer(op.getScatterPositions()));
-    if (failed(inverse))
-      return failure();
-    int inverseAt = addOptional(*inverse);
-    int weightsAt = addOptional(scatterWeights);
-    return launchPerItem(
-        ctx, "scatter", h.mul(outSizes[0], width), tile, operands,
-        [&](KernelBuilder &b, ValueRange a, Value id) {
-          MatmulArgs m = unpack(a);
-          Value outArg = a[3];
-          Value W = b.dim(outArg, 1);
-          Value t = b.div(id, W), c = b.rem(id, W);
-          Value acc = b.loop(
-              b.idx(0), b.idx(slotsPerToken), {b.f32(0)},
-              [&](Value j, ValueRange it) -> SmallVector<Value> {
-                auto [row, valid] = b.loadSigned(
-                    a[inverseAt], {b.add(b.mul(t, b.idx(slotsPerToken)), j)});
-                Value term = b.ifElse(
-                    valid, b.getF32Type(),
-                    [&] {
-                      Value e = expertOfRow(b, m.offsets, b.idx(experts), row);
-                      Value y = matmulElement(b, m, e, row, c, W);
-                      if (weightsAt >= 0)
-                        y = b.fmul(y, b.loadF(a[weightsAt], {t, j}));
-                      return y;
-                    },
-                    [&] { return b.f32(0); });
-                return {b.fadd(it[0], term)};
-              })[0];
-          b.storeF(acc, outArg, {t, c});
-        });
-  }
+/// One output element of the grouped tile schedule: y of (row, col), or
+/// with swiglu_grad the gradient of the saved input's gate and up columns.
+void storeGroupedElement(KernelBuilder &b, const MatmulArgs &args,
+                         const MatmulOperands &m, ValueRange a, Value group,
+                         Value row, Value col, Value W) {
+  Value outArg = a[3];
+  Value tail = b.eq(group, b.idx(m.experts));
+  Value y = b.ifElse(
+      tail, b.getF32Type(), [&] { return b.f32(0); },
+      [&] { return matmulElement(b, args, group, row, col, W); });
+  if (m.swigluInputAt < 0)
+    return b.storeF(y, outArg, {row, col});
+  // y is the SwiGLU output's gradient: out = swiglu_grad(h, y). Rows past
+  // the last group are zeros whatever h holds there (as in the reference
+  // and the sm_90a kernels).
+  Value input = a[m.swigluInputAt], upCol = b.add(col, W);
+  auto [dGate, dUp] = b.swigluGrad(y, b.loadF(input, {row, col}),
+                                   b.loadF(input, {row, upCol}));
+  b.storeF(b.select(tail, b.f32(0), dGate), outArg, {row, col});
+  b.storeF(b.select(tail, b.f32(0), dUp), outArg, {row, upCol});
+}
 
-  // Grouped output through the ragged tile schedule. Tiles are numbered
-  // expert by expert (ceil(rows_e / m) m-tiles each, times the n-tiles),
-  // then the rows past the last group (written as zeros). The grid is an
-  // upper bound on that count, floor(M / m) + E + 1 m-tiles, so the host
-  // never needs the group sizes; blocks past the real count exit at once.
+/// Grouped output through the ragged tile schedule. Tiles are numbered
+/// expert by expert (ceil(rows_e / m) m-tiles each, times the n-tiles),
+/// then the rows past the last group (written as zeros). The grid is an
+/// upper bound on that count, floor(M / m) + E + 1 m-tiles, so the host
+/// never needs the group sizes; blocks past the real count exit at once.
+LogicalResult emitGroupedTiles(moe::GroupedMatmulOp op, moe::TileAttr tile,
+                               BufferMap buffer, LoweringContext &ctx,
+                               MatmulOperands &m, Value width) {
+  KernelBuilder &h = ctx.host();
+  const int64_t experts = m.experts;
   int64_t tm = tile.getM(), tn = tile.getN(), threads = tile.getThreads();
-  Value rowsTotal = outSizes[0];
+  Value rowsTotal = ctx.sizes(buffer(op.getOut()))[0];
   Value nTiles = h.ceilDiv(width, h.idx(tn));
   Value mTilesBound = h.add(h.div(rowsTotal, h.idx(tm)), h.idx(experts + 1));
   Value grid = h.mul(mTilesBound, nTiles);
-  operands.push_back(rowsTotal);
+  m.values.push_back(rowsTotal);
   return ctx.launch(
-      "", grid, tile, operands,
+      "", grid, tile, m.values,
       [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
-        MatmulArgs m = unpack(a);
-        Value outArg = a[3];
+        MatmulArgs args = m.unpack(a);
         Value M = a.back();
-        Value W = b.dim(outArg, 1);
-        if (swigluInputAt >= 0)
+        Value W = b.dim(a[3], 1);
+        if (m.swigluInputAt >= 0)
           W = b.div(W, b.idx(2));
         Value NT = b.ceilDiv(W, b.idx(tn));
         Value mTile = b.div(block, NT), nTile = b.rem(block, NT);
@@ -365,10 +287,10 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
             b.idx(0), b.idx(experts + 1),
             {b.idx(0), b.idx(experts + 1), b.idx(0), b.idx(0)},
             [&](Value g, ValueRange it) -> SmallVector<Value> {
-              Value start = groupStart(b, m.offsets, g);
+              Value start = groupStart(b, args.offsets, g);
               Value end = b.ifElse(
                   b.eq(g, b.idx(experts)), b.getIndexType(), [&] { return M; },
-                  [&] { return b.loadIdx(m.offsets, {g}); });
+                  [&] { return b.loadIdx(args.offsets, {g}); });
               Value tiles = b.ceilDiv(b.sub(end, start), b.idx(tm));
               Value next = b.add(it[0], tiles);
               Value here = b.land(b.ule(it[0], mTile), b.ult(mTile, next));
@@ -389,24 +311,137 @@ LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
             Value ok =
                 b.land(inTile, b.land(b.ult(row, rowEnd), b.ult(col, W)));
             b.ifThen(ok, [&] {
-              Value tail = b.eq(group, b.idx(experts));
-              Value y = b.ifElse(
-                  tail, b.getF32Type(), [&] { return b.f32(0); },
-                  [&] { return matmulElement(b, m, group, row, col, W); });
-              if (swigluInputAt < 0)
-                return b.storeF(y, outArg, {row, col});
-              // y is the SwiGLU output's gradient: out = swiglu_grad(h, y).
-              // Rows past the last group are zeros whatever h holds there
-              // (as in the reference and the sm_90a kernels).
-              Value input = a[swigluInputAt], upCol = b.add(col, W);
-              auto [dGate, dUp] = b.swigluGrad(y, b.loadF(input, {row, col}),
-                                               b.loadF(input, {row, upCol}));
-              b.storeF(b.select(tail, b.f32(0), dGate), outArg, {row, col});
-              b.storeF(b.select(tail, b.f32(0), dUp), outArg, {row, upCol});
+              storeGroupedElement(b, args, m, a, group, row, col, W);
             });
           });
         });
       });
+}
+
+} // namespace
+
+LogicalResult scalar::emitGroupedWeightGrad(moe::GroupedWeightGradOp op,
+                                            moe::TileAttr tile,
+                                            BufferMap buffer,
+                                            LoweringContext &ctx) {
+  // out[e, i, n] = sum over rows r of group e of lhs_r[i] · grad_out[r, n]
+  // (out[i, e, n] with experts_in_columns, out[e, n, i] with
+  // transpose_rhs), plus accumulate's element when given.
+  KernelBuilder &h = ctx.host();
+  Value lhs = buffer(op.getLhs()), grad = buffer(op.getGradOut());
+  Value offsets = buffer(op.getOffsets()), out = buffer(op.getOut());
+  int64_t slotsPerToken = op.getK().value_or(1);
+  Value gather = buffer(op.getGatherSlots());
+  Value into = buffer(op.getAccumulate());
+  bool inColumns = op.getExpertsInColumns();
+  bool transposed = op.getTransposeRhs();
+  SmallVector<Value> outSizes = ctx.sizes(out);
+  Value count = h.mul(h.mul(outSizes[0], outSizes[1]), outSizes[2]);
+  SmallVector<Value> operands = {lhs, grad, offsets, out};
+  if (gather)
+    operands.push_back(gather);
+  int intoAt = -1;
+  if (into) {
+    intoAt = operands.size();
+    operands.push_back(into);
+  }
+  return launchPerItem(
+      ctx, "", count, tile, operands,
+      [&](KernelBuilder &b, ValueRange a, Value id) {
+        // Items in the output's order: its three dimensions, the last
+        // contiguous.
+        Value middle = b.dim(a[3], 1), inner = b.dim(a[3], 2);
+        Value first = b.div(id, b.mul(middle, inner));
+        Value second = b.rem(b.div(id, inner), middle);
+        Value last = b.rem(id, inner);
+        Value e = inColumns ? second : first;
+        Value i = inColumns ? first : transposed ? last : second;
+        Value n = transposed ? second : last;
+        Value start = groupStart(b, a[2], e);
+        Value end = b.loadIdx(a[2], {e});
+        Value acc = b.loop(
+            start, end, {b.f32(0)},
+            [&](Value r, ValueRange it) -> SmallVector<Value> {
+              Value x;
+              if (gather) {
+                auto [slot, valid] = b.loadSigned(a[4], {r});
+                x = b.ifElse(
+                    valid, b.getF32Type(),
+                    [&] {
+                      return b.loadF(a[0],
+                                     {b.div(slot, b.idx(slotsPerToken)), i});
+                    },
+                    [&] { return b.f32(0); });
+              } else {
+                x = b.loadF(a[0], {r, i});
+              }
+              return {b.fadd(it[0], b.fmul(x, b.loadF(a[1], {r, n})))};
+            })[0];
+        // Added after the sum, as the wgmma kernel's epilogue does.
+        if (intoAt >= 0)
+          acc = b.fadd(acc, b.loadF(a[intoAt], {first, second, last}));
+        b.storeF(acc, a[3], {first, second, last});
+      });
+}
+
+LogicalResult scalar::emitGroupedMatmul(moe::GroupedMatmulOp op,
+                                        moe::TileAttr tile, BufferMap buffer,
+                                        LoweringContext &ctx) {
+  KernelBuilder &h = ctx.host();
+  Value offsets = buffer(op.getOffsets()), out = buffer(op.getOut());
+  MatmulOperands m;
+  m.experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  m.slotsPerToken = op.getK().value_or(1);
+  m.values = {buffer(op.getLhs()), buffer(op.getRhs()), offsets, out};
+  int gatherAt = m.add(buffer(op.getGatherSlots()));
+  int biasAt = m.add(buffer(op.getBias()));
+  int loraAAt = m.add(buffer(op.getLoraA()));
+  int loraBAt = m.add(buffer(op.getLoraB()));
+  int rowScaleAt = m.add(buffer(op.getRowScale()));
+  int lhsScalesAt = m.add(buffer(op.getLhsScales()));
+  int rhsScalesAt = m.add(buffer(op.getRhsScales()));
+  m.swigluInputAt = m.add(buffer(op.getActivationInput()));
+  int64_t rank = 0;
+  if (op.getLoraA())
+    rank = cast<ShapedType>(op.getLoraA().getType()).getDimSize(0) / m.experts;
+  int loraDownAt = -1;
+  if (op.getLoraA()) {
+    FailureOr<Value> down = emitLoraDown(op, tile, buffer, ctx, rank);
+    if (failed(down))
+      return failure();
+    loraDownAt = m.add(*down);
+  }
+  m.unpack = [&](ValueRange a) {
+    MatmulArgs args;
+    args.lhs = a[0];
+    args.rhs = a[1];
+    args.offsets = a[2];
+    auto at = [&](int i) { return i < 0 ? Value() : a[i]; };
+    args.gather = at(gatherAt);
+    args.bias = at(biasAt);
+    args.loraA = at(loraAAt);
+    args.loraB = at(loraBAt);
+    args.loraDown = at(loraDownAt);
+    args.transposeLora = op.getTransposeLora();
+    args.rowScale = at(rowScaleAt);
+    args.lhsScales = at(lhsScalesAt);
+    args.rhsScales = at(rhsScalesAt);
+    args.scaleGroup = op.getScaleGroup();
+    args.k = op.getK().value_or(1);
+    args.transposeRhs = op.getTransposeRhs();
+    args.expertsInColumns = op.getExpertsInColumns();
+    args.swiglu = op.getActivation() == moe::Activation::swiglu;
+    args.loraScaling = op.getLoraScaling().convertToDouble();
+    args.rank = rank;
+    return args;
+  };
+  SmallVector<Value> outSizes = ctx.sizes(out);
+  // The matmul's columns: half the output's with swiglu_grad.
+  Value width =
+      m.swigluInputAt >= 0 ? h.div(outSizes[1], h.idx(2)) : outSizes[1];
+  if (op.getScatterSlots())
+    return emitScatteredMatmul(op, tile, buffer, ctx, m, width);
+  return emitGroupedTiles(op, tile, buffer, ctx, m, width);
 }
 
 LogicalResult scalar::emitDenseMatmul(linalg::MatmulOp op, moe::TileAttr tile,

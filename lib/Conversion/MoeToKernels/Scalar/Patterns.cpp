@@ -35,6 +35,7 @@ void kernels::populateScalarKernelPatterns(KernelPatternSet &patterns,
   patterns.add<moe::UnpermuteGradOp>(scalar, emitUnpermuteGrad);
   patterns.add<moe::PermuteProbsOp>(scalar, emitPermuteProbs);
   patterns.add<moe::GroupedMatmulOp>(scalar, emitGroupedMatmul);
+  patterns.add<moe::GroupedWeightGradOp>(scalar, emitGroupedWeightGrad);
   patterns.add<linalg::MatmulOp>(scalar, emitDenseMatmul, matchDenseMatmul);
   patterns.add<moe::LoraGradOp>(scalar, emitLoraGrad);
   patterns.add<linalg::AddOp>(scalar, emitElementwiseAdd);

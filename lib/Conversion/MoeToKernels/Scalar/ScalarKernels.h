@@ -48,6 +48,7 @@ MOEC_SCALAR_KERNEL(moe::PermuteGradOp, PermuteGrad)     // Permute.cpp
 MOEC_SCALAR_KERNEL(moe::UnpermuteGradOp, UnpermuteGrad) // Permute.cpp
 MOEC_SCALAR_KERNEL(moe::PermuteProbsOp, PermuteProbs)   // Permute.cpp
 MOEC_SCALAR_KERNEL(moe::GroupedMatmulOp, GroupedMatmul) // Matmul.cpp
+MOEC_SCALAR_KERNEL(moe::GroupedWeightGradOp, GroupedWeightGrad) // Matmul.cpp
 MOEC_SCALAR_KERNEL(mlir::linalg::MatmulOp, DenseMatmul) // Matmul.cpp
 MOEC_SCALAR_KERNEL(moe::LoraGradOp, LoraGrad)           // LoraGrad.cpp
 MOEC_SCALAR_KERNEL(mlir::linalg::AddOp, ElementwiseAdd) // Elementwise.cpp

@@ -73,7 +73,7 @@ LogicalResult vectorized::emitSwiglu(moe::SwigluOp op, moe::TileAttr tile,
             loadGateUp(b, layout, a[0], r, c, b.idx(*half), width);
         SmallVector<Value> y;
         for (int64_t i = 0; i < width; ++i)
-          y.push_back(b.fmul(b.fmul(gate[i], b.sigmoid(gate[i])), up[i]));
+          y.push_back(b.swiglu(gate[i], up[i]));
         b.storeVecF(y, a[1], {r, c});
       });
 }

@@ -200,21 +200,25 @@ UnpermuteGradOp::reifyResultShapes(OpBuilder &builder,
 }
 
 LogicalResult
+GroupedWeightGradOp::reifyResultShapes(OpBuilder &builder,
+                                       ReifiedRankedShapedTypeDims &shapes) {
+  // [E, K, N] ([K, E, N] with experts_in_columns, [E, N, K] with
+  // transpose_rhs): K from the lhs, N from the grouped gradient.
+  SizeBuilder s(builder, *this, shapes);
+  int64_t kDim = getExpertsInColumns() ? 0 : getTransposeRhs() ? 2 : 1;
+  int64_t nDim = getTransposeRhs() ? 1 : 2;
+  s.fill(getOut(), [&](int64_t d) -> OpFoldResult {
+    return d == kDim   ? s.dim(getLhs(), 1)
+           : d == nDim ? s.dim(getGradOut(), 1)
+                       : OpFoldResult();
+  });
+  return success();
+}
+
+LogicalResult
 GroupedMatmulOp::reifyResultShapes(OpBuilder &builder,
                                    ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);
-  if (getMode() == MatmulMode::weight_grad) {
-    // [E, K, N] ([K, E, N] with experts_in_columns, [E, N, K] with
-    // transpose_rhs): K from the lhs, N from the grouped gradient.
-    int64_t kDim = getExpertsInColumns() ? 0 : getTransposeRhs() ? 2 : 1;
-    int64_t nDim = getTransposeRhs() ? 1 : 2;
-    s.fill(getOut(), [&](int64_t d) -> OpFoldResult {
-      return d == kDim   ? s.dim(getLhs(), 1)
-             : d == nDim ? s.dim(getRhs(), 1)
-                         : OpFoldResult();
-    });
-    return success();
-  }
   OpFoldResult n = s.dim(getRhs(), getTransposeRhs() ? 1 : 2);
   if (getActivation() == Activation::swiglu)
     n = s.floorDiv(n, s.constant(2));

@@ -207,9 +207,7 @@ LogicalResult GradientBuilder::rule(PermuteOp op) {
 
 LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
   StringRef unsupported;
-  if (op.getMode() != MatmulMode::forward)
-    unsupported = "mode = weight_grad";
-  else if (op.getBias())
+  if (op.getBias())
     unsupported = "bias";
   else if (op.getTransposeLora())
     unsupported = "transpose_lora";
@@ -244,8 +242,6 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
   auto rhsType = cast<RankedTensorType>(rhs.getType());
   int64_t kDim = rhsType.getDimSize(transposed ? 2 : 1);
   MLIRContext *ctx = op.getContext();
-  auto forwardMode = MatmulModeAttr::get(ctx, MatmulMode::forward);
-  auto gradMode = MatmulModeAttr::get(ctx, MatmulMode::weight_grad);
   auto none = ActivationAttr::get(ctx, Activation::none);
   FloatAttr one = builder.getF32FloatAttr(1.0f);
 
@@ -266,9 +262,8 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     Value dRows = create<GroupedMatmulOp>(
         loc, rowsType, dY, P(rhs), offsets, Value(), Value(),
         loraA ? P(loraA) : Value(), loraB ? P(loraB) : Value(), Value(),
-        Value(), Value(), Value(), Value(), Value(), Value(), Value(),
-        forwardMode, flip, IntegerAttr(), loraA ? scaling : one, none,
-        IntegerAttr(), flipLora);
+        Value(), Value(), Value(), Value(), Value(), Value(), flip,
+        IntegerAttr(), loraA ? scaling : one, none, IntegerAttr(), flipLora);
     if (slots)
       dRows = create<PermuteGradOp>(loc, lhs.getType(), Type(), dRows, P(slots),
                                     offsets, Value(), op.getKAttr(),
@@ -282,12 +277,11 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     // weight gradient's transpose_rhs form (still gathering its lhs, no
     // permuted copy of x), else dy times the rows.
     bool swap = transposed && !slots;
-    Value dW = create<GroupedMatmulOp>(
+    Value dW = create<GroupedWeightGradOp>(
         loc, rhsType, swap ? dY : P(lhs), swap ? P(lhs) : dY, offsets,
-        slots ? P(slots) : Value(), Value(), Value(), Value(), Value(), Value(),
-        Value(), Value(), Value(), Value(), Value(), Value(), gradMode,
-        transposed && slots ? builder.getUnitAttr() : UnitAttr(), op.getKAttr(),
-        one, none);
+        slots ? P(slots) : Value(), /*accumulate=*/Value(),
+        transposed && slots ? builder.getUnitAttr() : UnitAttr(),
+        /*experts_in_columns=*/UnitAttr(), op.getKAttr());
     accumulate(rhs, dW);
   }
   if (active(loraA) || active(loraB)) {
@@ -517,13 +511,12 @@ MoeAutodiffPass::accumulateInto(func::FuncOp original, func::FuncOp grad,
                                   "argument ")
              << i << ", whose gradient the backward does not return";
     Value g = ret.getOperand(it - returnedArgs.begin());
-    auto matmul = g.getDefiningOp<GroupedMatmulOp>();
-    if (!matmul || matmul.getMode() != MatmulMode::weight_grad ||
-        !g.hasOneUse())
+    auto matmul = g.getDefiningOp<GroupedWeightGradOp>();
+    if (!matmul || !g.hasOneUse())
       return original.emitOpError("moe-autodiff: option 'accumulate' names "
                                   "argument ")
              << i
-             << ", whose gradient is not one weight-gradient grouped matmul "
+             << ", whose gradient is not one moe.grouped_weight_grad "
                 "(the expert weights' are; the others are not fused yet)";
     // The sum is f32 whatever the weights' type: a bf16 main gradient
     // would round away the small per-micro-batch updates.
@@ -672,8 +665,8 @@ void MoeAutodiffPass::runOnOperation() {
     case SavePolicy::All:
       return true;
     case SavePolicy::Matmuls:
-      return isa<GroupedMatmulOp, linalg::MatmulOp, RouterTopKOp,
-                 SortByExpertOp>(op);
+      return isa<GroupedMatmulOp, GroupedWeightGradOp, linalg::MatmulOp,
+                 RouterTopKOp, SortByExpertOp>(op);
     case SavePolicy::Inputs:
       return false;
     }

@@ -67,9 +67,8 @@ private:
         })
         .Case([&](PermuteOp o) { same(o.getSlots()); })
         .Case([&](UnpermuteOp o) { same(o.getWeights()); })
+        .Case([&](GroupedWeightGradOp) { same(mlir::Value()); })
         .Case([&](GroupedMatmulOp o) {
-          if (o.getMode() == MatmulMode::weight_grad)
-            return same(mlir::Value());
           if (o.getScatterSlots())
             return same(o.getScatterWeights() ? o.getScatterWeights()
                         : o.getGatherSlots()  ? o.getLhs()

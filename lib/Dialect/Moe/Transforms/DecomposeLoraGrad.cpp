@@ -95,8 +95,6 @@ void decompose(LoraGradOp op) {
   int64_t rank = aType.getDimSize(0) / experts;
   int64_t k = aType.getDimSize(1), n = bType.getDimSize(0);
   Type elem = aType.getElementType();
-  auto forward = MatmulModeAttr::get(ctx, MatmulMode::forward);
-  auto weightGrad = MatmulModeAttr::get(ctx, MatmulMode::weight_grad);
   auto none = ActivationAttr::get(ctx, Activation::none);
   FloatAttr one = builder.getF32FloatAttr(1.0f);
   UnitAttr transposeRhs = builder.getUnitAttr();
@@ -120,8 +118,8 @@ void decompose(LoraGradOp op) {
   Value a3 = splitRows(builder, loc, op.getLoraA(), experts);
   Value u = GroupedMatmulOp::create(
       builder, loc, narrow, x, a3, offsets, slots, Value(), Value(), Value(),
-      scale, Value(), Value(), Value(), Value(), Value(), Value(), Value(),
-      forward, transposeRhs, slotsPerToken, one, none);
+      scale, Value(), Value(), Value(), Value(), Value(), Value(), transposeRhs,
+      slotsPerToken, one, none);
   // du = dy · B_e: B [N, E*r] is [N, E, r], B_e = B[:, e, :] its
   // [K = N, r] (experts_in_columns: read in place, no transpose).
   auto bColumns = RankedTensorType::get({n, experts, rank}, elem);
@@ -130,31 +128,30 @@ void decompose(LoraGradOp op) {
       ArrayRef<ReassociationIndices>{{0}, {1, 2}});
   auto duOp = GroupedMatmulOp::create(
       builder, loc, narrow, dy, b3, offsets, Value(), Value(), Value(), Value(),
-      scale, Value(), Value(), Value(), Value(), Value(), Value(), Value(),
-      forward, UnitAttr(), IntegerAttr(), one, none);
+      scale, Value(), Value(), Value(), Value(), Value(), Value(), UnitAttr(),
+      IntegerAttr(), one, none);
   duOp.setExpertsInColumns(true);
   Value du = duOp;
 
   // dB_e = Σ dy_iᵀ · u_i, written as [N, E, r] (experts_in_columns), which
   // is B's [N, E*r].
-  auto dbOp = GroupedMatmulOp::create(
+  Value db3 = GroupedWeightGradOp::create(
       builder, loc,
       RankedTensorType::get({n, experts, rank}, gradBType.getElementType()), dy,
-      u, offsets, Value(), Value(), Value(), Value(), Value(), Value(), Value(),
-      Value(), Value(), Value(), Value(), Value(), weightGrad, UnitAttr(),
-      IntegerAttr(), one, none);
-  dbOp.setExpertsInColumns(true);
-  Value gradB = joinLast(builder, loc, dbOp, {{0}, {1, 2}});
+      u, offsets, /*gather_slots=*/Value(), /*accumulate=*/Value(),
+      /*transpose_rhs=*/UnitAttr(), /*experts_in_columns=*/builder.getUnitAttr(),
+      IntegerAttr());
+  Value gradB = joinLast(builder, loc, db3, {{0}, {1, 2}});
 
   // dA_e = Σ du_iᵀ · x_i: [E, r, K], which is A's [E*r, K]. Gathered rows
   // through transpose_rhs (the weight gradient gathers its lhs, and writes
   // the gradient of [E, r, K] weights in their layout), else du times x.
-  Value da3 = GroupedMatmulOp::create(
+  Value da3 = GroupedWeightGradOp::create(
       builder, loc,
       RankedTensorType::get({experts, rank, k}, gradAType.getElementType()),
-      slots ? x : du, slots ? du : x, offsets, slots, Value(), Value(), Value(),
-      Value(), Value(), Value(), Value(), Value(), Value(), Value(), Value(),
-      weightGrad, slots ? transposeRhs : UnitAttr(), slotsPerToken, one, none);
+      slots ? x : du, slots ? du : x, offsets, slots, /*accumulate=*/Value(),
+      slots ? transposeRhs : UnitAttr(), /*experts_in_columns=*/UnitAttr(),
+      slotsPerToken);
   Value gradA = joinLast(builder, loc, da3, {{0, 1}, {2}});
   op.getGradA().replaceAllUsesWith(gradA);
   op.getGradB().replaceAllUsesWith(gradB);

@@ -42,10 +42,9 @@ struct FuseUnpermuteIntoMatmul : OpRewritePattern<UnpermuteOp> {
     if (!matmul)
       return rewriter.notifyMatchFailure(unpermute,
                                          "rows are not a grouped matmul");
-    if (matmul.getMode() != MatmulMode::forward || matmul.getScatterSlots() ||
-        !matmul->hasOneUse())
-      return rewriter.notifyMatchFailure(
-          unpermute, "matmul is not forward, scatters or has other users");
+    if (matmul.getScatterSlots() || !matmul->hasOneUse())
+      return rewriter.notifyMatchFailure(unpermute,
+                                         "matmul scatters or has other users");
     if (matmul.getActivationInput())
       return rewriter.notifyMatchFailure(
           unpermute, "swiglu_grad's rows are not combined into tokens");

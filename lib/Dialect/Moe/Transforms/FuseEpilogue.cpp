@@ -32,7 +32,7 @@ bool isMatmulResultElement(Type type) {
   return isa<BFloat16Type, Float16Type, Float32Type>(type);
 }
 
-/// A forward grouped matmul whose output `value` can take an epilogue: no
+/// A grouped matmul whose output `value` can take an epilogue: no
 /// scatter (its rows are combined into tokens) and no other user.
 GroupedMatmulOp getFusableMatmul(Value value, PatternRewriter &rewriter,
                                  Operation *consumer) {
@@ -41,10 +41,9 @@ GroupedMatmulOp getFusableMatmul(Value value, PatternRewriter &rewriter,
     (void)rewriter.notifyMatchFailure(consumer, "input is not a grouped matmul");
     return {};
   }
-  if (matmul.getMode() != MatmulMode::forward || matmul.getScatterSlots() ||
-      !matmul->hasOneUse()) {
-    (void)rewriter.notifyMatchFailure(
-        consumer, "matmul is not forward, scatters or has other users");
+  if (matmul.getScatterSlots() || !matmul->hasOneUse()) {
+    (void)rewriter.notifyMatchFailure(consumer,
+                                      "matmul scatters or has other users");
     return {};
   }
   return matmul;

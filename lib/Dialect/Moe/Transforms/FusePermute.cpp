@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <map>
@@ -31,6 +32,18 @@ using namespace mlir;
 using namespace moec::moe;
 
 namespace {
+
+/// Makes `op` (a grouped matmul or weight gradient) gather its lhs rows
+/// from `tokens` by `slots`.
+template <typename OpTy>
+void gatherLhs(PatternRewriter &rewriter, OpTy op, Value tokens, Value slots,
+               int64_t k) {
+  rewriter.modifyOpInPlace(op, [&] {
+    op.getLhsMutable().assign(tokens);
+    op.getGatherSlotsMutable().assign(slots);
+    op.setK(k);
+  });
+}
 
 /// grouped_matmul(permute(x, slots, offsets, k), w, offsets)
 ///   -> grouped_matmul(x, w, offsets) gather(slots) {k}
@@ -46,8 +59,6 @@ struct FusePermuteIntoMatmul : OpRewritePattern<GroupedMatmulOp> {
     if (permute.getProbs() || permute.getScales())
       return rewriter.notifyMatchFailure(matmul,
                                          "permute carries probs or scales");
-    if (matmul.getMode() != MatmulMode::forward)
-      return rewriter.notifyMatchFailure(matmul, "not a forward matmul");
     if (matmul.getGatherSlots())
       return rewriter.notifyMatchFailure(matmul, "matmul already gathers");
     // FP8 lhs scales are per permuted row; a gathered lhs needs them per
@@ -73,11 +84,7 @@ struct FusePermuteIntoMatmul : OpRewritePattern<GroupedMatmulOp> {
                                            "scattered token count differs");
     }
 
-    rewriter.modifyOpInPlace(matmul, [&] {
-      matmul.getLhsMutable().assign(permute.getTokens());
-      matmul.getGatherSlotsMutable().assign(permute.getSlots());
-      matmul.setK(k);
-    });
+    gatherLhs(rewriter, matmul, permute.getTokens(), permute.getSlots(), k);
     if (permute->use_empty())
       rewriter.eraseOp(permute);
     return success();
@@ -97,50 +104,83 @@ std::optional<float> splatRowScale(Value rowScale) {
   return value.convertToFloat();
 }
 
-/// How one reader of the row gradients takes the fusion: the matmul that
-/// gathers them, and the matmul whose rows take the routing weights (the
-/// same one, or a weight gradient's rhs).
+/// How one reader of the row gradients takes the fusion: the matmul or
+/// weight gradient that gathers them, and the matmul whose rows take the
+/// routing weights (the same one, or a weight gradient's grad_out).
 struct RowGradReader {
-  GroupedMatmulOp gathers, scaled;
+  Operation *gathers; ///< a GroupedMatmulOp or GroupedWeightGradOp
+  GroupedMatmulOp scaled;
   float scale;
 };
 
-/// Why `use` of unpermute_grad's row gradients cannot read the token
-/// gradients instead (empty if it can), and how.
-std::string readerOf(OpOperand &use, UnpermuteGradOp grad,
-                     RowGradReader &reader) {
-  auto matmul = dyn_cast<GroupedMatmulOp>(use.getOwner());
-  if (!matmul)
-    return "a reader is not a moe.grouped_matmul";
-  if (use.getOperandNumber() != 0 || matmul.getRhs() == use.get())
+/// Why the forward matmul `matmul` cannot gather the token gradients in
+/// place of its lhs rows (empty if it can).
+std::string forwardReaderOf(GroupedMatmulOp matmul, UnpermuteGradOp grad,
+                            RowGradReader &reader) {
+  if (matmul.getRhs() == matmul.getLhs())
     return "a matmul reads the row gradients other than as its lhs";
   if (matmul.getGatherSlots() || matmul.getScatterSlots() ||
       matmul.getLhsScales())
     return "a matmul gathers, scatters or has FP8 scales";
   if (matmul.getOffsets() != grad.getOffsets())
     return "a matmul groups by other offsets";
+  // The routing weight scales the output row: right where the output is
+  // linear in the lhs row.
+  if (matmul.getBias() || (matmul.getActivation() != Activation::none &&
+                           matmul.getActivation() != Activation::swiglu_grad))
+    return "a forward matmul has a bias or a non-linear activation";
   reader.gathers = matmul;
-  if (matmul.getMode() == MatmulMode::forward) {
-    // The routing weight scales the output row: right where the output is
-    // linear in the lhs row.
-    if (matmul.getBias() || (matmul.getActivation() != Activation::none &&
-                             matmul.getActivation() != Activation::swiglu_grad))
-      return "a forward matmul has a bias or a non-linear activation";
-    reader.scaled = matmul;
-  } else {
-    // Σ (w_i g_i)ᵀ r_i = Σ g_iᵀ (w_i r_i): the weight scales the rhs rows,
-    // which a forward matmul with no other reader writes.
-    auto rhs = matmul.getRhs().getDefiningOp<GroupedMatmulOp>();
-    if (!rhs || !rhs->hasOneUse() || rhs.getMode() != MatmulMode::forward ||
-        rhs.getScatterSlots() || rhs.getOffsets() != grad.getOffsets())
-      return "a weight gradient's rhs is not a grouped forward matmul that "
-             "only it reads";
-    // The weights are made next to the unpermute_grad: they must be there
-    // before the rhs is computed.
-    if (rhs->getBlock() != grad->getBlock() || !grad->isBeforeInBlock(rhs))
-      return "a weight gradient's rhs is computed before the unpermute_grad";
-    reader.scaled = rhs;
-  }
+  reader.scaled = matmul;
+  return "";
+}
+
+/// Why the weight gradient `wgrad` cannot gather the token gradients in
+/// place of its lhs rows (empty if it can).
+std::string weightGradReaderOf(GroupedWeightGradOp wgrad, UnpermuteGradOp grad,
+                               RowGradReader &reader) {
+  if (wgrad.getGradOut() == wgrad.getLhs())
+    return "a matmul reads the row gradients other than as its lhs";
+  if (wgrad.getGatherSlots())
+    return "a weight gradient already gathers";
+  if (wgrad.getOffsets() != grad.getOffsets())
+    return "a matmul groups by other offsets";
+  // Σ (w_i g_i)ᵀ r_i = Σ g_iᵀ (w_i r_i): the weight scales the grad_out
+  // rows, which a forward matmul with no other reader writes.
+  auto rhs = wgrad.getGradOut().getDefiningOp<GroupedMatmulOp>();
+  if (!rhs || !rhs->hasOneUse() || rhs.getScatterSlots() ||
+      rhs.getOffsets() != grad.getOffsets())
+    return "a weight gradient's grad_out is not a grouped forward matmul "
+           "that only it reads";
+  // The weights are made next to the unpermute_grad: they must be there
+  // before the rhs is computed.
+  if (rhs->getBlock() != grad->getBlock() || !grad->isBeforeInBlock(rhs))
+    return "a weight gradient's grad_out is computed before the "
+           "unpermute_grad";
+  reader.gathers = wgrad;
+  reader.scaled = rhs;
+  return "";
+}
+
+/// Why `use` of unpermute_grad's row gradients cannot read the token
+/// gradients instead (empty if it can), and how.
+std::string readerOf(OpOperand &use, UnpermuteGradOp grad,
+                     RowGradReader &reader) {
+  if (use.getOperandNumber() != 0)
+    return "a matmul reads the row gradients other than as its lhs";
+  std::string why =
+      llvm::TypeSwitch<Operation *, std::string>(use.getOwner())
+          .Case([&](GroupedMatmulOp matmul) {
+            return forwardReaderOf(matmul, grad, reader);
+          })
+          .Case([&](GroupedWeightGradOp wgrad) {
+            return weightGradReaderOf(wgrad, grad, reader);
+          })
+          .Default([](Operation *) {
+            return "a reader is not a moe.grouped_matmul or "
+                   "moe.grouped_weight_grad";
+          });
+  if (!why.empty())
+    return why;
   std::optional<float> scale = splatRowScale(reader.scaled.getRowScale());
   if (!scale)
     return "a row scale is not a constant";
@@ -217,11 +257,12 @@ struct FuseUnpermuteGradIntoMatmuls : OpRewritePattern<UnpermuteGradOp> {
       return value;
     };
     for (RowGradReader &reader : readers) {
-      rewriter.modifyOpInPlace(reader.gathers, [&] {
-        reader.gathers.getLhsMutable().assign(grad.getGradOut());
-        reader.gathers.getGatherSlotsMutable().assign(grad.getSlots());
-        reader.gathers.setK(grad.getK());
-      });
+      if (auto matmul = dyn_cast<GroupedMatmulOp>(reader.gathers))
+        gatherLhs(rewriter, matmul, grad.getGradOut(), grad.getSlots(),
+                  grad.getK());
+      else
+        gatherLhs(rewriter, cast<GroupedWeightGradOp>(reader.gathers),
+                  grad.getGradOut(), grad.getSlots(), grad.getK());
       // Without weights every weight is 1: the row scale stays as it is.
       if (weights) {
         Value scale = weightsTimes(reader.scale);

@@ -18,12 +18,12 @@ namespace {
 /// Width of the output a matmul-like op computes tiles of, or kDynamic.
 int64_t matmulOutputWidth(Operation *op) {
   ShapedType outType;
-  if (auto matmul = dyn_cast<GroupedMatmulOp>(op))
-    outType = dyn_cast<ShapedType>(matmul.getOut().getType());
+  if (isa<GroupedMatmulOp, GroupedWeightGradOp>(op))
+    outType = dyn_cast<ShapedType>(op->getResult(0).getType());
   else if (auto matmul = dyn_cast<linalg::MatmulOp>(op))
     outType = dyn_cast<ShapedType>(matmul.getDpsInits().front().getType());
   // The columns are the last dimension in every form: [M, N], [T, N] and
-  // weight_grad's [E, K, N].
+  // the weight gradient's [E, K, N].
   if (!outType || !outType.hasRank() || outType.getRank() < 2)
     return ShapedType::kDynamic;
   return outType.getDimSize(outType.getRank() - 1);
@@ -32,7 +32,7 @@ int64_t matmulOutputWidth(Operation *op) {
 } // namespace
 
 bool moec::moe::hasMatmulTile(Operation *op) {
-  return isa<GroupedMatmulOp, linalg::MatmulOp>(op);
+  return isa<GroupedMatmulOp, GroupedWeightGradOp, linalg::MatmulOp>(op);
 }
 
 TileAttr moec::moe::defaultTileFor(Operation *op) {

@@ -18,39 +18,54 @@
 using namespace mlir;
 using namespace moec::moe;
 
+namespace {
+
+std::string dimText(int64_t size) {
+  return ShapedType::isDynamic(size) ? std::string("?") : std::to_string(size);
+}
+
+/// out [E, K, N] ([K, E, N], [E, N, K]) from lhs [M, K] (or gathered) and
+/// grad_out [M, N]. The text is the one of the weight gradient before it
+/// was an op of its own, so that earlier tuning caches still apply.
+std::string weightGradKey(GroupedWeightGradOp wgrad) {
+  auto lhs = cast<ShapedType>(wgrad.getLhs().getType());
+  auto grad = cast<ShapedType>(wgrad.getGradOut().getType());
+  auto out = cast<ShapedType>(wgrad.getOut().getType());
+  int64_t experts =
+      cast<ShapedType>(wgrad.getOffsets().getType()).getDimSize(0);
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << "grouped_matmul weight_grad " << lhs.getElementType() << "x"
+     << grad.getElementType() << "->" << out.getElementType()
+     << " E=" << dimText(experts) << " K=" << dimText(lhs.getDimSize(1))
+     << " N=" << dimText(grad.getDimSize(1));
+  if (wgrad.getExpertsInColumns())
+    os << " out=KEN";
+  else if (wgrad.getTransposeRhs())
+    os << " out=ENK";
+  if (wgrad.getGatherSlots())
+    os << " gather k=" << wgrad.getK().value_or(1);
+  return key;
+}
+
+} // namespace
+
 std::optional<std::string> moec::moe::tuningKey(Operation *op) {
+  if (auto wgrad = dyn_cast<GroupedWeightGradOp>(op))
+    return weightGradKey(wgrad);
   auto matmul = dyn_cast<GroupedMatmulOp>(op);
-  if (!matmul || (matmul.getMode() != MatmulMode::forward &&
-                  matmul.getMode() != MatmulMode::weight_grad))
+  if (!matmul)
     return std::nullopt;
   auto lhs = cast<ShapedType>(matmul.getLhs().getType());
   auto rhs = cast<ShapedType>(matmul.getRhs().getType());
   auto out = cast<ShapedType>(matmul.getOut().getType());
-  auto dim = [](int64_t size) {
-    return ShapedType::isDynamic(size) ? std::string("?")
-                                       : std::to_string(size);
-  };
+  auto dim = dimText;
   std::string key;
   llvm::raw_string_ostream os(key);
-  // The experts: the offsets' length (whatever dimension of the weights or
-  // the result holds them).
+  // The experts: the offsets' length (whatever dimension of the weights
+  // holds them).
   int64_t experts =
       cast<ShapedType>(matmul.getOffsets().getType()).getDimSize(0);
-  if (matmul.getMode() == MatmulMode::weight_grad) {
-    // out [E, K, N] ([K, E, N], [E, N, K]) from lhs [M, K] (or gathered)
-    // and rhs [M, N].
-    os << "grouped_matmul weight_grad " << lhs.getElementType() << "x"
-       << rhs.getElementType() << "->" << out.getElementType()
-       << " E=" << dim(experts) << " K=" << dim(lhs.getDimSize(1))
-       << " N=" << dim(rhs.getDimSize(1));
-    if (matmul.getExpertsInColumns())
-      os << " out=KEN";
-    else if (matmul.getTransposeRhs())
-      os << " out=ENK";
-    if (matmul.getGatherSlots())
-      os << " gather k=" << matmul.getK().value_or(1);
-    return key;
-  }
   // N is the rhs width (gate and up together for SwiGLU): what the kernel
   // tiles.
   os << "grouped_matmul " << lhs.getElementType() << "x"

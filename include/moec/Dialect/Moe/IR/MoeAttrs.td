@@ -38,16 +38,6 @@ def Moe_TopKOrder : I32EnumAttr<"TopKOrder",
 }
 def Moe_TopKOrderAttr : Moe_EnumAttr<Moe_TopKOrder, "order">;
 
-def Moe_MatmulMode : I32EnumAttr<"MatmulMode",
-    "what a grouped matmul computes", [
-      I32EnumAttrCase<"forward", 0>,
-      I32EnumAttrCase<"weight_grad", 1>
-    ]> {
-  let cppNamespace = "::moec::moe";
-  let genSpecializedAttr = 0;
-}
-def Moe_MatmulModeAttr : Moe_EnumAttr<Moe_MatmulMode, "mode">;
-
 def Moe_Activation : I32EnumAttr<"Activation",
     "activation applied in a grouped matmul's epilogue", [
       I32EnumAttrCase<"none", 0>,
@@ -119,8 +109,8 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
       a time along the reduction, with `threads` threads. Each thread
       computes `m*n/threads` outputs when `threads` divides `m*n`; when
       `m*n` divides `threads`, `threads/(m*n)` threads share an output
-      (split reduction). With `mode = weight_grad` the output tile is `m`
-      rows of K by `n` columns of N of one expert, and `k` steps along the
+      (split reduction). With `moe.grouped_weight_grad` the output tile is
+      `m` rows of K by `n` columns of N of one expert, and `k` steps along the
       grouped rows.
     * Row-wise and element-wise ops (routing, sorting, permutation,
       activation, quantization): a thread block handles `m` rows with
@@ -147,8 +137,9 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
       loads half of their common weight tile by TMA multicast into both
       blocks' shared memory (the weights then cross from L2 once per pair).
       Needs `producers = 128`. Other kernels ignore it.
-    * `row_splits`, only for the `sm90a` row reductions (`mode =
-      weight_grad`, and a dense `linalg.matmul` of the form Aᵀ·B such as a
+    * `row_splits`, only for the `sm90a` row reductions
+      (`moe.grouped_weight_grad`, and a dense `linalg.matmul` of the form
+      Aᵀ·B such as a
       router's weight gradient): the most chunks each group's rows are
       split into, so that few output tiles still fill the GPU. Each chunk's
       tiles write f32 partial sums that a second kernel adds in chunk order

@@ -483,8 +483,8 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
                                  [Pure, AttrSizedOperandSegments]> {
   let summary = "Multiplies each expert's group of rows by that expert's weights";
   let description = [{
-    `mode = forward` (default). For every row `i` of expert group `e`
-    (`offsets[e-1] <= i < offsets[e]`), with `x_i` its lhs row:
+    For every row `i` of expert group `e` (`offsets[e-1] <= i < offsets[e]`),
+    with `x_i` its lhs row:
 
     `y_i = x_i · W_e + bias[e] + lora_scaling * (x_i · A_eᵀ) · B_eᵀ`
 
@@ -536,23 +536,6 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
       that made the slots), so that the combine does not rebuild that map;
       `moe-share-positions` adds it where the sort is in the same function.
 
-    `mode = weight_grad`: the weight gradient. `lhs` is `[M, K]` (or gathered
-    as above), `rhs` is the output gradient `[M, N]` in the same grouped row
-    order, and the result is `[E, K, N]` with
-    `out[e] = sum over rows i of group e of lhs_iᵀ · rhs_i`. An expert with
-    no rows gets zeros. With `experts_in_columns` the result is `[K, E, N]`
-    instead (`out[:, e, :]` is expert `e`'s matrix), which collapses to the
-    `[K, E*N]` of a LoRA B adapter's gradient. With `transpose_rhs` it is
-    `[E, N, K]`, `out[e] = sum over rows i of group e of rhs_iᵀ · lhs_i`:
-    the gradient of `transpose_rhs` weights in their own layout, the lhs
-    still gathered by slot where `gather` is given (no permuted copy of the
-    tokens). With `accumulate(%g : ...)` (this mode only; `%g` of the
-    result's type) the result is `%g + out`: each sum is accumulated in f32
-    first, then added to `%g`'s element and rounded once (gradient
-    accumulation over micro-batches into an f32 main gradient, without a
-    separate add). An expert with no rows then gets `%g`. No bias, LoRA,
-    activation, row scale, scatter or FP8 in this mode.
-
     `lhs` and `rhs` share one element type (bf16, f16, f32, f8E4M3FN or
     f8E5M2); accumulation is f32; the result is bf16, f16 or f32. With
     `gather`, `slots` must hold all `T*k` slots of the `T` rows of `lhs`;
@@ -586,8 +569,6 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Optional<AnyTensor>:$lhs_scales,
     Optional<AnyTensor>:$rhs_scales,
     Optional<AnyTensor>:$activation_input,
-    Optional<AnyTensor>:$accumulate,
-    DefaultValuedAttr<Moe_MatmulModeAttr, "::moec::moe::MatmulMode::forward">:$mode,
     UnitAttr:$transpose_rhs,
     OptionalAttr<I64Attr>:$k,
     DefaultValuedAttr<F32Attr, "1.0f">:$lora_scaling,
@@ -609,11 +590,80 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     (`scales` `(` $lhs_scales^ `,` $rhs_scales `:` type($lhs_scales) `,`
                   type($rhs_scales) `)`)?
     (`activation_input` `(` $activation_input^ `:` type($activation_input) `)`)?
-    (`accumulate` `(` $accumulate^ `:` type($accumulate) `)`)?
     attr-dict `:` type($lhs) `,` type($rhs) `,` type($offsets) `->` type($out)
   }];
   let hasVerifier = 1;
   let hasCanonicalizeMethod = 1;
+}
+
+def Moe_GroupedWeightGradOp : Moe_Op<"grouped_weight_grad",
+                                     [Pure, AttrSizedOperandSegments]> {
+  let summary = "The weight gradient of a grouped matmul: each expert's "
+                "rows reduced into that expert's matrix";
+  let description = [{
+    For every expert `e`, with rows `i` of group `e` (`offsets[e-1] <= i <
+    offsets[e]`), `x_i` the lhs row and `dy_i` the output gradient's row:
+
+    `out[e] = sum over rows i of group e of x_iᵀ · dy_i`   (`[K, N]`)
+
+    the gradient of the weights `W_e` of `y_i = x_i · W_e`
+    (`moe.grouped_matmul`). An expert with no rows gets zeros.
+
+    * `lhs` is `[M, K]`, rows already grouped; or, with
+      `gather(%slots : tensor<Mxi32>)` and `k`, the token matrix `[T, K]`
+      and row `i` is `lhs[slots[i] / k]` (zero for slot `-1`): the forward's
+      gathered input read by slot, with no permuted copy of the tokens.
+    * `grad_out` is the output gradient `[M, N]` in the same grouped row
+      order.
+    * The result is `[E, K, N]`; with `transpose_rhs` it is `[E, N, K]`
+      (`out[e] = sum of dy_iᵀ · x_i`): the gradient of `transpose_rhs`
+      weights in their own layout; with `experts_in_columns` it is
+      `[K, E, N]` (`out[:, e, :]` is expert `e`'s matrix), which collapses
+      to the `[K, E*N]` of a LoRA B adapter's gradient.
+    * `accumulate(%g : ...)`, of the result's type: the result is
+      `%g + out`, each sum accumulated in f32 first, then added to `%g`'s
+      element and rounded once (gradient accumulation over micro-batches
+      into an f32 main gradient without a separate add). An expert with no
+      rows then gets `%g`.
+
+    `lhs` and `grad_out` share one element type, bf16, f16 or f32 (FP8
+    operands with block scales will take a `scales(...)` group after
+    `gather`, checked as the forward's are); accumulation is f32; the
+    result is bf16, f16 or f32. With `gather`, `slots` must hold all `T*k`
+    slots of the `T` rows of `lhs`.
+
+    Example (the weight gradient of the example of `moe.grouped_matmul`,
+    before its SwiGLU):
+
+    ```mlir
+    %dw = moe.grouped_weight_grad %x, %dh, %offsets
+        gather(%slots : tensor<?xi32>) {k = 8 : i64, transpose_rhs}
+        : tensor<?x2048xbf16>, tensor<?x1536xbf16>, tensor<128xi32>
+        -> tensor<128x1536x2048xbf16>
+    ```
+
+    Limits (verified): `1 <= k <= 64` when given; `offsets` of static length
+    `1 <= E <= 65536`.
+  }];
+  let arguments = (ins
+    AnyTensor:$lhs,
+    AnyTensor:$grad_out,
+    AnyTensor:$offsets,
+    Optional<AnyTensor>:$gather_slots,
+    Optional<AnyTensor>:$accumulate,
+    UnitAttr:$transpose_rhs,
+    UnitAttr:$experts_in_columns,
+    OptionalAttr<I64Attr>:$k
+  );
+  let results = (outs AnyTensor:$out);
+  let assemblyFormat = [{
+    $lhs `,` $grad_out `,` $offsets
+    (`gather` `(` $gather_slots^ `:` type($gather_slots) `)`)?
+    (`accumulate` `(` $accumulate^ `:` type($accumulate) `)`)?
+    attr-dict `:` type($lhs) `,` type($grad_out) `,` type($offsets) `->`
+    type($out)
+  }];
+  let hasVerifier = 1;
 }
 
 def Moe_LoraGradOp : Moe_Op<"lora_grad", [Pure]> {

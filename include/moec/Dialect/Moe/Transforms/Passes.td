@@ -34,8 +34,8 @@ def MoeFusePermutePass : Pass<"moe-fuse-permute"> {
     its other users keep it.
 
     Left unfused: permutes carrying `probs(...)` or `scales(...)` (the
-    passengers would need a permute of their own), matmuls in
-    `weight_grad` mode, matmuls that already gather, matmuls with FP8
+    passengers would need a permute of their own), weight gradients
+    (`moe.grouped_weight_grad`), matmuls that already gather, matmuls with FP8
     block scales (their `lhs_scales` are per permuted row, a gathered
     matmul needs them per token), a permute with different `offsets`, and
     a matmul whose `scatter` uses another `k` or another token count.
@@ -62,11 +62,11 @@ def MoeFusePermutePass : Pass<"moe-fuse-permute"> {
     erased, without weights). A reader qualifies when it reads the rows as
     its `lhs`, with the unpermute_grad's `offsets`, no gather, scatter or
     FP8 scales, and:
-    - in the forward mode (the input gradient `dY · W`, LoRA's `dY · B`):
+    - a `moe.grouped_matmul` (the input gradient `dY · W`, LoRA's `dY · B`):
       no bias and an output linear in the row (no activation, or
       `swiglu_grad`); the routing weight becomes its row scale;
-    - in `weight_grad` mode (`Σ g_iᵀ r_i = Σ dy[t_i]ᵀ (w_i r_i)`): its
-      `rhs` is a forward grouped matmul that nothing else reads (LoRA's
+    - a `moe.grouped_weight_grad` (`Σ g_iᵀ r_i = Σ dy[t_i]ᵀ (w_i r_i)`): its
+      `grad_out` is a grouped matmul that nothing else reads (LoRA's
       `u = x · A_eᵀ` on sm90a), whose row scale takes the weight.
     An existing row scale must be a constant (`linalg.fill`), which
     `permute_probs` multiplies in. If any reader does not qualify, nothing
@@ -138,8 +138,7 @@ def MoeFuseCombinePass : Pass<"moe-fuse-combine"> {
     the matmul's element type before the sum. The matmul is moved to just
     before the unpermute so that the slots and weights dominate it.
 
-    Left unfused: matmuls in `weight_grad` mode, matmuls that already
-    scatter, with other users, in another block than the unpermute, with
+    Left unfused: matmuls that already scatter, with other users, in another block than the unpermute, with
     different `offsets`, that gather with another `k`, or whose gathered
     token count differs from the unpermute's.
   }];
@@ -270,8 +269,9 @@ def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
   let description = [{
     `moe.lora_grad` (the adapter gradients `moe-autodiff` derives) is one
     fused kernel on every target; its products run on SIMT cores. On
-    `sm90a` this pass rewrites it into four `moe.grouped_matmul` ops the
-    wgmma kernel runs, with `s = lora_scaling`:
+    `sm90a` this pass rewrites it into two `moe.grouped_matmul` and two
+    `moe.grouped_weight_grad` ops the wgmma kernel runs, with
+    `s = lora_scaling`:
 
     * `u = s · x · A_eᵀ`: forward, `A` `[E*r, K]` read as `[E, r, K]`
       (`tensor.expand_shape`) with `transpose_rhs`, `x` gathered as the op
@@ -279,11 +279,13 @@ def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
     * `du = s · dy · B_e`: forward on `B` `[N, E*r]` read in place as
       `[N, E, r]` (`experts_in_columns`: expert `e`'s `[N, r]` is
       `B[:, e, :]`);
-    * `dB`: `mode = weight_grad` of `dy` and `u` with `experts_in_columns`,
+    * `dB`: `moe.grouped_weight_grad` of `dy` and `u` with
+      `experts_in_columns`,
       written as `[N, E, r]` and joined to `[N, E*r]`
       (`tensor.collapse_shape`);
-    * `dA`: `mode = weight_grad` of `du` and `x`, `[E, r, K]` joined to
-      `[E*r, K]`; with a gathered `x`, `weight_grad` of `x` (read by slot)
+    * `dA`: `moe.grouped_weight_grad` of `du` and `x`, `[E, r, K]` joined
+      to `[E*r, K]`; with a gathered `x`, the weight gradient of `x` (read
+      by slot)
       and `du` with `transpose_rhs`, which writes the same `[E, r, K]`:
       no copies around any of the four.
 
@@ -294,10 +296,9 @@ def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
     %u   = moe.grouped_matmul %x, %a3, %offsets gather(%slots) row_scale(%s)
     %du  = moe.grouped_matmul %dy, %b3, %offsets row_scale(%s)
         {experts_in_columns}
-    %db3 = moe.grouped_matmul %dy, %u, %offsets
-        {experts_in_columns, mode = weight_grad}
-    %daT = moe.grouped_matmul %x, %du, %offsets gather(%slots)
-        {mode = weight_grad}
+    %db3 = moe.grouped_weight_grad %dy, %u, %offsets {experts_in_columns}
+    %da3 = moe.grouped_weight_grad %x, %du, %offsets gather(%slots)
+        {transpose_rhs}
     ```
 
     The reshapes copy nothing once lowered: `convert-moe-to-kernels` makes
@@ -358,7 +359,7 @@ def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
     * `moe.grouped_matmul` (forward; plain or gathered lhs, either rhs
       layout) -> the input gradient, a grouped matmul with the other rhs
       layout (then `moe.permute_grad` for a gathered lhs), and the weight
-      gradient, `mode = weight_grad` (a gathered lhs is read by slot,
+      gradient, `moe.grouped_weight_grad` (a gathered lhs is read by slot,
       never copied: for `[E, N, K]` weights through the weight gradient's
       `transpose_rhs` form, which writes `[E, N, K]`);
       with a LoRA adapter, the input gradient carries it transposed
@@ -397,10 +398,10 @@ def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
     `f32` elements (`moe.name` `<argument name>_main_grad`, else
     `main_grad<index>`), and returns `main_grad + gradient` in `f32` in that
     argument's place. The add is the weight gradient's epilogue
-    (`moe.grouped_matmul ... accumulate(%main)`): each element is read
+    (`moe.grouped_weight_grad ... accumulate(%main)`): each element is read
     before it is written, so a caller may pass the main gradient as that
     result's output buffer too and update it in place. An index whose
-    gradient is not exactly one `mode = weight_grad` grouped matmul (the
+    gradient is not exactly one `moe.grouped_weight_grad` (the
     expert weights' gradients are; x's, the router's and LoRA adapters' are
     not) is an error, as is one that is not differentiated. `@f_grad`
     records the indices as `moe.accumulated`.
@@ -433,8 +434,9 @@ def MoeTilePass : Pass<"moe-tile"> {
     The model targets the first, simple kernels: one thread per output
     element of a tile.
 
-    * `moe.grouped_matmul`: `m = 16, n = 16, k = 32, threads = 256`; when
-      the output is at most 8 columns wide, `n = 8, threads = 128`.
+    * `moe.grouped_matmul`, `moe.grouped_weight_grad`: `m = 16, n = 16,
+      k = 32, threads = 256`; when the output is at most 8 columns wide,
+      `n = 8, threads = 128`.
     * `moe.router_topk`, `moe.sort_by_expert`: one row per block, 128
       threads.
     * `moe.permute`, `moe.unpermute`, their gradients, `moe.swiglu`,
@@ -450,7 +452,8 @@ def MoeTilePass : Pass<"moe-tile"> {
     With `tuning-cache` (a JSON file written by the autotuner, format in
     include/moec/Dialect/Moe/Transforms/TuningCache.h) and `target` (the
     compile target the tiles were measured on, e.g. `sm_90a`), a
-    `moe.grouped_matmul` the cache has measured gets the measured tiles:
+    `moe.grouped_matmul` or `moe.grouped_weight_grad` the cache has
+    measured gets the measured tiles:
     on `sm_90a`, whose lowering builds a kernel per bucket, every measured
     row-count bucket as `moe.tile_buckets` and the model's `moe.tile` for
     the rows above the largest (never measured); on other targets
