@@ -16,11 +16,6 @@ import time
 
 
 def main():
-    import torch
-
-    import moec
-    from moec import _args, _dtypes
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("bundle")
     parser.add_argument("--entry", required=True)
@@ -29,6 +24,10 @@ def main():
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    import torch
+
+    import moec
+    from moec import _args, _dtypes
     symbols = {k: int(v) for k, v in (s.split("=") for s in args.sym)}
     entry = moec.load(args.bundle).entry(args.entry, "sm_90a")
     missing = [s for s in entry.symbols if s not in symbols]
