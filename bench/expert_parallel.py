@@ -132,7 +132,8 @@ def bundle_path(folder, key, world, sm_count=None, expert_chunks=1):
     return os.path.join(folder, f"ep_{key}_w{world}{suffix}.moecb")
 
 
-def emit_bundles(folder, world, sm_counts=(), expert_chunks=()):
+def emit_bundles(folder, world, sm_counts=(), expert_chunks=(),
+                 keys=MODEL_KEYS):
     """Compiles each layer's ep module (forward kernels and their derived
     backwards) for sm_90a (needs the compiler: run where MLIR is), and a
     variant per SM count in `sm_counts`, each also per expert-chunk count
@@ -140,7 +141,7 @@ def emit_bundles(folder, world, sm_counts=(), expert_chunks=()):
     import moec
     from moec.ep import ep_module, expert_groups
     os.makedirs(folder, exist_ok=True)
-    for key, m in models(MODEL_KEYS).items():
+    for key, m in models(keys).items():
         for chunks in (1,) + tuple(expert_chunks):
             dedup = chunks == "dedup"
             try:
@@ -166,7 +167,9 @@ def main():
                         help="compile the bundles into the folder and exit")
     parser.add_argument("--world", type=int, default=2,
                         help="world size to compile for (--emit-bundles)")
-    parser.add_argument("--models", default=",".join(MODEL_KEYS))
+    parser.add_argument("--models", default=",".join(MODEL_KEYS),
+                        help="the layers to time (with --emit-bundles: to "
+                             "compile)")
     parser.add_argument("--tokens", default="4096,16384",
                         help="tokens per rank")
     parser.add_argument("--iters", type=int, default=20)
@@ -208,7 +211,8 @@ def main():
     if args.emit_bundles:
         emit_bundles(args.bundles, args.world, sm_counts,
                      tuple(variant_arg(v) for v in
-                           args.expert_chunks.split(",") if v))
+                           args.expert_chunks.split(",") if v),
+                     args.models.split(","))
         return
     run(args, sm_counts)
 

@@ -8,6 +8,7 @@ not first on the GPU machine. bench/common.py is the one library: no
 script imports another, and no function in bench/ is over 120 lines."""
 
 import ast
+import functools
 import importlib.util
 import os
 import pathlib
@@ -58,6 +59,12 @@ def needs(module, expected):
 def run_script(*args, cwd=None, timeout=300):
     return subprocess.run([sys.executable, *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@functools.lru_cache(maxsize=None)
+def script_help(script):
+    """`script --help` (run once: most scripts import torch)."""
+    return run_script(script, "--help")
 
 
 def test_bench_scripts_found():
@@ -112,9 +119,34 @@ def test_bench_script_help(script):
     if "torch" in module_imports(script) | module_imports(BENCH /
                                                           "common.py"):
         needs("torch", EXPECT_TORCH)
-    out = run_script(script, "--help")
+    out = script_help(script)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: " + script.name), out.stdout
+
+
+def gpu_commands():
+    """{script: its command line} of bench/run_all_gpu.sh's smoke run."""
+    out = subprocess.run(["bash", str(BENCH / "run_all_gpu.sh"), "list"],
+                         capture_output=True, text=True, check=True).stdout
+    return dict(line.split("|", 1) for line in out.splitlines())
+
+
+def test_every_gpu_script_is_in_run_all_gpu():
+    assert set(gpu_commands()) == {p.stem for p in HELP}
+
+
+@pytest.mark.parametrize("script", HELP, ids=lambda p: p.name)
+def test_run_all_gpu_options_exist(script):
+    # Each option run_all_gpu.sh gives a script is one its --help lists.
+    if "torch" in module_imports(script) | module_imports(BENCH /
+                                                          "common.py"):
+        needs("torch", EXPECT_TORCH)
+    usage = script_help(script).stdout
+    command = gpu_commands()[script.stem]
+    assert f"bench/{script.name} " in command
+    given = [w for w in command.split(f"bench/{script.name} ", 1)[1].split()
+             if w.startswith("--")]
+    assert all(w in usage for w in given), (given, usage)
 
 
 PLOTS = {
