@@ -10,6 +10,7 @@ script imports another, and no function in bench/ is over 120 lines."""
 import ast
 import functools
 import importlib.util
+import json
 import os
 import pathlib
 import subprocess
@@ -107,9 +108,11 @@ def test_library_imports_without_torch():
     assert int(out.stdout) >= 5
 
 
-HELP = [p for p in SCRIPTS if p.stem != LIBRARY
-        and not p.stem.startswith("plot_")
-        and p.stem != "python_compile_cache"]
+# The scripts that run on the host (here, below); the others need a GPU.
+HOST = {"python_compile_cache", "make_performance_md"}
+GPU = [p for p in SCRIPTS if p.stem != LIBRARY
+       and not p.stem.startswith("plot_") and p.stem not in HOST]
+HELP = GPU + [BENCH / "make_performance_md.py"]
 
 
 @pytest.mark.parametrize("script", HELP, ids=lambda p: p.name)
@@ -132,10 +135,10 @@ def gpu_commands():
 
 
 def test_every_gpu_script_is_in_run_all_gpu():
-    assert set(gpu_commands()) == {p.stem for p in HELP}
+    assert set(gpu_commands()) == {p.stem for p in GPU}
 
 
-@pytest.mark.parametrize("script", HELP, ids=lambda p: p.name)
+@pytest.mark.parametrize("script", GPU, ids=lambda p: p.name)
 def test_run_all_gpu_options_exist(script):
     # Each option run_all_gpu.sh gives a script is one its --help lists.
     if "torch" in module_imports(script) | module_imports(BENCH /
@@ -187,6 +190,24 @@ def test_plot_grouped_gemm_writes_the_results_page(tmp_path):
     assert out.returncode == 0, out.stderr
     assert md.read_text() == (BENCH / "results" /
                               "grouped-gemm-h200.md").read_text()
+
+
+def test_performance_pages_are_current():
+    # bench/results/README.md and docs/performance.md are what
+    # bench/make_performance_md.py writes from bench/results/index.json and
+    # the results' JSON (a result added, removed or edited without
+    # regenerating fails here).
+    out = run_script(BENCH / "make_performance_md.py", "--check")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_results_index_names_the_bench_scripts():
+    index = json.loads((BENCH / "results" / "index.json").read_text())
+    for entry in index["results"]:
+        for script in entry["bench"].split(", "):
+            script = script.split()[0]
+            if script.endswith(".py") and "/" not in script:
+                assert (BENCH / script).exists(), entry
 
 
 @pytest.mark.compiler
