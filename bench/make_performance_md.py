@@ -208,7 +208,7 @@ def results_readme(entries):
     return "\n".join(lines) + "\n"
 
 
-def performance_md(entries):
+def performance_md(entries, not_done):
     lines = [
         "# Performance",
         "",
@@ -232,9 +232,9 @@ def performance_md(entries):
                          f"({e['gpu']}): {headline(e)}. "
                          f"[{e['page']}](../bench/results/{e['page']})")
     lines += ["", "## Not done yet", "",
-              "The targets still missed are tracked as issues (`issues "
-              "list`); the pages above say, kernel by kernel, where a "
-              "target is missed and why."]
+              "Targets still missed (the pages above say, kernel by kernel, "
+              "where and why; see `issues`):", ""]
+    lines += [f"- {item}." for item in not_done]
     return "\n".join(lines) + "\n"
 
 
@@ -244,13 +244,14 @@ def main():
                         help="exit 1 if a page differs from what the index "
                              "gives (rewrites nothing)")
     args = parser.parse_args()
-    entries = read_json(INDEX)["results"]
+    index = read_json(INDEX)
+    entries = index["results"]
     missing = sorted(f for e in entries for f in [e["page"], *e["data"]]
                      if not (RESULTS / f).exists())
     if missing:
         sys.exit(f"index.json names files that are not there: {missing}")
     pages = {README: results_readme(entries),
-             PERFORMANCE: performance_md(entries)}
+             PERFORMANCE: performance_md(entries, index["not_done"])}
     stale = [p for p, text in pages.items()
              if not p.exists() or p.read_text() != text]
     if args.check:
