@@ -6,9 +6,11 @@ with moec installed (`pip install .`; or PYTHONPATH=build/python_packages
 after `make`).
 
 Writes OUT_DIR/moe_layer.moecb (the layer of examples/moe_layer.py) and
-OUT_DIR/qwen3_moe_block.moecb (moec.torch.MoE's kernel at the Qwen3-30B-A3B
-shape), both for sm_90a. Carry them to the GPU machine and run
-examples/aot_run.py there.
+OUT_DIR/qwen3_moe_block.moecb (a moec.torch.MoE block's inference entry at
+the Qwen3-30B-A3B shape, from its MoEConfig: what `block.save_bundle(path,
+training=False)` writes; without training=False it holds the backward
+too), both for sm_90a. On the GPU machine, examples/aot_run.py runs the
+first, and `moec.torch.MoE(config=..., bundle=moec.load(path))` the second.
 """
 
 import os
@@ -17,17 +19,17 @@ import time
 
 import moec
 from moe_layer import moe_layer
-from moec.layers import moe_kernel
 
 out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
 os.makedirs(out_dir, exist_ok=True)
-kernels = {
-    "moe_layer": moe_layer,
-    "qwen3_moe_block": moe_kernel(2048, 768, 128, 8, norm_topk_prob=True),
+qwen3 = moec.MoEConfig(2048, 768, 128, 8, norm_topk_prob=True)
+compilers = {
+    "moe_layer": lambda: moec.compile(moe_layer, target="sm_90a"),
+    "qwen3_moe_block": lambda: qwen3.compile("sm_90a", training=False),
 }
-for name, kernel in kernels.items():
+for name, compile_ in compilers.items():
     start = time.perf_counter()
-    bundle = moec.compile(kernel, target="sm_90a")
+    bundle = compile_()
     path = os.path.join(out_dir, name + ".moecb")
     bundle.save(path)
     print(f"{path}: {bundle.entries[0]!r} ({time.perf_counter() - start:.2f} s)")

@@ -17,8 +17,8 @@ torch ops (per-expert loops, index_add) and the same adapters.
 
 On a GPU machine without the compiler, pass --bundle with the kernels
 compiled where the compiler is: `--emit-bundle lora.moecb` writes them
-(the training pair moe_block_fwd / moe_block_grad, and the inference
-entry, of this model's block shape).
+with `block.save_bundle(path)` (the training pair moe_block_fwd /
+moe_block_grad, and the inference entry, of this model's block shape).
 """
 
 import argparse
@@ -186,11 +186,11 @@ def main():
                               lora_rank=args.rank, lora_alpha=args.alpha)
 
     if args.emit_bundle:
-        b = block()
-        launcher = moec.torch._LAUNCHERS[b._launcher]
-        moec.compile(launcher.gradient().module, "sm_90a").save(
-            args.emit_bundle)
-        print(f"wrote {args.emit_bundle}")
+        # Exactly the entries the blocks look for: moe_block, and the
+        # training pair with the backward to x and the adapters.
+        bundle = block().save_bundle(args.emit_bundle, "sm_90a")
+        print(f"wrote {args.emit_bundle}: "
+              f"{', '.join(sorted({e.name for e in bundle.entries}))}")
         return
 
     torch.manual_seed(0)

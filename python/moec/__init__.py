@@ -16,24 +16,31 @@ tensors (CUDA), any DLPack / __cuda_array_interface__ array, or numpy arrays
     bundle = moec.compile(route, target="sm_90a")   # or "host"
     weights, ids = bundle(logits_tensor)
 
-See docs/python.md.
+The package, by role (as Triton's): moec.language (Tensor, ops), moec.compiler
+(kernel, compile, grad, cache), moec.runtime (bundles, launching), moec.torch
+(MoE blocks, transformers / peft helpers), moec.ep (expert parallelism), and
+moec.layers (MoEConfig and the MoE block's kernel). See docs/python.md.
 """
 
-from . import ops
-from ._bundle import Bundle, BufferInfo, Entry, MoecError
-from ._compile import (TARGETS, Kernel, cache_dir, compile, compiler_fingerprint,
-                       ir, kernel, load)
-from ._grad import Gradient
-from ._ir import T, Tensor, TensorSpec
-from ._native import has_compiler, has_cuda
+import sys as _sys
 
 from ._version import __version__
+from .compiler import (TARGETS, Gradient, Kernel, cache_dir, compile,
+                       compiler_fingerprint, ir, kernel, target_for)
+from .language import T, Tensor, TensorSpec, ops
+from .layers import MoEConfig
+from .runtime import (BufferInfo, Bundle, Entry, MoecError, has_compiler,
+                      has_cuda, load)
+
+# `import moec.ops` and `from moec import ops`: the module moec.language.ops.
+_sys.modules[__name__ + ".ops"] = ops
 
 __all__ = [
-    "Bundle", "BufferInfo", "Entry", "Gradient", "Kernel", "MoecError", "T",
-    "TARGETS",
-    "Tensor", "TensorSpec", "cache_dir", "compile", "compiler_fingerprint",
-    "has_compiler", "has_cuda", "ir", "kernel", "load", "ops",
+    "Bundle", "BufferInfo", "Entry", "Gradient", "Kernel", "MoEConfig",
+    "MoecError", "T",
+    "TARGETS", "Tensor", "TensorSpec", "cache_dir", "compile",
+    "compiler_fingerprint", "has_compiler", "has_cuda", "ir", "kernel",
+    "load", "ops", "target_for",
 ]
 
 
@@ -41,6 +48,6 @@ def __getattr__(name):
     # CompileError lives in the compiler module (a ValueError subclass);
     # resolve it lazily so that runtime-only machines can import moec.
     if name == "CompileError":
-        from ._native import compiler
+        from .runtime._native import compiler
         return compiler().CompileError
     raise AttributeError(f"module 'moec' has no attribute {name!r}")

@@ -1,13 +1,238 @@
-"""Kernels of whole layers, built from moec.ops (no torch needed)."""
+"""MoE layers without torch: `MoEConfig`, the one description of a block
+that moec.torch.MoE, moec.ep.ExpertParallelMoE and the transformers helpers
+share (checked once, here), and the kernels of a block built from moec.ops
+(`moe_kernel`; `MoEConfig.kernel`, `.gradient`, `.compile`)."""
 
 from __future__ import annotations
 
-from . import ops
-from ._compile import Kernel
-from ._dtypes import canonical
-from ._ir import Tensor
+import dataclasses
+from typing import Optional, Sequence, Union
+
+from .compiler import Gradient, Kernel, SAVE_POLICIES, compile
+from .compiler._compile import _tile_dict
+from .language import Tensor, ops
+from .language._dtypes import FLOATS, canonical
+from .runtime import Bundle
+
+__all__ = ["LORA_ARGS", "MAIN_GRAD_ARGS", "MoEConfig", "ROUTINGS",
+           "moe_kernel"]
 
 ROUTINGS = ("softmax_then_topk", "topk_then_softmax")
+#: The adapters' kernel arguments (moe_kernel's, with lora_rank), in order.
+LORA_ARGS = ("gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b")
+#: The weights whose gradients add to `.main_grad` with main_grad=True.
+MAIN_GRAD_ARGS = ("w_gate_up", "w_down")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEConfig:
+    """One sparse MoE block (Mixtral / Qwen3 / OLMoE / DeepSeek-V3 style),
+    checked when made: a ValueError names the argument and what to pass.
+
+    Sizes: `hidden_size` H, `intermediate_size` I (per expert),
+    `num_experts` E, `top_k`. Routing: `routing="softmax_then_topk"` with
+    `norm_topk_prob` is Qwen3 (OLMoE without renormalization),
+    `"topk_then_softmax"` Mixtral; DeepSeek-V3's router (moec.ep only):
+    `scoring="sigmoid"`, `selection_bias`, `num_groups`, `topk_groups`,
+    `scaling_factor`. `dtype` of the weights and tokens: "bf16", "f16" or
+    "f32" (torch dtypes and numpy names are accepted and stored by moec
+    name). LoRA: `lora_rank` r > 0 adds an adapter per expert to both
+    projections, scaled by `lora_alpha / r` (default alpha: r). Training:
+    `save` (what the forward keeps for the backward: "all", "matmuls" or
+    "inputs") and `main_grad` (the expert weights' gradients add to f32
+    `.main_grad`). `tile`: matmul tile fields replacing the cost model's
+    ({"m", "n", "k", "threads"}; stored as sorted pairs, so the config is
+    hashable).
+
+        config = moec.MoEConfig(2048, 768, 128, 8, lora_rank=16)
+        block = moec.torch.MoE(config=config)
+    """
+
+    hidden_size: int
+    intermediate_size: int
+    num_experts: int
+    top_k: int
+    norm_topk_prob: bool = True
+    routing: str = "softmax_then_topk"
+    scoring: str = "softmax"
+    selection_bias: bool = False
+    num_groups: Optional[int] = None
+    topk_groups: Optional[int] = None
+    scaling_factor: float = 1.0
+    dtype: str = "bf16"
+    lora_rank: int = 0
+    lora_alpha: Optional[float] = None
+    save: str = "all"
+    main_grad: bool = False
+    tile: Optional[tuple] = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        for name in ("hidden_size", "intermediate_size", "num_experts",
+                     "top_k"):
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                raise ValueError(f"'{name}': expected a positive int, got "
+                                 f"{value!r}")
+        if self.top_k > self.num_experts:
+            raise ValueError(f"'top_k' ({self.top_k}) exceeds 'num_experts' "
+                             f"({self.num_experts}): pick at most "
+                             f"num_experts experts per token")
+        self._check_router()
+        try:
+            dtype = canonical(self.dtype)
+        except ValueError:
+            dtype = None
+        if dtype not in FLOATS:
+            raise ValueError(f"'dtype': expected torch.bfloat16, "
+                             f"torch.float16 or torch.float32 (or 'bf16', "
+                             f"'f16', 'f32'), got {self.dtype}")
+        set_(self, "dtype", dtype)
+        self._check_lora()
+        if self.save not in SAVE_POLICIES:
+            raise ValueError(f"'save': expected one of "
+                             f"{', '.join(SAVE_POLICIES)}, got {self.save!r}")
+        if not isinstance(self.main_grad, bool):
+            raise ValueError(f"'main_grad': expected a bool, got "
+                             f"{self.main_grad!r}")
+        if self.main_grad and self.lora_rank:
+            raise ValueError("'main_grad': a LoRA block trains its adapters "
+                             "only, whose gradients do not accumulate into "
+                             "main gradients (use main_grad=False)")
+        tile = self.tile
+        if tile is not None and not isinstance(tile, dict):
+            tile = dict(tile) if isinstance(tile, (tuple, list)) else tile
+        set_(self, "tile", tuple(_tile_dict(tile).items()) or None)
+
+    def _check_router(self) -> None:
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"'routing': expected one of "
+                             f"{', '.join(ROUTINGS)}, got {self.routing!r}")
+        if not isinstance(self.norm_topk_prob, bool):
+            raise ValueError(f"'norm_topk_prob': expected a bool, got "
+                             f"{self.norm_topk_prob!r}")
+        if self.scoring not in ("softmax", "sigmoid"):
+            raise ValueError(f"'scoring': expected softmax or sigmoid, got "
+                             f"{self.scoring!r}")
+        if self.scoring == "sigmoid" and self.routing != "softmax_then_topk":
+            raise ValueError("'routing': sigmoid scores take the top-k of "
+                             "the scores (routing='softmax_then_topk')")
+        groups, top = self.num_groups, self.topk_groups
+        if (groups is None) != (top is None):
+            raise ValueError("'num_groups' and 'topk_groups' go together: "
+                             "pass both or neither")
+        if groups is not None and (
+                not _is_int(groups) or groups <= 0 or not _is_int(top) or
+                self.num_experts % groups or not 0 < top <= groups):
+            raise ValueError(f"'num_groups' ({groups}) must divide "
+                             f"'num_experts' ({self.num_experts}) and "
+                             f"'topk_groups' ({top}) be in [1, num_groups]")
+        if (not isinstance(self.scaling_factor, (int, float))
+                or isinstance(self.scaling_factor, bool)
+                or not self.scaling_factor > 0):
+            raise ValueError(f"'scaling_factor' must be positive, got "
+                             f"{self.scaling_factor!r}")
+        object.__setattr__(self, "selection_bias", bool(self.selection_bias))
+        object.__setattr__(self, "scaling_factor", float(self.scaling_factor))
+
+    def _check_lora(self) -> None:
+        rank, alpha = self.lora_rank, self.lora_alpha
+        if not _is_int(rank) or rank < 0:
+            raise ValueError(f"'lora_rank': expected an int >= 0 (0: no "
+                             f"LoRA), got {rank!r}")
+        if alpha is not None and not rank:
+            raise ValueError("'lora_alpha' needs 'lora_rank' > 0 (set "
+                             "lora_rank, or leave lora_alpha out)")
+        if alpha is not None and not (
+                isinstance(alpha, (int, float)) and
+                not isinstance(alpha, bool) and alpha > 0):
+            raise ValueError(f"'lora_alpha': expected a positive number, got "
+                             f"{alpha!r}")
+
+    @classmethod
+    def of(cls, config: Optional["MoEConfig"] = None,
+           sizes: Sequence = (), **options) -> "MoEConfig":
+        """The config a keyword constructor describes: `config` with the
+        given sizes (hidden_size, intermediate_size, num_experts, top_k;
+        None: not given) and options replaced, or a new one from them."""
+        names = ("hidden_size", "intermediate_size", "num_experts", "top_k")
+        given = {n: v for n, v in zip(names, sizes) if v is not None}
+        if config is None:
+            missing = [n for n in names if n not in given and
+                       n not in options]
+            if missing:
+                raise TypeError(f"give 'config' (a moec.MoEConfig) or the "
+                                f"sizes: missing {', '.join(missing)}")
+            return cls(**given, **options)
+        if not isinstance(config, cls):
+            raise TypeError(f"'config': expected a moec.MoEConfig, got "
+                            f"{type(config).__name__}")
+        return dataclasses.replace(config, **given, **options) \
+            if given or options else config
+
+    def replace(self, **changes) -> "MoEConfig":
+        """A copy with `changes` (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def lora_scaling(self) -> float:
+        """The adapters' scale, lora_alpha / lora_rank (1.0 without LoRA)."""
+        if not self.lora_rank:
+            return 1.0
+        alpha = self.lora_alpha if self.lora_alpha is not None \
+            else self.lora_rank
+        return float(alpha) / self.lora_rank
+
+    @property
+    def tile_dict(self) -> Optional[dict]:
+        """`tile` as moec.compile takes it (None: the cost model's)."""
+        return dict(self.tile) if self.tile else None
+
+    @property
+    def router(self) -> tuple:
+        """The router options beyond routing and norm_topk_prob, as
+        hashable (name, value) pairs (moec.ep's kernels take them)."""
+        return (("scoring", self.scoring),
+                ("selection_bias", self.selection_bias),
+                ("num_groups", self.num_groups),
+                ("topk_groups", self.topk_groups),
+                ("scaling_factor", self.scaling_factor))
+
+    def kernel(self) -> Kernel:
+        """The forward kernel of a block of this config (moe_kernel's)."""
+        return _kernel(self, self.lora_scaling)
+
+    def gradient(self, kernel: Optional[Kernel] = None) -> Gradient:
+        """The derived forward-with-saves and backward of a block of this
+        config (of `kernel`, its forward, when given): with respect to x
+        and the weights, or with LoRA to x and the adapters (the router and
+        base weights frozen); with main_grad, the expert weights' gradients
+        add to main gradients."""
+        kernel = kernel or self.kernel()
+        wrt = ["x", *LORA_ARGS] if self.lora_rank else None
+        return kernel.grad(wrt=wrt, save=self.save,
+                           accumulate=MAIN_GRAD_ARGS if self.main_grad
+                           else ())
+
+    def compile(self, target: Union[str, Sequence[str]] = "sm_90a",
+                training: bool = True, **kwargs) -> Bundle:
+        """The bundle a block of this config runs from: `moe_block` and,
+        with `training`, `moe_block_fwd` and `moe_block_grad`: the entries
+        moec.torch.MoE(config=..., bundle=...) looks for. `kwargs`: as
+        moec.compile's (the config's tile is used)."""
+        kernel = self.kernel()
+        source = self.gradient(kernel) if training else kernel
+        return compile(source, target, self.tile_dict, **kwargs)
+
+    @property
+    def default_router(self) -> bool:
+        """Whether the router is softmax scoring without groups or bias
+        (the one moec.torch.MoE's kernel has)."""
+        return self.router == MoEConfig(1, 1, 1, 1).router
 
 
 def moe_kernel(hidden_size: int, intermediate_size: int, num_experts: int,
@@ -22,19 +247,25 @@ def moe_kernel(hidden_size: int, intermediate_size: int, num_experts: int,
     scaled by `lora_scaling`, as four more arguments: `gate_up_lora_a`
     [E*r, H], `gate_up_lora_b` [2I, E*r], `down_lora_a` [E*r, I] and
     `down_lora_b` [H, E*r] (expert e's A is rows e*r..e*r+r of A, its B
-    columns e*r..e*r+r of B).
+    columns e*r..e*r+r of B). The arguments are checked as MoEConfig's.
     """
-    H, I, E, dt = hidden_size, intermediate_size, num_experts, canonical(dtype)
-    r = lora_rank
-    if not isinstance(r, int) or isinstance(r, bool) or r < 0:
-        raise ValueError(f"'lora_rank': expected an int >= 0, got {r!r}")
+    config = MoEConfig(hidden_size, intermediate_size, num_experts, top_k,
+                       norm_topk_prob=norm_topk_prob, routing=routing,
+                       dtype=dtype, lora_rank=lora_rank)
+    return _kernel(config, lora_scaling)
+
+
+def _kernel(config: MoEConfig, lora_scaling: float) -> Kernel:
+    H, I, E = config.hidden_size, config.intermediate_size, config.num_experts
+    top_k, routing, dt = config.top_k, config.routing, config.dtype
+    renormalize = config.norm_topk_prob and routing == "softmax_then_topk"
+    r = config.lora_rank
 
     def experts(x, gate_w, w_gate_up, w_down, gate_up_lora=None,
                 down_lora=None):
         logits = ops.matmul(x, gate_w, transpose_rhs=True)
-        weights, ids = ops.router_topk(
-            logits, k=top_k, order=routing,
-            renormalize=norm_topk_prob and routing == "softmax_then_topk")
+        weights, ids = ops.router_topk(logits, k=top_k, order=routing,
+                                       renormalize=renormalize)
         _, slots, offsets = ops.sort_by_expert(ids, E)
         rows = ops.permute(x, slots, offsets, k=top_k)
         h = ops.grouped_matmul(rows, w_gate_up, offsets, transpose_rhs=True,

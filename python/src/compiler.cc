@@ -4,7 +4,8 @@
 // Python tracer writes, prints them at each pipeline stage, compiles them to
 // bundle bytes, and runs host entries through the JIT (HostProgram). Every
 // MLIR diagnostic is collected and raised as CompileError with its source
-// location.
+// location; the generic-form dump of the failing op that MLIR attaches to
+// each ("see current operation: ...") only with MOEC_DEBUG=1.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +28,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 namespace py = pybind11;
@@ -41,6 +44,13 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// Whether MOEC_DEBUG is set (to anything but "" or "0"): diagnostics then
+/// keep MLIR's dump of the op they are about.
+bool debugDiagnostics() {
+  const char *value = std::getenv("MOEC_DEBUG");
+  return value && *value && std::strcmp(value, "0") != 0;
+}
+
 /// A context with every dialect the pipelines use, a parsed module, and the
 /// diagnostics emitted while working on it.
 struct Session {
@@ -53,6 +63,7 @@ struct Session {
 
   Session(const std::string &text, const std::string &bufferName) {
     moec::loadCompilerDialects(context);
+    context.printOpOnDiagnostic(debugDiagnostics());
     handler = std::make_unique<SourceMgrDiagnosticHandler>(
         sourceMgr, &context, diagnosticStream);
     sourceMgr.AddNewSourceBuffer(

@@ -488,7 +488,7 @@ def test_training_step_kernels(tmp_path):
     assert out.read_text() == checked_in.read_text(), \
         "regenerate bench/kernels/training_step.mlir (--emit-mlir)"
     text = checked_in.read_text()
-    compiler = moec._native.compiler()
+    compiler = moec.runtime._native.compiler()
     for key in ("qwen3", "mixtral", "dsv3"):
         text = compiler.autodiff(text, f"layer_{key}", [], "all")
         assert f"func.func @layer_{key}_grad(" in text

@@ -248,7 +248,7 @@ def test_main_grad_step_mlir_is_current(tmp_path):
     # emits, and its _mg layers take moe-autodiff's accumulate=2,3 (the
     # expert weights).
     import sys
-    from moec import _native
+    from moec.runtime import _native
     out = tmp_path / "main_grad_step.mlir"
     sys.path.insert(0, str(BENCH))
     try:
@@ -285,7 +285,7 @@ def test_training_step_layer_on_host(routing, rank):
     import torch
 
     import moec
-    from moec import _native
+    from moec.runtime import _native
     sys.path.insert(0, str(BENCH))
     try:
         import training_step as ts

@@ -8,7 +8,8 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import moec
-from moec import _native, ops
+from moec import ops
+from moec.runtime import _native
 
 pytestmark = pytest.mark.compiler
 

@@ -105,9 +105,9 @@ def _moe_cases_rank(payload, rank):
     results = []
     for case in cases:
         block = moec.torch.MoE(H, I, E, K, routing=case["routing"],
-                               dtype=case["dtype"])
+                               dtype=case["dtype"], save=save)
         block.load_state_dict(case["weights"])
-        block.save = save  # from_moe takes the block's policy
+        assert block.config.save == save  # from_moe takes the block's config
         ep = moec.ep.ExpertParallelMoE.from_moe(block, chunks=chunks)
         result = train_rank(ep, case, rank)
         with torch.no_grad():
@@ -438,7 +438,7 @@ def test_deepseek_routing(tmp_path, world, chunks):
 
 
 def test_bundle_without_saved_results_is_named():
-    from moec._grad import grad_attr
+    from moec.compiler import grad_attr
     with pytest.raises(ValueError, match="f_grad has no moe.saved_results"):
         grad_attr("func.func @f_grad(%a: f32) {", "f_grad",
                   "moe.saved_results")
@@ -549,13 +549,13 @@ def test_errors(tmp_path):
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_copy_engine_layout_is_all_to_all(world):
-    """The copy-engine transport's puts (moec._peer.copies: which rows go
+    """The copy-engine transport's puts (moec.ep.peer.copies: which rows go
     to which byte of which receiver's region) rebuild all_to_all_single's
     result on every rank, in both directions (the dispatch and its reverse,
     the backward's), with ranks that send or receive nothing. Each rank's
     region is simulated as a list of rows; on GPUs, gpu_ep_checks.py
     compares the layer's outputs and gradients with NCCL's bitwise."""
-    from moec import _peer
+    from moec.ep import peer as _peer
     gen = torch.Generator().manual_seed(world)
     for trial in range(20):
         matrix = torch.randint(0, 5, (world, world), generator=gen)
@@ -585,7 +585,7 @@ def test_copy_engine_layout_is_all_to_all(world):
                                           (2, (2, 2, 2)), (4, (1, 1, 1, 1)),
                                           (2, (1, 3, 2)), (3, (3, 1))])
 def test_expert_chunks_layout(world, groups):
-    """ExpertParallelMoE(expert_chunks=C)'s exchanges (moec._peer.
+    """ExpertParallelMoE(expert_chunks=C)'s exchanges (moec.ep.peer.
     expert_chunks): group p's puts fill each rank's region with, from each
     source in turn, the rows of its experts of group p in expert order
     (what ep_experts_part's ids say), and the results' puts rebuild every
@@ -593,7 +593,7 @@ def test_expert_chunks_layout(world, groups):
     together), with experts and ranks that get no rows. Rows are tags
     (source, dest, expert, index); the GPU run compares the layer's output
     with the plain layer's bitwise."""
-    from moec import _peer
+    from moec.ep import peer as _peer
     experts = sum(groups)
     gen = torch.Generator().manual_seed(world * 10 + len(groups))
     for trial in range(10):

@@ -20,7 +20,7 @@ from transformers import (AutoModelForCausalLM, MixtralConfig,  # noqa: E402
                           OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig)
 
 import moec.torch  # noqa: E402
-from moec.hf import HFMoE  # noqa: E402
+from moec.torch.hf import HFMoE  # noqa: E402
 
 pytestmark = pytest.mark.compiler
 
@@ -337,7 +337,7 @@ def test_peft_adapter_round_trip(family):
         import peft
     else:
         peft = pytest.importorskip("peft")
-    from moec.hf import load_peft_adapter, peft_adapter_state_dict
+    from moec.torch.hf import load_peft_adapter, peft_adapter_state_dict
     original = make_model(family, torch.float32)
     config = peft.LoraConfig(
         r=2, lora_alpha=6, target_modules=[],

@@ -170,8 +170,8 @@ def test_load_hf_state_dict_fused_and_per_expert():
 
 def test_blocks_of_one_configuration_compile_once(monkeypatch):
     calls = []
-    compile_ = moec.torch._compile
-    monkeypatch.setattr(moec.torch, "_compile",
+    compile_ = moec.torch._moe._compile
+    monkeypatch.setattr(moec.torch._moe, "_compile",
                         lambda *a, **kw: calls.append(a) or compile_(*a, **kw))
     # A size used nowhere else in this file: its configuration is new here.
     blocks = [make_block(48, 24, seed=s) for s in range(3)]

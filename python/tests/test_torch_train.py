@@ -289,6 +289,56 @@ def test_lora_block_starts_as_the_base_block_and_freezes_it():
         moec.torch.MoE(40, 24, 6, 2, lora_rank=2, lora_alpha=0)
 
 
+def test_lora_block_save_bundle_has_exactly_its_entries(tmp_path,
+                                                      monkeypatch):
+    # The documented AOT path of a LoRA block: block.save_bundle(path)
+    # where the compiler is, then MoE(..., bundle=moec.load(path)) trains
+    # without compiling anything (on the GPU machine).
+    block = lora_block(torch.float32, 3)
+    path = tmp_path / "lora.moecb"
+    written = block.save_bundle(path, target="host")
+    for bundle in (written, moec.load(path)):
+        assert sorted(e.name for e in bundle.entries) == [
+            "moe_block", "moe_block_fwd", "moe_block_grad"]
+        # The backward is to x and the four adapters (not all 8 arguments).
+        assert len(bundle.entry("moe_block_grad", "host").outputs) == 5
+    # Host entries run only from a bundle compiled in this process (the
+    # runtime loads no host objects yet): the returned one stands in for
+    # a loaded sm_90a bundle.
+    given = moec.torch.MoE(config=block.config, bundle=written)
+    given.load_state_dict(block.state_dict())
+    assert given.config == block.config
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled although the bundle has the entries")
+    monkeypatch.setattr(moec.torch._moe, "_compile", no_compile)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 40, generator=gen)
+    given(x).sum().backward()
+    with torch.no_grad():
+        inference = given(x)
+    monkeypatch.undo()
+    block(x).sum().backward()
+    with torch.no_grad():
+        assert torch.equal(inference, block(x))
+    for a, b in zip(given.adapters(), block.adapters()):
+        assert torch.equal(a.grad, b.grad)
+    assert sorted(e.name for e in block.compile("host", training=False)
+                  .entries) == ["moe_block"]
+
+
+def test_lora_block_rejects_a_bundle_of_the_full_backward():
+    # kernel().grad() differentiates all 8 arguments: the error says how
+    # to write the bundle instead of failing inside torch.
+    block = lora_block(torch.float32, 4)
+    full = moec.compile(block.kernel().grad(), "host")
+    given = moec.torch.MoE(config=block.config, bundle=full)
+    x = torch.randn(3, 40)
+    with pytest.raises(ValueError, match=r"returns 8 gradients, a block with "
+                       r"lora_rank=3 needs 5 .*block\.save_bundle\(path\)"):
+        given(x).sum().backward()
+
+
 def test_lora_save_policies_and_autocast():
     # Seeded: under autocast the bf16 router may route a near tie of the
     # f32 one elsewhere, which would move the gradients past the tolerance.

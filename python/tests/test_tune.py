@@ -1,4 +1,4 @@
-"""The autotuner's GPU half (moec.tune): manifest and cache handling run
+"""The autotuner's GPU half (moec.compiler.tune): manifest and cache handling run
 anywhere; timing candidates needs a CUDA GPU (bench/ and the device runs)."""
 
 import json
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from moec import tune
+from moec.compiler import tune
 
 MANIFEST = {
     "moec_tuning_manifest": 1,

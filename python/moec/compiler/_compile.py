@@ -1,4 +1,5 @@
-"""Tracing kernels, compiling them (with an on-disk cache), loading bundles."""
+"""Compiling kernels, functions or MLIR text to bundles, with an on-disk
+cache; the target of a device."""
 
 from __future__ import annotations
 
@@ -6,138 +7,30 @@ import contextlib
 import fcntl
 import functools
 import hashlib
-import inspect
 import json
 import os
-import re
-import sys
 import tempfile
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
-from . import _native
-from ._args import is_positive_int
-from ._bundle import Bundle, MoecError
-from ._ir import Builder, TensorSpec, Value, tracing
+from .._version import __version__
+from ..language._ir import kernel_name, signature_specs, trace
+from ..runtime import Bundle, MoecError, _native
+from ..runtime._args import is_positive_int
 
 #: Targets moec compiles for.
 TARGETS = ("sm_90a", "gfx942", "host")
 
 
-class Kernel:
-    """A Python function of moec.ops, traced into one moe-dialect function.
-
-    Every parameter needs a `moec.Tensor[...]` annotation (or pass
-    `signature={"x": moec.Tensor[...], ...}` to `@moec.kernel`); the function
-    returns one tensor or a tuple of them. Calling the kernel on arrays
-    compiles it for their device (cached) and runs it.
-    """
-
-    def __init__(self, fn: Callable, name: Optional[str] = None,
-                 signature: Optional[dict] = None):
-        self.fn = fn
-        self.name = name or (fn.__name__ if fn.__name__.isidentifier()
-                             else "kernel")  # e.g. a lambda
-        if not self.name.isidentifier():
-            raise ValueError(f"kernel name {self.name!r} is not an identifier")
-        params = inspect.signature(fn).parameters
-        annotations = dict(signature or {})
-        if not annotations:
-            annotations = inspect.get_annotations(fn, eval_str=True)
-        self.specs: dict = {}
-        for pname, param in params.items():
-            if param.kind not in (param.POSITIONAL_ONLY,
-                                  param.POSITIONAL_OR_KEYWORD):
-                raise TypeError(f"kernel {self.name}: parameter '{pname}' "
-                                f"must be positional")
-            if re.fullmatch(r"(arg|result|tmp)[0-9]+", pname):
-                raise ValueError(f"kernel {self.name}: parameter name "
-                                 f"'{pname}' is reserved for bundle buffers")
-            spec = annotations.get(pname)
-            if not isinstance(spec, TensorSpec):
-                raise TypeError(
-                    f"kernel {self.name}: parameter '{pname}' needs a type, "
-                    f'e.g. {pname}: moec.Tensor["T", 2048, "bf16"]')
-            self.specs[pname] = spec
-        self._module: Optional[str] = None
-        self._bundles: dict = {}
-        functools.update_wrapper(self, fn)
-
-    @property
-    def arg_names(self) -> list:
-        return list(self.specs)
-
-    @property
-    def module(self) -> str:
-        """The traced function as moe-dialect MLIR text."""
-        if self._module is None:
-            builder = Builder(self.name)
-            args = [builder.add_arg(n, s) for n, s in self.specs.items()]
-            with tracing(builder):
-                results = self.fn(*args)
-            if isinstance(results, Value):
-                results = (results,)
-            if (not isinstance(results, (tuple, list)) or not results or
-                    not all(isinstance(r, Value) for r in results)):
-                raise TypeError(f"kernel {self.name} must return a moec "
-                                f"tensor or a tuple of them, got {results!r}")
-            self._module = builder.finish(results)
-        return self._module
-
-    def ir(self, stage: str = "moe", tile: Optional[dict] = None) -> str:
-        """The module at one pipeline stage: "moe" (as traced, verified),
-        "optimized", "kernels", "nvvm", "rocdl" or "host"."""
-        return ir(self.module, stage, tile)
-
-    def print_ir(self, stages: Sequence[str] = ("moe", "optimized", "kernels"),
-                 tile: Optional[dict] = None, file=None) -> None:
-        """Prints the module at each of `stages`, with a header per stage."""
-        for stage in stages:
-            print(f"// ----- {self.name} at stage '{stage}' -----",
-                  file=file or sys.stdout)
-            print(self.ir(stage, tile), file=file or sys.stdout)
-
-    def compile(self, target: Union[str, Sequence[str]] = "sm_90a",
-                tile: Optional[dict] = None, **kwargs) -> Bundle:
-        return compile(self, target, tile, **kwargs)
-
-    def grad(self, wrt: Optional[Sequence[str]] = None, save: str = "all",
-             accumulate: Sequence[str] = ()):
-        """The backward of this kernel (moec.Gradient): see its docstring."""
-        from ._grad import Gradient
-        return Gradient(self, wrt, save, accumulate)
-
-    def __call__(self, *args, **kwargs):
-        from ._args import describe
-        device = "cpu"
-        for value, name in zip(args, self.specs):
-            device = describe(value, name).device
-            break
-        target = "host" if device == "cpu" else "sm_90a"
-        bundle = self._bundles.get(target)
-        if bundle is None:
-            bundle = self._bundles[target] = self.compile(target)
-        return bundle.entry(self.name, target)(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        params = ", ".join(f"{n}: {s}" for n, s in self.specs.items())
-        return f"<moec kernel {self.name}({params})>"
-
-
-def kernel(fn: Optional[Callable] = None, *, name: Optional[str] = None,
-           signature: Optional[dict] = None):
-    """Decorator: `@moec.kernel` or `@moec.kernel(name=..., signature=...)`."""
-    if fn is None:
-        return lambda f: Kernel(f, name, signature)
-    return Kernel(fn, name, signature)
-
-
 def _module_text(source) -> tuple:
-    """(MLIR text, {function: argument names}) of a kernel, function, MLIR
-    text or .mlir path."""
-    if isinstance(source, Kernel):
-        return source.module, {source.name: source.arg_names}
+    """(MLIR text, {function: argument names}) of a kernel, its gradient,
+    a function, MLIR text or .mlir path."""
+    module = getattr(source, "module", None)
+    if isinstance(module, str):  # a Kernel or a Gradient
+        return module, dict(getattr(source, "entry_arg_names", {}))
     if callable(source):
-        return _module_text(Kernel(source))
+        name = kernel_name(source)
+        specs = signature_specs(source, name)
+        return trace(source, name, specs), {name: list(specs)}
     if isinstance(source, os.PathLike) or (
             isinstance(source, str) and source.endswith(".mlir")
             and "\n" not in source and os.path.exists(source)):
@@ -145,8 +38,9 @@ def _module_text(source) -> tuple:
             return file.read(), {}
     if isinstance(source, str):
         return source, {}
-    raise TypeError(f"moec.compile takes a @moec.kernel, a function, MLIR "
-                    f"text or a .mlir path; got {type(source).__name__}")
+    raise TypeError(f"moec.compile takes a @moec.kernel, its .grad(), a "
+                    f"function, MLIR text or a .mlir path; got "
+                    f"{type(source).__name__}")
 
 
 def ir(source, stage: str = "moe", tile: Optional[dict] = None) -> str:
@@ -202,8 +96,24 @@ def compiler_fingerprint() -> str:
     with open(spec.origin, "rb") as file:
         for chunk in iter(lambda: file.read(1 << 20), b""):
             digest.update(chunk)
-    from . import __version__
     return f"moec {__version__} {digest.hexdigest()}"
+
+
+def target_for(device) -> str:
+    """The target moec compiles for to run on `device`: a torch.device, a
+    device type ("cpu", "cuda") or a device string ("cuda:1"). "host" for
+    the CPU, "sm_90a" for CUDA GPUs."""
+    kind = getattr(device, "type", device)
+    if not isinstance(kind, str):
+        raise TypeError(f"'device': expected a torch.device or a string such "
+                        f"as 'cpu' or 'cuda', got {type(device).__name__}")
+    kind = kind.split(":")[0]
+    if kind == "cpu":
+        return "host"
+    if kind == "cuda":
+        return "sm_90a"
+    raise ValueError(f"'device': moec runs on 'cpu' and 'cuda' devices, got "
+                     f"{device!r}")
 
 
 def _targets(target) -> list:
@@ -316,9 +226,3 @@ def _store(path: str, data: bytes) -> None:
         pass
 
 
-def load(path) -> Bundle:
-    """Reads a .moecb bundle (AOT: compiled elsewhere). A bundle is code:
-    launching its entries runs the machine code inside it, so load only
-    bundles from sources you trust (docs/bundle.md)."""
-    with open(os.fspath(path), "rb") as file:
-        return Bundle.from_bytes(file.read())

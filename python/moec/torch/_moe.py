@@ -28,7 +28,7 @@ the weight-gradient kernels themselves (Megatron-style gradient
 accumulation, no separate add).
 
 `replace_moe_blocks(model)` swaps the sparse MoE blocks of a transformers
-Qwen3-MoE, Mixtral or OLMoE model for MoE blocks (moec.hf).
+Qwen3-MoE, Mixtral or OLMoE model for MoE blocks (moec.torch.hf).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ._bundle import Bundle, Entry
-from ._compile import Kernel, compile as _compile
-from ._grad import SAVE_POLICIES, Gradient
-from .layers import ROUTINGS, moe_kernel
+from ..compiler import Gradient, Kernel, compile as _compile, target_for
+from ..language._dtypes import canonical, to_torch
+from ..layers import LORA_ARGS, MAIN_GRAD_ARGS, MoEConfig
+from ..runtime import Bundle, Entry
 
 
 class _Launcher:
@@ -49,14 +49,8 @@ class _Launcher:
     every MoE block of that configuration, so a model's layers trace,
     compile and (on the host) JIT their kernel once."""
 
-    def __init__(self, hidden_size, intermediate_size, num_experts, top_k,
-                 norm_topk_prob, routing, dtype, save, lora_rank,
-                 lora_scaling, main_grad, tile, bundle):
-        self.args = (hidden_size, intermediate_size, num_experts, top_k)
-        self.norm_topk_prob, self.routing = norm_topk_prob, routing
-        self.save, self.main_grad = save, main_grad
-        self.lora_rank, self.lora_scaling = lora_rank, lora_scaling
-        self.dtype, self.tile, self.bundle = dtype, tile, bundle
+    def __init__(self, config: MoEConfig, bundle: Optional[Bundle]):
+        self.config, self.bundle = config, bundle
         # Keeps the given bundle alive (its id is part of the key) after
         # self.bundle is replaced by one compiled for a target it lacks.
         self._given_bundle = bundle
@@ -66,54 +60,66 @@ class _Launcher:
 
     def kernel(self) -> Kernel:
         if self._kernel is None:
-            self._kernel = moe_kernel(
-                *self.args, norm_topk_prob=self.norm_topk_prob,
-                routing=self.routing, dtype=self.dtype,
-                lora_rank=self.lora_rank, lora_scaling=self.lora_scaling)
+            self._kernel = self.config.kernel()
         return self._kernel
 
     def entry(self, device: torch.device) -> Entry:
-        target = "host" if device.type == "cpu" else "sm_90a"
+        target = target_for(device)
         if self.bundle is None or target not in self.bundle.targets:
-            self.bundle = _compile(self.kernel(), target, self.tile)
+            self.bundle = _compile(self.kernel(), target,
+                                   self.config.tile_dict)
         return self.bundle.entry("moe_block", target)
 
     def gradient(self) -> Gradient:
-        """The derived forward-with-saves and backward: with respect to x
-        and the weights, or with LoRA to x and the adapters (the router and
-        base weights frozen)."""
+        """The derived forward-with-saves and backward (MoEConfig.gradient)."""
         if self._gradient is None:
-            wrt = ["x"] + LORA_ARGS if self.lora_rank else None
-            self._gradient = self.kernel().grad(
-                wrt=wrt, save=self.save,
-                accumulate=MAIN_GRAD_ARGS if self.main_grad else ())
+            self._gradient = self.config.gradient(self.kernel())
         return self._gradient
+
+    def compile(self, target, training: bool) -> Bundle:
+        """The entries a block of this configuration looks for (moe_block;
+        with `training`, moe_block_fwd and moe_block_grad)."""
+        source = self.gradient() if training else self.kernel()
+        return _compile(source, target, self.config.tile_dict)
 
     def train_entries(self, device: torch.device) -> tuple:
         """(moe_block_fwd, moe_block_grad) for the device: from the given
-        bundle when it holds them (compile gradient().module for AOT),
-        else compiled."""
-        target = "host" if device.type == "cpu" else "sm_90a"
+        bundle when it holds them (block.save_bundle writes them), else
+        compiled."""
+        target = target_for(device)
         for bundle in (self._given_bundle, self._train_bundle):
             if bundle is not None and any(
                     e.name == "moe_block_grad" and e.target == target
                     for e in bundle.entries):
                 backward = bundle.entry("moe_block_grad", target)
-                accumulates = any(b.name == MAIN_GRAD_ARGS[0] + "_main_grad"
-                                  for b in backward.inputs)
-                if accumulates != self.main_grad:
-                    how = (f"accumulate={MAIN_GRAD_ARGS!r}" if self.main_grad
-                           else "")
-                    raise ValueError(
-                        f"'bundle': its moe_block_grad was compiled "
-                        f"{'with' if accumulates else 'without'} main "
-                        f"gradients, the block has main_grad="
-                        f"{self.main_grad} (compile it from "
-                        f"block.kernel().grad({how}).module)")
+                self._check_backward(backward)
                 return (bundle.entry("moe_block_fwd", target), backward)
         self._train_bundle = _compile(self.gradient().module, target,
-                                      self.tile)
+                                      self.config.tile_dict)
         return self.train_entries(device)
+
+    def _check_backward(self, backward: Entry) -> None:
+        """A ValueError unless a given bundle's moe_block_grad is this
+        configuration's (main gradients, the gradients it returns)."""
+        main_grad = self.config.main_grad
+        accumulates = any(b.name == MAIN_GRAD_ARGS[0] + "_main_grad"
+                          for b in backward.inputs)
+        if accumulates != main_grad:
+            raise ValueError(
+                f"'bundle': its moe_block_grad was compiled "
+                f"{'with' if accumulates else 'without'} main gradients, "
+                f"the block has main_grad={main_grad} (write the bundle "
+                f"with block.save_bundle(path))")
+        lora = self.config.lora_rank
+        wanted = 1 + len(LORA_ARGS) if lora else 4
+        if len(backward.outputs) != wanted:
+            what = ("x and the 4 adapters" if lora
+                    else "x, the router and both expert weights")
+            raise ValueError(
+                f"'bundle': its moe_block_grad returns "
+                f"{len(backward.outputs)} gradients, a block with "
+                f"lora_rank={lora} needs {wanted} ({what}): write the bundle "
+                f"with block.save_bundle(path)")
 
     def saved_specs(self, x: torch.Tensor) -> list:
         """(shape, dtype) of moe_block_fwd's results for tokens x: y, then
@@ -130,10 +136,6 @@ class _Launcher:
                 for shape, out in zip(shapes, fwd.outputs)]
 
 
-# The adapters' kernel arguments (moe_kernel's), in order.
-LORA_ARGS = ["gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b"]
-# The weights whose gradients add to `.main_grad` with main_grad=True.
-MAIN_GRAD_ARGS = ["w_gate_up", "w_down"]
 _DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
            "i32": torch.int32}
 
@@ -145,12 +147,11 @@ _LAUNCHERS: list = []
 _LAUNCHER_INDEX: dict = {}
 
 
-def _launcher_index(*config, tile, bundle) -> int:
-    key = config + (tuple(sorted((tile or {}).items())),
-                    None if bundle is None else id(bundle))
+def _launcher_index(config: MoEConfig, bundle: Optional[Bundle]) -> int:
+    key = (config, None if bundle is None else id(bundle))
     if key not in _LAUNCHER_INDEX:
         _LAUNCHER_INDEX[key] = len(_LAUNCHERS)
-        _LAUNCHERS.append(_Launcher(*config, tile, bundle))
+        _LAUNCHERS.append(_Launcher(config, bundle))
     return _LAUNCHER_INDEX[key]
 
 
@@ -283,32 +284,15 @@ _moe_block.register_autograd(_no_backward,
                              setup_context=lambda ctx, inputs, output: None)
 
 
-def check_config(hidden_size, intermediate_size, num_experts, top_k,
-                 routing, dtype, save) -> None:
-    """The argument checks of an MoE block (moec.torch.MoE,
-    moec.ep.ExpertParallelMoE): a ValueError naming the argument."""
-    if routing not in ROUTINGS:
-        raise ValueError(f"'routing': expected one of {', '.join(ROUTINGS)}"
-                         f", got {routing!r}")
-    for name, value in (("hidden_size", hidden_size),
-                        ("intermediate_size", intermediate_size),
-                        ("num_experts", num_experts), ("top_k", top_k)):
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"'{name}': expected a positive int, got "
-                             f"{value!r}")
-    if top_k > num_experts:
-        raise ValueError(f"'top_k' ({top_k}) exceeds 'num_experts' "
-                         f"({num_experts})")
-    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError(f"'dtype': expected torch.bfloat16, torch.float16"
-                         f" or torch.float32, got {dtype}")
-    if save not in SAVE_POLICIES:
-        raise ValueError(f"'save': expected one of "
-                         f"{', '.join(SAVE_POLICIES)}, got {save!r}")
-
-
 class MoE(nn.Module):
     """A sparse MoE block whose forward runs moec kernels.
+
+    Its configuration is a moec.MoEConfig (`block.config`): pass
+    `config=`, or its fields as arguments (`MoE(2048, 768, 128, 8,
+    routing=..., dtype=..., lora_rank=...)`: hidden_size,
+    intermediate_size, num_experts, top_k, norm_topk_prob, routing, dtype,
+    tile, save, lora_rank, lora_alpha, main_grad), or both (the arguments
+    replace the config's fields). `device`: where the parameters go.
 
     `routing="softmax_then_topk"` with `norm_topk_prob` is Qwen3 (and
     Qwen3.5, OLMoE without renormalization); `routing="topk_then_softmax"`
@@ -316,10 +300,11 @@ class MoE(nn.Module):
     torch.float16 or torch.float32. `save`: what a training forward keeps
     for the backward: "all" (fastest), "matmuls" (the backward recomputes
     the permuted rows and SwiGLU: less memory) or "inputs" (it recomputes
-    the whole forward). `bundle`: a precompiled bundle of
-    `kernel()` (e.g. `moec.load(path)` on a machine without the compiler);
-    otherwise the kernel is compiled for the input's device on first use
-    (cached on disk, and shared by the blocks of one configuration).
+    the whole forward). `bundle`: a precompiled bundle, as
+    `block.compile(target)` or `block.save_bundle(path)` write it (e.g.
+    `moec.load(path)` on a machine without the compiler); otherwise the
+    kernels are compiled for the input's device on first use (cached on
+    disk, and shared by the blocks of one configuration).
 
     LoRA fine-tuning: `lora_rank` r > 0 adds an adapter per expert to both
     projections, `gate_up_lora_A` [E*r, H], `gate_up_lora_B` [2I, E*r],
@@ -341,27 +326,26 @@ class MoE(nn.Module):
     The optimizer step reads `.main_grad`; `zero_main_grad()` clears them.
     """
 
-    def __init__(self, hidden_size: int, intermediate_size: int,
-                 num_experts: int, top_k: int, *, norm_topk_prob: bool = True,
-                 routing: str = "softmax_then_topk",
-                 dtype: torch.dtype = torch.bfloat16, device=None,
-                 bundle: Optional[Bundle] = None,
-                 tile: Optional[dict] = None, save: str = "all",
-                 lora_rank: int = 0, lora_alpha: Optional[float] = None,
-                 main_grad: bool = False):
+    def __init__(self, hidden_size: Optional[int] = None,
+                 intermediate_size: Optional[int] = None,
+                 num_experts: Optional[int] = None,
+                 top_k: Optional[int] = None, *,
+                 config: Optional[MoEConfig] = None, device=None,
+                 bundle: Optional[Bundle] = None, **options):
         super().__init__()
-        self._configure(hidden_size, intermediate_size, num_experts, top_k,
-                        norm_topk_prob, routing, dtype, bundle, tile, save,
-                        lora_rank, lora_alpha, main_grad)
-        factory = dict(dtype=dtype, device=device)
-        self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
-        self.w_gate_up = nn.Parameter(torch.empty(
-            num_experts, 2 * intermediate_size, hidden_size, **factory))
-        self.w_down = nn.Parameter(torch.empty(
-            num_experts, hidden_size, intermediate_size, **factory))
-        nn.init.normal_(self.w_gate_up, std=hidden_size ** -0.5)
-        nn.init.normal_(self.w_down, std=intermediate_size ** -0.5)
-        if lora_rank:
+        self._configure(MoEConfig.of(config, (hidden_size, intermediate_size,
+                                              num_experts, top_k), **options),
+                        bundle)
+        config = self.config
+        factory = dict(dtype=to_torch(config.dtype), device=device)
+        H, I, E = config.hidden_size, config.intermediate_size, \
+            config.num_experts
+        self.gate = nn.Linear(H, E, bias=False, **factory)
+        self.w_gate_up = nn.Parameter(torch.empty(E, 2 * I, H, **factory))
+        self.w_down = nn.Parameter(torch.empty(E, H, I, **factory))
+        nn.init.normal_(self.w_gate_up, std=H ** -0.5)
+        nn.init.normal_(self.w_down, std=I ** -0.5)
+        if config.lora_rank:
             self._add_adapters(factory)
 
     def _add_adapters(self, factory: dict) -> None:
@@ -378,52 +362,67 @@ class MoE(nn.Module):
         for p in (self.gate.weight, self.w_gate_up, self.w_down):
             p.requires_grad_(False)
 
-    def _configure(self, hidden_size, intermediate_size, num_experts, top_k,
-                   norm_topk_prob, routing, dtype, bundle, tile,
-                   save: str = "all", lora_rank: int = 0,
-                   lora_alpha: Optional[float] = None,
-                   main_grad: bool = False) -> None:
-        """Checks and sets the configuration; no parameters (moec.hf's
+    def _configure(self, config: MoEConfig,
+                   bundle: Optional[Bundle]) -> None:
+        """Sets the (checked) configuration; no parameters (moec.torch.hf's
         block adopts a transformers block's own)."""
-        check_config(hidden_size, intermediate_size, num_experts, top_k,
-                     routing, dtype, save)
-        if (not isinstance(lora_rank, int) or isinstance(lora_rank, bool)
-                or lora_rank < 0):
-            raise ValueError(f"'lora_rank': expected an int >= 0, got "
-                             f"{lora_rank!r}")
-        if lora_alpha is not None and not lora_rank:
-            raise ValueError("'lora_alpha' needs 'lora_rank' > 0")
-        if lora_alpha is not None and not (isinstance(lora_alpha, (int, float))
-                                           and lora_alpha > 0):
-            raise ValueError(f"'lora_alpha': expected a positive number, got "
-                             f"{lora_alpha!r}")
-        check_main_grad(main_grad, lora_rank)
-        self.main_grad = main_grad
-        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
-        self.num_experts, self.top_k = num_experts, top_k
-        self.norm_topk_prob, self.routing = norm_topk_prob, routing
-        self.tile, self.save = tile, save
-        self.lora_rank = lora_rank
-        self.lora_scaling = (float(lora_alpha if lora_alpha is not None
-                                   else lora_rank) / lora_rank
-                             if lora_rank else 1.0)
+        if not config.default_router:
+            raise ValueError(
+                "'scoring', 'selection_bias', 'num_groups', 'topk_groups', "
+                "'scaling_factor': moec.torch.MoE's router is softmax "
+                "top-k (Qwen3, Mixtral, OLMoE); DeepSeek-V3's router is "
+                "moec.ep.ExpertParallelMoE's (on one rank too)")
+        self.config = config
         # Fixed here: torch.compile sees a constant. Under autocast the
         # blocks run the kernels of the autocast type (_launcher_for).
         self._launchers: dict = {}
-        self._launcher = self._launcher_for(dtype, bundle)
+        self._launcher = self._launcher_for(to_torch(config.dtype), bundle)
+
+    # The configuration's fields, as attributes (moec.torch.hf, moec.ep
+    # and users read them).
+    hidden_size = property(lambda self: self.config.hidden_size)
+    intermediate_size = property(lambda self: self.config.intermediate_size)
+    num_experts = property(lambda self: self.config.num_experts)
+    top_k = property(lambda self: self.config.top_k)
+    norm_topk_prob = property(lambda self: self.config.norm_topk_prob)
+    routing = property(lambda self: self.config.routing)
+    save = property(lambda self: self.config.save)
+    lora_rank = property(lambda self: self.config.lora_rank)
+    lora_scaling = property(lambda self: self.config.lora_scaling)
+    main_grad = property(lambda self: self.config.main_grad)
+    tile = property(lambda self: self.config.tile_dict)
 
     def _launcher_for(self, dtype: torch.dtype, bundle=None) -> int:
         if dtype not in self._launchers:
             self._launchers[dtype] = _launcher_index(
-                self.hidden_size, self.intermediate_size, self.num_experts,
-                self.top_k, self.norm_topk_prob, self.routing, dtype,
-                self.save, self.lora_rank, self.lora_scaling, self.main_grad,
-                tile=self.tile, bundle=bundle)
+                self.config.replace(dtype=canonical(dtype)), bundle)
         return self._launchers[dtype]
+
+    def compile(self, target="sm_90a", training: bool = True,
+                dtype: Optional[torch.dtype] = None) -> Bundle:
+        """The bundle this block runs from, compiled for `target` ("sm_90a",
+        "host", or a list): `moe_block` and, with `training`,
+        `moe_block_fwd` and `moe_block_grad` (with LoRA, the backward to x
+        and the adapters; with main_grad, into main gradients): exactly
+        the entries the block looks for. `dtype`: the kernels' type
+        (default: the block's; an f32 block under autocast runs the
+        autocast type's). Give it back as `MoE(..., bundle=...)`, e.g. on a
+        GPU machine without the compiler."""
+        launcher = _LAUNCHERS[self._launcher_for(dtype or
+                                                 to_torch(self.config.dtype))]
+        return launcher.compile(target, training)
+
+    def save_bundle(self, path, target="sm_90a", training: bool = True,
+                    dtype: Optional[torch.dtype] = None) -> Bundle:
+        """`compile(target, training, dtype)` written to `path` (a .moecb
+        file for `moec.load`); returns the bundle."""
+        bundle = self.compile(target, training, dtype)
+        bundle.save(path)
+        return bundle
 
     def adapters(self) -> tuple:
         """The four LoRA parameters in kernel order (empty without LoRA)."""
-        if not self.lora_rank:
+        if not self.config.lora_rank:
             return ()
         return (self.gate_up_lora_A, self.gate_up_lora_B, self.down_lora_A,
                 self.down_lora_B)
@@ -533,16 +532,6 @@ def zero_main_grads(block: nn.Module) -> None:
             grad.zero_()
 
 
-def check_main_grad(main_grad, lora_rank: int = 0) -> None:
-    """The `main_grad` argument's checks (MoE, ExpertParallelMoE)."""
-    if not isinstance(main_grad, bool):
-        raise ValueError(f"'main_grad': expected a bool, got {main_grad!r}")
-    if main_grad and lora_rank:
-        raise ValueError("'main_grad': a LoRA block trains its adapters "
-                         "only, whose gradients do not accumulate into "
-                         "main gradients (use main_grad=False)")
-
-
 @torch.no_grad()
 def load_hf_experts(block: nn.Module, state_dict: dict, prefix: str = "",
                     first_expert: int = 0) -> None:
@@ -572,11 +561,3 @@ def load_hf_experts(block: nn.Module, state_dict: dict, prefix: str = "",
         block.w_gate_up[local, :inter].copy_(get(base + names[0] + ".weight"))
         block.w_gate_up[local, inter:].copy_(get(base + names[1] + ".weight"))
         block.w_down[local].copy_(get(base + names[2] + ".weight"))
-
-
-def replace_moe_blocks(model: nn.Module, **kwargs) -> list:
-    """Swaps the sparse MoE blocks of a transformers Qwen3-MoE, Mixtral or
-    OLMoE model for MoE blocks holding the same parameters; returns the
-    names of the swapped modules. See moec.hf.replace_moe_blocks."""
-    from .hf import replace_moe_blocks as replace  # transformers is optional
-    return replace(model, **kwargs)

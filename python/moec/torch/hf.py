@@ -2,7 +2,7 @@
 moec.torch.MoE.
 
     model = transformers.AutoModelForCausalLM.from_pretrained(...)
-    moec.torch.replace_moe_blocks(model)   # or moec.hf.replace_moe_blocks
+    moec.torch.replace_moe_blocks(model)   # or moec.torch.hf.replace_moe_blocks
 
 Qwen3-MoE, Mixtral and OLMoE blocks of transformers >= 5 (experts stored
 fused: `experts.gate_up_proj` [E, 2I, H], `experts.down_proj` [E, H, I],
@@ -19,7 +19,13 @@ import re
 import torch
 from torch import nn
 
-from .torch import MoE
+from ..layers import MoEConfig
+from ._moe import MoE
+
+__all__ = [
+    "HFMoE", "load_peft_adapter", "peft_adapter_state_dict",
+    "replace_moe_blocks",
+]
 
 
 def _block_routings() -> dict:
@@ -28,7 +34,7 @@ def _block_routings() -> dict:
     major = int(transformers.__version__.split(".")[0])
     if major < 5:
         raise ImportError(
-            f"moec.hf needs transformers >= 5 (experts stored as fused "
+            f"moec.torch.hf needs transformers >= 5 (experts stored as fused "
             f"tensors; checked with 5.24), found {transformers.__version__}")
     from transformers.models.mixtral.modeling_mixtral import (
         MixtralSparseMoeBlock)
@@ -73,9 +79,9 @@ class HFMoE(MoE):
     """
 
     def __init__(self, block: nn.Module, routing: str, name: str = "block",
-                 bundle=None, tile=None, save: str = "all",
-                 lora_rank: int = 0, lora_alpha=None,
-                 main_grad: bool = False):
+                 bundle=None, **options):
+        """`options`: the MoEConfig fields a model does not fix (tile,
+        save, lora_rank, lora_alpha, main_grad)."""
         nn.Module.__init__(self)
         gate, experts = block.gate, block.experts
         extra = sorted(set(dict(block.named_children())) - {"gate", "experts"})
@@ -97,10 +103,10 @@ class HFMoE(MoE):
                     f"'model': {name}.{what} is {tensor.dtype}, its "
                     f"experts.down_proj {dtype}: moec takes one dtype")
         num_experts, hidden = gate.weight.shape
-        self._configure(hidden, experts.down_proj.shape[2], num_experts,
-                        gate.top_k, getattr(gate, "norm_topk_prob", True),
-                        routing, dtype, bundle, tile, save, lora_rank,
-                        lora_alpha, main_grad)
+        self._configure(MoEConfig(
+            hidden, experts.down_proj.shape[2], num_experts, gate.top_k,
+            norm_topk_prob=getattr(gate, "norm_topk_prob", True),
+            routing=routing, dtype=dtype, **options), bundle)
         for child in dict(block.named_children()):  # the block's key order
             if child == "gate":
                 self.gate = gate
@@ -108,7 +114,7 @@ class HFMoE(MoE):
                 self.experts = _Experts(experts.gate_up_proj,
                                         experts.down_proj)
         self.jitter_noise = float(getattr(block, "jitter_noise", 0.0))
-        if lora_rank:
+        if self.lora_rank:
             self._add_adapters(dict(dtype=dtype,
                                     device=experts.down_proj.device))
 
@@ -167,8 +173,10 @@ def replace_moe_blocks(model: nn.Module, *, bundle=None, tile=None,
     for name, block in blocks:
         routing = next(r for cls, r in routings.items()
                        if isinstance(block, cls))
-        swaps.append((name, HFMoE(block, routing, name, bundle, tile, save,
-                                  lora_rank, lora_alpha, main_grad)))
+        swaps.append((name, HFMoE(block, routing, name, bundle, tile=tile,
+                                  save=save, lora_rank=lora_rank,
+                                  lora_alpha=lora_alpha,
+                                  main_grad=main_grad)))
     for name, new in swaps:
         parent, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent), attr, new)

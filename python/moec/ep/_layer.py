@@ -43,15 +43,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import _ep_dedup, _peer
-from ._args import is_positive_int
-from ._bundle import Bundle
-from ._ep_dedup import DEDUP_MODE
-from ._ep_kernels import (DEDUP_KERNELS, KERNELS, _PROGRAMS,  # noqa: F401
-                          _Program, _call, _program_index, ep_kernels,
-                          expert_groups)
-from ._exchange import _AllToAll, _Exchange, _wait
-from ._grad import SAVE_POLICIES
+from ..language._dtypes import canonical, to_torch
+from ..layers import MoEConfig
+from ..runtime import Bundle
+from ..runtime._args import is_positive_int
+from ..torch import load_hf_experts, main_grads_of, zero_main_grads
+from . import dedup as _ep_dedup
+from . import peer as _peer
+from .dedup import DEDUP_MODE
+from .exchange import AllToAll, Exchange, wait
+from .kernels import (DEDUP_KERNELS, _PROGRAMS, _Program, _call,
+                      _program_index, expert_groups)
 
 #: How ExpertParallelMoE moves rows between ranks (its `transport`).
 TRANSPORTS = ("nccl", "copy_engine")
@@ -64,8 +66,10 @@ class ExpertParallelMoE(nn.Module):
     the group must call forward (and backward) together, each on its own
     tokens, any number of them (none too).
 
-    `routing`, `norm_topk_prob`, `dtype` (of the weights and x), `save`
-    and `tile` are moec.torch.MoE's. DeepSeek-V3's router:
+    Its configuration is a moec.MoEConfig (`block.config`), given as
+    `config=` or as its fields (as moec.torch.MoE's, without LoRA):
+    `routing`, `norm_topk_prob`, `dtype` (of the weights and x), `save`,
+    `tile`, `main_grad`, and DeepSeek-V3's router:
     `scoring="sigmoid"`, `selection_bias=True` (a buffer
     `e_score_correction_bias` [E] f32 that only selects), `num_groups`,
     `topk_groups`, `scaling_factor`. `bundle`: a precompiled bundle of
@@ -91,7 +95,7 @@ class ExpertParallelMoE(nn.Module):
     all_to_all_single. "copy_engine" (CUDA, every rank's GPU of one host
     linked by NVLink or PCIe peer access): each rank's copy engines write
     its rows straight into the receivers' torch symmetric-memory buffers
-    (moec._peer), so the exchanges take no SMs and run beside the grouped
+    (moec.ep.peer), so the exchanges take no SMs and run beside the grouped
     matmuls. Its barriers (one or two per exchange) take one small kernel
     each: where exchanges overlap the matmuls (`chunks`, `expert_chunks`),
     leave them an SM (`sm_count` one below the GPU's). Every rank of the
@@ -117,7 +121,7 @@ class ExpertParallelMoE(nn.Module):
     `dedup=True`: the forward sends each token once to each rank that
     holds any of its experts (not once per expert), with its experts and
     routing weights; that rank weighs and sums the token's expert outputs
-    and sends one row back (moec._ep_dedup); the backward runs the same
+    and sends one row back (moec.ep.dedup); the backward runs the same
     exchanges reversed. For top-8 routing over two ranks that moves at
     most 2 rows per token each way instead of 8. The output and the
     gradients equal the plain layer's up to rounding (each rank's partial
@@ -126,35 +130,66 @@ class ExpertParallelMoE(nn.Module):
     dedup=True)`.
     """
 
-    def __init__(self, hidden_size: int, intermediate_size: int,
-                 num_experts: int, top_k: int, *, group=None,
-                 norm_topk_prob: bool = True,
-                 routing: str = "softmax_then_topk",
-                 dtype: torch.dtype = torch.bfloat16, device=None,
-                 bundle: Optional[Bundle] = None,
-                 tile: Optional[dict] = None, save: str = "all",
-                 scoring: str = "softmax", selection_bias: bool = False,
-                 num_groups: Optional[int] = None,
-                 topk_groups: Optional[int] = None,
-                 scaling_factor: float = 1.0, chunks: int = 1,
+    def __init__(self, hidden_size: Optional[int] = None,
+                 intermediate_size: Optional[int] = None,
+                 num_experts: Optional[int] = None,
+                 top_k: Optional[int] = None, *, group=None,
+                 config: Optional[MoEConfig] = None, device=None,
+                 bundle: Optional[Bundle] = None, chunks: int = 1,
                  sm_count: Optional[int] = None, transport: str = "nccl",
-                 expert_chunks=1, main_grad: bool = False,
-                 dedup: bool = False):
+                 expert_chunks=1, dedup: bool = False, **options):
         super().__init__()
-        from .torch import check_config, check_main_grad
-        check_config(hidden_size, intermediate_size, num_experts, top_k,
-                     routing, dtype, save)
-        check_main_grad(main_grad)
-        self.main_grad = main_grad
-        router = _router_options(num_experts, routing, scoring,
-                                 selection_bias, num_groups, topk_groups,
-                                 scaling_factor)
-        self.router_options = dict(router)
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_experts, self.top_k = num_experts, top_k
-        self.norm_topk_prob, self.routing = norm_topk_prob, routing
-        self.tile, self.save = tile, save
+        config = MoEConfig.of(config, (hidden_size, intermediate_size,
+                                       num_experts, top_k), **options)
+        if config.lora_rank:
+            raise ValueError("'lora_rank': ExpertParallelMoE has no LoRA "
+                             "adapters (use moec.torch.MoE, or lora_rank=0)")
+        self.config = config
+        self._join(group)
+        self._check_pipelining(chunks, sm_count, transport, expert_chunks,
+                               dedup, bundle)
+        first = self.rank * self.local_experts
+        self.experts = range(first, first + self.local_experts)
+        # One program per weight dtype (a cast block runs the kernels of its
+        # new type; the given bundle serves the dtype it was made for).
+        self._programs = {to_torch(config.dtype): _program_index(
+            config, self.world_size, self.expert_chunks, dedup, bundle,
+            sm_count)}
+        self._add_parameters(device)
+
+    # The configuration's fields, as attributes.
+    hidden_size = property(lambda self: self.config.hidden_size)
+    intermediate_size = property(lambda self: self.config.intermediate_size)
+    num_experts = property(lambda self: self.config.num_experts)
+    top_k = property(lambda self: self.config.top_k)
+    norm_topk_prob = property(lambda self: self.config.norm_topk_prob)
+    routing = property(lambda self: self.config.routing)
+    save = property(lambda self: self.config.save)
+    main_grad = property(lambda self: self.config.main_grad)
+    tile = property(lambda self: self.config.tile_dict)
+    router_options = property(lambda self: dict(self.config.router))
+
+    def _join(self, group) -> None:
+        """This rank's place in `group` and its share of the experts."""
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("ExpertParallelMoE: torch.distributed is not "
+                               "initialized (call init_process_group first)")
+        self.group = group if group is not None else dist.group.WORLD
+        self.world_size = dist.get_world_size(self.group)
+        self.rank = dist.get_rank(self.group)
+        if self.rank < 0:
+            raise ValueError("'group': this process is not a member")
+        num_experts = self.config.num_experts
+        if num_experts % self.world_size:
+            raise ValueError(f"'num_experts' ({num_experts}) must be a "
+                             f"multiple of the group's size "
+                             f"({self.world_size})")
+        self.local_experts = num_experts // self.world_size
+
+    def _check_pipelining(self, chunks, sm_count, transport, expert_chunks,
+                          dedup, bundle) -> None:
+        """Checks and sets chunks, sm_count, transport, expert_chunks and
+        dedup (a ValueError naming the argument)."""
         if not is_positive_int(chunks):
             raise ValueError(f"'chunks': expected a positive int, got "
                              f"{chunks!r}")
@@ -166,19 +201,7 @@ class ExpertParallelMoE(nn.Module):
         if sm_count is not None and not is_positive_int(sm_count):
             raise ValueError(f"'sm_count': expected a positive int, got "
                              f"{sm_count!r}")
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("ExpertParallelMoE: torch.distributed is not "
-                               "initialized (call init_process_group first)")
-        self.group = group if group is not None else dist.group.WORLD
-        self.world_size = dist.get_world_size(self.group)
-        self.rank = dist.get_rank(self.group)
-        if self.rank < 0:
-            raise ValueError("'group': this process is not a member")
-        if num_experts % self.world_size:
-            raise ValueError(f"'num_experts' ({num_experts}) must be a "
-                             f"multiple of the group's size "
-                             f"({self.world_size})")
-        self.local_experts = num_experts // self.world_size
+        self.sm_count = sm_count
         if isinstance(expert_chunks, list):
             expert_chunks = tuple(expert_chunks)
         self.expert_groups = expert_groups(self.local_experts, expert_chunks)
@@ -210,43 +233,33 @@ class ExpertParallelMoE(nn.Module):
                 raise ValueError(f"'bundle' has no {', '.join(missing)}: "
                                  f"compile ep_module(..., dedup=True)")
         self.dedup = dedup
-        first = self.rank * self.local_experts
-        self.experts = range(first, first + self.local_experts)
-        self._config = (hidden_size, intermediate_size, num_experts, top_k,
-                        self.world_size, norm_topk_prob, routing)
-        self._router = router
-        # One program per weight dtype (a cast block runs the kernels of its
-        # new type; the given bundle serves the dtype it was made for).
-        self.sm_count = sm_count
-        self._programs = {dtype: _program_index(
-            self._config + (dtype, router, expert_chunks, dedup), save, tile,
-            bundle, sm_count, main_grad)}
-        factory = dict(dtype=dtype, device=device)
-        self.gate = nn.Linear(hidden_size, num_experts, bias=False, **factory)
+
+    def _add_parameters(self, device) -> None:
+        """The replicated router, this rank's experts and (with a selection
+        bias) DeepSeek-V3's e_score_correction_bias."""
+        config = self.config
+        H, I = config.hidden_size, config.intermediate_size
+        factory = dict(dtype=to_torch(config.dtype), device=device)
+        self.gate = nn.Linear(H, config.num_experts, bias=False, **factory)
         self.w_gate_up = nn.Parameter(torch.empty(
-            self.local_experts, 2 * intermediate_size, hidden_size,
-            **factory))
+            self.local_experts, 2 * I, H, **factory))
         self.w_down = nn.Parameter(torch.empty(
-            self.local_experts, hidden_size, intermediate_size, **factory))
-        nn.init.normal_(self.w_gate_up, std=hidden_size ** -0.5)
-        nn.init.normal_(self.w_down, std=intermediate_size ** -0.5)
-        if selection_bias:
+            self.local_experts, H, I, **factory))
+        nn.init.normal_(self.w_gate_up, std=H ** -0.5)
+        nn.init.normal_(self.w_down, std=I ** -0.5)
+        if config.selection_bias:
             # DeepSeek-V3's e_score_correction_bias: selects, not weighted,
             # not trained by gradients.
             self.register_buffer("e_score_correction_bias", torch.zeros(
-                num_experts, dtype=torch.float32, device=device))
+                config.num_experts, dtype=torch.float32, device=device))
 
     @classmethod
     def from_moe(cls, block: nn.Module, group=None, **kwargs):
         """This rank's share of a whole moec.torch.MoE block (its router and
         its slice of the experts, copied)."""
-        ep = cls(block.hidden_size, block.intermediate_size,
-                 block.num_experts, block.top_k, group=group,
-                 norm_topk_prob=block.norm_topk_prob, routing=block.routing,
-                 dtype=block.w_down.dtype, device=block.w_down.device,
-                 tile=block.tile, save=block.save,
-                 **{"main_grad": getattr(block, "main_grad", False),
-                    **kwargs})
+        config = block.config.replace(dtype=canonical(block.w_down.dtype))
+        ep = cls(group=group, config=config, device=block.w_down.device,
+                 **kwargs)
         with torch.no_grad():
             ep.gate.weight.copy_(block.gate.weight)
             ep.w_gate_up.copy_(block.w_gate_up[ep.experts.start:
@@ -259,7 +272,6 @@ class ExpertParallelMoE(nn.Module):
         block's weights (the names moec.torch.MoE.load_hf_state_dict
         takes), and DeepSeek-V3's `gate.e_score_correction_bias` with a
         selection bias."""
-        from .torch import load_hf_experts
         load_hf_experts(self, state_dict, prefix, self.experts.start)
         if self.router_options["selection_bias"]:
             key = prefix + "gate.e_score_correction_bias"
@@ -273,9 +285,8 @@ class ExpertParallelMoE(nn.Module):
         dtype = self.w_down.dtype
         if dtype not in self._programs:
             self._programs[dtype] = _program_index(
-                self._config + (dtype, self._router, self.expert_chunks,
-                                self.dedup),
-                self.save, self.tile, None, self.sm_count, self.main_grad)
+                self.config.replace(dtype=canonical(dtype)), self.world_size,
+                self.expert_chunks, self.dedup, None, self.sm_count)
         return _PROGRAMS[self._programs[dtype]]
 
     def kernels(self) -> list:
@@ -331,7 +342,7 @@ class ExpertParallelMoE(nn.Module):
                                              row_bytes)
                 region = back + _peer.aligned(_peer.region_rows(
                     _peer.transposed(matrix)) * row_bytes)
-            exchange = _Exchange(matrix, rank, self.group, peers, there, back)
+            exchange = Exchange(matrix, rank, self.group, peers, there, back)
             state["exchange"] = exchange
             received = sum(exchange.recv_splits)
             mine = every[:, piece, rank]  # [source, local expert], on device
@@ -417,24 +428,22 @@ class ExpertParallelMoE(nn.Module):
     def main_grads(self) -> list:
         """This rank's experts' f32 main gradients (main_grad=True), as
         moec.torch.MoE.main_grads."""
-        from .torch import main_grads_of
         return main_grads_of(self)
 
     def zero_main_grad(self) -> None:
         """Zeroes this rank's experts' main gradients."""
-        from .torch import zero_main_grads
         zero_main_grads(self)
 
     def send_back(self, state: dict) -> dict:
         """The expert outputs back to their tokens' ranks."""
         return self._move_rows(state, state["exchange"].reversed())
 
-    def _move_rows(self, state: dict, exchange: _Exchange,
+    def _move_rows(self, state: dict, exchange: Exchange,
                    pending: Optional[list] = None) -> dict:
         """state["rows"] exchanged; with `pending`, asynchronously (its
         work handle appended there: wait before reading the rows)."""
         if state["training"]:
-            rows = _AllToAll.apply(state["rows"], exchange, pending)
+            rows = AllToAll.apply(state["rows"], exchange, pending)
         else:
             rows, work = exchange.start(state["rows"], pending is not None,
                                         keep=False)
@@ -494,13 +503,13 @@ class ExpertParallelMoE(nn.Module):
             state["pending"] = []
             self._move_rows(state, state["exchange"], state["pending"])
         for state in states:
-            _wait(state)
+            wait(state)
             self.compute(state)
             self._move_rows(state, state["exchange"].reversed(),
                             state["pending"])
         outputs = []
         for state in states:
-            _wait(state)
+            wait(state)
             outputs.append(self.weigh(state))
         return torch.cat(outputs)
 
@@ -575,53 +584,21 @@ class ExpertParallelMoE(nn.Module):
                 + (", dedup=True" if self.dedup else ""))
 
 
-def _router_options(num_experts, routing, scoring, selection_bias,
-                    num_groups, topk_groups, scaling_factor) -> tuple:
-    """The router options beyond moec.torch.MoE's, checked (a ValueError
-    naming the argument), as a hashable tuple."""
-    if scoring not in ("softmax", "sigmoid"):
-        raise ValueError(f"'scoring': expected softmax or sigmoid, got "
-                         f"{scoring!r}")
-    if scoring == "sigmoid" and routing != "softmax_then_topk":
-        raise ValueError("'routing': sigmoid scores take the top-k of the "
-                         "scores (routing='softmax_then_topk')")
-    if (num_groups is None) != (topk_groups is None):
-        raise ValueError("'num_groups' and 'topk_groups' go together")
-    if num_groups is not None and (
-            not isinstance(num_groups, int) or num_groups <= 0 or
-            not isinstance(topk_groups, int) or num_experts % num_groups or
-            not 0 < topk_groups <= num_groups):
-        raise ValueError(f"'num_groups' ({num_groups}) must divide "
-                         f"'num_experts' ({num_experts}) and 'topk_groups' "
-                         f"({topk_groups}) be in [1, num_groups]")
-    if not isinstance(scaling_factor, (int, float)) or not scaling_factor > 0:
-        raise ValueError(f"'scaling_factor' must be positive, got "
-                         f"{scaling_factor!r}")
-    return (("scoring", scoring), ("selection_bias", bool(selection_bias)),
-            ("num_groups", num_groups), ("topk_groups", topk_groups),
-            ("scaling_factor", float(scaling_factor)))
-
-
-def ep_module(hidden_size: int, intermediate_size: int, num_experts: int,
-              top_k: int, world_size: int, *, norm_topk_prob: bool = True,
-              routing: str = "softmax_then_topk", dtype=torch.bfloat16,
-              save: str = "all", scoring: str = "softmax",
-              selection_bias: bool = False, num_groups: Optional[int] = None,
-              topk_groups: Optional[int] = None,
-              scaling_factor: float = 1.0, expert_chunks=1,
-              main_grad: bool = False, dedup: bool = False) -> str:
+def ep_module(hidden_size: Optional[int] = None,
+              intermediate_size: Optional[int] = None,
+              num_experts: Optional[int] = None,
+              top_k: Optional[int] = None, world_size: int = 1, *,
+              config: Optional[MoEConfig] = None, expert_chunks=1,
+              dedup: bool = False, **options) -> str:
     """The MLIR module ExpertParallelMoE runs (its three kernels, their
     derived backwards, and with `expert_chunks` the ep_experts_<n>), to
     compile ahead of time:
     `moec.compile(ep_module(...), "sm_90a").save(path)`, then
     `ExpertParallelMoE(..., bundle=moec.load(path))` with the same
-    arguments (`main_grad` and `dedup` included)."""
-    if save not in SAVE_POLICIES:
-        raise ValueError(f"'save': expected one of {', '.join(SAVE_POLICIES)}"
-                         f", got {save!r}")
-    router = _router_options(num_experts, routing, scoring, selection_bias,
-                             num_groups, topk_groups, scaling_factor)
-    return _Program((hidden_size, intermediate_size, num_experts, top_k,
-                     world_size, norm_topk_prob, routing, dtype, router,
-                     expert_chunks, bool(dedup)), save, None, None,
-                    main_grad=main_grad).module
+    configuration (a moec.MoEConfig, or its fields as keywords; `main_grad`
+    and `dedup` included) over `world_size` ranks."""
+    config = MoEConfig.of(config, (hidden_size, intermediate_size,
+                                   num_experts, top_k), **options)
+    if isinstance(expert_chunks, list):
+        expert_chunks = tuple(expert_chunks)
+    return _Program(config, world_size, expert_chunks, bool(dedup)).module

@@ -6,8 +6,9 @@ import re
 import sys
 from typing import Optional, Sequence, Union
 
-from . import _native
-from ._bundle import Bundle
+from ..runtime import Bundle, _native
+from ..runtime._args import describe
+from ._compile import compile, ir, target_for
 
 #: What the forward keeps for the backward (moe-autodiff's `save` option).
 SAVE_POLICIES = ("all", "matmuls", "inputs")
@@ -95,6 +96,13 @@ class Gradient:
         return self.kernel.name + "_grad"
 
     @property
+    def entry_arg_names(self) -> dict:
+        """{function: argument names} of the entries it compiles to (f and
+        f_fwd take f's arguments)."""
+        names = self.kernel.arg_names
+        return {self.kernel.name: names, self.forward_name: names}
+
+    @property
     def module(self) -> str:
         """The kernel's module with `f_fwd` and `f_grad` added (MLIR text)."""
         if self._module is None:
@@ -124,7 +132,6 @@ class Gradient:
 
     def ir(self, stage: str = "moe", tile: Optional[dict] = None) -> str:
         """The three functions at one pipeline stage (as Kernel.ir)."""
-        from ._compile import ir
         return ir(self.module, stage, tile)
 
     def print_ir(self, stages: Sequence[str] = ("moe", "optimized", "kernels"),
@@ -136,8 +143,7 @@ class Gradient:
 
     def compile(self, target: Union[str, Sequence[str]] = "sm_90a",
                 tile: Optional[dict] = None, **kwargs) -> Bundle:
-        from ._compile import compile
-        return compile(self.module, target, tile, **kwargs)
+        return compile(self, target, tile, **kwargs)
 
     def _check_args(self, args, what: str = "args") -> None:
         names = self.kernel.arg_names
@@ -147,9 +153,8 @@ class Gradient:
                             f"got {len(args)}")
 
     def _bundle_for(self, value) -> tuple:
-        from ._args import describe
         device = describe(value, self.kernel.arg_names[0]).device
-        target = "host" if device == "cpu" else "sm_90a"
+        target = target_for(device)
         if target not in self._bundles:
             self._bundles[target] = self.compile(target)
         return self._bundles[target], target

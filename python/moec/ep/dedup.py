@@ -34,9 +34,14 @@ import math
 
 import torch
 
-from . import _peer
-from ._ep_kernels import _call
-from ._exchange import _AllToAll, _Exchange
+from . import peer as _peer
+from .kernels import _call
+from .exchange import AllToAll, Exchange
+
+__all__ = [
+    "DEDUP_MODE", "compute", "forward", "plan", "route", "send", "send_back",
+    "weigh",
+]
 
 #: The tag of a deduplicated forward in the count exchange, one less under
 #: autograd (ranks that would run differently raise the same error).
@@ -107,19 +112,19 @@ def plan(layer, state: dict) -> dict:
                                   back * row_bytes, back * 2 * k * 4]):
             regions[i + 1] = regions[i] + _peer.aligned(size)
         peers.reserve(regions[-1])
-    state["exchange"] = _Exchange(matrix, rank, layer.group, peers,
+    state["exchange"] = Exchange(matrix, rank, layer.group, peers,
                                   regions[0], regions[2])
-    state["pairs_exchange"] = _Exchange(matrix, rank, layer.group, peers,
+    state["pairs_exchange"] = Exchange(matrix, rank, layer.group, peers,
                                         regions[1], regions[3])
     return state
 
 
-def _move(state: dict, key: str, exchange: _Exchange,
+def _move(state: dict, key: str, exchange: Exchange,
           fence: bool = True) -> None:
     """state[key] through `exchange`, under autograd where training
-    (`fence`: as _Exchange.start's, without autograd)."""
+    (`fence`: as Exchange.start's, without autograd)."""
     if state["training"]:
-        state[key] = _AllToAll.apply(state[key], exchange)
+        state[key] = AllToAll.apply(state[key], exchange)
     else:
         state[key] = exchange.start(state[key], async_op=False, keep=False,
                                     fence=fence)[0]

@@ -4,7 +4,8 @@ write the fastest tile per op and row count to a tuning cache.
     # where MLIR is:
     moec tune model.mlir -o tune.moecb --target sm_90a   # + tune.moecb.json
     # on the GPU machine (runtime-only moec and torch are enough):
-    python3 -m moec.tune tune.moecb --rows 4096,16384,65536 -o cache.json
+    python3 -m moec.compiler.tune tune.moecb --rows 4096,16384,65536 \\
+        -o cache.json
     # where MLIR is:
     moec compile model.mlir -o model.moecb --target sm_90a \\
         --tuning-cache cache.json
@@ -32,6 +33,13 @@ import os
 import statistics
 import sys
 from typing import Callable, Optional, Sequence
+
+__all__ = [
+    "CACHE_FORMAT", "CHECK_TOLERANCE", "KNOWN_ROLES", "MANIFEST_FORMAT",
+    "TuneError", "load_cache", "load_manifest", "main", "make_inputs",
+    "median_ms", "merge_entries", "parse_rows", "prefer_default", "rel_err",
+    "routed_ids", "symbol_values", "tune_op", "write_cache",
+]
 
 CACHE_FORMAT = 1
 MANIFEST_FORMAT = 1
@@ -175,7 +183,7 @@ def make_inputs(entry, roles: Sequence[str], k: int, rows: int, gen,
     """Random inputs of a candidate entry for `rows` rows, in argument
     order (routing skewed by `skew`: routed_ids)."""
     import torch
-    from . import _dtypes
+    from ..language import _dtypes
 
     names = entry.symbols
     values = symbol_values(names, rows, k)
@@ -288,7 +296,7 @@ def tune_op(bundle, op: dict, rows: int, iters: int, flush, gen,
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m moec.tune",
+        prog="python3 -m moec.compiler.tune",
         description="Times the candidates of a `moec tune` bundle and writes "
                     "the fastest tiles to a tuning cache.")
     parser.add_argument("bundle", help="the bundle `moec tune` wrote")
@@ -322,20 +330,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows_list = parse_rows(args.rows)
         old_entries = load_cache(args.cache)
     except TuneError as error:
-        print(f"moec.tune: error: {error}", file=sys.stderr)
+        print(f"moec.compiler.tune: error: {error}", file=sys.stderr)
         return 2
     if args.iters < 1:
-        print("moec.tune: error: --iters must be >= 1", file=sys.stderr)
+        print("moec.compiler.tune: error: --iters must be >= 1",
+              file=sys.stderr)
         return 2
     if not (0 <= args.skew < math.inf):
-        print(f"moec.tune: error: --skew must be a finite number >= 0, got "
-              f"{args.skew}", file=sys.stderr)
+        print(f"moec.compiler.tune: error: --skew must be a finite number "
+              f">= 0, got {args.skew}", file=sys.stderr)
         return 2
 
     import torch
-    from . import load
+    from ..runtime import load
     if not torch.cuda.is_available():
-        print("moec.tune: error: no CUDA device", file=sys.stderr)
+        print("moec.compiler.tune: error: no CUDA device", file=sys.stderr)
         return 2
     bundle = load(args.bundle)
     device = torch.cuda.get_device_name()

@@ -8,13 +8,17 @@ from typing import Optional
 
 import torch
 
-from . import _native, ops
-from ._args import is_positive_int
-from ._bundle import Entry
-from ._compile import Kernel, compile as _compile
-from ._dtypes import canonical
-from ._grad import grad_attr
-from ._ir import Tensor
+from ..compiler import Kernel, compile as _compile, grad_attr, target_for
+from ..language import Tensor, ops
+from ..language._dtypes import canonical
+from ..layers import MoEConfig
+from ..runtime import Entry, _native
+from ..runtime._args import is_positive_int
+
+__all__ = [
+    "DEDUP_KERNELS", "EXPERT_KERNELS", "KERNELS", "MAIN_GRAD_WEIGHTS",
+    "ep_kernels", "expert_groups",
+]
 
 #: The three kernels of one layer and the arguments each differentiates.
 KERNELS = ("ep_dispatch", "ep_experts", "ep_combine")
@@ -43,7 +47,7 @@ def ep_kernels(hidden_size: int, intermediate_size: int, num_experts: int,
     `world_size` ranks: [ep_dispatch, ep_experts, ep_combine], and with
     `expert_chunks` (ExpertParallelMoE's) one ep_experts_<n> per group size
     n: ep_experts on n of the local experts; with `dedup`, DEDUP_KERNELS
-    (each token sent once per destination rank, moec._ep_dedup). The
+    (each token sent once per destination rank, moec.ep.dedup). The
     router:
     `routing` and `norm_topk_prob` as moec.torch.MoE (Qwen3, Mixtral,
     OLMoE); DeepSeek-V3's with `scoring="sigmoid"`, `selection_bias=True`
@@ -235,16 +239,16 @@ class _Program:
     module (and so one bundle per target), shared by the blocks of that
     configuration."""
 
-    def __init__(self, config: tuple, save: str, tile, bundle,
-                 sm_count: Optional[int] = None, main_grad: bool = False):
-        hidden, inter, experts, top_k, world, norm, routing, dtype, \
-            router, expert_chunks, dedup = config
+    def __init__(self, config: MoEConfig, world_size: int, expert_chunks=1,
+                 dedup: bool = False, bundle=None,
+                 sm_count: Optional[int] = None):
         self.kernels = {k.name: k for k in ep_kernels(
-            hidden, inter, experts, top_k, world, norm_topk_prob=norm,
-            routing=routing, dtype=dtype, expert_chunks=expert_chunks,
-            dedup=dedup, **dict(router))}
-        self.save, self.tile, self.sm_count = save, tile, sm_count
-        self.main_grad = main_grad
+            config.hidden_size, config.intermediate_size, config.num_experts,
+            config.top_k, world_size, norm_topk_prob=config.norm_topk_prob,
+            routing=config.routing, dtype=config.dtype,
+            expert_chunks=expert_chunks, dedup=dedup, **dict(config.router))}
+        self.save, self.tile = config.save, config.tile_dict
+        self.sm_count, self.main_grad = sm_count, config.main_grad
         self._given = bundle
         self._module: Optional[str] = None
         self._bundles: dict = {}
@@ -273,7 +277,7 @@ class _Program:
     def entry(self, name: str, device: torch.device) -> Entry:
         """Entry `name` for the device: from the given bundle when it holds
         it, else compiled (the whole module, once per target)."""
-        target = "host" if device.type == "cpu" else "sm_90a"
+        target = target_for(device)
         given = self._given
         if given is not None and any(e.name == name and e.target == target
                                      for e in given.entries):
@@ -311,16 +315,14 @@ _PROGRAMS: list = []
 _PROGRAM_INDEX: dict = {}
 
 
-def _program_index(config: tuple, save: str, tile, bundle,
-                   sm_count: Optional[int] = None,
-                   main_grad: bool = False) -> int:
-    key = config + (save, tuple(sorted((tile or {}).items())),
-                    None if bundle is None else id(bundle), sm_count,
-                    main_grad)
+def _program_index(config: MoEConfig, world_size: int, expert_chunks,
+                   dedup: bool, bundle, sm_count: Optional[int]) -> int:
+    key = (config, world_size, expert_chunks, dedup,
+           None if bundle is None else id(bundle), sm_count)
     if key not in _PROGRAM_INDEX:
         _PROGRAM_INDEX[key] = len(_PROGRAMS)
-        _PROGRAMS.append(_Program(config, save, tile, bundle, sm_count,
-                                  main_grad))
+        _PROGRAMS.append(_Program(config, world_size, expert_chunks, dedup,
+                                  bundle, sm_count))
     return _PROGRAM_INDEX[key]
 
 

@@ -11,9 +11,11 @@ re-checks everything when the module is compiled.
 
 from __future__ import annotations
 
+import inspect
+import re
 import threading
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from . import _dtypes
 
@@ -216,3 +218,54 @@ def check_value(value, arg: str, op: str) -> Value:
         raise ValueError(
             f"{op}: argument '{arg}' belongs to another kernel's trace")
     return value
+
+
+def kernel_name(fn: Callable, name: Optional[str] = None) -> str:
+    """The function name a traced `fn` gets: `name`, else fn's ("kernel"
+    for a lambda)."""
+    name = name or (fn.__name__ if fn.__name__.isidentifier() else "kernel")
+    if not name.isidentifier():
+        raise ValueError(f"kernel name {name!r} is not an identifier")
+    return name
+
+
+def signature_specs(fn: Callable, name: str,
+                    signature: Optional[dict] = None) -> dict:
+    """{parameter: TensorSpec} of `fn`: from `signature`, else from its
+    `moec.Tensor[...]` annotations (a TypeError names a parameter without)."""
+    params = inspect.signature(fn).parameters
+    annotations = dict(signature or {})
+    if not annotations:
+        annotations = inspect.get_annotations(fn, eval_str=True)
+    specs: dict = {}
+    for pname, param in params.items():
+        if param.kind not in (param.POSITIONAL_ONLY,
+                              param.POSITIONAL_OR_KEYWORD):
+            raise TypeError(f"kernel {name}: parameter '{pname}' "
+                            f"must be positional")
+        if re.fullmatch(r"(arg|result|tmp)[0-9]+", pname):
+            raise ValueError(f"kernel {name}: parameter name "
+                             f"'{pname}' is reserved for bundle buffers")
+        spec = annotations.get(pname)
+        if not isinstance(spec, TensorSpec):
+            raise TypeError(
+                f"kernel {name}: parameter '{pname}' needs a type, "
+                f'e.g. {pname}: moec.Tensor["T", 2048, "bf16"]')
+        specs[pname] = spec
+    return specs
+
+
+def trace(fn: Callable, name: str, specs: dict) -> str:
+    """`fn` called on one Value per spec, as the moe-dialect function
+    `name` (MLIR text)."""
+    builder = Builder(name)
+    args = [builder.add_arg(n, s) for n, s in specs.items()]
+    with tracing(builder):
+        results = fn(*args)
+    if isinstance(results, Value):
+        results = (results,)
+    if (not isinstance(results, (tuple, list)) or not results or
+            not all(isinstance(r, Value) for r in results)):
+        raise TypeError(f"kernel {name} must return a moec "
+                        f"tensor or a tuple of them, got {results!r}")
+    return builder.finish(results)

@@ -10,10 +10,15 @@ op are those of the dialect (docs/dialects/moe.md).
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional
 
 from . import _dtypes
+from ._checks import (_attr_dict, _choice, _dtype_in, _float, _positions_text,
+                      _positive, _rank, _same_dim, _token_rows)
 from ._ir import Dim, Sym, Value, check_value, current_builder
+# The grouped matmul's two ops live in their own module (the most options of
+# the dialect); re-exported here.
+from ._matmul_ops import grouped_matmul, lora_grad
 
 __all__ = [
     "matmul", "router_topk", "router_topk_grad", "sort_by_expert", "permute",
@@ -21,47 +26,6 @@ __all__ = [
     "grouped_matmul",
     "lora_grad", "swiglu", "swiglu_grad", "quantize", "dequantize",
 ]
-
-
-def _positive(value, arg: str, op: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{op}: '{arg}' must be a positive int, got {value!r}")
-    return value
-
-
-def _choice(value: str, arg: str, op: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"{op}: '{arg}' must be one of {', '.join(choices)}; "
-                         f"got {value!r}")
-    return value
-
-
-def _rank(value: Value, rank: int, arg: str, op: str) -> None:
-    if value.rank != rank:
-        raise ValueError(f"{op}: '{arg}' must have rank {rank}, got "
-                         f"{value.rank} (shape {list(value.shape)})")
-
-
-def _dtype_in(value: Value, allowed: Sequence[str], arg: str, op: str) -> None:
-    if value.dtype not in allowed:
-        raise ValueError(f"{op}: '{arg}' must be {' or '.join(allowed)}, got "
-                         f"{value.dtype}")
-
-
-def _same_dim(a: Dim, b: Dim, what: str, op: str) -> None:
-    if a != b:
-        raise ValueError(f"{op}: {what} differ ({a} vs {b})")
-
-
-def _float(value: float) -> str:
-    return repr(float(value))
-
-
-def _attr_dict(attrs: dict) -> str:
-    parts = []
-    for key, value in attrs.items():
-        parts.append(key if value is True else f"{key} = {value}")
-    return " {" + ", ".join(parts) + "}" if parts else ""
 
 
 def matmul(x, w, *, transpose_rhs: bool = False, out_dtype="f32") -> Value:
@@ -251,17 +215,6 @@ def sort_by_expert(ids, num_experts: int, *, align: Optional[int] = None,
     return tuple(results)
 
 
-def _positions_text(positions, op: str, arg: str = "positions") -> str:
-    """The ` positions(...)` of a token-order op, or the `arg` clause of that
-    name ('' without)."""
-    if positions is None:
-        return ""
-    positions = check_value(positions, arg, op)
-    _rank(positions, 1, arg, op)
-    _dtype_in(positions, ("i32",), arg, op)
-    return f" {arg}({positions.name} : {positions.type})"
-
-
 def _routing(slots, offsets, op: str):
     slots = check_value(slots, "slots", op)
     offsets = check_value(offsets, "offsets", op)
@@ -325,19 +278,6 @@ def permute_probs(probs, slots, offsets, k: int, *,
            f"{offsets.name} k = {k}{_attr_dict(attrs)} : {probs.type}, "
            f"{slots.type}, {offsets.type} -> {out.type}")
     return out
-
-
-def _token_rows(slots: Value, k: int, weights: Optional[Value]) -> Dim:
-    """The token count T of a routing with `slots` rows and top-k `k`: that
-    of the ids sort_by_expert sorted, else of `weights` [T, k], else of the
-    slots (M = T * k, no alignment padding)."""
-    if slots.tokens is not None:
-        return slots.tokens
-    if weights is not None:
-        return weights.shape[0]
-    if isinstance(slots.shape[0], Sym):
-        return Sym()
-    return slots.shape[0] // k
 
 
 def unpermute(rows, slots, offsets, k: int, *, weights=None, out_dtype=None,
@@ -579,8 +519,3 @@ def dequantize(data, scales, *, group_size: int, dtype="bf16",
            f"group_size = {group}{_attr_dict(attrs)} : {data.type}, "
            f"{scales.type} -> {out.type}")
     return out
-
-
-# The grouped matmul's two ops live in their own module (the most options of
-# the dialect); re-exported here, after the helpers that module imports.
-from ._matmul_ops import grouped_matmul, lora_grad  # noqa: E402

@@ -1,6 +1,6 @@
 """The row exchanges of moec.ep: one all-to-all of rows between the ranks
 of a group, over NCCL / gloo (`all_to_all_single`) or the copy engines
-(moec._peer), and its autograd Function (the backward is the reverse
+(moec.ep.peer), and its autograd Function (the backward is the reverse
 exchange)."""
 
 from __future__ import annotations
@@ -8,14 +8,18 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from . import _peer
+from . import peer as _peer
+
+__all__ = [
+    "AllToAll", "Exchange", "exchange", "start_exchange", "wait",
+]
 
 
-class _Exchange:
+class Exchange:
     """One all-to-all of rows: `matrix[i][j]` rows go from rank i to rank j
     (a sender's grouped by destination, a receiver's by source, as
     all_to_all_single). Over NCCL (all_to_all_single) or, with `peers`
-    (moec._peer.PeerBuffers), the copy engines into the byte offset
+    (moec.ep.peer.PeerBuffers), the copy engines into the byte offset
     `region` of the receivers' buffers; `reverse_region` is where the
     reverse exchange (the backward's) lands."""
 
@@ -33,8 +37,8 @@ class _Exchange:
     def recv_splits(self) -> list:
         return [row[self.rank] for row in self.matrix]
 
-    def reversed(self) -> "_Exchange":
-        return _Exchange(_peer.transposed(self.matrix), self.rank,
+    def reversed(self) -> "Exchange":
+        return Exchange(_peer.transposed(self.matrix), self.rank,
                          self.group, self.peers, self.reverse_region,
                          self.region)
 
@@ -49,12 +53,12 @@ class _Exchange:
                 rows, _peer.copies(self.matrix, self.rank),
                 sum(self.recv_splits), self.region, keep, async_op,
                 fence=fence)
-        return _start_exchange(rows, self.send_splits, self.recv_splits,
+        return start_exchange(rows, self.send_splits, self.recv_splits,
                                self.group, async_op)
 
 
-class _AllToAll(torch.autograd.Function):
-    """An _Exchange of rows; its backward is the reverse exchange of the
+class AllToAll(torch.autograd.Function):
+    """An Exchange of rows; its backward is the reverse exchange of the
     gradients. With a `pending` list, the forward exchange runs
     asynchronously and its work handle is appended there: wait on it
     before the result is read (the backward's exchange is synchronous)."""
@@ -73,16 +77,16 @@ class _AllToAll(torch.autograd.Function):
                                               keep=True)[0], None, None)
 
 
-def _exchange(rows: torch.Tensor, send_splits: list, recv_splits: list,
+def exchange(rows: torch.Tensor, send_splits: list, recv_splits: list,
               group) -> torch.Tensor:
     """`rows` [S, ...] out in `send_splits` row blocks, in from every rank
     in `recv_splits`: [sum(recv_splits), ...] (NCCL or gloo)."""
-    return _start_exchange(rows, send_splits, recv_splits, group, False)[0]
+    return start_exchange(rows, send_splits, recv_splits, group, False)[0]
 
 
-def _start_exchange(rows: torch.Tensor, send_splits: list,
+def start_exchange(rows: torch.Tensor, send_splits: list,
                     recv_splits: list, group, async_op: bool) -> tuple:
-    """_exchange's result and, if `async_op`, the work handle to wait on
+    """exchange()'s result and, if `async_op`, the work handle to wait on
     before reading it (else None)."""
     out = rows.new_empty((sum(recv_splits),) + tuple(rows.shape[1:]))
     # Only bytes move: bf16 travels as f16 (gloo has no bf16).
@@ -94,7 +98,7 @@ def _start_exchange(rows: torch.Tensor, send_splits: list,
     return out, work
 
 
-def _wait(state: dict) -> None:
+def wait(state: dict) -> None:
     """Waits for the state's asynchronous exchanges (the current stream
     waits on NCCL's; gloo blocks)."""
     for work in state["pending"]:

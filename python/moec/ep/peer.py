@@ -31,6 +31,11 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+__all__ = [
+    "ALIGN", "PeerBuffers", "aligned", "buffers", "copies", "expert_chunks",
+    "region_rows", "transposed",
+]
+
 #: Byte alignment of each receive region (TMA and vector loads need 16).
 ALIGN = 256
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from . import _dtypes
+from ..language import _dtypes
+from . import _native
 
 #: Device buffers must start on this boundary: the kernels may read them
 #: with 16-byte vector loads and, on Hopper, TMA (which requires it).
@@ -59,8 +60,7 @@ def describe(obj, arg: str) -> ArrayInfo:
         return ArrayInfo(obj, int(cai["data"][0]), "cuda", _cai_device(obj),
                          dtype, tuple(cai["shape"]), strides)
     if hasattr(obj, "__dlpack__") and not hasattr(obj, "__array_interface__"):
-        from . import _runtime
-        info = _runtime.describe_dlpack(obj.__dlpack__())
+        info = _native.runtime().describe_dlpack(obj.__dlpack__())
         kind = {1: "cpu", 2: "cuda", 3: "cpu", 13: "cuda"}.get(
             info["device_type"], f"dlpack device {info['device_type']}")
         return ArrayInfo(obj, info["data"], kind, info["device_id"],

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
-from . import _args, _dtypes, _native
+from ..language import _dtypes
+from . import _args, _native
 
 
 class MoecError(RuntimeError):
@@ -425,3 +426,11 @@ class Bundle:
             self._hosts["module"] = compiler.HostModule(self._module_text,
                                                         self._tile)
         return self._hosts["module"]
+
+
+def load(path) -> Bundle:
+    """Reads a .moecb bundle (AOT: compiled elsewhere). A bundle is code:
+    launching its entries runs the machine code inside it, so load only
+    bundles from sources you trust (docs/bundle.md)."""
+    with open(os.fspath(path), "rb") as file:
+        return Bundle.from_bytes(file.read())

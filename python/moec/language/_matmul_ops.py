@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Optional
 
 from . import _dtypes
+from ._checks import (_attr_dict, _choice, _dtype_in, _float, _positions_text,
+                      _positive, _rank, _same_dim, _token_rows)
 from ._ir import Dim, Value, check_value, current_builder
-from .ops import (_attr_dict, _choice, _dtype_in, _float, _positions_text,
-                  _positive, _rank, _same_dim, _token_rows)
 
 
 def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,

@@ -1,0 +1,93 @@
+"""`@moec.kernel`: a Python function of moec.ops as a compilable kernel."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable, Optional, Sequence, Union
+
+from ..language._ir import kernel_name, signature_specs, trace
+from ..runtime import Bundle
+from ..runtime._args import describe
+from ._compile import compile, ir, target_for
+from ._grad import Gradient
+
+
+class Kernel:
+    """A Python function of moec.ops, traced into one moe-dialect function.
+
+    Every parameter needs a `moec.Tensor[...]` annotation (or pass
+    `signature={"x": moec.Tensor[...], ...}` to `@moec.kernel`); the function
+    returns one tensor or a tuple of them. Calling the kernel on arrays
+    compiles it for their device (cached) and runs it.
+    """
+
+    def __init__(self, fn: Callable, name: Optional[str] = None,
+                 signature: Optional[dict] = None):
+        self.fn = fn
+        self.name = kernel_name(fn, name)
+        self.specs: dict = signature_specs(fn, self.name, signature)
+        self._module: Optional[str] = None
+        self._bundles: dict = {}
+        functools.update_wrapper(self, fn)
+
+    @property
+    def arg_names(self) -> list:
+        return list(self.specs)
+
+    @property
+    def entry_arg_names(self) -> dict:
+        """{function: argument names} of the entries it compiles to."""
+        return {self.name: self.arg_names}
+
+    @property
+    def module(self) -> str:
+        """The traced function as moe-dialect MLIR text."""
+        if self._module is None:
+            self._module = trace(self.fn, self.name, self.specs)
+        return self._module
+
+    def ir(self, stage: str = "moe", tile: Optional[dict] = None) -> str:
+        """The module at one pipeline stage: "moe" (as traced, verified),
+        "optimized", "kernels", "nvvm", "rocdl" or "host"."""
+        return ir(self.module, stage, tile)
+
+    def print_ir(self, stages: Sequence[str] = ("moe", "optimized", "kernels"),
+                 tile: Optional[dict] = None, file=None) -> None:
+        """Prints the module at each of `stages`, with a header per stage."""
+        for stage in stages:
+            print(f"// ----- {self.name} at stage '{stage}' -----",
+                  file=file or sys.stdout)
+            print(self.ir(stage, tile), file=file or sys.stdout)
+
+    def compile(self, target: Union[str, Sequence[str]] = "sm_90a",
+                tile: Optional[dict] = None, **kwargs) -> Bundle:
+        return compile(self, target, tile, **kwargs)
+
+    def grad(self, wrt: Optional[Sequence[str]] = None, save: str = "all",
+             accumulate: Sequence[str] = ()) -> Gradient:
+        """The backward of this kernel (moec.Gradient): see its docstring."""
+        return Gradient(self, wrt, save, accumulate)
+
+    def __call__(self, *args, **kwargs):
+        device = "cpu"
+        for value, name in zip(args, self.specs):
+            device = describe(value, name).device
+            break
+        target = target_for(device)
+        bundle = self._bundles.get(target)
+        if bundle is None:
+            bundle = self._bundles[target] = self.compile(target)
+        return bundle.entry(self.name, target)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{n}: {s}" for n, s in self.specs.items())
+        return f"<moec kernel {self.name}({params})>"
+
+
+def kernel(fn: Optional[Callable] = None, *, name: Optional[str] = None,
+           signature: Optional[dict] = None):
+    """Decorator: `@moec.kernel` or `@moec.kernel(name=..., signature=...)`."""
+    if fn is None:
+        return lambda f: Kernel(f, name, signature)
+    return Kernel(fn, name, signature)
