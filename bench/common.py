@@ -204,7 +204,7 @@ def timed(fn, iters, flush):
     make_flush) before each: the autotuner's timing (CUDA events), with 3
     warm-up runs and a 1M-cycle sleep (up to ~0.5 ms of host launch cost
     hidden)."""
-    from moec.tune import median_ms
+    from moec.compiler.tune import median_ms
     return median_ms(fn, iters, flush, warmup=3, sleep_cycles=1_000_000)
 
 

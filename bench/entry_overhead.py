@@ -27,7 +27,8 @@ def main():
     import torch
 
     import moec
-    from moec import _args, _dtypes
+    from moec.language import _dtypes
+    from moec.runtime import _args
     symbols = {k: int(v) for k, v in (s.split("=") for s in args.sym)}
     entry = moec.load(args.bundle).entry(args.entry, "sm_90a")
     missing = [s for s in entry.symbols if s not in symbols]

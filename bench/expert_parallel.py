@@ -100,9 +100,9 @@ def ep_router(m):
 def exchange_impl():
     """moec's expert-parallel internals the bench times step by step: the
     dedup layer's steps (a module) and the plain all-to-all of rows."""
-    from moec import _ep_dedup as dedup
-    from moec._exchange import _exchange
-    return dedup, _exchange
+    from moec.ep import dedup
+    from moec.ep.exchange import exchange
+    return dedup, exchange
 
 
 def expert_chunks_arg(text):
