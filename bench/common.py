@@ -12,6 +12,7 @@ import gc
 import json
 import math
 import statistics
+import time
 
 try:
     import torch
@@ -206,6 +207,15 @@ def timed(fn, iters, flush):
     hidden)."""
     from moec.compiler.tune import median_ms
     return median_ms(fn, iters, flush, warmup=3, sleep_cycles=1_000_000)
+
+
+def host_seconds(fn, calls=1):
+    """Mean wall-clock seconds of a call of fn() over `calls` calls, on the
+    host (no GPU sync: what the host spends launching)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
 
 
 def capture(fns):

@@ -12,7 +12,8 @@ Inputs are made from the entry's signature: floats N(0, 1), integers zero
 between two synchronizations, printed --repeats times.
 """
 import argparse
-import time
+
+from common import host_seconds
 
 
 def main():
@@ -47,12 +48,9 @@ def main():
 
     def host_us(fn):
         torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(args.calls):
-            fn()
-        elapsed = time.perf_counter() - start
+        seconds = host_seconds(fn, args.calls)
         torch.cuda.synchronize()
-        return elapsed / args.calls * 1e6
+        return seconds * 1e6
 
     for _ in range(5):
         call()

@@ -17,9 +17,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import moec
+from common import host_seconds
 from moec.layers import moe_kernel
 
 # Times the compile call only; `import moec` (about 25 ms, mostly standard
@@ -34,12 +34,6 @@ print(time.perf_counter() - start)
 """
 
 
-def timed(fn):
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5,
@@ -51,10 +45,10 @@ def main():
         with tempfile.TemporaryDirectory() as cache:
             os.environ["MOEC_CACHE_DIR"] = cache
             # A fresh Kernel each time: tracing is part of both timings.
-            cold.append(timed(lambda: moec.compile(
+            cold.append(host_seconds(lambda: moec.compile(
                 moe_kernel(2048, 768, 128, 8), target="sm_90a")))
             for _ in range(repeats):
-                warm.append(timed(lambda: moec.compile(
+                warm.append(host_seconds(lambda: moec.compile(
                     moe_kernel(2048, 768, 128, 8), target="sm_90a")))
     fresh = []
     with tempfile.TemporaryDirectory() as cache:

@@ -103,7 +103,9 @@ ensure_runtime() {
   python3 -c "import moec" 2>/dev/null && return 0
   if [[ ! -d /tmp/rt/python_packages/moec ]]; then
     cmake -G Ninja -S . -B /tmp/rt -DMOEC_RUNTIME_ONLY=ON \
-      -DCMAKE_BUILD_TYPE=Release >/tmp/rt-configure.log 2>&1 &&
+      -DMOEC_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release \
+      -DPython3_EXECUTABLE="$(command -v python3)" \
+      >/tmp/rt-configure.log 2>&1 &&
       cmake --build /tmp/rt >/tmp/rt-build.log 2>&1 ||
       { tail -30 /tmp/rt-configure.log /tmp/rt-build.log; return 1; }
   fi
