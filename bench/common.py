@@ -1,7 +1,10 @@
 """What every bench script shares: the model shapes, random inputs and
 routing, timing (CUDA events, L2 flush, medians, CUDA graphs, per-kernel
-GPU times), the measured ceilings, the error measure and the writing of
-results. Scripts import this module and no other script.
+GPU times, host time), the measured ceilings and the Triton kernels that
+measure them, the error measure, the grouped-matmul cases with their
+baselines, the whole MoE layer (its moe-dialect forward and torch
+references) and the reading and writing of results. Scripts import this
+module and no other script.
 
 Importable without torch (the --emit-mlir paths and the plot scripts run
 where torch is not): the functions that need it fail with an ImportError
@@ -565,12 +568,6 @@ def pyplot():
     return plt
 
 
-def markdown_table(header, rows):
-    """Lines of a markdown table: header cells, then one line per row."""
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines
 # ---------------------------------------------------------------------------
 # The MoE layer whole (training_step, main_grad_step, expert_parallel)
 # ---------------------------------------------------------------------------
