@@ -54,13 +54,16 @@ def test_imports_from_another_directory():
 
 
 def test_every_source_file_is_installed():
-    installed = {pathlib.PurePosixPath(f).name
+    # The subpackages (moec.language, moec.compiler, ...) included.
+    installed = {str(pathlib.PurePosixPath(f))
                  for f in importlib.metadata.files("moec")
                  if str(f).startswith("moec/")}
-    missing = sorted(p.name for p in SOURCE.glob("*.py")
-                     if p.name not in installed)
+    sources = [p.relative_to(SOURCE.parent).as_posix()
+               for p in SOURCE.rglob("*.py")]
+    assert "moec/torch/__init__.py" in sources
+    missing = sorted(p for p in sources if p not in installed)
     assert not missing, f"not in the installed package: {missing}"
-    assert "_version.py" in installed
+    assert "moec/_version.py" in installed
 
 
 def test_native_modules():
