@@ -6,7 +6,7 @@
 # For the edit-test loop: make check   build, then the lit + GoogleTest
 #               suites and the Python suite against the build tree (no
 #               package install, no sanitizers, no fuzzing)
-# As a Python package: pip install . (README, "Use from Python").
+# As a Python package: pip install . (docs/python.md, "Installing").
 # Other targets: build, configure, docs (regenerate docs/dialects/moe.md),
 # runtime-only (the MLIR-free build the GPU machine uses), sanitize (the
 # clang ASan + UBSan build with the fuzzers), fuzz (each fuzzer for

@@ -18,81 +18,15 @@ the steady-state ceiling that memory_bound.py's graph column compares with.
 """
 
 import argparse
-import json
 import math
 import sys
 
 import torch
 
-from memory_bound import GRAPH_BYTES, graph_timed, make_flush, timed
+from common import (GRAPH_BYTES, graph_timed, make_flush, timed,
+                    triton_cases, write_json)
 
-BLOCK = 4096
-ROW_BYTES = 4096  # a Qwen3 token in bf16 (H = 2048)
-FANOUT = 8        # rows written per row read (top-8)
 GRAPH_SETS = 8    # buffer pairs of the graph-timed copy, at most
-
-
-def triton_cases(src, dst):
-    """A Triton copy(src, dst) and the read-only, write-only, copy and
-    row-scatter Triton cases over int32 views ((None, {}) without
-    Triton)."""
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError:
-        return None, {}
-
-    @triton.jit
-    def read_kernel(x_ptr, part_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + offs, mask=offs < n, other=0)
-        tl.store(part_ptr + tl.program_id(0), tl.sum(x, axis=0))
-
-    @triton.jit
-    def write_kernel(y_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(y_ptr + offs, tl.full((BLOCK,), 7, tl.int32), mask=offs < n)
-
-    @triton.jit
-    def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
-
-    @triton.jit
-    def scatter_kernel(x_ptr, rows_ptr, y_ptr, ROW: tl.constexpr,
-                       FANOUT: tl.constexpr):
-        t = tl.program_id(0)
-        offs = tl.arange(0, ROW)
-        x = tl.load(x_ptr + t * ROW + offs)
-        for j in tl.static_range(FANOUT):
-            r = tl.load(rows_ptr + t * FANOUT + j).to(tl.int64)
-            tl.store(y_ptr + r * ROW + offs, x)
-
-    x, y = src.view(torch.int32), dst.view(torch.int32)
-    n = x.numel()
-    grid = (triton.cdiv(n, BLOCK),)
-    parts = torch.empty(grid[0], dtype=torch.int32, device=x.device)
-    # Row scatter: dst's rows are the targets, 1/FANOUT of src the tokens.
-    row = ROW_BYTES // 4
-    out_rows = dst.numel() // ROW_BYTES
-    tokens = out_rows // FANOUT
-    targets = torch.randperm(out_rows, device=x.device, dtype=torch.int32)
-    def copy(src, dst):
-        copy_kernel[grid](src.view(torch.int32), dst.view(torch.int32), n,
-                          BLOCK=BLOCK)
-
-    return copy, {
-        "triton copy": (lambda: copy(src, dst), 2 * src.numel()),
-        "triton read": (lambda: read_kernel[grid](x, parts, n, BLOCK=BLOCK),
-                        src.numel()),
-        "triton write": (lambda: write_kernel[grid](y, n, BLOCK=BLOCK),
-                         dst.numel()),
-        "triton scatter 1:8": (
-            lambda: scatter_kernel[(tokens,)](x, targets, y, ROW=row,
-                                              FANOUT=FANOUT),
-            tokens * ROW_BYTES * (FANOUT + 1)),
-    }
 
 
 def main():
@@ -142,10 +76,9 @@ def main():
         print(f"{name:20s} {ms * 1e3:9.1f} us  {rows[-1]['tbps']:5.2f} TB/s "
               f"per copy", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(command=" ".join(sys.argv),
-                           device=torch.cuda.get_device_name(), rows=rows),
-                      f, indent=1)
+        write_json(args.json, dict(command=" ".join(sys.argv),
+                                   device=torch.cuda.get_device_name(),
+                                   rows=rows))
     return 0
 
 

@@ -12,15 +12,11 @@ Inputs are made from the entry's signature: floats N(0, 1), integers zero
 between two synchronizations, printed --repeats times.
 """
 import argparse
-import time
+
+from common import host_seconds
 
 
 def main():
-    import torch
-
-    import moec
-    from moec import _args, _dtypes
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("bundle")
     parser.add_argument("--entry", required=True)
@@ -29,6 +25,11 @@ def main():
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    import torch
+
+    import moec
+    from moec.language import _dtypes
+    from moec.runtime import _args
     symbols = {k: int(v) for k, v in (s.split("=") for s in args.sym)}
     entry = moec.load(args.bundle).entry(args.entry, "sm_90a")
     missing = [s for s in entry.symbols if s not in symbols]
@@ -47,12 +48,9 @@ def main():
 
     def host_us(fn):
         torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(args.calls):
-            fn()
-        elapsed = time.perf_counter() - start
+        seconds = host_seconds(fn, args.calls)
         torch.cuda.synchronize()
-        return elapsed / args.calls * 1e6
+        return seconds * 1e6
 
     for _ in range(5):
         call()

@@ -25,7 +25,7 @@ Kernels (bf16 in and out, weights in the nn.Linear layout [E, N, K]):
 For every model shape, token count T and kernel it builds one set of random
 inputs (routing: random logits, top-k experts per token, the T*k slots
 sorted stably by expert; at small T some experts can be empty), checks moec
-against torch (relative error of the float32 difference < 2e-2), then times
+against torch (||out - ref|| / ||ref|| in float64 < 2e-2), then times
 moec and every baseline with CUDA events: the L2 evicted (a 256 MB read) before every run,
 a GPU sleep in front so that host launch overhead is hidden (up to ~0.5 ms
 of it), median of --iters.
@@ -58,221 +58,26 @@ moec's (> 1: moec is faster).
 """
 
 import argparse
-import gc
-import json
-import math
 import sys
 
 import torch
-import torch.nn.functional as F
 
 import moec
-from memory_bound import capture, kernel_times, make_flush, timed
+from common import (BF16, PEAK_SIZE, TOLERANCE, Case, down_case, fits,
+                    free_bytes, gathered_case, group_ends, host_groups,
+                    make_flush, models, print_kernel_times, random_routing,
+                    random_weights, rates, rel_err, report_peak, swiglu,
+                    timed, write_json)
 
-BF16 = torch.bfloat16
-TOLERANCE = 2e-2
-MODELS = {
-    "mixtral": dict(name="Mixtral-8x7B", E=8, H=4096, I=14336, k=2),
-    "qwen3": dict(name="Qwen3-30B-A3B", E=128, H=2048, I=768, k=8),
-    "qwen35": dict(name="Qwen3.5-35B-A3B", E=256, H=2048, I=512, k=8),
-    "olmoe": dict(name="OLMoE-1B-7B", E=64, H=2048, I=1024, k=8),
-    "dsv3": dict(name="DeepSeek-V3", E=256, H=7168, I=2048, k=8),
-}
+# --models' default and the rows' order.
+MODEL_KEYS = ("mixtral", "qwen3", "qwen35", "olmoe", "dsv3")
 GROUPED_KERNELS = ("gather", "gate_up_swiglu", "down")
 DENSE = dict(M=8192, d=4096, I=12288)  # B4 S2048, I = 3d
 LAYER = dict(E=128, H=2048, I=768, k=8)  # Qwen3-30B-A3B
-PEAK_SIZE = 8192
 # A token's top-k choice is a near tie when its k-th and (k+1)-th router
 # logits are closer than this; moec's f32 logits may order those two the
 # other way, so the layer check leaves such tokens out (and counts them).
 TIE_GAP = 1e-4
-
-
-# ---------------------------------------------------------------------------
-# Inputs
-# ---------------------------------------------------------------------------
-
-def random_weights(shape, gen):
-    w = torch.randn(shape, device="cuda", dtype=BF16, generator=gen)
-    return w.mul_(0.02)
-
-
-def group_ends(flat_ids, E):
-    """Cumulative group ends (int32) of the expert ids, without the host
-    sync of torch.bincount."""
-    counts = torch.zeros(E, dtype=torch.int64, device=flat_ids.device)
-    counts.scatter_add_(0, flat_ids, torch.ones_like(flat_ids))
-    return torch.cumsum(counts, 0).int()
-
-
-def random_routing(T, E, k, gen):
-    """slots [T*k] (slot = t*k + j, stably sorted by expert) and offsets
-    [E] (cumulative group ends), from the top-k of random logits."""
-    logits = torch.randn(T, E, device="cuda", generator=gen)
-    flat = torch.topk(logits, k, dim=-1).indices.flatten()
-    slots = torch.argsort(flat, stable=True).int()
-    return slots, group_ends(flat, E)
-
-
-def host_groups(offsets):
-    """(expert, start, end) of each non-empty group, read once."""
-    groups, start = [], 0
-    for e, end in enumerate(offsets.tolist()):
-        if end > start:
-            groups.append((e, start, end))
-        start = end
-    return groups
-
-
-def swiglu(g):
-    half = g.shape[1] // 2
-    return F.silu(g[:, :half]) * g[:, half:]
-
-
-# ---------------------------------------------------------------------------
-# Checking and timing helpers
-# ---------------------------------------------------------------------------
-
-def rel_err(out, ref, rows=8192):
-    """||out - ref|| / ||ref|| in float32, a slab of rows at a time."""
-    num = den = 0.0
-    for o, r in zip(out.split(rows), ref.split(rows)):
-        r = r.float()
-        num += torch.linalg.vector_norm(o.float() - r).item() ** 2
-        den += torch.linalg.vector_norm(r).item() ** 2
-    return math.sqrt(num) / max(math.sqrt(den), 1e-30)
-
-
-def graphed(fn):
-    """fn captured once into a CUDA graph: (graph, fn's output), the output
-    rewritten by every graph.replay()."""
-    graph, (out,) = capture([fn])
-    return graph, out
-
-
-def free_bytes():
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    return torch.cuda.mem_get_info()[0]
-
-
-def fits(need, what):
-    free = free_bytes()
-    if need > 0.9 * free:
-        print(f"skip {what}: needs ~{need / 2**30:.1f} GiB, "
-              f"{free / 2**30:.1f} GiB free", flush=True)
-        return False
-    return True
-
-
-# ---------------------------------------------------------------------------
-# Cases: one kernel at one shape
-# ---------------------------------------------------------------------------
-
-class Case:
-    """moec and its baselines on one set of inputs.
-
-    moec() and each baseline return the output; check() compares moec and
-    the other baselines with the reference baseline and returns
-    {name: relative error}."""
-
-    def __init__(self, kernel, flops, moec_fn, baselines, reference,
-                 check=None):
-        self.kernel = kernel
-        self.flops = flops
-        self.moec = moec_fn
-        self.baselines = baselines  # name -> fn
-        self.reference = reference  # name of the baseline that is the ref
-        self.extra = {}  # more fields for the row
-        self._check = check  # replaces the default check: extra -> errors
-
-    def check(self):
-        if self._check:
-            return self._check(self.extra)
-        ref = self.baselines[self.reference]()
-        errs = {"moec": rel_err(self.moec(), ref)}
-        for name, fn in self.baselines.items():
-            if name != self.reference:
-                errs[name] = rel_err(fn(), ref)
-        torch.cuda.synchronize()
-        return errs
-
-
-def expert_loop(a, w, groups, N):
-    """Each non-empty expert's rows of a times that expert's w[e]^T, into
-    one [R, N] output (cuBLAS, one launch per expert)."""
-    out = torch.empty(a.shape[0], N, dtype=BF16, device=a.device)
-    for e, start, end in groups:
-        torch.mm(a[start:end], w[e].t(), out=out[start:end])
-    return out
-
-
-def gathered_case(bundle, key, m, x, slots, offsets, groups, w_gate_up,
-                  activation):
-    """gather_{key} (activation False) or gate_up_swiglu_{key}."""
-    H, I, k = m["H"], m["I"], m["k"]
-    R = slots.numel()
-    name = "gate_up_swiglu" if activation else "gather"
-    entry = bundle.entry(f"{name}_{key}")
-    out = torch.empty(R, I if activation else 2 * I, dtype=BF16,
-                      device="cuda")
-    token = (slots // k).long()  # the gather index, outside the timing
-    w_t = w_gate_up.transpose(-2, -1)  # [E, H, 2I], column-major
-    finish = swiglu if activation else (lambda g: g)
-
-    def run_moec():
-        entry(x, slots, offsets, w_gate_up, out=out, check_values=False)
-        return out
-
-    def run_grouped_mm():
-        a = x.index_select(0, token)
-        return finish(torch._grouped_mm(a, w_t, offs=offsets))
-
-    def run_loop():
-        a = x.index_select(0, token)
-        return finish(expert_loop(a, w_gate_up, groups, 2 * I))
-
-    case = Case(name, 2 * R * H * 2 * I, run_moec,
-                {"grouped_mm": run_grouped_mm, "loop_eager": run_loop},
-                reference="loop_eager")
-    add_graph(case, run_loop)
-    return case
-
-
-def down_case(bundle, key, m, h, offsets, groups, w_down):
-    H, I = m["H"], m["I"]
-    R = h.shape[0]
-    entry = bundle.entry(f"down_{key}")
-    out = torch.empty(R, H, dtype=BF16, device="cuda")
-    w_t = w_down.transpose(-2, -1)  # [E, I, H], column-major
-
-    def run_moec():
-        entry(h, offsets, w_down, out=out, check_values=False)
-        return out
-
-    def run_loop():
-        return expert_loop(h, w_down, groups, H)
-
-    case = Case("down", 2 * R * I * H, run_moec,
-                {"grouped_mm": lambda: torch._grouped_mm(h, w_t, offs=offsets),
-                 "loop_eager": run_loop},
-                reference="loop_eager")
-    add_graph(case, run_loop)
-    return case
-
-
-def add_graph(case, loop_fn):
-    """The per-expert loop as a CUDA graph: the baseline loop_graph."""
-    graph, graph_out = graphed(loop_fn)
-
-    def replay():
-        graph.replay()
-        return graph_out
-    # Keep the listing order grouped_mm, loop_graph, loop_eager.
-    eager = case.baselines.pop("loop_eager")
-    case.baselines["loop_graph"] = replay
-    case.baselines["loop_eager"] = eager
 
 
 def dense_case(bundle, gen):
@@ -367,45 +172,112 @@ def layer_case(bundle, T, gen, logits_fn):
 # Main
 # ---------------------------------------------------------------------------
 
-def measure_peak(iters, flush, gen):
-    n = PEAK_SIZE
-    a = torch.randn(n, n, device="cuda", dtype=BF16, generator=gen)
-    b = torch.randn(n, n, device="cuda", dtype=BF16, generator=gen)
-    ms = timed(lambda: torch.mm(a, b.t()), iters, flush)
-    return ms, 2 * n ** 3 / ms / 1e9
-
-
-def report_peak(iters, flush, gen):
-    """Measures the dense bf16 peak and prints it with the device: (device
-    name, milliseconds of the peak's matmul, peak TFLOP/s)."""
-    device = torch.cuda.get_device_name()
-    peak_ms, peak = measure_peak(iters, flush, gen)
-    print(f"{device}, torch {torch.__version__}: dense bf16 peak "
-          f"{peak:.0f} TFLOP/s (torch.mm {PEAK_SIZE}^3, {peak_ms:.3f} ms)",
-          flush=True)
-    return device, peak_ms, peak
-
-
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", help="grouped_gemm.moecb")
     parser.add_argument("--layer-bundle", help="a bundle with the entry "
                         "qwen3_moe_layer (examples/qwen3_moe_layer.mlir)")
     parser.add_argument("--tokens", default="512,2048,8192,32768")
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(MODEL_KEYS))
     parser.add_argument("--kernels", help="only these (comma-separated: "
                         "gather,gate_up_swiglu,down,dense_swiglu,layer)")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", help="write every row here")
     parser.add_argument("--profile", action="store_true",
                         help="also print each moec kernel's GPU time")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def record(rows, case, model, T, iters, flush, peak, profile=False):
+    """Checks and times one case (moec and each baseline): a row, printed
+    and appended to rows."""
+    errs = case.check()
+    ms = {"moec": timed(case.moec, iters, flush)}
+    for name, fn in case.baselines.items():
+        ms[name] = timed(fn, iters, flush)
+    row = dict(model=model, T=T, kernel=case.kernel, flops=case.flops,
+               ms=ms, **rates(case.flops, ms, peak),
+               ratio={n: t / ms["moec"] for n, t in ms.items()
+                      if n != "moec"},
+               err=errs)
+    row.update(case.extra)
+    rows.append(row)
+    bad = [n for n, e in errs.items()
+           if n != "moec_all_tokens" and not e < TOLERANCE]
+    line = (f"{model:7} T={T:<6} {case.kernel:14} moec {ms['moec']:8.3f} "
+            f"ms {row['tflops']['moec']:6.1f} TF/s "
+            f"{row['pct_peak']['moec']:5.1f}%")
+    for name, ratio in row["ratio"].items():
+        line += f" | {name} {ms[name]:8.3f} ms x{ratio:5.2f}"
+    line += f" | err {errs['moec']:.1e}"
+    if "near_ties" in row:
+        line += (f" ({row['near_ties']} near-tie tokens left out; all "
+                 f"tokens {errs['moec_all_tokens']:.1e})")
+    if bad:
+        line += "  MISMATCH " + ",".join(bad)
+    print(line, flush=True)
+    if profile:
+        print_kernel_times(row, case.moec, width=9)
+
+
+def grouped_cases(bundle, key, m, tokens, kernels, gen):
+    """Yields (T, case) of the grouped kernels at each token count."""
+    E, H, I, k = m["E"], m["H"], m["I"], m["k"]
+    w_bytes = 2 * E * 2 * I * H * 2  # w_gate_up and w_down
+    if not fits(w_bytes, f"{key} weights"):
+        return
+    w_gate_up = random_weights((E, 2 * I, H), gen)
+    w_down = random_weights((E, H, I), gen)
+    for T in tokens:
+        R = T * k
+        widest = max(H, 2 * I)
+        # inputs, two gathered copies, ~6 live outputs, swiglu temps
+        need = 2 * (T * H + R * I + 2 * R * H + 6 * R * widest +
+                    3 * R * 2 * I)
+        if not fits(need, f"{key} T={T}"):
+            continue
+        slots, offsets = random_routing(T, E, k, gen)
+        groups = host_groups(offsets)
+        x = torch.randn(T, H, device="cuda", dtype=BF16, generator=gen)
+        h = torch.randn(R, I, device="cuda", dtype=BF16, generator=gen)
+        for kernel in kernels:
+            if kernel == "down":
+                case = down_case(bundle, key, m, h, offsets, groups, w_down)
+            else:
+                case = gathered_case(bundle, key, m, x, slots, offsets,
+                                     groups, w_gate_up,
+                                     activation=kernel != "gather")
+            yield T, case
+            del case
+            free_bytes()
+        del slots, offsets, x, h
+        free_bytes()
+    del w_gate_up, w_down
+    free_bytes()
+
+
+def layer_rows(args, tokens, gen, measure):
+    """The whole Qwen3 layer (--layer-bundle) at T >= 2048 and 8192:
+    measure(model, T, case) each; returns how torch's router logits are
+    computed."""
+    layer_bundle = moec.load(args.layer_bundle)
+    logits_fn, router = router_logits_fn()
+    print(f"layer: torch router logits by {router}", flush=True)
+    E, H, I, k = LAYER["E"], LAYER["H"], LAYER["I"], LAYER["k"]
+    for T in sorted({8192} | {t for t in tokens if t >= 2048}):
+        R = T * k
+        need = 2 * (3 * E * H * I + 3 * T * H + 8 * R * H + 4 * R * I) \
+            + 4 * (2 * R * H + T * H)
+        if fits(need, f"layer T={T}"):
+            measure("qwen3", T, layer_case(layer_bundle, T, gen, logits_fn))
+            free_bytes()
+    return router
+
+
+def main():
+    args = parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
-    models = args.models.split(",")
-    for key in models:
-        if key not in MODELS:
-            parser.error(f"unknown model {key!r} (known: {', '.join(MODELS)})")
+    chosen = models(args.models)
     wanted = set(args.kernels.split(",")) if args.kernels else None
 
     def want(kernel):
@@ -416,111 +288,31 @@ def main():
     flush = make_flush("read")
     device, peak_ms, peak = report_peak(args.iters, flush, gen)
     free_bytes()
-
     rows = []
 
-    def record(model, T, case):
-        errs = case.check()
-        ms = {"moec": timed(case.moec, args.iters, flush)}
-        for name, fn in case.baselines.items():
-            ms[name] = timed(fn, args.iters, flush)
-        tflops = {name: case.flops / t / 1e9 for name, t in ms.items()}
-        row = dict(model=model, T=T, kernel=case.kernel, flops=case.flops,
-                   ms=ms, tflops=tflops,
-                   pct_peak={n: 100 * v / peak for n, v in tflops.items()},
-                   ratio={n: t / ms["moec"] for n, t in ms.items()
-                          if n != "moec"},
-                   err=errs)
-        row.update(case.extra)
-        rows.append(row)
-        bad = [n for n, e in errs.items()
-               if n != "moec_all_tokens" and not e < TOLERANCE]
-        line = (f"{model:7} T={T:<6} {case.kernel:14} moec {ms['moec']:8.3f} "
-                f"ms {tflops['moec']:6.1f} TF/s "
-                f"{row['pct_peak']['moec']:5.1f}%")
-        for name, ratio in row["ratio"].items():
-            line += f" | {name} {ms[name]:8.3f} ms x{ratio:5.2f}"
-        line += f" | err {errs['moec']:.1e}"
-        if "near_ties" in row:
-            line += (f" ({row['near_ties']} near-tie tokens left out; all "
-                     f"tokens {errs['moec_all_tokens']:.1e})")
-        if bad:
-            line += "  MISMATCH " + ",".join(bad)
-        print(line, flush=True)
-        if args.profile:
-            per_kernel, span = kernel_times(case.moec)
-            row["kernels_us"], row["span_us"] = per_kernel, span
-            for name, us in per_kernel.items():
-                print(f"    {us:9.1f} us  {name}")
-            print(f"    {span:9.1f} us  first kernel start to last end",
-                  flush=True)
+    def measure(model, T, case):
+        record(rows, case, model, T, args.iters, flush, peak, args.profile)
 
     kernels = [kn for kn in GROUPED_KERNELS if want(kn)]
-    for key in models if kernels else []:
-        m = MODELS[key]
-        E, H, I, k = m["E"], m["H"], m["I"], m["k"]
-        w_bytes = 2 * E * 2 * I * H * 2  # w_gate_up and w_down
-        if not fits(w_bytes, f"{key} weights"):
-            continue
-        w_gate_up = random_weights((E, 2 * I, H), gen)
-        w_down = random_weights((E, H, I), gen)
-        for T in tokens:
-            R = T * k
-            widest = max(H, 2 * I)
-            # inputs, two gathered copies, ~6 live outputs, swiglu temps
-            need = 2 * (T * H + R * I + 2 * R * H + 6 * R * widest +
-                        3 * R * 2 * I)
-            if not fits(need, f"{key} T={T}"):
-                continue
-            slots, offsets = random_routing(T, E, k, gen)
-            groups = host_groups(offsets)
-            x = torch.randn(T, H, device="cuda", dtype=BF16, generator=gen)
-            h = torch.randn(R, I, device="cuda", dtype=BF16, generator=gen)
-            for kernel in kernels:
-                if kernel == "down":
-                    case = down_case(bundle, key, m, h, offsets, groups,
-                                     w_down)
-                else:
-                    case = gathered_case(bundle, key, m, x, slots, offsets,
-                                         groups, w_gate_up,
-                                         activation=kernel != "gather")
-                record(key, T, case)
-                del case
-                free_bytes()
-            del slots, offsets, x, h
-            free_bytes()
-        del w_gate_up, w_down
-        free_bytes()
-
+    for key, m in chosen.items() if kernels else ():
+        for T, case in grouped_cases(bundle, key, m, tokens, kernels, gen):
+            measure(key, T, case)
     if want("dense_swiglu"):
         M, d, I = DENSE["M"], DENSE["d"], DENSE["I"]
         if fits(2 * (3 * d * I + 6 * M * d + 6 * M * 2 * I), "dense_swiglu"):
-            record("dense", M, dense_case(bundle, gen))
+            measure("dense", M, dense_case(bundle, gen))
             free_bytes()
-
     router = None
     if args.layer_bundle and want("layer"):
-        layer_bundle = moec.load(args.layer_bundle)
-        logits_fn, router = router_logits_fn()
-        print(f"layer: torch router logits by {router}", flush=True)
-        E, H, I, k = LAYER["E"], LAYER["H"], LAYER["I"], LAYER["k"]
-        for T in sorted({8192} | {t for t in tokens if t >= 2048}):
-            R = T * k
-            need = 2 * (3 * E * H * I + 3 * T * H + 8 * R * H + 4 * R * I) \
-                + 4 * (2 * R * H + T * H)
-            if fits(need, f"layer T={T}"):
-                record("qwen3", T, layer_case(layer_bundle, T, gen,
-                                              logits_fn))
-                free_bytes()
+        router = layer_rows(args, tokens, gen, measure)
 
     print_table(rows)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(command=" ".join(sys.argv), device=device,
-                           torch=torch.__version__, peak_tflops=peak,
-                           peak_ms=peak_ms, peak_shape=[PEAK_SIZE] * 3,
-                           iters=args.iters, layer_router=router, rows=rows),
-                      f, indent=1)
+        write_json(args.json, dict(
+            command=" ".join(sys.argv), device=device,
+            torch=torch.__version__, peak_tflops=peak, peak_ms=peak_ms,
+            peak_shape=[PEAK_SIZE] * 3, iters=args.iters,
+            layer_router=router, rows=rows))
     bad = [r for r in rows for n, e in r["err"].items()
            if n != "moec_all_tokens" and not e < TOLERANCE]
     for r in bad:

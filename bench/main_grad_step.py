@@ -44,7 +44,11 @@ run, median of --iters.
 import argparse
 import json
 
-from training_step import MODELS, layer_mlir, layer_weights, torch_step_fn
+from common import (BF16, COPY_TBPS, layer_mlir, layer_weights, make_flush,
+                    models, rel_err, timed, torch_step_fn, write_json)
+
+# The layers emitted and timed (the default of --models), in this order.
+MODEL_KEYS = ("qwen3", "mixtral", "dsv3")
 
 
 def emit_mlir(path: str) -> None:
@@ -54,7 +58,7 @@ def emit_mlir(path: str) -> None:
         "// and layer_{key}_mg, the same forward; moe-autodiff derives the\n"
         "// second's backward with accumulate=2,3 (see the script).\n")
     text = ""
-    for key, m in MODELS.items():
+    for key, m in models(MODEL_KEYS).items():
         layer = layer_mlir(key, m)
         text += layer + layer.replace(f"@layer_{key}(", f"@layer_{key}_mg(")
     with open(path, "w", encoding="utf-8") as f:
@@ -63,8 +67,6 @@ def emit_mlir(path: str) -> None:
 
 def measure(bundle, key, m, T, weights, bias, gen, flush, iters, check):
     import torch
-    from grouped_gemm import BF16, rel_err
-    from memory_bound import timed
     E, H, I = m["E"], m["H"], m["I"]
     gate_w, w_gate_up, w_down = weights
     x = torch.randn(T, H, device="cuda", dtype=BF16, generator=gen)
@@ -134,7 +136,7 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, iters, check):
     for t in leaves:
         t.grad = None
         t.requires_grad_(False)
-    floor_ms = 4 * 3 * E * H * I / 4.27e12 * 1e3
+    floor_ms = 4 * 3 * E * H * I / (COPY_TBPS * 1e12) * 1e3
     row["add_floor_ms"] = floor_ms
     return row
 
@@ -143,7 +145,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", nargs="?")
     parser.add_argument("--emit-mlir")
-    parser.add_argument("--models", default="qwen3,mixtral,dsv3")
+    parser.add_argument("--models", default=",".join(MODEL_KEYS))
     parser.add_argument("--tokens", default="1,8192")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json")
@@ -153,7 +155,6 @@ def main():
         return
     import torch
     import moec
-    from memory_bound import make_flush
 
     bundle = moec.load(args.bundle)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -161,8 +162,7 @@ def main():
     device = torch.cuda.get_device_name()
     tokens = [int(t) for t in args.tokens.split(",")]
     rows = []
-    for key in args.models.split(","):
-        m = MODELS[key]
+    for key, m in models(args.models).items():
         weights, bias = layer_weights(m, gen)
         for T in tokens:
             try:
@@ -195,8 +195,7 @@ def main():
               f"{cells[2]:10.3f} {cells[1] / cells[0]:8.2f} "
               f"{cells[2] / cells[0]:9.2f} {r['add_floor_ms']:6.3f}  {check}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(dict(device=device, rows=rows), f, indent=1)
+        write_json(args.json, dict(device=device, rows=rows))
 
 
 if __name__ == "__main__":

@@ -27,27 +27,21 @@ compared with the measured copy bandwidth of the H200 (4.27 TB/s).
 
 import argparse
 import gc
-import json
 import math
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
 import moec
-from moec.tune import median_ms
+from common import (COPY_TBPS, GRAPH_BYTES, MODELS, graph_timed, make_flush,
+                    models, positions_of, print_kernel_times, rel_err,
+                    timed, torch_route, write_json)
 
-COPY_TBPS = 4.27
-MODELS = {
-    "qwen3": dict(name="Qwen3-30B-A3B", E=128, H=2048, I=768, k=8),
-    "dsv3": dict(name="DeepSeek-V3", E=256, H=7168, I=2048, k=8),
-}
 # NF4 gate_up weights [E, 2I, H] for a subset of S experts (see the .mlir).
 NF4 = {"qwen3": dict(E=128, N=1536, K=2048, S=64),
        "dsv3": dict(E=256, N=4096, K=7168, S=16)}
 FP8_MAX = 448.0
-GRAPH_BYTES = 400 << 20  # bytes one graph-timed replay moves, at least
 # Kernels whose torch version reads sizes back to the host (bincount,
 # repeat_interleave by a tensor), so it cannot be captured into a graph.
 # Not even tried: with the failed captures, the bench ran out of memory at
@@ -55,134 +49,9 @@ GRAPH_BYTES = 400 << 20  # bytes one graph-timed replay moves, at least
 HOST_SYNC_IN_TORCH = {"routing", "quantize col"}
 
 
-def make_flush(mode="read"):
-    """A callable that evicts the L2 (50 MB) before a timed run: a 256 MB
-    buffer read ("read": leaves clean lines behind) or written ("write":
-    leaves 50 MB of dirty lines, whose write-back then runs during the timed
-    kernel and costs a 50 MB kernel up to half its speed)."""
-    buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    if mode == "read":
-        return lambda: buf.max()
-    if mode == "write":
-        return buf.zero_
-    raise ValueError(f"flush mode must be 'read' or 'write', not {mode!r}")
-
-
-def timed(fn, iters, flush):
-    """Median ms of fn() over iters runs, flush() (L2 eviction, see
-    make_flush) before each: the autotuner's timing, with 3 warm-up runs
-    and a 1M-cycle sleep (up to ~0.5 ms of host launch cost hidden)."""
-    return median_ms(fn, iters, flush, warmup=3, sleep_cycles=1_000_000)
-
-
-def capture(fns):
-    """The callables fns captured, in order, into one CUDA graph: (graph,
-    their outputs), the outputs rewritten by every graph.replay(). Each
-    runs once first on the capture's side stream (cuBLAS handles, lazy
-    module loads). Raises when one cannot be captured (a host sync)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for fn in fns:
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = [fn() for fn in fns]
-    torch.cuda.synchronize()
-    return graph, outs
-
-
-def graph_timed(fns, iters, flush):
-    """Steady-state ms per launch: fns (the same kernel on len(fns)
-    different input sets) captured back to back into one CUDA graph, its
-    replays timed like timed() (L2 evicted and a GPU sleep before each),
-    median / len(fns). What a kernel costs inside a model's stream: the
-    launch and the events are paid once per graph, and each launch still
-    pays its own ramp-up and drain and the write-back of its
-    predecessor's output. None, and why, when a function cannot be
-    captured (see HOST_SYNC_IN_TORCH)."""
-    try:
-        graph, _ = capture(fns)
-    except Exception as error:  # noqa: BLE001 - torch's and moec's errors
-        torch.cuda.synchronize()
-        return None, str(error).strip().splitlines()[0][:120]
-    ms = timed(graph.replay, iters, flush) / len(fns)
-    del graph
-    return ms, None
-
-
-def kernel_times(fn, iters=5):
-    """Mean GPU time per call of each kernel fn() launches, in us (CUPTI
-    through torch.profiler), and the span of a call from the first
-    kernel's start to the last one's end (kernels plus the gaps between
-    them)."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    spans = []
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            torch.cuda._sleep(400_000)
-            fn()
-            torch.cuda.synchronize()
-    kernels = [e for e in prof.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA
-               and "spin_kernel" not in e.name]
-    per_kernel = {}
-    for e in kernels:
-        per_kernel[e.name] = per_kernel.get(e.name, 0.0) + \
-            e.time_range.elapsed_us() / iters
-    kernels.sort(key=lambda e: e.time_range.start)
-    per_call = max(1, len(kernels) // iters)
-    for i in range(0, len(kernels) - per_call + 1, per_call):
-        call = kernels[i:i + per_call]
-        spans.append(call[-1].time_range.end - call[0].time_range.start)
-    return per_kernel, statistics.median(spans) if spans else 0.0
-
-
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return (torch.linalg.vector_norm(out - ref) /
-            torch.linalg.vector_norm(ref).clamp_min(1e-30)).item()
-
-
 # ---------------------------------------------------------------------------
 # torch eager versions of the same functions
 # ---------------------------------------------------------------------------
-
-def torch_route(logits, m, bias=None):
-    E, k = m["E"], m["k"]
-    if bias is None:  # Qwen3: softmax, top-k, renormalize
-        probs = torch.softmax(logits, dim=-1)
-        w, ids = torch.topk(probs, k, dim=-1)
-        w = w / w.sum(-1, keepdim=True)
-    else:  # DeepSeek-V3: sigmoid, group-limited top-k on biased scores
-        scores = torch.sigmoid(logits)
-        sel = scores + bias
-        T = logits.shape[0]
-        groups = sel.view(T, 8, E // 8).topk(2, dim=-1).values.sum(-1)
-        keep = torch.zeros_like(groups).scatter_(
-            1, groups.topk(4, dim=-1).indices, 1.0)
-        mask = keep.repeat_interleave(E // 8, dim=1).bool()
-        ids = sel.masked_fill(~mask, float("-inf")).topk(k, dim=-1).indices
-        w = scores.gather(1, ids)
-        w = w / w.sum(-1, keepdim=True) * 2.5
-    flat = ids.flatten()
-    slots = torch.argsort(flat, stable=True).int()
-    offsets = torch.cumsum(torch.bincount(flat, minlength=E), 0).int()
-    return w, ids.int(), slots, offsets
-
-
-def positions_of(slots):
-    """The row of each slot (the inverse of unaligned `slots`), which
-    sort_by_expert returns as `positions` and the token-order kernels take
-    instead of rebuilding it."""
-    positions = torch.empty_like(slots)
-    positions[slots.long()] = torch.arange(slots.numel(), dtype=slots.dtype,
-                                           device=slots.device)
-    return positions
-
 
 def torch_permute(x, slots, w, k):
     rows = x.index_select(0, (slots // k).long())
@@ -293,7 +162,7 @@ def torch_nf4(packed, absmax, codebook, ids):
 def cases(bundle, key, T, gen):
     """Yields (kernel, moec fn, torch fn, check fn, bytes) for one shape."""
     m = MODELS[key]
-    E, H, I, k = m["E"], m["H"], m["I"], m["k"]
+    E, H, k = m["E"], m["H"], m["k"]
     dev = "cuda"
     R = T * k
     logits = torch.randn(T, E, device=dev, generator=gen)
@@ -342,6 +211,18 @@ def cases(bundle, key, T, gen):
            T * H * 2 + R * 4 * 3 + R * H * 2 + E * 4)
 
     rows = torch.randn(R, H, device=dev, generator=gen).to(torch.bfloat16)
+    routed = (w, slots, offsets, positions)
+    yield from grad_cases(bundle, key, m, T, gen, rows, routed)
+    yield from quantize_cases(bundle, key, T, x, rows, routed)
+    yield from swiglu_cases(bundle, key, m, T, gen)
+
+
+def grad_cases(bundle, key, m, T, gen, rows, routed):
+    """unpermute, and the backward of permute and of unpermute."""
+    E, H, k = m["E"], m["H"], m["k"]
+    dev = "cuda"
+    R = T * k
+    w, slots, offsets, positions = routed
     unperm = bundle.entry(f"unpermute_{key}")
     u_out = torch.empty(T, H, dtype=torch.bfloat16, device=dev)
 
@@ -384,6 +265,14 @@ def cases(bundle, key, T, gen):
            lambda: torch_unpermute_grad(dtok, slots, w, rows, k), check_ugrad,
            T * H * 2 + R * H * 2 * 2 + R * 4 + T * k * 4 * 2 + E * 4)
 
+
+def quantize_cases(bundle, key, T, x, rows, routed):
+    """FP8 quantization by row and by column group, and dequantization."""
+    _, _, offsets, _ = routed
+    H = x.shape[1]
+    R = rows.shape[0]
+    E = offsets.numel()
+    dev = "cuda"
     qrow = bundle.entry(f"quantize_row_{key}")
     q_out = (torch.empty(T, H, dtype=torch.float8_e4m3fn, device=dev),
              torch.empty(T, H // 128, device=dev))
@@ -425,6 +314,12 @@ def cases(bundle, key, T, gen):
            lambda: torch_dequantize_row(d8, s8), check_dq,
            T * H + T * H // 128 * 4 + T * H * 2)
 
+
+def swiglu_cases(bundle, key, m, T, gen):
+    """SwiGLU and its backward on [T*k, 2I] rows."""
+    I, k = m["I"], m["k"]
+    dev = "cuda"
+    R = T * k
     xs = torch.randn(R, 2 * I, device=dev, generator=gen).to(torch.bfloat16)
     dy = torch.randn(R, I, device=dev, generator=gen).to(torch.bfloat16)
     sw = bundle.entry(f"swiglu_{key}")
@@ -471,7 +366,7 @@ def nf4_case(bundle, key, gen):
             S * N * K // 2 + S * N * K // 64 * 4 + S * N * K * 2 + S * 4)
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle")
     parser.add_argument("--tokens", default="2048,8192,32768")
@@ -498,126 +393,136 @@ def main():
                         "the later shapes strayed by up to 7 %%)")
     parser.add_argument("--profile", action="store_true",
                         help="also print each moec kernel's GPU time")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def record(args, flush, results, key, T, sets, graph_sets):
+    """sets: one (kernel, moec fn, torch fn, check, bytes) per input
+    set; the first is checked and event-timed, the first graph_sets
+    also graph-timed. Appends the row to results."""
+    kernel, moec_fn, torch_fn, check, nbytes = sets[0]
+    if args.kernels and kernel not in args.kernels.split(","):
+        return
+    err = check()
+    t_moec = timed(moec_fn, args.iters, flush)
+    t_torch = timed(torch_fn, args.iters, flush)
+    row = dict(model=key, T=T, kernel=kernel, moec_ms=t_moec,
+               torch_ms=t_torch, speedup=t_torch / t_moec, err=err,
+               bytes=nbytes)
+    if nbytes:
+        row["tbps"] = nbytes / t_moec / 1e9
+        row["pct_copy"] = pct_copy(nbytes, t_moec)
+        row["torch_pct_copy"] = pct_copy(nbytes, t_torch)
+    results.append(row)
+    bw = (f"{row['tbps']:5.2f} TB/s {row['pct_copy']:5.1f}%  torch "
+          f"{row['torch_pct_copy']:5.1f}%" if nbytes else " " * 33)
+    print(f"{key:6} T={T:<6} {kernel:15} moec {t_moec * 1e3:9.1f} us  "
+          f"torch {t_torch * 1e3:9.1f} us  x{row['speedup']:6.2f}  {bw}"
+          f"  err {err:.2e}", flush=True)
+    # Graph timing for the kernels under GRAPH_BYTES (where the launch
+    # and events cost a point or more), with enough sets that a replay
+    # moves GRAPH_BYTES. Above it, the full bench's graph times ran up
+    # to 10 % over the single launch's on the same buffers, which the
+    # same kernels in a fresh process did not repeat (see
+    # bench/results/memory-bound-h200.md).
+    if graph_sets and (not nbytes or nbytes < GRAPH_BYTES):
+        graph_record(row, sets, graph_sets, args.iters, flush)
+    if args.profile:
+        print_kernel_times(row, moec_fn)
+    if args.empty_cache:
+        torch.cuda.empty_cache()
+
+
+def pct_copy(nbytes, ms):
+    return 100 * nbytes / ms / 1e9 / COPY_TBPS
+
+
+def graph_record(row, sets, graph_sets, iters, flush):
+    """The graph times of moec and torch on up to graph_sets of `sets`
+    into row, printed."""
+    kernel, nbytes = row["kernel"], row["bytes"]
+    want = math.ceil(GRAPH_BYTES / nbytes) if nbytes else graph_sets
+    used = sets[:max(2, min(graph_sets, want))]
+    row["graph_sets"] = len(used)
+    for who, index in (("moec", 1), ("torch", 2)):
+        if who == "torch" and kernel in HOST_SYNC_IN_TORCH:
+            ms, why = None, "syncs with the host"
+        else:
+            ms, why = graph_timed([s[index] for s in used], iters, flush)
+        row[f"{who}_graph_ms"] = ms
+        if why:
+            row[f"{who}_graph_error"] = why
+        elif nbytes:
+            row[f"{who}_graph_pct_copy"] = pct_copy(nbytes, ms)
+    g_m, g_t = row["moec_graph_ms"], row["torch_graph_ms"]
+
+    def show(ms, who):
+        if ms is None:
+            return f"   (not captured: {row[who + '_graph_error'][:60]})"
+        return f"{ms * 1e3:9.1f} us" + (
+            f" {row[who + '_graph_pct_copy']:5.1f}%" if nbytes else "")
+    ratio = f"  x{g_t / g_m:6.2f}" if g_m and g_t else ""
+    print(f"{'':6}   graph of {len(used)}: moec {show(g_m, 'moec')}"
+          f"  torch {show(g_t, 'torch')}{ratio}", flush=True)
+
+
+def input_sets(build, graph_sets):
+    """build() called once, then again while memory allows, up to
+    graph_sets results: the input sets the graph timing rotates
+    over (each set is generated anew, so no launch finds its inputs
+    in L2 from the one before)."""
+    before = torch.cuda.memory_allocated()
+    try:
+        first = build()
+    except torch.cuda.OutOfMemoryError:
+        first = None  # retried below, once the failed build is freed
+    if first is None:
+        # The cache holds the previous shapes' blocks, too fragmented
+        # for this one's buffers: hand them back and map anew.
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated()
+        first = build()
+    sets = [first]
+    size = max(1, torch.cuda.memory_allocated() - before)
+    free = (torch.cuda.mem_get_info()[0] + torch.cuda.memory_reserved()
+            - torch.cuda.memory_allocated())
+    # A third of what is free: the torch baselines' outputs in the
+    # graph's own pool need about as much again.
+    count = max(1, min(graph_sets, int(free / 3 // size)))
+    try:
+        while len(sets) < count:
+            sets.append(build())
+    except torch.cuda.OutOfMemoryError:
+        pass
+    return sets
+
+
+def main():
+    args = parse_args()
+    models(args.models)  # unknown keys fail here
     bundle = moec.load(args.bundle)
     gen = torch.Generator(device="cuda").manual_seed(0)
     flush = make_flush(args.flush)
     results = []
-
-    wanted = set(args.kernels.split(",")) if args.kernels else None
-
-    def record(key, T, sets, graph_sets):
-        """sets: one (kernel, moec fn, torch fn, check, bytes) per input
-        set; the first is checked and event-timed, the first graph_sets
-        also graph-timed."""
-        kernel, moec_fn, torch_fn, check, nbytes = sets[0]
-        if wanted and kernel not in wanted:
-            return
-        err = check()
-        t_moec = timed(moec_fn, args.iters, flush)
-        t_torch = timed(torch_fn, args.iters, flush)
-        row = dict(model=key, T=T, kernel=kernel, moec_ms=t_moec,
-                   torch_ms=t_torch, speedup=t_torch / t_moec, err=err,
-                   bytes=nbytes)
-        pct = lambda ms: 100 * nbytes / ms / 1e9 / COPY_TBPS
-        if nbytes:
-            row["tbps"] = nbytes / t_moec / 1e9
-            row["pct_copy"] = pct(t_moec)
-            row["torch_pct_copy"] = pct(t_torch)
-        results.append(row)
-        bw = (f"{row['tbps']:5.2f} TB/s {row['pct_copy']:5.1f}%  torch "
-              f"{row['torch_pct_copy']:5.1f}%" if nbytes else " " * 33)
-        print(f"{key:6} T={T:<6} {kernel:15} moec {t_moec * 1e3:9.1f} us  "
-              f"torch {t_torch * 1e3:9.1f} us  x{row['speedup']:6.2f}  {bw}"
-              f"  err {err:.2e}", flush=True)
-        # Graph timing for the kernels under GRAPH_BYTES (where the launch
-        # and events cost a point or more), with enough sets that a replay
-        # moves GRAPH_BYTES. Above it, the full bench's graph times ran up
-        # to 10 % over the single launch's on the same buffers, which the
-        # same kernels in a fresh process did not repeat (see
-        # bench/results/memory-bound-h200.md).
-        if graph_sets and (not nbytes or nbytes < GRAPH_BYTES):
-            want = math.ceil(GRAPH_BYTES / nbytes) if nbytes else graph_sets
-            used = sets[:max(2, min(graph_sets, want))]
-            row["graph_sets"] = len(used)
-            for who, index in (("moec", 1), ("torch", 2)):
-                if who == "torch" and kernel in HOST_SYNC_IN_TORCH:
-                    ms, why = None, "syncs with the host"
-                else:
-                    ms, why = graph_timed([s[index] for s in used],
-                                          args.iters, flush)
-                row[f"{who}_graph_ms"] = ms
-                if why:
-                    row[f"{who}_graph_error"] = why
-                elif nbytes:
-                    row[f"{who}_graph_pct_copy"] = pct(ms)
-            g_m, g_t = row["moec_graph_ms"], row["torch_graph_ms"]
-            show = lambda ms, who: (
-                f"   (not captured: {row[who + '_graph_error'][:60]})"
-                if ms is None else
-                f"{ms * 1e3:9.1f} us" + (
-                    f" {row[who + '_graph_pct_copy']:5.1f}%" if nbytes
-                    else ""))
-            ratio = f"  x{g_t / g_m:6.2f}" if g_m and g_t else ""
-            print(f"{'':6}   graph of {len(used)}: moec {show(g_m, 'moec')}"
-                  f"  torch {show(g_t, 'torch')}{ratio}", flush=True)
-        if args.profile:
-            per_kernel, span = kernel_times(moec_fn)
-            row["kernels_us"], row["span_us"] = per_kernel, span
-            for name, us in per_kernel.items():
-                print(f"    {us:8.1f} us  {name}")
-            print(f"    {span:8.1f} us  first kernel start to last end")
-        if args.empty_cache:
-            torch.cuda.empty_cache()
-
-    def input_sets(build):
-        """build() called once, then again while memory allows, up to
-        --graph-sets results: the input sets the graph timing rotates
-        over (each set is generated anew, so no launch finds its inputs
-        in L2 from the one before)."""
-        before = torch.cuda.memory_allocated()
-        try:
-            first = build()
-        except torch.cuda.OutOfMemoryError:
-            first = None  # retried below, once the failed build is freed
-        if first is None:
-            # The cache holds the previous shapes' blocks, too fragmented
-            # for this one's buffers: hand them back and map anew.
-            gc.collect()
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-            before = torch.cuda.memory_allocated()
-            first = build()
-        sets = [first]
-        size = max(1, torch.cuda.memory_allocated() - before)
-        free = (torch.cuda.mem_get_info()[0] + torch.cuda.memory_reserved()
-                - torch.cuda.memory_allocated())
-        # A third of what is free: the torch baselines' outputs in the
-        # graph's own pool need about as much again.
-        count = max(1, min(args.graph_sets, int(free / 3 // size)))
-        try:
-            while len(sets) < count:
-                sets.append(build())
-        except torch.cuda.OutOfMemoryError:
-            pass
-        return sets
-
     for key in args.models.split(","):
         for T in (int(t) for t in args.tokens.split(",")):
-            sets = input_sets(lambda: list(cases(bundle, key, T, gen)))
+            sets = input_sets(lambda: list(cases(bundle, key, T, gen)),
+                              args.graph_sets)
             for i in range(len(sets[0])):
-                record(key, T, [s[i] for s in sets],
+                record(args, flush, results, key, T, [s[i] for s in sets],
                        args.graph_sets and len(sets))
             del sets
-        sets = input_sets(lambda: [nf4_case(bundle, key, gen)])
-        record(key, 0, [s[0] for s in sets], args.graph_sets and len(sets))
+        sets = input_sets(lambda: [nf4_case(bundle, key, gen)],
+                          args.graph_sets)
+        record(args, flush, results, key, 0, [s[0] for s in sets],
+               args.graph_sets and len(sets))
         del sets
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(command=" ".join(sys.argv), device=
-                           torch.cuda.get_device_name(), rows=results), f,
-                      indent=1)
+        write_json(args.json, dict(command=" ".join(sys.argv),
+                                   device=torch.cuda.get_device_name(),
+                                   rows=results))
     bad = [r for r in results if not (r["err"] < 2e-2)]
     for r in bad:
         print(f"MISMATCH {r['model']} T={r['T']} {r['kernel']}: err "

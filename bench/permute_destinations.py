@@ -18,8 +18,8 @@ import sys
 import torch
 
 import moec
-from memory_bound import (COPY_TBPS, MODELS, make_flush, positions_of, timed,
-                          torch_route)
+from common import (COPY_TBPS, MODELS, make_flush, positions_of, timed,
+                    torch_route)
 
 SHAPES = (("qwen3", 8192), ("qwen3", 32768), ("dsv3", 8192))
 

@@ -16,9 +16,8 @@ import sys
 
 import torch
 
-import ceilings
 import moec
-from memory_bound import MODELS, positions_of, torch_route
+from common import MODELS, positions_of, torch_route, triton_cases
 
 
 def main():
@@ -41,7 +40,7 @@ def main():
         for _ in range(3):
             perm(x, slots, offsets, w, positions, out=out, check_values=False)
     src = torch.randint(0, 255, (1 << 30,), dtype=torch.uint8, device="cuda")
-    scatter = ceilings.triton_cases(src, torch.empty_like(src)).get(
+    scatter = triton_cases(src, torch.empty_like(src)).get(
         "triton scatter 1:8")
     if scatter:
         for _ in range(3):

@@ -8,13 +8,11 @@ all_to_all_single of the same bytes.
         bench/results/expert-parallel-h100x2.json \\
         bench/plots/expert-parallel-h100x2.png
 """
-import json
 import sys
 
-import matplotlib
+from common import pyplot, read_json
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 MOEC_STEPS = ("route", "plan", "send", "compute", "send_back", "weigh")
 TORCH_STAGES = ("dispatch", "compute", "combine")
@@ -22,8 +20,7 @@ TORCH_STAGES = ("dispatch", "compute", "combine")
 
 def main():
     source, png = sys.argv[1], sys.argv[2]
-    with open(source, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json(source)
     rows = data["results"]
     labels = [f"{r['model']}\nT={r['T']}/rank" for r in rows]
     xs = list(range(len(rows)))

@@ -7,14 +7,12 @@ and every row.
     python3 bench/plot_grouped_gemm.py bench/results/grouped-gemm-h200.json \
         [bench/plots/grouped-gemm-h200.png [bench/results/grouped-gemm-h200.md]]
 """
-import json
 import os
 import sys
 
-import matplotlib
+from common import pyplot, read_json
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 PNG = "bench/plots/grouped-gemm-h200.png"
 MD = "bench/results/grouped-gemm-h200.md"
@@ -242,8 +240,7 @@ def write_page(data, src, png, dst):
 
 
 def main(src, png=PNG, dst=MD):
-    with open(src) as f:
-        data = json.load(f)
+    data = read_json(src)
     plot(data, png)
     write_page(data, src, png, dst)
     print(f"wrote {png} and {dst}")

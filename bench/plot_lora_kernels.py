@@ -6,13 +6,11 @@ projection and rank, with the targets of issue 24 drawn in.
     python3 bench/plot_lora_kernels.py bench/results/lora-kernels-h200.json \
         bench/plots/lora-kernels-h200.png
 """
-import json
 import sys
 
-import matplotlib
+from common import pyplot, read_json
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 TARGETS = {"forward": 1.5, "dx": 1.5, "grad": 2.0}
 
@@ -41,8 +39,7 @@ def panel(ax, rows, kind, tokens):
 
 def main():
     source, png = sys.argv[1], sys.argv[2]
-    with open(source, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json(source)
     # One row of panels per token count the JSON holds.
     all_rows = data["rows"]
     token_counts = sorted({r["T"] for r in all_rows})

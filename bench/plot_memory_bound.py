@@ -5,13 +5,11 @@ kernel, moec against torch eager, one panel per model.
     python3 bench/plot_memory_bound.py bench/results/memory-bound-h200.json \
         bench/plots/memory-bound-h200.png
 """
-import json
 import sys
 
-import matplotlib
+from common import pyplot, read_json
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 # The issue's targets (% of copy bandwidth, T >= 8192); None: no target (the backward
 # of permute / unpermute is measured, not targeted).
@@ -22,7 +20,7 @@ TARGETS = {"permute": 90, "unpermute": 92, "permute grad": None,
 
 
 def main(src, dst):
-    rows = [r for r in json.load(open(src))["rows"] if r.get("bytes")]
+    rows = [r for r in read_json(src)["rows"] if r.get("bytes")]
     models = sorted({r["model"] for r in rows}, reverse=True)
     kernels = list(TARGETS)
     fig, axes = plt.subplots(len(models), 1, figsize=(14, 5.2 * len(models)))

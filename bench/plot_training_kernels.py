@@ -6,21 +6,18 @@ and token count, with issue 24's 1.1x target drawn in.
     python3 bench/plot_training_kernels.py bench/results/training-kernels-h200.json \
         bench/plots/training-kernels-h200.png
 """
-import json
 import sys
 
-import matplotlib
+from common import pyplot, read_json
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 TARGET = 1.1
 
 
 def main():
     source, png = sys.argv[1], sys.argv[2]
-    with open(source, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json(source)
     rows = data["rows"]
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))

@@ -6,19 +6,16 @@ peak measured in the same run.
     python3 bench/plot_training_step.py bench/results/training-step-h100.json \
         bench/plots/training-step-h100.png
 """
-import json
 import sys
 
-import matplotlib
+from common import pyplot, read_json
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 
 def main():
     source, png = sys.argv[1], sys.argv[2]
-    with open(source, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json(source)
     rows = [r for r in data["rows"] if "moec" in r]
     labels = [f"{r['model']}\nT={r['T']}\n{r.get('mode', 'full')}"
               for r in rows]

@@ -20,8 +20,8 @@ import time
 import torch
 
 import moec
-import grouped_gemm as gg
-from memory_bound import make_flush, timed
+import common
+from common import make_flush, timed
 
 
 def sustained_ms(fn, seconds):
@@ -68,31 +68,31 @@ def main():
     args = parser.parse_args()
 
     gen = torch.Generator(device="cuda").manual_seed(0)
-    m = gg.MODELS["mixtral"]
+    m = common.MODELS["mixtral"]
     E, H, I, k, T = m["E"], m["H"], m["I"], m["k"], args.tokens
-    w_gate_up = gg.random_weights((E, 2 * I, H), gen)
-    w_down = gg.random_weights((E, H, I), gen)
-    x = torch.randn(T, H, device="cuda", dtype=gg.BF16, generator=gen)
-    slots, offsets = gg.random_routing(T, E, k, gen)
-    groups = gg.host_groups(offsets)
-    h = torch.randn(T * k, I, device="cuda", dtype=gg.BF16, generator=gen)
-    a = torch.randn(8192, 8192, device="cuda", dtype=gg.BF16, generator=gen)
-    b = torch.randn(8192, 8192, device="cuda", dtype=gg.BF16, generator=gen)
+    w_gate_up = common.random_weights((E, 2 * I, H), gen)
+    w_down = common.random_weights((E, H, I), gen)
+    x = torch.randn(T, H, device="cuda", dtype=common.BF16, generator=gen)
+    slots, offsets = common.random_routing(T, E, k, gen)
+    groups = common.host_groups(offsets)
+    h = torch.randn(T * k, I, device="cuda", dtype=common.BF16, generator=gen)
+    a = torch.randn(8192, 8192, device="cuda", dtype=common.BF16, generator=gen)
+    b = torch.randn(8192, 8192, device="cuda", dtype=common.BF16, generator=gen)
 
     kernels = []
     for i, path in enumerate(args.bundles):
         bundle = moec.load(path)
-        gather = gg.gathered_case(bundle, "mixtral", m, x, slots, offsets,
+        gather = common.gathered_case(bundle, "mixtral", m, x, slots, offsets,
                                   groups, w_gate_up, False)
-        down = gg.down_case(bundle, "mixtral", m, h, offsets, groups, w_down)
+        down = common.down_case(bundle, "mixtral", m, h, offsets, groups, w_down)
         if i == 0:
             kernels += [("grouped_mm gather", gather.baselines["grouped_mm"],
                          gather.flops),
                         ("grouped_mm down", down.baselines["grouped_mm"],
                          down.flops)]
         for case in (gather, down):
-            err = gg.rel_err(case.moec(), case.baselines["grouped_mm"]())
-            if not err < gg.TOLERANCE:
+            err = common.rel_err(case.moec(), case.baselines["grouped_mm"]())
+            if not err < common.TOLERANCE:
                 sys.exit(f"{path} {case.kernel}: error {err:.1e} against "
                          "torch._grouped_mm")
         kernels += [(f"moec[{i}] gather", gather.moec, gather.flops),

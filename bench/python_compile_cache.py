@@ -1,6 +1,7 @@
 """Cold compile vs cached compile of moec.compile (no GPU needed).
 
-    PYTHONPATH=build/python_packages python3 bench/python_compile_cache.py
+    PYTHONPATH=build/python_packages python3 bench/python_compile_cache.py \
+        [--repeats 5]
 
 Compiles the Qwen3-30B-A3B MoE block kernel (moec.layers.moe_kernel) for
 sm_90a into an empty cache directory (cold: trace, verify, fuse, tile, lower,
@@ -10,18 +11,16 @@ fresh Python process that finds the kernel in the cache (it never loads
 MLIR).
 """
 
+import argparse
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import moec
+from common import host_seconds
 from moec.layers import moe_kernel
-
-REPEATS = 5
-
 
 # Times the compile call only; `import moec` (about 25 ms, mostly standard
 # library modules) is the same for a cold and a cached compile.
@@ -35,28 +34,26 @@ print(time.perf_counter() - start)
 """
 
 
-def timed(fn):
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="cold compiles, and cached ones after each")
+    repeats = parser.parse_args().repeats
     moec.compiler_fingerprint()  # once per process, outside the timings
     cold, warm = [], []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         with tempfile.TemporaryDirectory() as cache:
             os.environ["MOEC_CACHE_DIR"] = cache
             # A fresh Kernel each time: tracing is part of both timings.
-            cold.append(timed(lambda: moec.compile(
+            cold.append(host_seconds(lambda: moec.compile(
                 moe_kernel(2048, 768, 128, 8), target="sm_90a")))
-            for _ in range(REPEATS):
-                warm.append(timed(lambda: moec.compile(
+            for _ in range(repeats):
+                warm.append(host_seconds(lambda: moec.compile(
                     moe_kernel(2048, 768, 128, 8), target="sm_90a")))
     fresh = []
     with tempfile.TemporaryDirectory() as cache:
         os.environ["MOEC_CACHE_DIR"] = cache
-        for _ in range(REPEATS + 1):
+        for _ in range(repeats + 1):
             fresh.append(float(subprocess.check_output(
                 [sys.executable, "-c", FRESH_PROCESS], text=True)))
     fresh = fresh[1:]  # the first one filled the cache

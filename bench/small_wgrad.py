@@ -13,7 +13,7 @@ compare moec with itself.
     PYTHONPATH=build-rt/python_packages python3 bench/small_wgrad.py \\
         .device/small_wgrad.moecb --skews 0,2,8 --json $OUT/small_wgrad.json
 
-Kernels per model (bench/grouped_gemm.py's MODELS), bf16 in, f32 out:
+Kernels per model (bench/common.py's MODELS), bf16 in, f32 out:
   router_grad  dlᵀ·x [E, H], the router's weight gradient (a
                linalg.matmul reading dl transposed; moec splits its T
                rows into chunks); torch.mm(dl.t(), x) (bf16 out, f32
@@ -33,9 +33,9 @@ output identical over two runs on the same inputs.
 """
 
 import argparse
-import json
 
-from grouped_gemm import MODELS
+from common import (BF16, TOLERANCE, make_flush, models, rel_err,
+                    report_peak, skewed_routing, timed, write_json)
 
 RANK = 16
 KERNELS = ("router_grad", "lora_db", "lora_da")
@@ -46,8 +46,7 @@ def emit_mlir(path):
     """Writes the entries: router_grad_{key}, lora_db_{key}, lora_da_{key}."""
     out = ["// Written by bench/small_wgrad.py --emit-mlir: f32 weight "
            "gradients with\n// few output tiles per expert.\n"]
-    for key in MODELS_USED:
-        m = MODELS[key]
+    for key, m in models(MODELS_USED).items():
         E, H, N, r = m["E"], m["H"], 2 * m["I"], RANK
         out.append(f"""
 func.func @router_grad_{key}(%dl: tensor<?x{E}xbf16> {{moe.sym = "T"}},
@@ -88,7 +87,6 @@ func.func @lora_da_{key}(%du: tensor<?x{r}xbf16> {{moe.sym = "R"}},
 def case(bundle, kernel, key, m, T, offsets, gen):
     """(run_moec, run_torch, flops) of one kernel at T tokens."""
     import torch
-    from grouped_gemm import BF16
     E, H, N, k = m["E"], m["H"], 2 * m["I"], m["k"]
     entry = bundle.entry(f"{kernel}_{key}")
 
@@ -140,9 +138,6 @@ def main():
     import torch
 
     import moec
-    from grouped_gemm import TOLERANCE, rel_err, report_peak
-    from memory_bound import make_flush, timed
-    from training_kernels import skewed_routing
 
     for kernel in args.kernels.split(","):
         if kernel not in KERNELS:
@@ -153,8 +148,7 @@ def main():
     flush = make_flush("read")
     device, _, peak = report_peak(args.iters, flush, gen)
     rows = []
-    for key in args.models.split(","):
-        m = MODELS[key]
+    for key, m in models(args.models).items():
         for T in [int(t) for t in args.tokens.split(",")]:
             for skew in [float(z) for z in args.skews.split(",")]:
                 slots, offsets = skewed_routing(T, m["E"], m["k"], gen, skew)
@@ -190,8 +184,7 @@ def main():
                           + ("" if bitwise else "  NOT-BITWISE-REPEATABLE"),
                           flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(args.json, rows)
 
 
 if __name__ == "__main__":

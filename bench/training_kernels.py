@@ -60,15 +60,16 @@ torch's time over moec's (> 1: moec is faster).
 """
 
 import argparse
-import json
 
 import torch
 
 import moec
-from grouped_gemm import (BF16, MODELS, TOLERANCE, fits, free_bytes,
-                          group_ends, random_routing, random_weights,
-                          rel_err, report_peak)
-from memory_bound import make_flush, timed
+from common import (BF16, TOLERANCE, fits, free_bytes, make_flush, models,
+                    random_weights, rel_err, report_peak, skewed_routing,
+                    timed, write_json)
+
+# --models' default and the rows' order.
+MODEL_KEYS = ("mixtral", "qwen3", "qwen35", "olmoe", "dsv3")
 
 KERNELS = ("dx_gate_up", "dx_down", "dw_gate_up", "dw_down", "dx_down_swiglu",
            "dw_gate_up_gathered", "dw_gate_up_accumulate")
@@ -82,17 +83,6 @@ SHAPES = {
     "dw_gate_up_gathered": lambda m: (m["H"], 2 * m["I"]),
     "dw_gate_up_accumulate": lambda m: (m["H"], 2 * m["I"]),
 }
-
-
-def skewed_routing(T, E, k, gen, skew):
-    """random_routing with expert e's logit lowered by skew * ln(1 + e)."""
-    if skew == 0:
-        return random_routing(T, E, k, gen)
-    logits = torch.randn(T, E, device="cuda", generator=gen)
-    logits -= skew * torch.log1p(torch.arange(E, device="cuda",
-                                              dtype=torch.float32))
-    flat = torch.topk(logits, k, dim=-1).indices.flatten()
-    return torch.argsort(flat, stable=True).int(), group_ends(flat, E)
 
 
 def dx_case(bundle, kernel, key, dy, offsets, w):
@@ -219,7 +209,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", help="training_kernels.moecb")
     parser.add_argument("--tokens", default="2048,8192,32768")
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(MODEL_KEYS))
     parser.add_argument("--kernels", default=",".join(KERNELS))
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", help="write every row here")
@@ -239,8 +229,7 @@ def main():
     device, peak_ms, peak = report_peak(args.iters, flush, gen)
 
     rows = []
-    for key in args.models.split(","):
-        m = MODELS[key]
+    for key, m in models(args.models).items():
         E, H, I, k = m["E"], m["H"], m["I"], m["k"]
         if not fits(2 * E * 2 * I * H * 2, f"{key} weights"):
             continue
@@ -322,10 +311,9 @@ def main():
         del weights
         free_bytes()
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=device, torch=torch.__version__,
-                           peak_tflops=peak, peak_ms=peak_ms, rows=rows),
-                      f, indent=1)
+        write_json(args.json, dict(device=device, torch=torch.__version__,
+                                   peak_tflops=peak, peak_ms=peak_ms,
+                                   rows=rows))
 
 
 if __name__ == "__main__":

@@ -57,94 +57,14 @@ import argparse
 import json
 import math
 
+from common import (BF16, LORA_SCALING, kernel_profile, layer_mlir,
+                    layer_name, layer_weights, make_flush, models,
+                    random_weights, rel_err, report_peak, route, timed,
+                    torch_step_fn, write_json)
+
 LORA_RANKS = (16,)   # the LoRA layers emitted besides full fine-tuning
-LORA_SCALING = 2.0   # alpha / r
-
-MODELS = {
-    "qwen3": dict(name="Qwen3-30B-A3B", E=128, H=2048, I=768, k=8,
-                  routing="softmax"),
-    "mixtral": dict(name="Mixtral-8x7B", E=8, H=4096, I=14336, k=2,
-                    routing="mixtral"),
-    "dsv3": dict(name="DeepSeek-V3", E=256, H=7168, I=2048, k=8,
-                 routing="deepseek", groups=8, topk_groups=4, scaling=2.5),
-}
-
-
-def layer_name(key: str, rank: int) -> str:
-    """The forward's function name: layer_{key}, or layer_{key}_lora{r}."""
-    return f"layer_{key}" + (f"_lora{rank}" if rank else "")
-
-
-def layer_mlir(key: str, m: dict, rank: int = 0) -> str:
-    """The layer's forward in the moe dialect (checked in as
-    bench/kernels/training_step.mlir); with `rank`, LoRA adapters on both
-    expert projections (arguments 4-7: A [E*r, K] and B [N, E*r] of gate_up,
-    then of down; scaling LORA_SCALING)."""
-    E, H, I, k = m["E"], m["H"], m["I"], m["k"]
-    er = E * rank
-    gu_lora = down_lora = ""
-    lora_args = ""
-    scaling = ""
-    if rank:
-        lora_args = (f",\n    %gu_a: tensor<{er}x{H}xbf16>, %gu_b: "
-                     f"tensor<{2 * I}x{er}xbf16>,\n    %d_a: tensor<{er}x{I}"
-                     f"xbf16>, %d_b: tensor<{H}x{er}xbf16>")
-        gu_lora = (f"\n      lora(%gu_a, %gu_b : tensor<{er}x{H}xbf16>, "
-                   f"tensor<{2 * I}x{er}xbf16>)")
-        down_lora = (f"\n      lora(%d_a, %d_b : tensor<{er}x{I}xbf16>, "
-                     f"tensor<{H}x{er}xbf16>)")
-        scaling = f", lora_scaling = {LORA_SCALING} : f32"
-    bias_arg = (f",\n    %bias: tensor<{E}xf32>" if m["routing"] == "deepseek"
-                else "")
-    if m["routing"] == "softmax":
-        router = (f"%weights, %ids = moe.router_topk %logits k = {k} "
-                  f"{{renormalize}}")
-    elif m["routing"] == "mixtral":
-        router = (f"%weights, %ids = moe.router_topk %logits k = {k} "
-                  f"{{order = #moe.order<topk_then_softmax>}}")
-    else:
-        router = (f"%weights, %ids = moe.router_topk %logits "
-                  f"bias(%bias : tensor<{E}xf32>) k = {k} "
-                  f"{{scoring = #moe.scoring<sigmoid>, renormalize, "
-                  f"num_groups = {m['groups']} : i64, topk_groups = "
-                  f"{m['topk_groups']} : i64, scaling_factor = "
-                  f"{m['scaling']} : f32}}")
-    return f"""
-// ---- {key}: {m['name']}, E{E} H{H} I{I} k{k}{f", LoRA r = {rank}" if rank else ""} ----
-func.func @{layer_name(key, rank)}(%x: tensor<?x{H}xbf16>,
-    %gate_w: tensor<{E}x{H}xbf16>, %w_gate_up: tensor<{E}x{2 * I}x{H}xbf16>,
-    %w_down: tensor<{E}x{H}x{I}xbf16>{lora_args}{bias_arg}) -> tensor<?x{H}xbf16> {{
-  %c0 = arith.constant 0 : index
-  %tokens = tensor.dim %x, %c0 : tensor<?x{H}xbf16>
-  %zero = arith.constant 0.0 : f32
-  %empty = tensor.empty(%tokens) : tensor<?x{E}xf32>
-  %acc = linalg.fill ins(%zero : f32) outs(%empty : tensor<?x{E}xf32>)
-      -> tensor<?x{E}xf32>
-  %logits = linalg.matmul
-      indexing_maps = [affine_map<(m, n, k) -> (m, k)>,
-                       affine_map<(m, n, k) -> (n, k)>,
-                       affine_map<(m, n, k) -> (m, n)>]
-      ins(%x, %gate_w : tensor<?x{H}xbf16>, tensor<{E}x{H}xbf16>)
-      outs(%acc : tensor<?x{E}xf32>) -> tensor<?x{E}xf32>
-  {router}
-      : tensor<?x{E}xf32> -> tensor<?x{k}xf32>, tensor<?x{k}xi32>
-  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = {E}
-      : tensor<?x{k}xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<{E}xi32>
-  %rows = moe.permute %x, %slots, %offsets k = {k}
-      : tensor<?x{H}xbf16>, tensor<?xi32>, tensor<{E}xi32> -> tensor<?x{H}xbf16>
-  %h = moe.grouped_matmul %rows, %w_gate_up, %offsets{gu_lora} {{transpose_rhs{scaling}}}
-      : tensor<?x{H}xbf16>, tensor<{E}x{2 * I}x{H}xbf16>, tensor<{E}xi32>
-      -> tensor<?x{2 * I}xbf16>
-  %a = moe.swiglu %h : tensor<?x{2 * I}xbf16> -> tensor<?x{I}xbf16>
-  %down = moe.grouped_matmul %a, %w_down, %offsets{down_lora} {{transpose_rhs{scaling}}}
-      : tensor<?x{I}xbf16>, tensor<{E}x{H}x{I}xbf16>, tensor<{E}xi32>
-      -> tensor<?x{H}xbf16>
-  %y = moe.unpermute %down, %slots, %offsets k = {k}
-      weights(%weights : tensor<?x{k}xf32>)
-      : tensor<?x{H}xbf16>, tensor<?xi32>, tensor<{E}xi32> -> tensor<?x{H}xbf16>
-  return %y : tensor<?x{H}xbf16>
-}}
-"""
+# The layers emitted and timed (the default of --models), in this order.
+MODEL_KEYS = ("qwen3", "mixtral", "dsv3")
 
 
 def emit_mlir(path: str) -> None:
@@ -155,102 +75,13 @@ def emit_mlir(path: str) -> None:
         "// the script's docstring for the commands).\n")
     with open(path, "w", encoding="utf-8") as f:
         f.write(header + "".join(layer_mlir(k, m, rank)
-                                 for k, m in MODELS.items()
+                                 for k, m in models(MODEL_KEYS).items()
                                  for rank in (0,) + LORA_RANKS))
 
 
 # ---------------------------------------------------------------------------
 # GPU side
 # ---------------------------------------------------------------------------
-
-def route(logits, m, bias=None, ids=None):
-    """(weights [T, k] f32, ids [T, k]) of the model's routing on f32 (or
-    f64) logits; with `ids`, the weights of those experts (the gradient
-    then flows through them exactly as moe.router_topk_grad's)."""
-    import torch
-    k = m["k"]
-    if m["routing"] == "mixtral":
-        if ids is None:
-            ids = torch.topk(logits, k, dim=-1).indices
-        return torch.softmax(logits.gather(1, ids), dim=-1), ids
-    if m["routing"] == "softmax":
-        scores = torch.softmax(logits, dim=-1)
-        select = scores
-    else:
-        scores = torch.sigmoid(logits)
-        select = scores + bias
-    if ids is None:
-        if m["routing"] == "deepseek":
-            T, E = select.shape
-            g = select.view(T, m["groups"], E // m["groups"])
-            group_score = g.topk(2, dim=-1).values.sum(-1)
-            keep = group_score.topk(m["topk_groups"], dim=-1).indices
-            mask = torch.zeros_like(group_score).scatter_(1, keep, 1.0)
-            mask = mask.repeat_interleave(E // m["groups"], dim=1)
-            select = select.masked_fill(mask == 0, float("-inf"))
-        ids = torch.topk(select, k, dim=-1).indices
-    weights = scores.gather(1, ids)
-    weights = weights / weights.sum(-1, keepdim=True)
-    return weights * m.get("scaling", 1.0), ids
-
-
-def expert_views(adapters, E):
-    """The LoRA adapters (A [E*r, K], B [N, E*r] of gate_up, then of down)
-    as torch._grouped_mm operands: A_eᵀ [E, K, r] and B_eᵀ [E, r, N] (views:
-    autograd reaches the stacked tensors)."""
-    views = []
-    for a, b in zip(adapters[0::2], adapters[1::2]):
-        r = a.shape[0] // E
-        views.append((a.view(E, r, -1).transpose(1, 2),
-                      b.view(b.shape[0], E, r).permute(1, 2, 0)))
-    return views
-
-
-def torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy, adapters=()):
-    """One forward + backward of the layer in torch autograd (bf16); with
-    `adapters`, LoRA on both expert projections (the base weights frozen:
-    the gradients of x and the adapters)."""
-    import torch
-    import torch.nn.functional as F
-    from grouped_gemm import group_ends
-    T, H = x.shape
-    E, k = m["E"], m["k"]
-    params = (x, *adapters) if adapters else (x, gate_w, w_gate_up, w_down)
-
-    def project(rows, w, lora, offsets):
-        out = torch._grouped_mm(rows, w.transpose(-2, -1), offs=offsets)
-        if lora is None:
-            return out
-        a_t, b_t = lora
-        u = torch._grouped_mm(rows, a_t, offs=offsets)
-        return out + LORA_SCALING * torch._grouped_mm(u, b_t, offs=offsets)
-
-    def step():
-        for p in params:
-            p.grad = None
-        gu_lora, down_lora = (expert_views(adapters, E) if adapters
-                              else (None, None))
-        # As transformers computes it: a bf16 matmul, then f32 (torch.mm's
-        # out_dtype=float32 has no derivative).
-        logits = F.linear(x, gate_w).float()
-        weights, ids = route(logits, m, bias)
-        flat = ids.flatten()
-        slots = torch.argsort(flat, stable=True)
-        offsets = group_ends(flat, E)
-        token = slots // k
-        a = x.index_select(0, token)
-        g = project(a, w_gate_up, gu_lora, offsets)
-        half = g.shape[1] // 2
-        act = F.silu(g[:, :half]) * g[:, half:]
-        d = project(act, w_down, down_lora, offsets)
-        scaled = d.float() * weights.flatten().index_select(0, slots)[:, None]
-        y = torch.zeros(T, H, dtype=torch.float32, device=x.device)
-        y = y.index_add(0, token, scaled).to(torch.bfloat16)
-        y.backward(dy)
-        return [p.grad for p in params]
-
-    return step
-
 
 def reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy, ids,
                     adapters=()):
@@ -297,19 +128,6 @@ def reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy, ids,
     return [t.grad for t in leaves]
 
 
-def layer_weights(m, gen):
-    """Random bf16 weights of a layer, (gate_w, w_gate_up, w_down), and
-    DeepSeek-V3's selection bias (else None)."""
-    import torch
-    from grouped_gemm import random_weights
-    E, H, I = m["E"], m["H"], m["I"]
-    weights = (random_weights((E, H), gen), random_weights((E, 2 * I, H), gen),
-               random_weights((E, H, I), gen))
-    bias = (torch.randn(E, device="cuda", generator=gen) * 0.01
-            if m["routing"] == "deepseek" else None)
-    return weights, bias
-
-
 def moec_step_fn(bundle, name, args, dy):
     """{name}_fwd then {name}_grad on the saved values: (the gradients, the
     forward's outputs)."""
@@ -354,8 +172,6 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     step of moec and of torch. rank 0: full fine-tuning; else LoRA of that
     rank on both expert projections, base weights and router frozen."""
     import torch
-    from grouped_gemm import BF16, random_weights, rel_err
-    from memory_bound import timed
     E, H, I, k = m["E"], m["H"], m["I"], m["k"]
     gate_w, w_gate_up, w_down = weights
     x = torch.randn(T, H, device="cuda", dtype=BF16, generator=gen)
@@ -437,29 +253,11 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     return row
 
 
-def kernel_profile(fn, top=14):
-    """GPU time per kernel of one fn() (torch.profiler: CUPTI sees the
-    driver-API launches too): [(name, ms)], largest first."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    times = {}
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            times[event.name] = times.get(event.name, 0.0) + \
-                event.device_time_total / 1e3
-    return sorted(times.items(), key=lambda kv: -kv[1])[:top]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", nargs="?")
     parser.add_argument("--emit-mlir")
-    parser.add_argument("--models", default="qwen3,mixtral,dsv3")
+    parser.add_argument("--models", default=",".join(MODEL_KEYS))
     parser.add_argument("--tokens", default="8192,32768")
     parser.add_argument("--ranks", default="0," + ",".join(map(str, LORA_RANKS)),
                         help="0: full fine-tuning; r: LoRA of rank r")
@@ -473,8 +271,6 @@ def main():
         return
     import torch
     import moec
-    from grouped_gemm import report_peak
-    from memory_bound import make_flush
 
     bundle = moec.load(args.bundle)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -482,8 +278,7 @@ def main():
     device, _, peak = report_peak(args.iters, flush, gen)
     tokens = [int(t) for t in args.tokens.split(",")]
     rows = []
-    for key in args.models.split(","):
-        m = MODELS[key]
+    for key, m in models(args.models).items():
         weights, bias = layer_weights(m, gen)
         for T, rank in ((t, r) for t in tokens
                         for r in (int(v) for v in args.ranks.split(","))):
@@ -525,9 +320,7 @@ def main():
               f"{torch_ms} {ratio} {r['moec']['pct_peak']:6.1f} "
               f"{r['moec']['peak_gb']:8.2f} {torch_gb}  {err:.2e}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(dict(device=device, peak_tflops=peak, rows=rows), f,
-                      indent=1)
+        write_json(args.json, dict(device=device, peak_tflops=peak, rows=rows))
 
 
 if __name__ == "__main__":

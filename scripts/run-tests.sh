@@ -106,12 +106,14 @@ run_units() {
 # pytest (python/tests) with python $1; adds to the counts. $2: full,
 # runtime or build (test_package.py checks an installed package, not the
 # build tree's); $3: 1 where torch and transformers must be there (their
-# tests then fail instead of skipping without them).
+# tests then fail instead of skipping without them); $4: 1 where
+# matplotlib must be (the bench plot scripts' tests).
 run_pytest() {
-  local python=$1 kind=$2 torch=${3:-0} installed=$2
+  local python=$1 kind=$2 torch=${3:-0} plots=${4:-0} installed=$2
   [[ $kind == build ]] && installed=
   MOEC_TEST_INSTALLED="$installed" MOEC_TEST_EXPECT_CUDA=$cuda \
-    MOEC_TEST_EXPECT_TORCH=$torch MOEC_TEST_BUNDLE="$bundle" \
+    MOEC_TEST_EXPECT_TORCH=$torch MOEC_TEST_EXPECT_MATPLOTLIB=$plots \
+    MOEC_TEST_BUNDLE="$bundle" \
     "$python" -m pytest -q -p no:cacheprovider python/tests 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local line n
@@ -222,12 +224,17 @@ if [[ $mode == test ]]; then
     # Only here: the runtime-only suite has no compiler for moec.torch's
     # host kernels.
     add_torch "$work/full" && full_torch=1
+    # matplotlib for the bench plot scripts (python/requirements-bench.txt)
+    quiet "$work/full/bin/python" -m pip install -q \
+      --disable-pip-version-check -r python/requirements-bench.txt &&
+      full_plots=1
   fi
   [[ -f $bundle ]] || quiet "$build/bin/moec" compile \
     test/Integration/ops.mlir -o "$bundle" --target sm_90a,host
   if [[ -n $full_ok ]]; then
     stage "Python suite (installed package: full)"
-    run_pytest "$work/full/bin/python" full "${full_torch:-0}"
+    run_pytest "$work/full/bin/python" full "${full_torch:-0}" \
+      "${full_plots:-0}"
   fi
 
   # The runtime-only package as a GPU machine installs it

@@ -35,6 +35,17 @@ def test_version_is_the_metadata_version():
     assert moec.__version__ == importlib.metadata.version("moec")
 
 
+def test_license_in_the_metadata():
+    # pyproject.toml's SPDX expression, and the LICENSE text in the wheel.
+    meta = importlib.metadata.metadata("moec")
+    assert meta["License-Expression"] == "Apache-2.0 WITH LLVM-exception"
+    shipped = [f for f in importlib.metadata.files("moec")
+               if f.name == "LICENSE"]
+    assert shipped, "LICENSE is not in the installed package's metadata"
+    text = shipped[0].read_text()
+    assert "Apache License" in text and "LLVM Exceptions" in text
+
+
 def test_imports_from_another_directory():
     out = subprocess.run(
         [sys.executable, "-c", "import moec; print(moec.__version__)"],
