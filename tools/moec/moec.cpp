@@ -11,8 +11,8 @@
 //                one-expert|half-experts] [--seed N] [--iters N]
 //
 // `tune` writes the autotuner's candidate kernels (a bundle) and their
-// manifest (tune.moecb.json) for `python3 -m moec.tune` on the GPU machine,
-// whose tuning cache `compile --tuning-cache` then reads (Target/Tuning.h).
+// manifest (tune.moecb.json) for `python3 -m moec.compiler.tune` on the GPU
+// machine, whose tuning cache `compile --tuning-cache` then reads (Target/Tuning.h).
 // `run` compiles for the host, executes the kernels in-process through
 // MLIR's ExecutionEngine on random inputs, checks every op against the
 // float64 reference and prints timing. On the GPU machine, `moec-runner`

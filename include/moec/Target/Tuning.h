@@ -5,8 +5,8 @@
 // candidate tile (moec::tuningCandidates), each holding only that op with
 // the tile set. A manifest (JSON) says which entries belong to which op,
 // which tile each one has and what each argument is, so that the GPU-side
-// tuner (`python3 -m moec.tune`, runtime only) can make inputs, time the
-// candidates at each row count and write the tuning cache
+// tuner (`python3 -m moec.compiler.tune`, runtime only) can make inputs,
+// time the candidates at each row count and write the tuning cache
 // (Dialect/Moe/Transforms/TuningCache.h) that `moec compile
 // --tuning-cache` reads.
 //

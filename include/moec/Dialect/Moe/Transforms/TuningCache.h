@@ -1,8 +1,8 @@
 //===- TuningCache.h - Tiles measured by the autotuner ----------*- C++ -*-===//
 //
 // Part of moec. The autotuner (`moec tune` builds the candidates, `python3
-// -m moec.tune` times them on the GPU) writes the fastest tile of each
-// tunable op per row-count bucket to a JSON tuning cache:
+// -m moec.compiler.tune` times them on the GPU) writes the fastest tile of
+// each tunable op per row-count bucket to a JSON tuning cache:
 //
 //   {"moec_tuning_cache": 1,
 //    "entries": [{"target": "sm_90a",
