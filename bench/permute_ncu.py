@@ -40,8 +40,8 @@ def main():
         for _ in range(3):
             perm(x, slots, offsets, w, positions, out=out, check_values=False)
     src = torch.randint(0, 255, (1 << 30,), dtype=torch.uint8, device="cuda")
-    scatter = triton_cases(src, torch.empty_like(src)).get(
-        "triton scatter 1:8")
+    _, cases = triton_cases(src, torch.empty_like(src))
+    scatter = cases.get("triton scatter 1:8")
     if scatter:
         for _ in range(3):
             scatter[0]()
