@@ -18,7 +18,7 @@ func.func @router_grad_mixtral(%dl: tensor<?x8xbf16> {moe.sym = "T"},
 func.func @lora_db_mixtral(%dy: tensor<?x28672xbf16> {moe.sym = "R"},
     %u: tensor<?x16xbf16> {moe.sym = "R"}, %offsets: tensor<8xi32>)
     -> tensor<8x28672x16xf32> {
-  %g = moe.grouped_weight_grad %dy, %u, %offsets 
+  %g = moe.grouped_weight_grad %dy, %u, %offsets
       : tensor<?x28672xbf16>, tensor<?x16xbf16>, tensor<8xi32>
       -> tensor<8x28672x16xf32>
   return %g : tensor<8x28672x16xf32>
@@ -26,7 +26,7 @@ func.func @lora_db_mixtral(%dy: tensor<?x28672xbf16> {moe.sym = "R"},
 func.func @lora_da_mixtral(%du: tensor<?x16xbf16> {moe.sym = "R"},
     %x: tensor<?x4096xbf16> {moe.sym = "R"}, %offsets: tensor<8xi32>)
     -> tensor<8x16x4096xf32> {
-  %g = moe.grouped_weight_grad %du, %x, %offsets 
+  %g = moe.grouped_weight_grad %du, %x, %offsets
       : tensor<?x16xbf16>, tensor<?x4096xbf16>, tensor<8xi32>
       -> tensor<8x16x4096xf32>
   return %g : tensor<8x16x4096xf32>
@@ -49,7 +49,7 @@ func.func @router_grad_qwen3(%dl: tensor<?x128xbf16> {moe.sym = "T"},
 func.func @lora_db_qwen3(%dy: tensor<?x1536xbf16> {moe.sym = "R"},
     %u: tensor<?x16xbf16> {moe.sym = "R"}, %offsets: tensor<128xi32>)
     -> tensor<128x1536x16xf32> {
-  %g = moe.grouped_weight_grad %dy, %u, %offsets 
+  %g = moe.grouped_weight_grad %dy, %u, %offsets
       : tensor<?x1536xbf16>, tensor<?x16xbf16>, tensor<128xi32>
       -> tensor<128x1536x16xf32>
   return %g : tensor<128x1536x16xf32>
@@ -57,7 +57,7 @@ func.func @lora_db_qwen3(%dy: tensor<?x1536xbf16> {moe.sym = "R"},
 func.func @lora_da_qwen3(%du: tensor<?x16xbf16> {moe.sym = "R"},
     %x: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<128xi32>)
     -> tensor<128x16x2048xf32> {
-  %g = moe.grouped_weight_grad %du, %x, %offsets 
+  %g = moe.grouped_weight_grad %du, %x, %offsets
       : tensor<?x16xbf16>, tensor<?x2048xbf16>, tensor<128xi32>
       -> tensor<128x16x2048xf32>
   return %g : tensor<128x16x2048xf32>
@@ -80,7 +80,7 @@ func.func @router_grad_olmoe(%dl: tensor<?x64xbf16> {moe.sym = "T"},
 func.func @lora_db_olmoe(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
     %u: tensor<?x16xbf16> {moe.sym = "R"}, %offsets: tensor<64xi32>)
     -> tensor<64x2048x16xf32> {
-  %g = moe.grouped_weight_grad %dy, %u, %offsets 
+  %g = moe.grouped_weight_grad %dy, %u, %offsets
       : tensor<?x2048xbf16>, tensor<?x16xbf16>, tensor<64xi32>
       -> tensor<64x2048x16xf32>
   return %g : tensor<64x2048x16xf32>
@@ -88,7 +88,7 @@ func.func @lora_db_olmoe(%dy: tensor<?x2048xbf16> {moe.sym = "R"},
 func.func @lora_da_olmoe(%du: tensor<?x16xbf16> {moe.sym = "R"},
     %x: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<64xi32>)
     -> tensor<64x16x2048xf32> {
-  %g = moe.grouped_weight_grad %du, %x, %offsets 
+  %g = moe.grouped_weight_grad %du, %x, %offsets
       : tensor<?x16xbf16>, tensor<?x2048xbf16>, tensor<64xi32>
       -> tensor<64x16x2048xf32>
   return %g : tensor<64x16x2048xf32>
@@ -111,7 +111,7 @@ func.func @router_grad_dsv3(%dl: tensor<?x256xbf16> {moe.sym = "T"},
 func.func @lora_db_dsv3(%dy: tensor<?x4096xbf16> {moe.sym = "R"},
     %u: tensor<?x16xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
     -> tensor<256x4096x16xf32> {
-  %g = moe.grouped_weight_grad %dy, %u, %offsets 
+  %g = moe.grouped_weight_grad %dy, %u, %offsets
       : tensor<?x4096xbf16>, tensor<?x16xbf16>, tensor<256xi32>
       -> tensor<256x4096x16xf32>
   return %g : tensor<256x4096x16xf32>
@@ -119,7 +119,7 @@ func.func @lora_db_dsv3(%dy: tensor<?x4096xbf16> {moe.sym = "R"},
 func.func @lora_da_dsv3(%du: tensor<?x16xbf16> {moe.sym = "R"},
     %x: tensor<?x7168xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
     -> tensor<256x16x7168xf32> {
-  %g = moe.grouped_weight_grad %du, %x, %offsets 
+  %g = moe.grouped_weight_grad %du, %x, %offsets
       : tensor<?x16xbf16>, tensor<?x7168xbf16>, tensor<256xi32>
       -> tensor<256x16x7168xf32>
   return %g : tensor<256x16x7168xf32>

@@ -103,7 +103,7 @@ func.func @dx_down_dsv3(%dy: tensor<?x7168xbf16> {moe.sym = "R"},
 func.func @dw_gate_up_mixtral(%x: tensor<?x4096xbf16> {moe.sym = "R"},
     %dg: tensor<?x28672xbf16> {moe.sym = "R"}, %offsets: tensor<8xi32>)
     -> tensor<8x4096x28672xbf16> {
-  %dw = moe.grouped_weight_grad %x, %dg, %offsets 
+  %dw = moe.grouped_weight_grad %x, %dg, %offsets
       : tensor<?x4096xbf16>, tensor<?x28672xbf16>, tensor<8xi32>
       -> tensor<8x4096x28672xbf16>
   return %dw : tensor<8x4096x28672xbf16>
@@ -111,7 +111,7 @@ func.func @dw_gate_up_mixtral(%x: tensor<?x4096xbf16> {moe.sym = "R"},
 func.func @dw_down_mixtral(%h: tensor<?x14336xbf16> {moe.sym = "R"},
     %dy: tensor<?x4096xbf16> {moe.sym = "R"}, %offsets: tensor<8xi32>)
     -> tensor<8x14336x4096xbf16> {
-  %dw = moe.grouped_weight_grad %h, %dy, %offsets 
+  %dw = moe.grouped_weight_grad %h, %dy, %offsets
       : tensor<?x14336xbf16>, tensor<?x4096xbf16>, tensor<8xi32>
       -> tensor<8x14336x4096xbf16>
   return %dw : tensor<8x14336x4096xbf16>
@@ -119,7 +119,7 @@ func.func @dw_down_mixtral(%h: tensor<?x14336xbf16> {moe.sym = "R"},
 func.func @dw_gate_up_qwen3(%x: tensor<?x2048xbf16> {moe.sym = "R"},
     %dg: tensor<?x1536xbf16> {moe.sym = "R"}, %offsets: tensor<128xi32>)
     -> tensor<128x2048x1536xbf16> {
-  %dw = moe.grouped_weight_grad %x, %dg, %offsets 
+  %dw = moe.grouped_weight_grad %x, %dg, %offsets
       : tensor<?x2048xbf16>, tensor<?x1536xbf16>, tensor<128xi32>
       -> tensor<128x2048x1536xbf16>
   return %dw : tensor<128x2048x1536xbf16>
@@ -127,7 +127,7 @@ func.func @dw_gate_up_qwen3(%x: tensor<?x2048xbf16> {moe.sym = "R"},
 func.func @dw_down_qwen3(%h: tensor<?x768xbf16> {moe.sym = "R"},
     %dy: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<128xi32>)
     -> tensor<128x768x2048xbf16> {
-  %dw = moe.grouped_weight_grad %h, %dy, %offsets 
+  %dw = moe.grouped_weight_grad %h, %dy, %offsets
       : tensor<?x768xbf16>, tensor<?x2048xbf16>, tensor<128xi32>
       -> tensor<128x768x2048xbf16>
   return %dw : tensor<128x768x2048xbf16>
@@ -135,7 +135,7 @@ func.func @dw_down_qwen3(%h: tensor<?x768xbf16> {moe.sym = "R"},
 func.func @dw_gate_up_qwen35(%x: tensor<?x2048xbf16> {moe.sym = "R"},
     %dg: tensor<?x1024xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
     -> tensor<256x2048x1024xbf16> {
-  %dw = moe.grouped_weight_grad %x, %dg, %offsets 
+  %dw = moe.grouped_weight_grad %x, %dg, %offsets
       : tensor<?x2048xbf16>, tensor<?x1024xbf16>, tensor<256xi32>
       -> tensor<256x2048x1024xbf16>
   return %dw : tensor<256x2048x1024xbf16>
@@ -143,7 +143,7 @@ func.func @dw_gate_up_qwen35(%x: tensor<?x2048xbf16> {moe.sym = "R"},
 func.func @dw_down_qwen35(%h: tensor<?x512xbf16> {moe.sym = "R"},
     %dy: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
     -> tensor<256x512x2048xbf16> {
-  %dw = moe.grouped_weight_grad %h, %dy, %offsets 
+  %dw = moe.grouped_weight_grad %h, %dy, %offsets
       : tensor<?x512xbf16>, tensor<?x2048xbf16>, tensor<256xi32>
       -> tensor<256x512x2048xbf16>
   return %dw : tensor<256x512x2048xbf16>
@@ -151,7 +151,7 @@ func.func @dw_down_qwen35(%h: tensor<?x512xbf16> {moe.sym = "R"},
 func.func @dw_gate_up_olmoe(%x: tensor<?x2048xbf16> {moe.sym = "R"},
     %dg: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<64xi32>)
     -> tensor<64x2048x2048xbf16> {
-  %dw = moe.grouped_weight_grad %x, %dg, %offsets 
+  %dw = moe.grouped_weight_grad %x, %dg, %offsets
       : tensor<?x2048xbf16>, tensor<?x2048xbf16>, tensor<64xi32>
       -> tensor<64x2048x2048xbf16>
   return %dw : tensor<64x2048x2048xbf16>
@@ -159,7 +159,7 @@ func.func @dw_gate_up_olmoe(%x: tensor<?x2048xbf16> {moe.sym = "R"},
 func.func @dw_down_olmoe(%h: tensor<?x1024xbf16> {moe.sym = "R"},
     %dy: tensor<?x2048xbf16> {moe.sym = "R"}, %offsets: tensor<64xi32>)
     -> tensor<64x1024x2048xbf16> {
-  %dw = moe.grouped_weight_grad %h, %dy, %offsets 
+  %dw = moe.grouped_weight_grad %h, %dy, %offsets
       : tensor<?x1024xbf16>, tensor<?x2048xbf16>, tensor<64xi32>
       -> tensor<64x1024x2048xbf16>
   return %dw : tensor<64x1024x2048xbf16>
@@ -167,7 +167,7 @@ func.func @dw_down_olmoe(%h: tensor<?x1024xbf16> {moe.sym = "R"},
 func.func @dw_gate_up_dsv3(%x: tensor<?x7168xbf16> {moe.sym = "R"},
     %dg: tensor<?x4096xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
     -> tensor<256x7168x4096xbf16> {
-  %dw = moe.grouped_weight_grad %x, %dg, %offsets 
+  %dw = moe.grouped_weight_grad %x, %dg, %offsets
       : tensor<?x7168xbf16>, tensor<?x4096xbf16>, tensor<256xi32>
       -> tensor<256x7168x4096xbf16>
   return %dw : tensor<256x7168x4096xbf16>
@@ -175,7 +175,7 @@ func.func @dw_gate_up_dsv3(%x: tensor<?x7168xbf16> {moe.sym = "R"},
 func.func @dw_down_dsv3(%h: tensor<?x2048xbf16> {moe.sym = "R"},
     %dy: tensor<?x7168xbf16> {moe.sym = "R"}, %offsets: tensor<256xi32>)
     -> tensor<256x2048x7168xbf16> {
-  %dw = moe.grouped_weight_grad %h, %dy, %offsets 
+  %dw = moe.grouped_weight_grad %h, %dy, %offsets
       : tensor<?x2048xbf16>, tensor<?x7168xbf16>, tensor<256xi32>
       -> tensor<256x2048x7168xbf16>
   return %dw : tensor<256x2048x7168xbf16>
@@ -316,7 +316,7 @@ func.func @dwp_gate_up_mixtral(%x: tensor<?x4096xbf16> {moe.sym = "T"},
     %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<8x28672x4096xbf16> {
   %rows = moe.permute %x, %slots, %offsets k = 2
       : tensor<?x4096xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x4096xbf16>
-  %dw = moe.grouped_weight_grad %dg, %rows, %offsets 
+  %dw = moe.grouped_weight_grad %dg, %rows, %offsets
       : tensor<?x28672xbf16>, tensor<?x4096xbf16>, tensor<8xi32>
       -> tensor<8x28672x4096xbf16>
   return %dw : tensor<8x28672x4096xbf16>
@@ -335,7 +335,7 @@ func.func @dwp_gate_up_qwen3(%x: tensor<?x2048xbf16> {moe.sym = "T"},
     %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<128x1536x2048xbf16> {
   %rows = moe.permute %x, %slots, %offsets k = 8
       : tensor<?x2048xbf16>, tensor<?xi32>, tensor<128xi32> -> tensor<?x2048xbf16>
-  %dw = moe.grouped_weight_grad %dg, %rows, %offsets 
+  %dw = moe.grouped_weight_grad %dg, %rows, %offsets
       : tensor<?x1536xbf16>, tensor<?x2048xbf16>, tensor<128xi32>
       -> tensor<128x1536x2048xbf16>
   return %dw : tensor<128x1536x2048xbf16>
@@ -354,7 +354,7 @@ func.func @dwp_gate_up_qwen35(%x: tensor<?x2048xbf16> {moe.sym = "T"},
     %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<256x1024x2048xbf16> {
   %rows = moe.permute %x, %slots, %offsets k = 8
       : tensor<?x2048xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x2048xbf16>
-  %dw = moe.grouped_weight_grad %dg, %rows, %offsets 
+  %dw = moe.grouped_weight_grad %dg, %rows, %offsets
       : tensor<?x1024xbf16>, tensor<?x2048xbf16>, tensor<256xi32>
       -> tensor<256x1024x2048xbf16>
   return %dw : tensor<256x1024x2048xbf16>
@@ -373,7 +373,7 @@ func.func @dwp_gate_up_olmoe(%x: tensor<?x2048xbf16> {moe.sym = "T"},
     %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<64x2048x2048xbf16> {
   %rows = moe.permute %x, %slots, %offsets k = 8
       : tensor<?x2048xbf16>, tensor<?xi32>, tensor<64xi32> -> tensor<?x2048xbf16>
-  %dw = moe.grouped_weight_grad %dg, %rows, %offsets 
+  %dw = moe.grouped_weight_grad %dg, %rows, %offsets
       : tensor<?x2048xbf16>, tensor<?x2048xbf16>, tensor<64xi32>
       -> tensor<64x2048x2048xbf16>
   return %dw : tensor<64x2048x2048xbf16>
@@ -392,7 +392,7 @@ func.func @dwp_gate_up_dsv3(%x: tensor<?x7168xbf16> {moe.sym = "T"},
     %slots: tensor<?xi32> {moe.sym = "R"}) -> tensor<256x4096x7168xbf16> {
   %rows = moe.permute %x, %slots, %offsets k = 8
       : tensor<?x7168xbf16>, tensor<?xi32>, tensor<256xi32> -> tensor<?x7168xbf16>
-  %dw = moe.grouped_weight_grad %dg, %rows, %offsets 
+  %dw = moe.grouped_weight_grad %dg, %rows, %offsets
       : tensor<?x4096xbf16>, tensor<?x7168xbf16>, tensor<256xi32>
       -> tensor<256x4096x7168xbf16>
   return %dw : tensor<256x4096x7168xbf16>

@@ -466,7 +466,7 @@ func.func @wgrad_default(%x: tensor<?x200xbf16>,
                                  %dy: tensor<?x264xbf16>,
                                  %offsets: tensor<64xi32>)
     -> tensor<64x200x264xbf16> {
-  %g = moe.grouped_weight_grad %x, %dy, %offsets 
+  %g = moe.grouped_weight_grad %x, %dy, %offsets
       : tensor<?x200xbf16>, tensor<?x264xbf16>, tensor<64xi32>
       -> tensor<64x200x264xbf16>
   return %g : tensor<64x200x264xbf16>

@@ -170,9 +170,9 @@ func.func @fused_down_grad_lora(%dy: tensor<?x40xbf16>, %w: tensor<?x2xf32>,
       {transpose_rhs}
       : tensor<?x40xbf16>, tensor<6x8x40xbf16>, tensor<6xi32>
       -> tensor<?x8xbf16>
-  %db = moe.grouped_weight_grad %dr, %u, %offsets 
+  %db = moe.grouped_weight_grad %dr, %u, %offsets
       : tensor<?x40xbf16>, tensor<?x8xbf16>, tensor<6xi32> -> tensor<6x40x8xf32>
-  %dla = moe.grouped_weight_grad %du, %a, %offsets 
+  %dla = moe.grouped_weight_grad %du, %a, %offsets
       : tensor<?x8xbf16>, tensor<?x24xbf16>, tensor<6xi32> -> tensor<6x8x24xf32>
   return %dh, %db, %dla, %dw
       : tensor<?x48xbf16>, tensor<6x40x8xf32>, tensor<6x8x24xf32>, tensor<?x2xf32>

@@ -389,7 +389,7 @@ func.func @gmm_wgrad_rows(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
   %rows = moe.permute %x, %slots, %offsets k = 1
       : tensor<?x136xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x136xbf16>
-  %g = moe.grouped_weight_grad %rows, %dy, %offsets 
+  %g = moe.grouped_weight_grad %rows, %dy, %offsets
       : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<16xi32>
       -> tensor<16x136x264xf32>
   return %g : tensor<16x136x264xf32>

@@ -111,7 +111,7 @@ func.func @gmm_weight_grad(%x: tensor<?x24xbf16>, %dy: tensor<?x20xbf16>,
                            %ids: tensor<?x1xi32>) -> tensor<8x24x20xf32> {
   %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
       : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
-  %g = moe.grouped_weight_grad %x, %dy, %offsets 
+  %g = moe.grouped_weight_grad %x, %dy, %offsets
       : tensor<?x24xbf16>, tensor<?x20xbf16>, tensor<8xi32>
       -> tensor<8x24x20xf32>
   return %g : tensor<8x24x20xf32>

@@ -28,7 +28,7 @@
 // BUNDLE-NEXT: 1 arg1 input bf16 [s0, 256]
 func.func @wgrad(%x: tensor<?x64xbf16>, %dy: tensor<?x256xbf16>,
                  %offsets: tensor<4xi32>) -> tensor<4x64x256xf32> {
-  %g = moe.grouped_weight_grad %x, %dy, %offsets 
+  %g = moe.grouped_weight_grad %x, %dy, %offsets
       : tensor<?x64xbf16>, tensor<?x256xbf16>, tensor<4xi32>
       -> tensor<4x64x256xf32>
   return %g : tensor<4x64x256xf32>

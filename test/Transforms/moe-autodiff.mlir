@@ -36,7 +36,7 @@
 // CHECK:         %[[DWD:.*]] = moe.grouped_weight_grad %[[DROWS]], %[[SA]], %[[SOFFS]] : tensor<?x16xbf16>, tensor<?x12xbf16>, tensor<4xi32> -> tensor<4x16x12xbf16>
 // CHECK:         %[[DH:.*]] = moe.swiglu_grad %[[SH]], %[[DA]]
 // CHECK:         %[[DR:.*]] = moe.grouped_matmul %[[DH]], %[[WGU]], %[[SOFFS]] : tensor<?x24xbf16>, tensor<4x24x16xbf16>, tensor<4xi32> -> tensor<?x16xbf16>
-// CHECK:         %[[DWGU:.*]] = moe.grouped_weight_grad %[[DH]], %[[SROWS]], %[[SOFFS]] 
+// CHECK:         %[[DWGU:.*]] = moe.grouped_weight_grad %[[DH]], %[[SROWS]], %[[SOFFS]]
 // CHECK:         %[[DT:.*]] = moe.permute_grad %[[DR]], %[[SSLOTS]], %[[SOFFS]] k = 2 positions(%[[SPOS]] : tensor<?xi32>)
 // The logits were accumulated in f32 from bf16 operands: their gradient is
 // bf16, so the router's backward matmuls take like operands.
