@@ -452,6 +452,11 @@ def test_grouped_matmul_weight_grad_mode_is_deprecated():
                                             "mode='weight_grad'"):
         moec.kernel(lambda x, dy, o, main, b: ops.grouped_matmul(
             x, dy, o, mode="weight_grad", bias=b), signature=signature).ir()
+    with pytest.warns(DeprecationWarning), \
+            pytest.raises(ValueError, match="'lora_scaling' is not taken"):
+        moec.kernel(lambda x, dy, o, main, b: ops.grouped_matmul(
+            x, dy, o, mode="weight_grad", lora_scaling=0.5),
+            signature=signature).ir()
 
 
 def test_grouped_weight_grad_transposed_names_bad_arguments():

@@ -57,7 +57,11 @@ def grouped_matmul(lhs, rhs, offsets, *, transpose_rhs: bool = False,
                           "row_scale": row_scale, "scatter": scatter,
                           "scatter_weights": scatter_weights,
                           "scatter_positions": scatter_positions,
-                          "scales": scales})
+                          "scales": scales,
+                          "lora_scaling": (None if lora_scaling == 1.0
+                                           else lora_scaling),
+                          "scale_group": (None if scale_group == 128
+                                          else scale_group)})
     _choice(mode, "mode", op, ("forward", "weight_grad"))
     if accumulate is not None:
         raise ValueError(f"{op}: 'accumulate' belongs to the weight "
