@@ -14,8 +14,8 @@ from .language import Tensor, ops
 from .language._dtypes import FLOATS, canonical
 from .runtime import Bundle
 
-__all__ = ["LORA_ARGS", "MAIN_GRAD_ARGS", "MoEConfig", "ROUTINGS",
-           "moe_kernel"]
+__all__ = ["LORA_ARGS", "MAIN_GRAD_ARGS", "MoEConfig", "MoEConfigFields",
+           "ROUTINGS", "moe_kernel"]
 
 ROUTINGS = ("softmax_then_topk", "topk_then_softmax")
 #: The adapters' kernel arguments (moe_kernel's, with lora_rank), in order.
@@ -294,3 +294,18 @@ def _kernel(config: MoEConfig, lora_scaling: float) -> Kernel:
                       "down_lora_a": Tensor[E * r, I, dt],
                       "down_lora_b": Tensor[H, E * r, dt]})
     return Kernel(moe_block_lora, name="moe_block", signature=signature)
+
+
+class MoEConfigFields:
+    """A layer's MoEConfig fields as read-only attributes (the layer holds
+    it as `self.config`): moec.torch.MoE and moec.ep.ExpertParallelMoE
+    share them, and moec.torch.hf and users read them."""
+    hidden_size = property(lambda self: self.config.hidden_size)
+    intermediate_size = property(lambda self: self.config.intermediate_size)
+    num_experts = property(lambda self: self.config.num_experts)
+    top_k = property(lambda self: self.config.top_k)
+    norm_topk_prob = property(lambda self: self.config.norm_topk_prob)
+    routing = property(lambda self: self.config.routing)
+    save = property(lambda self: self.config.save)
+    main_grad = property(lambda self: self.config.main_grad)
+    tile = property(lambda self: self.config.tile_dict)

@@ -44,7 +44,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..language._dtypes import canonical, to_torch
-from ..layers import MoEConfig
+from ..layers import MoEConfig, MoEConfigFields
 from ..runtime import Bundle
 from ..runtime._args import is_positive_int
 from ..torch import load_hf_experts, main_grads_of, zero_main_grads
@@ -58,7 +58,7 @@ from .kernels import (DEDUP_KERNELS, _PROGRAMS, _Program, _call,
 #: How ExpertParallelMoE moves rows between ranks (its `transport`).
 TRANSPORTS = ("nccl", "copy_engine")
 
-class ExpertParallelMoE(nn.Module):
+class ExpertParallelMoE(MoEConfigFields, nn.Module):
     """A sparse MoE block (as moec.torch.MoE) whose experts are split over
     the ranks of `group` (default: the world): this rank holds the router
     `gate` [E, H] (replicated) and its experts' `w_gate_up` [E/W, 2I, H]
@@ -157,16 +157,7 @@ class ExpertParallelMoE(nn.Module):
             sm_count)}
         self._add_parameters(device)
 
-    # The configuration's fields, as attributes.
-    hidden_size = property(lambda self: self.config.hidden_size)
-    intermediate_size = property(lambda self: self.config.intermediate_size)
-    num_experts = property(lambda self: self.config.num_experts)
-    top_k = property(lambda self: self.config.top_k)
-    norm_topk_prob = property(lambda self: self.config.norm_topk_prob)
-    routing = property(lambda self: self.config.routing)
-    save = property(lambda self: self.config.save)
-    main_grad = property(lambda self: self.config.main_grad)
-    tile = property(lambda self: self.config.tile_dict)
+    # The configuration's fields: MoEConfigFields, and these.
     router_options = property(lambda self: dict(self.config.router))
 
     def _join(self, group) -> None:

@@ -40,7 +40,7 @@ from torch import nn
 
 from ..compiler import Gradient, Kernel, compile as _compile, target_for
 from ..language._dtypes import canonical, to_torch
-from ..layers import LORA_ARGS, MAIN_GRAD_ARGS, MoEConfig
+from ..layers import LORA_ARGS, MAIN_GRAD_ARGS, MoEConfig, MoEConfigFields
 from ..runtime import Bundle, Entry
 
 
@@ -284,7 +284,7 @@ _moe_block.register_autograd(_no_backward,
                              setup_context=lambda ctx, inputs, output: None)
 
 
-class MoE(nn.Module):
+class MoE(MoEConfigFields, nn.Module):
     """A sparse MoE block whose forward runs moec kernels.
 
     Its configuration is a moec.MoEConfig (`block.config`): pass
@@ -378,19 +378,9 @@ class MoE(nn.Module):
         self._launchers: dict = {}
         self._launcher = self._launcher_for(to_torch(config.dtype), bundle)
 
-    # The configuration's fields, as attributes (moec.torch.hf, moec.ep
-    # and users read them).
-    hidden_size = property(lambda self: self.config.hidden_size)
-    intermediate_size = property(lambda self: self.config.intermediate_size)
-    num_experts = property(lambda self: self.config.num_experts)
-    top_k = property(lambda self: self.config.top_k)
-    norm_topk_prob = property(lambda self: self.config.norm_topk_prob)
-    routing = property(lambda self: self.config.routing)
-    save = property(lambda self: self.config.save)
+    # The configuration's fields: MoEConfigFields, and these.
     lora_rank = property(lambda self: self.config.lora_rank)
     lora_scaling = property(lambda self: self.config.lora_scaling)
-    main_grad = property(lambda self: self.config.main_grad)
-    tile = property(lambda self: self.config.tile_dict)
 
     def _launcher_for(self, dtype: torch.dtype, bundle=None) -> int:
         if dtype not in self._launchers:
