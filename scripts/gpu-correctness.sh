@@ -11,6 +11,7 @@
 #   build/bin/moec compile test/Integration/hopper_matmul.mlir -o DIR/hopper_sm16.moecb --target sm_90a --sm-count 16
 #   build/bin/moec compile test/Integration/backward_kernels.mlir -o DIR/backward.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/lora_kernels.mlir -o DIR/lora.moecb --target sm_90a
+#   build/bin/moec compile test/Target/sm90a-hand-plan.mlir -o DIR/hand_plan.moecb --target sm_90a
 # Usage: scripts/gpu-correctness.sh RUNNER DIR
 # With GPU_CHECK_ONLY=REGEX only the runs of entries matching the bash
 # regular expression, with GPU_CHECK_SKIP=REGEX all but those (the whole
@@ -105,6 +106,14 @@ for entry in gmm_swiglu_gather gmm_f16_row_scale gmm_aligned_long_k gmm_staged \
   for routing in one-expert half-experts; do
     run hopper.moecb $entry 300 $routing --iters 5
   done
+done
+# A hand-written #moe.wgmma_plan (block_n = 128 with a producer warpgroup,
+# 3 stages, a 224 / 56 register split), and the chosen plan of the same op.
+for entry in hand chosen; do
+  for t in 1 45 3000; do
+    run hand_plan.moecb $entry $t uniform --iters 5
+  done
+  run hand_plan.moecb $entry 300 one-expert --iters 5
 done
 # The dense Aᵀ·B (router gradient) splits its rows into chunks (64-row
 # multiples, at least 256 rows), 16 on 132 SMs (8 of 128 x 128 tiles for

@@ -42,22 +42,30 @@ void buildMoeOptimizePipeline(OpPassManager &pm, const TileOverride &tile,
   pm.addPass(moe::createMoeFuseCombinePass());
   pm.addPass(moe::createMoeSharePositionsPass());
   pm.addPass(createCanonicalizerPass());
-  moe::MoeTilePassOptions tileOptions;
-  tileOptions.tileM = tile.m;
-  tileOptions.tileN = tile.n;
-  tileOptions.tileK = tile.k;
-  tileOptions.threads = tile.threads;
-  tileOptions.tuningCache = tile.tuningCache;
-  tileOptions.target = tile.tuningTarget;
-  pm.addPass(moe::createMoeTilePass(tileOptions));
+  // Tiles the user asked for; the rest is moe-select-kernel's choice.
+  if (tile.m || tile.n || tile.k || tile.threads) {
+    moe::MoeTilePassOptions tileOptions;
+    tileOptions.tileM = tile.m;
+    tileOptions.tileN = tile.n;
+    tileOptions.tileK = tile.k;
+    tileOptions.threads = tile.threads;
+    pm.addPass(moe::createMoeTilePass(tileOptions));
+  }
+}
+
+void buildMoeSelectKernelPipeline(OpPassManager &pm, const TileOverride &tile,
+                                  const std::string &target) {
+  buildMoeOptimizePipeline(pm, tile, target);
+  MoeSelectKernelOptions select;
+  select.target = target;
+  select.tuningCache = tile.tuningCache;
+  select.tuningTarget = tile.tuningTarget;
+  pm.addPass(createMoeSelectKernel(select));
 }
 
 void buildMoeToKernelsPipeline(OpPassManager &pm, const TileOverride &tile,
                                const std::string &target) {
-  buildMoeOptimizePipeline(pm, tile, target);
-  MoeSelectKernelOptions select;
-  select.target = target;
-  pm.addPass(createMoeSelectKernel(select));
+  buildMoeSelectKernelPipeline(pm, tile, target);
   ConvertMoeToKernelsOptions options;
   options.target = target;
   pm.addPass(createConvertMoeToKernels(options));
@@ -128,7 +136,8 @@ void buildKernelsToHostPipeline(OpPassManager &pm) {
 
 void registerMoecPipelines() {
   PassPipelineRegistration<>("moe-optimize",
-                             "Fuse moe ops and attach tile configurations",
+                             "Fuse moe ops (their tiles and kernels: "
+                             "moe-select-kernel)",
                              [](OpPassManager &pm) {
                                buildMoeOptimizePipeline(pm);
                              });

@@ -11,6 +11,7 @@
 
 #include "moec/Conversion/TargetInfo.h"
 #include "moec/Dialect/Moe/IR/MoeDialect.h"
+#include "moec/Dialect/Moe/Transforms/Tiling.h"
 #include "moec/Pipelines/Pipelines.h"
 #include "moec/Version.h"
 
@@ -347,16 +348,12 @@ std::string kernelTargetOf(StringRef target) {
   return "host";
 }
 
-/// Lowers a clone of `module` to kernels for `kernelTarget` and describes
-/// its entries. A `chip` (the compile target, where the kind's kernels
-/// depend on it) and an `smCount` (> 0: the SMs persistent kernels fill)
-/// go in the module's #moe.target unless it has one.
-FailureOr<OwningOpRef<ModuleOp>> lowerToKernels(ModuleOp module,
-                                                std::vector<rt::Entry> &entries,
-                                                const TileOverride &tile,
-                                                const std::string &kernelTarget,
-                                                StringRef chip = "",
-                                                int64_t smCount = 0) {
+/// A clone of `module` for `kernelTarget`: a `chip` (the compile target,
+/// where the kind's kernels depend on it) and an `smCount` (> 0: the SMs
+/// persistent kernels fill) go in its #moe.target unless it has one.
+OwningOpRef<ModuleOp> cloneForTarget(ModuleOp module,
+                                     const std::string &kernelTarget,
+                                     StringRef chip, int64_t smCount) {
   OwningOpRef<ModuleOp> kernels(cast<ModuleOp>(module->clone()));
   if ((!chip.empty() || smCount > 0) &&
       !(*kernels)->hasAttr(moe::kTargetAttrName)) {
@@ -369,6 +366,37 @@ FailureOr<OwningOpRef<ModuleOp>> lowerToKernels(ModuleOp module,
                                     target.getSharedMemory());
     (*kernels)->setAttr(moe::kTargetAttrName, target);
   }
+  return kernels;
+}
+
+/// The chip a compile target's kernels depend on (NVVM's: sm_89 has no
+/// bulk L2 prefetch; the other kinds' kernels serve every chip of the
+/// kind), and the SM count its persistent grids fill (sm90a's only).
+std::pair<std::string, int64_t> targetFacts(const std::string &target,
+                                            const CompileOptions &options) {
+  std::string family = kernelTargetOf(target);
+  return {family == "nvvm" ? target : "",
+          family == "sm90a" ? options.smCount : 0};
+}
+
+/// A diagnostic on `module` unless `target` names a compile target.
+LogicalResult checkTargetName(ModuleOp module, StringRef target) {
+  if (llvm::Regex("^(sm_[0-9]+a?|gfx[0-9]+[a-z]*|host)$").match(target))
+    return success();
+  return module.emitError("unknown target '")
+         << target << "' (expected sm_90a, gfx942 or host)";
+}
+
+/// Lowers a clone of `module` (cloneForTarget's) to kernels for
+/// `kernelTarget` and describes its entries.
+FailureOr<OwningOpRef<ModuleOp>> lowerToKernels(ModuleOp module,
+                                                std::vector<rt::Entry> &entries,
+                                                const TileOverride &tile,
+                                                const std::string &kernelTarget,
+                                                StringRef chip = "",
+                                                int64_t smCount = 0) {
+  OwningOpRef<ModuleOp> kernels =
+      cloneForTarget(module, kernelTarget, chip, smCount);
   if (failed(runPipeline(*kernels, [&](OpPassManager &pm) {
         buildMoeToKernelsPipeline(pm, tile, kernelTarget);
       })))
@@ -448,9 +476,8 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
     return module.emitError("SM count must be in [0, 65536], got ")
            << options.smCount;
   for (const std::string &target : options.targets)
-    if (!llvm::Regex("^(sm_[0-9]+a?|gfx[0-9]+[a-z]*|host)$").match(target))
-      return module.emitError("unknown target '")
-             << target << "' (expected sm_90a, gfx942 or host)";
+    if (failed(checkTargetName(module, target)))
+      return failure();
   // Kernels (and so launch sequences) differ by target family: lower once
   // per family.
   struct Lowered {
@@ -460,11 +487,7 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
   std::map<std::string, Lowered> byFamily;
   auto kernelsFor = [&](const std::string &target) -> FailureOr<Lowered *> {
     std::string family = kernelTargetOf(target);
-    // NVVM kernels differ by chip (sm_89 has no bulk L2 prefetch); the
-    // other kinds' kernels serve every chip of the kind.
-    std::string chip = family == "nvvm" ? target : "";
-    // Only the sm90a kernels size a persistent grid by the SM count.
-    bool persistent = family == "sm90a";
+    auto [chip, smCount] = targetFacts(target, options);
     auto it = byFamily.find(family + ":" + chip);
     if (it != byFamily.end())
       return &it->second;
@@ -473,8 +496,7 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
     TileOverride tile = options.tile;
     tile.tuningTarget = target;
     FailureOr<OwningOpRef<ModuleOp>> kernels =
-        lowerToKernels(module, lowered.entries, tile, family, chip,
-                       persistent ? options.smCount : 0);
+        lowerToKernels(module, lowered.entries, tile, family, chip, smCount);
     if (failed(kernels))
       return failure();
     if (lowered.entries.empty())
@@ -535,6 +557,56 @@ LogicalResult compileModule(ModuleOp module, const CompileOptions &options,
     }
   }
   return success();
+}
+
+/// Where the tile `op`'s kernel was built with came from (KernelChoice).
+static std::string tileSource(Operation *op, moe::TileAttr tile) {
+  if (op->hasAttr(moe::kTileAttrName))
+    return "moe.tile";
+  if (!isa_and_nonnull<moe::MoeDialect>(op->getDialect()))
+    return "the op kind's";
+  return tile == moe::defaultTileFor(op) ? "cost model" : "its moe.kernel";
+}
+
+FailureOr<std::vector<KernelChoice>>
+kernelChoices(ModuleOp module, const std::string &target,
+              const CompileOptions &options) {
+  if (failed(checkTargetName(module, target)))
+    return failure();
+  std::string family = kernelTargetOf(target);
+  auto [chip, smCount] = targetFacts(target, options);
+  OwningOpRef<ModuleOp> selected =
+      cloneForTarget(module, family, chip, smCount);
+  TileOverride tile = options.tile;
+  tile.tuningTarget = target;
+  if (failed(runPipeline(*selected, [&](OpPassManager &pm) {
+        buildMoeSelectKernelPipeline(pm, tile, family);
+      })))
+    return failure();
+  std::vector<KernelChoice> choices;
+  for (auto func : selected->getOps<func::FuncOp>())
+    func.walk([&](Operation *op) {
+      auto kernel = op->getAttrOfType<moe::KernelAttr>(moe::kKernelAttrName);
+      if (!kernel)
+        return;
+      KernelChoice choice;
+      choice.function = func.getSymName().str();
+      choice.op = op->getName().getStringRef().str();
+      llvm::raw_string_ostream loc(choice.location);
+      op->getLoc().print(loc);
+      choice.strategy = moe::stringifyKernelStrategy(kernel.getStrategy());
+      llvm::raw_string_ostream tileText(choice.tile);
+      tileText << kernel.getTile();
+      choice.tileSource = tileSource(op, kernel.getTile());
+      if (op->hasAttr(moe::kTileBucketsAttrName))
+        choice.tileSource += ", moe.tile_buckets";
+      if (kernel.getPlan()) {
+        llvm::raw_string_ostream planText(choice.plan);
+        planText << kernel.getPlan();
+      }
+      choices.push_back(std::move(choice));
+    });
+  return choices;
 }
 
 } // namespace moec

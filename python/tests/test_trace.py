@@ -119,7 +119,9 @@ def test_ir_at_each_stage_and_fusion():
     optimized = layer.ir("optimized")
     # permute fused into the matmul prologue, swiglu into its epilogue
     assert "gather(" in optimized and "moe.permute" not in optimized
-    assert "#moe.activation<swiglu>" in optimized and "#moe.tile<" in optimized
+    assert "#moe.activation<swiglu>" in optimized
+    # tiles are moe-select-kernel's choice, unless asked for
+    assert "#moe.tile<" not in optimized
     tiled = layer.ir("optimized", tile={"m": 32, "n": 8})
     assert "m = 32, n = 8" in tiled
     assert "gpu.launch_func" in layer.ir("kernels")

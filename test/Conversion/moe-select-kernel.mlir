@@ -51,9 +51,10 @@ func.func @route_40(%logits: tensor<?x40xf32>)
 // -----
 
 // The bf16 grouped matmul takes the wgmma kernel on sm90a only; its tile
-// keeps the producer warpgroup. Elsewhere the scalar matmul.
+// keeps the producer warpgroup, and the plan is the whole kernel built
+// from it (stages, tile order, register split). Elsewhere the scalar matmul.
 // SM90A-LABEL: func.func @gate_up
-// SM90A: moe.grouped_matmul {{.*}}moe.kernel = #moe.kernel<strategy = sm90_wgmma, tile = <m = 128, n = 256, k = 64, threads = 384, producers = 128>>
+// SM90A: moe.grouped_matmul {{.*}}moe.kernel = #moe.kernel<strategy = sm90_wgmma, tile = <m = 128, n = 256, k = 64, threads = 384, producers = 128>, plan = <block_m = 128, block_n = 256, block_k = 64, stages = 4, band_m = 8, producers = 128, mma_registers = 216, producer_registers = 72>>
 // NVVM-LABEL: func.func @gate_up
 // NVVM: moe.grouped_matmul {{.*}}strategy = scalar
 // HOST: moe.grouped_matmul {{.*}}strategy = scalar

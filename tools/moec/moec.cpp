@@ -4,7 +4,7 @@
 //
 //   moec compile in.mlir -o out.moecb [--target sm_90a,gfx942,host]
 //                [--entry NAME,...] [--emit-asm DIR]
-//                [--tuning-cache CACHE.json] [--sm-count N]
+//                [--tuning-cache CACHE.json] [--sm-count N] [--print-plan]
 //   moec tune in.mlir -o tune.moecb [--target sm_90a]
 //   moec inspect out.moecb [--params] [--source]
 //   moec run in.mlir [--entry NAME] [--sym T=64 ...] [--routing uniform|
@@ -67,7 +67,7 @@ int usage() {
       << "usage:\n"
          "  moec compile IN.mlir -o OUT.moecb [--target sm_90a,gfx942,host]"
          " [--entry NAME,...] [--emit-asm DIR] [--tuning-cache CACHE.json]"
-         " [--sm-count N]\n"
+         " [--sm-count N] [--print-plan]\n"
          "  moec tune IN.mlir -o TUNE.moecb [--target sm_90a]\n"
          "  moec inspect BUNDLE.moecb [--params] [--source]\n"
          "  moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
@@ -104,6 +104,8 @@ struct Args {
   int64_t smCount = 0; ///< compile: SMs sm_90a's persistent kernels fill
   bool source = false;
   bool params = false; ///< inspect: list each launch's parameters
+  /// compile: print each op's kernel choice (strategy, tile, wgmma plan)
+  bool printPlan = false;
   std::vector<std::string> given; ///< the options on the command line
 };
 
@@ -177,6 +179,8 @@ bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
       args.source = true;
     } else if (arg == "--params") {
       args.params = true;
+    } else if (arg == "--print-plan") {
+      args.printPlan = true;
     } else if (!arg.empty() && arg[0] == '-') {
       error = "unknown option '" + arg + "'";
       return false;
@@ -229,8 +233,32 @@ LogicalResult keepEntries(ModuleOp module, const Args &args) {
   return failure();
 }
 
+/// compile --print-plan: every op's kernel for each target, as the
+/// lowering will build it ("which kernel did I get"): the strategy, the
+/// tile asked for and, for the sm90a wgmma kernels, the whole plan.
+LogicalResult printKernelChoices(ModuleOp module,
+                                 const moec::CompileOptions &options) {
+  for (const std::string &target : options.targets) {
+    FailureOr<std::vector<moec::KernelChoice>> choices =
+        moec::kernelChoices(module, target, options);
+    if (failed(choices))
+      return failure();
+    llvm::outs() << "kernels for " << target << ":\n";
+    for (const moec::KernelChoice &choice : *choices) {
+      llvm::outs() << "  @" << choice.function << " " << choice.op << " "
+                   << choice.location << "\n    " << choice.strategy
+                   << ", tile " << choice.tile << " (" << choice.tileSource
+                   << ")\n";
+      if (!choice.plan.empty())
+        llvm::outs() << "    plan " << choice.plan << "\n";
+    }
+  }
+  return success();
+}
+
 int compile(const Args &args) {
-  if (args.positional.size() != 1 || args.output.empty())
+  // With --print-plan the bundle is optional.
+  if (args.positional.size() != 1 || (args.output.empty() && !args.printPlan))
     return usage();
   MLIRContext context;
   moec::loadCompilerDialects(context);
@@ -249,6 +277,10 @@ int compile(const Args &args) {
   options.keepAssembly = !args.emitAsm.empty();
   options.tile.tuningCache = args.tuningCache;
   options.smCount = args.smCount;
+  if (args.printPlan && failed(printKernelChoices(*module, options)))
+    return fail("kernel selection failed");
+  if (args.output.empty())
+    return 0;
   moec::CompileResult result;
   if (failed(moec::compileModule(*module, options, result)))
     return fail("compilation failed");
@@ -510,7 +542,7 @@ int main(int argc, char **argv) {
   static const std::map<std::string, std::vector<std::string>> options = {
       {"compile",
        {"-o", "--target", "--entry", "--emit-asm", "--tuning-cache",
-        "--sm-count"}},
+        "--sm-count", "--print-plan"}},
       {"tune", {"-o", "--target"}},
       {"inspect", {"--params", "--source"}},
       {"run", {"--entry", "--sym", "-T", "--routing", "--seed", "--iters"}}};

@@ -11,7 +11,8 @@
 include "mlir/Pass/PassBase.td"
 
 def MoeSelectKernel : Pass<"moe-select-kernel", "mlir::ModuleOp"> {
-  let summary = "Choose each op's lowering strategy and tile (#moe.kernel)";
+  let summary = "Choose each op's lowering strategy, tile and kernel plan "
+                "(#moe.kernel)";
   let description = [{
     Records, for every `moe` op and `linalg.matmul` in the module's
     functions, how `convert-moe-to-kernels` will lower it: the discardable
@@ -30,8 +31,37 @@ def MoeSelectKernel : Pass<"moe-select-kernel", "mlir::ModuleOp"> {
     warpgroup (`producers`, `cluster`); the other kernels run the computing
     threads alone.
 
+    For `sm90_wgmma` the pass also decides the whole kernel and records it
+    as the kernel's `plan` (`#moe.wgmma_plan`): block width, pipeline
+    depth, tile order, warp roles and their register split, cluster, row
+    splits, LoRA runs, bulk stores, and the kernels of the row buckets
+    (the op's `moe.tile_buckets`, else the weight gradient's measured
+    defaults). This is the kernel's cost model (the defaults measured on
+    the H200, lib/Conversion/MoeToKernels/Hopper/HopperPlan.cpp), applied
+    to the tile asked for. `convert-moe-to-kernels` builds the plan as
+    written and rejects, with the reason, one it cannot build (shared
+    memory, registers, the op's types and attributes).
+
     An op that already has a `moe.kernel` keeps it, after a check that its
-    strategy has kernels for the op on this target and that they apply.
+    strategy has kernels for the op on this target, that they apply and
+    that its plan, if written, can be built; one without a plan gets the
+    plan its tile selects.
+
+    With `tuning-cache` (a JSON file written by the autotuner, format in
+    include/moec/Dialect/Moe/Transforms/TuningCache.h) and `tuning-target`
+    (the compile target the tiles were measured on, e.g. `sm_90a`), a
+    `moe.grouped_matmul` or `moe.grouped_weight_grad` without a
+    `moe.tile`, `moe.tile_buckets` or `moe.kernel` of its own that the
+    cache has measured is asked for the measured tiles: on `sm_90a`, whose
+    lowering builds a kernel per bucket, every measured row-count bucket
+    as `moe.tile_buckets` (the plan's `buckets`) and the cost model's tile
+    for the rows above the largest (never measured); on other targets
+    `moe.tile` from the largest bucket and `moe.tile_buckets` for the
+    smaller ones that measured another tile. A tile written on an op (by
+    hand, or by `moe-tile` from its options) takes precedence. A cache
+    that cannot be read fails the pass.
+
+    `moec compile --print-plan` prints every op's choice.
 
     ```mlir
     %rows = moe.permute %x, %slots, %offsets k = 8
@@ -44,7 +74,12 @@ def MoeSelectKernel : Pass<"moe-select-kernel", "mlir::ModuleOp"> {
     Option<"target", "target", "std::string", /*default=*/"\"\"",
            "The kernel target (generic, nvvm, sm90a, rocdl or host, as for "
            "convert-moe-to-kernels). Empty: the module's `moe.target`, else "
-           "`generic`">
+           "`generic`">,
+    Option<"tuningCache", "tuning-cache", "std::string", /*default=*/"",
+           "Autotuner cache (JSON) whose measured tiles replace the cost "
+           "model's">,
+    Option<"tuningTarget", "tuning-target", "std::string", /*default=*/"",
+           "Compile target whose cache entries apply (e.g. sm_90a)">
   ];
   let dependentDialects = ["::moec::moe::MoeDialect"];
 }
@@ -59,8 +94,10 @@ def ConvertMoeToKernels : Pass<"convert-moe-to-kernels", "mlir::ModuleOp"> {
     `linalg.matmul` on a zero-filled `tensor.empty`) becomes one or more
     `gpu.func` kernels in a `gpu.module @<func>_kernels` and the
     `gpu.launch_func` ops that run them, in program order; intermediates are
-    `memref.alloc`s. Kernels use the op's `#moe.tile` (or the cost-model
-    default) for their block size and work split.
+    `memref.alloc`s. Kernels use the op's `#moe.kernel` (from
+    `moe-select-kernel`; chosen the same way for an op without one): its
+    strategy and tile, and for the sm90a wgmma kernels its `plan`, built
+    exactly as written (a plan the kernel cannot build is an error).
 
     Grouped matmuls walk a ragged tile schedule: a 1-D grid sized by an upper
     bound on the number of (expert, m-tile, n-tile) tiles, each block finding

@@ -3,8 +3,9 @@
 // Part of moec. Every pass sequence the compiler runs is built here, and
 // moec-opt exposes each as a named pipeline:
 //
-//   moe-optimize     fusion (permute, epilogue, combine) then moe-tile
-//   moe-to-kernels   moe-optimize, then convert-moe-to-kernels
+//   moe-optimize     fusion (permute, epilogue, combine)
+//   moe-to-kernels   moe-optimize, moe-select-kernel (tiles, kernel plans),
+//                    then convert-moe-to-kernels
 //   moe-to-nvvm      moe-to-kernels, then gpu modules to NVVM and PTX
 //   moe-to-rocdl     moe-to-kernels, then gpu modules to ROCDL (LLVM dialect)
 //   moe-to-host      moe-to-kernels, then kernels to LLVM for the host CPU
@@ -32,18 +33,25 @@ struct GpuTargetOptions {
 struct TileOverride {
   int64_t m = 0, n = 0, k = 0, threads = 0;
   /// An autotuner cache whose measured tiles replace the model's, and the
-  /// compile target whose entries apply (moe-tile's tuning-cache, target).
+  /// compile target whose entries apply (moe-select-kernel's tuning-cache,
+  /// tuning-target).
   std::string tuningCache, tuningTarget;
 };
 
-/// Fusion and tiling on tensors. `kernelTarget` (sm90a, host, ...; empty:
-/// the module's #moe.target) enables target-specific rewrites
-/// (moe-decompose-lora-grad).
+/// Fusion on tensors (and moe-tile where `tile` sets matmul tile fields).
+/// `kernelTarget` (sm90a, host, ...; empty: the module's #moe.target)
+/// enables target-specific rewrites (moe-decompose-lora-grad).
 void buildMoeOptimizePipeline(mlir::OpPassManager &pm,
                               const TileOverride &tile = {},
                               const std::string &kernelTarget = "");
-/// moe-optimize + convert-moe-to-kernels (+ cleanup). `target` is the
-/// pass's option: generic, nvvm, rocdl or host.
+/// moe-optimize + moe-select-kernel: every op's kernel choice recorded
+/// (#moe.kernel, with the sm90a wgmma plan), as the conversion follows it.
+/// `target` as for buildMoeToKernelsPipeline.
+void buildMoeSelectKernelPipeline(mlir::OpPassManager &pm,
+                                  const TileOverride &tile = {},
+                                  const std::string &target = "generic");
+/// moe-optimize, moe-select-kernel, convert-moe-to-kernels (+ cleanup).
+/// `target` is the passes' option: generic, nvvm, sm90a, rocdl or host.
 void buildMoeToKernelsPipeline(mlir::OpPassManager &pm,
                                const TileOverride &tile = {},
                                const std::string &target = "generic");

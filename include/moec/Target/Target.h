@@ -59,6 +59,28 @@ mlir::LogicalResult compileModule(mlir::ModuleOp module,
                                   const CompileOptions &options,
                                   CompileResult &result);
 
+/// One op's kernel as moe-select-kernel chose it for a target.
+struct KernelChoice {
+  std::string function, op, location;
+  std::string strategy; ///< sm90_wgmma, warp, vector, scalar
+  std::string tile;     ///< the #moe.tile asked for
+  /// Where the tile comes from: "moe.tile" (written on the op: by hand, by
+  /// tile options or from the tuning cache), "its moe.kernel" (written by
+  /// hand), "cost model", or "the op kind's" (linalg, tensor ops); with
+  /// ", moe.tile_buckets" where the op has row buckets (their kernels are
+  /// the plan's buckets).
+  std::string tileSource;
+  std::string plan;     ///< the #moe.wgmma_plan followed; empty without
+};
+
+/// The kernel choice of every op of `module` for the compile target
+/// `target` (sm_90a, gfx942, host, ...), after the same fusion and with the
+/// same options (tuning cache, SM count) as compileModule: what `moec
+/// compile --print-plan` shows. Failures are reported as diagnostics.
+mlir::FailureOr<std::vector<KernelChoice>>
+kernelChoices(mlir::ModuleOp module, const std::string &target,
+              const CompileOptions &options);
+
 /// The host-lowered LLVM-dialect module of every function of `module`
 /// (kernels as host functions taking the block count first), for the
 /// ExecutionEngine; entries (without binaries) go to `entries`.

@@ -66,6 +66,8 @@ KernelPatternSet::kernelFor(Operation *op) const {
            << moe::stringifyKernelStrategy(strategy)
            << "' kernel does not apply to its types, sizes or tile (its "
            << moe::kKernelAttrName << ")";
+  if (kernel.getPlan() && failed(pattern->verifyPlan(op, kernel.getPlan())))
+    return failure();
   return std::make_pair(pattern, kernel.getTile());
 }
 

@@ -41,6 +41,20 @@ public:
   /// Whether these kernels compute `op` with `tile` on the target. Reads
   /// types, static sizes and attributes only; emits nothing.
   virtual bool matches(mlir::Operation *op, moe::TileAttr tile) const = 0;
+  /// The plan moe-select-kernel records for `op` with `tile` (the
+  /// `#moe.kernel`'s `plan`): null where the strategy's kernels take
+  /// everything from the tile; failure with a diagnostic on `op`. Called
+  /// only where `matches` holds.
+  virtual mlir::FailureOr<moe::WgmmaPlanAttr>
+  selectPlan(mlir::Operation *op, moe::TileAttr tile) const {
+    return moe::WgmmaPlanAttr();
+  }
+  /// Checks that the kernels can be built as `plan` (written on `op`,
+  /// by hand or by moe-select-kernel) says; a diagnostic on `op` if not.
+  virtual mlir::LogicalResult verifyPlan(mlir::Operation *op,
+                                         moe::WgmmaPlanAttr plan) const {
+    return mlir::success();
+  }
   /// Emits the kernels and their launches. Called only where `matches`
   /// holds; the results' buffers are allocated.
   virtual mlir::LogicalResult lower(mlir::Operation *op, moe::TileAttr tile,
@@ -131,8 +145,9 @@ public:
   std::pair<const KernelPattern *, moe::TileAttr>
   select(mlir::Operation *op, moe::TileAttr tile) const;
   /// The pattern and tile to lower `op` with: those of its `#moe.kernel`
-  /// (checked: the strategy has a pattern for the op that matches), or
-  /// select's for its requestedTile; failure with a diagnostic on `op`.
+  /// (checked: the strategy has a pattern for the op that matches, and its
+  /// plan, if any, can be built), or select's for its requestedTile;
+  /// failure with a diagnostic on `op`.
   mlir::FailureOr<std::pair<const KernelPattern *, moe::TileAttr>>
   kernelFor(mlir::Operation *op) const;
 

@@ -77,14 +77,6 @@ mlir::FailureOr<MatmulLayout> matmulLayout(mlir::Operation *matmul);
 /// the op) to its buffer; null for a null value.
 using BufferMap = llvm::function_ref<mlir::Value(mlir::Value)>;
 
-/// Lowers a grouped matmul (or a dense linalg.matmul) with the wgmma
-/// kernel of Hopper/ (targets with wgmma); nullopt where it does not apply
-/// (op, types or shapes: hopper::hopperPlanFor).
-std::optional<mlir::LogicalResult> lowerMatmulHopper(mlir::Operation *op,
-                                                     moe::TileAttr tile,
-                                                     BufferMap buffer,
-                                                     LoweringContext &ctx);
-
 /// Host index values for the sizes of each result of `op`: the op's
 /// ReifyRankedShapedTypeOpInterface (lib/Dialect/Moe/IR/MoeResultShapes.cpp;
 /// linalg's for linalg.matmul) translated to the host, with the sizes of

@@ -1,8 +1,9 @@
 //===- SelectKernel.cpp - moe-select-kernel -------------------------------===//
 //
-// Part of moec. Writes each op's lowering strategy and tile (#moe.kernel)
-// and the module's target (#moe.target), so that the choice
-// convert-moe-to-kernels follows is visible and testable on its own.
+// Part of moec. Writes each op's lowering strategy, tile and, for the
+// sm90_wgmma kernel, its whole plan (#moe.kernel) and the module's target
+// (#moe.target), so that the choice convert-moe-to-kernels follows is
+// visible, testable and overridable on its own.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +11,7 @@
 
 #include "moec/Conversion/Passes.h"
 #include "moec/Dialect/Moe/IR/MoeOps.h"
+#include "moec/Dialect/Moe/Transforms/TuningCache.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -29,10 +31,31 @@ struct MoeSelectKernelPass
     : public moec::impl::MoeSelectKernelBase<MoeSelectKernelPass> {
   using Base::Base;
 
+  /// The autotuner's cache of the `tuning-cache` option (none without);
+  /// failure with a diagnostic.
+  FailureOr<std::optional<moe::TuningCache>> loadCache(ModuleOp module) {
+    if (tuningCache.empty())
+      return std::optional<moe::TuningCache>();
+    auto prefix = [&] {
+      return module.emitError() << "moe-select-kernel: ";
+    };
+    if (tuningTarget.empty())
+      return prefix() << "'tuning-cache' needs 'tuning-target' (the compile "
+                         "target the tiles were measured on, e.g. sm_90a)";
+    FailureOr<moe::TuningCache> loaded =
+        moe::TuningCache::load(tuningCache, &getContext(), prefix);
+    if (failed(loaded))
+      return failure();
+    return std::optional<moe::TuningCache>(std::move(*loaded));
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     FailureOr<moe::TargetAttr> targetAttr = resolveKernelTarget(module, target);
     if (failed(targetAttr))
+      return signalPassFailure();
+    FailureOr<std::optional<moe::TuningCache>> cache = loadCache(module);
+    if (failed(cache))
       return signalPassFailure();
     std::unique_ptr<TargetInfo> targetInfo = TargetInfo::create(*targetAttr);
     KernelPatternSet patterns(*targetInfo);
@@ -55,12 +78,32 @@ struct MoeSelectKernelPass
       // A matmul's zero accumulator is no kernel of its own.
       if (isAccumulatorFill(op))
         return WalkResult::advance();
+      // Measured tiles, unless the op asks for its own. On sm_90a (a kernel
+      // per bucket) they are row ranges, and the cost model's tile serves
+      // the rows above them.
+      if (*cache && !op->hasAttr(moe::kTileAttrName) &&
+          !op->hasAttr(moe::kTileBucketsAttrName) &&
+          !op->hasAttr(moe::kKernelAttrName))
+        (*cache)->apply(op, tuningTarget,
+                        /*perBucketKernels=*/tuningTarget == "sm_90a");
       auto kernel = patterns.kernelFor(op);
       if (failed(kernel))
         return WalkResult::interrupt();
       auto [pattern, tile] = *kernel;
+      // A plan written on the op was checked by kernelFor and is kept.
+      moe::WgmmaPlanAttr plan;
+      if (auto written = op->getAttrOfType<moe::KernelAttr>(
+              moe::kKernelAttrName))
+        plan = written.getPlan();
+      if (!plan) {
+        FailureOr<moe::WgmmaPlanAttr> selected = pattern->selectPlan(op, tile);
+        if (failed(selected))
+          return WalkResult::interrupt();
+        plan = *selected;
+      }
       op->setAttr(moe::kKernelAttrName,
-                  moe::KernelAttr::get(context, pattern->getStrategy(), tile));
+                  moe::KernelAttr::get(context, pattern->getStrategy(), tile,
+                                       plan));
       return WalkResult::advance();
     });
     if (walked.wasInterrupted())

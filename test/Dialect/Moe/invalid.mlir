@@ -2729,3 +2729,75 @@ func.func @experts_in_columns_weight_grad(%x: tensor<8x16xbf16>, %dy: tensor<8x3
   %dw = moe.grouped_weight_grad %x, %dy, %o {experts_in_columns} : tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
+
+// -----
+
+func.func @plan_not_wgmma(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{kernel plan #moe.wgmma_plan is for strategy sm90_wgmma only, got 'vector'}}
+  %a = moe.swiglu %x {moe.kernel = #moe.kernel<strategy = vector, tile = <m = 1, n = 1, k = 1, threads = 256>, plan = <block_m = 128, block_n = 128, block_k = 64, stages = 4, band_m = 8>>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @plan_block(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{wgmma plan parameter 'block_n' must be 64, 128 or 256, got 32}}
+  %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 32, block_k = 64, stages = 4, band_m = 8>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @plan_registers(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{wgmma plan's register split needs 256 x 232 + 128 x 72 = 68608 registers, more than the 64512 (168 x 384) the block starts with}}
+  %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 4, band_m = 8, producers = 128, mma_registers = 232, producer_registers = 72>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @plan_registers_without_producers(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{wgmma plan without producers has no register split: 'mma_registers' and 'producer_registers' must be 0, got 216 and 72}}
+  %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 4, band_m = 8, mma_registers = 216, producer_registers = 72>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @plan_producer_registers(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{wgmma plan parameter 'producer_registers' must be a multiple of 8 in [24, 256] (setmaxnreg), got 20}}
+  %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 4, band_m = 8, producers = 128, mma_registers = 216, producer_registers = 20>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @plan_cluster(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{wgmma plan parameter 'cluster' must be 1, or 2 with producers = 128, got 2}}
+  %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 4, band_m = 8, cluster = 2>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @plan_stages(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{wgmma plan parameter 'stages' must be in [3, 16], got 2}}
+  %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 2, band_m = 8>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @plan_bucket_order(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{wgmma plan 'buckets' need strictly increasing max_rows, got 64 after 128}}
+  %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 4, band_m = 8, buckets = [#moe.wgmma_bucket<max_rows = 128, plan = <block_m = 128, block_n = 128, block_k = 64, stages = 4, band_m = 8>>, #moe.wgmma_bucket<max_rows = 64, plan = <block_m = 128, block_n = 128, block_k = 64, stages = 4, band_m = 8>>]>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @plan_bulk_stores(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{wgmma plan with 'bulk_stores' needs producers = 128 (the warp-specialized weight gradient)}}
+  %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 4, band_m = 8, bulk_stores = true>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}

@@ -317,7 +317,7 @@ void HopperKernel::emitWarpSpecialized() {
 // stage's full barrier count the copies' completion.
 void HopperKernel::producerRole() {
   KernelBuilder &b = env.b;
-  setMaxRegisters(b, env.plan.producerRegisters(),
+  setMaxRegisters(b, env.plan.producerRegisters,
                   NVVM::SetMaxRegisterAction::decrease);
   tileLoop([&](Value tile, Value slices, Value rounds) {
     TileState t = tileState(tile);
@@ -342,7 +342,7 @@ void HopperKernel::producerRole() {
 // the stages with the next tile.
 void HopperKernel::consumerRole() {
   KernelBuilder &b = env.b;
-  setMaxRegisters(b, env.plan.consumerRegisters(),
+  setMaxRegisters(b, env.plan.mmaRegisters,
                   NVVM::SetMaxRegisterAction::increase);
   mma.placeReleasers();
   tileLoop([&](Value tile, Value slices, Value rounds) {

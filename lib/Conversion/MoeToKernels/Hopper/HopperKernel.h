@@ -579,6 +579,13 @@ mlir::Value rowSplitChunk(KernelBuilder &b, mlir::Value rows, int64_t splits,
 mlir::Value leastChunkRows(KernelBuilder &b, mlir::Value rows,
                            mlir::Value experts);
 
+/// Lowers a grouped matmul, weight gradient or dense linalg.matmul with the
+/// wgmma kernels of `plans` (followPlan's), asked for with `tile` (the
+/// combine and row-split sum launches use it): one launch per bucket.
+mlir::LogicalResult lowerMatmulHopper(mlir::Operation *op, moe::TileAttr tile,
+                                      const HopperKernelPlans &plans,
+                                      BufferMap buffer, LoweringContext &ctx);
+
 } // namespace moec::kernels::hopper
 
 #endif // MOEC_LIB_CONVERSION_MOETOKERNELS_HOPPER_HOPPERKERNEL_H

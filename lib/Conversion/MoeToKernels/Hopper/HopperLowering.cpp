@@ -228,67 +228,38 @@ LogicalResult launchPlan(LoweringContext &ctx, moe::TileAttr tile,
   return launchHopperMatmul(ctx, v, plan, suffix, enabled);
 }
 
-/// Launches the kernel of `base`, or with the op's `moe.tile_buckets` (else
-/// `defaults`) one variant per bucket: each launch's grid is 0 unless the
-/// row count (groupedRows) falls in its bucket (the first bucket from 0
-/// rows, the base plan the rows above every bucket). `planOf` makes the
-/// plan of a bucket's tile; a plan that splits its rows launches its sum
-/// too, gated the same way.
-LogicalResult launchBucketed(
-    LoweringContext &ctx, Operation *op, moe::TileAttr tile,
-    const HopperOperands &v, const HopperPlan &base,
-    function_ref<std::optional<HopperPlan>(moe::TileAttr)> planOf,
-    ArrayRef<moe::TileBucketAttr> defaults = {}) {
-  SmallVector<moe::TileBucketAttr> list(defaults);
-  if (auto bucketList = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName))
-    list.assign(llvm::to_vector(bucketList.getAsRange<moe::TileBucketAttr>()));
-  SmallVector<std::pair<moe::TileBucketAttr, HopperPlan>> buckets;
-  for (moe::TileBucketAttr bucket : list) {
-    std::optional<HopperPlan> plan = planOf(bucket.getTile());
-    if (!plan || !isHopperTile(bucket.getTile()))
-      return op->emitOpError("has a tile bucket the sm90a matmul cannot "
-                             "build: ")
-             << bucket;
-    buckets.push_back({bucket, *plan});
-  }
-  // Last buckets that would build the base kernel again: the base serves
-  // their rows.
-  MLIRContext *context = op->getContext();
-  moe::TileAttr baseTile = tileOf(context, base);
-  while (!buckets.empty() &&
-         tileOf(context, buckets.back().second) == baseTile)
-    buckets.pop_back();
-  if (buckets.empty())
+/// Launches the kernels of `plans`: the base plan's, or one variant per
+/// bucket, each launch's grid 0 unless the row count (groupedRows) falls
+/// in its bucket (the first bucket from 0 rows, the base plan the rows
+/// above every bucket); a plan that splits its rows launches its sum too,
+/// gated the same way.
+LogicalResult launchBucketed(LoweringContext &ctx, moe::TileAttr tile,
+                             const HopperOperands &v,
+                             const HopperKernelPlans &plans) {
+  const HopperPlan &base = plans.base;
+  if (plans.buckets.empty())
     return launchPlan(ctx, tile, v, base, "wgmma");
   KernelBuilder &h = ctx.host();
   Value rows = groupedRows(ctx, v, base);
   int64_t below = 0;
-  for (auto &[bucket, plan] : buckets) {
+  for (auto &[maxRows, plan] : plans.buckets) {
     // rows in (below, max_rows]: above(below) - above(max_rows); the first
     // bucket takes no rows too, so that some launch writes the output (a
     // weight gradient of no rows is zeros, not untouched memory).
     Value from = below == 0 ? h.idx(1) : above(h, rows, below);
-    Value enabled = h.sub(from, above(h, rows, bucket.getMaxRows()));
-    std::string suffix = "wgmma_le" + std::to_string(bucket.getMaxRows());
+    Value enabled = h.sub(from, above(h, rows, maxRows));
+    std::string suffix = "wgmma_le" + std::to_string(maxRows);
     if (failed(launchPlan(ctx, tile, v, plan, suffix, enabled)))
       return failure();
-    below = bucket.getMaxRows();
+    below = maxRows;
   }
   return launchPlan(ctx, tile, v, base, "wgmma", above(h, rows, below));
 }
 
-std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
-                                          moe::TileAttr tile, BufferMap buffer,
-                                          LoweringContext &ctx) {
+LogicalResult lowerGrouped(moe::GroupedMatmulOp op, moe::TileAttr tile,
+                           const HopperKernelPlans &plans, BufferMap buffer,
+                           LoweringContext &ctx) {
   auto outType = cast<ShapedType>(op.getOut().getType());
-  HopperLimits limits = limitsOf(ctx.target());
-  auto planOf = [&](moe::TileAttr tile) {
-    return groupedPlan(op, tile, limits);
-  };
-  std::optional<HopperPlan> plan = planOf(tile);
-  if (!plan)
-    return std::nullopt;
-
   HopperOperands v;
   v.lhs = buffer(op.getLhs());
   v.rhs = buffer(op.getRhs());
@@ -303,7 +274,7 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
   Value scatter = buffer(op.getScatterSlots());
   if (!scatter) {
     v.out = out;
-    return launchBucketed(ctx, op, tile, v, *plan, planOf);
+    return launchBucketed(ctx, tile, v, plans);
   }
   // Combined in token order: the grouped rows go to a scratch buffer, then
   // unpermute's combine sums each token's k rows with its weights.
@@ -313,52 +284,36 @@ std::optional<LogicalResult> lowerGrouped(moe::GroupedMatmulOp op,
       MemRefType::get({ShapedType::kDynamic, outType.getDimSize(1)},
                       outType.getElementType()),
       {slotRows, h.idx(outType.getDimSize(1))});
-  if (failed(launchBucketed(ctx, op, tile, v, *plan, planOf)))
+  if (failed(launchBucketed(ctx, tile, v, plans)))
     return failure();
   std::optional<LogicalResult> combined =
       emitCombine(ctx, tile, v.out, scatter, v.offsets,
-                  buffer(op.getScatterWeights()), out, plan->slotsPerToken,
-                  buffer(op.getScatterPositions()));
+                  buffer(op.getScatterWeights()), out,
+                  plans.base.slotsPerToken, buffer(op.getScatterPositions()));
   if (!combined)
     return op.emitOpError("has no vectorized combine for its output width");
   return *combined;
 }
 
-std::optional<LogicalResult> lowerWeightGrad(moe::GroupedWeightGradOp op,
-                                             moe::TileAttr tile,
-                                             BufferMap buffer,
-                                             LoweringContext &ctx) {
-  HopperLimits limits = limitsOf(ctx.target());
-  auto planOf = [&](moe::TileAttr tile) {
-    return groupedPlan(op, tile, limits);
-  };
-  std::optional<HopperPlan> plan = planOf(tile);
-  if (!plan)
-    return std::nullopt;
+LogicalResult lowerWeightGrad(moe::GroupedWeightGradOp op, moe::TileAttr tile,
+                              const HopperKernelPlans &plans, BufferMap buffer,
+                              LoweringContext &ctx) {
   HopperOperands v;
   v.lhs = buffer(op.getLhs());
   v.rhs = buffer(op.getGradOut());
   // The weight gradient of transposed weights: dy is A, x is B.
-  if (plan->layout.swappedOperands)
+  if (plans.base.layout.swappedOperands)
     std::swap(v.lhs, v.rhs);
   v.offsets = buffer(op.getOffsets());
   v.gather = buffer(op.getGatherSlots());
   v.accumulate = buffer(op.getAccumulate());
   v.out = buffer(op.getOut());
-  // No default buckets under a split (measured without them).
-  return launchBucketed(ctx, op, tile, v, *plan, planOf,
-                        plan->rowSplits > 1
-                            ? SmallVector<moe::TileBucketAttr>()
-                            : defaultBuckets(op, tile, limits));
+  return launchBucketed(ctx, tile, v, plans);
 }
 
-std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
-                                        moe::TileAttr tile, BufferMap buffer,
-                                        LoweringContext &ctx) {
-  std::optional<HopperPlan> plan =
-      hopperPlanFor(op, tile, limitsOf(ctx.target()));
-  if (!plan)
-    return std::nullopt;
+LogicalResult lowerDense(linalg::MatmulOp op, moe::TileAttr tile,
+                         const HopperKernelPlans &plans, BufferMap buffer,
+                         LoweringContext &ctx) {
   HopperOperands v;
   v.lhs = buffer(op.getInputs()[0]);
   v.rhs = buffer(op.getInputs()[1]);
@@ -367,21 +322,18 @@ std::optional<LogicalResult> lowerDense(linalg::MatmulOp op,
   // group of all rows, or rowSplits chunks of them (the kernel computes
   // their bounds) writing f32 partial sums [S, K, N]; then out = their sum
   // in chunk order, rounded once to out's type.
-  return launchPlan(ctx, tile, v, *plan, "wgmma");
+  return launchPlan(ctx, tile, v, plans.base, "wgmma");
 }
 
 } // namespace
 
-std::optional<LogicalResult>
-moec::kernels::lowerMatmulHopper(Operation *op, moe::TileAttr tile,
-                                 BufferMap buffer, LoweringContext &ctx) {
-  if (!ctx.target().hasWgmma())
-    return std::nullopt;
+LogicalResult hopper::lowerMatmulHopper(Operation *op, moe::TileAttr tile,
+                                        const HopperKernelPlans &plans,
+                                        BufferMap buffer,
+                                        LoweringContext &ctx) {
   if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op))
-    return lowerGrouped(grouped, tile, buffer, ctx);
+    return lowerGrouped(grouped, tile, plans, buffer, ctx);
   if (auto wgrad = dyn_cast<moe::GroupedWeightGradOp>(op))
-    return lowerWeightGrad(wgrad, tile, buffer, ctx);
-  if (auto dense = dyn_cast<linalg::MatmulOp>(op))
-    return lowerDense(dense, tile, buffer, ctx);
-  return std::nullopt;
+    return lowerWeightGrad(wgrad, tile, plans, buffer, ctx);
+  return lowerDense(cast<linalg::MatmulOp>(op), tile, plans, buffer, ctx);
 }

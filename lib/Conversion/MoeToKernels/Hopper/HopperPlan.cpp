@@ -133,6 +133,13 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
   if (loraRows > kBlockK)
     plan.blockN = 128;
   plan.loraRows = loraRows;
+  // The register split of the warp-specialized roles: the MMA warpgroups'
+  // share holds an n = 256 tile's accumulators (and U's past rank 32), the
+  // producer keeps the rest.
+  plan.mmaRegisters =
+      loraRows > 32 ? kWideLoraConsumerRegisters : kConsumerRegisters;
+  plan.producerRegisters =
+      (kBlockRegisters - kThreads * plan.mmaRegisters) / kProducerThreads;
   if (isHopperTile(tile)) {
     plan.blockN = tile.getN();
     plan.warpSpecialized = tile.getProducers() != 0;
@@ -349,6 +356,15 @@ hopper::defaultBuckets(moe::GroupedWeightGradOp op, moe::TileAttr tile,
                                    tileOf(op->getContext(), *plan))};
 }
 
+/// The matmul's columns: the output's, half of them with swiglu_grad.
+static int64_t matmulWidth(moe::GroupedMatmulOp op) {
+  int64_t width = cast<ShapedType>(op.getOut().getType()).getDimSize(1);
+  if (op.getActivation() == moe::Activation::swiglu_grad &&
+      !ShapedType::isDynamic(width))
+    width /= 2;
+  return width;
+}
+
 std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
                                               moe::TileAttr tile,
                                               const HopperLimits &limits) {
@@ -359,10 +375,7 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
   auto outType = cast<ShapedType>(op.getOut().getType());
   int64_t experts = cast<ShapedType>(op.getOffsets().getType()).getDimSize(0);
   bool swigluGrad = op.getActivation() == moe::Activation::swiglu_grad;
-  // The matmul's columns: half the output's with swiglu_grad.
-  int64_t width = outType.getDimSize(1);
-  if (swigluGrad && !ShapedType::isDynamic(width))
-    width /= 2;
+  int64_t width = matmulWidth(op);
   std::optional<HopperPlan> plan = planFor(
       lhsType.getElementType(),
       cast<ShapedType>(op.getRhs().getType()).getElementType(),
@@ -485,6 +498,143 @@ std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,
   if (auto dense = dyn_cast<linalg::MatmulOp>(op))
     return densePlan(dense, tile, limits);
   return std::nullopt;
+}
+
+moe::WgmmaPlanAttr hopper::planAttrOf(MLIRContext *context,
+                                      const HopperPlan &plan,
+                                      ArrayAttr buckets) {
+  bool ws = plan.warpSpecialized;
+  return moe::WgmmaPlanAttr::get(
+      context, kBlockM, plan.blockN, kBlockK, plan.stages, plan.bandM,
+      ws ? kProducerThreads : 0, ws ? plan.mmaRegisters : 0,
+      ws ? plan.producerRegisters : 0, plan.cluster, plan.rowSplits,
+      plan.loraRunTiles, plan.bulkStores, buckets);
+}
+
+/// The row buckets `op` asks for with `tile` (as moe.tile_buckets): its
+/// own, else a weight gradient's defaults (none under a row split: those
+/// were measured without); a dense matmul has none.
+static SmallVector<moe::TileBucketAttr>
+askedBuckets(Operation *op, moe::TileAttr tile, const HopperPlan &base,
+             const HopperLimits &limits) {
+  if (isa<linalg::MatmulOp>(op))
+    return {};
+  if (auto list = op->getAttrOfType<ArrayAttr>(moe::kTileBucketsAttrName))
+    return llvm::to_vector(list.getAsRange<moe::TileBucketAttr>());
+  auto wgrad = dyn_cast<moe::GroupedWeightGradOp>(op);
+  if (!wgrad || base.rowSplits > 1)
+    return {};
+  return defaultBuckets(wgrad, tile, limits);
+}
+
+FailureOr<moe::WgmmaPlanAttr>
+hopper::selectPlan(Operation *op, moe::TileAttr tile,
+                   const HopperLimits &limits) {
+  std::optional<HopperPlan> base = hopperPlanFor(op, tile, limits);
+  if (!base)
+    return op->emitOpError("has no sm90_wgmma kernel for its tile ") << tile;
+  MLIRContext *context = op->getContext();
+  SmallVector<std::pair<int64_t, HopperPlan>> buckets;
+  for (moe::TileBucketAttr bucket : askedBuckets(op, tile, *base, limits)) {
+    std::optional<HopperPlan> plan =
+        hopperPlanFor(op, bucket.getTile(), limits);
+    if (!plan || !isHopperTile(bucket.getTile()))
+      return op->emitOpError("has a tile bucket the sm90a matmul cannot "
+                             "build: ")
+             << bucket;
+    buckets.push_back({bucket.getMaxRows(), *plan});
+  }
+  // Last buckets that would build the base kernel again: the base serves
+  // their rows.
+  moe::TileAttr baseTile = tileOf(context, *base);
+  while (!buckets.empty() &&
+         tileOf(context, buckets.back().second) == baseTile)
+    buckets.pop_back();
+  SmallVector<Attribute> entries;
+  for (auto &[maxRows, plan] : buckets)
+    entries.push_back(moe::WgmmaBucketAttr::get(context, maxRows,
+                                                planAttrOf(context, plan)));
+  return planAttrOf(context, *base,
+                    entries.empty() ? ArrayAttr()
+                                    : ArrayAttr::get(context, entries));
+}
+
+/// Whether the kernel of `plan` may store its tiles by bulk copies: the
+/// warp-specialized weight gradient (or dense Aᵀ·B) writing a 16-bit
+/// output itself (not split into f32 partial sums).
+static bool bulkStoresFit(Operation *op, const HopperPlan &plan) {
+  auto out = cast<ShapedType>(op->getResult(0).getType());
+  return plan.weightGrad() && plan.warpSpecialized && plan.rowSplits == 1 &&
+         out.getElementType().getIntOrFloatBitWidth() == 16;
+}
+
+/// The kernel of one plan (no buckets) for `op`, as written.
+static FailureOr<HopperPlan> followOne(Operation *op, moe::WgmmaPlanAttr attr,
+                                       const HopperLimits &limits) {
+  auto fail = [&] {
+    return op->emitOpError("cannot follow its sm90_wgmma plan ")
+           << attr << ": ";
+  };
+  int64_t producers = attr.getProducers();
+  moe::TileAttr tile = moe::TileAttr::get(
+      op->getContext(), attr.getBlockM(), attr.getBlockN(), attr.getBlockK(),
+      producers ? kSpecializedThreads : kThreads, attr.getStages(),
+      attr.getBandM(), producers, attr.getCluster(), attr.getRowSplits());
+  std::optional<HopperPlan> plan = hopperPlanFor(op, tile, limits);
+  if (!plan)
+    return fail() << "the kernel has no such block, warp roles or cluster "
+                     "for the op's types, sizes and attributes on this "
+                     "target (e.g. block_n = 64 takes no LoRA, SwiGLU or "
+                     "cluster; LoRA past rank 64 needs block_n = 128 and no "
+                     "producers; a cluster needs as many SMs; 3 stages must fit in "
+                     "shared memory)";
+  if (plan->rowSplits != attr.getRowSplits())
+    return fail() << "row_splits = " << attr.getRowSplits()
+                  << " is not possible here (only a row reduction splits "
+                     "its rows, not into a [K, E, N] output, and into at "
+                     "most 1024 groups)";
+  plan->stages = attr.getStages();
+  plan->bulkStores = attr.getBulkStores();
+  if (plan->bulkStores && !bulkStoresFit(op, *plan))
+    return fail() << "bulk_stores needs the warp-specialized weight "
+                     "gradient writing a 16-bit output, not split";
+  plan->loraRunTiles = attr.getLoraRunTiles();
+  if (plan->loraRunTiles > 1) {
+    auto matmul = dyn_cast<moe::GroupedMatmulOp>(op);
+    int64_t width = matmul ? matmulWidth(matmul) : 0;
+    int64_t nTiles = llvm::divideCeil(width, plan->outTileN());
+    if (!plan->loraUpTiles() || plan->cluster > 1 ||
+        nTiles % plan->loraRunTiles != 0)
+      return fail() << "lora_run_tiles = " << plan->loraRunTiles
+                    << " needs a fused LoRA term in the warp-specialized "
+                       "kernel without a cluster, and n-tiles it divides";
+  }
+  if (plan->warpSpecialized) {
+    plan->mmaRegisters = attr.getMmaRegisters();
+    plan->producerRegisters = attr.getProducerRegisters();
+  }
+  if (plan->sharedBytes() > plan->maxSharedBytes)
+    return fail() << plan->stages << " stages need " << plan->sharedBytes()
+                  << " bytes of shared memory per block, the target has "
+                  << plan->maxSharedBytes;
+  return *plan;
+}
+
+FailureOr<HopperKernelPlans>
+hopper::followPlan(Operation *op, moe::WgmmaPlanAttr plan,
+                   const HopperLimits &limits) {
+  FailureOr<HopperPlan> base = followOne(op, plan, limits);
+  if (failed(base))
+    return failure();
+  HopperKernelPlans plans{*base, {}};
+  if (ArrayAttr buckets = plan.getBuckets())
+    for (auto bucket : buckets.getAsRange<moe::WgmmaBucketAttr>()) {
+      FailureOr<HopperPlan> kernel = followOne(op, bucket.getPlan(), limits);
+      if (failed(kernel))
+        return failure();
+      plans.buckets.push_back({bucket.getMaxRows(), *kernel});
+    }
+  return plans;
 }
 
 SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,

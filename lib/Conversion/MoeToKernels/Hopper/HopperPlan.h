@@ -3,8 +3,9 @@
 // Part of moec. The compile-time shape of the wgmma kernel (HopperKernel.h):
 // block width, pipeline depth, tile order, warp roles, cluster size, operand
 // layouts, and the target limits all of it must fit in. Nothing here emits
-// IR: the lowering and a kernel-selection pass ask the same questions
-// (hopperPlanFor) and get the same answers.
+// IR: moe-select-kernel records a plan as #moe.wgmma_plan (selectPlan, the
+// cost model), and the lowering builds what the attribute says
+// (followPlan), after checking that it can.
 //
 //===----------------------------------------------------------------------===//
 
@@ -189,14 +190,10 @@ struct HopperPlan {
   /// LoRA tiles or in a cluster.
   int64_t loraRunTiles = 1;
   /// Registers per thread of the MMA warpgroups and of the producer after
-  /// setmaxnreg (warp-specialized only).
-  int64_t consumerRegisters() const {
-    return loraRows > 32 ? kWideLoraConsumerRegisters : kConsumerRegisters;
-  }
-  int64_t producerRegisters() const {
-    return (kBlockRegisters - kThreads * consumerRegisters()) /
-           kProducerThreads;
-  }
+  /// setmaxnreg (warp-specialized only; planFor sets the defaults).
+  int64_t mmaRegisters = kConsumerRegisters;
+  int64_t producerRegisters =
+      (kBlockRegisters - kThreads * kConsumerRegisters) / kProducerThreads;
   int64_t loraUpBytes() const {
     return loraUpTiles() ? (kBlockM + blockN) * kRowBytes : 0;
   }
@@ -264,6 +261,36 @@ struct HopperPlan {
 
 /// The tile the kernel of `plan` is built with (the bundle records it).
 moe::TileAttr tileOf(mlir::MLIRContext *context, const HopperPlan &plan);
+
+/// The kernels one op launches: `base` for the rows above every bucket,
+/// and one plan per bucket (its max rows), in increasing max rows.
+struct HopperKernelPlans {
+  HopperPlan base;
+  llvm::SmallVector<std::pair<int64_t, HopperPlan>> buckets;
+};
+
+/// `plan`'s decisions as the attribute moe-select-kernel records, with
+/// `buckets` (an array of #moe.wgmma_bucket, or null).
+moe::WgmmaPlanAttr planAttrOf(mlir::MLIRContext *context,
+                              const HopperPlan &plan,
+                              mlir::ArrayAttr buckets = {});
+
+/// moe-select-kernel's plan for `op` asking for `tile` (the kernel's cost
+/// model: hopperPlanFor), with its row buckets (the op's
+/// `moe.tile_buckets`, else defaultBuckets for a weight gradient) less the
+/// last ones that would build the base kernel again; failure with a
+/// diagnostic on `op`.
+mlir::FailureOr<moe::WgmmaPlanAttr>
+selectPlan(mlir::Operation *op, moe::TileAttr tile,
+           const HopperLimits &limits);
+
+/// The kernels of `plan` for `op`, built exactly as written: failure with
+/// a diagnostic naming the reason where the kernel cannot build it for the
+/// op's types, sizes and attributes on the target (shared memory, row
+/// splits, LoRA runs, bulk stores).
+mlir::FailureOr<HopperKernelPlans> followPlan(mlir::Operation *op,
+                                              moe::WgmmaPlanAttr plan,
+                                              const HopperLimits &limits);
 
 /// Whether `tile` has the form of this kernel's blocks: m = 128, n = 64,
 /// 128 or 256, k = 64, 256 threads, or 384 of which 128 producers (warp

@@ -107,6 +107,128 @@ TileBucketAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 //===----------------------------------------------------------------------===//
+// WgmmaPlanAttr, WgmmaBucketAttr, KernelAttr
+//===----------------------------------------------------------------------===//
+
+/// The register split of the warp-specialized kernel: both roles' counts
+/// (per thread, setmaxnreg's range and granule) within the 168 x 384
+/// registers the block starts with.
+static LogicalResult
+verifyRegisterSplit(function_ref<InFlightDiagnostic()> emitError,
+                    int64_t producers, int64_t mma, int64_t producer) {
+  if (producers == 0) {
+    if (mma != 0 || producer != 0)
+      return emitError() << "wgmma plan without producers has no register "
+                            "split: 'mma_registers' and "
+                            "'producer_registers' must be 0, got "
+                         << mma << " and " << producer;
+    return success();
+  }
+  for (auto [name, value] : {std::make_pair("mma_registers", mma),
+                             std::make_pair("producer_registers", producer)})
+    if (value < 24 || value > 256 || value % 8 != 0)
+      return emitError() << "wgmma plan parameter '" << name
+                         << "' must be a multiple of 8 in [24, 256] "
+                            "(setmaxnreg), got "
+                         << value;
+  constexpr int64_t kBlockRegisters = 168 * 384;
+  if (256 * mma + 128 * producer > kBlockRegisters)
+    return emitError() << "wgmma plan's register split needs 256 x " << mma
+                       << " + 128 x " << producer << " = "
+                       << 256 * mma + 128 * producer
+                       << " registers, more than the " << kBlockRegisters
+                       << " (168 x 384) the block starts with";
+  return success();
+}
+
+LogicalResult WgmmaPlanAttr::verify(
+    function_ref<InFlightDiagnostic()> emitError, int64_t blockM,
+    int64_t blockN, int64_t blockK, int64_t stages, int64_t bandM,
+    int64_t producers, int64_t mmaRegisters, int64_t producerRegisters,
+    int64_t cluster, int64_t rowSplits, int64_t loraRunTiles,
+    bool bulkStores, ArrayAttr buckets) {
+  if (blockM != 128 || blockK != 64)
+    return emitError() << "wgmma plan needs block_m = 128 and block_k = 64 "
+                          "(two m64 warpgroups, one 128-byte row of K), got "
+                       << blockM << " and " << blockK;
+  if (blockN != 64 && blockN != 128 && blockN != 256)
+    return emitError() << "wgmma plan parameter 'block_n' must be 64, 128 "
+                          "or 256, got "
+                       << blockN;
+  if (stages < 3 || stages > 16)
+    return emitError() << "wgmma plan parameter 'stages' must be in [3, 16], "
+                          "got "
+                       << stages;
+  if (bandM < 1 || bandM > 64 || !llvm::isPowerOf2_64(bandM))
+    return emitError() << "wgmma plan parameter 'band_m' must be a power of "
+                          "two up to 64, got "
+                       << bandM;
+  if (producers != 0 && producers != 128)
+    return emitError() << "wgmma plan parameter 'producers' must be 0 or 128 "
+                          "(one warpgroup), got "
+                       << producers;
+  if (failed(verifyRegisterSplit(emitError, producers, mmaRegisters,
+                                 producerRegisters)))
+    return failure();
+  if (cluster != 1 && (cluster != 2 || producers == 0))
+    return emitError() << "wgmma plan parameter 'cluster' must be 1, or 2 "
+                          "with producers = 128, got "
+                       << cluster;
+  if (rowSplits < 1 || rowSplits > 16)
+    return emitError() << "wgmma plan parameter 'row_splits' must be in "
+                          "[1, 16], got "
+                       << rowSplits;
+  if (loraRunTiles < 1 || loraRunTiles > 4)
+    return emitError() << "wgmma plan parameter 'lora_run_tiles' must be in "
+                          "[1, 4], got "
+                       << loraRunTiles;
+  if (bulkStores && producers == 0)
+    return emitError() << "wgmma plan with 'bulk_stores' needs producers = "
+                          "128 (the warp-specialized weight gradient)";
+  if (!buckets)
+    return success();
+  int64_t previous = 0;
+  for (Attribute entry : buckets) {
+    auto bucket = dyn_cast<WgmmaBucketAttr>(entry);
+    if (!bucket)
+      return emitError() << "wgmma plan 'buckets' must hold "
+                            "#moe.wgmma_bucket<...>, got "
+                         << entry;
+    if (bucket.getMaxRows() <= previous)
+      return emitError() << "wgmma plan 'buckets' need strictly increasing "
+                            "max_rows, got "
+                         << bucket.getMaxRows() << " after " << previous;
+    previous = bucket.getMaxRows();
+  }
+  return success();
+}
+
+LogicalResult
+WgmmaBucketAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                        int64_t maxRows, WgmmaPlanAttr plan) {
+  if (maxRows < 1)
+    return emitError() << "wgmma bucket 'max_rows' must be >= 1, got "
+                       << maxRows;
+  if (!plan)
+    return emitError() << "wgmma bucket needs a plan";
+  if (plan.getBuckets())
+    return emitError() << "a wgmma bucket's plan has no buckets of its own";
+  return success();
+}
+
+LogicalResult KernelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 KernelStrategy strategy, TileAttr tile,
+                                 WgmmaPlanAttr plan) {
+  if (!tile)
+    return emitError() << "kernel needs a tile";
+  if (plan && strategy != KernelStrategy::sm90_wgmma)
+    return emitError() << "kernel plan #moe.wgmma_plan is for strategy "
+                          "sm90_wgmma only, got '"
+                       << stringifyKernelStrategy(strategy) << "'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // TargetAttr
 //===----------------------------------------------------------------------===//
 

@@ -2,14 +2,13 @@
 //
 // Part of moec. The `moe-tile` pass: every moe op without a `moe.tile`
 // attribute gets the cost model's tile (Tiling.h), with the matmul tile
-// optionally overridden by pass options.
+// overridden by pass options (the compiler runs it for those only).
 //
 //===----------------------------------------------------------------------===//
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 #include "moec/Dialect/Moe/Transforms/Tiling.h"
-#include "moec/Dialect/Moe/Transforms/TuningCache.h"
 
 #include "mlir/IR/Diagnostics.h"
 
@@ -74,31 +73,8 @@ struct MoeTilePass : moec::moe::impl::MoeTilePassBase<MoeTilePass> {
         return signalPassFailure();
     }
 
-    std::optional<TuningCache> cache;
-    if (!tuningCache.empty()) {
-      if (target.empty()) {
-        mlir::emitError(root->getLoc())
-            << "moe-tile: 'tuning-cache' needs 'target' (the compile target "
-               "the tiles were measured on, e.g. sm_90a)";
-        return signalPassFailure();
-      }
-      FailureOr<TuningCache> loaded = TuningCache::load(
-          tuningCache, ctx,
-          [&] { return mlir::emitError(root->getLoc()) << "moe-tile: "; });
-      if (failed(loaded))
-        return signalPassFailure();
-      cache = std::move(*loaded);
-    }
-
     WalkResult result = root->walk([&](Operation *op) {
       if (!isa_and_nonnull<MoeDialect>(op->getDialect()) ||
-          op->hasAttr(kTileAttrName))
-        return WalkResult::advance();
-      // Measured tiles first, unless the options override the matmul tile.
-      // On sm_90a (a kernel per bucket) they are row ranges, and the cost
-      // model's tile serves the rows above them.
-      if (cache && !hasOverride() &&
-          cache->apply(op, target, /*perBucketKernels=*/target == "sm_90a") &&
           op->hasAttr(kTileAttrName))
         return WalkResult::advance();
       TileAttr tile = defaultTileFor(op);

@@ -101,8 +101,9 @@ def Moe_TileAttr : AttrDef<Moe_Dialect, "Tile"> {
   let summary = "How a kernel decomposes its work into thread blocks";
   let description = [{
     The work decomposition of the kernel an op lowers to. Attached to an op
-    as the discardable attribute `moe.tile` (by the `moe-tile` pass, or by
-    hand); ops without one get the tiling pass's cost model.
+    as the discardable attribute `moe.tile` (by hand, by the tuning cache
+    in `moe-select-kernel`, or by the `moe-tile` pass from its options);
+    ops without one get the cost model's (`moec::moe::defaultTileFor`).
 
     * Matmul-like ops (`moe.grouped_matmul`, `linalg.matmul`): a thread
       block computes an `m`×`n` tile of the output, stepping `k` columns at
@@ -219,7 +220,7 @@ def Moe_TileBucketAttr : AttrDef<Moe_Dialect, "TileBucket"> {
     more rows than any bucket holds. The choice is made by the launch grid
     (the other variants get 0 blocks), so it costs no host synchronization.
 
-    The autotuner's cache (`moe-tile{tuning-cache=...}`) attaches buckets
+    The autotuner's cache (`moe-select-kernel{tuning-cache=...}`) attaches buckets
     to `moe.grouped_matmul` when different token counts were measured
     fastest with different tiles. Only the `sm90a` grouped matmul reads
     them; other lowerings use `moe.tile`.
@@ -241,6 +242,89 @@ def Moe_TileBucketAttr : AttrDef<Moe_Dialect, "TileBucket"> {
 // Kernel selection
 //===----------------------------------------------------------------------===//
 
+def Moe_WgmmaPlanAttr : AttrDef<Moe_Dialect, "WgmmaPlan"> {
+  let mnemonic = "wgmma_plan";
+  let summary = "Every decision of one sm90a wgmma grouped matmul kernel";
+  let description = [{
+    The complete plan of the `sm90_wgmma` kernel an op lowers to, written
+    by `moe-select-kernel` into the op's `#moe.kernel` (its `plan`) and
+    followed by `convert-moe-to-kernels`, which changes nothing in it: a
+    plan the kernel cannot build for the op on the target (shared memory,
+    registers, the op's types, sizes or attributes) is an error, never a
+    silent change. What the op itself settles (types, the experts, K,
+    gathers, the epilogue, the LoRA rank and scaling, operand layouts) is
+    not repeated here.
+
+    * `block_m`, `block_n`, `block_k`: a block computes `block_m` (128)
+      output rows by `block_n` (64, 128 or 256; the gate and up halves
+      together with SwiGLU) columns, `block_k` (64) of the reduction per
+      pipeline stage.
+    * `stages`: the shared-memory pipeline depth, in [3, 16].
+    * `band_m`: the tile order; m-tiles per band of the persistent tile
+      order (a power of two up to 64), whose tiles share their weight
+      columns in L2.
+    * `producers`: warp roles. 0: 256 threads, every warp copies and
+      computes, stages handed over by block barriers; 128: a producer
+      warpgroup copies (TMA where it can), the two MMA warpgroups compute,
+      stages handed over by mbarriers. Then `mma_registers` and
+      `producer_registers` are the register split `setmaxnreg` makes
+      (registers per thread of each role; multiples of 8 in [24, 256],
+      256 x mma + 128 x producer at most 168 x 384, what the block starts
+      with); both 0 without producers.
+    * `cluster`: blocks per thread-block cluster (1, or 2 with producers:
+      the pair multicasts the weight tile).
+    * `row_splits`: the row reductions' chunks per group (1: not split;
+      more: f32 partial sums and a second kernel adding them in order).
+    * `lora_run_tiles`: with a fused LoRA term in the warp-specialized
+      kernel, the n-tiles of one m-tile a block computes in a row, reusing
+      the first one's x · Aᵀ (1: none); it divides the n-tiles.
+    * `bulk_stores`: the warp-specialized weight gradient with a 16-bit
+      output stores its tiles through a staging tile by bulk async copies.
+    * `buckets`: kernels for smaller row counts, as `moe.tile_buckets`
+      describes: an array of `#moe.wgmma_bucket<max_rows, plan>` in
+      strictly increasing `max_rows`; this plan serves the rows above the
+      last one.
+
+    Example (the Qwen3-30B-A3B gate_up projection):
+
+    ```mlir
+    #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 4,
+                    band_m = 8, producers = 128, mma_registers = 216,
+                    producer_registers = 72>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$block_m,
+    "int64_t":$block_n,
+    "int64_t":$block_k,
+    "int64_t":$stages,
+    "int64_t":$band_m,
+    DefaultValuedParameter<"int64_t", "0">:$producers,
+    DefaultValuedParameter<"int64_t", "0">:$mma_registers,
+    DefaultValuedParameter<"int64_t", "0">:$producer_registers,
+    DefaultValuedParameter<"int64_t", "1">:$cluster,
+    DefaultValuedParameter<"int64_t", "1">:$row_splits,
+    DefaultValuedParameter<"int64_t", "1">:$lora_run_tiles,
+    DefaultValuedParameter<"bool", "false">:$bulk_stores,
+    OptionalParameter<"::mlir::ArrayAttr">:$buckets
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Moe_WgmmaBucketAttr : AttrDef<Moe_Dialect, "WgmmaBucket"> {
+  let mnemonic = "wgmma_bucket";
+  let summary = "The wgmma kernel plan for launches of at most `max_rows` rows";
+  let description = [{
+    One entry of a `#moe.wgmma_plan`'s `buckets`: the plan of the kernel
+    variant that runs when the op's row count is at most `max_rows` (and
+    above the previous bucket's). Its plan has no buckets of its own.
+  }];
+  let parameters = (ins "int64_t":$max_rows, "WgmmaPlanAttr":$plan);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 def Moe_KernelAttr : AttrDef<Moe_Dialect, "Kernel"> {
   let mnemonic = "kernel";
   let summary = "The lowering strategy chosen for an op, and its tile";
@@ -255,21 +339,36 @@ def Moe_KernelAttr : AttrDef<Moe_Dialect, "Kernel"> {
     The tile is the op's `moe.tile` (or the cost model's) as the strategy
     reads it: kernels other than `sm90_wgmma` run the computing threads
     alone (`producers = 0`, required in a hand-written `#moe.kernel`);
-    `sm90_wgmma` keeps the tile as asked (its kernel fills in what the tile
-    leaves open: `stages`, `band_m`, and `n` for a tile not of its form).
+    `sm90_wgmma` keeps the tile as asked, and `plan` is the whole kernel
+    built from it (`#moe.wgmma_plan`: block, stages, tile order, warp roles
+    and registers, cluster, row splits, buckets): what the tile leaves open
+    (`stages`, `band_m`, `n` for a tile not of its form, the warp roles)
+    is decided there, by `moe-select-kernel`. Only `sm90_wgmma` has a plan.
+    A hand-written plan is followed as written, or rejected with the
+    reason; a `#moe.kernel` without one gets the plan its tile selects.
 
     Example:
 
     ```mlir
     %y = moe.grouped_matmul %x, %w, %offsets {moe.kernel = #moe.kernel<
         strategy = sm90_wgmma,
-        tile = <m = 128, n = 256, k = 64, threads = 384, producers = 128>>}
+        tile = <m = 128, n = 256, k = 64, threads = 384, producers = 128>,
+        plan = <block_m = 128, block_n = 256, block_k = 64, stages = 4,
+                band_m = 8, producers = 128, mma_registers = 216,
+                producer_registers = 72>>}
         : ...
     ```
   }];
   let parameters = (ins EnumParameter<Moe_KernelStrategy>:$strategy,
-                        "TileAttr":$tile);
+                        "TileAttr":$tile,
+                        OptionalParameter<"WgmmaPlanAttr">:$plan);
+  let builders = [
+    AttrBuilder<(ins "KernelStrategy":$strategy, "TileAttr":$tile), [{
+      return $_get($_ctxt, strategy, tile, WgmmaPlanAttr());
+    }]>
+  ];
   let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
 }
 
 def Moe_TargetAttr : AttrDef<Moe_Dialect, "Target"> {

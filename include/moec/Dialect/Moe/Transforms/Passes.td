@@ -449,18 +449,10 @@ def MoeTilePass : Pass<"moe-tile"> {
     that is not a valid `#moe.tile` fails the pass with the verifier's
     message.
 
-    With `tuning-cache` (a JSON file written by the autotuner, format in
-    include/moec/Dialect/Moe/Transforms/TuningCache.h) and `target` (the
-    compile target the tiles were measured on, e.g. `sm_90a`), a
-    `moe.grouped_matmul` or `moe.grouped_weight_grad` the cache has
-    measured gets the measured tiles:
-    on `sm_90a`, whose lowering builds a kernel per bucket, every measured
-    row-count bucket as `moe.tile_buckets` and the model's `moe.tile` for
-    the rows above the largest (never measured); on other targets
-    `moe.tile` from the largest bucket and `moe.tile_buckets` for the
-    smaller ones that measured another tile.
-    The tile options take precedence over the cache. A cache that cannot be
-    read fails the pass.
+    The kernel choice itself (strategy, the sm90a kernel's plan, the
+    autotuner's measured tiles) is `moe-select-kernel`'s; the compiler
+    runs this pass only when tile options are given (they then take
+    precedence over the tuning cache, as any tile written on an op).
   }];
   let dependentDialects = ["::moec::moe::MoeDialect"];
   let options = [
@@ -472,12 +464,7 @@ def MoeTilePass : Pass<"moe-tile"> {
            "Matmul reduction step (a power of two; 0: cost model)">,
     Option<"threads", "threads", "int64_t", /*default=*/"0",
            "Matmul threads per block (a multiple of 32 in [32, 1024]; 0: "
-           "cost model)">,
-    Option<"tuningCache", "tuning-cache", "std::string", /*default=*/"",
-           "Autotuner cache (JSON) whose measured tiles replace the cost "
-           "model's">,
-    Option<"target", "target", "std::string", /*default=*/"",
-           "Compile target whose cache entries apply (e.g. sm_90a)">
+           "cost model)">
   ];
 }
 

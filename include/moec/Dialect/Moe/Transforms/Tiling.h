@@ -1,7 +1,8 @@
 //===- Tiling.h - Tile configurations of moe kernels ------------*- C++ -*-===//
 //
 // Part of moec. The cost model that picks a #moe.tile for an op. The
-// `moe-tile` pass attaches its choice to ops; the lowering asks it directly
+// `moe-tile` pass attaches its choice to ops (with tile options);
+// moe-select-kernel and the lowering ask it directly
 // for ops that reach it without a `moe.tile` attribute.
 //
 //===----------------------------------------------------------------------===//

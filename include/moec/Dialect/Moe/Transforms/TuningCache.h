@@ -13,7 +13,7 @@
 //
 // `max_rows` is the row count the tile was measured at; `ms` and
 // `default_ms` (the cost model's tile, same run) are informational. The
-// `moe-tile` pass reads the cache and attaches the measured buckets as
+// `moe-select-kernel` pass reads the cache and attaches the measured buckets as
 // `moe.tile_buckets`; rows above the largest bucket, which the cache says
 // nothing about, keep the cost model's `moe.tile` (on targets whose
 // lowering builds no kernel per bucket, `moe.tile` is the largest bucket's

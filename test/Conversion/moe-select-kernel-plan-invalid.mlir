@@ -1,0 +1,89 @@
+// RUN: moec-opt %s --moe-select-kernel=target=sm90a -split-input-file -verify-diagnostics
+// RUN: moec-opt %s -split-input-file --convert-moe-to-kernels=target=sm90a -verify-diagnostics
+
+// A hand-written sm90_wgmma plan is built as written or rejected with the
+// reason, by moe-select-kernel and by convert-moe-to-kernels: never
+// changed to one that fits.
+
+// 16 stages of 128 + 256 rows do not fit in 227 KiB.
+func.func @too_deep(%x: tensor<?x2048xbf16>, %w: tensor<8x512x2048xbf16>,
+                    %offsets: tensor<8xi32>) -> tensor<?x512xbf16> {
+  // expected-error @+1 {{'moe.grouped_matmul' op cannot follow its sm90_wgmma plan #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 16, band_m = 8, producers = 128, mma_registers = 216, producer_registers = 72>: 16 stages need 787824 bytes of shared memory per block, the target has 232448}}
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs,
+      moe.kernel = #moe.kernel<strategy = sm90_wgmma,
+          tile = <m = 128, n = 256, k = 64, threads = 384, producers = 128>,
+          plan = <block_m = 128, block_n = 256, block_k = 64, stages = 16,
+                  band_m = 8, producers = 128, mma_registers = 216,
+                  producer_registers = 72>>}
+      : tensor<?x2048xbf16>, tensor<8x512x2048xbf16>, tensor<8xi32>
+      -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}
+
+// -----
+
+// Only a row reduction splits its rows.
+func.func @split_forward(%x: tensor<?x2048xbf16>, %w: tensor<8x512x2048xbf16>,
+                         %offsets: tensor<8xi32>) -> tensor<?x512xbf16> {
+  // expected-error @+1 {{row_splits = 4 is not possible here (only a row reduction splits its rows, not into a [K, E, N] output, and into at most 1024 groups)}}
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs,
+      moe.kernel = #moe.kernel<strategy = sm90_wgmma,
+          tile = <m = 128, n = 256, k = 64, threads = 256>,
+          plan = <block_m = 128, block_n = 256, block_k = 64, stages = 4,
+                  band_m = 8, row_splits = 4>>}
+      : tensor<?x2048xbf16>, tensor<8x512x2048xbf16>, tensor<8xi32>
+      -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}
+
+// -----
+
+// Bulk stores are the weight gradient's.
+func.func @bulk_forward(%x: tensor<?x2048xbf16>, %w: tensor<8x512x2048xbf16>,
+                        %offsets: tensor<8xi32>) -> tensor<?x512xbf16> {
+  // expected-error @+1 {{bulk_stores needs the warp-specialized weight gradient writing a 16-bit output, not split}}
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs,
+      moe.kernel = #moe.kernel<strategy = sm90_wgmma,
+          tile = <m = 128, n = 256, k = 64, threads = 384, producers = 128>,
+          plan = <block_m = 128, block_n = 256, block_k = 64, stages = 4,
+                  band_m = 8, producers = 128, mma_registers = 216,
+                  producer_registers = 72, bulk_stores = true>>}
+      : tensor<?x2048xbf16>, tensor<8x512x2048xbf16>, tensor<8xi32>
+      -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}
+
+// -----
+
+// LoRA runs need a fused LoRA term.
+func.func @runs_without_lora(%x: tensor<?x2048xbf16>,
+                             %w: tensor<8x512x2048xbf16>,
+                             %offsets: tensor<8xi32>) -> tensor<?x512xbf16> {
+  // expected-error @+1 {{lora_run_tiles = 2 needs a fused LoRA term in the warp-specialized kernel without a cluster, and n-tiles it divides}}
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs,
+      moe.kernel = #moe.kernel<strategy = sm90_wgmma,
+          tile = <m = 128, n = 256, k = 64, threads = 384, producers = 128>,
+          plan = <block_m = 128, block_n = 256, block_k = 64, stages = 4,
+                  band_m = 8, producers = 128, mma_registers = 216,
+                  producer_registers = 72, lora_run_tiles = 2>>}
+      : tensor<?x2048xbf16>, tensor<8x512x2048xbf16>, tensor<8xi32>
+      -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}
+
+// -----
+
+// SwiGLU's gate and up halves need 128 columns or more per block.
+func.func @narrow_swiglu(%x: tensor<?x2048xbf16>, %w: tensor<8x512x2048xbf16>,
+                         %offsets: tensor<8xi32>) -> tensor<?x256xbf16> {
+  // expected-error @+1 {{'moe.grouped_matmul' op cannot follow its sm90_wgmma plan #moe.wgmma_plan<block_m = 128, block_n = 64, block_k = 64, stages = 4, band_m = 8>: the kernel has no such block, warp roles or cluster for the op's types, sizes and attributes on this target}}
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs,
+      activation = #moe.activation<swiglu>,
+      moe.kernel = #moe.kernel<strategy = sm90_wgmma,
+          tile = <m = 128, n = 256, k = 64, threads = 256>,
+          plan = <block_m = 128, block_n = 64, block_k = 64, stages = 4,
+                  band_m = 8>>}
+      : tensor<?x2048xbf16>, tensor<8x512x2048xbf16>, tensor<8xi32>
+      -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
+}
