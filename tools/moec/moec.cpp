@@ -62,17 +62,78 @@ using namespace mlir;
 
 namespace {
 
-int usage() {
-  llvm::errs()
-      << "usage:\n"
-         "  moec compile IN.mlir -o OUT.moecb [--target sm_90a,gfx942,host]"
-         " [--entry NAME,...] [--emit-asm DIR] [--tuning-cache CACHE.json]"
-         " [--sm-count N] [--print-plan]\n"
-         "  moec tune IN.mlir -o TUNE.moecb [--target sm_90a]\n"
-         "  moec inspect BUNDLE.moecb [--params] [--source]\n"
-         "  moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
-         "uniform|one-expert|half-experts] [--seed N] [--iters N]\n";
+/// One subcommand: how it is called, what it does, and the options it
+/// takes (another command's option is an error, not silently ignored).
+struct Command {
+  const char *name, *synopsis, *summary;
+  std::vector<std::pair<std::string, const char *>> options;
+};
+
+const std::vector<Command> &commands() {
+  static const std::vector<Command> list = {
+      {"compile",
+       "moec compile IN.mlir -o OUT.moecb [--target sm_90a,gfx942,host] "
+       "[--entry NAME,...] [--emit-asm DIR] [--tuning-cache CACHE.json] "
+       "[--sm-count N] [--print-plan]",
+       "Compiles every function of IN.mlir (moe dialect) for each target "
+       "into a bundle the runtime loads.",
+       {{"-o", "the bundle to write (optional with --print-plan)"},
+        {"--target", "comma-separated: sm_90a (wgmma kernels), other sm_NN "
+                     "(nvvm kernels from sm_89, generic ones below), "
+                     "gfx942, host (default host)"},
+        {"--entry", "compile only these functions (and those they call)"},
+        {"--emit-asm", "also write each target's PTX / AMDGPU assembly to "
+                       "DIR"},
+        {"--tuning-cache", "the autotuner's measured tiles (moec tune)"},
+        {"--sm-count", "SMs sm_90a's persistent kernels fill (default 132)"},
+        {"--print-plan", "print each op's kernel: strategy, tile and the "
+                         "sm_90a wgmma plan"}}},
+      {"tune", "moec tune IN.mlir -o TUNE.moecb [--target sm_90a]",
+       "Writes the autotuner's candidate kernels and their manifest "
+       "(TUNE.moecb.json) for `python3 -m moec.compiler.tune` on the GPU.",
+       {{"-o", "the candidates' bundle to write"},
+        {"--target", "the one target to tune for (default sm_90a)"}}},
+      {"inspect", "moec inspect BUNDLE.moecb [--params] [--source]",
+       "Lists a bundle's entries: buffers, symbols, launches, reference ops.",
+       {{"--params", "each launch's kernel parameters"},
+        {"--source", "each entry's MLIR after fusion"}}},
+      {"run",
+       "moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
+       "uniform|one-expert|half-experts] [--seed N] [--iters N]",
+       "Compiles one function for the host, runs it on random inputs, "
+       "checks every op against the float64 reference and prints timing.",
+       {{"--entry", "the function to run (needed when there are several)"},
+        {"--sym", "NAME=COUNT for a dynamic size, e.g. T=64"},
+        {"-T", "short for --sym T=COUNT"},
+        {"--routing", "uniform, one-expert or half-experts"},
+        {"--seed", "the random inputs' seed (default 1)"},
+        {"--iters", "timed runs (default 5)"}}}};
+  return list;
+}
+
+const Command *findCommand(llvm::StringRef name) {
+  for (const Command &command : commands())
+    if (name == command.name)
+      return &command;
+  return nullptr;
+}
+
+/// The synopsis of every command on `os`; 2, the exit code of a bad call.
+int usage(llvm::raw_ostream &os = llvm::errs()) {
+  os << "usage:\n";
+  for (const Command &command : commands())
+    os << "  " << command.synopsis << "\n";
+  os << "'moec COMMAND --help' describes a command.\n";
   return 2;
+}
+
+/// `moec COMMAND --help`.
+int commandHelp(const Command &command) {
+  llvm::outs() << "usage: " << command.synopsis << "\n\n"
+               << command.summary << "\n\noptions:\n";
+  for (auto &[option, help] : command.options)
+    llvm::outs() << llvm::formatv("  {0,-16} {1}\n", option, help);
+  return 0;
 }
 
 int fail(const llvm::Twine &message) {
@@ -106,6 +167,7 @@ struct Args {
   bool params = false; ///< inspect: list each launch's parameters
   /// compile: print each op's kernel choice (strategy, tile, wgmma plan)
   bool printPlan = false;
+  bool help = false; ///< -h / --help after the command
   std::vector<std::string> given; ///< the options on the command line
 };
 
@@ -121,6 +183,10 @@ bool parseArgs(int argc, char **argv, Args &args, std::string &error) {
       return true;
     };
     std::string v;
+    if (arg == "-h" || arg == "--help") {
+      args.help = true;
+      continue;
+    }
     if (!arg.empty() && arg[0] == '-')
       args.given.push_back(arg);
     if (arg == "-o") {
@@ -532,34 +598,30 @@ int main(int argc, char **argv) {
   Args args;
   std::string error;
   if (command == "-h" || command == "--help") {
-    usage();
+    usage(llvm::outs());
     return 0;
+  }
+  const Command *known = findCommand(command);
+  if (!known) {
+    llvm::errs() << "moec: error: unknown command '" << command << "'\n";
+    return usage();
   }
   if (!parseArgs(argc, argv, args, error))
     return fail(error);
-  // Each command's options; another command's option is an error, not
-  // silently ignored.
-  static const std::map<std::string, std::vector<std::string>> options = {
-      {"compile",
-       {"-o", "--target", "--entry", "--emit-asm", "--tuning-cache",
-        "--sm-count", "--print-plan"}},
-      {"tune", {"-o", "--target"}},
-      {"inspect", {"--params", "--source"}},
-      {"run", {"--entry", "--sym", "-T", "--routing", "--seed", "--iters"}}};
-  if (auto known = options.find(command); known != options.end())
-    for (const std::string &option : args.given)
-      if (!llvm::is_contained(known->second, option))
-        return fail("'" + command + "' takes no option '" + option +
-                    "' (its options: " + llvm::join(known->second, " ") +
-                    ")");
+  if (args.help)
+    return commandHelp(*known);
+  for (const std::string &option : args.given)
+    if (!llvm::any_of(known->options,
+                      [&](const auto &o) { return o.first == option; }))
+      return fail("'" + command + "' takes no option '" + option +
+                  "' (its options: " +
+                  llvm::join(llvm::make_first_range(known->options), " ") +
+                  ")");
   if (command == "compile")
     return compile(args);
   if (command == "tune")
     return tune(args);
   if (command == "inspect")
     return inspect(args);
-  if (command == "run")
-    return run(args);
-  llvm::errs() << "moec: error: unknown command '" << command << "'\n";
-  return usage();
+  return run(args);
 }
