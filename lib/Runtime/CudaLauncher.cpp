@@ -9,6 +9,7 @@
 #include "moec/Runtime/CudaLauncher.h"
 
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -22,6 +23,127 @@ namespace moec::rt {
 
 namespace {
 
+/// The driver's entry points, loaded from libcuda at the first use
+/// (dlopen): the runtime and the tools that link it start, print their help
+/// and report "no driver" on a machine without one, instead of failing to
+/// load. Members are named as in cuda.h, whose macros map some to their
+/// versioned symbols (cuMemAlloc is cuMemAlloc_v2), for the member and
+/// the symbol looked up alike.
+struct Driver {
+#define MOEC_DRIVER_FN(name) decltype(&::name) name = nullptr
+  MOEC_DRIVER_FN(cuCtxGetCurrent);
+  MOEC_DRIVER_FN(cuCtxGetDevice);
+  MOEC_DRIVER_FN(cuCtxPopCurrent);
+  MOEC_DRIVER_FN(cuCtxPushCurrent);
+  MOEC_DRIVER_FN(cuCtxSetCurrent);
+  MOEC_DRIVER_FN(cuCtxSynchronize);
+  MOEC_DRIVER_FN(cuDeviceGet);
+  MOEC_DRIVER_FN(cuDeviceGetAttribute);
+  MOEC_DRIVER_FN(cuDeviceGetMemPool);
+  MOEC_DRIVER_FN(cuDeviceGetName);
+  MOEC_DRIVER_FN(cuDevicePrimaryCtxRetain);
+  MOEC_DRIVER_FN(cuDeviceTotalMem);
+  MOEC_DRIVER_FN(cuEventCreate);
+  MOEC_DRIVER_FN(cuEventDestroy);
+  MOEC_DRIVER_FN(cuEventElapsedTime);
+  MOEC_DRIVER_FN(cuEventRecord);
+  MOEC_DRIVER_FN(cuEventSynchronize);
+  MOEC_DRIVER_FN(cuFuncSetAttribute);
+  MOEC_DRIVER_FN(cuGetErrorName);
+  MOEC_DRIVER_FN(cuGetErrorString);
+  MOEC_DRIVER_FN(cuInit);
+  MOEC_DRIVER_FN(cuLaunchKernel);
+  MOEC_DRIVER_FN(cuLaunchKernelEx);
+  MOEC_DRIVER_FN(cuMemAlloc);
+  MOEC_DRIVER_FN(cuMemAllocAsync);
+  MOEC_DRIVER_FN(cuMemFree);
+  MOEC_DRIVER_FN(cuMemFreeAsync);
+  MOEC_DRIVER_FN(cuMemPoolSetAttribute);
+  MOEC_DRIVER_FN(cuMemcpyDtoH);
+  MOEC_DRIVER_FN(cuMemcpyHtoD);
+  MOEC_DRIVER_FN(cuMemsetD8Async);
+  MOEC_DRIVER_FN(cuModuleGetFunction);
+  MOEC_DRIVER_FN(cuModuleLoadDataEx);
+  MOEC_DRIVER_FN(cuModuleUnload);
+  MOEC_DRIVER_FN(cuOccupancyMaxActiveClusters);
+  MOEC_DRIVER_FN(cuStreamIsCapturing);
+  MOEC_DRIVER_FN(cuStreamSynchronize);
+  MOEC_DRIVER_FN(cuTensorMapEncodeTiled);
+#undef MOEC_DRIVER_FN
+  /// Empty when loaded, else why not.
+  std::string error;
+};
+
+#define MOEC_STRINGIFY(x) #x
+#define MOEC_SYMBOL_NAME(x) MOEC_STRINGIFY(x)
+
+Driver loadDriver() {
+  Driver d;
+  void *lib = nullptr;
+  for (const char *file : {"libcuda.so.1", "libcuda.so"})
+    if ((lib = dlopen(file, RTLD_NOW | RTLD_LOCAL)))
+      break;
+  if (!lib) {
+    const char *why = dlerror();
+    d.error = std::string("cannot load the CUDA driver (libcuda.so.1): ") +
+              (why ? why : "not found") +
+              "; install the NVIDIA driver, or run where a GPU is";
+    return d;
+  }
+#define MOEC_DRIVER_FN(name)                                                   \
+  if (!(d.name = reinterpret_cast<decltype(d.name)>(                          \
+            dlsym(lib, MOEC_SYMBOL_NAME(name))))) {                            \
+    d.error = std::string("the CUDA driver (libcuda) has no ") +              \
+              MOEC_SYMBOL_NAME(name) + ": update the NVIDIA driver";           \
+  }
+  MOEC_DRIVER_FN(cuCtxGetCurrent)
+  MOEC_DRIVER_FN(cuCtxGetDevice)
+  MOEC_DRIVER_FN(cuCtxPopCurrent)
+  MOEC_DRIVER_FN(cuCtxPushCurrent)
+  MOEC_DRIVER_FN(cuCtxSetCurrent)
+  MOEC_DRIVER_FN(cuCtxSynchronize)
+  MOEC_DRIVER_FN(cuDeviceGet)
+  MOEC_DRIVER_FN(cuDeviceGetAttribute)
+  MOEC_DRIVER_FN(cuDeviceGetMemPool)
+  MOEC_DRIVER_FN(cuDeviceGetName)
+  MOEC_DRIVER_FN(cuDevicePrimaryCtxRetain)
+  MOEC_DRIVER_FN(cuDeviceTotalMem)
+  MOEC_DRIVER_FN(cuEventCreate)
+  MOEC_DRIVER_FN(cuEventDestroy)
+  MOEC_DRIVER_FN(cuEventElapsedTime)
+  MOEC_DRIVER_FN(cuEventRecord)
+  MOEC_DRIVER_FN(cuEventSynchronize)
+  MOEC_DRIVER_FN(cuFuncSetAttribute)
+  MOEC_DRIVER_FN(cuGetErrorName)
+  MOEC_DRIVER_FN(cuGetErrorString)
+  MOEC_DRIVER_FN(cuInit)
+  MOEC_DRIVER_FN(cuLaunchKernel)
+  MOEC_DRIVER_FN(cuLaunchKernelEx)
+  MOEC_DRIVER_FN(cuMemAlloc)
+  MOEC_DRIVER_FN(cuMemAllocAsync)
+  MOEC_DRIVER_FN(cuMemFree)
+  MOEC_DRIVER_FN(cuMemFreeAsync)
+  MOEC_DRIVER_FN(cuMemPoolSetAttribute)
+  MOEC_DRIVER_FN(cuMemcpyDtoH)
+  MOEC_DRIVER_FN(cuMemcpyHtoD)
+  MOEC_DRIVER_FN(cuMemsetD8Async)
+  MOEC_DRIVER_FN(cuModuleGetFunction)
+  MOEC_DRIVER_FN(cuModuleLoadDataEx)
+  MOEC_DRIVER_FN(cuModuleUnload)
+  MOEC_DRIVER_FN(cuOccupancyMaxActiveClusters)
+  MOEC_DRIVER_FN(cuStreamIsCapturing)
+  MOEC_DRIVER_FN(cuStreamSynchronize)
+  MOEC_DRIVER_FN(cuTensorMapEncodeTiled)
+#undef MOEC_DRIVER_FN
+  return d;
+}
+
+/// The driver, loaded once; check `error` (ensureContext does) before a call.
+const Driver &driver() {
+  static const Driver loaded = loadDriver();
+  return loaded;
+}
+
 /// "cuLaunchKernel (kernel 'foo'): CUDA_ERROR_INVALID_VALUE: invalid
 /// argument".
 Status cuStatus(CUresult result, const std::string &call) {
@@ -29,9 +151,9 @@ Status cuStatus(CUresult result, const std::string &call) {
     return Status::ok();
   const char *name = nullptr;
   const char *text = nullptr;
-  if (cuGetErrorName(result, &name) != CUDA_SUCCESS || !name)
+  if (driver().cuGetErrorName(result, &name) != CUDA_SUCCESS || !name)
     name = nullptr;
-  if (cuGetErrorString(result, &text) != CUDA_SUCCESS || !text)
+  if (driver().cuGetErrorString(result, &text) != CUDA_SUCCESS || !text)
     text = nullptr;
   std::string message = call + ": ";
   if (name)
@@ -72,25 +194,27 @@ CUcontext gPrimary = nullptr; // retained for the life of the process
 Status ensureContext(CUcontext *current = nullptr) {
   {
     std::lock_guard<std::mutex> lock(gMutex);
-    if (!gInitDone) {
-      gInitResult = cuInit(0);
+    if (!gInitDone && driver().error.empty()) {
+      gInitResult = driver().cuInit(0);
       gInitDone = true;
     }
   }
+  if (!driver().error.empty())
+    return Status(ErrorCode::DeviceError, driver().error);
   MOEC_CU(gInitResult, "cuInit");
   CUcontext ctx = nullptr;
-  MOEC_CU(cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  MOEC_CU(driver().cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   if (!ctx) {
     // No context on this thread (a plain C++ runner): use the primary
     // context of device 0, which PyTorch and cudart share.
     std::lock_guard<std::mutex> lock(gMutex);
     if (!gPrimary) {
       CUdevice device;
-      MOEC_CU(cuDeviceGet(&device, 0), "cuDeviceGet(0)");
-      MOEC_CU(cuDevicePrimaryCtxRetain(&gPrimary, device),
+      MOEC_CU(driver().cuDeviceGet(&device, 0), "driver().cuDeviceGet(0)");
+      MOEC_CU(driver().cuDevicePrimaryCtxRetain(&gPrimary, device),
               "cuDevicePrimaryCtxRetain");
     }
-    MOEC_CU(cuCtxSetCurrent(gPrimary), "cuCtxSetCurrent");
+    MOEC_CU(driver().cuCtxSetCurrent(gPrimary), "cuCtxSetCurrent");
     ctx = gPrimary;
   }
   if (current)
@@ -131,28 +255,28 @@ Status streamOrderedAllocation(CUstream stream, bool &supported) {
   static std::mutex mutex;
   static std::map<CUdevice, bool> configured; // device -> pools supported
   CUdevice device;
-  MOEC_CU(cuCtxGetDevice(&device), "cuCtxGetDevice");
+  MOEC_CU(driver().cuCtxGetDevice(&device), "cuCtxGetDevice");
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = configured.find(device); it != configured.end()) {
     supported = it->second;
     return Status::ok();
   }
   int pools = 0;
-  MOEC_CU(cuDeviceGetAttribute(
+  MOEC_CU(driver().cuDeviceGetAttribute(
               &pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device),
-          "cuDeviceGetAttribute(memory pools supported)");
+          "driver().cuDeviceGetAttribute(memory pools supported)");
   supported = pools != 0;
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  MOEC_CU(cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+  MOEC_CU(driver().cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
   if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return Status::ok(); // configured by the first call outside a capture
   if (supported) {
     CUmemoryPool pool;
     cuuint64_t keep = ~cuuint64_t(0);
-    MOEC_CU(cuDeviceGetMemPool(&pool, device), "cuDeviceGetMemPool");
+    MOEC_CU(driver().cuDeviceGetMemPool(&pool, device), "cuDeviceGetMemPool");
     MOEC_CU(
-        cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
-        "cuMemPoolSetAttribute(release threshold)");
+        driver().cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
+        "driver().cuMemPoolSetAttribute(release threshold)");
   }
   configured[device] = supported;
   return Status::ok();
@@ -218,7 +342,7 @@ Status CudaLauncher::Impl::load(const Entry &entry, CUcontext ctx, Module &m) {
   CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
                             CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
   void *values[] = {log, reinterpret_cast<void *>(uintptr_t(sizeof(log)))};
-  CUresult r = cuModuleLoadDataEx(&m.module, data, 2, options, values);
+  CUresult r = driver().cuModuleLoadDataEx(&m.module, data, 2, options, values);
   if (r != CUDA_SUCCESS) {
     Status s = cuStatus(r, what);
     log[sizeof(log) - 1] = 0;
@@ -236,7 +360,7 @@ Status CudaLauncher::Impl::function(Module &m, const LaunchStep &step,
   if (it != m.functions.end()) {
     f = it->second;
   } else {
-    CUresult r = cuModuleGetFunction(&f, m.module, step.kernel.c_str());
+    CUresult r = driver().cuModuleGetFunction(&f, m.module, step.kernel.c_str());
     if (r == CUDA_ERROR_NOT_FOUND)
       return Status(ErrorCode::NotFound,
                     "kernel '" + step.kernel + "' is not in the binary");
@@ -249,9 +373,9 @@ Status CudaLauncher::Impl::function(Module &m, const LaunchStep &step,
     uint32_t &limit = m.sharedLimit[f];
     if (step.dynamicSharedBytes > limit) {
       MOEC_CU(
-          cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+          driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                              static_cast<int>(step.dynamicSharedBytes)),
-          kernelContext("cuFuncSetAttribute(max dynamic shared " +
+          kernelContext("driver().cuFuncSetAttribute(max dynamic shared " +
                             std::to_string(step.dynamicSharedBytes) + ")",
                         step.kernel));
       limit = step.dynamicSharedBytes;
@@ -270,11 +394,11 @@ CudaLauncher::~CudaLauncher() {
     Impl::Module &m = item.second;
     if (!m.module)
       continue;
-    if (cuCtxPushCurrent(m.ctx) != CUDA_SUCCESS)
+    if (driver().cuCtxPushCurrent(m.ctx) != CUDA_SUCCESS)
       continue;
-    (void)cuModuleUnload(m.module);
+    (void)driver().cuModuleUnload(m.module);
     CUcontext popped;
-    (void)cuCtxPopCurrent(&popped);
+    (void)driver().cuCtxPopCurrent(&popped);
   }
 }
 
@@ -324,7 +448,7 @@ Status CudaLauncher::launch(const Entry &entry, const LaunchStep &step,
     return s;
   if (step.clusterBlocks > 1)
     return launchClusters(step, f, gridBlocks, params);
-  MOEC_CU(cuLaunchKernel(f, static_cast<unsigned>(gridBlocks), 1, 1,
+  MOEC_CU(driver().cuLaunchKernel(f, static_cast<unsigned>(gridBlocks), 1, 1,
                          step.blockSize, 1, 1, step.dynamicSharedBytes,
                          impl_->stream, params, nullptr),
           kernelContext("cuLaunchKernel", step.kernel) + " grid " +
@@ -367,7 +491,7 @@ Status CudaLauncher::launchClusters(const LaunchStep &step, void *function,
   auto known = impl_->last->maxClusters.find(f);
   if (known == impl_->last->maxClusters.end()) {
     int fit = 0;
-    MOEC_CU(cuOccupancyMaxActiveClusters(&fit, f, &config),
+    MOEC_CU(driver().cuOccupancyMaxActiveClusters(&fit, f, &config),
             kernelContext("cuOccupancyMaxActiveClusters", step.kernel) +
                 shape);
     if (fit < 1)
@@ -379,7 +503,7 @@ Status CudaLauncher::launchClusters(const LaunchStep &step, void *function,
   uint64_t clusters = gridBlocks / cluster;
   if (clusters > static_cast<uint64_t>(known->second))
     config.gridDimX = static_cast<unsigned>(known->second) * cluster;
-  MOEC_CU(cuLaunchKernelEx(&config, f, params, nullptr),
+  MOEC_CU(driver().cuLaunchKernelEx(&config, f, params, nullptr),
           kernelContext("cuLaunchKernelEx", step.kernel) + shape);
   return Status::ok();
 }
@@ -417,7 +541,7 @@ Status CudaLauncher::encodeTensorMap(void *address, ElemType elem,
   }
   if (Status s = ensureContext(); !s)
     return s;
-  MOEC_CU(cuTensorMapEncodeTiled(
+  MOEC_CU(driver().cuTensorMapEncodeTiled(
               static_cast<CUtensorMap *>(map),
               elem == ElemType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -442,11 +566,11 @@ Status CudaLauncher::allocate(size_t bytes, void **ptr) {
     impl_->asyncAlloc = pools;
   }
   CUdeviceptr p = 0;
-  std::string what = "cuMemAlloc(" + std::to_string(bytes) + " bytes)";
+  std::string what = "driver().cuMemAlloc(" + std::to_string(bytes) + " bytes)";
   if (impl_->asyncAlloc)
-    MOEC_CU(cuMemAllocAsync(&p, bytes, impl_->stream), what);
+    MOEC_CU(driver().cuMemAllocAsync(&p, bytes, impl_->stream), what);
   else
-    MOEC_CU(cuMemAlloc(&p, bytes), what);
+    MOEC_CU(driver().cuMemAlloc(&p, bytes), what);
   *ptr = fromDevice(p);
   return Status::ok();
 }
@@ -456,15 +580,15 @@ void CudaLauncher::release(void *ptr) {
     return;
   // Stream-ordered: freed once the kernels queued before it are done.
   if (impl_->asyncAlloc > 0)
-    (void)cuMemFreeAsync(toDevice(ptr), impl_->stream);
+    (void)driver().cuMemFreeAsync(toDevice(ptr), impl_->stream);
   else
-    (void)cuMemFree(toDevice(ptr));
+    (void)driver().cuMemFree(toDevice(ptr));
 }
 
 Status CudaLauncher::synchronize() {
   if (Status s = ensureContext(); !s)
     return s;
-  MOEC_CU(cuStreamSynchronize(impl_->stream), "cuStreamSynchronize");
+  MOEC_CU(driver().cuStreamSynchronize(impl_->stream), "cuStreamSynchronize");
   return Status::ok();
 }
 
@@ -478,13 +602,13 @@ Status cudaDeviceInfo(CudaDeviceInfo &info) {
   if (Status s = ensureContext(); !s)
     return s;
   CUdevice device;
-  MOEC_CU(cuCtxGetDevice(&device), "cuCtxGetDevice");
+  MOEC_CU(driver().cuCtxGetDevice(&device), "cuCtxGetDevice");
   char name[256] = {0};
-  MOEC_CU(cuDeviceGetName(name, sizeof(name) - 1, device), "cuDeviceGetName");
+  MOEC_CU(driver().cuDeviceGetName(name, sizeof(name) - 1, device), "cuDeviceGetName");
   info.name = name;
   auto attr = [&](CUdevice_attribute a, int &v, const char *what) {
-    return cuStatus(cuDeviceGetAttribute(&v, a, device),
-                    std::string("cuDeviceGetAttribute(") + what + ")");
+    return cuStatus(driver().cuDeviceGetAttribute(&v, a, device),
+                    std::string("driver().cuDeviceGetAttribute(") + what + ")");
   };
   int l2 = 0;
   if (Status s = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, info.major,
@@ -504,7 +628,7 @@ Status cudaDeviceInfo(CudaDeviceInfo &info) {
     return s;
   info.l2CacheBytes = static_cast<size_t>(l2);
   size_t total = 0;
-  MOEC_CU(cuDeviceTotalMem(&total, device), "cuDeviceTotalMem");
+  MOEC_CU(driver().cuDeviceTotalMem(&total, device), "cuDeviceTotalMem");
   info.totalMemory = total;
   return Status::ok();
 }
@@ -516,8 +640,8 @@ Status cudaAlloc(size_t bytes, void **ptr) {
   if (Status s = ensureContext(); !s)
     return s;
   CUdeviceptr p = 0;
-  MOEC_CU(cuMemAlloc(&p, bytes),
-          "cuMemAlloc(" + std::to_string(bytes) + " bytes)");
+  MOEC_CU(driver().cuMemAlloc(&p, bytes),
+          "driver().cuMemAlloc(" + std::to_string(bytes) + " bytes)");
   *ptr = fromDevice(p);
   return Status::ok();
 }
@@ -527,7 +651,7 @@ Status cudaFree(void *ptr) {
     return Status::ok();
   if (Status s = ensureContext(); !s)
     return s;
-  MOEC_CU(cuMemFree(toDevice(ptr)), "cuMemFree");
+  MOEC_CU(driver().cuMemFree(toDevice(ptr)), "cuMemFree");
   return Status::ok();
 }
 
@@ -536,9 +660,9 @@ Status cudaCopyToDevice(void *dst, const void *src, size_t bytes) {
     return Status::ok();
   if (Status s = ensureContext(); !s)
     return s;
-  MOEC_CU(cuCtxSynchronize(), "cuCtxSynchronize");
-  MOEC_CU(cuMemcpyHtoD(toDevice(dst), src, bytes),
-          "cuMemcpyHtoD(" + std::to_string(bytes) + " bytes)");
+  MOEC_CU(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  MOEC_CU(driver().cuMemcpyHtoD(toDevice(dst), src, bytes),
+          "driver().cuMemcpyHtoD(" + std::to_string(bytes) + " bytes)");
   return Status::ok();
 }
 
@@ -547,16 +671,16 @@ Status cudaCopyToHost(void *dst, const void *src, size_t bytes) {
     return Status::ok();
   if (Status s = ensureContext(); !s)
     return s;
-  MOEC_CU(cuCtxSynchronize(), "cuCtxSynchronize");
-  MOEC_CU(cuMemcpyDtoH(dst, toDevice(src), bytes),
-          "cuMemcpyDtoH(" + std::to_string(bytes) + " bytes)");
+  MOEC_CU(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  MOEC_CU(driver().cuMemcpyDtoH(dst, toDevice(src), bytes),
+          "driver().cuMemcpyDtoH(" + std::to_string(bytes) + " bytes)");
   return Status::ok();
 }
 
 Status cudaSynchronize() {
   if (Status s = ensureContext(); !s)
     return s;
-  MOEC_CU(cuCtxSynchronize(), "cuCtxSynchronize");
+  MOEC_CU(driver().cuCtxSynchronize(), "cuCtxSynchronize");
   return Status::ok();
 }
 
@@ -568,11 +692,11 @@ struct TimingResources {
   CUdeviceptr flush = 0;
   ~TimingResources() {
     if (flush) {
-      (void)cuCtxSynchronize();
-      (void)cuMemFree(flush);
+      (void)driver().cuCtxSynchronize();
+      (void)driver().cuMemFree(flush);
     }
     for (CUevent e : events)
-      (void)cuEventDestroy(e);
+      (void)driver().cuEventDestroy(e);
   }
 };
 
@@ -596,30 +720,30 @@ Status cudaTimeLaunches(void *stream, const std::function<Status()> &fn,
     if (Status st = cudaDeviceInfo(info); !st)
       return st;
     flushBytes = std::max<size_t>(2 * info.l2CacheBytes, 1 << 20);
-    MOEC_CU(cuMemAlloc(&res.flush, flushBytes), "cuMemAlloc(L2 flush buffer)");
+    MOEC_CU(driver().cuMemAlloc(&res.flush, flushBytes), "driver().cuMemAlloc(L2 flush buffer)");
   }
   res.events.resize(2 * static_cast<size_t>(iters), nullptr);
   for (CUevent &e : res.events)
-    MOEC_CU(cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+    MOEC_CU(driver().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
 
   for (int i = 0; i < warmup; ++i)
     if (Status st = fn(); !st)
       return st;
   for (int i = 0; i < iters; ++i) {
     if (flushL2)
-      MOEC_CU(cuMemsetD8Async(res.flush, static_cast<unsigned char>(i),
+      MOEC_CU(driver().cuMemsetD8Async(res.flush, static_cast<unsigned char>(i),
                               flushBytes, s),
-              "cuMemsetD8Async(L2 flush buffer)");
-    MOEC_CU(cuEventRecord(res.events[2 * i], s), "cuEventRecord");
+              "driver().cuMemsetD8Async(L2 flush buffer)");
+    MOEC_CU(driver().cuEventRecord(res.events[2 * i], s), "cuEventRecord");
     if (Status st = fn(); !st)
       return st;
-    MOEC_CU(cuEventRecord(res.events[2 * i + 1], s), "cuEventRecord");
+    MOEC_CU(driver().cuEventRecord(res.events[2 * i + 1], s), "cuEventRecord");
   }
-  MOEC_CU(cuEventSynchronize(res.events.back()), "cuEventSynchronize");
+  MOEC_CU(driver().cuEventSynchronize(res.events.back()), "cuEventSynchronize");
   msPerIter.resize(static_cast<size_t>(iters));
   for (int i = 0; i < iters; ++i) {
     float ms = 0;
-    MOEC_CU(cuEventElapsedTime(&ms, res.events[2 * i], res.events[2 * i + 1]),
+    MOEC_CU(driver().cuEventElapsedTime(&ms, res.events[2 * i], res.events[2 * i + 1]),
             "cuEventElapsedTime");
     msPerIter[i] = ms;
   }

@@ -1,7 +1,8 @@
 """The native modules, imported on first use with a clear error when absent.
 
-_runtime (bundles) builds everywhere; _cuda needs the CUDA driver
-(libcuda.so.1) at import; _compiler needs the full (MLIR) build.
+_runtime (bundles) builds everywhere; _cuda where the CUDA toolkit is (it
+loads the driver, libcuda.so.1, on first use: has_cuda() says whether one
+answers); _compiler needs the full (MLIR) build.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def runtime():
 
 def cuda():
     return _load("_cuda", "CUDA is unavailable: moec._cuda did not import "
-                 "(it needs the CUDA driver, libcuda.so.1, and a build with "
-                 "the CUDA toolkit)")
+                 "(it is built only where the CUDA toolkit is found; the "
+                 "driver, libcuda.so.1, is loaded when it is first used)")
 
 
 def compiler():
