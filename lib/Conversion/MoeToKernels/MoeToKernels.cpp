@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "KernelPattern.h"
+#include "RefOps.h"
 
 #include "moec/Conversion/LaunchABI.h"
 #include "moec/Conversion/Passes.h"
@@ -25,7 +26,6 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
-#include <cstdio>
 
 namespace moec {
 #define GEN_PASS_DEF_CONVERTMOETOKERNELS
@@ -37,90 +37,6 @@ using namespace moec;
 using namespace moec::kernels;
 
 namespace {
-
-/// Textual form of an attribute for the reference op list: integers in
-/// decimal, floats with 17 digits, unit/bool as true/false, enums by keyword.
-std::string attrText(Attribute attr) {
-  if (auto b = dyn_cast<BoolAttr>(attr))
-    return b.getValue() ? "true" : "false";
-  if (auto i = dyn_cast<IntegerAttr>(attr)) {
-    if (i.getType().isInteger(1))
-      return i.getValue().isZero() ? "false" : "true";
-    return std::to_string(i.getValue().getSExtValue());
-  }
-  if (auto f = dyn_cast<FloatAttr>(attr)) {
-    char text[64];
-    std::snprintf(text, sizeof(text), "%.17g", f.getValueAsDouble());
-    return text;
-  }
-  if (isa<UnitAttr>(attr))
-    return "true";
-  // Enum attributes print as #moe.name<keyword>.
-  std::string printed;
-  llvm::raw_string_ostream os(printed);
-  attr.print(os);
-  size_t open = printed.find('<'), close = printed.rfind('>');
-  if (open != std::string::npos && close != std::string::npos && close > open)
-    return printed.substr(open + 1, close - open - 1);
-  return printed;
-}
-
-/// The buffer index of each ODS operand or result group (-1 for an absent
-/// optional one), from the op's segment sizes where it has them.
-template <typename IndexOf>
-SmallVector<int32_t> groupIndices(Operation *op, ValueRange values,
-                                  StringRef segmentsAttr, IndexOf index) {
-  SmallVector<int32_t> indices;
-  auto segments = op->getAttrOfType<DenseI32ArrayAttr>(segmentsAttr);
-  if (!segments) {
-    for (Value value : values)
-      indices.push_back(index(value));
-    return indices;
-  }
-  unsigned next = 0;
-  for (int32_t length : segments.asArrayRef()) {
-    indices.push_back(length ? index(values[next]) : -1);
-    next += length;
-  }
-  return indices;
-}
-
-/// `values` comma-separated, as the bundle's reference ops take lists.
-std::string integerList(ArrayRef<int64_t> values) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  llvm::interleave(values, os, ",");
-  return text;
-}
-
-/// The ODS operand groups (null for an absent optional one) of ops whose
-/// groups the operands alone do not tell: a matmul's A and B (its
-/// accumulator is the zero fill), a pad's or slice's source (their static
-/// bounds are attributes), and moe ops with one optional operand,
-/// which have no segment sizes (ODS wants two variadic operands for
-/// AttrSizedOperandSegments).
-std::optional<SmallVector<Value>> unsegmentedOperands(Operation *op) {
-  using Operands = std::optional<SmallVector<Value>>;
-  return llvm::TypeSwitch<Operation *, Operands>(op)
-      .Case<linalg::MatmulOp, linalg::AddOp>([](auto linalgOp) {
-        return SmallVector<Value>(linalgOp.getInputs());
-      })
-      .Case([](linalg::TransposeOp transpose) {
-        return SmallVector<Value>{transpose.getInput()};
-      })
-      .Case([](linalg::FillOp) { return SmallVector<Value>{}; })
-      .Case<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(
-          [](auto reshape) { return SmallVector<Value>{reshape.getSrc()}; })
-      .Case<tensor::PadOp, tensor::ExtractSliceOp>(
-          [](auto copy) { return SmallVector<Value>{copy.getSource()}; })
-      .Case([](moe::RouterTopKOp topk) {
-        return SmallVector<Value>{topk.getLogits(), topk.getSelectionBias()};
-      })
-      .Case([](moe::QuantizeOp quantize) {
-        return SmallVector<Value>{quantize.getInput(), quantize.getOffsets()};
-      })
-      .Default([](Operation *) { return std::nullopt; });
-}
 
 class FuncLowering : public LoweringContext {
 public:
@@ -160,8 +76,9 @@ private:
   bool lowerReshapeAsView(Operation *reshape);
   void planOutputViews();
   LogicalResult lowerOneOp(Operation *op);
-  void recordRefOp(Operation *op, StringRef name,
-                   ArrayRef<std::pair<StringRef, std::string>> extraAttrs);
+  LogicalResult
+  recordRefOp(Operation *op,
+              ArrayRef<std::pair<StringRef, std::string>> extraAttrs);
 
   ModuleOp module;
   func::FuncOp oldFunc, newFunc;
@@ -441,42 +358,17 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
   return success();
 }
 
-void FuncLowering::recordRefOp(
-    Operation *op, StringRef name,
-    ArrayRef<std::pair<StringRef, std::string>> extraAttrs) {
-  auto index = [&](Value tensor) -> int32_t {
-    if (!tensor)
-      return -1;
-    Value buffer = bufferOf.lookup(tensor);
-    return buffer ? bufferIndex.lookup(buffer) : -1;
-  };
-  SmallVector<int32_t> operands;
-  if (std::optional<SmallVector<Value>> groups = unsegmentedOperands(op))
-    operands = llvm::map_to_vector(*groups, index);
-  else
-    operands =
-        groupIndices(op, op->getOperands(), "operandSegmentSizes", index);
-  SmallVector<int32_t> results =
-      groupIndices(op, op->getResults(), "resultSegmentSizes", index);
-
-  SmallVector<NamedAttribute> semantics;
-  for (NamedAttribute attr : op->getAttrs()) {
-    StringRef attrName = attr.getName().getValue();
-    // Lowering choices are not semantics: the reference ignores them.
-    if (attrName == "operandSegmentSizes" || attrName == "resultSegmentSizes" ||
-        attrName == moe::kTileAttrName || attrName == moe::kKernelAttrName ||
-        !name.starts_with("moe."))
-      continue;
-    semantics.push_back(hostBuilder.getNamedAttr(
-        attrName, hostBuilder.getStringAttr(attrText(attr.getValue()))));
-  }
-  for (auto [attrName, text] : extraAttrs)
-    semantics.push_back(
-        hostBuilder.getNamedAttr(attrName, hostBuilder.getStringAttr(text)));
-  refOps.push_back(moe::RefOpAttr::get(
-      hostBuilder.getContext(), name, hostBuilder.getDictionaryAttr(semantics),
-      hostBuilder.getDenseI32ArrayAttr(operands),
-      hostBuilder.getDenseI32ArrayAttr(results)));
+LogicalResult FuncLowering::recordRefOp(
+    Operation *op, ArrayRef<std::pair<StringRef, std::string>> extraAttrs) {
+  FailureOr<moe::RefOpAttr> refOp =
+      buildRefOp(op, [&](Value tensor) -> int32_t {
+        Value buffer = bufferOf.lookup(tensor);
+        return buffer ? bufferIndex.lookup(buffer) : -1;
+      }, extraAttrs);
+  if (failed(refOp))
+    return failure();
+  refOps.push_back(*refOp);
+  return success();
 }
 
 LogicalResult FuncLowering::lowerOneOp(Operation *op) {
@@ -511,7 +403,6 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     return success();
   }
 
-  std::string refName = op->getName().getStringRef().str();
   SmallVector<std::pair<StringRef, std::string>> extraAttrs;
   if (auto matmul = dyn_cast<linalg::MatmulOp>(op)) {
     if (!zeroFilled.contains(matmul.getOutputs()[0]))
@@ -543,10 +434,8 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
                              "static reshapes lower)");
     // A view of the same bytes where it can be one; a copy kernel into a
     // buffer of the new shape otherwise.
-    if (lowerReshapeAsView(op)) {
-      recordRefOp(op, refName, extraAttrs);
-      return success();
-    }
+    if (lowerReshapeAsView(op))
+      return recordRefOp(op, extraAttrs);
   } else if (auto transpose = dyn_cast<linalg::TransposeOp>(op)) {
     if (transpose.getPermutation().empty())
       return op->emitOpError("of a rank-0 tensor is not supported (nothing "
@@ -617,8 +506,7 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
   auto [pattern, tile] = *kernel;
   if (failed(pattern->lower(op, tile, buffer, *this)))
     return failure();
-  recordRefOp(op, refName, extraAttrs);
-  return success();
+  return recordRefOp(op, extraAttrs);
 }
 
 LogicalResult FuncLowering::run() {
