@@ -269,15 +269,19 @@ rt::Status checkEntry(const rt::Entry &entry,
     // Router ids may legitimately differ at near-ties (f32 vs float64).
     std::string tieNote;
     if (failure.empty() && op.name == "moe.router_topk") {
-      int32_t weights = resultAt(op, 0), ids = resultAt(op, 1);
-      if (weights >= 0 && ids >= 0 && results.size() >= 2 && results[0] &&
-          results[1]) {
+      const std::optional<size_t> weightsSlot = resultSlot(op, "weights"),
+                                  idsSlot = resultSlot(op, "ids"),
+                                  logits = operandSlot(op, "logits"),
+                                  bias = operandSlot(op, "selection_bias");
+      const int32_t ids = resultNamed(op, "ids");
+      if (weightsSlot && idsSlot && logits && resultNamed(op, "weights") >= 0 &&
+          ids >= 0 && results[*weightsSlot] && results[*idsSlot] &&
+          in.operands[*logits]) {
         try {
           int64_t excused = excuseRouterTies(
-              op, *in.operands[0], in.operands.size() > 1 ? in.operands[1]
-                                                          : nullptr,
-              actualOf(ids), options.routerTieTolerance, *results[0],
-              *results[1]);
+              op, *in.operands[*logits], bias ? in.operands[*bias] : nullptr,
+              actualOf(ids), options.routerTieTolerance,
+              *results[*weightsSlot], *results[*idsSlot]);
           if (excused)
             tieNote = std::to_string(excused) +
                       " token(s) with near-tied experts checked with the "

@@ -2,8 +2,11 @@
 //
 // Part of moec. Reading the textual attributes and the operand lists of
 // Entry::refOps, following the compiler's conventions: attributes as text
-// (decimal integers, %.17g floats, "true"/"false", enum keywords), absent
-// attributes take their ODS default, absent optional operands are -1.
+// (decimal integers, %.17g floats, "true"/"false", enum keywords), every
+// one recorded (ODS defaults included, an absent unit attribute "false"),
+// except an absent optional attribute; operands and results by ODS name,
+// an absent optional one -1. Nothing of ODS is restated here: a missing
+// attribute or operand is an error naming it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,22 +33,18 @@ struct UnsupportedError : std::runtime_error {
 /// The attribute's text, or nullptr when absent.
 const std::string *findAttr(const rt::RefOp &op, const std::string &name);
 
-/// Typed attribute readers: the default when absent, std::invalid_argument
-/// naming the attribute when the text does not parse.
-int64_t intAttr(const rt::RefOp &op, const std::string &name,
-                int64_t defaultValue);
-/// A required integer attribute.
-int64_t requiredIntAttr(const rt::RefOp &op, const std::string &name);
-double floatAttr(const rt::RefOp &op, const std::string &name,
-                 double defaultValue);
-/// Unit attributes: present without text, "true" or "1" is true.
+/// Typed attribute readers: std::invalid_argument naming the attribute when
+/// it is absent ("<op> lacks its attribute '<name>'") or its text does not
+/// parse.
+int64_t intAttr(const rt::RefOp &op, const std::string &name);
+/// An OptionalAttr: nullopt when absent.
+std::optional<int64_t> optionalIntAttr(const rt::RefOp &op,
+                                       const std::string &name);
+double floatAttr(const rt::RefOp &op, const std::string &name);
+/// Unit and bool attributes: "true" or "false".
 bool boolAttr(const rt::RefOp &op, const std::string &name);
-std::string enumAttr(const rt::RefOp &op, const std::string &name,
-                     const std::string &defaultValue);
-
-/// moe.sort_by_expert's expert count: `num_experts` (the ODS name) or
-/// `experts` (its assembly keyword).
-int64_t sortExperts(const rt::RefOp &op);
+/// An enum attribute's keyword.
+const std::string &enumAttr(const rt::RefOp &op, const std::string &name);
 
 /// "[8, 128]".
 inline std::string shapeString(const std::vector<int64_t> &shape) {
@@ -61,6 +60,27 @@ inline int32_t operandAt(const rt::RefOp &op, size_t i) {
 }
 inline int32_t resultAt(const rt::RefOp &op, size_t i) {
   return i < op.results.size() ? op.results[i] : -1;
+}
+
+/// The position of the operand group / result named `name` in the record,
+/// nullopt when it has none of that name.
+std::optional<size_t> operandSlot(const rt::RefOp &op, const std::string &name);
+std::optional<size_t> resultSlot(const rt::RefOp &op, const std::string &name);
+
+/// Buffer index of the operand group / result named `name`, -1 when absent.
+inline int32_t operandNamed(const rt::RefOp &op, const std::string &name) {
+  std::optional<size_t> slot = operandSlot(op, name);
+  return slot ? operandAt(op, *slot) : -1;
+}
+inline int32_t resultNamed(const rt::RefOp &op, const std::string &name) {
+  std::optional<size_t> slot = resultSlot(op, name);
+  return slot ? resultAt(op, *slot) : -1;
+}
+
+/// The ODS name of operand group `i`, "" past the end.
+inline const std::string &operandName(const rt::RefOp &op, size_t i) {
+  static const std::string none;
+  return i < op.operandNames.size() ? op.operandNames[i] : none;
 }
 
 //===----------------------------------------------------------------------===//
@@ -81,9 +101,12 @@ struct OpInputs {
 /// absent optional result).
 using OpResults = std::vector<std::optional<ref::DTensor>>;
 
-/// Evaluates `in.op` with lib/Reference. Throws std::invalid_argument when
-/// the reference rejects the operands or attributes, UnsupportedError for
-/// ops and combinations the checker does not map.
+/// Evaluates `in.op` with lib/Reference: the evaluator of its name reads
+/// the operands and attributes by ODS name and names its results, which
+/// land in the slots of op.results of those names. Throws
+/// std::invalid_argument when the reference rejects the operands or
+/// attributes or the record lacks one it needs, UnsupportedError for ops
+/// and combinations the checker does not map.
 OpResults evaluate(const OpInputs &in);
 
 /// The scoring options of moe.router_topk and moe.router_topk_grad (scoring,

@@ -120,11 +120,11 @@ bool isIntegerType(rt::ElemType elem) {
 /// True for operands that are multiplicative scales: filled positive.
 bool isScaleOperand(const Use &use) {
   const std::string &name = use.op->name;
-  // grouped_matmul's lhs_scales and rhs_scales (ODS operand groups 11, 12).
+  const std::string &operand = operandName(*use.op, use.operand);
   return (name == "moe.grouped_matmul" &&
-          (use.operand == 11 || use.operand == 12)) ||
-         (name == "moe.dequantize" && use.operand == 1) ||
-         (name == "moe.permute" && use.operand == 4);
+          (operand == "lhs_scales" || operand == "rhs_scales")) ||
+         (name == "moe.dequantize" && operand == "scales") ||
+         (name == "moe.permute" && operand == "scales");
 }
 
 /// Fills input buffer `b` per its first use.
@@ -135,6 +135,7 @@ rt::Status fillInput(const rt::Entry &entry, int32_t b,
   Rng rng = bufferRng(options.seed, b);
   const Use use = firstUse(entry, b);
   const std::string opName = use.op ? use.op->name : "";
+  const std::string operand = use.op ? operandName(*use.op, use.operand) : "";
 
   if (desc.elem == rt::ElemType::U8) { // NF4 packed weights: any byte
     for (int64_t i = 0, n = array.numElements(); i < n; ++i)
@@ -144,12 +145,12 @@ rt::Status fillInput(const rt::Entry &entry, int32_t b,
   if (isIntegerType(desc.elem)) {
     if (!use.op) // unused: zeros are as good as anything
       return rt::Status::ok();
-    if (opName == "moe.sort_by_expert" && use.operand == 0)
-      return fillIds(array, desc.name, sortExperts(*use.op), options.routing,
-                     rng);
-    if (opName == "moe.dequantize" && use.operand == 4) {
+    if (opName == "moe.sort_by_expert" && operand == "ids")
+      return fillIds(array, desc.name, intAttr(*use.op, "num_experts"),
+                     options.routing, rng);
+    if (opName == "moe.dequantize" && operand == "experts") {
       // NF4 `experts`: distinct experts of the packed data [E, K, N/2].
-      const int32_t data = operandAt(*use.op, 0);
+      const int32_t data = operandNamed(*use.op, "data");
       const int64_t experts =
           data >= 0 && !shapes[data].empty() ? shapes[data][0] : 0;
       const int64_t count = array.numElements();
@@ -163,12 +164,12 @@ rt::Status fillInput(const rt::Entry &entry, int32_t b,
       return rt::Status::ok();
     }
     return {rt::ErrorCode::Unsupported,
-            "cannot generate integer input '" + desc.name + "' (operand " +
-                std::to_string(use.operand) + " of " + opName +
+            "cannot generate integer input '" + desc.name + "' (operand '" +
+                operand + "' of " + opName +
                 "): random slots or offsets are not a valid routing; entries "
                 "should compute them from ids with moe.sort_by_expert"};
   }
-  if (opName == "moe.dequantize" && use.operand == 3 &&
+  if (opName == "moe.dequantize" && operand == "codebook" &&
       array.numElements() == 16) { // NF4 codebook
     for (int64_t i = 0; i < 16; ++i)
       array.set(i, ref::nf4Codebook()[i]);
@@ -198,7 +199,7 @@ void skewRouterLogits(const rt::Entry &entry, const InputOptions &options,
   for (const rt::RefOp &router : entry.refOps) {
     if (router.name != "moe.router_topk")
       continue;
-    const int32_t logits = operandAt(router, 0);
+    const int32_t logits = operandNamed(router, "logits");
     if (logits < 0 || done[logits])
       continue;
     done[logits] = true;
@@ -223,9 +224,9 @@ void skewRouterLogits(const rt::Entry &entry, const InputOptions &options,
     // a large weight for it in B, shifts each expert's logit. The dot
     // products of [-1, 1] values have a spread of sqrt(K/9); outweigh it.
     for (const rt::RefOp &mm : entry.refOps) {
-      if (mm.name != "linalg.matmul" || resultAt(mm, 0) != logits)
+      if (mm.name != "linalg.matmul" || resultNamed(mm, "result") != logits)
         continue;
-      const int32_t aIdx = operandAt(mm, 0), bIdx = operandAt(mm, 1);
+      const int32_t aIdx = operandNamed(mm, "A"), bIdx = operandNamed(mm, "B");
       if (!isInput(entry, aIdx) || !isInput(entry, bIdx))
         break;
       HostArray &a = inputs[inputSlot[aIdx]];

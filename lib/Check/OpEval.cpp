@@ -1,10 +1,12 @@
 //===- OpEval.cpp - Evaluate one RefOp with the float64 reference ---------===//
 //
-// Part of moec. Maps each op of Entry::refOps (operands in ODS order, -1 for
-// absent optional ones; textual attributes, ODS defaults when absent) onto
-// lib/Reference. Every value is a tensor of double; integer operands (ids,
-// slots, offsets, packed NF4 bytes) are converted back, checking that they
-// are integers in range.
+// Part of moec. Maps each op of Entry::refOps onto lib/Reference: one
+// evaluator per op name (kEvaluators, at the end), reading operands and
+// attributes by their ODS names (the record carries them; an absent optional
+// operand is -1) and naming its results. Nothing of ODS is restated: a
+// missing operand or attribute is an error naming it. Every value is a
+// tensor of double; integer operands (ids, slots, offsets, packed NF4 bytes)
+// are converted back, checking that they are integers in range.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 namespace moec::check::detail {
 
@@ -49,58 +52,72 @@ DTensor toDoubles(const ITensor &t) {
   return out;
 }
 
-/// Reads operands by slot with names for messages.
+/// Reads an op's operands by ODS name.
 class Operands {
 public:
   explicit Operands(const OpInputs &in) : in_(in) {}
 
-  const DTensor *optional(size_t i) const {
+  /// nullptr when the optional operand is absent; an error when the record
+  /// has no operand group of that name.
+  const DTensor *optional(const char *name) const {
+    size_t i = slot(name);
     return i < in_.operands.size() ? in_.operands[i] : nullptr;
   }
-  const DTensor &required(size_t i, const char *name) const {
-    if (const DTensor *t = optional(i))
+  const DTensor &required(const char *name) const {
+    if (const DTensor *t = optional(name))
       return *t;
     throw std::invalid_argument(in_.op->name + " lacks its operand '" + name +
                                 "'");
   }
-  ITensor ints(size_t i, const char *name) const {
-    return toIntegers<int32_t>(required(i, name), name);
+  ITensor ints(const char *name) const {
+    return toIntegers<int32_t>(required(name), name);
   }
-  std::optional<ITensor> optionalInts(size_t i, const char *name) const {
-    if (!optional(i))
+  std::optional<ITensor> optionalInts(const char *name) const {
+    if (!optional(name))
       return std::nullopt;
-    return toIntegers<int32_t>(*optional(i), name);
+    return toIntegers<int32_t>(*optional(name), name);
   }
-  rt::ElemType operandElem(size_t i) const {
-    return in_.entry->buffers[in_.op->operands[i]].elem;
+  rt::ElemType operandElem(const char *name) const {
+    return in_.entry->buffers[in_.op->operands[slot(name)]].elem;
   }
-  /// Type of result `i`; f32 when the result is absent.
-  rt::ElemType resultElem(size_t i) const {
-    int32_t b = resultAt(*in_.op, i);
+  /// Type of result `name`; f32 when the result is absent.
+  rt::ElemType resultElem(const char *name) const {
+    int32_t b = resultNamed(*in_.op, name);
     return b >= 0 ? in_.entry->buffers[b].elem : rt::ElemType::F32;
   }
-  /// Dimension `d` of result `i`'s buffer.
-  int64_t resultDim(size_t i, size_t d) const {
-    int32_t b = resultAt(*in_.op, i);
+  /// Dimension `d` of result `name`'s buffer.
+  int64_t resultDim(const char *name, size_t d) const {
+    int32_t b = resultNamed(*in_.op, name);
     if (b < 0 || (*in_.shapes)[b].size() <= d)
-      throw std::invalid_argument(in_.op->name + ": result " +
-                                  std::to_string(i) + " has no dimension " +
-                                  std::to_string(d));
+      throw std::invalid_argument(in_.op->name + ": result '" + name +
+                                  "' has no dimension " + std::to_string(d));
     return (*in_.shapes)[b][d];
   }
 
-  /// The shape of result `i`'s buffer.
-  std::vector<int64_t> resultShape(size_t i) const {
-    int32_t b = resultAt(*in_.op, i);
+  /// The shape of result `name`'s buffer.
+  std::vector<int64_t> resultShape(const char *name) const {
+    int32_t b = resultNamed(*in_.op, name);
     if (b < 0)
-      throw std::invalid_argument(in_.op->name + ": result " +
-                                  std::to_string(i) + " is absent");
+      throw std::invalid_argument(in_.op->name + ": result '" + name +
+                                  "' is absent");
     return (*in_.shapes)[b];
   }
 
 private:
+  size_t slot(const char *name) const {
+    if (std::optional<size_t> i = operandSlot(*in_.op, name))
+      return *i;
+    throw std::invalid_argument(in_.op->name + " has no operand named '" +
+                                name + "' in its record");
+  }
+
   const OpInputs &in_;
 };
+
+/// What an evaluator produces: each result by its ODS name (nullopt where
+/// the op produces none).
+using NamedResults =
+    std::vector<std::pair<const char *, std::optional<DTensor>>>;
 
 [[noreturn]] void unsupported(const rt::RefOp &op, const std::string &what) {
   throw UnsupportedError(op.name + ": " + what + " is not supported by the "
@@ -114,7 +131,7 @@ private:
 }
 
 ref::GateUpLayout layoutAttr(const rt::RefOp &op) {
-  std::string layout = enumAttr(op, "layout", "halves");
+  const std::string &layout = enumAttr(op, "layout");
   if (layout == "halves")
     return ref::GateUpLayout::Halves;
   if (layout == "interleaved")
@@ -123,7 +140,7 @@ ref::GateUpLayout layoutAttr(const rt::RefOp &op) {
 }
 
 ref::QuantAxis axisAttr(const rt::RefOp &op) {
-  std::string axis = enumAttr(op, "axis", "rowwise");
+  const std::string &axis = enumAttr(op, "axis");
   if (axis == "rowwise")
     return ref::QuantAxis::Rowwise;
   if (axis == "colwise")
@@ -140,70 +157,74 @@ ref::FP8Format fp8Format(rt::ElemType elem) {
 // One function per op
 //===----------------------------------------------------------------------===//
 
-OpResults evalRouterTopK(const rt::RefOp &op, const Operands &x) {
+NamedResults evalRouterTopK(const rt::RefOp &op, const Operands &x) {
   ref::RouterResult r = ref::routerTopK(
-      x.required(0, "logits"), routerOptions(op, x.optional(1)));
-  return {std::move(r.weights), toDoubles(r.ids)};
+      x.required("logits"), routerOptions(op, x.optional("selection_bias")));
+  return {{"weights", std::move(r.weights)}, {"ids", toDoubles(r.ids)}};
 }
 
-OpResults evalRouterTopKGrad(const rt::RefOp &op, const Operands &x) {
-  return {ref::routerTopKGrad(x.required(0, "logits"), x.ints(1, "ids"),
-                              x.required(2, "grad_weights"),
-                              routerScoreOptions(op))};
+NamedResults evalRouterTopKGrad(const rt::RefOp &op, const Operands &x) {
+  return {{"grad_logits",
+           ref::routerTopKGrad(x.required("logits"), x.ints("ids"),
+                               x.required("grad_weights"),
+                               routerScoreOptions(op))}};
 }
 
-OpResults evalSortByExpert(const rt::RefOp &op, const Operands &x) {
-  ref::SortResult r = ref::sortByExpert(x.ints(0, "ids"), sortExperts(op),
-                                        intAttr(op, "align", 1));
-  return {toDoubles(r.sortedExpertIds), toDoubles(r.slots),
-          toDoubles(r.offsets), toDoubles(r.positions)};
+NamedResults evalSortByExpert(const rt::RefOp &op, const Operands &x) {
+  ref::SortResult r =
+      ref::sortByExpert(x.ints("ids"), intAttr(op, "num_experts"),
+                        optionalIntAttr(op, "align").value_or(1));
+  return {{"sorted_expert_ids", toDoubles(r.sortedExpertIds)},
+          {"slots", toDoubles(r.slots)},
+          {"offsets", toDoubles(r.offsets)},
+          {"positions", toDoubles(r.positions)}};
 }
 
-OpResults evalPermute(const rt::RefOp &op, const Operands &x) {
-  const DTensor *probs = x.optional(3), *scales = x.optional(4);
+NamedResults evalPermute(const rt::RefOp &op, const Operands &x) {
+  const DTensor *probs = x.optional("probs"), *scales = x.optional("scales");
   ref::PermuteResult r =
-      ref::permute(x.required(0, "tokens"), x.ints(1, "slots"),
-                   x.ints(2, "offsets"), requiredIntAttr(op, "k"), probs,
-                   scales);
-  OpResults results{std::move(r.rows), std::nullopt, std::nullopt};
+      ref::permute(x.required("tokens"), x.ints("slots"), x.ints("offsets"),
+                   intAttr(op, "k"), probs, scales);
+  NamedResults results{{"rows", std::move(r.rows)}};
   if (probs)
-    results[1] = std::move(r.permutedProbs);
+    results.push_back({"permuted_probs", std::move(r.permutedProbs)});
   if (scales)
-    results[2] = std::move(r.permutedScales);
+    results.push_back({"permuted_scales", std::move(r.permutedScales)});
   return results;
 }
 
-OpResults evalPermuteProbs(const rt::RefOp &op, const Operands &x) {
-  return {ref::permuteProbs(x.required(0, "probs"), x.ints(1, "slots"),
-                            x.ints(2, "offsets"), requiredIntAttr(op, "k"),
-                            floatAttr(op, "scale", 1.0))};
+NamedResults evalPermuteProbs(const rt::RefOp &op, const Operands &x) {
+  return {{"out", ref::permuteProbs(x.required("probs"), x.ints("slots"),
+                                    x.ints("offsets"), intAttr(op, "k"),
+                                    floatAttr(op, "scale"))}};
 }
 
-OpResults evalUnpermute(const rt::RefOp &op, const Operands &x) {
-  return {ref::unpermute(x.required(0, "rows"), x.ints(1, "slots"),
-                         x.ints(2, "offsets"), requiredIntAttr(op, "k"),
-                         x.resultDim(0, 0), x.optional(3))};
+NamedResults evalUnpermute(const rt::RefOp &op, const Operands &x) {
+  return {{"out", ref::unpermute(x.required("rows"), x.ints("slots"),
+                                 x.ints("offsets"), intAttr(op, "k"),
+                                 x.resultDim("out", 0),
+                                 x.optional("weights"))}};
 }
 
-OpResults evalPermuteGrad(const rt::RefOp &op, const Operands &x) {
-  const DTensor *gradPermutedProbs = x.optional(3);
+NamedResults evalPermuteGrad(const rt::RefOp &op, const Operands &x) {
+  const DTensor *gradPermutedProbs = x.optional("grad_permuted_probs");
   ref::PermuteGradResult r = ref::permuteGrad(
-      x.required(0, "grad_rows"), x.ints(1, "slots"), x.ints(2, "offsets"),
-      requiredIntAttr(op, "k"), x.resultDim(0, 0), gradPermutedProbs);
-  OpResults results{std::move(r.gradTokens), std::nullopt};
+      x.required("grad_rows"), x.ints("slots"), x.ints("offsets"),
+      intAttr(op, "k"), x.resultDim("grad_tokens", 0), gradPermutedProbs);
+  NamedResults results{{"grad_tokens", std::move(r.gradTokens)}};
   if (gradPermutedProbs)
-    results[1] = std::move(r.gradProbs);
+    results.push_back({"grad_probs", std::move(r.gradProbs)});
   return results;
 }
 
-OpResults evalUnpermuteGrad(const rt::RefOp &op, const Operands &x) {
-  const DTensor *weights = x.optional(3), *rows = x.optional(4);
+NamedResults evalUnpermuteGrad(const rt::RefOp &op, const Operands &x) {
+  const DTensor *weights = x.optional("weights"), *rows = x.optional("rows");
   ref::UnpermuteGradResult r = ref::unpermuteGrad(
-      x.required(0, "grad_out"), x.ints(1, "slots"), x.ints(2, "offsets"),
-      requiredIntAttr(op, "k"), weights, rows);
-  OpResults results{std::move(r.gradRows), std::nullopt};
+      x.required("grad_out"), x.ints("slots"), x.ints("offsets"),
+      intAttr(op, "k"), weights, rows);
+  NamedResults results{{"grad_rows", std::move(r.gradRows)}};
   if (weights)
-    results[1] = std::move(r.gradWeights);
+    results.push_back({"grad_weights", std::move(r.gradWeights)});
   return results;
 }
 
@@ -229,17 +250,17 @@ DTensor swapDims(const DTensor &a, int d0, int d1, const char *attr) {
   return b;
 }
 
-OpResults evalGroupedWeightGrad(const rt::RefOp &op, const Operands &x) {
-  const std::optional<ITensor> gather = x.optionalInts(3, "gather_slots");
+NamedResults evalGroupedWeightGrad(const rt::RefOp &op, const Operands &x) {
+  const std::optional<ITensor> gather = x.optionalInts("gather_slots");
   DTensor grad = ref::groupedWeightGrad(
-      x.required(0, "lhs"), x.required(1, "grad_out"), x.ints(2, "offsets"),
-      gather ? &*gather : nullptr, intAttr(op, "k", 0));
+      x.required("lhs"), x.required("grad_out"), x.ints("offsets"),
+      gather ? &*gather : nullptr, optionalIntAttr(op, "k").value_or(0));
   if (boolAttr(op, "experts_in_columns"))
     grad = swapDims(grad, 0, 1, "experts_in_columns");
   else if (boolAttr(op, "transpose_rhs"))
     grad = swapDims(grad, 1, 2, "transpose_rhs");
   // accumulate: the gradient added to the given one (same layout).
-  if (const DTensor *into = x.optional(4)) {
+  if (const DTensor *into = x.optional("accumulate")) {
     if (into->shape != grad.shape)
       throw std::invalid_argument(
           "operand 'accumulate': shape " + shapeString(into->shape) +
@@ -247,22 +268,22 @@ OpResults evalGroupedWeightGrad(const rt::RefOp &op, const Operands &x) {
     for (size_t i = 0; i < grad.data.size(); ++i)
       grad.data[i] += into->data[i];
   }
-  return {std::move(grad)};
+  return {{"out", std::move(grad)}};
 }
 
-OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
-  const DTensor &lhs = x.required(0, "lhs");
+NamedResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
+  const DTensor &lhs = x.required("lhs");
   // Weights [K, E, N] instead of [E, K, N].
   DTensor swappedRhs;
   if (boolAttr(op, "experts_in_columns"))
-    swappedRhs = swapDims(x.required(1, "rhs"), 0, 1, "experts_in_columns");
+    swappedRhs = swapDims(x.required("rhs"), 0, 1, "experts_in_columns");
   const DTensor &rhs =
-      swappedRhs.shape.empty() ? x.required(1, "rhs") : swappedRhs;
-  const ITensor offsets = x.ints(2, "offsets");
-  const std::optional<ITensor> gather = x.optionalInts(3, "gather_slots");
-  const std::optional<ITensor> scatter = x.optionalInts(8, "scatter_slots");
-  const int64_t k = intAttr(op, "k", 0);
-  const std::string activation = enumAttr(op, "activation", "none");
+      swappedRhs.shape.empty() ? x.required("rhs") : swappedRhs;
+  const ITensor offsets = x.ints("offsets");
+  const std::optional<ITensor> gather = x.optionalInts("gather_slots");
+  const std::optional<ITensor> scatter = x.optionalInts("scatter_slots");
+  const int64_t k = optionalIntAttr(op, "k").value_or(0);
+  const std::string &activation = enumAttr(op, "activation");
   if (activation != "none" && activation != "swiglu" &&
       activation != "swiglu_grad")
     badEnum(op, "activation", activation);
@@ -271,98 +292,99 @@ OpResults evalGroupedMatmul(const rt::RefOp &op, const Operands &x) {
   o.transposeRhs = boolAttr(op, "transpose_rhs");
   o.k = k;
   o.gatherSlots = gather ? &*gather : nullptr;
-  o.bias = x.optional(4);
-  o.loraA = x.optional(5);
-  o.loraB = x.optional(6);
-  o.loraScaling = floatAttr(op, "lora_scaling", 1.0);
+  o.bias = x.optional("bias");
+  o.loraA = x.optional("lora_a");
+  o.loraB = x.optional("lora_b");
+  o.loraScaling = floatAttr(op, "lora_scaling");
   o.transposeLora = boolAttr(op, "transpose_lora");
   o.swiglu = activation == "swiglu";
-  o.rowScale = x.optional(7);
+  o.rowScale = x.optional("row_scale");
   o.scatterSlots = scatter ? &*scatter : nullptr;
-  o.scatterWeights = x.optional(9);
-  // Operand 10, scatter_positions, only spares the kernels the inverse map.
+  o.scatterWeights = x.optional("scatter_weights");
+  // scatter_positions only spares the kernels the inverse map.
   if (scatter)
-    o.numTokens = x.resultDim(0, 0); // the result is [T, N']
-  o.lhsScales = x.optional(11);
-  o.rhsScales = x.optional(12);
-  o.scaleGroup = intAttr(op, "scale_group", 128);
-  o.swigluGradInput = x.optional(13);
+    o.numTokens = x.resultDim("out", 0); // the result is [T, N']
+  o.lhsScales = x.optional("lhs_scales");
+  o.rhsScales = x.optional("rhs_scales");
+  o.scaleGroup = intAttr(op, "scale_group");
+  o.swigluGradInput = x.optional("activation_input");
   if (bool(o.swigluGradInput) != (activation == "swiglu_grad"))
     unsupported(op, "operand 'activation_input' without activation = "
                     "swiglu_grad, or the activation without it");
-  return {ref::groupedMatmul(lhs, rhs, offsets, o)};
+  return {{"out", ref::groupedMatmul(lhs, rhs, offsets, o)}};
 }
 
-OpResults evalLoraGrad(const rt::RefOp &op, const Operands &x) {
-  const std::optional<ITensor> gather = x.optionalInts(5, "gather_slots");
+NamedResults evalLoraGrad(const rt::RefOp &op, const Operands &x) {
+  const std::optional<ITensor> gather = x.optionalInts("gather_slots");
   ref::LoraGradResult r = ref::loraGrad(
-      x.required(0, "lhs"), x.required(1, "grad_out"), x.ints(2, "offsets"),
-      x.required(3, "lora_a"), x.required(4, "lora_b"),
-      floatAttr(op, "lora_scaling", 1.0), gather ? &*gather : nullptr,
-      intAttr(op, "k", 0));
-  return {std::move(r.gradA), std::move(r.gradB)};
+      x.required("lhs"), x.required("grad_out"), x.ints("offsets"),
+      x.required("lora_a"), x.required("lora_b"),
+      floatAttr(op, "lora_scaling"), gather ? &*gather : nullptr,
+      optionalIntAttr(op, "k").value_or(0));
+  return {{"grad_a", std::move(r.gradA)}, {"grad_b", std::move(r.gradB)}};
 }
 
-OpResults evalSwiglu(const rt::RefOp &op, const Operands &x) {
-  return {ref::swiglu(x.required(0, "input"), layoutAttr(op))};
+NamedResults evalSwiglu(const rt::RefOp &op, const Operands &x) {
+  return {{"output", ref::swiglu(x.required("input"), layoutAttr(op))}};
 }
 
-OpResults evalSwigluGrad(const rt::RefOp &op, const Operands &x) {
-  return {ref::swigluGrad(x.required(0, "input"), x.required(1, "grad_output"),
-                          layoutAttr(op))};
+NamedResults evalSwigluGrad(const rt::RefOp &op, const Operands &x) {
+  return {{"grad_input",
+           ref::swigluGrad(x.required("input"), x.required("grad_output"),
+                           layoutAttr(op))}};
 }
 
-OpResults evalQuantize(const rt::RefOp &op, const Operands &x) {
-  const rt::ElemType dataElem = x.resultElem(0);
+NamedResults evalQuantize(const rt::RefOp &op, const Operands &x) {
+  const rt::ElemType dataElem = x.resultElem("data");
   if (!isFP8Type(dataElem))
     unsupported(op, std::string("a ") + rt::elemTypeName(dataElem) +
                         " data result (not FP8)");
-  const std::optional<ITensor> offsets = x.optionalInts(1, "offsets");
+  const std::optional<ITensor> offsets = x.optionalInts("offsets");
   ref::QuantizeOptions o;
   o.format = fp8Format(dataElem);
   o.axis = axisAttr(op);
-  o.groupSize = requiredIntAttr(op, "group_size");
+  o.groupSize = intAttr(op, "group_size");
   o.pow2Scale = boolAttr(op, "pow2_scale");
   o.offsets = offsets ? &*offsets : nullptr;
-  ref::QuantizeResult r = ref::quantize(x.required(0, "input"), o);
-  return {std::move(r.data), std::move(r.scales)};
+  ref::QuantizeResult r = ref::quantize(x.required("input"), o);
+  return {{"data", std::move(r.data)}, {"scales", std::move(r.scales)}};
 }
 
-OpResults evalDequantize(const rt::RefOp &op, const Operands &x) {
-  const DTensor &data = x.required(0, "data");
-  const DTensor &scales = x.required(1, "scales");
-  const rt::ElemType dataElem = x.operandElem(0);
-  const int64_t groupSize = requiredIntAttr(op, "group_size");
+NamedResults evalDequantize(const rt::RefOp &op, const Operands &x) {
+  const DTensor &data = x.required("data");
+  const DTensor &scales = x.required("scales");
+  const rt::ElemType dataElem = x.operandElem("data");
+  const int64_t groupSize = intAttr(op, "group_size");
   if (isFP8Type(dataElem)) {
-    if (x.optional(3) || x.optional(4))
+    if (x.optional("codebook") || x.optional("experts"))
       unsupported(op, "'codebook' or 'experts' with FP8 data");
-    const std::optional<ITensor> offsets = x.optionalInts(2, "offsets");
+    const std::optional<ITensor> offsets = x.optionalInts("offsets");
     ref::QuantizeOptions o;
     o.format = fp8Format(dataElem);
     o.axis = axisAttr(op);
     o.groupSize = groupSize;
     o.offsets = offsets ? &*offsets : nullptr;
-    return {ref::dequantizeFP8(data, scales, o)};
+    return {{"output", ref::dequantizeFP8(data, scales, o)}};
   }
   if (dataElem == rt::ElemType::U8) {
-    if (x.optional(2))
+    if (x.optional("offsets"))
       unsupported(op, "'offsets' with NF4 data");
     // Without a codebook operand, the standard NF4 table.
     std::vector<double> codebook = ref::nf4Codebook();
-    if (const DTensor *cb = x.optional(3))
+    if (const DTensor *cb = x.optional("codebook"))
       codebook = cb->data;
-    const std::optional<ITensor> experts = x.optionalInts(4, "experts");
-    return {ref::dequantizeNF4(toIntegers<uint8_t>(data, "data"), scales,
-                               codebook, groupSize,
-                               experts ? &*experts : nullptr)};
+    const std::optional<ITensor> experts = x.optionalInts("experts");
+    return {{"output", ref::dequantizeNF4(toIntegers<uint8_t>(data, "data"),
+                                          scales, codebook, groupSize,
+                                          experts ? &*experts : nullptr)}};
   }
   unsupported(op, std::string(rt::elemTypeName(dataElem)) + " data");
 }
 
 /// linalg.matmul [A, B] -> [C]: C = A·B, with Aᵀ for transpose_a and Bᵀ
 /// for transpose_b.
-OpResults evalMatmul(const rt::RefOp &op, const Operands &x) {
-  const DTensor &a = x.required(0, "A"), &b = x.required(1, "B");
+NamedResults evalMatmul(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required("A"), &b = x.required("B");
   const bool transA = boolAttr(op, "transpose_a");
   const bool transB = boolAttr(op, "transpose_b");
   if (a.shape.size() != 2 || b.shape.size() != 2)
@@ -383,19 +405,19 @@ OpResults evalMatmul(const rt::RefOp &op, const Operands &x) {
                (transB ? b.at(j, l) : b.at(l, j));
       c.at(i, j) = acc;
     }
-  return {std::move(c)};
+  return {{"result", std::move(c)}};
 }
 
 /// linalg.add [A, B] -> [C]: element-wise sum of equal shapes.
-OpResults evalAdd(const rt::RefOp &op, const Operands &x) {
-  const DTensor &a = x.required(0, "lhs"), &b = x.required(1, "rhs");
+NamedResults evalAdd(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required("lhs"), &b = x.required("rhs");
   if (a.shape != b.shape)
     throw std::invalid_argument("linalg.add: shapes " + shapeString(a.shape) +
                                 " and " + shapeString(b.shape) + " differ");
   DTensor c = a;
   for (size_t i = 0; i < c.data.size(); ++i)
     c.data[i] += b.data[i];
-  return {std::move(c)};
+  return {{"result", std::move(c)}};
 }
 
 /// The number an op's "value" attribute holds (a fill's, a pad's).
@@ -412,24 +434,24 @@ double valueAttr(const rt::RefOp &op) {
 }
 
 /// linalg.fill [] -> [B]: every element of B is the "value" attribute.
-OpResults evalFill(const rt::RefOp &op, const Operands &x) {
+NamedResults evalFill(const rt::RefOp &op, const Operands &x) {
   const double value = valueAttr(op);
-  DTensor b(x.resultShape(0));
+  DTensor b(x.resultShape("result"));
   std::fill(b.data.begin(), b.data.end(), value);
-  return {std::move(b)};
+  return {{"result", std::move(b)}};
 }
 
 /// tensor.expand_shape / tensor.collapse_shape [A] -> [B]: the same
 /// elements in row-major order, in the result buffer's shape.
-OpResults evalReshape(const rt::RefOp &op, const Operands &x) {
-  const DTensor &a = x.required(0, "src");
-  DTensor b(x.resultShape(0));
+NamedResults evalReshape(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required("src");
+  DTensor b(x.resultShape("result"));
   if (b.data.size() != a.data.size())
     throw std::invalid_argument(op.name + ": " + shapeString(a.shape) +
                                 " has another element count than " +
                                 shapeString(b.shape));
   b.data = a.data;
-  return {std::move(b)};
+  return {{"result", std::move(b)}};
 }
 
 /// An attribute of comma-separated integers (a transpose's permutation, a
@@ -483,11 +505,11 @@ std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
 /// tensor.pad [A] -> [B]: B[i] = A[i - low] where that is inside A, else the
 /// "value" attribute ("low": comma-separated; B's shape gives the high
 /// padding).
-OpResults evalPad(const rt::RefOp &op, const Operands &x) {
-  const DTensor &a = x.required(0, "source");
+NamedResults evalPad(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required("source");
   const std::vector<int64_t> low = integerListAttr(op, "low");
   const double value = valueAttr(op);
-  DTensor b(x.resultShape(0));
+  DTensor b(x.resultShape("result"));
   if (low.size() != a.shape.size() || b.shape.size() != a.shape.size())
     throw std::invalid_argument("tensor.pad: 'low' and the result need " +
                                 std::to_string(a.shape.size()) +
@@ -503,16 +525,16 @@ OpResults evalPad(const rt::RefOp &op, const Operands &x) {
     }
     b.data[flat] = inside ? a.data[source] : value;
   });
-  return {std::move(b)};
+  return {{"result", std::move(b)}};
 }
 
 /// tensor.extract_slice [A] -> [B]: B[i] = A[offsets + i * strides] (both
 /// comma-separated; B's shape gives the sizes).
-OpResults evalExtractSlice(const rt::RefOp &op, const Operands &x) {
-  const DTensor &a = x.required(0, "source");
+NamedResults evalExtractSlice(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required("source");
   const std::vector<int64_t> offsets = integerListAttr(op, "offsets");
   const std::vector<int64_t> strides = integerListAttr(op, "strides");
-  DTensor b(x.resultShape(0));
+  DTensor b(x.resultShape("result"));
   const size_t rank = a.shape.size();
   if (offsets.size() != rank || strides.size() != rank ||
       b.shape.size() != rank)
@@ -533,13 +555,13 @@ OpResults evalExtractSlice(const rt::RefOp &op, const Operands &x) {
       source += (offsets[d] + index[d] * strides[d]) * stride[d];
     b.data[flat] = a.data[source];
   });
-  return {std::move(b)};
+  return {{"result", std::move(b)}};
 }
 
 /// linalg.transpose [A] -> [B]: dimension d of B is dimension
 /// permutation[d] of A (the "permutation" attribute, comma-separated).
-OpResults evalTranspose(const rt::RefOp &op, const Operands &x) {
-  const DTensor &a = x.required(0, "input");
+NamedResults evalTranspose(const rt::RefOp &op, const Operands &x) {
+  const DTensor &a = x.required("input");
   const std::vector<int64_t> permutation = integerListAttr(op, "permutation");
   const std::string *text = findAttr(op, "permutation");
   const size_t rank = a.shape.size();
@@ -566,7 +588,7 @@ OpResults evalTranspose(const rt::RefOp &op, const Operands &x) {
       source += index[d] * stride[permutation[d]];
     b.data[flat] = a.data[source];
   });
-  return {std::move(b)};
+  return {{"result", std::move(b)}};
 }
 
 } // namespace
@@ -575,14 +597,14 @@ OpResults evalTranspose(const rt::RefOp &op, const Operands &x) {
 /// order, renormalize, scaling_factor.
 ref::RouterOptions routerScoreOptions(const rt::RefOp &op) {
   ref::RouterOptions o;
-  const std::string scoring = enumAttr(op, "scoring", "softmax");
+  const std::string &scoring = enumAttr(op, "scoring");
   if (scoring == "softmax")
     o.scoring = ref::Scoring::Softmax;
   else if (scoring == "sigmoid")
     o.scoring = ref::Scoring::Sigmoid;
   else
     badEnum(op, "scoring", scoring);
-  const std::string order = enumAttr(op, "order", "softmax_then_topk");
+  const std::string &order = enumAttr(op, "order");
   if (order == "softmax_then_topk")
     o.order = ref::TopKOrder::SoftmaxThenTopK;
   else if (order == "topk_then_softmax")
@@ -590,21 +612,21 @@ ref::RouterOptions routerScoreOptions(const rt::RefOp &op) {
   else
     badEnum(op, "order", order);
   o.renormalize = boolAttr(op, "renormalize");
-  o.scalingFactor = floatAttr(op, "scaling_factor", 1.0);
+  o.scalingFactor = floatAttr(op, "scaling_factor");
   return o;
 }
 
 ref::RouterOptions routerOptions(const rt::RefOp &op, const DTensor *bias) {
   ref::RouterOptions o = routerScoreOptions(op);
-  o.k = requiredIntAttr(op, "k");
+  o.k = intAttr(op, "k");
   if (bias) {
     if (bias->shape.size() != 1)
       throw std::invalid_argument("'selection_bias' must have rank 1, got " +
                                   shapeString(bias->shape));
     o.selectionBias = bias->data;
   }
-  o.numGroups = intAttr(op, "num_groups", 0);
-  o.topkGroups = intAttr(op, "topk_groups", 0);
+  o.numGroups = optionalIntAttr(op, "num_groups").value_or(0);
+  o.topkGroups = optionalIntAttr(op, "topk_groups").value_or(0);
   return o;
 }
 
@@ -685,60 +707,58 @@ int64_t excuseRouterTies(const rt::RefOp &op, const DTensor &logits,
   return excused;
 }
 
+namespace {
+
+using Evaluator = NamedResults (*)(const rt::RefOp &, const Operands &);
+
+/// The evaluator of each op the checker knows, by op name.
+const std::unordered_map<std::string, Evaluator> &evaluators() {
+  static const std::unordered_map<std::string, Evaluator> table = {
+      {"moe.router_topk", evalRouterTopK},
+      {"moe.router_topk_grad", evalRouterTopKGrad},
+      {"moe.sort_by_expert", evalSortByExpert},
+      {"moe.permute", evalPermute},
+      {"moe.unpermute", evalUnpermute},
+      {"moe.permute_probs", evalPermuteProbs},
+      {"moe.permute_grad", evalPermuteGrad},
+      {"moe.unpermute_grad", evalUnpermuteGrad},
+      {"moe.grouped_matmul", evalGroupedMatmul},
+      {"moe.grouped_weight_grad", evalGroupedWeightGrad},
+      {"moe.lora_grad", evalLoraGrad},
+      {"moe.swiglu", evalSwiglu},
+      {"moe.swiglu_grad", evalSwigluGrad},
+      {"moe.quantize", evalQuantize},
+      {"moe.dequantize", evalDequantize},
+      {"linalg.matmul", evalMatmul},
+      {"linalg.add", evalAdd},
+      {"linalg.transpose", evalTranspose},
+      {"linalg.fill", evalFill},
+      {"tensor.pad", evalPad},
+      {"tensor.extract_slice", evalExtractSlice},
+      {"tensor.expand_shape", evalReshape},
+      {"tensor.collapse_shape", evalReshape},
+  };
+  return table;
+}
+
+} // namespace
+
 OpResults evaluate(const OpInputs &in) {
   const rt::RefOp &op = *in.op;
-  const Operands x(in);
-  OpResults results;
-  if (op.name == "moe.router_topk")
-    results = evalRouterTopK(op, x);
-  else if (op.name == "moe.router_topk_grad")
-    results = evalRouterTopKGrad(op, x);
-  else if (op.name == "moe.sort_by_expert")
-    results = evalSortByExpert(op, x);
-  else if (op.name == "moe.permute")
-    results = evalPermute(op, x);
-  else if (op.name == "moe.unpermute")
-    results = evalUnpermute(op, x);
-  else if (op.name == "moe.permute_probs")
-    results = evalPermuteProbs(op, x);
-  else if (op.name == "moe.permute_grad")
-    results = evalPermuteGrad(op, x);
-  else if (op.name == "moe.unpermute_grad")
-    results = evalUnpermuteGrad(op, x);
-  else if (op.name == "moe.grouped_matmul")
-    results = evalGroupedMatmul(op, x);
-  else if (op.name == "moe.grouped_weight_grad")
-    results = evalGroupedWeightGrad(op, x);
-  else if (op.name == "moe.lora_grad")
-    results = evalLoraGrad(op, x);
-  else if (op.name == "moe.swiglu")
-    results = evalSwiglu(op, x);
-  else if (op.name == "moe.swiglu_grad")
-    results = evalSwigluGrad(op, x);
-  else if (op.name == "moe.quantize")
-    results = evalQuantize(op, x);
-  else if (op.name == "moe.dequantize")
-    results = evalDequantize(op, x);
-  else if (op.name == "linalg.matmul")
-    results = evalMatmul(op, x);
-  else if (op.name == "linalg.add")
-    results = evalAdd(op, x);
-  else if (op.name == "linalg.transpose")
-    results = evalTranspose(op, x);
-  else if (op.name == "linalg.fill")
-    results = evalFill(op, x);
-  else if (op.name == "tensor.pad")
-    results = evalPad(op, x);
-  else if (op.name == "tensor.extract_slice")
-    results = evalExtractSlice(op, x);
-  else if (op.name == "tensor.expand_shape" ||
-           op.name == "tensor.collapse_shape")
-    results = evalReshape(op, x);
-  else
+  auto it = evaluators().find(op.name);
+  if (it == evaluators().end())
     throw UnsupportedError("op '" + op.name +
                            "' is not known to the checker");
-  // Results the op lists beyond those it produces stay empty.
-  results.resize(std::max(results.size(), op.results.size()));
+  // Each result into the slot of its name; results the op lists beyond
+  // those it produces stay empty.
+  OpResults results(op.results.size());
+  for (auto &[name, value] : it->second(op, Operands(in))) {
+    std::optional<size_t> slot = resultSlot(op, name);
+    if (!slot)
+      throw std::invalid_argument(op.name + " has no result named '" + name +
+                                  "' in its record");
+    results[*slot] = std::move(value);
+  }
   return results;
 }
 

@@ -1,6 +1,7 @@
 //===- RefOpAttrs.cpp - Reading the textual attributes of RefOps ----------===//
 //
-// Part of moec.
+// Part of moec. Every attribute the reference reads is recorded: a missing
+// one is an error naming it, never an ODS default restated here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,62 +29,75 @@ const std::string *findAttr(const rt::RefOp &op, const std::string &name) {
   return nullptr;
 }
 
-int64_t intAttr(const rt::RefOp &op, const std::string &name,
-                int64_t defaultValue) {
-  const std::string *text = findAttr(op, name);
-  if (!text)
-    return defaultValue;
+namespace {
+
+const std::string &requireAttr(const rt::RefOp &op, const std::string &name) {
+  if (const std::string *text = findAttr(op, name))
+    return *text;
+  throw std::invalid_argument(op.name + " lacks its attribute '" + name + "'");
+}
+
+int64_t parseInt(const rt::RefOp &op, const std::string &name,
+                 const std::string &text) {
   errno = 0;
   char *end = nullptr;
-  long long value = std::strtoll(text->c_str(), &end, 10);
-  if (text->empty() || *end != '\0' || errno == ERANGE)
-    badAttr(op, name, *text, "an integer");
+  long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE)
+    badAttr(op, name, text, "an integer");
   return value;
 }
 
-int64_t requiredIntAttr(const rt::RefOp &op, const std::string &name) {
-  if (!findAttr(op, name))
-    throw std::invalid_argument(op.name + " lacks its attribute '" + name +
-                                "'");
-  return intAttr(op, name, 0);
+std::optional<size_t> slotOf(const std::vector<std::string> &names,
+                             const std::string &name) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name)
+      return i;
+  return std::nullopt;
 }
 
-double floatAttr(const rt::RefOp &op, const std::string &name,
-                 double defaultValue) {
+} // namespace
+
+int64_t intAttr(const rt::RefOp &op, const std::string &name) {
+  return parseInt(op, name, requireAttr(op, name));
+}
+
+std::optional<int64_t> optionalIntAttr(const rt::RefOp &op,
+                                       const std::string &name) {
   const std::string *text = findAttr(op, name);
   if (!text)
-    return defaultValue;
+    return std::nullopt;
+  return parseInt(op, name, *text);
+}
+
+double floatAttr(const rt::RefOp &op, const std::string &name) {
+  const std::string &text = requireAttr(op, name);
   char *end = nullptr;
-  double value = std::strtod(text->c_str(), &end);
-  if (text->empty() || *end != '\0')
-    badAttr(op, name, *text, "a number");
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0')
+    badAttr(op, name, text, "a number");
   return value;
 }
 
 bool boolAttr(const rt::RefOp &op, const std::string &name) {
-  const std::string *text = findAttr(op, name);
-  if (!text)
-    return false;
-  if (text->empty() || *text == "true" || *text == "1" || *text == "unit")
+  const std::string &text = requireAttr(op, name);
+  if (text == "true")
     return true;
-  if (*text == "false" || *text == "0")
+  if (text == "false")
     return false;
-  badAttr(op, name, *text, "true or false");
+  badAttr(op, name, text, "true or false");
 }
 
-std::string enumAttr(const rt::RefOp &op, const std::string &name,
-                     const std::string &defaultValue) {
-  const std::string *text = findAttr(op, name);
-  return text ? *text : defaultValue;
+const std::string &enumAttr(const rt::RefOp &op, const std::string &name) {
+  return requireAttr(op, name);
 }
 
-int64_t sortExperts(const rt::RefOp &op) {
-  if (findAttr(op, "num_experts"))
-    return intAttr(op, "num_experts", 0);
-  if (findAttr(op, "experts"))
-    return intAttr(op, "experts", 0);
-  throw std::invalid_argument(
-      "moe.sort_by_expert lacks its attribute 'num_experts'");
+std::optional<size_t> operandSlot(const rt::RefOp &op,
+                                  const std::string &name) {
+  return slotOf(op.operandNames, name);
+}
+
+std::optional<size_t> resultSlot(const rt::RefOp &op, const std::string &name) {
+  return slotOf(op.resultNames, name);
 }
 
 } // namespace moec::check::detail

@@ -208,11 +208,15 @@ void writeEntry(ByteWriter &w, const Entry &e) {
       w.str(attr.second);
     }
     w.count(op.operands.size());
-    for (int32_t v : op.operands)
-      w.i32(v);
+    for (size_t k = 0; k < op.operands.size(); ++k) {
+      w.str(op.operandNames[k]);
+      w.i32(op.operands[k]);
+    }
     w.count(op.results.size());
-    for (int32_t v : op.results)
-      w.i32(v);
+    for (size_t k = 0; k < op.results.size(); ++k) {
+      w.str(op.resultNames[k]);
+      w.i32(op.results[k]);
+    }
   }
   w.str(e.source);
 }
@@ -529,13 +533,19 @@ Status readSteps(ByteReader &r, Entry &e) {
   return Status::ok();
 }
 
-Status readIndices(ByteReader &r, const std::string &f,
-                   std::vector<int32_t> &v) {
+/// A list of (name, buffer index) pairs: a reference op's operands or
+/// results.
+Status readNamedIndices(ByteReader &r, const std::string &f,
+                        std::vector<std::string> &names,
+                        std::vector<int32_t> &indices) {
   uint32_t n = 0;
-  MOEC_TRY(r.count(f + " count", n, 4));
-  v.resize(n);
-  for (uint32_t k = 0; k < n; ++k)
-    MOEC_TRY(r.i32(f + " " + std::to_string(k), v[k]));
+  MOEC_TRY(r.count(f + " count", n, kMinString + 4));
+  names.resize(n);
+  indices.resize(n);
+  for (uint32_t k = 0; k < n; ++k) {
+    MOEC_TRY(r.str(f + " " + std::to_string(k) + ": name", names[k]));
+    MOEC_TRY(r.i32(f + " " + std::to_string(k), indices[k]));
+  }
   return Status::ok();
 }
 
@@ -555,8 +565,10 @@ Status readRefOps(ByteReader &r, Entry &e) {
       MOEC_TRY(r.str(fa + ": name", op.attrs[a].first));
       MOEC_TRY(r.str(fa + ": value", op.attrs[a].second));
     }
-    MOEC_TRY(readIndices(r, f + ": operand", op.operands));
-    MOEC_TRY(readIndices(r, f + ": result", op.results));
+    MOEC_TRY(readNamedIndices(r, f + ": operand", op.operandNames,
+                              op.operands));
+    MOEC_TRY(readNamedIndices(r, f + ": result", op.resultNames,
+                              op.results));
   }
   return Status::ok();
 }

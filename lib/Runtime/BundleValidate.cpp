@@ -293,6 +293,27 @@ std::string validateEntry(const Entry &e) {
     };
     MOEC_CHECK(checkIndices(op.operands, "operand"));
     MOEC_CHECK(checkIndices(op.results, "result"));
+    // Each operand and result has a name, non-empty and unique (the
+    // checker looks them up by name).
+    auto checkNames = [&](const std::vector<std::string> &names,
+                          size_t count, const char *what) -> std::string {
+      if (names.size() != count)
+        return where + std::to_string(names.size()) + " " + what +
+               " names for " + std::to_string(count) + " " + what + "s";
+      for (size_t k = 0; k < names.size(); ++k) {
+        if (names[k].empty())
+          return where + what + " " + std::to_string(k) + ": name is empty";
+        if (std::string e = checkString(names[k], "name"); !e.empty())
+          return where + what + " " + std::to_string(k) + ": " + e;
+        for (size_t j = 0; j < k; ++j)
+          if (names[j] == names[k])
+            return where + what + "s " + std::to_string(j) + " and " +
+                   std::to_string(k) + " are both named " + quote(names[k]);
+      }
+      return "";
+    };
+    MOEC_CHECK(checkNames(op.operandNames, op.operands.size(), "operand"));
+    MOEC_CHECK(checkNames(op.resultNames, op.results.size(), "result"));
   }
 #undef MOEC_CHECK
   return "";

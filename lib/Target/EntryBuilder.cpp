@@ -282,6 +282,10 @@ FailureOr<rt::Entry> describeEntry(func::FuncOp func) {
     }
     llvm::append_range(refOp.operands, op.getOperands().asArrayRef());
     llvm::append_range(refOp.results, op.getResults().asArrayRef());
+    for (StringAttr n : op.getOperandNames().getAsRange<StringAttr>())
+      refOp.operandNames.push_back(n.str());
+    for (StringAttr n : op.getResultNames().getAsRange<StringAttr>())
+      refOp.resultNames.push_back(n.str());
     entry.refOps.push_back(std::move(refOp));
   }
 

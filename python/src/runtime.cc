@@ -167,7 +167,9 @@ py::dict describeEntry(const rt::Entry &entry) {
       attrs[py::str(k)] = v;
     d["attrs"] = attrs;
     d["operands"] = op.operands;
+    d["operand_names"] = op.operandNames;
     d["results"] = op.results;
+    d["result_names"] = op.resultNames;
     refOps.append(d);
   }
   out["ref_ops"] = refOps;

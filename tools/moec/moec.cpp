@@ -483,10 +483,20 @@ int inspect(const Args &args) {
     }
     llvm::outs() << "  reference ops:\n";
     for (const moec::rt::RefOp &op : entry.refOps) {
+      // name=buffer for each ODS group (-1: absent), with --params.
+      auto groups = [&](const std::vector<std::string> &names,
+                        const std::vector<int32_t> &buffers) {
+        for (size_t k = 0; k < buffers.size(); ++k) {
+          llvm::outs() << (k ? ", " : "");
+          if (args.params && k < names.size())
+            llvm::outs() << names[k] << "=";
+          llvm::outs() << buffers[k];
+        }
+      };
       llvm::outs() << "    " << op.name << " (";
-      llvm::interleaveComma(op.operands, llvm::outs());
+      groups(op.operandNames, op.operands);
       llvm::outs() << ") -> (";
-      llvm::interleaveComma(op.results, llvm::outs());
+      groups(op.resultNames, op.results);
       llvm::outs() << ")";
       for (auto &[k, v] : op.attrs)
         llvm::outs() << " " << k << "=" << v;

@@ -12,7 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 using namespace moec;
@@ -41,11 +43,87 @@ struct EntryBuilder {
   void symbol(const std::string &name, uint32_t buffer, uint32_t dim) {
     entry.symbols.push_back({name, buffer, dim});
   }
+  /// A record as convert-moe-to-kernels writes it: the ODS names of the
+  /// operand groups and results (recordShapes), and every attribute, those
+  /// `attrs` leaves out at their ODS defaults.
   void op(const std::string &name, std::vector<int32_t> operands,
           std::vector<int32_t> results,
           std::vector<std::pair<std::string, std::string>> attrs = {}) {
-    entry.refOps.push_back(
-        {name, std::move(attrs), std::move(operands), std::move(results)});
+    const RecordShape &shape = recordShapes().at(name);
+    for (const auto &[attr, text] : shape.defaults) {
+      bool given = false;
+      for (const auto &a : attrs)
+        given |= a.first == attr;
+      if (!given)
+        attrs.push_back({attr, text});
+    }
+    // Groups past those given are absent (-1), as the compiler records
+    // them.
+    operands.resize(shape.operands.size(), -1);
+    results.resize(shape.results.size(), -1);
+    rt::RefOp op{name,     std::move(attrs),   std::move(operands),
+                 shape.operands, std::move(results), shape.results};
+    entry.refOps.push_back(std::move(op));
+  }
+
+  /// What the compiler records of the ops these tests build (MoeOpNames.inc
+  /// and RefOps.cpp): names, and the attributes it writes when the op does
+  /// not set them.
+  struct RecordShape {
+    std::vector<std::string> operands, results;
+    std::vector<std::pair<std::string, std::string>> defaults;
+  };
+  static const std::map<std::string, RecordShape> &recordShapes() {
+    static const std::map<std::string, RecordShape> shapes = {
+        {"linalg.matmul",
+         {{"A", "B"}, {"result"}, {{"transpose_a", "false"},
+                                   {"transpose_b", "false"}}}},
+        {"tensor.pad", {{"source"}, {"result"}, {}}},
+        {"tensor.extract_slice", {{"source"}, {"result"}, {}}},
+        {"moe.dequantize",
+         {{"data", "scales", "offsets", "codebook", "experts"},
+          {"output"},
+          {{"axis", "rowwise"}}}},
+        {"moe.grouped_matmul",
+         {{"lhs", "rhs", "offsets", "gather_slots", "bias", "lora_a",
+           "lora_b", "row_scale", "scatter_slots", "scatter_weights",
+           "scatter_positions", "lhs_scales", "rhs_scales",
+           "activation_input"},
+          {"out"},
+          {{"transpose_rhs", "false"},
+           {"lora_scaling", "1"},
+           {"activation", "none"},
+           {"scale_group", "128"},
+           {"transpose_lora", "false"},
+           {"experts_in_columns", "false"}}}},
+        {"moe.grouped_weight_grad",
+         {{"lhs", "grad_out", "offsets", "gather_slots", "accumulate"},
+          {"out"},
+          {{"transpose_rhs", "false"}, {"experts_in_columns", "false"}}}},
+        {"moe.permute",
+         {{"tokens", "slots", "offsets", "probs", "scales", "positions"},
+          {"rows", "permuted_probs", "permuted_scales"},
+          {}}},
+        {"moe.quantize",
+         {{"input", "offsets"},
+          {"data", "scales"},
+          {{"axis", "rowwise"}, {"pow2_scale", "false"}}}},
+        {"moe.router_topk",
+         {{"logits", "selection_bias"},
+          {"weights", "ids"},
+          {{"scoring", "softmax"},
+           {"order", "softmax_then_topk"},
+           {"renormalize", "false"},
+           {"scaling_factor", "1"}}}},
+        {"moe.sort_by_expert",
+         {{"ids"}, {"sorted_expert_ids", "slots", "offsets", "positions"}, {}}},
+        {"moe.swiglu", {{"input"}, {"output"}, {{"layout", "halves"}}}},
+        {"moe.swiglu_grad",
+         {{"input", "grad_output"}, {"grad_input"}, {{"layout", "halves"}}}},
+        {"moe.unpermute",
+         {{"rows", "slots", "offsets", "weights", "positions"}, {"out"}, {}}},
+    };
+    return shapes;
   }
 };
 
@@ -676,7 +754,7 @@ TEST(CheckEntry, GatherScatterMatmulMatchesReference) {
   int32_t dw = b.buffer("dw", BufferRole::Output, ElemType::F32, {"4", "8", "6"});
   b.symbol("T", ids, 0);
   b.op("moe.sort_by_expert", {ids}, {sorted, slots, offsets},
-       {{"experts", "4"}});
+       {{"num_experts", "4"}});
   b.op("moe.grouped_matmul",
        {x, w, offsets, slots, bias, loraA, loraB, -1, slots, sw, -1, -1},
        {out},
@@ -877,7 +955,9 @@ TEST(CheckEntry, Errors) {
 
   // A bad enum keyword.
   EntryBuilder badEnum = routerChain();
-  badEnum.entry.refOps[0].attrs.push_back({"scoring", "tanh"});
+  for (auto &[name, text] : badEnum.entry.refOps[0].attrs)
+    if (name == "scoring")
+      text = "tanh";
   s = checkEntry(badEnum.entry, {32}, buffers, report);
   EXPECT_EQ(s.code(), rt::ErrorCode::InvalidArgument);
   EXPECT_NE(s.message().find("tanh"), std::string::npos);
@@ -886,6 +966,103 @@ TEST(CheckEntry, Errors) {
   std::vector<HostArray> in{makeHostArray(ElemType::F32, {32, 8})}, all;
   EXPECT_EQ(allocateBuffers(b.entry, {32}, in, all).code(),
             rt::ErrorCode::InvalidArgument);
+}
+
+/// swiglu_grad's record with its operands [input, grad_output] at
+/// `inputAt` and `gradAt`; the names go with the buffers when `named`, stay
+/// in ODS order otherwise.
+EntryBuilder swigluGradEntry(size_t inputAt, size_t gradAt, bool named) {
+  EntryBuilder b;
+  int32_t x = b.buffer("x", BufferRole::Input, ElemType::F32, {"s0", "8"});
+  int32_t dy = b.buffer("dy", BufferRole::Input, ElemType::F32, {"s0", "4"});
+  b.buffer("dx", BufferRole::Output, ElemType::F32, {"s0", "8"});
+  b.symbol("T", x, 0);
+  b.op("moe.swiglu_grad", {x, dy}, {2});
+  rt::RefOp &op = b.entry.refOps[0];
+  op.operands = {-1, -1};
+  op.operands[inputAt] = x;
+  op.operands[gradAt] = dy;
+  if (named) {
+    op.operandNames[inputAt] = "input";
+    op.operandNames[gradAt] = "grad_output";
+  }
+  return b;
+}
+
+// The record names its operands: listed in another order than ODS's, they
+// are read by name, not by position.
+TEST(CheckEntry, OperandsAreReadByName) {
+  std::vector<HostArray> buffers =
+      referenceRun(swigluGradEntry(0, 1, true).entry, {4});
+  std::vector<HostArray> swapped =
+      referenceRun(swigluGradEntry(1, 0, true).entry, {4});
+  ASSERT_EQ(swapped.size(), 3u);
+  EXPECT_EQ(tensorOf(swapped[2]).data, tensorOf(buffers[2]).data);
+  EXPECT_LT(ref::relativeError(
+                tensorOf(buffers[2]),
+                ref::swigluGrad(tensorOf(buffers[0]), tensorOf(buffers[1]),
+                                ref::GateUpLayout::Halves)),
+            1e-6);
+  // Read by position, the swapped record would take dy [T, 4] for the
+  // input [T, 8]: the same buffers with the names left in ODS order are
+  // rejected.
+  std::vector<HostArray> positional = buffers;
+  rt::Status s = computeReference(swigluGradEntry(1, 0, false).entry, {4},
+                                  positional);
+  EXPECT_EQ(s.code(), rt::ErrorCode::InvalidArgument);
+  EXPECT_NE(s.message().find("'grad_output'"), std::string::npos)
+      << s.message();
+  CheckReport report =
+      check(swigluGradEntry(1, 0, true).entry, {4}, buffers);
+  EXPECT_TRUE(report.pass) << report.summary();
+}
+
+// What the reference needs and the record lacks is an error naming it:
+// nothing of ODS (operand order, attribute defaults) is restated.
+TEST(CheckEntry, MissingOperandOrAttributeIsNamed) {
+  EntryBuilder b = swigluGradEntry(0, 1, true);
+  std::vector<HostArray> buffers = referenceRun(b.entry, {4});
+  CheckReport report;
+
+  EntryBuilder noGrad = swigluGradEntry(0, 1, true);
+  noGrad.entry.refOps[0].operands[1] = -1;
+  std::vector<HostArray> in{buffers[0], buffers[1]}, all;
+  ASSERT_TRUE(allocateBuffers(noGrad.entry, {4}, in, all).isOk());
+  rt::Status s = computeReference(noGrad.entry, {4}, all);
+  EXPECT_EQ(s.code(), rt::ErrorCode::InvalidArgument);
+  EXPECT_NE(s.message().find("lacks its operand 'grad_output'"),
+            std::string::npos)
+      << s.message();
+
+  EntryBuilder unnamed = swigluGradEntry(0, 1, true);
+  unnamed.entry.refOps[0].operandNames[1] = "dy";
+  s = checkEntry(unnamed.entry, {4}, buffers, report);
+  EXPECT_EQ(s.code(), rt::ErrorCode::InvalidArgument);
+  EXPECT_NE(s.message().find("no operand named 'grad_output'"),
+            std::string::npos)
+      << s.message();
+
+  EntryBuilder noLayout = swigluGradEntry(0, 1, true);
+  noLayout.entry.refOps[0].attrs.clear();
+  s = checkEntry(noLayout.entry, {4}, buffers, report);
+  EXPECT_EQ(s.code(), rt::ErrorCode::InvalidArgument);
+  EXPECT_NE(s.message().find("lacks its attribute 'layout'"),
+            std::string::npos)
+      << s.message();
+
+  // A router record without its default-valued scoring: an error, not
+  // softmax restated.
+  EntryBuilder noScoring = routerChain();
+  auto &attrs = noScoring.entry.refOps[0].attrs;
+  attrs.erase(std::remove_if(attrs.begin(), attrs.end(),
+                             [](const auto &a) { return a.first == "scoring"; }),
+              attrs.end());
+  std::vector<HostArray> chain = referenceRun(routerChain().entry, {32});
+  s = checkEntry(noScoring.entry, {32}, chain, report);
+  EXPECT_EQ(s.code(), rt::ErrorCode::InvalidArgument);
+  EXPECT_NE(s.message().find("lacks its attribute 'scoring'"),
+            std::string::npos)
+      << s.message();
 }
 
 TEST(CheckEntry, EndToEndCanBeSkipped) {

@@ -90,7 +90,9 @@ Bundle makeBundle() {
   op.name = "moe.router_topk";
   op.attrs = {{"k", "8"}, {"score", "softmax"}};
   op.operands = {1, -1};
+  op.operandNames = {"logits", "selection_bias"};
   op.results = {4, 3};
+  op.resultNames = {"weights", "ids"};
   e.refOps = {op};
   e.source = "func.func @qwen3() { return }";
   b.entries.push_back(e);
@@ -161,7 +163,9 @@ void expectEqual(const Bundle &a, const Bundle &b) {
       EXPECT_EQ(x.refOps[k].name, y.refOps[k].name);
       EXPECT_EQ(x.refOps[k].attrs, y.refOps[k].attrs);
       EXPECT_EQ(x.refOps[k].operands, y.refOps[k].operands);
+      EXPECT_EQ(x.refOps[k].operandNames, y.refOps[k].operandNames);
       EXPECT_EQ(x.refOps[k].results, y.refOps[k].results);
+      EXPECT_EQ(x.refOps[k].resultNames, y.refOps[k].resultNames);
     }
     EXPECT_EQ(x.source, y.source);
   }
@@ -327,18 +331,21 @@ TEST(BundleTest, UnsupportedVersion) {
   Bundle back;
   Status s = read(bytes, back);
   EXPECT_EQ(s.code(), ErrorCode::Unsupported);
-  EXPECT_EQ(s.message(), "bundle version 1 is older than this runtime's (4): "
+  EXPECT_EQ(s.message(), "bundle version 1 is older than this runtime's (5): "
                          "rebuild it with this moec (moec compile, or clear "
                          "the JIT cache)");
-  // Versions 2 (before the checksum) and 3 (before views): rebuilt, not
-  // misread.
-  putU32(bytes, kVersionAt, 2);
-  EXPECT_CONTAINS(read(bytes, back).message(), "rebuild it");
-  putU32(bytes, kVersionAt, 3);
-  EXPECT_CONTAINS(read(bytes, back).message(), "rebuild it");
-  putU32(bytes, kVersionAt, 5);
+  // Versions 2 (before the checksum), 3 (before views) and 4 (before the
+  // reference ops' operand names): rebuilt, not misread.
+  for (uint32_t old : {2u, 3u, 4u}) {
+    putU32(bytes, kVersionAt, old);
+    EXPECT_EQ(read(bytes, back).message(),
+              "bundle version " + std::to_string(old) +
+                  " is older than this runtime's (5): rebuild it with this "
+                  "moec (moec compile, or clear the JIT cache)");
+  }
+  putU32(bytes, kVersionAt, 6);
   EXPECT_CONTAINS(read(bytes, back).message(),
-                  "bundle version 5 is newer than this runtime's (4)");
+                  "bundle version 6 is newer than this runtime's (5)");
   Bundle b = makeBundle();
   b.version = 0;
   EXPECT_EQ(validateBundle(b).code(), ErrorCode::Unsupported);
@@ -689,6 +696,22 @@ TEST(BundleTest, RefOpErrors) {
       "0: buffer index 7 out of range (7 buffers)");
   EXPECT_EQ(invalidAfter([](Bundle &b) { b.entries[0].refOps[0].name = ""; }),
             "entry 0 ('qwen3', sm_90a): ref op 0: name is empty");
+  // Every operand and result has a name, unique in its list.
+  EXPECT_EQ(invalidAfter([](Bundle &b) {
+              b.entries[0].refOps[0].operandNames.pop_back();
+            }),
+            "entry 0 ('qwen3', sm_90a): ref op 0 ('moe.router_topk'): 1 "
+            "operand names for 2 operands");
+  EXPECT_EQ(invalidAfter([](Bundle &b) {
+              b.entries[0].refOps[0].resultNames[1] = "weights";
+            }),
+            "entry 0 ('qwen3', sm_90a): ref op 0 ('moe.router_topk'): "
+            "results 0 and 1 are both named 'weights'");
+  EXPECT_EQ(invalidAfter([](Bundle &b) {
+              b.entries[0].refOps[0].operandNames[0] = "";
+            }),
+            "entry 0 ('qwen3', sm_90a): ref op 0 ('moe.router_topk'): "
+            "operand 0: name is empty");
 }
 
 TEST(BundleTest, TargetErrors) {

@@ -29,8 +29,9 @@
 namespace moec::rt {
 
 /// Bumped on every incompatible change of the byte format. Version 3 added
-/// the payload checksum, version 4 view buffers.
-constexpr uint32_t kBundleVersion = 4;
+/// the payload checksum, version 4 view buffers, version 5 the ODS names of
+/// the reference ops' operands and results.
+constexpr uint32_t kBundleVersion = 5;
 
 /// Where the payload (everything the checksum covers) starts: after the
 /// magic, the version and the checksum.
@@ -128,13 +129,18 @@ struct LaunchStep {
 };
 
 /// One op of the function, as the float64 reference evaluates it. Operands
-/// are buffer indices in the op's ODS operand order, -1 for an absent
-/// optional operand. Attributes are textual ("8", "softmax", "true", "0.5").
+/// are buffer indices, one per ODS operand group (-1 for an absent optional
+/// one), each with its ODS name in `operandNames`; likewise the results.
+/// Attributes are textual ("8", "softmax", "true", "0.5"): every attribute
+/// of the op, default-valued ones included; an absent unit attribute is
+/// "false", an absent optional one is left out.
 struct RefOp {
   std::string name; ///< "moe.router_topk", "linalg.matmul", ...
   std::vector<std::pair<std::string, std::string>> attrs;
   std::vector<int32_t> operands;
+  std::vector<std::string> operandNames; ///< parallel to operands
   std::vector<int32_t> results;
+  std::vector<std::string> resultNames; ///< parallel to results
 };
 
 struct Entry {

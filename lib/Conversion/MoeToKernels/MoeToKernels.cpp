@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "KernelPattern.h"
+#include "RefOps.h"
 
 #include "moec/Conversion/LaunchABI.h"
 #include "moec/Conversion/Passes.h"
@@ -25,7 +26,6 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
-#include <cstdio>
 
 namespace moec {
 #define GEN_PASS_DEF_CONVERTMOETOKERNELS
@@ -37,90 +37,6 @@ using namespace moec;
 using namespace moec::kernels;
 
 namespace {
-
-/// Textual form of an attribute for the reference op list: integers in
-/// decimal, floats with 17 digits, unit/bool as true/false, enums by keyword.
-std::string attrText(Attribute attr) {
-  if (auto b = dyn_cast<BoolAttr>(attr))
-    return b.getValue() ? "true" : "false";
-  if (auto i = dyn_cast<IntegerAttr>(attr)) {
-    if (i.getType().isInteger(1))
-      return i.getValue().isZero() ? "false" : "true";
-    return std::to_string(i.getValue().getSExtValue());
-  }
-  if (auto f = dyn_cast<FloatAttr>(attr)) {
-    char text[64];
-    std::snprintf(text, sizeof(text), "%.17g", f.getValueAsDouble());
-    return text;
-  }
-  if (isa<UnitAttr>(attr))
-    return "true";
-  // Enum attributes print as #moe.name<keyword>.
-  std::string printed;
-  llvm::raw_string_ostream os(printed);
-  attr.print(os);
-  size_t open = printed.find('<'), close = printed.rfind('>');
-  if (open != std::string::npos && close != std::string::npos && close > open)
-    return printed.substr(open + 1, close - open - 1);
-  return printed;
-}
-
-/// The buffer index of each ODS operand or result group (-1 for an absent
-/// optional one), from the op's segment sizes where it has them.
-template <typename IndexOf>
-SmallVector<int32_t> groupIndices(Operation *op, ValueRange values,
-                                  StringRef segmentsAttr, IndexOf index) {
-  SmallVector<int32_t> indices;
-  auto segments = op->getAttrOfType<DenseI32ArrayAttr>(segmentsAttr);
-  if (!segments) {
-    for (Value value : values)
-      indices.push_back(index(value));
-    return indices;
-  }
-  unsigned next = 0;
-  for (int32_t length : segments.asArrayRef()) {
-    indices.push_back(length ? index(values[next]) : -1);
-    next += length;
-  }
-  return indices;
-}
-
-/// `values` comma-separated, as the bundle's reference ops take lists.
-std::string integerList(ArrayRef<int64_t> values) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  llvm::interleave(values, os, ",");
-  return text;
-}
-
-/// The ODS operand groups (null for an absent optional one) of ops whose
-/// groups the operands alone do not tell: a matmul's A and B (its
-/// accumulator is the zero fill), a pad's or slice's source (their static
-/// bounds are attributes), and moe ops with one optional operand,
-/// which have no segment sizes (ODS wants two variadic operands for
-/// AttrSizedOperandSegments).
-std::optional<SmallVector<Value>> unsegmentedOperands(Operation *op) {
-  using Operands = std::optional<SmallVector<Value>>;
-  return llvm::TypeSwitch<Operation *, Operands>(op)
-      .Case<linalg::MatmulOp, linalg::AddOp>([](auto linalgOp) {
-        return SmallVector<Value>(linalgOp.getInputs());
-      })
-      .Case([](linalg::TransposeOp transpose) {
-        return SmallVector<Value>{transpose.getInput()};
-      })
-      .Case([](linalg::FillOp) { return SmallVector<Value>{}; })
-      .Case<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(
-          [](auto reshape) { return SmallVector<Value>{reshape.getSrc()}; })
-      .Case<tensor::PadOp, tensor::ExtractSliceOp>(
-          [](auto copy) { return SmallVector<Value>{copy.getSource()}; })
-      .Case([](moe::RouterTopKOp topk) {
-        return SmallVector<Value>{topk.getLogits(), topk.getSelectionBias()};
-      })
-      .Case([](moe::QuantizeOp quantize) {
-        return SmallVector<Value>{quantize.getInput(), quantize.getOffsets()};
-      })
-      .Default([](Operation *) { return std::nullopt; });
-}
 
 class FuncLowering : public LoweringContext {
 public:
@@ -159,9 +75,27 @@ private:
   SmallVector<Value> staticSizes(ArrayRef<int64_t> shape);
   bool lowerReshapeAsView(Operation *reshape);
   void planOutputViews();
+  /// The new function, its kernel module and entry block.
+  LogicalResult createLoweredFunc();
+  /// Input `i`'s buffer, sizes and symbols.
+  void bindInput(unsigned i);
+  /// Each returned tensor's output argument.
+  LogicalResult bindOutputs(func::ReturnOp returnOp);
+  /// Deallocations, the return and the lowered function's attributes; the
+  /// old function erased.
+  void finishLoweredFunc(func::ReturnOp returnOp);
+  /// Ops that lower to host IR or nothing (constants, tensor.dim,
+  /// tensor.empty, accumulator fills); nullopt for the others.
+  std::optional<LogicalResult> lowerHostOp(Operation *op);
+  /// Whether an upstream op is of the forms that lower, with the
+  /// reference's attributes of it (RefOps.cpp names them).
+  LogicalResult
+  checkUpstreamOp(Operation *op,
+                  SmallVectorImpl<std::pair<StringRef, std::string>> &extra);
   LogicalResult lowerOneOp(Operation *op);
-  void recordRefOp(Operation *op, StringRef name,
-                   ArrayRef<std::pair<StringRef, std::string>> extraAttrs);
+  LogicalResult
+  recordRefOp(Operation *op,
+              ArrayRef<std::pair<StringRef, std::string>> extraAttrs);
 
   ModuleOp module;
   func::FuncOp oldFunc, newFunc;
@@ -441,47 +375,20 @@ LogicalResult FuncLowering::launch(StringRef suffix, Value gridBlocks,
   return success();
 }
 
-void FuncLowering::recordRefOp(
-    Operation *op, StringRef name,
-    ArrayRef<std::pair<StringRef, std::string>> extraAttrs) {
-  auto index = [&](Value tensor) -> int32_t {
-    if (!tensor)
-      return -1;
-    Value buffer = bufferOf.lookup(tensor);
-    return buffer ? bufferIndex.lookup(buffer) : -1;
-  };
-  SmallVector<int32_t> operands;
-  if (std::optional<SmallVector<Value>> groups = unsegmentedOperands(op))
-    operands = llvm::map_to_vector(*groups, index);
-  else
-    operands =
-        groupIndices(op, op->getOperands(), "operandSegmentSizes", index);
-  SmallVector<int32_t> results =
-      groupIndices(op, op->getResults(), "resultSegmentSizes", index);
-
-  SmallVector<NamedAttribute> semantics;
-  for (NamedAttribute attr : op->getAttrs()) {
-    StringRef attrName = attr.getName().getValue();
-    // Lowering choices are not semantics: the reference ignores them.
-    if (attrName == "operandSegmentSizes" || attrName == "resultSegmentSizes" ||
-        attrName == moe::kTileAttrName || attrName == moe::kKernelAttrName ||
-        !name.starts_with("moe."))
-      continue;
-    semantics.push_back(hostBuilder.getNamedAttr(
-        attrName, hostBuilder.getStringAttr(attrText(attr.getValue()))));
-  }
-  for (auto [attrName, text] : extraAttrs)
-    semantics.push_back(
-        hostBuilder.getNamedAttr(attrName, hostBuilder.getStringAttr(text)));
-  refOps.push_back(moe::RefOpAttr::get(
-      hostBuilder.getContext(), name, hostBuilder.getDictionaryAttr(semantics),
-      hostBuilder.getDenseI32ArrayAttr(operands),
-      hostBuilder.getDenseI32ArrayAttr(results)));
+LogicalResult FuncLowering::recordRefOp(
+    Operation *op, ArrayRef<std::pair<StringRef, std::string>> extraAttrs) {
+  FailureOr<moe::RefOpAttr> refOp =
+      buildRefOp(op, [&](Value tensor) -> int32_t {
+        Value buffer = bufferOf.lookup(tensor);
+        return buffer ? bufferIndex.lookup(buffer) : -1;
+      }, extraAttrs);
+  if (failed(refOp))
+    return failure();
+  refOps.push_back(*refOp);
+  return success();
 }
 
-LogicalResult FuncLowering::lowerOneOp(Operation *op) {
-  currentOp = op;
-  hostBuilder.setLoc(op->getLoc());
+std::optional<LogicalResult> FuncLowering::lowerHostOp(Operation *op) {
   if (isa<arith::ConstantOp>(op)) {
     if (isa<TensorType>(op->getResult(0).getType()))
       return op->emitOpError("tensor constants are not supported in a "
@@ -510,9 +417,11 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     zeroFilled.insert(op->getResult(0));
     return success();
   }
+  return std::nullopt;
+}
 
-  std::string refName = op->getName().getStringRef().str();
-  SmallVector<std::pair<StringRef, std::string>> extraAttrs;
+LogicalResult FuncLowering::checkUpstreamOp(
+    Operation *op, SmallVectorImpl<std::pair<StringRef, std::string>> &extra) {
   if (auto matmul = dyn_cast<linalg::MatmulOp>(op)) {
     if (!zeroFilled.contains(matmul.getOutputs()[0]))
       return op->emitOpError("needs a zero-filled tensor.empty accumulator");
@@ -520,33 +429,25 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     if (failed(layout))
       return op->emitOpError("only indexing maps that read A as [M, K] or "
                              "[K, M] and B as [K, N] or [N, K] are supported");
-    extraAttrs.push_back(
-        {"transpose_a", layout->transposeA ? "true" : "false"});
-    extraAttrs.push_back(
-        {"transpose_b", layout->transposeB ? "true" : "false"});
+    extra.push_back({"transpose_a", layout->transposeA ? "true" : "false"});
+    extra.push_back({"transpose_b", layout->transposeB ? "true" : "false"});
   } else if (auto add = dyn_cast<linalg::AddOp>(op)) {
     if (!add.getOutputs()[0].getDefiningOp<tensor::EmptyOp>())
       return op->emitOpError("needs a tensor.empty init (the sum overwrites "
                              "it)");
   } else if (auto fill = dyn_cast<linalg::FillOp>(op)) {
-    // A constant tensor (a matmul's zero accumulator returned above).
+    // A constant tensor (a matmul's zero accumulator is lowerHostOp's).
     FloatAttr value;
     if (!fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() ||
         !matchPattern(fill.getInputs()[0], m_Constant(&value)))
       return op->emitOpError("only a fill of tensor.empty with a constant "
                              "float is supported");
-    extraAttrs.push_back(
+    extra.push_back(
         {"value", llvm::formatv("{0:e16}", value.getValueAsDouble()).str()});
   } else if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op)) {
     if (!cast<ShapedType>(op->getResult(0).getType()).hasStaticShape())
       return op->emitOpError("of a dynamic shape is not supported (only "
                              "static reshapes lower)");
-    // A view of the same bytes where it can be one; a copy kernel into a
-    // buffer of the new shape otherwise.
-    if (lowerReshapeAsView(op)) {
-      recordRefOp(op, refName, extraAttrs);
-      return success();
-    }
   } else if (auto transpose = dyn_cast<linalg::TransposeOp>(op)) {
     if (transpose.getPermutation().empty())
       return op->emitOpError("of a rank-0 tensor is not supported (nothing "
@@ -554,8 +455,7 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
     if (!transpose.getInit().getDefiningOp<tensor::EmptyOp>())
       return op->emitOpError("needs a tensor.empty init (the transpose "
                              "overwrites it)");
-    extraAttrs.push_back(
-        {"permutation", integerList(transpose.getPermutation())});
+    extra.push_back({"permutation", integerList(transpose.getPermutation())});
   } else if (auto pad = dyn_cast<tensor::PadOp>(op)) {
     FloatAttr value;
     if (!pad.getResultType().hasStaticShape() ||
@@ -568,8 +468,8 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
         !matchPattern(pad.getConstantPaddingValue(), m_Constant(&value)))
       return op->emitOpError("only a float tensor padded with a constant "
                              "is supported");
-    extraAttrs.push_back({"low", integerList(pad.getStaticLow())});
-    extraAttrs.push_back(
+    extra.push_back({"low", integerList(pad.getStaticLow())});
+    extra.push_back(
         {"value", llvm::formatv("{0:e16}", value.getValueAsDouble()).str()});
   } else if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
     if (!slice.getResultType().hasStaticShape() ||
@@ -581,8 +481,8 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
       return op->emitOpError("that drops dimensions is not supported");
     if (!isa<FloatType>(slice.getResultType().getElementType()))
       return op->emitOpError("of a non-float tensor is not supported");
-    extraAttrs.push_back({"offsets", integerList(slice.getStaticOffsets())});
-    extraAttrs.push_back({"strides", integerList(slice.getStaticStrides())});
+    extra.push_back({"offsets", integerList(slice.getStaticOffsets())});
+    extra.push_back({"strides", integerList(slice.getStaticStrides())});
   } else if (op->getDialect()->getNamespace() != "moe") {
     return op->emitOpError("is not supported in a function lowered to "
                            "kernels (supported: moe ops, linalg.matmul with a "
@@ -592,6 +492,22 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
                            "tensor.pad and tensor.extract_slice, "
                            "tensor.dim, constants)");
   }
+  return success();
+}
+
+LogicalResult FuncLowering::lowerOneOp(Operation *op) {
+  currentOp = op;
+  hostBuilder.setLoc(op->getLoc());
+  if (std::optional<LogicalResult> done = lowerHostOp(op))
+    return *done;
+  SmallVector<std::pair<StringRef, std::string>> extraAttrs;
+  if (failed(checkUpstreamOp(op, extraAttrs)))
+    return failure();
+  // A static reshape: a view of the same bytes where it can be one; a copy
+  // kernel into a buffer of the new shape otherwise.
+  if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op) &&
+      lowerReshapeAsView(op))
+    return recordRefOp(op, extraAttrs);
 
   auto buffer = [&](Value tensor) -> Value {
     return tensor ? bufferOf.lookup(tensor) : Value();
@@ -617,11 +533,10 @@ LogicalResult FuncLowering::lowerOneOp(Operation *op) {
   auto [pattern, tile] = *kernel;
   if (failed(pattern->lower(op, tile, buffer, *this)))
     return failure();
-  recordRefOp(op, refName, extraAttrs);
-  return success();
+  return recordRefOp(op, extraAttrs);
 }
 
-LogicalResult FuncLowering::run() {
+LogicalResult FuncLowering::createLoweredFunc() {
   FunctionType type = oldFunc.getFunctionType();
   for (Type t : llvm::concat<const Type>(type.getInputs(), type.getResults()))
     if (!isa<RankedTensorType>(t))
@@ -645,63 +560,62 @@ LogicalResult FuncLowering::run() {
                                  moduleBuilder.getFunctionType(argTypes, {}));
   Block *entry = newFunc.addEntryBlock();
   hostBuilder.setInsertionPointToStart(entry);
+  return success();
+}
 
-  // Inputs: buffers, sizes and symbols. Every dynamic leading dimension is
-  // the token count T (one symbol; the runtime checks that they agree);
-  // other dynamic dimensions get a symbol each.
-  unsigned numInputs = type.getNumInputs();
-  for (unsigned i = 0; i < numInputs; ++i) {
-    Value arg = entry->getArgument(i);
-    auto memrefType = cast<MemRefType>(arg.getType());
-    // A user's name for the argument (the Python frontend sets it) becomes
-    // the buffer's name in the bundle, so launch errors can quote it.
-    StringAttr nameAttr = attrs->getNameAttrHelper().getName();
-    if (auto argName = oldFunc.getArgAttrOfType<StringAttr>(i, nameAttr))
-      newFunc.setArgAttr(i, nameAttr, argName);
-    bufferOf[oldFunc.getArgument(i)] = arg;
-    bufferIndex[arg] = numBuffers++;
-    SmallVector<Value> sizes;
-    // The symbol of each dimension (-1: static), for the bundle's buffer
-    // shapes: an argument's leading dimension need not share the symbol of
-    // the first one that was named.
-    SmallVector<int64_t> dimSymbols;
-    for (unsigned d = 0; d < memrefType.getRank(); ++d) {
-      if (!memrefType.isDynamicDim(d)) {
-        sizes.push_back(hostBuilder.idx(memrefType.getDimSize(d)));
-        dimSymbols.push_back(-1);
-        continue;
-      }
-      Value dim = hostBuilder.dim(arg, d);
-      // Leading dynamic dims share one symbol per name: "T" unless the
-      // argument names another with `moe.sym` (e.g. the T·k rows of a
-      // permuted input next to T tokens). Other dims get their own.
-      std::string symbolName =
-          ("arg" + Twine(i) + "_d" + Twine(d)).str();
-      if (d == 0) {
-        auto named = oldFunc.getArgAttrOfType<StringAttr>(
-            i, attrs->getSymAttrHelper().getName());
-        symbolName = named ? named.str() : "T";
-      }
-      auto [it, isNew] =
-          symbolByName.try_emplace(symbolName, symbolAttrs.size());
-      unsigned symbol = it->second;
-      if (isNew)
-        symbolAttrs.push_back(moe::DimSymbolAttr::get(hostBuilder.getContext(),
-                                                      symbolName, i, d));
-      symbolOf[{i, d}] = symbol;
-      dimSymbols.push_back(symbol);
-      inputDim[dim] = {i, d};
-      if (isNew && symbolName == "T")
-        tokens = dim;
-      sizes.push_back(dim);
+void FuncLowering::bindInput(unsigned i) {
+  Block *entry = &newFunc.getBody().front();
+  Value arg = entry->getArgument(i);
+  auto memrefType = cast<MemRefType>(arg.getType());
+  // A user's name for the argument (the Python frontend sets it) becomes
+  // the buffer's name in the bundle, so launch errors can quote it.
+  StringAttr nameAttr = attrs->getNameAttrHelper().getName();
+  if (auto argName = oldFunc.getArgAttrOfType<StringAttr>(i, nameAttr))
+    newFunc.setArgAttr(i, nameAttr, argName);
+  bufferOf[oldFunc.getArgument(i)] = arg;
+  bufferIndex[arg] = numBuffers++;
+  SmallVector<Value> sizes;
+  // The symbol of each dimension (-1: static), for the bundle's buffer
+  // shapes: an argument's leading dimension need not share the symbol of
+  // the first one that was named.
+  SmallVector<int64_t> dimSymbols;
+  for (unsigned d = 0; d < memrefType.getRank(); ++d) {
+    if (!memrefType.isDynamicDim(d)) {
+      sizes.push_back(hostBuilder.idx(memrefType.getDimSize(d)));
+      dimSymbols.push_back(-1);
+      continue;
     }
-    newFunc.setArgAttr(i, attrs->getDimSymbolsAttrHelper().getName(),
-                       hostBuilder.getDenseI64ArrayAttr(dimSymbols));
-    sizesOf[arg] = sizes;
+    Value dim = hostBuilder.dim(arg, d);
+    // Leading dynamic dims share one symbol per name: "T" unless the
+    // argument names another with `moe.sym` (e.g. the T·k rows of a
+    // permuted input next to T tokens). Other dims get their own.
+    std::string symbolName = ("arg" + Twine(i) + "_d" + Twine(d)).str();
+    if (d == 0) {
+      auto named = oldFunc.getArgAttrOfType<StringAttr>(
+          i, attrs->getSymAttrHelper().getName());
+      symbolName = named ? named.str() : "T";
+    }
+    auto [it, isNew] = symbolByName.try_emplace(symbolName, symbolAttrs.size());
+    unsigned symbol = it->second;
+    if (isNew)
+      symbolAttrs.push_back(moe::DimSymbolAttr::get(hostBuilder.getContext(),
+                                                    symbolName, i, d));
+    symbolOf[{i, d}] = symbol;
+    dimSymbols.push_back(symbol);
+    inputDim[dim] = {i, d};
+    if (isNew && symbolName == "T")
+      tokens = dim;
+    sizes.push_back(dim);
   }
+  newFunc.setArgAttr(i, attrs->getDimSymbolsAttrHelper().getName(),
+                     hostBuilder.getDenseI64ArrayAttr(dimSymbols));
+  sizesOf[arg] = sizes;
+}
 
+LogicalResult FuncLowering::bindOutputs(func::ReturnOp returnOp) {
+  Block *entry = &newFunc.getBody().front();
+  unsigned numInputs = oldFunc.getFunctionType().getNumInputs();
   // Outputs: each returned tensor is written into its output argument.
-  auto returnOp = cast<func::ReturnOp>(oldFunc.getBody().front().back());
   for (auto [r, value] : llvm::enumerate(returnOp.getOperands())) {
     Value arg = entry->getArgument(numInputs + r);
     bufferIndex[arg] = numBuffers++;
@@ -710,16 +624,13 @@ LogicalResult FuncLowering::run() {
              << r << " must be computed by the function and returned once";
     outputFor[value] = arg;
     newFunc.setArgAttr(numInputs + r, attrs->getOutputAttrHelper().getName(),
-                       moduleBuilder.getUnitAttr());
+                       hostBuilder.getUnitAttr());
   }
+  return success();
+}
 
-  if (!oldFunc.getBody().hasOneBlock())
-    return oldFunc.emitOpError("must have a single block to be lowered");
-  planOutputViews();
-  for (Operation &op : oldFunc.getBody().front().without_terminator())
-    if (failed(lowerOneOp(&op)))
-      return failure();
-
+void FuncLowering::finishLoweredFunc(func::ReturnOp returnOp) {
+  std::string name = oldFunc.getName().str();
   hostBuilder.setLoc(returnOp.getLoc());
   for (Value temp : temps)
     memref::DeallocOp::create(hostBuilder, temp);
@@ -740,6 +651,27 @@ LogicalResult FuncLowering::run() {
       newFunc->setAttr(attr.getName(), attr.getValue());
   oldFunc.erase();
   newFunc.setName(name);
+}
+
+LogicalResult FuncLowering::run() {
+  if (failed(createLoweredFunc()))
+    return failure();
+  // Inputs: buffers, sizes and symbols. Every dynamic leading dimension is
+  // the token count T (one symbol; the runtime checks that they agree);
+  // other dynamic dimensions get a symbol each.
+  for (unsigned i = 0, e = oldFunc.getFunctionType().getNumInputs(); i < e;
+       ++i)
+    bindInput(i);
+  auto returnOp = cast<func::ReturnOp>(oldFunc.getBody().front().back());
+  if (failed(bindOutputs(returnOp)))
+    return failure();
+  if (!oldFunc.getBody().hasOneBlock())
+    return oldFunc.emitOpError("must have a single block to be lowered");
+  planOutputViews();
+  for (Operation &op : oldFunc.getBody().front().without_terminator())
+    if (failed(lowerOneOp(&op)))
+      return failure();
+  finishLoweredFunc(returnOp);
   return success();
 }
 

@@ -284,20 +284,22 @@ def _check_values(entry: Entry, infos, shapes) -> None:
                 f"got values in [{values.min()}, {values.max()}]")
 
     for op in entry.ref_ops:
-        operands = op["operands"]
+        # The buffer of each ODS operand group by name (-1: absent).
+        operands = dict(zip(op["operand_names"], op["operands"]))
         if op["name"] == "moe.sort_by_expert":
-            check_ids(operands[0], int(op["attrs"]["num_experts"]),
+            check_ids(operands["ids"], int(op["attrs"]["num_experts"]),
                       "expert ids")
-        elif (op["name"] == "moe.dequantize" and len(operands) > 4 and
-              operands[4] >= 0):
-            data = operands[0]
+        elif (op["name"] == "moe.dequantize" and
+              operands.get("experts", -1) >= 0):
+            data = operands["data"]
             experts = (shapes[position[data]][0] if data in position else None)
             if experts is not None:
-                check_ids(operands[4], experts, "expert indices")
+                check_ids(operands["experts"], experts, "expert indices")
         if op["name"] in ("moe.permute", "moe.permute_probs", "moe.unpermute",
                           "moe.permute_grad", "moe.unpermute_grad",
-                          "moe.grouped_matmul") and operands[2] in position:
-            i = position[operands[2]]
+                          "moe.grouped_matmul") and \
+                operands["offsets"] in position:
+            i = position[operands["offsets"]]
             try:
                 offsets = _values(infos[i])
             except LookupError:

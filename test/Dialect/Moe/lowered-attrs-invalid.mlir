@@ -40,6 +40,26 @@ func.func @ref_ops_untyped() attributes {moe.ref_ops = [{name = "moe.swiglu"}]} 
 
 // -----
 
+// expected-error @+1 {{reference op 'moe.swiglu' has 2 operand names for 1 operands}}
+func.func @ref_op_names_count() attributes {moe.ref_ops = [#moe.ref_op<
+    name = "moe.swiglu", attrs = {}, operands = [0],
+    operand_names = ["input", "extra"], results = [1],
+    result_names = ["output"]>]} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{reference op 'moe.swiglu_grad': operand name "input" is not a non-empty string unique in its list}}
+func.func @ref_op_names_unique() attributes {moe.ref_ops = [#moe.ref_op<
+    name = "moe.swiglu_grad", attrs = {}, operands = [0, 1],
+    operand_names = ["input", "input"], results = [2],
+    result_names = ["grad_input"]>]} {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{expected a symbol s<i>, got 'T'}}
 func.func @symbol_by_name(%x: memref<?xf32> {moe.dims = [#moe.size<T * 2>]}) {
   return

@@ -20,7 +20,7 @@ func.func @sizes(%x: memref<?xf32> {moe.dims = [
 // CHECK-SAME: moe.dim_symbols = array<i64: 0, -1>
 // CHECK-SAME: moe.name = "hidden"
 // CHECK-SAME: moe.entry = "entry", moe.num_buffers = 2 : i32
-// CHECK-SAME: moe.ref_ops = [#moe.ref_op<name = "moe.swiglu", attrs = {layout = "halves"}, operands = [0, -1], results = [1]>]
+// CHECK-SAME: moe.ref_ops = [#moe.ref_op<name = "moe.swiglu", attrs = {layout = "halves"}, operands = [0], operand_names = ["input"], results = [1], result_names = ["output"]>]
 // CHECK-SAME: moe.symbols = [#moe.dim_symbol<name = "T", arg = 0, dim = 0>]
 // CHECK: memref.alloc(%{{.*}}) {moe.buffer = 1 : i32, moe.dims = [#moe.size<s0 * 2>]}
 // CHECK: "test.launch"() {moe.launch = #moe.launch<grid = <s0 ceildiv 256>, scalars = [<s0>, <7>]>}
@@ -30,8 +30,9 @@ func.func @entry(%x: memref<?x8xf32> {moe.dim_symbols = array<i64: 0, -1>,
     attributes {moe.entry = "entry", moe.num_buffers = 2 : i32,
                 moe.symbols = [#moe.dim_symbol<name = "T", arg = 0, dim = 0>],
                 moe.ref_ops = [#moe.ref_op<name = "moe.swiglu",
-                    attrs = {layout = "halves"}, operands = [0, -1],
-                    results = [1]>]} {
+                    attrs = {layout = "halves"}, operands = [0],
+                    operand_names = ["input"], results = [1],
+                    result_names = ["output"]>]} {
   %c0 = arith.constant 0 : index
   %n = memref.dim %x, %c0 : memref<?x8xf32>
   %t = memref.alloc(%n) {moe.buffer = 1 : i32,

@@ -16,23 +16,184 @@ using namespace mlir;
 using namespace moec;
 using namespace moec::kernels;
 
+namespace {
+
+/// router_topk's attributes, as its kernel reads them.
+struct RouterTopKOptions {
+  int64_t experts, k, groups, topkGroups;
+  bool softmax, topkThenSoftmax, renormalize, hasBias, selectOnScores;
+  double scaling;
+};
+
+/// One token's thread of the scalar router_topk: its buffers, its scratch
+/// rows (scores, selection values, allowed experts) and constants.
+struct RouterTopKThread {
+  KernelBuilder &b;
+  const RouterTopKOptions &o;
+  Value t, lg, weights, ids, bias;
+  Value E, score, select, allowed, negInf;
+};
+
+/// Scores: softmax (with the row maximum subtracted), sigmoid, or the raw
+/// logits (topk_then_softmax normalizes the k selected later); and the
+/// selection values, every expert allowed unless routing is group-limited.
+void emitRouterScores(RouterTopKThread &th) {
+  KernelBuilder &b = th.b;
+  const RouterTopKOptions &o = th.o;
+  Value peak = b.loop(b.idx(0), th.E, {th.negInf},
+                      [&](Value e, ValueRange it) -> SmallVector<Value> {
+                        return {b.fmax(it[0], b.loadF(th.lg, {th.t, e}))};
+                      })[0];
+  Value sum = b.loop(b.idx(0), th.E, {b.f32(0)},
+                     [&](Value e, ValueRange it) -> SmallVector<Value> {
+                       Value x = b.loadF(th.lg, {th.t, e});
+                       Value s = o.topkThenSoftmax ? x
+                                 : o.softmax ? b.exp(b.fsub(x, peak))
+                                             : b.sigmoid(x);
+                       memref::StoreOp::create(b, s, th.score, {e});
+                       return {b.fadd(it[0], s)};
+                     })[0];
+  b.loop(b.idx(0), th.E, [&](Value e) {
+    Value x = b.loadF(th.lg, {th.t, e});
+    Value s = memref::LoadOp::create(b, th.score, {e});
+    if (o.softmax && !o.topkThenSoftmax) {
+      s = b.fdiv(s, sum);
+      memref::StoreOp::create(b, s, th.score, {e});
+    }
+    Value sel = o.selectOnScores ? s : x;
+    if (o.hasBias)
+      sel = b.fadd(sel, b.loadF(th.bias, {e}));
+    memref::StoreOp::create(b, sel, th.select, {e});
+    memref::StoreOp::create(b, b.i32(o.groups ? 0 : 1), th.allowed, {e});
+  });
+}
+
+/// Group-limited routing: a group scores the sum of its two best selection
+/// scores; the best `topk_groups` groups stay allowed.
+void emitRouterGroupLimit(RouterTopKThread &th) {
+  KernelBuilder &b = th.b;
+  const int64_t groups = th.o.groups, size = th.o.experts / groups;
+  Value negInf = th.negInf;
+  Value gscore = b.alloca(MemRefType::get({groups}, b.getF32Type()));
+  b.loop(b.idx(0), b.idx(groups), [&](Value g) {
+    Value base = b.mul(g, b.idx(size));
+    auto best = b.loop(
+        b.idx(0), b.idx(size), {negInf, negInf},
+        [&](Value i, ValueRange it) -> SmallVector<Value> {
+          Value v = memref::LoadOp::create(b, th.select, {b.add(base, i)});
+          Value isFirst = b.fgt(v, it[0]);
+          Value isSecond = b.fgt(v, it[1]);
+          Value second = b.select(isFirst, it[0], b.select(isSecond, v, it[1]));
+          return {b.select(isFirst, v, it[0]), second};
+        });
+    Value total = size > 1 ? b.fadd(best[0], best[1]) : best[0];
+    memref::StoreOp::create(b, total, gscore, {g});
+  });
+  b.loop(b.idx(0), b.idx(th.o.topkGroups), [&](Value) {
+    auto best = b.loop(b.idx(0), b.idx(groups), {negInf, b.idx(0), b.idx(0)},
+                       [&](Value g, ValueRange it) -> SmallVector<Value> {
+                         Value v = memref::LoadOp::create(b, gscore, {g});
+                         Value first = b.eq(it[2], b.idx(0));
+                         Value better =
+                             arith::OrIOp::create(b, first, b.fgt(v, it[0]));
+                         return {b.select(better, v, it[0]),
+                                 b.select(better, g, it[1]), b.idx(1)};
+                       });
+    // Ties keep the lower group (strict >); a picked group drops to -inf so
+    // it is not picked again.
+    Value g = best[1];
+    memref::StoreOp::create(b, negInf, gscore, {g});
+    Value base = b.mul(g, b.idx(size));
+    b.loop(b.idx(0), b.idx(size), [&](Value i) {
+      memref::StoreOp::create(b, b.i32(1), th.allowed, {b.add(base, i)});
+    });
+  });
+}
+
+/// Top-k: k passes, each taking the best allowed expert not taken yet
+/// (strict >, so ties keep the lower id as in a stable sort). Writes ids and
+/// scores; returns the sum of the k scores.
+Value emitRouterSelect(RouterTopKThread &th) {
+  KernelBuilder &b = th.b;
+  return b.loop(
+      b.idx(0), b.idx(th.o.k), {b.f32(0)},
+      [&](Value j, ValueRange it) -> SmallVector<Value> {
+        auto best = b.loop(
+            b.idx(0), th.E, {th.negInf, b.idx(0), b.idx(0)},
+            [&](Value e, ValueRange st) -> SmallVector<Value> {
+              Value ok =
+                  b.eq(memref::LoadOp::create(b, th.allowed, {e}), b.i32(1));
+              Value v = memref::LoadOp::create(b, th.select, {e});
+              Value first = b.eq(st[2], b.idx(0));
+              Value better = b.land(
+                  ok, arith::OrIOp::create(b, first, b.fgt(v, st[0])));
+              return {b.select(better, v, st[0]), b.select(better, e, st[1]),
+                      b.select(better, b.idx(1), st[2])};
+            });
+        Value e = best[1];
+        memref::StoreOp::create(b, b.i32(0), th.allowed, {e});
+        b.storeI32(e, th.ids, {th.t, j});
+        Value w = memref::LoadOp::create(b, th.score, {e});
+        memref::StoreOp::create(b, w, th.weights, {th.t, j});
+        return {b.fadd(it[0], w)};
+      })[0];
+}
+
+/// Weights: softmax over the k picked logits, renormalization, scaling.
+void emitRouterWeights(RouterTopKThread &th, Value sumW) {
+  KernelBuilder &b = th.b;
+  const RouterTopKOptions &o = th.o;
+  Value t = th.t, weights = th.weights;
+  if (o.topkThenSoftmax) {
+    Value top = b.loop(b.idx(0), b.idx(o.k), {th.negInf},
+                       [&](Value j, ValueRange it) -> SmallVector<Value> {
+                         return {b.fmax(it[0], memref::LoadOp::create(
+                                                   b, weights, {t, j}))};
+                       })[0];
+    sumW = b.loop(b.idx(0), b.idx(o.k), {b.f32(0)},
+                  [&](Value j, ValueRange it) -> SmallVector<Value> {
+                    Value v = b.exp(b.fsub(
+                        memref::LoadOp::create(b, weights, {t, j}), top));
+                    memref::StoreOp::create(b, v, weights, {t, j});
+                    return {b.fadd(it[0], v)};
+                  })[0];
+    b.loop(b.idx(0), b.idx(o.k), [&](Value j) {
+      Value v = memref::LoadOp::create(b, weights, {t, j});
+      memref::StoreOp::create(b, b.fdiv(v, sumW), weights, {t, j});
+    });
+    sumW = b.f32(1.0);
+  }
+  if (o.renormalize || o.scaling != 1.0) {
+    Value factor = b.f32(o.scaling);
+    if (o.renormalize)
+      factor = b.fdiv(factor, sumW);
+    b.loop(b.idx(0), b.idx(o.k), [&](Value j) {
+      Value v = memref::LoadOp::create(b, weights, {t, j});
+      memref::StoreOp::create(b, b.fmul(v, factor), weights, {t, j});
+    });
+  }
+}
+
+} // namespace
+
 LogicalResult scalar::emitRouterTopK(moe::RouterTopKOp op, moe::TileAttr tile,
                                      BufferMap buffer, LoweringContext &ctx) {
   Value logits = buffer(op.getLogits());
   Value bias = buffer(op.getSelectionBias());
-  auto logitsType = cast<MemRefType>(logits.getType());
-  int64_t experts = logitsType.getDimSize(1);
-  int64_t k = op.getK();
-  bool softmax = op.getScoring() == moe::Scoring::softmax;
-  bool topkThenSoftmax = op.getOrder() == moe::TopKOrder::topk_then_softmax;
-  int64_t groups = op.getNumGroups().value_or(0);
-  int64_t topkGroups = op.getTopkGroups().value_or(0);
-  bool renormalize = op.getRenormalize();
-  double scaling = op.getScalingFactor().convertToDouble();
+  RouterTopKOptions o;
+  o.experts = cast<MemRefType>(logits.getType()).getDimSize(1);
+  o.k = op.getK();
+  o.softmax = op.getScoring() == moe::Scoring::softmax;
+  o.topkThenSoftmax = op.getOrder() == moe::TopKOrder::topk_then_softmax;
+  o.groups = op.getNumGroups().value_or(0);
+  o.topkGroups = op.getTopkGroups().value_or(0);
+  o.renormalize = op.getRenormalize();
+  o.scaling = op.getScalingFactor().convertToDouble();
+  o.hasBias = bool(bias);
   // Without a bias the ranking of softmax/sigmoid scores is the ranking of
   // the logits: select on the logits so that f32 rounding of the scores
   // cannot reorder near-ties.
-  bool selectOnScores = bias && !topkThenSoftmax;
+  o.selectOnScores = bias && !o.topkThenSoftmax;
 
   SmallVector<Value> operands = {logits, buffer(op.getWeights()),
                                  buffer(op.getIds())};
@@ -42,155 +203,192 @@ LogicalResult scalar::emitRouterTopK(moe::RouterTopKOp op, moe::TileAttr tile,
   return launchPerItem(
       ctx, "", tokens, tile, operands,
       [&](KernelBuilder &b, ValueRange args, Value t) {
-        Value lg = args[0], weights = args[1], ids = args[2];
-        Value biasArg = bias ? args[3] : Value();
-        Value E = b.idx(experts);
-        auto f32x = MemRefType::get({experts}, b.getF32Type());
-        Value score = b.alloca(f32x);
-        Value select = b.alloca(f32x);
-        Value allowed = b.alloca(MemRefType::get({experts}, b.getI32Type()));
-        Value negInf = b.f32(-std::numeric_limits<float>::infinity());
-
-        // Scores: softmax (with the row maximum subtracted), sigmoid, or the
-        // raw logits (topk_then_softmax normalizes the k selected later).
-        Value peak = b.loop(b.idx(0), E, {negInf},
-                            [&](Value e, ValueRange it) -> SmallVector<Value> {
-                              return {b.fmax(it[0], b.loadF(lg, {t, e}))};
-                            })[0];
-        Value sum = b.loop(b.idx(0), E, {b.f32(0)},
-                           [&](Value e, ValueRange it) -> SmallVector<Value> {
-                             Value x = b.loadF(lg, {t, e});
-                             Value s = topkThenSoftmax ? x
-                                       : softmax       ? b.exp(b.fsub(x, peak))
-                                                       : b.sigmoid(x);
-                             memref::StoreOp::create(b, s, score, {e});
-                             return {b.fadd(it[0], s)};
-                           })[0];
-        b.loop(b.idx(0), E, [&](Value e) {
-          Value x = b.loadF(lg, {t, e});
-          Value s = memref::LoadOp::create(b, score, {e});
-          if (softmax && !topkThenSoftmax) {
-            s = b.fdiv(s, sum);
-            memref::StoreOp::create(b, s, score, {e});
-          }
-          Value sel = selectOnScores ? s : x;
-          if (bias)
-            sel = b.fadd(sel, b.loadF(biasArg, {e}));
-          memref::StoreOp::create(b, sel, select, {e});
-          memref::StoreOp::create(b, b.i32(groups ? 0 : 1), allowed, {e});
-        });
-
-        // Group-limited routing: a group scores the sum of its two best
-        // selection scores; the best `topk_groups` groups stay allowed.
-        if (groups) {
-          int64_t size = experts / groups;
-          Value gscore = b.alloca(MemRefType::get({groups}, b.getF32Type()));
-          b.loop(b.idx(0), b.idx(groups), [&](Value g) {
-            Value base = b.mul(g, b.idx(size));
-            auto best = b.loop(
-                b.idx(0), b.idx(size), {negInf, negInf},
-                [&](Value i, ValueRange it) -> SmallVector<Value> {
-                  Value v = memref::LoadOp::create(b, select, {b.add(base, i)});
-                  Value isFirst = b.fgt(v, it[0]);
-                  Value isSecond = b.fgt(v, it[1]);
-                  Value second =
-                      b.select(isFirst, it[0], b.select(isSecond, v, it[1]));
-                  return {b.select(isFirst, v, it[0]), second};
-                });
-            Value total = size > 1 ? b.fadd(best[0], best[1]) : best[0];
-            memref::StoreOp::create(b, total, gscore, {g});
-          });
-          b.loop(b.idx(0), b.idx(topkGroups), [&](Value) {
-            auto best =
-                b.loop(b.idx(0), b.idx(groups), {negInf, b.idx(0), b.idx(0)},
-                       [&](Value g, ValueRange it) -> SmallVector<Value> {
-                         Value v = memref::LoadOp::create(b, gscore, {g});
-                         Value first = b.eq(it[2], b.idx(0));
-                         Value better =
-                             arith::OrIOp::create(b, first, b.fgt(v, it[0]));
-                         return {b.select(better, v, it[0]),
-                                 b.select(better, g, it[1]), b.idx(1)};
-                       });
-            // Ties keep the lower group (strict >); a picked group drops to
-            // -inf so it is not picked again.
-            Value g = best[1];
-            memref::StoreOp::create(b, negInf, gscore, {g});
-            Value base = b.mul(g, b.idx(size));
-            b.loop(b.idx(0), b.idx(size), [&](Value i) {
-              memref::StoreOp::create(b, b.i32(1), allowed, {b.add(base, i)});
-            });
-          });
-        }
-
-        // Top-k: k passes, each taking the best allowed expert not taken yet
-        // (strict >, so ties keep the lower id as in a stable sort).
-        Value sumW = b.loop(
-            b.idx(0), b.idx(k), {b.f32(0)},
-            [&](Value j, ValueRange it) -> SmallVector<Value> {
-              auto best = b.loop(
-                  b.idx(0), E, {negInf, b.idx(0), b.idx(0)},
-                  [&](Value e, ValueRange st) -> SmallVector<Value> {
-                    Value ok =
-                        b.eq(memref::LoadOp::create(b, allowed, {e}), b.i32(1));
-                    Value v = memref::LoadOp::create(b, select, {e});
-                    Value first = b.eq(st[2], b.idx(0));
-                    Value better = b.land(
-                        ok, arith::OrIOp::create(b, first, b.fgt(v, st[0])));
-                    return {b.select(better, v, st[0]),
-                            b.select(better, e, st[1]),
-                            b.select(better, b.idx(1), st[2])};
-                  });
-              Value e = best[1];
-              memref::StoreOp::create(b, b.i32(0), allowed, {e});
-              b.storeI32(e, ids, {t, j});
-              Value w = memref::LoadOp::create(b, score, {e});
-              memref::StoreOp::create(b, w, weights, {t, j});
-              return {b.fadd(it[0], w)};
-            })[0];
-
-        // Weights: softmax over the k picked logits, renormalization,
-        // scaling.
-        if (topkThenSoftmax) {
-          Value top = b.loop(b.idx(0), b.idx(k), {negInf},
-                             [&](Value j, ValueRange it) -> SmallVector<Value> {
-                               return {b.fmax(it[0], memref::LoadOp::create(
-                                                         b, weights, {t, j}))};
-                             })[0];
-          sumW = b.loop(b.idx(0), b.idx(k), {b.f32(0)},
-                        [&](Value j, ValueRange it) -> SmallVector<Value> {
-                          Value v = b.exp(b.fsub(
-                              memref::LoadOp::create(b, weights, {t, j}), top));
-                          memref::StoreOp::create(b, v, weights, {t, j});
-                          return {b.fadd(it[0], v)};
-                        })[0];
-          b.loop(b.idx(0), b.idx(k), [&](Value j) {
-            Value v = memref::LoadOp::create(b, weights, {t, j});
-            memref::StoreOp::create(b, b.fdiv(v, sumW), weights, {t, j});
-          });
-          sumW = b.f32(1.0);
-        }
-        if (renormalize || scaling != 1.0) {
-          Value factor = b.f32(scaling);
-          if (renormalize)
-            factor = b.fdiv(factor, sumW);
-          b.loop(b.idx(0), b.idx(k), [&](Value j) {
-            Value v = memref::LoadOp::create(b, weights, {t, j});
-            memref::StoreOp::create(b, b.fmul(v, factor), weights, {t, j});
-          });
-        }
+        RouterTopKThread th{b, o, t, args[0], args[1], args[2],
+                            bias ? args[3] : Value()};
+        th.E = b.idx(o.experts);
+        auto f32x = MemRefType::get({o.experts}, b.getF32Type());
+        th.score = b.alloca(f32x);
+        th.select = b.alloca(f32x);
+        th.allowed = b.alloca(MemRefType::get({o.experts}, b.getI32Type()));
+        th.negInf = b.f32(-std::numeric_limits<float>::infinity());
+        emitRouterScores(th);
+        if (o.groups)
+          emitRouterGroupLimit(th);
+        emitRouterWeights(th, emitRouterSelect(th));
       });
 }
+
+namespace {
+
+/// router_topk_grad's attributes, as its kernel reads them.
+struct RouterGradOptions {
+  int64_t experts, k;
+  bool softmax, topkThenSoftmax, renormalize;
+  double scaling;
+};
+
+/// One token's thread of the scalar router_topk_grad: its buffers, the
+/// forward's selected values p and their gradients dp (k each), and the
+/// softmax's peak, sum, top index and the others' sum (restSum).
+struct RouterGradThread {
+  KernelBuilder &b;
+  const RouterGradOptions &o;
+  Value t, lg, ids, dw, out;
+  Value E, K, zero, negInf, p, dp;
+  Value peak, sum, top, restSum;
+
+  Value idOf(Value j) { return b.loadIdx(ids, {t, j}); }
+  Value logitOf(Value j) { return b.loadF(lg, {t, idOf(j)}); }
+  Value at(Value buf, Value j) {
+    return memref::LoadOp::create(b, buf, {j}).getResult();
+  }
+  /// Σ_i p_i (v_j − v_i) over the k selected, for buffer v.
+  Value spread(Value v, Value j) {
+    Value vj = at(v, j);
+    return b.loop(b.idx(0), K, {zero},
+                  [&](Value i, ValueRange it) -> SmallVector<Value> {
+                    Value d = b.fsub(vj, at(v, i));
+                    return {b.fadd(it[0], b.fmul(at(p, i), d))};
+                  })[0];
+  }
+  Value scoreOf(Value x) {
+    return o.softmax ? b.fdiv(b.exp(b.fsub(x, peak)), sum) : b.sigmoid(x);
+  }
+};
+
+/// The forward's selected values p_j (before renormalization and scaling):
+/// the softmax over the k picked logits, or the scores. `top` is the first
+/// largest logit's index and `restSum` the sum of the others'
+/// exp(x − peak), so that 1 − s_top = restSum / sum exactly where it is
+/// tiny. Stores p and dp = the given gradient; returns Z = Σ p_j.
+Value emitSelectedScores(RouterGradThread &th) {
+  KernelBuilder &b = th.b;
+  Value zero = th.zero, K = th.K;
+  th.peak = th.negInf;
+  th.sum = b.f32(1);
+  th.top = b.idx(0);
+  th.restSum = zero;
+  if (th.o.softmax) {
+    Value n = th.o.topkThenSoftmax ? K : th.E;
+    auto x = [&](Value i) {
+      return th.o.topkThenSoftmax ? th.logitOf(i) : b.loadF(th.lg, {th.t, i});
+    };
+    auto best = b.loop(b.idx(0), n, {th.negInf, b.idx(0)},
+                       [&](Value i, ValueRange it) -> SmallVector<Value> {
+                         Value v = x(i), better = b.fgt(v, it[0]);
+                         return {b.select(better, v, it[0]),
+                                 b.select(better, i, it[1])};
+                       });
+    th.peak = best[0];
+    th.top = best[1];
+    th.restSum =
+        b.loop(b.idx(0), n, {zero},
+               [&](Value i, ValueRange it) -> SmallVector<Value> {
+                 Value v = b.exp(b.fsub(x(i), th.peak));
+                 return {b.fadd(it[0], b.select(b.eq(i, th.top), zero, v))};
+               })[0];
+    th.sum = b.fadd(th.restSum, b.f32(1));
+  }
+  return b.loop(b.idx(0), K, {zero},
+                [&](Value j, ValueRange it) -> SmallVector<Value> {
+                  Value v = th.scoreOf(th.logitOf(j));
+                  memref::StoreOp::create(b, v, th.p, {j});
+                  memref::StoreOp::create(b, b.loadF(th.dw, {th.t, j}), th.dp,
+                                          {j});
+                  return {b.fadd(it[0], v)};
+                })[0];
+}
+
+/// Through renormalization and scaling: w_j = c p_j / Z, so
+/// dp_j = c (g_j − Σ_i g_i p_i / Z) / Z = c Σ_i p_i (g_j − g_i) / Z².
+void emitRenormalizeGrad(RouterGradThread &th, Value z) {
+  KernelBuilder &b = th.b;
+  Value K = th.K, dp = th.dp;
+  Value c = b.f32(th.o.scaling);
+  if (th.o.renormalize) {
+    Value factor = b.fdiv(c, b.fmul(z, z));
+    Value g = b.alloca(MemRefType::get({th.o.k}, b.getF32Type()));
+    b.loop(b.idx(0), K, [&](Value j) {
+      memref::StoreOp::create(b, th.at(dp, j), g, {j});
+    });
+    b.loop(b.idx(0), K, [&](Value j) {
+      memref::StoreOp::create(b, b.fmul(factor, th.spread(g, j)), dp, {j});
+    });
+  } else if (th.o.scaling != 1.0) {
+    b.loop(b.idx(0), K, [&](Value j) {
+      memref::StoreOp::create(b, b.fmul(c, th.at(dp, j)), dp, {j});
+    });
+  }
+}
+
+/// The gradient of expert e's logit x through the scores: `selected` and
+/// `mm` (its place among the selected, 0 when not), `mix` = Σ_j dp_j p_j.
+Value emitExpertGrad(RouterGradThread &th, Value e, Value selected, Value mm,
+                     Value x, Value mix) {
+  KernelBuilder &b = th.b;
+  Value zero = th.zero, p = th.p, dp = th.dp;
+  if (th.o.topkThenSoftmax) // p_m Σ_i p_i (dp_m − dp_i); unselected: none.
+    return b.fmul(th.at(p, mm), th.spread(dp, mm));
+  if (!th.o.softmax) // dp_m s (1 − s) with 1 − s = sigmoid(−x).
+    return b.fmul(b.fmul(th.at(dp, mm), b.sigmoid(x)),
+                  b.sigmoid(b.fsub(zero, x)));
+  // Softmax over all experts: s_e (dp[e] − Σ_j dp_j p_j). For a selected e,
+  // dp_m − Σ_j dp_j p_j = dp_m (1 − p_m) − Σ_{j≠m} dp_j p_j; 1 − p_m is the
+  // other experts' share (at most one expert, the top, can have
+  // p_m > 1/2).
+  Value s = th.scoreOf(x);
+  Value others = b.select(b.eq(e, th.top), b.fdiv(th.restSum, th.sum),
+                          b.fsub(b.f32(1), s));
+  // Σ_{j≠m} dp_j p_j summed directly (mix − dp_m p_m would cancel when p_m
+  // is near 1).
+  Value rest =
+      b.loop(b.idx(0), th.K, {zero},
+             [&](Value j, ValueRange it) -> SmallVector<Value> {
+               Value term = b.fmul(th.at(dp, j), th.at(p, j));
+               return {b.fadd(it[0], b.select(b.eq(j, mm), zero, term))};
+             })[0];
+  Value own = b.fsub(b.fmul(th.at(dp, mm), others), rest);
+  return b.select(selected, b.fmul(s, own), b.fsub(zero, b.fmul(s, mix)));
+}
+
+/// Back through the scores, one expert at a time: `m` is its place among
+/// the selected (k when not selected).
+void emitLogitGrads(RouterGradThread &th) {
+  KernelBuilder &b = th.b;
+  Value K = th.K, zero = th.zero;
+  Value mix = b.loop(b.idx(0), K, {zero},
+                     [&](Value j, ValueRange it) -> SmallVector<Value> {
+                       return {b.fadd(it[0],
+                                      b.fmul(th.at(th.dp, j), th.at(th.p, j)))};
+                     })[0];
+  b.loop(b.idx(0), th.E, [&](Value e) {
+    Value m = b.loop(b.idx(0), K, {K},
+                     [&](Value j, ValueRange it) -> SmallVector<Value> {
+                       return {b.select(b.eq(th.idOf(j), e), j, it[0])};
+                     })[0];
+    Value selected = b.ult(m, K);
+    Value mm = b.select(selected, m, b.idx(0));
+    Value x = b.loadF(th.lg, {th.t, e});
+    Value grad = emitExpertGrad(th, e, selected, mm, x, mix);
+    if (th.o.topkThenSoftmax || !th.o.softmax)
+      grad = b.select(selected, grad, zero);
+    b.storeF(grad, th.out, {th.t, e});
+  });
+}
+
+} // namespace
 
 LogicalResult scalar::emitRouterTopKGrad(moe::RouterTopKGradOp op,
                                          moe::TileAttr tile, BufferMap buffer,
                                          LoweringContext &ctx) {
   Value logits = buffer(op.getLogits());
-  int64_t experts = cast<MemRefType>(logits.getType()).getDimSize(1);
-  int64_t k = cast<MemRefType>(buffer(op.getIds()).getType()).getDimSize(1);
-  bool softmax = op.getScoring() == moe::Scoring::softmax;
-  bool topkThenSoftmax = op.getOrder() == moe::TopKOrder::topk_then_softmax;
-  bool renormalize = op.getRenormalize();
-  double scaling = op.getScalingFactor().convertToDouble();
+  RouterGradOptions o;
+  o.experts = cast<MemRefType>(logits.getType()).getDimSize(1);
+  o.k = cast<MemRefType>(buffer(op.getIds()).getType()).getDimSize(1);
+  o.softmax = op.getScoring() == moe::Scoring::softmax;
+  o.topkThenSoftmax = op.getOrder() == moe::TopKOrder::topk_then_softmax;
+  o.renormalize = op.getRenormalize();
+  o.scaling = op.getScalingFactor().convertToDouble();
   SmallVector<Value> operands = {logits, buffer(op.getIds()),
                                  buffer(op.getGradWeights()),
                                  buffer(op.getGradLogits())};
@@ -201,129 +399,17 @@ LogicalResult scalar::emitRouterTopKGrad(moe::RouterTopKGradOp op,
   return launchPerItem(
       ctx, "", ctx.sizes(logits)[0], tile, operands,
       [&](KernelBuilder &b, ValueRange args, Value t) {
-        Value lg = args[0], ids = args[1], dw = args[2], out = args[3];
-        Value E = b.idx(experts), K = b.idx(k), zero = b.f32(0);
-        Value negInf = b.f32(-std::numeric_limits<float>::infinity());
-        auto f32k = MemRefType::get({k}, b.getF32Type());
-        Value p = b.alloca(f32k), dp = b.alloca(f32k);
-        auto idOf = [&](Value j) { return b.loadIdx(ids, {t, j}); };
-        auto logitOf = [&](Value j) { return b.loadF(lg, {t, idOf(j)}); };
-        auto at = [&](Value buf, Value j) {
-          return memref::LoadOp::create(b, buf, {j}).getResult();
-        };
-        // Σ_i p_i (v_j − v_i) over the k selected, for buffer v.
-        auto spread = [&](Value v, Value j) {
-          Value vj = at(v, j);
-          return b.loop(b.idx(0), K, {zero},
-                        [&](Value i, ValueRange it) -> SmallVector<Value> {
-                          Value d = b.fsub(vj, at(v, i));
-                          return {b.fadd(it[0], b.fmul(at(p, i), d))};
-                        })[0];
-        };
-
-        // The forward's selected values p_j (before renormalization and
-        // scaling): the softmax over the k picked logits, or the scores.
-        // `top` is the first largest logit's index and `restSum` the sum of
-        // the others' exp(x − peak), so that 1 − s_top = restSum / sum
-        // exactly where it is tiny.
-        Value peak = negInf, sum = b.f32(1), top = b.idx(0), restSum = zero;
-        if (softmax) {
-          Value n = topkThenSoftmax ? K : E;
-          auto x = [&](Value i) {
-            return topkThenSoftmax ? logitOf(i) : b.loadF(lg, {t, i});
-          };
-          auto best = b.loop(
-              b.idx(0), n, {negInf, b.idx(0)},
-              [&](Value i, ValueRange it) -> SmallVector<Value> {
-                Value v = x(i), better = b.fgt(v, it[0]);
-                return {b.select(better, v, it[0]), b.select(better, i, it[1])};
-              });
-          peak = best[0];
-          top = best[1];
-          restSum =
-              b.loop(b.idx(0), n, {zero},
-                     [&](Value i, ValueRange it) -> SmallVector<Value> {
-                       Value v = b.exp(b.fsub(x(i), peak));
-                       return {b.fadd(it[0], b.select(b.eq(i, top), zero, v))};
-                     })[0];
-          sum = b.fadd(restSum, b.f32(1));
-        }
-        auto scoreOf = [&](Value x) {
-          return softmax ? b.fdiv(b.exp(b.fsub(x, peak)), sum) : b.sigmoid(x);
-        };
-        Value z =
-            b.loop(b.idx(0), K, {zero},
-                   [&](Value j, ValueRange it) -> SmallVector<Value> {
-                     Value v = scoreOf(logitOf(j));
-                     memref::StoreOp::create(b, v, p, {j});
-                     memref::StoreOp::create(b, b.loadF(dw, {t, j}), dp, {j});
-                     return {b.fadd(it[0], v)};
-                   })[0];
-        // w_j = c p_j / Z: dp_j = c (g_j − Σ_i g_i p_i / Z) / Z
-        //                       = c Σ_i p_i (g_j − g_i) / Z².
-        Value c = b.f32(scaling);
-        if (renormalize) {
-          Value factor = b.fdiv(c, b.fmul(z, z));
-          Value g = b.alloca(f32k);
-          b.loop(b.idx(0), K, [&](Value j) {
-            memref::StoreOp::create(b, at(dp, j), g, {j});
-          });
-          b.loop(b.idx(0), K, [&](Value j) {
-            memref::StoreOp::create(b, b.fmul(factor, spread(g, j)), dp, {j});
-          });
-        } else if (scaling != 1.0) {
-          b.loop(b.idx(0), K, [&](Value j) {
-            memref::StoreOp::create(b, b.fmul(c, at(dp, j)), dp, {j});
-          });
-        }
-
-        // Back through the scores, one expert at a time: `m` is its place
-        // among the selected (k when not selected).
-        Value mix =
-            b.loop(b.idx(0), K, {zero},
-                   [&](Value j, ValueRange it) -> SmallVector<Value> {
-                     return {b.fadd(it[0], b.fmul(at(dp, j), at(p, j)))};
-                   })[0];
-        b.loop(b.idx(0), E, [&](Value e) {
-          Value m = b.loop(b.idx(0), K, {K},
-                           [&](Value j, ValueRange it) -> SmallVector<Value> {
-                             return {b.select(b.eq(idOf(j), e), j, it[0])};
-                           })[0];
-          Value selected = b.ult(m, K);
-          Value mm = b.select(selected, m, b.idx(0));
-          Value x = b.loadF(lg, {t, e});
-          Value grad;
-          if (topkThenSoftmax) {
-            // p_m Σ_i p_i (dp_m − dp_i); unselected logits take none.
-            grad = b.fmul(at(p, mm), spread(dp, mm));
-          } else if (!softmax) {
-            // dp_m s (1 − s) with 1 − s = sigmoid(−x).
-            grad = b.fmul(b.fmul(at(dp, mm), b.sigmoid(x)),
-                          b.sigmoid(b.fsub(zero, x)));
-          } else {
-            // Softmax over all experts: s_e (dp[e] − Σ_j dp_j p_j). For a
-            // selected e, dp_m − Σ_j dp_j p_j = dp_m (1 − p_m) −
-            // Σ_{j≠m} dp_j p_j; 1 − p_m is the other experts' share (at most
-            // one expert, the top, can have p_m > 1/2).
-            Value s = scoreOf(x);
-            Value others = b.select(b.eq(e, top), b.fdiv(restSum, sum),
-                                    b.fsub(b.f32(1), s));
-            // Σ_{j≠m} dp_j p_j summed directly (mix − dp_m p_m would cancel
-            // when p_m is near 1).
-            Value rest = b.loop(
-                b.idx(0), K, {zero},
-                [&](Value j, ValueRange it) -> SmallVector<Value> {
-                  Value term = b.fmul(at(dp, j), at(p, j));
-                  return {b.fadd(it[0], b.select(b.eq(j, mm), zero, term))};
-                })[0];
-            Value own = b.fsub(b.fmul(at(dp, mm), others), rest);
-            grad = b.select(selected, b.fmul(s, own),
-                            b.fsub(zero, b.fmul(s, mix)));
-          }
-          if (topkThenSoftmax || !softmax)
-            grad = b.select(selected, grad, zero);
-          b.storeF(grad, out, {t, e});
-        });
+        RouterGradThread th{b, o, t, args[0], args[1], args[2], args[3]};
+        th.E = b.idx(o.experts);
+        th.K = b.idx(o.k);
+        th.zero = b.f32(0);
+        th.negInf = b.f32(-std::numeric_limits<float>::infinity());
+        auto f32k = MemRefType::get({o.k}, b.getF32Type());
+        th.p = b.alloca(f32k);
+        th.dp = b.alloca(f32k);
+        Value z = emitSelectedScores(th);
+        emitRenormalizeGrad(th, z);
+        emitLogitGrads(th);
       });
 }
 

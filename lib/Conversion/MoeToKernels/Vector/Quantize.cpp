@@ -120,6 +120,126 @@ bool colwiseBlocksApply(moe::QuantizeOp op) {
          group / kColwiseWarps <= kColwiseMaxSteps;
 }
 
+/// The sizes of emitColwiseBlocks' kernel: a block of 8 warps per (scale
+/// block of `group` rows, `tileCols` columns), `steps` rows per thread.
+struct ColwiseBlockShape {
+  Type inType;
+  int64_t group, width, cols, steps, tileCols, colTiles, experts;
+  int64_t elemBytes, partialBytes;
+  double fp8Max;
+  bool pow2, async;
+};
+
+/// The rows one thread of a column-wise block reads: their indices (past
+/// the block's last row: that row again), whether each is in the block, and
+/// its chunks (in registers, or in workgroup memory at `tileRows` when
+/// async).
+struct ColwiseChunks {
+  SmallVector<Value> x, rows, inBlock, tileRows;
+};
+
+/// Reads a thread's chunks of rows [first, first + count) at column c: into
+/// registers, or by cp.async into the workgroup tile after the partial
+/// amaxes (then waits for them).
+ColwiseChunks loadColwiseChunks(KernelBuilder &b, const ColwiseBlockShape &s,
+                                Value in, Value smem, Value first,
+                                Value count, Value lastRow, Value rowThread,
+                                Value c, Value local) {
+  ColwiseChunks chunks;
+  Value inBase = addressOf(b, in);
+  Value tileBase = b.add(addressOf(b, smem), b.idx(s.partialBytes));
+  auto cacheGlobal = NVVM::LoadCacheModifierKindAttr::get(
+      b.getContext(), NVVM::LoadCacheModifierKind::CG);
+  for (int64_t i = 0; i < s.steps; ++i) {
+    Value offset = b.add(b.idx(i * kColwiseWarps), rowThread);
+    chunks.inBlock.push_back(b.ult(offset, count));
+    chunks.rows.push_back(b.minIdx(b.add(first, offset), lastRow));
+    chunks.tileRows.push_back(offset);
+    if (!s.async) {
+      chunks.x.push_back(b.loadVec(in, {chunks.rows.back(), c}, s.width));
+      continue;
+    }
+    Value src = b.add(
+        inBase, b.mul(b.add(b.mul(chunks.rows.back(), b.idx(s.cols)), c),
+                      b.idx(s.elemBytes)));
+    Value dst = b.add(
+        tileBase, b.mul(b.add(b.mul(offset, b.idx(s.tileCols)), local),
+                        b.idx(s.elemBytes)));
+    NVVM::CpAsyncOp::create(b, pointerAt(b, dst, 3), pointerAt(b, src, 1),
+                            b.getI32IntegerAttr(16), cacheGlobal, b.i32(16));
+  }
+  if (s.async) {
+    NVVM::CpAsyncCommitGroupOp::create(b);
+    NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(0));
+  }
+  return chunks;
+}
+
+/// The block's column scales and their inverses from each thread's amax
+/// bits: the 8 warps' amaxes meet in workgroup memory (`partials`).
+std::pair<SmallVector<Value>, SmallVector<Value>>
+exchangeColwiseScales(KernelBuilder &b, const ColwiseBlockShape &s,
+                      Value amaxBits, Value partials, Value rowThread,
+                      Value local) {
+  SmallVector<Value> amax;
+  for (int64_t j = 0; j < s.width; ++j)
+    amax.push_back(magnitudeToF32(b, amaxBits, j, s.inType));
+  b.storeVecF(amax, partials, {rowThread, local});
+  gpu::BarrierOp::create(b);
+  SmallVector<Value> scale, inverse;
+  for (int64_t w = 0; w < kColwiseWarps; ++w) {
+    SmallVector<Value> other = b.loadVecF(partials, {b.idx(w), local}, s.width);
+    for (int64_t j = 0; j < s.width; ++j)
+      amax[j] = w ? b.fmax(amax[j], other[j]) : other[j];
+  }
+  for (int64_t j = 0; j < s.width; ++j) {
+    scale.push_back(groupScale(b, amax[j], s.fp8Max, s.pow2));
+    inverse.push_back(b.fdiv(b.f32(1), scale.back()));
+  }
+  return {scale, inverse};
+}
+
+/// A used scale block (expert e's block blk): amax, scales, scaled data.
+void emitColwiseScaleBlock(KernelBuilder &b, ValueRange a,
+                           const ColwiseBlockShape &s, Value smem,
+                           Value partials, Value dataTile, Value e, Value blk,
+                           Value lane, Value rowThread, Value c,
+                           Value colActive) {
+  auto f32x = VectorType::get({s.width}, b.getF32Type());
+  auto [first, last] = scaleBlockRows(b, a[3], a[4], e, blk, s.group);
+  // Every block holds at least one row; rows past `last` read row last-1
+  // again and count as zero.
+  Value count = b.sub(last, first), lastRow = b.sub(last, b.idx(1));
+  auto bitsType = VectorType::get(
+      {s.width}, b.getIntegerType(s.inType.getIntOrFloatBitWidth()));
+  Value amaxBits = b.zeroVec(bitsType);
+  Value local = b.mul(lane, b.idx(s.width));
+  ColwiseChunks chunks = loadColwiseChunks(b, s, a[0], smem, first, count,
+                                           lastRow, rowThread, c, local);
+  // A thread reads back only the chunks it copied itself.
+  auto chunkAt = [&](int64_t i) {
+    return s.async ? b.loadVec(dataTile, {chunks.tileRows[i], local}, s.width)
+                   : chunks.x[i];
+  };
+  for (int64_t i = 0; i < s.steps; ++i)
+    amaxBits = arith::MaxUIOp::create(
+        b, amaxBits,
+        b.select(chunks.inBlock[i], magnitudeBits(b, chunkAt(i)),
+                 b.zeroVec(bitsType)));
+  auto [scale, inverse] =
+      exchangeColwiseScales(b, s, amaxBits, partials, rowThread, local);
+  b.ifThen(b.land(colActive, b.eq(rowThread, b.idx(0))),
+           [&, scale = scale] { b.storeVecF(scale, a[2], {blk, c}); });
+  Value inverseVec = vector::FromElementsOp::create(b, f32x, inverse);
+  for (int64_t i = 0; i < s.steps; ++i)
+    b.ifThen(b.land(colActive, chunks.inBlock[i]), [&] {
+      Value xi = chunkAt(i);
+      Value y = s.inType.isF32() ? xi : arith::ExtFOp::create(b, f32x, xi);
+      b.storeVecF32(arith::MulFOp::create(b, y, inverseVec), a[1],
+                    {chunks.rows[i], c});
+    });
+}
+
 /// Column-wise FP8 groups on GPUs (workgroup memory and barriers): a block
 /// of 8 warps per (scale block, 256 bf16 / 128 f32 columns). Each warp reads
 /// a 512-byte piece of a row per step, the 8 warps step down the block's
@@ -131,142 +251,68 @@ LogicalResult emitColwiseBlocks(moe::QuantizeOp op, Value blockEnds,
                                 BufferMap buffer, LoweringContext &ctx) {
   Value in = buffer(op.getInput()), data = buffer(op.getData());
   Value scales = buffer(op.getScales()), offsets = buffer(op.getOffsets());
-  int64_t group = op.getGroupSize();
-  Type inType = elementType(in);
   constexpr int64_t threads = kColwiseThreads, lanesPerRow = 32;
   constexpr int64_t warps = kColwiseWarps, rowsPerStep = warps;
-  int64_t width = KernelBuilder::vectorWidth(inType);
-  std::optional<int64_t> cols = staticDim(in, 1);
-  int64_t steps = group / rowsPerStep;
-  int64_t tileCols = lanesPerRow * width;
-  int64_t colTiles = (*cols + tileCols - 1) / tileCols;
-  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
-  Type fp8 = elementType(data);
-  double fp8Max = fp8MaxOf(fp8);
-  bool pow2 = op.getPow2Scale();
+  ColwiseBlockShape s;
+  s.group = op.getGroupSize();
+  s.inType = elementType(in);
+  s.width = KernelBuilder::vectorWidth(s.inType);
+  s.cols = *staticDim(in, 1);
+  s.steps = s.group / rowsPerStep;
+  s.tileCols = lanesPerRow * s.width;
+  s.colTiles = (s.cols + s.tileCols - 1) / s.tileCols;
+  s.experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
+  s.fp8Max = fp8MaxOf(elementType(data));
+  s.pow2 = op.getPow2Scale();
   KernelBuilder &h = ctx.host();
   auto tile = moe::TileAttr::get(h.getContext(), 1, 1, 1, threads);
-  Value grid = h.mul(ctx.sizes(scales)[0], h.idx(colTiles));
+  Value grid = h.mul(ctx.sizes(scales)[0], h.idx(s.colTiles));
   // NVVM: the block's input goes to workgroup memory with cp.async, so that
   // it takes no registers (80 instead of 180 per thread) and three blocks
   // share an SM, one's loads in flight while another scales and stores: on
   // the H200 56-65% -> 89-99% of copy bandwidth at DeepSeek-V3 shapes.
   // Elsewhere each thread keeps its chunks in registers.
-  bool async = ctx.target().hasAsyncCopy();
-  int64_t elemBytes = inType.getIntOrFloatBitWidth() / 8;
-  int64_t partialBytes = warps * tileCols * 4;
-  int64_t tileBytes = async ? group * tileCols * elemBytes : 0;
+  s.async = ctx.target().hasAsyncCopy();
+  s.elemBytes = s.inType.getIntOrFloatBitWidth() / 8;
+  s.partialBytes = warps * s.tileCols * 4;
+  int64_t tileBytes = s.async ? s.group * s.tileCols * s.elemBytes : 0;
   return ctx.launch(
       "colwise_block", grid, tile, {in, data, scales, offsets, blockEnds},
       [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
-        auto f32x = VectorType::get({width}, b.getF32Type());
         Value smem = workgroupBytes(b);
         Value partials =
-            workgroupArray(b, smem, {warps, tileCols}, b.getF32Type());
+            workgroupArray(b, smem, {warps, s.tileCols}, b.getF32Type());
         Value dataTile;
-        if (async)
-          dataTile = workgroupArray(b, smem, {group, tileCols}, inType,
-                                    partialBytes);
-        Value blk = b.div(block, b.idx(colTiles));
+        if (s.async)
+          dataTile = workgroupArray(b, smem, {s.group, s.tileCols}, s.inType,
+                                    s.partialBytes);
+        Value blk = b.div(block, b.idx(s.colTiles));
         Value lane = b.rem(thread, b.idx(lanesPerRow));
         Value rowThread = b.div(thread, b.idx(lanesPerRow));
         Value col = b.mul(
-            b.add(b.mul(b.rem(block, b.idx(colTiles)), b.idx(lanesPerRow)),
+            b.add(b.mul(b.rem(block, b.idx(s.colTiles)), b.idx(lanesPerRow)),
                   lane),
-            b.idx(width));
+            b.idx(s.width));
         // Lanes past the last column work on the last chunk, unstored.
-        Value colActive = b.ult(col, b.idx(*cols));
-        Value c = b.minIdx(col, b.idx(*cols - width));
+        Value colActive = b.ult(col, b.idx(s.cols));
+        Value c = b.minIdx(col, b.idx(s.cols - s.width));
         // The expert of block `blk` (uniform over the block, so the
         // barrier below is reached by all threads or none).
-        Value e = firstGreater(b, a[4], experts, blk);
-        Value used = b.ult(e, b.idx(experts));
+        Value e = firstGreater(b, a[4], s.experts, blk);
+        Value used = b.ult(e, b.idx(s.experts));
         b.ifThen(used, [&] {
-          auto [first, last] = scaleBlockRows(b, a[3], a[4], e, blk, group);
-          // Every block holds at least one row; rows past `last` read row
-          // last-1 again and count as zero.
-          Value count = b.sub(last, first), lastRow = b.sub(last, b.idx(1));
-          auto bitsType = VectorType::get(
-              {width}, b.getIntegerType(inType.getIntOrFloatBitWidth()));
-          SmallVector<Value> x, rows, inBlock, tileRows;
-          Value amaxBits = b.zeroVec(bitsType);
-          Value local = b.mul(lane, b.idx(width));
-          Value inBase = addressOf(b, a[0]);
-          Value tileBase = b.add(addressOf(b, smem), b.idx(partialBytes));
-          auto cacheGlobal = NVVM::LoadCacheModifierKindAttr::get(
-              b.getContext(), NVVM::LoadCacheModifierKind::CG);
-          for (int64_t i = 0; i < steps; ++i) {
-            Value offset = b.add(b.idx(i * rowsPerStep), rowThread);
-            inBlock.push_back(b.ult(offset, count));
-            rows.push_back(b.minIdx(b.add(first, offset), lastRow));
-            tileRows.push_back(offset);
-            if (!async) {
-              x.push_back(b.loadVec(a[0], {rows.back(), c}, width));
-              continue;
-            }
-            Value src =
-                b.add(inBase, b.mul(b.add(b.mul(rows.back(), b.idx(*cols)), c),
-                                    b.idx(elemBytes)));
-            Value dst = b.add(
-                tileBase, b.mul(b.add(b.mul(offset, b.idx(tileCols)), local),
-                                b.idx(elemBytes)));
-            NVVM::CpAsyncOp::create(
-                b, pointerAt(b, dst, 3), pointerAt(b, src, 1),
-                b.getI32IntegerAttr(16), cacheGlobal, b.i32(16));
-          }
-          if (async) {
-            NVVM::CpAsyncCommitGroupOp::create(b);
-            NVVM::CpAsyncWaitGroupOp::create(b, b.getI32IntegerAttr(0));
-          }
-          // A thread reads back only the chunks it copied itself.
-          auto chunkAt = [&](int64_t i) {
-            return async ? b.loadVec(dataTile, {tileRows[i], local}, width)
-                         : x[i];
-          };
-          for (int64_t i = 0; i < steps; ++i)
-            amaxBits = arith::MaxUIOp::create(
-                b, amaxBits,
-                b.select(inBlock[i], magnitudeBits(b, chunkAt(i)),
-                         b.zeroVec(bitsType)));
-          // The 8 warps' amaxes meet in workgroup memory.
-          SmallVector<Value> amax;
-          for (int64_t j = 0; j < width; ++j)
-            amax.push_back(magnitudeToF32(b, amaxBits, j, inType));
-          b.storeVecF(amax, partials, {rowThread, local});
-          gpu::BarrierOp::create(b);
-          SmallVector<Value> scale, inverse;
-          for (int64_t w = 0; w < warps; ++w) {
-            SmallVector<Value> other =
-                b.loadVecF(partials, {b.idx(w), local}, width);
-            for (int64_t j = 0; j < width; ++j)
-              amax[j] = w ? b.fmax(amax[j], other[j]) : other[j];
-          }
-          for (int64_t j = 0; j < width; ++j) {
-            scale.push_back(groupScale(b, amax[j], fp8Max, pow2));
-            inverse.push_back(b.fdiv(b.f32(1), scale.back()));
-          }
-          b.ifThen(b.land(colActive, b.eq(rowThread, b.idx(0))), [&] {
-            b.storeVecF(scale, a[2], {blk, c});
-          });
-          Value inverseVec = vector::FromElementsOp::create(b, f32x, inverse);
-          for (int64_t i = 0; i < steps; ++i)
-            b.ifThen(b.land(colActive, inBlock[i]), [&] {
-              Value xi = chunkAt(i);
-              Value y =
-                  inType.isF32() ? xi : arith::ExtFOp::create(b, f32x, xi);
-              b.storeVecF32(arith::MulFOp::create(b, y, inverseVec), a[1],
-                            {rows[i], c});
-            });
+          emitColwiseScaleBlock(b, a, s, smem, partials, dataTile, e, blk,
+                                lane, rowThread, c, colActive);
         });
         // Unused trailing blocks hold scale 1.
-        b.ifThen(b.land(b.land(b.eq(e, b.idx(experts)), colActive),
+        b.ifThen(b.land(b.land(b.eq(e, b.idx(s.experts)), colActive),
                         b.eq(rowThread, b.idx(0))),
                  [&] {
-                   SmallVector<Value> ones(width, b.f32(1));
+                   SmallVector<Value> ones(s.width, b.f32(1));
                    b.storeVecF(ones, a[2], {blk, c});
                  });
       },
-      /*dynamicSharedBytes=*/partialBytes + tileBytes);
+      /*dynamicSharedBytes=*/s.partialBytes + tileBytes);
 }
 
 LogicalResult emitQuantizeColwise(moe::QuantizeOp op, moe::TileAttr tile,

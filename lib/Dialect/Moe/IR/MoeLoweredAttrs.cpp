@@ -10,6 +10,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 using namespace moec::moe;
@@ -209,6 +210,34 @@ LogicalResult SizeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "a size's " << stringifySizeKind(kind)
                        << " has two operands and no value";
   return success();
+}
+
+LogicalResult RefOpAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                StringRef name, DictionaryAttr,
+                                DenseI32ArrayAttr operands,
+                                ArrayAttr operandNames,
+                                DenseI32ArrayAttr results,
+                                ArrayAttr resultNames) {
+  // One non-empty, unique name per operand group and per result.
+  auto check = [&](ArrayAttr names, size_t count,
+                   StringRef what) -> LogicalResult {
+    if (names.size() != count)
+      return emitError() << "reference op '" << name << "' has "
+                         << names.size() << " " << what << " names for "
+                         << count << " " << what << "s";
+    llvm::SmallDenseSet<StringRef> seen;
+    for (Attribute n : names) {
+      auto text = dyn_cast<StringAttr>(n);
+      if (!text || text.empty() || !seen.insert(text.getValue()).second)
+        return emitError() << "reference op '" << name << "': " << what
+                           << " name " << n
+                           << " is not a non-empty string unique in its list";
+    }
+    return success();
+  };
+  if (failed(check(operandNames, operands.size(), "operand")))
+    return failure();
+  return check(resultNames, results.size(), "result");
 }
 
 Attribute SizeAttr::parse(AsmParser &parser, Type) {

@@ -105,18 +105,25 @@ def Moe_RefOpAttr : AttrDef<Moe_Dialect, "RefOp"> {
   let summary = "One op of a lowered function, for the float64 reference";
   let description = [{
     The entries of a lowered function's `moe.ref_ops`, in program order: the
-    op's name, its semantic attributes as text (lowering choices such as
-    `moe.tile` left out), and the buffer index of each ODS operand and
-    result (-1 for an absent optional one). `moec check` re-runs the
-    function with these in float64.
+    op's name, its semantic attributes as text (every ODS attribute,
+    default-valued ones included, an absent unit attribute as "false";
+    lowering choices such as `moe.tile` left out), and the buffer index of
+    each ODS operand and result group (-1 for an absent optional one) with
+    the group's ODS name (`operand_names`, `result_names`; for moe ops
+    generated from MoeOps.td, MoeOpNames.inc). `moec check` re-runs the
+    function with these in float64, reading operands and attributes by name.
 
-    Example: `#moe.ref_op<name = "moe.swiglu", attrs = {},
-    operands = array<i32: 0>, results = array<i32: 1>>`.
+    Example: `#moe.ref_op<name = "moe.swiglu", attrs = {layout = "halves"},
+    operands = [0], operand_names = ["input"], results = [1],
+    result_names = ["output"]>`.
   }];
   let parameters = (ins StringRefParameter<"op name">:$name,
                         "::mlir::DictionaryAttr":$attrs,
                         "::mlir::DenseI32ArrayAttr":$operands,
-                        "::mlir::DenseI32ArrayAttr":$results);
+                        "::mlir::ArrayAttr":$operand_names,
+                        "::mlir::DenseI32ArrayAttr":$results,
+                        "::mlir::ArrayAttr":$result_names);
+  let genVerifyDecl = 1;
   let assemblyFormat = "`<` struct(params) `>`";
 }
 
