@@ -218,12 +218,13 @@ class MoEConfig:
                            accumulate=MAIN_GRAD_ARGS if self.main_grad
                            else ())
 
-    def compile(self, target: Union[str, Sequence[str]] = "sm_90a",
+    def compile(self, target: Union[str, Sequence[str], None] = None,
                 training: bool = True, **kwargs) -> Bundle:
         """The bundle a block of this config runs from: `moe_block` and,
         with `training`, `moe_block_fwd` and `moe_block_grad`: the entries
-        moec.torch.MoE(config=..., bundle=...) looks for. `kwargs`: as
-        moec.compile's (the config's tile is used)."""
+        moec.torch.MoE(config=..., bundle=...) looks for. `target`: as
+        moec.compile's (default: this process's device, moec.target_for()).
+        `kwargs`: as moec.compile's (the config's tile is used)."""
         kernel = self.kernel()
         source = self.gradient(kernel) if training else kernel
         return compile(source, target, self.tile_dict, **kwargs)

@@ -388,10 +388,11 @@ class MoE(MoEConfigFields, nn.Module):
                 self.config.replace(dtype=canonical(dtype)), bundle)
         return self._launchers[dtype]
 
-    def compile(self, target="sm_90a", training: bool = True,
+    def compile(self, target=None, training: bool = True,
                 dtype: Optional[torch.dtype] = None) -> Bundle:
         """The bundle this block runs from, compiled for `target` ("sm_90a",
-        "host", or a list): `moe_block` and, with `training`,
+        "host", or a list; default: the target of the device the block's
+        parameters are on, moec.target_for(device)): `moe_block` and, with `training`,
         `moe_block_fwd` and `moe_block_grad` (with LoRA, the backward to x
         and the adapters; with main_grad, into main gradients): exactly
         the entries the block looks for. `dtype`: the kernels' type
@@ -400,9 +401,11 @@ class MoE(MoEConfigFields, nn.Module):
         GPU machine without the compiler."""
         launcher = _LAUNCHERS[self._launcher_for(dtype or
                                                  to_torch(self.config.dtype))]
+        if target is None:
+            target = target_for(self.gate.weight.device)
         return launcher.compile(target, training)
 
-    def save_bundle(self, path, target="sm_90a", training: bool = True,
+    def save_bundle(self, path, target=None, training: bool = True,
                     dtype: Optional[torch.dtype] = None) -> Bundle:
         """`compile(target, training, dtype)` written to `path` (a .moecb
         file for `moec.load`); returns the bundle."""
