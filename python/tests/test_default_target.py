@@ -137,7 +137,8 @@ def test_several_functions_name_an_entry_that_exists(no_gpu):
         pytest.skip("could not build a module with two functions")
     if len({e.name for e in bundle.entries}) < 2:
         pytest.skip("one function")
-    with pytest.raises(ValueError, match=r"bundle\.entry\('route2?', 'host'\)"):
+    with pytest.raises(ValueError,
+                       match=r"bundle\.entry\('route2?', 'host'\)"):
         bundle(np.zeros((4, 8), np.float32))
 
 

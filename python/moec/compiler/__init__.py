@@ -12,5 +12,5 @@ from ._grad import SAVE_POLICIES, Gradient, grad_attr
 from ._kernel import Kernel, kernel
 
 __all__ = ["SAVE_POLICIES", "TARGETS", "Gradient", "Kernel", "cache",
-           "cache_dir", "compile", "compiler_fingerprint", "grad_attr", "ir", "kernel",
-           "target_for"]
+           "cache_dir", "compile", "compiler_fingerprint", "grad_attr", "ir",
+           "kernel", "target_for"]

@@ -200,8 +200,8 @@ def compile(source, target: Union[str, Sequence[str], None] = None,
     `target`: "sm_90a" (cubin; PTX when ptxas is missing), another
     "sm_<NN>", "gfx942", "host", or a list; None (the default): the target
     of the device kernels run on here, `target_for()` (the CUDA GPU's when
-    one is visible, else "host"). `tile`: matmul tile fields replacing the cost model's
-    ({"m", "n", "k", "threads"}). `sm_count`: the SMs sm_90a's persistent
+    one is visible, else "host"). `tile`: matmul tile fields replacing the
+    cost model's ({"m", "n", "k", "threads"}). `sm_count`: the SMs sm_90a's persistent
     matmuls fill (default: all 132); fewer leave room for kernels that run
     beside them, such as NCCL's all-to-all (docs/expert_parallel.md).
     Other targets ignore it, and a module with its own #moe.target keeps
