@@ -218,15 +218,111 @@ class MoEConfig:
                            accumulate=MAIN_GRAD_ARGS if self.main_grad
                            else ())
 
-    def compile(self, target: Union[str, Sequence[str]] = "sm_90a",
+    def compile(self, target: Union[str, Sequence[str], None] = None,
                 training: bool = True, **kwargs) -> Bundle:
         """The bundle a block of this config runs from: `moe_block` and,
         with `training`, `moe_block_fwd` and `moe_block_grad`: the entries
-        moec.torch.MoE(config=..., bundle=...) looks for. `kwargs`: as
-        moec.compile's (the config's tile is used)."""
+        moec.torch.MoE(config=..., bundle=...) looks for. `target`: as
+        moec.compile's (default: this process's device, moec.target_for()).
+        `kwargs`: as moec.compile's (the config's tile is used)."""
         kernel = self.kernel()
         source = self.gradient(kernel) if training else kernel
         return compile(source, target, self.tile_dict, **kwargs)
+
+    def check_bundle(self, bundle: Bundle, target: Optional[str] = None,
+                     training: bool = False,
+                     fix: str = "write it with block.save_bundle(path)"
+                     ) -> None:
+        """A ValueError naming what differs unless `bundle` holds the
+        entries a block of this config runs: `moe_block` (with `training`,
+        also `moe_block_fwd` and `moe_block_grad`) for `target`, taking the
+        config's sizes, dtype and LoRA adapters; with `training`, the
+        backward with the config's main gradients and returning the
+        gradients it needs. `target` None: the MoE block entries the bundle
+        has, for each of its targets, their inputs only (as a bundle is
+        given, before the device is known). `fix`: what the message tells
+        the user to do. Not seen in a bundle's signatures, so not checked:
+        routing, norm_topk_prob, lora_alpha, tile."""
+        targets = [target] if target is not None else bundle.targets
+        have = ", ".join(f"{e.name} [{e.target}]" for e in bundle.entries)
+        names = ["moe_block"] + (["moe_block_fwd", "moe_block_grad"]
+                                 if training else [])
+        if target is None:  # as given: check the entries it has
+            names = [n for n in ("moe_block", "moe_block_fwd",
+                                 "moe_block_grad")
+                     if any(e.name == n for e in bundle.entries)]
+            if not names:
+                raise ValueError(
+                    f"'bundle': it holds none of the MoE block's entries "
+                    f"(moe_block, moe_block_fwd, moe_block_grad; it has: "
+                    f"{have}): {fix}")
+        specs = list(self.kernel().specs.items())
+        for t in targets:
+            for name in names:
+                found = [e for e in bundle.entries
+                         if e.name == name and e.target == t]
+                if not found:
+                    why = (" (a bundle compiled with training=False)"
+                           if name != "moe_block" and training else "")
+                    raise ValueError(
+                        f"'bundle': it has no {name} for target {t!r}{why} "
+                        f"(it has: {have}): {fix.replace('(path)', _for(t))}")
+                entry = found[0]
+                self._check_inputs(entry, specs, fix)
+                if name == "moe_block_grad" and training:
+                    self._check_backward(entry, fix)
+
+    def _check_inputs(self, entry, specs: list, fix: str) -> None:
+        """The entry's first inputs are the block's (x, the weights, the
+        adapters), of its sizes and dtype."""
+        adapters = [b.name for b in entry.inputs if b.name in LORA_ARGS]
+        if bool(adapters) != bool(self.lora_rank):
+            raise ValueError(
+                f"'bundle': its {entry.name} [{entry.target}] takes "
+                + (f"LoRA adapters ({', '.join(adapters)}), the block has "
+                   f"none (lora_rank=0)" if adapters else
+                   f"no LoRA adapters, the block has "
+                   f"lora_rank={self.lora_rank}")
+                + f": {fix}")
+        count = len(entry.inputs)
+        if count < len(specs) or (entry.name != "moe_block_grad"
+                                  and count != len(specs)):
+            raise ValueError(
+                f"'bundle': its {entry.name} [{entry.target}] takes {count} "
+                f"inputs, the block passes {len(specs)} "
+                f"({', '.join(n for n, _ in specs)}): {fix}")
+        for (arg, spec), got in zip(specs, entry.inputs):
+            want = (tuple(str(d) for d in spec.shape), spec.dtype)
+            if (tuple(got.dims), got.dtype) != want:
+                raise ValueError(
+                    f"'bundle': its {entry.name} [{entry.target}] takes "
+                    f"{arg} as [{', '.join(got.dims)}] {got.dtype}, the "
+                    f"block's {arg} is [{', '.join(want[0])}] {want[1]} "
+                    f"(hidden_size={self.hidden_size}, intermediate_size="
+                    f"{self.intermediate_size}, num_experts="
+                    f"{self.num_experts}, lora_rank={self.lora_rank}, "
+                    f"dtype={self.dtype}): {fix}")
+
+    def _check_backward(self, backward, fix: str) -> None:
+        """moe_block_grad has the config's main gradients and returns the
+        gradients it needs (of x and the weights; with LoRA, of x and the
+        adapters)."""
+        accumulates = any(b.name == MAIN_GRAD_ARGS[0] + "_main_grad"
+                          for b in backward.inputs)
+        if accumulates != self.main_grad:
+            raise ValueError(
+                f"'bundle': its moe_block_grad was compiled "
+                f"{'with' if accumulates else 'without'} main gradients, "
+                f"the block has main_grad={self.main_grad}: {fix}")
+        lora = self.lora_rank
+        wanted = 1 + len(LORA_ARGS) if lora else 4
+        if len(backward.outputs) != wanted:
+            what = ("x and the 4 adapters" if lora
+                    else "x, the router and both expert weights")
+            raise ValueError(
+                f"'bundle': its moe_block_grad returns "
+                f"{len(backward.outputs)} gradients, a block with "
+                f"lora_rank={lora} needs {wanted} ({what}): {fix}")
 
     @property
     def default_router(self) -> bool:
@@ -294,6 +390,11 @@ def _kernel(config: MoEConfig, lora_scaling: float) -> Kernel:
                       "down_lora_a": Tensor[E * r, I, dt],
                       "down_lora_b": Tensor[H, E * r, dt]})
     return Kernel(moe_block_lora, name="moe_block", signature=signature)
+
+
+def _for(target: str) -> str:
+    """The arguments of block.save_bundle that write `target`'s entries."""
+    return f"(path, target={target!r})"
 
 
 class MoEConfigFields:

@@ -8,14 +8,20 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import os
+import sys
 import tempfile
+import time
 from typing import Optional, Sequence, Union
 
 from .._version import __version__
 from ..language._ir import kernel_name, signature_specs, trace
 from ..runtime import Bundle, MoecError, _native
 from ..runtime._args import is_positive_int
+from . import cache as _cache
+from ._log import SLOW_COMPILE_S, logger
+from .cache import cache_dir
 
 #: Targets moec compiles for.
 TARGETS = ("sm_90a", "gfx942", "host")
@@ -70,15 +76,6 @@ def _tile_dict(tile) -> dict:
     return dict(sorted(tile.items()))
 
 
-def cache_dir() -> str:
-    """$MOEC_CACHE_DIR, else $XDG_CACHE_HOME/moec, else ~/.cache/moec."""
-    if os.environ.get("MOEC_CACHE_DIR"):
-        return os.environ["MOEC_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "moec")
-
-
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
     """The package version and a SHA-256 of the compiler module's bytes (our
@@ -87,7 +84,7 @@ def compiler_fingerprint() -> str:
     reinstall, another venv) keeps them. Read without importing the module,
     so a cache hit never loads MLIR (hashing its 2 MB takes a few ms, once
     per process). Not covered: the system's libMLIR / libLLVM, which the
-    module links dynamically; clear the cache after upgrading them."""
+    module links dynamically; after upgrading them, moec.cache.clear()."""
     import importlib.util
     spec = importlib.util.find_spec("moec._compiler")
     if spec is None or not spec.origin:
@@ -99,28 +96,94 @@ def compiler_fingerprint() -> str:
     return f"moec {__version__} {digest.hexdigest()}"
 
 
-def target_for(device) -> str:
+def target_for(device=None) -> str:
     """The target moec compiles for to run on `device`: a torch.device, a
-    device type ("cpu", "cuda") or a device string ("cuda:1"). "host" for
-    the CPU, "sm_90a" for CUDA GPUs."""
+    device type ("cpu", "cuda") or a device string ("cuda:1"); None: the
+    device this process runs kernels on, the CUDA GPU when one is visible
+    (through moec's CUDA runtime module, else torch when it is already
+    imported), else the CPU.
+
+    "host" for the CPU. A CUDA GPU's target follows its compute
+    capability: "sm_90a" for Hopper (9.0, the wgmma kernels), "sm_<major>
+    <minor>" for the others ("sm_89": the NVVM kernels; "sm_80": the
+    generic ones)."""
+    if device is None:
+        return _default_target()
     kind = getattr(device, "type", device)
     if not isinstance(kind, str):
         raise TypeError(f"'device': expected a torch.device or a string such "
                         f"as 'cpu' or 'cuda', got {type(device).__name__}")
-    kind = kind.split(":")[0]
+    kind, _, index = kind.partition(":")
+    if not isinstance(device, str) and isinstance(
+            getattr(device, "index", None), int):  # a torch.device
+        index = str(device.index)
     if kind == "cpu":
         return "host"
     if kind == "cuda":
-        return "sm_90a"
+        if index and not index.isdigit():
+            raise ValueError(f"'device': expected 'cuda' or 'cuda:<index>', "
+                             f"got {device!r}")
+        return _cuda_target(int(index) if index else None)
     raise ValueError(f"'device': moec runs on 'cpu' and 'cuda' devices, got "
                      f"{device!r}")
 
 
+def target_of_capability(major: int, minor: int) -> str:
+    """The compile target of a CUDA compute capability: "sm_90a" for 9.0
+    (the architecture-specific wgmma kernels), else "sm_<major><minor>"."""
+    if (major, minor) == (9, 0):
+        return "sm_90a"
+    return f"sm_{major}{minor}"
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_target(index: Optional[int]) -> str:
+    """The target of CUDA device `index` (None: the current one); sm_90a
+    where its capability cannot be read (no GPU here: compiling for one
+    elsewhere)."""
+    capability = _torch_capability(index)
+    if capability is None and _native.has_cuda():  # the current device's
+        try:
+            capability = tuple(_native.cuda().device_info()["capability"])
+        except Exception:  # noqa: BLE001 - unreadable: the default below
+            capability = None
+    if capability is None:
+        return "sm_90a"
+    return target_of_capability(*capability)
+
+
+def _torch_capability(index: Optional[int]):
+    """torch's compute capability of CUDA device `index` when torch is
+    already imported and sees a GPU (moec does not import torch here)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_available():
+            return None
+        return tuple(torch.cuda.get_device_capability(index))
+    except Exception:  # noqa: BLE001 - a torch without CUDA, a bad index
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _default_target() -> str:
+    """target_for(None): the CUDA GPU's target when one is visible, else
+    "host". Looked up once per process."""
+    if _torch_capability(None) is not None or _native.has_cuda():
+        return _cuda_target(None)
+    return "host"
+
+
 def _targets(target) -> list:
+    if target is None:
+        return [target_for(None)]
     targets = [target] if isinstance(target, str) else list(target)
     if not targets:
         raise ValueError("'target': give at least one target")
     for t in targets:
+        if not isinstance(t, str):
+            raise TypeError(f"'target': expected a target name such as "
+                            f"'sm_90a' or 'host' (or a list of them), got "
+                            f"{type(t).__name__}")
         if t not in TARGETS and not (t.startswith("sm_") or
                                      t.startswith("gfx")):
             raise ValueError(f"'target': unknown target {t!r} (expected "
@@ -128,15 +191,17 @@ def _targets(target) -> list:
     return targets
 
 
-def compile(source, target: Union[str, Sequence[str]] = "sm_90a",
+def compile(source, target: Union[str, Sequence[str], None] = None,
             tile: Optional[dict] = None, *, cache: bool = True,
             keep_assembly: bool = False,
             sm_count: Optional[int] = None) -> Bundle:
     """Compiles a kernel (or function, MLIR text, .mlir path) to a Bundle.
 
-    `target`: "sm_90a" (cubin; PTX when ptxas is missing), "gfx942",
-    "host", or a list. `tile`: matmul tile fields replacing the cost model's
-    ({"m", "n", "k", "threads"}). `sm_count`: the SMs sm_90a's persistent
+    `target`: "sm_90a" (cubin; PTX when ptxas is missing), another
+    "sm_<NN>", "gfx942", "host", or a list; None (the default): the target
+    of the device kernels run on here, `target_for()` (the CUDA GPU's when
+    one is visible, else "host"). `tile`: matmul tile fields replacing the
+    cost model's ({"m", "n", "k", "threads"}). `sm_count`: the SMs sm_90a's persistent
     matmuls fill (default: all 132); fewer leave room for kernels that run
     beside them, such as NCCL's all-to-all (docs/expert_parallel.md).
     Other targets ignore it, and a module with its own #moe.target keeps
@@ -152,33 +217,84 @@ def compile(source, target: Union[str, Sequence[str]] = "sm_90a",
         raise ValueError(f"'sm_count': expected an int in [1, 65536], got "
                          f"{sm_count!r}")
     kwargs = dict(module_text=text, tile=tile_options, arg_names=arg_names)
+    what = _describe(source, arg_names)
+    start = time.perf_counter()
 
     def compile_now():
+        logger.debug("compiling %s for %s", what, ", ".join(targets))
         return _native.compiler().compile(text, targets, tile_options,
                                           keep_assembly, sm_count or 0)
     key = None
     if cache:
+        cap = _cache.max_bytes()  # a malformed setting fails before a compile
         key = hashlib.sha256(json.dumps(
             [text, targets, tile_options, keep_assembly, sm_count,
              compiler_fingerprint()]).encode()).hexdigest()
         path = os.path.join(cache_dir(), key[:2], key + ".moecb")
         meta_path = path[:-len(".moecb")] + ".json"
-        cached = _read_cached(path, meta_path, kwargs)
+        cached = _lookup(path, meta_path, kwargs, what)
         if cached is not None:
+            _log_compile(what, targets, start, "cache hit")
             return cached
         # A miss. The ranks of a job on one machine ask for the same
         # kernels at once: one compiles, the others wait and read its entry.
         with _compile_lock(path + ".lock"):
-            cached = _read_cached(path, meta_path, kwargs)
+            cached = _lookup(path, meta_path, kwargs, what)
             if cached is not None:
+                _log_compile(what, targets, start,
+                             "cache hit, after waiting for another process")
                 return cached
             data, notes, assembly = compile_now()
-            _store(path, data)
+            # The notes first: an entry is complete once its bundle is
+            # there (moec.cache lists bundles).
             _store(meta_path, json.dumps({
                 "notes": list(notes), "assembly": list(assembly)}).encode())
+            _store(path, data)
+        freed = _cache.evict(keep=path, cap=cap)
+        if freed:
+            logger.debug("evicted %d bytes of least recently used cache "
+                         "entries (cap %d bytes, MOEC_CACHE_MAX_BYTES)",
+                         freed, cap)
+        _log_compile(what, targets, start, "cache miss")
     else:
         data, notes, assembly = compile_now()
+        _log_compile(what, targets, start, "cache off")
     return Bundle.from_bytes(data, notes=notes, assembly=assembly, **kwargs)
+
+
+def _describe(source, arg_names: dict) -> str:
+    """What is compiled, for the log: the kernel's or functions' names."""
+    name = getattr(source, "name", None)
+    if isinstance(name, str):
+        return name
+    if arg_names:
+        return ", ".join(arg_names)
+    if isinstance(source, os.PathLike) or (
+            isinstance(source, str) and source.endswith(".mlir")
+            and "\n" not in source):
+        return os.fspath(source)
+    return "an MLIR module"
+
+
+def _log_compile(what: str, targets: list, start: float, how: str) -> None:
+    """The compile's log line: at INFO when it took longer than
+    SLOW_COMPILE_S, else at DEBUG."""
+    seconds = time.perf_counter() - start
+    level = logging.INFO if seconds > SLOW_COMPILE_S else logging.DEBUG
+    logger.log(level, "compiled %s for %s in %.2f s (%s)", what,
+               ", ".join(targets), seconds, how)
+
+
+def _lookup(path: str, meta_path: str, kwargs: dict,
+            what: str) -> Optional[Bundle]:
+    """_read_cached, logged (DEBUG), and the entry touched on a hit (the
+    least recently used entries are evicted first)."""
+    cached = _read_cached(path, meta_path, kwargs)
+    logger.debug("cache %s for %s: %s", "hit" if cached else "miss", what,
+                 path)
+    if cached is not None:
+        _cache.touch(path)
+    return cached
 
 
 def _read_cached(path: str, meta_path: str, kwargs: dict) -> Optional[Bundle]:

@@ -141,7 +141,7 @@ class Gradient:
                   file=file or sys.stdout)
             print(self.ir(stage, tile), file=file or sys.stdout)
 
-    def compile(self, target: Union[str, Sequence[str]] = "sm_90a",
+    def compile(self, target: Union[str, Sequence[str], None] = None,
                 tile: Optional[dict] = None, **kwargs) -> Bundle:
         return compile(self, target, tile, **kwargs)
 

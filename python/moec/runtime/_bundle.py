@@ -394,11 +394,21 @@ class Bundle:
                       if (e.target == "host") == (device == "cpu")
                       and e.binary_kind != "hsaco"]
         names = sorted({e.name for e in candidates})
-        if len(names) != 1:
+        have = ", ".join(f"{e.name} [{e.target}]" for e in self.entries)
+        if not names:
+            wanted = ("'host'" if device == "cpu"
+                      else "moec.target_for('cuda')")
             raise ValueError(
-                f"no single entry to run on {device} arrays (the bundle has: "
-                f"{', '.join(f'{e.name} [{e.target}]' for e in self.entries)});"
-                f" call bundle.entry(name, target) instead")
+                f"no entry runs on {device} arrays (the bundle has: {have}): "
+                f"compile for the arrays' device, "
+                f"moec.compile(kernel, target={wanted}), or give arrays on "
+                f"the device the bundle was compiled for")
+        if len(names) > 1:
+            e = candidates[0]
+            raise ValueError(
+                f"several functions run on {device} arrays (the bundle has: "
+                f"{have}): name one, e.g. "
+                f"bundle.entry({e.name!r}, {e.target!r})(...)")
         return candidates[0](*inputs, **kwargs)
 
     def __repr__(self) -> str:

@@ -47,24 +47,38 @@ from ..runtime import Bundle, Entry
 class _Launcher:
     """The kernel and compiled bundle of one block configuration. Shared by
     every MoE block of that configuration, so a model's layers trace,
-    compile and (on the host) JIT their kernel once."""
+    compile and (on the host) JIT their kernel once. With a given bundle
+    (MoE(..., bundle=...)) it runs that bundle's entries, checked against
+    the configuration, and never compiles its own."""
 
     def __init__(self, config: MoEConfig, bundle: Optional[Bundle]):
-        self.config, self.bundle = config, bundle
-        # Keeps the given bundle alive (its id is part of the key) after
-        # self.bundle is replaced by one compiled for a target it lacks.
-        self._given_bundle = bundle
+        self.config = config
+        # The given bundle (its id is part of the launcher's key).
+        self.given = bundle
+        self.bundle: Optional[Bundle] = None  # compiled here, without one
         self._kernel: Optional[Kernel] = None
         self._gradient: Optional[Gradient] = None
         self._train_bundle: Optional[Bundle] = None
+        self._checked: set = set()  # (target, training) of the given bundle
 
     def kernel(self) -> Kernel:
         if self._kernel is None:
             self._kernel = self.config.kernel()
         return self._kernel
 
+    def _given_for(self, target: str, training: bool) -> Bundle:
+        """The given bundle, checked (once) to hold this configuration's
+        entries for `target`."""
+        if (target, training) not in self._checked:
+            self.config.check_bundle(self.given, target, training,
+                                     fix=_bundle_fix(self.config))
+            self._checked.add((target, training))
+        return self.given
+
     def entry(self, device: torch.device) -> Entry:
         target = target_for(device)
+        if self.given is not None:
+            return self._given_for(target, False).entry("moe_block", target)
         if self.bundle is None or target not in self.bundle.targets:
             self.bundle = _compile(self.kernel(), target,
                                    self.config.tile_dict)
@@ -84,42 +98,15 @@ class _Launcher:
 
     def train_entries(self, device: torch.device) -> tuple:
         """(moe_block_fwd, moe_block_grad) for the device: from the given
-        bundle when it holds them (block.save_bundle writes them), else
-        compiled."""
+        bundle (block.save_bundle writes them), else compiled."""
         target = target_for(device)
-        for bundle in (self._given_bundle, self._train_bundle):
-            if bundle is not None and any(
-                    e.name == "moe_block_grad" and e.target == target
-                    for e in bundle.entries):
-                backward = bundle.entry("moe_block_grad", target)
-                self._check_backward(backward)
-                return (bundle.entry("moe_block_fwd", target), backward)
-        self._train_bundle = _compile(self.gradient().module, target,
-                                      self.config.tile_dict)
-        return self.train_entries(device)
-
-    def _check_backward(self, backward: Entry) -> None:
-        """A ValueError unless a given bundle's moe_block_grad is this
-        configuration's (main gradients, the gradients it returns)."""
-        main_grad = self.config.main_grad
-        accumulates = any(b.name == MAIN_GRAD_ARGS[0] + "_main_grad"
-                          for b in backward.inputs)
-        if accumulates != main_grad:
-            raise ValueError(
-                f"'bundle': its moe_block_grad was compiled "
-                f"{'with' if accumulates else 'without'} main gradients, "
-                f"the block has main_grad={main_grad} (write the bundle "
-                f"with block.save_bundle(path))")
-        lora = self.config.lora_rank
-        wanted = 1 + len(LORA_ARGS) if lora else 4
-        if len(backward.outputs) != wanted:
-            what = ("x and the 4 adapters" if lora
-                    else "x, the router and both expert weights")
-            raise ValueError(
-                f"'bundle': its moe_block_grad returns "
-                f"{len(backward.outputs)} gradients, a block with "
-                f"lora_rank={lora} needs {wanted} ({what}): write the bundle "
-                f"with block.save_bundle(path)")
+        bundle = (self._given_for(target, True) if self.given is not None
+                  else self._train_bundle)
+        if bundle is None or target not in bundle.targets:
+            bundle = self._train_bundle = _compile(
+                self.gradient().module, target, self.config.tile_dict)
+        return (bundle.entry("moe_block_fwd", target),
+                bundle.entry("moe_block_grad", target))
 
     def saved_specs(self, x: torch.Tensor) -> list:
         """(shape, dtype) of moe_block_fwd's results for tokens x: y, then
@@ -134,6 +121,21 @@ class _Launcher:
         shapes = fwd.shapes([x.shape[0]])[len(fwd.inputs):]
         return [(tuple(shape), _DTYPES[out.dtype])
                 for shape, out in zip(shapes, fwd.outputs)]
+
+
+def _bundle_dtype(bundle: Bundle) -> Optional[str]:
+    """The element type of x in a bundle's MoE block entries."""
+    for entry in bundle.entries:
+        if entry.name.startswith("moe_block") and entry.inputs:
+            return entry.inputs[0].dtype
+    return None
+
+
+def _bundle_fix(config: MoEConfig) -> str:
+    """What a bundle that does not fit the block should be instead."""
+    return (f"write it with block.save_bundle(path) from a block of this "
+            f"configuration (kernels of dtype={to_torch(config.dtype)}), or "
+            f"drop bundle= to compile the kernels here")
 
 
 _DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
@@ -373,26 +375,43 @@ class MoE(MoEConfigFields, nn.Module):
                 "top-k (Qwen3, Mixtral, OLMoE); DeepSeek-V3's router is "
                 "moec.ep.ExpertParallelMoE's (on one rank too)")
         self.config = config
+        if bundle is not None:
+            if not isinstance(bundle, Bundle):
+                raise TypeError(f"'bundle': expected a moec.Bundle (from "
+                                f"block.compile() or moec.load(path)), got "
+                                f"{type(bundle).__name__}")
+            # Its entries for every target it has; the target of the
+            # device, and the training entries, are checked on first use.
+            # An f32 block may be given the kernels of its autocast type.
+            kernels = _bundle_dtype(bundle)
+            checked = (config.replace(dtype=kernels)
+                       if config.dtype == "f32" and kernels in ("bf16", "f16")
+                       else config)
+            checked.check_bundle(bundle, fix=_bundle_fix(config))
+        # A given bundle is the only source of kernels: every launcher of
+        # this block (one per autocast type) runs it, checked.
+        self._bundle = bundle
         # Fixed here: torch.compile sees a constant. Under autocast the
         # blocks run the kernels of the autocast type (_launcher_for).
         self._launchers: dict = {}
-        self._launcher = self._launcher_for(to_torch(config.dtype), bundle)
+        self._launcher = self._launcher_for(to_torch(config.dtype))
 
     # The configuration's fields: MoEConfigFields, and these.
     lora_rank = property(lambda self: self.config.lora_rank)
     lora_scaling = property(lambda self: self.config.lora_scaling)
 
-    def _launcher_for(self, dtype: torch.dtype, bundle=None) -> int:
+    def _launcher_for(self, dtype: torch.dtype) -> int:
         if dtype not in self._launchers:
             self._launchers[dtype] = _launcher_index(
-                self.config.replace(dtype=canonical(dtype)), bundle)
+                self.config.replace(dtype=canonical(dtype)), self._bundle)
         return self._launchers[dtype]
 
-    def compile(self, target="sm_90a", training: bool = True,
+    def compile(self, target=None, training: bool = True,
                 dtype: Optional[torch.dtype] = None) -> Bundle:
         """The bundle this block runs from, compiled for `target` ("sm_90a",
-        "host", or a list): `moe_block` and, with `training`,
-        `moe_block_fwd` and `moe_block_grad` (with LoRA, the backward to x
+        "host", or a list; default: the target of the device the block's
+        parameters are on, moec.target_for(device)): `moe_block` and, with
+        `training`, `moe_block_fwd` and `moe_block_grad` (with LoRA, the backward to x
         and the adapters; with main_grad, into main gradients): exactly
         the entries the block looks for. `dtype`: the kernels' type
         (default: the block's; an f32 block under autocast runs the
@@ -400,9 +419,11 @@ class MoE(MoEConfigFields, nn.Module):
         GPU machine without the compiler."""
         launcher = _LAUNCHERS[self._launcher_for(dtype or
                                                  to_torch(self.config.dtype))]
+        if target is None:
+            target = target_for(self.gate.weight.device)
         return launcher.compile(target, training)
 
-    def save_bundle(self, path, target="sm_90a", training: bool = True,
+    def save_bundle(self, path, target=None, training: bool = True,
                     dtype: Optional[torch.dtype] = None) -> Bundle:
         """`compile(target, training, dtype)` written to `path` (a .moecb
         file for `moec.load`); returns the bundle."""
