@@ -15,7 +15,7 @@ from .language._dtypes import FLOATS, canonical
 from .runtime import Bundle
 
 __all__ = ["LORA_ARGS", "MAIN_GRAD_ARGS", "MoEConfig", "MoEConfigFields",
-           "ROUTINGS", "moe_kernel"]
+           "ROUTINGS", "check_main_grad", "moe_kernel"]
 
 ROUTINGS = ("softmax_then_topk", "topk_then_softmax")
 #: The adapters' kernel arguments (moe_kernel's, with lora_rank), in order.
@@ -26,6 +26,20 @@ MAIN_GRAD_ARGS = ("w_gate_up", "w_down")
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_main_grad(entry, name: str, first_weight: str, main_grad: bool,
+                    fix: str) -> None:
+    """ValueError unless the gradient entry `name` of a given bundle was
+    compiled with main gradients exactly when the layer has `main_grad`
+    (its inputs then hold `<first_weight>_main_grad`)."""
+    accumulates = any(b.name == first_weight + "_main_grad"
+                      for b in entry.inputs)
+    if accumulates != main_grad:
+        raise ValueError(
+            f"'bundle': its {name} was compiled "
+            f"{'with' if accumulates else 'without'} main gradients, the "
+            f"block has main_grad={main_grad}: {fix}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,13 +321,8 @@ class MoEConfig:
         """moe_block_grad has the config's main gradients and returns the
         gradients it needs (of x and the weights; with LoRA, of x and the
         adapters)."""
-        accumulates = any(b.name == MAIN_GRAD_ARGS[0] + "_main_grad"
-                          for b in backward.inputs)
-        if accumulates != self.main_grad:
-            raise ValueError(
-                f"'bundle': its moe_block_grad was compiled "
-                f"{'with' if accumulates else 'without'} main gradients, "
-                f"the block has main_grad={self.main_grad}: {fix}")
+        check_main_grad(backward, "moe_block_grad", MAIN_GRAD_ARGS[0],
+                        self.main_grad, fix)
         lora = self.lora_rank
         wanted = 1 + len(LORA_ARGS) if lora else 4
         if len(backward.outputs) != wanted:

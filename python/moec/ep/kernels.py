@@ -11,7 +11,7 @@ import torch
 from ..compiler import Kernel, compile as _compile, grad_attr, target_for
 from ..language import Tensor, ops
 from ..language._dtypes import canonical
-from ..layers import MoEConfig
+from ..layers import MoEConfig, check_main_grad
 from ..runtime import Entry, _native
 from ..runtime._args import is_positive_int
 
@@ -283,15 +283,10 @@ class _Program:
                                      for e in given.entries):
             entry = given.entry(name, target)
             if name in [n + "_grad" for n in EXPERT_KERNELS]:
-                accumulates = any(b.name == MAIN_GRAD_WEIGHTS[0] + "_main_grad"
-                                  for b in entry.inputs)
-                if accumulates != self.main_grad:
-                    raise ValueError(
-                        f"'bundle': its {name} was compiled "
-                        f"{'with' if accumulates else 'without'} main "
-                        f"gradients, the block has main_grad="
-                        f"{self.main_grad} (compile ep_module(..., "
-                        f"main_grad={self.main_grad}))")
+                check_main_grad(entry, name, MAIN_GRAD_WEIGHTS[0],
+                                self.main_grad,
+                                f"compile ep_module(..., "
+                                f"main_grad={self.main_grad})")
             return entry
         if target not in self._bundles:
             self._bundles[target] = _compile(self.module, target, self.tile,
