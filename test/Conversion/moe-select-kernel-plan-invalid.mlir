@@ -87,3 +87,27 @@ func.func @narrow_swiglu(%x: tensor<?x2048xbf16>, %w: tensor<8x512x2048xbf16>,
       -> tensor<?x256xbf16>
   return %y : tensor<?x256xbf16>
 }
+
+// -----
+
+// A dense matmul is one launch: row buckets would be ignored.
+func.func @dense_buckets(%a: tensor<?x256xbf16>, %b: tensor<256x512xbf16>)
+    -> tensor<?x512xbf16> {
+  %c0 = arith.constant 0 : index
+  %rows = tensor.dim %a, %c0 : tensor<?x256xbf16>
+  %zero = arith.constant 0.0 : bf16
+  %empty = tensor.empty(%rows) : tensor<?x512xbf16>
+  %acc = linalg.fill ins(%zero : bf16) outs(%empty : tensor<?x512xbf16>)
+      -> tensor<?x512xbf16>
+  // expected-error @+1 {{'linalg.matmul' op cannot follow its sm90_wgmma plan: a dense matmul has one kernel, no 'buckets'}}
+  %y = linalg.matmul
+      {moe.kernel = #moe.kernel<strategy = sm90_wgmma,
+          tile = <m = 128, n = 256, k = 64, threads = 256>,
+          plan = <block_m = 128, block_n = 256, block_k = 64, stages = 4,
+                  band_m = 8, buckets = [#moe.wgmma_bucket<max_rows = 4096,
+                      plan = <block_m = 128, block_n = 128, block_k = 64,
+                              stages = 4, band_m = 8>>]>>}
+      ins(%a, %b : tensor<?x256xbf16>, tensor<256x512xbf16>)
+      outs(%acc : tensor<?x512xbf16>) -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}

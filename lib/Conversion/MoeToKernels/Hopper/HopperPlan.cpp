@@ -627,6 +627,10 @@ hopper::followPlan(Operation *op, moe::WgmmaPlanAttr plan,
   if (failed(base))
     return failure();
   HopperKernelPlans plans{*base, {}};
+  // A dense matmul has one launch: its rows are not known per group.
+  if (plan.getBuckets() && isa<linalg::MatmulOp>(op))
+    return op->emitOpError("cannot follow its sm90_wgmma plan: a dense "
+                           "matmul has one kernel, no 'buckets'");
   if (ArrayAttr buckets = plan.getBuckets())
     for (auto bucket : buckets.getAsRange<moe::WgmmaBucketAttr>()) {
       FailureOr<HopperPlan> kernel = followOne(op, bucket.getPlan(), limits);
