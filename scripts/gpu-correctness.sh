@@ -12,6 +12,7 @@
 #   build/bin/moec compile test/Integration/backward_kernels.mlir -o DIR/backward.moecb --target sm_90a
 #   build/bin/moec compile test/Integration/lora_kernels.mlir -o DIR/lora.moecb --target sm_90a
 #   build/bin/moec compile test/Target/sm90a-hand-plan.mlir -o DIR/hand_plan.moecb --target sm_90a
+#   build/bin/moec compile test/Integration/fp8_matmul.mlir -o DIR/fp8.moecb --target sm_90a
 # Usage: scripts/gpu-correctness.sh RUNNER DIR
 # With GPU_CHECK_ONLY=REGEX only the runs of entries matching the bash
 # regular expression, with GPU_CHECK_SKIP=REGEX all but those (the whole
@@ -114,6 +115,19 @@ for entry in hand chosen; do
     run hand_plan.moecb $entry $t uniform --iters 5
   done
   run hand_plan.moecb $entry 300 one-expert --iters 5
+done
+# FP8 operands with block scales (the wgmma kernel's FP8 mode): partial
+# K slices and n-tiles, SwiGLU's up rows inside a scale block, rows in
+# order by TMA, e5m2 at block_n = 64, a cluster of 2; T = 1, one expert,
+# half the experts empty, and T = 3000 (many tiles per block).
+for entry in fp8_gather fp8_swiglu_gather fp8_rows_row_scale fp8_e5m2_narrow \
+             fp8_cl_gather; do
+  for t in 1 45 3000; do
+    run fp8.moecb $entry $t uniform --iters 5
+  done
+  for routing in one-expert half-experts; do
+    run fp8.moecb $entry 300 $routing --iters 5
+  done
 done
 # The dense Aᵀ·B (router gradient) splits its rows into chunks (64-row
 # multiples, at least 256 rows), 16 on 132 SMs (8 of 128 x 128 tiles for

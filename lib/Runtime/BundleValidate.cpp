@@ -240,9 +240,10 @@ std::string validateEntry(const Entry &e) {
         if (param.buffer >= numBuffers)
           return pwhere + bufferIndexError(param.buffer, numBuffers);
         const BufferDesc &b = e.buffers[param.buffer];
-        if (b.elem != ElemType::BF16 && b.elem != ElemType::F16)
+        if (b.elem != ElemType::BF16 && b.elem != ElemType::F16 &&
+            b.elem != ElemType::F8E4M3FN && b.elem != ElemType::F8E5M2)
           return pwhere + "tensor map of a " + elemTypeName(b.elem) +
-                 " buffer (only bf16 and f16)";
+                 " buffer (only bf16, f16 and FP8)";
         if (b.dims.empty() || b.dims.size() > 5 ||
             param.box.size() != b.dims.size())
           return pwhere + "tensor map box has " +

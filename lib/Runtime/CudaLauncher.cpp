@@ -512,10 +512,24 @@ Status CudaLauncher::encodeTensorMap(void *address, ElemType elem,
                                      const std::vector<int64_t> &shape,
                                      const std::vector<uint32_t> &box,
                                      void *map) {
-  if (elem != ElemType::BF16 && elem != ElemType::F16)
+  // FP8 moves as bytes: the copy does not look at the values.
+  CUtensorMapDataType dataType;
+  switch (elem) {
+  case ElemType::BF16:
+    dataType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    break;
+  case ElemType::F16:
+    dataType = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    break;
+  case ElemType::F8E4M3FN:
+  case ElemType::F8E5M2:
+    dataType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    break;
+  default:
     return Status(ErrorCode::InvalidArgument,
                   std::string("tensor map of ") + elemTypeName(elem) +
-                      " elements (only bf16 and f16)");
+                      " elements (only bf16, f16 and FP8)");
+  }
   size_t rank = shape.size();
   if (rank < 1 || rank > 5 || box.size() != rank)
     return Status(ErrorCode::InvalidArgument,
@@ -543,9 +557,7 @@ Status CudaLauncher::encodeTensorMap(void *address, ElemType elem,
     return s;
   MOEC_CU(driver().cuTensorMapEncodeTiled(
               static_cast<CUtensorMap *>(map),
-              elem == ElemType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-              static_cast<cuuint32_t>(rank), address, dims, strides, boxDims,
+              dataType, static_cast<cuuint32_t>(rank), address, dims, strides, boxDims,
               elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),

@@ -677,8 +677,8 @@ TEST(BundleTest, StepErrors) {
   EXPECT_CONTAINS(invalidAfter([](Bundle &b) {
                     b.entries[0].steps[2].params[0].buffer = 3;
                   }),
-                  "step 2: param 0: tensor map of a i32 buffer (only bf16 "
-                  "and f16)");
+                  "step 2: param 0: tensor map of a i32 buffer (only bf16, "
+                  "f16 and FP8)");
   EXPECT_CONTAINS(invalidAfter([](Bundle &b) {
                     b.entries[0].steps[2].params[0].buffer = 99;
                   }),

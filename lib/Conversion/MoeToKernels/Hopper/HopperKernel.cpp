@@ -42,6 +42,8 @@ KernelArgs::KernelArgs(ValueRange a, const HopperArgs &pos)
   loraA = at(pos.loraA);
   loraB = at(pos.loraB);
   accumulate = at(pos.accumulate);
+  lhsScales = at(pos.lhsScales);
+  rhsScales = at(pos.rhsScales);
 }
 
 void KernelEnv::readShapes() {
@@ -353,15 +355,18 @@ void HopperKernel::consumerRole() {
         [&] {
           Value count = env.slicesOf(t);
           epilogue.prefetchAccumulate(t);
-          Value result = env.plan.loraUpTiles()
-                             ? mma.loraSpecializedLoop(t, slices, count)
-                             : mma.specializedLoop(slices, count);
+          Value result =
+              env.plan.blockScales ? mma.scaledLoop(t, slices, count)
+              : env.plan.loraUpTiles()
+                  ? mma.loraSpecializedLoop(t, slices, count)
+                  : mma.specializedLoop(slices, count);
           Value end = b.add(slices, count);
-          // A weight-gradient tile of an expert without rows used no stage.
+          // A weight-gradient tile of an expert without rows used no stage;
+          // the scaled loop has released all of its own.
           if (env.plan.weightGrad())
             b.ifThen(b.ult(b.idx(0), count),
                      [&] { mma.release(b.sub(end, b.idx(1))); });
-          else
+          else if (!env.plan.blockScales)
             mma.release(b.sub(end, b.idx(1)));
           if (env.plan.loraUpTiles())
             result = mma.loraUpSpecialized(result, rounds);

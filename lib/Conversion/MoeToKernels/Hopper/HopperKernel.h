@@ -122,6 +122,7 @@ struct HopperArgs {
   int accumulate = -1; ///< the weight gradient added to (same layout as out)
   int rhsMap = -1; ///< the rhs's TMA descriptor (warp-specialized)
   int lhsMap = -1; ///< the lhs's, when its rows are not gathered
+  int lhsScales = -1, rhsScales = -1; ///< FP8 block scales
 };
 
 /// The kernel's arguments by role (null where absent).
@@ -130,6 +131,7 @@ struct KernelArgs {
   mlir::Value lhs, rhs, out, rows;
   mlir::Value offsets, gather, bias, rowScale, swigluInput, rhsMap, lhsMap;
   mlir::Value loraA, loraB, accumulate;
+  mlir::Value lhsScales, rhsScales;
 };
 
 struct TileState;
@@ -326,6 +328,11 @@ public:
   /// The producer's last copies land before it exits.
   void drain();
 
+  /// The rhs row (of [E, N, K]) of column `c` of the block's B rows:
+  /// colStart + c, or with SwiGLU the gate rows then the up rows; `valid`
+  /// says whether it is an output column.
+  mlir::Value rhsColumn(const TileState &t, mlir::Value c, mlir::Value &valid);
+
   mlir::Value invalid;
 
 private:
@@ -355,7 +362,6 @@ private:
   /// once per 64-column block, and one slot lookup serves them all.
   mlir::Value sliceRow(const TileState &t, int64_t i, mlir::Value kt, bool rhs,
                        mlir::Value &valid);
-  mlir::Value rhsColumn(const TileState &t, mlir::Value c, mlir::Value &valid);
   mlir::Value rhsRowBytes(const TileState &t, int64_t i, mlir::Value kt);
   /// A 16-byte cp.async from base + rowBytes (+ chunkBytes when given),
   /// zero-filled where rowBytes is `invalid` or `kValid` (when given) is
@@ -411,6 +417,13 @@ public:
   /// `withU`, LoRA's U accumulators too (loraDown).
   mlir::Value specializedLoop(mlir::Value slices, mlir::Value count,
                               bool withU = false);
+  /// FP8 block scales (warp-specialized): the k-loop of tile `t` over
+  /// slices `slices`.., each slice's wgmmas into fresh partial
+  /// accumulators that are then multiplied by the slice's lhs-row and
+  /// weight-block scales and added to the f32 accumulators (returned).
+  /// Every stage, the last one too, is released inside the loop.
+  mlir::Value scaledLoop(const TileState &t, mlir::Value slices,
+                         mlir::Value count);
   /// Warp-specialized: the lane 0s that release stages (and their
   /// partner block in a cluster).
   void placeReleasers();
@@ -435,7 +448,24 @@ private:
   /// The wgmmas of the K slice in stage `slot` added to `current`; with
   /// `down` (LoRA) also x · A_eᵀ added to *down.
   mlir::Value sliceMma(mlir::Value current, mlir::Value slot,
-                       mlir::Value *down = nullptr);
+                       mlir::Value *down = nullptr, bool fresh = false);
+  /// Where this thread's scales of tile `t` come from: the lhs scale row of
+  /// each of its two fragment rows (and whether it has one: a row past the
+  /// group or a padding slot gets scale 0), and the weight-scale block of
+  /// each of the plan's scale segments.
+  struct ScaleSources {
+    llvm::SmallVector<mlir::Value, 2> rows, rowValid;
+    llvm::SmallVector<mlir::Value, 2> blocks;
+  };
+  ScaleSources scaleSources(const TileState &t);
+  /// The scales of slice `kt`: for fragment row h and segment s, entry
+  /// h * segments + s is the lhs row's scale times the weight block's.
+  llvm::SmallVector<mlir::Value> sliceScales(const TileState &t,
+                                             const ScaleSources &from,
+                                             mlir::Value kt);
+  /// `acc` + `partial` * its scale, element by element.
+  mlir::Value promote(mlir::Value acc, mlir::Value partial,
+                      llvm::ArrayRef<mlir::Value> scales);
 
   KernelEnv &env;
   ProducerPipeline &producer;

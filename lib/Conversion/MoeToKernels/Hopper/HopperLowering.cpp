@@ -21,6 +21,7 @@ namespace {
 struct HopperOperands {
   Value lhs, rhs, out, offsets, gather, bias, rowScale, loraA, loraB;
   Value swigluInput, accumulate;
+  Value lhsScales, rhsScales; ///< FP8 block scales
 };
 
 /// The launch operands of `v` for `plan` (tensor maps included), and
@@ -43,6 +44,8 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   addOptional(v.loraA, pos.loraA);
   addOptional(v.loraB, pos.loraB);
   addOptional(v.accumulate, pos.accumulate);
+  addOptional(v.lhsScales, pos.lhsScales);
+  addOptional(v.rhsScales, pos.rhsScales);
   // The warp-specialized weight gradient with its rows in order: both
   // operands' whole 64-row slices by TMA, boxes of 64 columns by 64 rows
   // over [rows, K] and [rows, N] (ProducerPipeline::loadWeightGradSlice).
@@ -60,9 +63,9 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
     int64_t rank = cast<MemRefType>(v.rhs.getType()).getRank();
     addOptional(tensorMapOperand(ctx.host(), v.rhs, plan.rhsBox(rank)),
                 pos.rhsMap);
-    // Rows in order: the lhs too, 128 rows by 64 K-elements.
+    // Rows in order: the lhs too, 128 rows by one slice of K.
     if (!v.gather)
-      addOptional(tensorMapOperand(ctx.host(), v.lhs, {kBlockK, kBlockM}),
+      addOptional(tensorMapOperand(ctx.host(), v.lhs, {plan.sliceK(), kBlockM}),
                   pos.lhsMap);
   }
   return operands;
@@ -270,6 +273,8 @@ LogicalResult lowerGrouped(moe::GroupedMatmulOp op, moe::TileAttr tile,
   v.swigluInput = buffer(op.getActivationInput());
   v.loraA = buffer(op.getLoraA());
   v.loraB = buffer(op.getLoraB());
+  v.lhsScales = buffer(op.getLhsScales());
+  v.rhsScales = buffer(op.getRhsScales());
   Value out = buffer(op.getOut());
   Value scatter = buffer(op.getScatterSlots());
   if (!scatter) {

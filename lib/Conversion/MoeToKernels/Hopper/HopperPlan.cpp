@@ -23,7 +23,7 @@ HopperLimits hopper::limitsOf(const TargetInfo &target) {
 }
 
 moe::TileAttr hopper::tileOf(MLIRContext *context, const HopperPlan &plan) {
-  return moe::TileAttr::get(context, kBlockM, plan.blockN, kBlockK,
+  return moe::TileAttr::get(context, kBlockM, plan.blockN, plan.sliceK(),
                             plan.threads(), plan.stages, plan.bandM,
                             plan.warpSpecialized ? kProducerThreads : 0,
                             plan.cluster,
@@ -69,7 +69,8 @@ static int64_t defaultBlockN(int64_t width, bool narrowOk) {
 }
 
 bool hopper::isHopperTile(moe::TileAttr tile) {
-  if (!tile || tile.getM() != kBlockM || tile.getK() != kBlockK ||
+  if (!tile || tile.getM() != kBlockM ||
+      (tile.getK() != kBlockK && tile.getK() != kFp8BlockK) ||
       (tile.getN() != kNarrowBlockN && tile.getN() != 128 &&
        tile.getN() != 256))
     return false;
@@ -84,19 +85,24 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
                 int64_t width, int64_t experts, moe::TileAttr tile,
                 const HopperLimits &limits, int64_t loraRows,
                 int64_t minBlockN) {
-  if (lhsElem != rhsElem || !(lhsElem.isBF16() || lhsElem.isF16()))
+  bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(lhsElem);
+  if (lhsElem != rhsElem || !(lhsElem.isBF16() || lhsElem.isF16() || fp8))
     return std::nullopt;
   if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
     return std::nullopt;
-  // 16-byte copies along K, pairs and 8-wide chunks along N.
-  if (ShapedType::isDynamic(k) || ShapedType::isDynamic(width) || k % 8 ||
-      width % 8 || experts + 1 > kMaxGroups)
-    return std::nullopt;
   HopperPlan plan;
+  plan.elemBytes = fp8 ? 1 : 2;
+  // 16-byte copies along K, pairs and 8-wide chunks along N.
+  if (ShapedType::isDynamic(k) || ShapedType::isDynamic(width) ||
+      (k * plan.elemBytes) % 16 || width % 8 || experts + 1 > kMaxGroups)
+    return std::nullopt;
   plan.experts = experts;
   plan.k = k;
-  plan.elemType =
-      lhsElem.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
+  plan.elemType = fp8 ? (isa<Float8E4M3FNType>(lhsElem)
+                             ? NVVM::WGMMATypes::e4m3
+                             : NVVM::WGMMATypes::e5m2)
+                 : lhsElem.isBF16() ? NVVM::WGMMATypes::bf16
+                                    : NVVM::WGMMATypes::f16;
   plan.persistentBlocks = limits.smCount;
   plan.maxSharedBytes = limits.maxSharedBytes;
   // A tile of this kernel's form (m = 128, n = 64, 128 or 256, k = 64, 256
@@ -140,7 +146,22 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
       loraRows > 32 ? kWideLoraConsumerRegisters : kConsumerRegisters;
   plan.producerRegisters =
       (kBlockRegisters - kThreads * plan.mmaRegisters) / kProducerThreads;
+  // FP8 (block scales): the warp-specialized kernel, n = 128 at most.
+  // Each slice's wgmmas go to partial accumulators that are promoted into
+  // the f32 ones, so an MMA thread holds blockN registers of each: 256 of
+  // an n = 256 tile would not fit in the 232 a thread can get. The
+  // producer's TMA loads keep the MMA warpgroups free for the promotion.
+  if (fp8) {
+    plan.blockScales = true;
+    plan.blockN = std::min<int64_t>(plan.blockN, 128);
+    plan.warpSpecialized = true;
+    if (loraRows > 0)
+      return std::nullopt;
+  }
   if (isHopperTile(tile)) {
+    if (tile.getK() != plan.sliceK() ||
+        (fp8 && (tile.getN() > 128 || tile.getProducers() == 0)))
+      return std::nullopt;
     plan.blockN = tile.getN();
     plan.warpSpecialized = tile.getProducers() != 0;
     if (tile.getStages())
@@ -369,7 +390,12 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
                                               moe::TileAttr tile,
                                               const HopperLimits &limits) {
   std::optional<int64_t> loraRank = fusableLoraRank(op, tile);
-  if (!loraRank || op.getLhsScales())
+  // FP8 block scales: 1x128 and 128x128 blocks (one slice of K each) of
+  // K-major weights [E, N, K]: FP8 wgmma reads both operands K-major only,
+  // so [E, K, N] FP8 weights (a forward's dX read in place) have no wgmma
+  // kernel; the input gradient takes a second, transposed FP8 copy.
+  if (!loraRank || (op.getLhsScales() && (!op.getTransposeRhs() ||
+                                          op.getScaleGroup() != kFp8BlockK)))
     return std::nullopt;
   auto lhsType = cast<ShapedType>(op.getLhs().getType());
   auto outType = cast<ShapedType>(op.getOut().getType());
@@ -384,6 +410,13 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
       /*minBlockN=*/swigluGrad || op.getActivation() == moe::Activation::swiglu
           ? 128
           : kNarrowBlockN);
+  // FP8 SwiGLU: the up rows of a block start at `width` past the gate
+  // rows, and must lie in one 128-row weight-scale block as the gate rows
+  // do (HopperPlan::scaleSegments).
+  if (plan && plan->blockScales &&
+      op.getActivation() == moe::Activation::swiglu &&
+      width % (plan->blockN / 2) != 0)
+    return std::nullopt;
   if (plan) {
     plan->loraRank = *loraRank;
     plan->loraScaling = op.getLoraScaling().convertToFloat();
@@ -505,7 +538,7 @@ moe::WgmmaPlanAttr hopper::planAttrOf(MLIRContext *context,
                                       ArrayAttr buckets) {
   bool ws = plan.warpSpecialized;
   return moe::WgmmaPlanAttr::get(
-      context, kBlockM, plan.blockN, kBlockK, plan.stages, plan.bandM,
+      context, kBlockM, plan.blockN, plan.sliceK(), plan.stages, plan.bandM,
       ws ? kProducerThreads : 0, ws ? plan.mmaRegisters : 0,
       ws ? plan.producerRegisters : 0, plan.cluster, plan.rowSplits,
       plan.loraRunTiles, plan.bulkStores, buckets);
@@ -681,12 +714,13 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
   // shape).
   for (int64_t n : widths)
     for (int64_t producers : {int64_t(0), kProducerThreads}) {
-      if (producers && n == 128)
+      // (FP8 has only the warp-specialized kernel, at n <= 128.)
+      if (producers && n == 128 && !chosen->blockScales)
         continue;
       int64_t threads = producers ? kSpecializedThreads : kThreads;
       // The deepest pipeline that fits at this width (the plan clamps).
       std::optional<HopperPlan> deepest = hopperPlanFor(
-          op, moe::TileAttr::get(context, kBlockM, n, kBlockK, threads,
+          op, moe::TileAttr::get(context, kBlockM, n, chosen->sliceK(), threads,
                                      /*stages=*/16, /*band_m=*/0, producers));
       if (!deepest)
         continue;
@@ -697,7 +731,7 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
         for (int64_t stages = deepest->stages;
              stages >= std::max<int64_t>(3, deepest->stages - 1); --stages)
           for (int64_t band : {4, 8, 16}) {
-            add(moe::TileAttr::get(context, kBlockM, n, kBlockK, threads,
+            add(moe::TileAttr::get(context, kBlockM, n, chosen->sliceK(), threads,
                                    stages, band, producers, cluster));
           }
       }

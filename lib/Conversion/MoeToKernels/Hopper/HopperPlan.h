@@ -23,7 +23,10 @@
 namespace moec::kernels::hopper {
 
 constexpr int64_t kBlockM = 128;   ///< rows per block (2 warpgroups x 64)
-constexpr int64_t kBlockK = 64;    ///< K per stage: one 128-byte row
+constexpr int64_t kBlockK = 64;    ///< K per stage of 16-bit operands: one 128-byte row
+/// K per stage of FP8 operands: one 128-byte row, and one block of the
+/// 1x128 / 128x128 scales (each slice is promoted with its two scales).
+constexpr int64_t kFp8BlockK = 128;
 /// Output columns per block of an output of at most that many columns.
 constexpr int64_t kNarrowBlockN = 64;
 constexpr int64_t kMaxLoraRank = 128; ///< largest fused LoRA rank
@@ -153,6 +156,29 @@ struct HopperPlan {
   /// each multicasts half of the weight tile to both.
   int64_t cluster = 1;
   mlir::NVVM::WGMMATypes elemType = mlir::NVVM::WGMMATypes::bf16;
+  /// Bytes per operand element: 2 (bf16, f16) or 1 (FP8). A stage row is
+  /// 128 bytes either way, so the stage layout, the copies and the wgmma
+  /// descriptors are the same in bytes; only K per slice differs.
+  int64_t elemBytes = 2;
+  /// K elements per stage (one 128-byte row): 64, or 128 for FP8.
+  int64_t sliceK() const { return kRowBytes / elemBytes; }
+  /// K of one wgmma instruction: 16, or 32 for FP8 (32 bytes either way).
+  int64_t mmaK() const { return 32 / elemBytes; }
+  /// FP8 block scales (the forward and the input gradient): lhs scales
+  /// [rows, ceil(K/128)] (1x128), rhs scales [E, ceil(N/128), ceil(K/128)]
+  /// (128x128 of [E, N, K] weights). Each 128-deep slice is accumulated by
+  /// wgmma into a fresh partial accumulator, then multiplied by its lhs
+  /// row's and its weight block's scales and added to the f32
+  /// accumulators (two-level accumulation: FP8 wgmma accumulates with
+  /// reduced precision, the promotion keeps the error at bf16's level).
+  bool blockScales = false;
+  /// The weight-scale segments of a block's B rows: each lies inside one
+  /// 128-row block of the weights (planFor checks), so a thread needs one
+  /// rhs scale per segment and slice. SwiGLU: the gate rows, then the up
+  /// rows; otherwise one segment per 128 rows (block_n 64 or 128: one).
+  int64_t scaleSegments() const {
+    return swiglu ? 2 : std::max<int64_t>(1, blockN / kFp8BlockK);
+  }
   OperandLayout layout;
   /// Blocks of the persistent grid (one per SM) and the dynamic shared
   /// memory a block may use: the target's (HopperLimits), set by planFor.
@@ -242,21 +268,21 @@ struct HopperPlan {
       return blockN / kColumnBlock;
     return blockN / rhsBoxRows();
   }
-  /// The rhs tensor map's box, innermost dimension first: 64 elements (one
-  /// 128-byte swizzled row) by rhsBoxRows(), one expert deep for [E, .., ..]
+  /// The rhs tensor map's box, innermost dimension first: sliceK() elements
+  /// (one 128-byte swizzled row) by rhsBoxRows(), one expert deep for [E, .., ..]
   /// (one expert wide for [K, E, N]).
   llvm::SmallVector<int64_t> rhsBox(int64_t rank) const {
     // [K, E, N]: 64 columns of one expert by 64 K rows (the same stage).
     if (layout.expertsInColumns)
       return {kColumnBlock, 1, kBlockK};
-    llvm::SmallVector<int64_t> box = {kBlockK, rhsBoxRows()};
+    llvm::SmallVector<int64_t> box = {sliceK(), rhsBoxRows()};
     if (rank == 3)
       box.push_back(1);
     return box;
   }
   /// K slices of one tile (the weight gradient's depend on the expert's
   /// rows: HopperKernel's slicesOf).
-  int64_t kSlices() const { return (k + kBlockK - 1) / kBlockK; }
+  int64_t kSlices() const { return (k + sliceK() - 1) / sliceK(); }
 };
 
 /// The tile the kernel of `plan` is built with (the bundle records it).
@@ -293,7 +319,7 @@ mlir::FailureOr<HopperKernelPlans> followPlan(mlir::Operation *op,
                                               const HopperLimits &limits);
 
 /// Whether `tile` has the form of this kernel's blocks: m = 128, n = 64,
-/// 128 or 256, k = 64, 256 threads, or 384 of which 128 producers (warp
+/// 128 or 256, k = 64 (or 128: FP8 operands), 256 threads, or 384 of which 128 producers (warp
 /// specialization, in clusters of 1 or 2: the verifier allows 2 only
 /// there). planFor takes n = 64 only without LoRA, SwiGLU or a cluster.
 bool isHopperTile(moe::TileAttr tile);

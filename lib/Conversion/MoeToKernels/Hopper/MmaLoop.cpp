@@ -110,14 +110,18 @@ scf::ForOp MmaLoop::accumulatorLoop(Value count, bool withU) {
 
 // The 4 wgmmas (one commit group) of the K slice in stage `slot`, added to
 // the accumulators `current`.
-Value MmaLoop::sliceMma(Value current, Value slot, Value *down) {
+// `fresh`: the first wgmma overwrites `current` (scale-d = 0), as FP8's
+// partial accumulators start each slice at zero.
+Value MmaLoop::sliceMma(Value current, Value slot, Value *down, bool fresh) {
   KernelBuilder &b = env.b;
   MLIRContext *ctx = b.getContext();
-  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, env.plan.blockN, 16);
+  auto shape =
+      NVVM::MMAShapeAttr::get(ctx, 64, env.plan.blockN, env.plan.mmaK());
   auto elem = NVVM::WGMMATypesAttr::get(ctx, env.plan.elemType);
   auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
   auto one = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
   auto accumulate = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+  auto overwrite = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero);
   auto layoutA = NVVM::MMALayoutAttr::get(ctx, aLayout(env.plan.layout.lhs));
   auto layoutB = NVVM::MMALayoutAttr::get(ctx, bLayout(env.plan.layout.rhs));
 
@@ -129,14 +133,16 @@ Value MmaLoop::sliceMma(Value current, Value slot, Value *down) {
   bool mMajorA = env.plan.layout.lhs == LhsLayout::GroupRowsT;
   int64_t aStep = mMajorA ? 16 * kRowBytes : 32;
   NVVM::WgmmaFenceAlignedOp::create(b);
-  for (int64_t kk = 0; kk < kBlockK / 16; ++kk) {
+  // One wgmma per 32 bytes of K: 16 elements, or 32 of FP8.
+  for (int64_t kk = 0; kk < kRowBytes / 32; ++kk) {
     Value descA = descriptor(b, b.add(aTile, b.idx(kk * aStep)), mMajorA);
     RhsLayout rhs = env.plan.layout.rhs;
     Value descB = descriptor(b, b.add(bTile, b.idx(kk * bStepBytes(rhs))),
                              env.plan.nMajorB());
     current = NVVM::WgmmaMmaAsyncOp::create(
         b, accType, current, descA, descB, shape, elem, elem, f32Type,
-        accumulate, one, one, layoutA, layoutB, NVVM::MMAIntOverflowAttr());
+        fresh && kk == 0 ? overwrite : accumulate, one, one, layoutA, layoutB,
+        NVVM::MMAIntOverflowAttr());
     if (down) {
       // LoRA: the same A rows times the stage's A_e rows (K-major, as an
       // [E, N, K] B tile), m64nRk16.
@@ -327,6 +333,122 @@ Value MmaLoop::specializedLoop(Value slices, Value count, bool withU) {
   }
   NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
   loraDown = withU ? kLoop.getResult(1) : Value();
+  return kLoop.getResult(0);
+}
+
+MmaLoop::ScaleSources MmaLoop::scaleSources(const TileState &t) {
+  KernelBuilder &b = env.b;
+  ScaleSources from;
+  // Fragment rows: warpgroup * 64 + warp * 16 + lane / 4 + 8h of the tile.
+  Value row0 = b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
+                     b.div(lane, b.idx(4)));
+  for (int64_t h = 0; h < 2; ++h) {
+    Value inTile = b.add(row0, b.idx(8 * h));
+    Value valid = b.ult(inTile, t.rowCount);
+    Value row = b.add(t.rowStart, inTile);
+    if (env.args.gather) {
+      // The token of the row's slot (the lhs scales are the tokens').
+      auto [slot, present] =
+          b.loadSigned(env.args.gather, {b.select(valid, row, b.idx(0))});
+      valid = b.land(valid, present);
+      row = b.div(slot, b.idx(env.plan.slotsPerToken));
+    }
+    from.rows.push_back(b.select(valid, row, b.idx(0)));
+    from.rowValid.push_back(valid);
+  }
+  const int64_t segments = env.plan.scaleSegments();
+  for (int64_t s = 0; s < segments; ++s) {
+    Value valid;
+    Value n = producer.rhsColumn(
+        t, b.idx(s * (env.plan.blockN / segments)), valid);
+    from.blocks.push_back(
+        b.select(valid, b.div(n, b.idx(kFp8BlockK)), b.idx(0)));
+  }
+  return from;
+}
+
+SmallVector<Value> MmaLoop::sliceScales(const TileState &t,
+                                        const ScaleSources &from, Value kt) {
+  KernelBuilder &b = env.b;
+  SmallVector<Value> weights;
+  for (Value block : from.blocks)
+    weights.push_back(b.loadF(env.args.rhsScales, {t.group, block, kt}));
+  SmallVector<Value> scales;
+  for (int64_t h = 0; h < 2; ++h) {
+    Value rowScale =
+        b.select(from.rowValid[h], b.loadF(env.args.lhsScales, {from.rows[h], kt}),
+                 zeroF);
+    for (Value w : weights)
+      scales.push_back(b.fmul(rowScale, w));
+  }
+  return scales;
+}
+
+// Accumulator 4j + 2h + q is fragment row h, tile column 8j + 2(lane % 4)
+// + q: its segment is that column's.
+Value MmaLoop::promote(Value acc, Value partial, ArrayRef<Value> scales) {
+  KernelBuilder &b = env.b;
+  const int64_t segments = env.plan.scaleSegments();
+  const int64_t segmentWidth = env.plan.blockN / segments;
+  for (int64_t j = 0; j < env.plan.blockN / 8; ++j)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t q = 0; q < 2; ++q) {
+        int64_t i = 4 * j + 2 * h + q;
+        Value p = LLVM::ExtractValueOp::create(b, partial, ArrayRef<int64_t>{i});
+        Value a = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{i});
+        Value scale = scales[h * segments + (8 * j) / segmentWidth];
+        acc = LLVM::InsertValueOp::create(
+            b, acc, LLVM::FMAOp::create(b, p, scale, a), ArrayRef<int64_t>{i});
+      }
+  return acc;
+}
+
+/// Ties `values` (an accumulator struct) to this point: an empty asm that
+/// reads and rewrites every register, so that no read of a wgmma's result
+/// moves above the wgmma wait before it (CUTLASS's fence_operand).
+static Value fenceOperands(KernelBuilder &b, Value values) {
+  auto type = cast<LLVM::LLVMStructType>(values.getType());
+  int64_t n = type.getBody().size();
+  SmallVector<Value> parts;
+  std::string constraints;
+  for (int64_t i = 0; i < n; ++i) {
+    parts.push_back(
+        LLVM::ExtractValueOp::create(b, values, ArrayRef<int64_t>{i}));
+    constraints += (i ? ",=f" : "=f");
+  }
+  for (int64_t i = 0; i < n; ++i)
+    constraints += "," + std::to_string(i);
+  return LLVM::InlineAsmOp::create(
+             b, type, parts, "", constraints, /*has_side_effects=*/true,
+             /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+             LLVM::AsmDialectAttr(), ArrayAttr())
+      .getResult(0);
+}
+
+// The slice's scales are loaded (global, mostly L2) before its stage is
+// waited for, and used once its wgmmas are done; the stage is released
+// before the promotion, so the producer refills it meanwhile. While one
+// MMA warpgroup promotes, the other's wgmmas keep the tensor cores busy.
+Value MmaLoop::scaledLoop(const TileState &t, Value slices, Value count) {
+  KernelBuilder &b = env.b;
+  ScaleSources from = scaleSources(t);
+  Value scratch = LLVM::UndefOp::create(b, accType);
+  auto kLoop = accumulatorLoop(count, /*withU=*/false);
+  OpBuilder::InsertionGuard inner(b);
+  b.setInsertionPointToStart(kLoop.getBody());
+  Value kt = kLoop.getInductionVar();
+  Value n = b.add(slices, kt);
+  SmallVector<Value> scales = sliceScales(t, from, kt);
+  producer.waitRound(/*empty=*/false, n, /*previous=*/false);
+  fenceAsyncShared(b);
+  Value partial =
+      sliceMma(scratch, producer.slotOf(n), /*down=*/nullptr, /*fresh=*/true);
+  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+  partial = fenceOperands(b, partial);
+  release(n);
+  Value acc = promote(kLoop.getRegionIterArgs()[0], partial, scales);
+  scf::YieldOp::create(b, acc);
+  b.setInsertionPointAfter(kLoop);
   return kLoop.getResult(0);
 }
 

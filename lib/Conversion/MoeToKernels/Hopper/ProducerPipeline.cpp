@@ -59,7 +59,7 @@ void ProducerPipeline::placeThreads() {
                    b.idx(16));
   lhsBase = addressOf(b, env.args.lhs);
   rhsBase = addressOf(b, env.args.rhs);
-  rowBytesK = b.idx(env.plan.k * 2);
+  rowBytesK = b.idx(env.plan.k * env.plan.elemBytes);
   if (env.plan.lora()) {
     loraABase = addressOf(b, env.args.loraA);
     loraBBase = addressOf(b, env.args.loraB);
@@ -276,9 +276,11 @@ void ProducerPipeline::loadStage(const TileState &t, Value slot, Value kt,
                                  bool ignoreMaps) {
   KernelBuilder &b = env.b;
   sliceRows.clear();
-  Value kElem = b.add(b.mul(kt, b.idx(kBlockK)), b.mul(chunk, b.idx(8)));
+  const int64_t elemBytes = env.plan.elemBytes;
+  Value kElem = b.add(b.mul(kt, b.idx(env.plan.sliceK())),
+                      b.mul(chunk, b.idx(16 / elemBytes)));
   Value kValid = b.ult(kElem, b.idx(env.plan.k));
-  Value kBytes = b.mul(kElem, b.idx(2));
+  Value kBytes = b.mul(kElem, b.idx(elemBytes));
   bool lhsAlongK = env.plan.layout.lhs == LhsLayout::RowsK;
   if (ignoreMaps || !env.args.lhsMap)
     for (int64_t i = 0; i < lhsRowsPerThread(); ++i)
@@ -413,7 +415,7 @@ void ProducerPipeline::loadByTma(const TileState &t, Value slot, Value kt,
   NVVM::MBarrierArriveExpectTxOp::create(
       b, Type(), full, b.i32(bytes), NVVM::MemScopeKind::CTA, false,
       Value());
-  Value k0 = toI32(b, b.mul(kt, b.idx(kBlockK)));
+  Value k0 = toI32(b, b.mul(kt, b.idx(env.plan.sliceK())));
   if (env.args.lhsMap)
     tmaLoad(env.args.lhsMap, env.stageA(slot),
             ValueRange{k0, toI32(b, t.rowStart)}, Value(), full);

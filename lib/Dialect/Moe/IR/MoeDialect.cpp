@@ -147,9 +147,10 @@ LogicalResult WgmmaPlanAttr::verify(
     int64_t producers, int64_t mmaRegisters, int64_t producerRegisters,
     int64_t cluster, int64_t rowSplits, int64_t loraRunTiles,
     bool bulkStores, ArrayAttr buckets) {
-  if (blockM != 128 || blockK != 64)
+  if (blockM != 128 || (blockK != 64 && blockK != 128))
     return emitError() << "wgmma plan needs block_m = 128 and block_k = 64 "
-                          "(two m64 warpgroups, one 128-byte row of K), got "
+                          "(128 for FP8 operands: two m64 warpgroups, one "
+                          "128-byte row of K), got "
                        << blockM << " and " << blockK;
   if (blockN != 64 && blockN != 128 && blockN != 256)
     return emitError() << "wgmma plan parameter 'block_n' must be 64, 128 "

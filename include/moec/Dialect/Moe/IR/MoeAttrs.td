@@ -257,8 +257,11 @@ def Moe_WgmmaPlanAttr : AttrDef<Moe_Dialect, "WgmmaPlan"> {
 
     * `block_m`, `block_n`, `block_k`: a block computes `block_m` (128)
       output rows by `block_n` (64, 128 or 256; the gate and up halves
-      together with SwiGLU) columns, `block_k` (64) of the reduction per
-      pipeline stage.
+      together with SwiGLU) columns, `block_k` of the reduction per
+      pipeline stage: 64 for 16-bit operands, 128 for FP8 (one 128-byte
+      row either way; with FP8 also one block of the 1x128 / 128x128
+      scales, promoted into the f32 accumulators slice by slice, and
+      `block_n` at most 128).
     * `stages`: the shared-memory pipeline depth, in [3, 16].
     * `band_m`: the tile order; m-tiles per band of the persistent tile
       order (a power of two up to 64), whose tiles share their weight
