@@ -111,3 +111,39 @@ func.func @dense_buckets(%a: tensor<?x256xbf16>, %b: tensor<256x512xbf16>)
       outs(%acc : tensor<?x512xbf16>) -> tensor<?x512xbf16>
   return %y : tensor<?x512xbf16>
 }
+
+// -----
+
+// FP8's partial sums double the accumulators: block_n = 256 does not fit.
+func.func @fp8_wide(%x: tensor<?x256xf8E4M3FN>, %sx: tensor<?x2xf32>,
+                    %w: tensor<8x512x256xf8E4M3FN>, %sw: tensor<8x4x2xf32>,
+                    %offsets: tensor<8xi32>) -> tensor<?x512xbf16> {
+  // expected-error @+1 {{the kernel has no such block, warp roles or cluster for the op's types, sizes and attributes on this target (e.g. block_k is 64 for 16-bit operands, 128 for FP8, which also needs producers and block_n <= 128;}}
+  %y = moe.grouped_matmul %x, %w, %offsets
+      scales(%sx, %sw : tensor<?x2xf32>, tensor<8x4x2xf32>) {transpose_rhs,
+      moe.kernel = #moe.kernel<strategy = sm90_wgmma,
+          tile = <m = 16, n = 16, k = 32, threads = 256>,
+          plan = <block_m = 128, block_n = 256, block_k = 128, stages = 4,
+                  band_m = 8, producers = 128, mma_registers = 216,
+                  producer_registers = 72>>}
+      : tensor<?x256xf8E4M3FN>, tensor<8x512x256xf8E4M3FN>, tensor<8xi32>
+      -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}
+
+// -----
+
+// 16-bit operands take 64 of K per stage (one 128-byte row).
+func.func @bf16_block_k(%x: tensor<?x2048xbf16>, %w: tensor<8x512x2048xbf16>,
+                        %offsets: tensor<8xi32>) -> tensor<?x512xbf16> {
+  // expected-error @+1 {{the kernel has no such block, warp roles or cluster}}
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs,
+      moe.kernel = #moe.kernel<strategy = sm90_wgmma,
+          tile = <m = 16, n = 16, k = 32, threads = 256>,
+          plan = <block_m = 128, block_n = 128, block_k = 128, stages = 4,
+                  band_m = 8, producers = 128, mma_registers = 216,
+                  producer_registers = 72>>}
+      : tensor<?x2048xbf16>, tensor<8x512x2048xbf16>, tensor<8xi32>
+      -> tensor<?x512xbf16>
+  return %y : tensor<?x512xbf16>
+}

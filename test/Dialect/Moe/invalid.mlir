@@ -2740,6 +2740,14 @@ func.func @plan_not_wgmma(%x: tensor<8x16xbf16>) {
 
 // -----
 
+func.func @plan_block_k(%x: tensor<8x16xbf16>) {
+  // expected-error @+1 {{wgmma plan needs block_m = 128 and block_k = 64 (128 for FP8 operands: two m64 warpgroups, one 128-byte row of K), got 128 and 32}}
+  %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 128, block_k = 32, stages = 4, band_m = 8>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
 func.func @plan_block(%x: tensor<8x16xbf16>) {
   // expected-error @+1 {{wgmma plan parameter 'block_n' must be 64, 128 or 256, got 32}}
   %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 32, block_k = 64, stages = 4, band_m = 8>} : tensor<8x16xbf16> -> tensor<8x8xbf16>

@@ -71,6 +71,18 @@
 // loads A_e and accumulates U; the others run a k-loop without the U
 // wgmmas and reuse s · U from its tile (TileSchedule::locateRun).
 //
+// FP8 (HopperPlan::blockScales, warp-specialized only): a stage row is
+// still 128 bytes, now 128 e4m3 / e5m2 elements, so the stages, copies,
+// tensor maps and descriptors are the same in bytes and a K slice is 128
+// deep: one block of the 1x128 lhs and 128x128 weight scales. Each slice's
+// four m64nBNk32 wgmmas start fresh partial sums (scale-d = 0); once
+// waited for, the MMA thread multiplies them by its two rows' lhs scales
+// and its columns' weight scale (one per scale segment: the gate and the
+// up rows with SwiGLU) and adds them to the f32 accumulators, so the
+// reduced-precision FP8 accumulation never spans more than 128 of K. The
+// scales are read from global memory (they are small and stay in L2),
+// issued before the slice's stage is waited for.
+//
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
 // row scale, then rounded stores; in the block-barrier kernel a plain

@@ -617,7 +617,9 @@ static FailureOr<HopperPlan> followOne(Operation *op, moe::WgmmaPlanAttr attr,
   if (!plan)
     return fail() << "the kernel has no such block, warp roles or cluster "
                      "for the op's types, sizes and attributes on this "
-                     "target (e.g. block_n = 64 takes no LoRA, SwiGLU or "
+                     "target (e.g. block_k is 64 for 16-bit operands, 128 "
+                     "for FP8, which also needs producers and block_n <= "
+                     "128; block_n = 64 takes no LoRA, SwiGLU or "
                      "cluster; LoRA past rank 64 needs block_n = 128 and no "
                      "producers; a cluster needs as many SMs; 3 stages must fit in "
                      "shared memory)";

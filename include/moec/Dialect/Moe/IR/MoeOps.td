@@ -524,7 +524,14 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
       `[E, ceil(K/g), ceil(N/g)]`, or `[E, ceil(N/g), ceil(K/g)]` with
       `transpose_rhs` (DeepSeek-V3's 1x128 activation and 128x128 weight
       blocks). The product uses `lhs * sx` and `rhs * sw`, element-wise by
-      block.
+      block. On sm_90a the wgmma kernel takes FP8 with `scale_group = 128`
+      and `transpose_rhs` (FP8 wgmma reads both operands K-major): the
+      forward reads `[E, N, K]` weights as they are, and the input
+      gradient `dx = dy · W_e` is the same op on a second FP8 copy of the
+      weights in `[E, K, N]` layout (`rhs` = that copy with
+      `transpose_rhs`, its scales `[E, ceil(K/g), ceil(N/g)]`). Groups,
+      K and N need no padding (partial blocks are zero-filled); other FP8
+      forms run a scalar kernel.
     * Output: grouped `[M, N']`; or, with `scatter(%slots : tensor<Mxi32>)`
       and `k`, combined in token order `[T, N']`:
       `out[t] = sum over rows i with slots[i] / k == t of w * y_i`, where `w`
