@@ -62,6 +62,8 @@ constexpr int64_t kMaxGroups = 1024;
 constexpr int64_t kDefaultBandM = 8;
 /// Pipeline depth unless the tile sets `stages`: as many as fit, at most 6.
 constexpr int64_t kMaxDefaultStages = 6;
+/// FP8's pipeline depth unless the tile sets `stages` (HopperPlan.cpp).
+constexpr int64_t kFp8DefaultStages = 4;
 
 /// What the kernel must fit on the GPU it runs on. The defaults are the
 /// H100/H200's.
