@@ -45,6 +45,7 @@ lora_kernels|python3 bench/lora_kernels.py $D/lora_kernels.moecb --models qwen3 
 small_wgrad|python3 bench/small_wgrad.py $D/small_wgrad.moecb --models qwen3 --tokens 8192 --skews 0 --iters 3 --json $J/small_wgrad.json
 training_step|python3 bench/training_step.py $D/training_step.moecb --models qwen3 --tokens 2048 --ranks 0,16 --iters 3 --json $J/training_step.json
 main_grad_step|python3 bench/main_grad_step.py $D/main_grad_step.moecb --models qwen3 --tokens 1,2048 --iters 3 --json $J/main_grad_step.json
+fp8_kernels|python3 bench/fp8_kernels.py $D/fp8_kernels.moecb --models qwen3 --tokens 2048 --iters 3 --json $J/fp8_kernels.json
 entry_overhead|python3 bench/entry_overhead.py $D/memory_bound.moecb --entry swiglu_qwen3 --sym T=16384 --calls 20 --repeats 1
 expert_parallel|NCCL_NVLS_ENABLE=0 torchrun --nproc_per_node 2 bench/expert_parallel.py $D/ep --models qwen3 --tokens 2048 --iters 3 --json $J/expert_parallel.json
 EOF
@@ -63,6 +64,10 @@ compile_bundles() {
   python3 bench/lora_kernels.py --emit-mlir "$dir/lora_kernels.mlir" \
     --models qwen3 --ranks 16
   "$moec" compile "$dir/lora_kernels.mlir" -o "$dir/lora_kernels.moecb" \
+    --target sm_90a
+  python3 bench/fp8_kernels.py --emit-mlir "$dir/fp8_kernels.mlir" \
+    --models qwen3
+  "$moec" compile "$dir/fp8_kernels.mlir" -o "$dir/fp8_kernels.moecb" \
     --target sm_90a
   # The Qwen3 layers alone, full fine-tuning and LoRA r = 16, with their
   # derived backward (the commands of training_step.py's docstring).
