@@ -81,6 +81,51 @@ func.func @f32_matmul(%x: tensor<?x64xf32>, %w: tensor<4x64x64xf32>,
 
 // -----
 
+// FP8 with 128-wide block scales and [E, N, K] weights: the wgmma kernel's
+// FP8 mode (block_k = 128, a producer warpgroup, 4 stages). Without
+// transpose_rhs ([E, K, N] FP8 weights, which FP8 wgmma cannot read N-major),
+// with other scale blocks, or as a dense linalg.matmul (no scales): scalar.
+// SM90A-LABEL: func.func @fp8_matmuls
+// SM90A: moe.grouped_matmul {{.*}}strategy = sm90_wgmma{{.*}}plan = <block_m = 128, block_n = 128, block_k = 128, stages = 4, band_m = 8, producers = 128
+// SM90A: moe.grouped_matmul {{.*}}strategy = scalar
+// SM90A: moe.grouped_matmul {{.*}}strategy = scalar
+// SM90A: linalg.matmul {{.*}}strategy = scalar
+func.func @fp8_matmuls(%x: tensor<?x256xf8E4M3FN>, %sx: tensor<?x2xf32>,
+                       %w: tensor<4x128x256xf8E4M3FN>, %sw: tensor<4x1x2xf32>,
+                       %wkn: tensor<4x256x128xf8E4M3FN>,
+                       %swkn: tensor<4x2x1xf32>, %sx64: tensor<?x4xf32>,
+                       %sw64: tensor<4x2x4xf32>, %offsets: tensor<4xi32>,
+                       %b: tensor<256x128xf8E4M3FN>)
+    -> (tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<?x128xbf16>,
+        tensor<?x128xf32>) {
+  %y = moe.grouped_matmul %x, %w, %offsets
+      scales(%sx, %sw : tensor<?x2xf32>, tensor<4x1x2xf32>) {transpose_rhs}
+      : tensor<?x256xf8E4M3FN>, tensor<4x128x256xf8E4M3FN>, tensor<4xi32>
+      -> tensor<?x128xbf16>
+  %kn = moe.grouped_matmul %x, %wkn, %offsets
+      scales(%sx, %swkn : tensor<?x2xf32>, tensor<4x2x1xf32>)
+      : tensor<?x256xf8E4M3FN>, tensor<4x256x128xf8E4M3FN>, tensor<4xi32>
+      -> tensor<?x128xbf16>
+  %g64 = moe.grouped_matmul %x, %w, %offsets
+      scales(%sx64, %sw64 : tensor<?x4xf32>, tensor<4x2x4xf32>)
+      {transpose_rhs, scale_group = 64 : i64}
+      : tensor<?x256xf8E4M3FN>, tensor<4x128x256xf8E4M3FN>, tensor<4xi32>
+      -> tensor<?x128xbf16>
+  %c0 = arith.constant 0 : index
+  %zero = arith.constant 0.0 : f32
+  %rows = tensor.dim %x, %c0 : tensor<?x256xf8E4M3FN>
+  %empty = tensor.empty(%rows) : tensor<?x128xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%empty : tensor<?x128xf32>)
+      -> tensor<?x128xf32>
+  %c = linalg.matmul ins(%x, %b : tensor<?x256xf8E4M3FN>, tensor<256x128xf8E4M3FN>)
+      outs(%init : tensor<?x128xf32>) -> tensor<?x128xf32>
+  return %y, %kn, %g64, %c
+      : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<?x128xbf16>,
+        tensor<?x128xf32>
+}
+
+// -----
+
 // Bandwidth-bound ops: 16-byte vectors where the row length allows (the
 // tile's producer warpgroup dropped: only the wgmma kernel has one), the
 // scalar kernel where it does not (36 bf16 is not a multiple of 8).

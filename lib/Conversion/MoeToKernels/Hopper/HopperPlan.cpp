@@ -528,13 +528,23 @@ static std::optional<HopperPlan> densePlan(linalg::MatmulOp op,
 std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,
                                                 moe::TileAttr tile,
                                                 const HopperLimits &limits) {
-  if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op))
-    return groupedPlan(grouped, tile, limits);
+  if (auto grouped = dyn_cast<moe::GroupedMatmulOp>(op)) {
+    std::optional<HopperPlan> plan = groupedPlan(grouped, tile, limits);
+    // FP8 operands need their block scales.
+    if (plan && plan->blockScales && !grouped.getLhsScales())
+      return std::nullopt;
+    return plan;
+  }
+  // Only moe.grouped_matmul takes FP8 block scales: FP8 operands of a
+  // weight gradient or a dense matmul have no wgmma kernel.
+  std::optional<HopperPlan> plan;
   if (auto wgrad = dyn_cast<moe::GroupedWeightGradOp>(op))
-    return groupedPlan(wgrad, tile, limits);
-  if (auto dense = dyn_cast<linalg::MatmulOp>(op))
-    return densePlan(dense, tile, limits);
-  return std::nullopt;
+    plan = groupedPlan(wgrad, tile, limits);
+  else if (auto dense = dyn_cast<linalg::MatmulOp>(op))
+    plan = densePlan(dense, tile, limits);
+  if (plan && plan->blockScales)
+    return std::nullopt;
+  return plan;
 }
 
 moe::WgmmaPlanAttr hopper::planAttrOf(MLIRContext *context,
