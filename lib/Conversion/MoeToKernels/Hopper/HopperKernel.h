@@ -457,6 +457,9 @@ private:
   mlir::Value upMmas(mlir::Value current, mlir::Value tileA,
                      mlir::Value tileB, int64_t width);
   mlir::Value zeroAccumulators(mlir::Type type, int64_t count);
+  /// This thread's first accumulator row in the tile (warpgroup * 64 +
+  /// warp * 16 + lane / 4; the second is 8 below).
+  mlir::Value fragmentRow();
   /// The wgmmas of the K slice in stage `slot` added to `current`; with
   /// `down` (LoRA) also x · A_eᵀ added to *down.
   mlir::Value sliceMma(mlir::Value current, mlir::Value slot,

@@ -203,8 +203,7 @@ void MmaLoop::storeScaledU(Value down, Value tileA, int64_t first,
   KernelBuilder &b = env.b;
   Type elemType = cast<MemRefType>(env.args.lhs.getType()).getElementType();
   Value view = env.sharedView(tileA, elemType, kBlockM * kBlockK);
-  Value row0 = b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
-                     b.div(lane, b.idx(4)));
+  Value row0 = fragmentRow();
   Value pairCol = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
   Value scaling = b.f32(env.plan.loraScaling);
   for (int64_t h = 0; h < 2; ++h) {
@@ -336,12 +335,16 @@ Value MmaLoop::specializedLoop(Value slices, Value count, bool withU) {
   return kLoop.getResult(0);
 }
 
+Value MmaLoop::fragmentRow() {
+  KernelBuilder &b = env.b;
+  return b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
+               b.div(lane, b.idx(4)));
+}
+
 MmaLoop::ScaleSources MmaLoop::scaleSources(const TileState &t) {
   KernelBuilder &b = env.b;
   ScaleSources from;
-  // Fragment rows: warpgroup * 64 + warp * 16 + lane / 4 + 8h of the tile.
-  Value row0 = b.add(b.add(b.mul(warpgroup, b.idx(64)), b.mul(warp, b.idx(16))),
-                     b.div(lane, b.idx(4)));
+  Value row0 = fragmentRow();
   for (int64_t h = 0; h < 2; ++h) {
     Value inTile = b.add(row0, b.idx(8 * h));
     Value valid = b.ult(inTile, t.rowCount);
