@@ -7,7 +7,11 @@ grouped by expert, weights [E, N, K] = [E, 2I, H]):
   input_grad  dx [R, H] = dy [R, 2I] . W_e, read from the second, transposed
               FP8 copy [E, H, 2I] of the weights (FP8 wgmma reads both
               operands K-major only)
-The weight gradient has no FP8 kernel yet (issue 59, left open).
+  weight_grad dW_e [2I, H] = sum over the expert's rows of dy_i^T x_i, both
+              operands quantized by moe.quantize {axis = colwise,
+              transpose}: [H, P] and [2I, P], each expert's rows padded to
+              128-row blocks, one scale per block and column (torch: per
+              expert and column, torchao's per-group column-wise scales)
 
 Every case starts from bf16 inputs. moec quantizes them with DeepSeek-V3's
 blocks (1x128 for the activations, 128x128 for the weights), torch with its
@@ -25,22 +29,60 @@ tensorwise scales, fast accumulation) is measured in the same run.
 """
 
 import argparse
+import math
 import sys
 
 from common import (MODELS, fits, free_bytes, ints, make_flush, models,
                     random_weights, rel_err, timed, torch, write_json, BF16)
 
 MODEL_KEYS = ("qwen3", "mixtral", "dsv3", "qwen35", "olmoe")
-MODES = ("forward", "input_grad")
+MODES = ("forward", "input_grad", "weight_grad")
 FP8 = "f8E4M3FN"
 BLOCK = 128
 FP8_MAX = 448.0
 
 
 def mode_shape(m, mode):
-    """(K, N) of `mode`: the contraction and output widths."""
+    """(K, N) of `mode`: the contraction and output widths (weight_grad:
+    x's and dy's widths, dW [E, N, K])."""
     H, N2 = m["H"], 2 * m["I"]
-    return (H, N2) if mode == "forward" else (N2, H)
+    return (N2, H) if mode == "input_grad" else (H, N2)
+
+
+def emit_weight_grad(key, m):
+    """fp8_weight_grad_{key} (FP8 dW [E, 2I, H] from the transposed
+    operands), bf16_weight_grad_{key}, and quant_{x,dy}_{key}: the
+    transposed quantize of the permuted rows and of the gradient."""
+    E = m["E"]
+    K, N = mode_shape(m, "weight_grad")
+    offs, out = f"tensor<{E}xi32>", f"tensor<{E}x{N}x{K}xbf16>"
+    xq, dq = f"tensor<{K}x?x{FP8}>", f"tensor<{N}x?x{FP8}>"
+    sx, sd = f"tensor<?x{K}xf32>", f"tensor<?x{N}xf32>"
+    lines = [
+        f"func.func @fp8_weight_grad_{key}(%xq: {xq}, %dq: {dq}, "
+        f"%offsets: {offs}, %sx: {sx} {{moe.sym = \"B\"}}, "
+        f"%sd: {sd} {{moe.sym = \"B\"}}) -> {out} {{",
+        f"  %g = moe.grouped_weight_grad %xq, %dq, %offsets scales(%sx, %sd "
+        f": {sx}, {sd}) {{transpose_rhs}} : {xq}, {dq}, {offs} -> {out}",
+        f"  return %g : {out}", "}"]
+    xb, db = f"tensor<?x{K}xbf16>", f"tensor<?x{N}xbf16>"
+    lines += [
+        f"func.func @bf16_weight_grad_{key}(%x: {xb} {{moe.sym = \"R\"}}, "
+        f"%dy: {db} {{moe.sym = \"R\"}}, %offsets: {offs}) -> {out} {{",
+        f"  %g = moe.grouped_weight_grad %x, %dy, %offsets {{transpose_rhs}} "
+        f": {xb}, {db}, {offs} -> {out}",
+        f"  return %g : {out}", "}"]
+    for name, width in (("x", K), ("dy", N)):
+        src, data = f"tensor<?x{width}xbf16>", f"tensor<{width}x?x{FP8}>"
+        scales = f"tensor<?x{width}xf32>"
+        lines += [
+            f"func.func @quant_{name}_{key}(%a: {src} {{moe.sym = \"R\"}}, "
+            f"%offsets: {offs}) -> ({data}, {scales}) {{",
+            f"  %q, %s = moe.quantize %a offsets(%offsets : {offs}) "
+            f"group_size = {BLOCK} {{axis = #moe.axis<colwise>, transpose}} "
+            f": {src} -> {data}, {scales}",
+            f"  return %q, %s : {data}, {scales}", "}"]
+    return lines
 
 
 def emit_mlir(path, keys):
@@ -50,7 +92,8 @@ def emit_mlir(path, keys):
     for key in keys:
         m = MODELS[key]
         E = m["E"]
-        for mode in MODES:
+        lines += emit_weight_grad(key, m)
+        for mode in ("forward", "input_grad"):
             K, N = mode_shape(m, mode)
             kb, nb = -(-K // BLOCK), -(-N // BLOCK)
             x, w = f"tensor<?x{K}x{FP8}>", f"tensor<{E}x{N}x{K}x{FP8}>"
@@ -130,6 +173,89 @@ def reference(x, w, ends):
     return out
 
 
+def per_group_colwise(a, ends):
+    """torch's recipe for the weight gradient (torchao's per-group
+    column-wise scales): e4m3 of a [R, C] with one scale per expert and
+    column, and the scales [E * C] (expert-major)."""
+    E = ends.numel()
+    counts = torch.diff(ends.long(), prepend=ends.new_zeros(1).long())
+    group = torch.repeat_interleave(torch.arange(E, device="cuda"), counts)
+    amax = torch.zeros(E, a.shape[1], device="cuda").scatter_reduce_(
+        0, group[:, None].expand(-1, a.shape[1]), a.float().abs(), "amax")
+    scale = (amax / FP8_MAX).clamp(min=1e-12)
+    q = (a.float() / scale[group]).to(torch.float8_e4m3fn)
+    return q, scale.reshape(-1).contiguous()
+
+
+def weight_grad_errors(outs, x, dy, ends):
+    """||out - ref|| / ||ref|| of each [E, N, K] in `outs` against the
+    float64 sum over each group's rows of dy_i^T x_i, one expert at a time
+    (DeepSeek-V3's whole float64 reference would take 56 GB)."""
+    num = dict.fromkeys(outs, 0.0)
+    den, start = 0.0, 0
+    for e, end in enumerate(ends.tolist()):
+        ref = dy[start:end].double().t() @ x[start:end].double()
+        den += torch.linalg.vector_norm(ref).item() ** 2
+        for name, out in outs.items():
+            num[name] += torch.linalg.vector_norm(
+                out[e].double() - ref).item() ** 2
+        start = end
+    return {n: math.sqrt(v) / max(math.sqrt(den), 1e-30)
+            for n, v in num.items()}
+
+
+def run_weight_grad(bundle, key, m, T, iters, flush, peak, gen):
+    E, k = m["E"], m["k"]
+    K, N = mode_shape(m, "weight_grad")
+    ends, R = aligned_offsets(T, E, k, gen)
+    x = torch.randn(R, K, device="cuda", dtype=BF16, generator=gen)
+    dy = torch.randn(R, N, device="cuda", dtype=BF16, generator=gen)
+    # moec: its own transposed quantize (outside the timing).
+    xq, sx = bundle.entry(f"quant_x_{key}")(x, ends, check_values=False)
+    dq, sd = bundle.entry(f"quant_dy_{key}")(dy, ends, check_values=False)
+    out = torch.empty(E, N, K, dtype=BF16, device="cuda")
+    out_bf16 = torch.empty_like(out)
+    fp8 = bundle.entry(f"fp8_weight_grad_{key}")
+    bf16 = bundle.entry(f"bf16_weight_grad_{key}")
+    # torch 2d x 2d: dy^T [N, R] row-major times x [R, K] column-major, the
+    # groups along R; scales [E * N] and [E * K].
+    dyr, sdr = per_group_colwise(dy, ends)
+    xr, sxr = per_group_colwise(x, ends)
+    dyr_t = dyr.t().contiguous()
+    xr_cm = xr.t().contiguous().t()
+    fns = {
+        "moec_fp8": lambda: fp8(xq, dq, ends, sx, sd, out=out,
+                                check_values=False),
+        "torch_fp8": lambda: torch._scaled_grouped_mm(
+            dyr_t, xr_cm, sdr, sxr, offs=ends, out_dtype=BF16),
+        "moec_bf16": lambda: bf16(x, dy, ends, out=out_bf16,
+                                  check_values=False),
+    }
+    outs = {name: fn() for name, fn in fns.items()}
+    errs = weight_grad_errors(outs, x, dy, ends)
+    del outs
+    ms = {name: timed(fn, iters, flush) for name, fn in fns.items()}
+    return summarize(key, "weight_grad", T, R, K, N, ms, errs, peak)
+
+
+def summarize(key, mode, T, R, K, N, ms, errs, peak):
+    """The result row of one case (and its line on stdout)."""
+    flops = 2 * R * K * N
+    tflops = {n: flops / t / 1e9 for n, t in ms.items()}
+    row = dict(model=key, mode=mode, T=T, rows=R, K=K, N=N, flops=flops,
+               ms=ms, tflops=tflops,
+               pct_peak={n: 100 * v / peak for n, v in tflops.items()},
+               vs_torch_fp8=ms["torch_fp8"] / ms["moec_fp8"],
+               vs_moec_bf16=ms["moec_bf16"] / ms["moec_fp8"], err=errs)
+    print(f"{key:7} {mode:11} T={T:<6} moec fp8 {ms['moec_fp8']:7.3f} ms "
+          f"{tflops['moec_fp8']:6.0f} TF/s {row['pct_peak']['moec_fp8']:5.1f}%"
+          f" | torch fp8 {ms['torch_fp8']:7.3f} ms x{row['vs_torch_fp8']:.2f}"
+          f" | moec bf16 {ms['moec_bf16']:7.3f} ms x{row['vs_moec_bf16']:.2f}"
+          f" | err moec {errs['moec_fp8']:.2e} torch {errs['torch_fp8']:.2e}"
+          f" bf16 {errs['moec_bf16']:.2e}", flush=True)
+    return row
+
+
 def measure_fp8_peak(iters, flush):
     n = 8192
     a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
@@ -172,20 +298,7 @@ def run_case(bundle, key, m, mode, T, iters, flush, peak, gen):
     errs = {name: rel_err(fn(), ref) for name, fn in fns.items()}
     del ref
     ms = {name: timed(fn, iters, flush) for name, fn in fns.items()}
-    flops = 2 * R * K * N
-    tflops = {n: flops / t / 1e9 for n, t in ms.items()}
-    row = dict(model=key, mode=mode, T=T, rows=R, K=K, N=N, flops=flops,
-               ms=ms, tflops=tflops,
-               pct_peak={n: 100 * v / peak for n, v in tflops.items()},
-               vs_torch_fp8=ms["torch_fp8"] / ms["moec_fp8"],
-               vs_moec_bf16=ms["moec_bf16"] / ms["moec_fp8"], err=errs)
-    print(f"{key:7} {mode:10} T={T:<6} moec fp8 {ms['moec_fp8']:7.3f} ms "
-          f"{tflops['moec_fp8']:6.0f} TF/s {row['pct_peak']['moec_fp8']:5.1f}%"
-          f" | torch fp8 {ms['torch_fp8']:7.3f} ms x{row['vs_torch_fp8']:.2f}"
-          f" | moec bf16 {ms['moec_bf16']:7.3f} ms x{row['vs_moec_bf16']:.2f}"
-          f" | err moec {errs['moec_fp8']:.2e} torch {errs['torch_fp8']:.2e}"
-          f" bf16 {errs['moec_bf16']:.2e}", flush=True)
-    return row
+    return summarize(key, mode, T, R, K, N, ms, errs, peak)
 
 
 def main():
@@ -219,10 +332,16 @@ def main():
                 K, N = mode_shape(m, mode)
                 R = T * m["k"] + 16 * m["E"]
                 need = 2 * m["E"] * N * K * 3 + R * (K + N) * 12
+                if mode == "weight_grad":  # three outputs [E, N, K]
+                    need += m["E"] * N * K * 2 * 4
                 if not fits(need, f"{key} {mode} T={T}"):
                     continue
-                rows.append(run_case(bundle, key, m, mode, T, args.iters,
-                                     flush, peak, gen))
+                if mode == "weight_grad":
+                    rows.append(run_weight_grad(bundle, key, m, T, args.iters,
+                                                flush, peak, gen))
+                else:
+                    rows.append(run_case(bundle, key, m, mode, T, args.iters,
+                                         flush, peak, gen))
                 free_bytes()
     if args.json:
         write_json(args.json, dict(command=" ".join(sys.argv), device=device,

@@ -123,6 +123,8 @@ bool isScaleOperand(const Use &use) {
   const std::string &operand = operandName(*use.op, use.operand);
   return (name == "moe.grouped_matmul" &&
           (operand == "lhs_scales" || operand == "rhs_scales")) ||
+         (name == "moe.grouped_weight_grad" &&
+          (operand == "lhs_scales" || operand == "grad_scales")) ||
          (name == "moe.dequantize" && operand == "scales") ||
          (name == "moe.permute" && operand == "scales");
 }

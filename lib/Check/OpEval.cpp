@@ -252,9 +252,16 @@ DTensor swapDims(const DTensor &a, int d0, int d1, const char *attr) {
 
 NamedResults evalGroupedWeightGrad(const rt::RefOp &op, const Operands &x) {
   const std::optional<ITensor> gather = x.optionalInts("gather_slots");
-  DTensor grad = ref::groupedWeightGrad(
-      x.required("lhs"), x.required("grad_out"), x.ints("offsets"),
-      gather ? &*gather : nullptr, optionalIntAttr(op, "k").value_or(0));
+  const DTensor *lhsScales = x.optional("lhs_scales");
+  DTensor grad =
+      lhsScales
+          ? ref::groupedWeightGradFP8(x.required("lhs"), x.required("grad_out"),
+                                      *lhsScales, x.required("grad_scales"),
+                                      x.ints("offsets"))
+          : ref::groupedWeightGrad(x.required("lhs"), x.required("grad_out"),
+                                   x.ints("offsets"),
+                                   gather ? &*gather : nullptr,
+                                   optionalIntAttr(op, "k").value_or(0));
   if (boolAttr(op, "experts_in_columns"))
     grad = swapDims(grad, 0, 1, "experts_in_columns");
   else if (boolAttr(op, "transpose_rhs"))
@@ -346,6 +353,7 @@ NamedResults evalQuantize(const rt::RefOp &op, const Operands &x) {
   o.groupSize = intAttr(op, "group_size");
   o.pow2Scale = boolAttr(op, "pow2_scale");
   o.offsets = offsets ? &*offsets : nullptr;
+  o.transpose = boolAttr(op, "transpose");
   ref::QuantizeResult r = ref::quantize(x.required("input"), o);
   return {{"data", std::move(r.data)}, {"scales", std::move(r.scales)}};
 }

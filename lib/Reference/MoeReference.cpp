@@ -674,6 +674,51 @@ DTensor groupedWeightGrad(const DTensor &lhs, const DTensor &grad,
   return out;
 }
 
+DTensor groupedWeightGradFP8(const DTensor &lhs, const DTensor &grad,
+                             const DTensor &lhsScales,
+                             const DTensor &gradScales,
+                             const ITensor &offsets) {
+  constexpr int64_t g = kFp8ScaleBlock;
+  expectRank(lhs, "lhs", 2);
+  expectRank(grad, "grad_out", 2);
+  expectRank(lhsScales, "lhs_scales", 2);
+  expectRank(gradScales, "grad_scales", 2);
+  const int64_t red = lhs.dim(0), cols = grad.dim(0), padded = lhs.dim(1);
+  if (padded % g != 0)
+    fail("dimension 1 of 'lhs' must be a multiple of 128");
+  const int64_t blocks = padded / g;
+  expectDim(grad, "grad_out", 1, padded, "the padded rows of 'lhs'");
+  expectDim(lhsScales, "lhs_scales", 0, blocks, "the blocks of 'lhs'");
+  expectDim(lhsScales, "lhs_scales", 1, red, "K");
+  expectDim(gradScales, "grad_scales", 0, blocks, "the blocks of 'lhs'");
+  expectDim(gradScales, "grad_scales", 1, cols, "N");
+  const int64_t experts = offsets.dim(0);
+  DTensor out({experts, red, cols});
+  int64_t first = 0; // b_e
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t rows = offsets.data[e] - groupStart(offsets, e);
+    if (rows < 0)
+      fail("'offsets' must be non-decreasing");
+    const int64_t own = ceilDiv(rows, g);
+    if (first + own > blocks)
+      fail("'lhs' holds " + std::to_string(blocks) +
+           " blocks, fewer than the groups of 'offsets' need");
+    for (int64_t b = 0; b < own; ++b) {
+      const int64_t p0 = (first + b) * g, p1 = p0 + std::min(g, rows - b * g);
+      for (int64_t kk = 0; kk < red; ++kk)
+        for (int64_t n = 0; n < cols; ++n) {
+          double sum = 0;
+          for (int64_t p = p0; p < p1; ++p)
+            sum += lhs.at(kk, p) * grad.at(n, p);
+          out.at(e, kk, n) += sum * lhsScales.at(first + b, kk) *
+                              gradScales.at(first + b, n);
+        }
+    }
+    first += own;
+  }
+  return out;
+}
+
 LoraGradResult loraGrad(const DTensor &lhs, const DTensor &grad,
                         const ITensor &offsets, const DTensor &loraA,
                         const DTensor &loraB, double scaling,

@@ -91,6 +91,27 @@ void forEachGroupedElement(int64_t rows, int64_t cols,
   }
 }
 
+/// moe.quantize {transpose}'s layout of the grouped [M, K] `data`:
+/// [K, g * blocks], expert e's row j at column g * b_e + j (b_e the blocks of
+/// the experts before e), zeros elsewhere.
+DTensor transposeByBlocks(const DTensor &data, const QuantizeOptions &options,
+                          int64_t blocks) {
+  if (options.axis != QuantAxis::Colwise)
+    fail("'transpose' is only used with axis = colwise");
+  const int64_t g = options.groupSize, cols = data.dim(1);
+  const ITensor &offsets = *options.offsets;
+  DTensor out({cols, g * blocks});
+  int64_t first = 0;
+  for (int64_t e = 0; e < offsets.dim(0); ++e) {
+    int64_t start = groupStart(offsets, e), end = offsets.data[e];
+    for (int64_t i = start; i < end; ++i)
+      for (int64_t c = 0; c < cols; ++c)
+        out.at(c, first * g + (i - start)) = data.at(i, c);
+    first += ceilDiv(end - start, g);
+  }
+  return out;
+}
+
 } // namespace
 
 double fp8Max(FP8Format format) { return fp8Params(format).max; }
@@ -127,11 +148,15 @@ QuantizeResult quantize(const DTensor &input, const QuantizeOptions &options) {
             roundToFP8(input.at(i, c) / result.scales.at(si, sc),
                        options.format);
       });
+  if (options.transpose)
+    result.data = transposeByBlocks(result.data, options, scaleRows);
   return result;
 }
 
 DTensor dequantizeFP8(const DTensor &data, const DTensor &scales,
                       const QuantizeOptions &options) {
+  if (options.transpose)
+    fail("moe.dequantize does not read the transposed layout");
   auto [scaleRows, scaleCols] = scaleShape(data, options);
   expectRank(scales, "scales", 2);
   expectDim(scales, "scales", 0, scaleRows, "the scale rows");

@@ -56,4 +56,10 @@ int64_t colwiseScaleRows(int64_t rows, int64_t numExperts, int64_t groupSize) {
   return isDynamicSize(bound) ? kDynamicSize : bound / groupSize;
 }
 
+int64_t transposedQuantColumns(int64_t rows, int64_t numExperts,
+                               int64_t groupSize) {
+  int64_t blocks = colwiseScaleRows(rows, numExperts, groupSize);
+  return isDynamicSize(blocks) ? kDynamicSize : blocks * groupSize;
+}
+
 } // namespace moec

@@ -29,8 +29,9 @@ constexpr const char *kMatmulOperands[] = {
     "bias",          "lora_a",        "lora_b",            "row_scale",
     "scatter_slots", "scatter_weights", "scatter_positions", "lhs_scales",
     "rhs_scales",    "activation_input"};
-constexpr const char *kWeightGradOperands[] = {"lhs", "grad_out", "offsets",
-                                               "gather_slots", "accumulate"};
+constexpr const char *kWeightGradOperands[] = {
+    "lhs",        "grad_out",  "offsets",    "gather_slots",
+    "accumulate", "lhs_scales", "grad_scales"};
 
 /// Left out of the candidates: the inverse map of the slots only spares
 /// the combine two small kernels, and the tuner times the matmul.
@@ -57,7 +58,7 @@ SmallVector<std::pair<StringRef, Value>> tunedArgs(Operation *op) {
   };
   static_assert(std::size(kMatmulOperands) == 14,
                 "one role per operand group of moe.grouped_matmul");
-  static_assert(std::size(kWeightGradOperands) == 5,
+  static_assert(std::size(kWeightGradOperands) == 7,
                 "one role per operand group of moe.grouped_weight_grad");
   if (auto matmul = dyn_cast<moec::moe::GroupedMatmulOp>(op))
     collect(matmul, kMatmulOperands);

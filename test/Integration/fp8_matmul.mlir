@@ -16,6 +16,10 @@
 // RUN: moec run %s --entry fp8_rows_row_scale --sym T=40 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_e5m2_narrow --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_cl_gather --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_wgrad_t --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_wgrad_t --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_wgrad_acc --sym T=300 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_wgrad_narrow --sym T=40 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // Gathered rows (k = 2) by cp.async, weights by TMA.
@@ -93,4 +97,67 @@ func.func @fp8_cl_gather(%x: tensor<?x528xf8E4M3FN>, %sx: tensor<?x5xf32>,
       : tensor<?x528xf8E4M3FN>, tensor<8x264x528xf8E4M3FN>, tensor<8xi32>
       -> tensor<?x264xbf16>
   return %y : tensor<?x264xbf16>
+}
+
+// dW of [E, N, K] weights (transpose_rhs: dy is A, x is B), e4m3 x e5m2,
+// bf16 out (bulk stores).
+func.func @fp8_wgrad_t(%x: tensor<?x264xbf16>, %dy: tensor<?x136xbf16>,
+                       %ids: tensor<?x1xi32>) -> tensor<16x136x264xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x264xbf16>, tensor<?xi32>, tensor<16xi32> -> tensor<?x264xbf16>
+  %xq, %xs = moe.quantize %rows offsets(%offsets : tensor<16xi32>)
+      group_size = 128 {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x264xbf16> -> tensor<264x?xf8E4M3FN>, tensor<?x264xf32>
+  %dq, %ds = moe.quantize %dy offsets(%offsets : tensor<16xi32>)
+      group_size = 128 {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x136xbf16> -> tensor<136x?xf8E5M2>, tensor<?x136xf32>
+  %g = moe.grouped_weight_grad %xq, %dq, %offsets
+      scales(%xs, %ds : tensor<?x264xf32>, tensor<?x136xf32>) {transpose_rhs}
+      : tensor<264x?xf8E4M3FN>, tensor<136x?xf8E5M2>, tensor<16xi32>
+      -> tensor<16x136x264xbf16>
+  return %g : tensor<16x136x264xbf16>
+}
+
+// dW [E, K, N] of e4m3 operands added to an f32 gradient (accumulate).
+func.func @fp8_wgrad_acc(%x: tensor<?x136xbf16>, %dy: tensor<?x200xbf16>,
+                         %ids: tensor<?x1xi32>, %main: tensor<8x136x200xf32>)
+    -> tensor<8x136x200xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x136xbf16>
+  %xq, %xs = moe.quantize %rows offsets(%offsets : tensor<8xi32>)
+      group_size = 128 {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x136xbf16> -> tensor<136x?xf8E4M3FN>, tensor<?x136xf32>
+  %dq, %ds = moe.quantize %dy offsets(%offsets : tensor<8xi32>)
+      group_size = 128 {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x200xbf16> -> tensor<200x?xf8E4M3FN>, tensor<?x200xf32>
+  %g = moe.grouped_weight_grad %xq, %dq, %offsets
+      accumulate(%main : tensor<8x136x200xf32>)
+      scales(%xs, %ds : tensor<?x136xf32>, tensor<?x200xf32>)
+      : tensor<136x?xf8E4M3FN>, tensor<200x?xf8E4M3FN>, tensor<8xi32>
+      -> tensor<8x136x200xf32>
+  return %g : tensor<8x136x200xf32>
+}
+
+// A 64-wide output (block_n = 64), f32.
+func.func @fp8_wgrad_narrow(%x: tensor<?x256xbf16>, %dy: tensor<?x64xbf16>,
+                            %ids: tensor<?x1xi32>) -> tensor<8x256x64xf32> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 1
+      : tensor<?x256xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x256xbf16>
+  %xq, %xs = moe.quantize %rows offsets(%offsets : tensor<8xi32>)
+      group_size = 128 {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x256xbf16> -> tensor<256x?xf8E4M3FN>, tensor<?x256xf32>
+  %dq, %ds = moe.quantize %dy offsets(%offsets : tensor<8xi32>)
+      group_size = 128 {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x64xbf16> -> tensor<64x?xf8E4M3FN>, tensor<?x64xf32>
+  %g = moe.grouped_weight_grad %xq, %dq, %offsets
+      scales(%xs, %ds : tensor<?x256xf32>, tensor<?x64xf32>)
+      : tensor<256x?xf8E4M3FN>, tensor<64x?xf8E4M3FN>, tensor<8xi32>
+      -> tensor<8x256x64xf32>
+  return %g : tensor<8x256x64xf32>
 }

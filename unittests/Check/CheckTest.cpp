@@ -97,7 +97,8 @@ struct EntryBuilder {
            {"transpose_lora", "false"},
            {"experts_in_columns", "false"}}}},
         {"moe.grouped_weight_grad",
-         {{"lhs", "grad_out", "offsets", "gather_slots", "accumulate"},
+         {{"lhs", "grad_out", "offsets", "gather_slots", "accumulate",
+           "lhs_scales", "grad_scales"},
           {"out"},
           {{"transpose_rhs", "false"}, {"experts_in_columns", "false"}}}},
         {"moe.permute",
@@ -107,7 +108,7 @@ struct EntryBuilder {
         {"moe.quantize",
          {{"input", "offsets"},
           {"data", "scales"},
-          {{"axis", "rowwise"}, {"pow2_scale", "false"}}}},
+          {{"axis", "rowwise"}, {"pow2_scale", "false"}, {"transpose", "false"}}}},
         {"moe.router_topk",
          {{"logits", "selection_bias"},
           {"weights", "ids"},
@@ -762,7 +763,7 @@ TEST(CheckEntry, GatherScatterMatmulMatchesReference) {
         {"transpose_rhs", "true"},
         {"lora_scaling", "0.5"},
         {"scale_group", "128"}});
-  b.op("moe.grouped_weight_grad", {x, grad, offsets, slots, -1}, {dw},
+  b.op("moe.grouped_weight_grad", {x, grad, offsets, slots, -1, -1, -1}, {dw},
        {{"k", "2"}});
 
   std::vector<HostArray> buffers = referenceRun(b.entry, {12});

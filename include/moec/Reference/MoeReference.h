@@ -189,6 +189,16 @@ DTensor groupedWeightGrad(const DTensor &lhs, const DTensor &grad,
                           const ITensor &offsets,
                           const ITensor *gatherSlots = nullptr, int64_t k = 0);
 
+/// moe.grouped_weight_grad with FP8 scales: lhs [K, P] and grad [N, P] in
+/// moe.quantize {transpose}'s layout (expert e's row j at column
+/// 128 * b_e + j, b_e the 128-row blocks of the experts before it), scales
+/// [B, K] and [B, N] per 128-row block -> [E, K, N], each block's products
+/// summed, then multiplied by its two scales.
+DTensor groupedWeightGradFP8(const DTensor &lhs, const DTensor &grad,
+                             const DTensor &lhsScales,
+                             const DTensor &gradScales,
+                             const ITensor &offsets);
+
 struct LoraGradResult {
   DTensor gradA; ///< [E*r, K], like lora_a
   DTensor gradB; ///< [N, E*r], like lora_b
@@ -236,10 +246,15 @@ struct QuantizeOptions {
   int64_t groupSize = 128;
   bool pow2Scale = false;
   const ITensor *offsets = nullptr; ///< required for colwise
+  /// colwise: data written transposed, [K, groupSize * blocks], each
+  /// expert's rows as columns from its first block's (moe.quantize
+  /// {transpose}).
+  bool transpose = false;
 };
 
 struct QuantizeResult {
-  DTensor data;   ///< [M, K], each value exactly representable in the format
+  DTensor data;   ///< [M, K] ([K, g * blocks] transposed), each value
+                  ///< exactly representable in the format
   DTensor scales; ///< rowwise [M, ceil(K/g)]; colwise [blocks bound, K]
 };
 

@@ -51,6 +51,16 @@ int64_t rowwiseScaleCols(int64_t cols, int64_t groupSize);
 /// the most blocks any split of `rows` into `numExperts` groups can need.
 int64_t colwiseScaleRows(int64_t rows, int64_t numExperts, int64_t groupSize);
 
+/// Rows per scale block of the FP8 weight gradient (moe.grouped_weight_grad
+/// with scales): its operands come from moe.quantize {axis = colwise,
+/// transpose} with this group size, one block per wgmma slice of 128.
+inline constexpr int64_t kFp8ScaleBlock = 128;
+
+/// Columns of moe.quantize {transpose}'s data of `rows` grouped rows:
+/// groupSize * colwiseScaleRows (each expert padded to its blocks).
+int64_t transposedQuantColumns(int64_t rows, int64_t numExperts,
+                               int64_t groupSize);
+
 } // namespace moec
 
 #endif // MOEC_SUPPORT_MOESHAPES_H

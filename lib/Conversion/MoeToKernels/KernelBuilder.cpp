@@ -79,6 +79,11 @@ Value KernelBuilder::fdiv(Value a, Value b) {
 Value KernelBuilder::fmax(Value a, Value b) {
   return arith::MaximumFOp::create(*this, a, b);
 }
+Value KernelBuilder::fabs(Value x) {
+  Value bits = arith::BitcastOp::create(*this, getI32Type(), x);
+  Value magnitude = arith::AndIOp::create(*this, bits, i32(0x7FFFFFFF));
+  return arith::BitcastOp::create(*this, getF32Type(), magnitude);
+}
 Value KernelBuilder::fgt(Value a, Value b) {
   return arith::CmpFOp::create(*this, arith::CmpFPredicate::OGT, a, b);
 }
@@ -141,7 +146,7 @@ Value KernelBuilder::encodeFP8(Value value, Type fp8Type) {
   Value bits = arith::BitcastOp::create(*this, i32t, value);
   Value sign = arith::AndIOp::create(
       *this, arith::ShRUIOp::create(*this, bits, c32(24)), c32(0x80));
-  Value magnitude = math::AbsFOp::create(*this, value);
+  Value magnitude = fabs(value);
   Value magBits = arith::BitcastOp::create(*this, i32t, magnitude);
   Value exponent = arith::SubIOp::create(
       *this, arith::ShRUIOp::create(*this, magBits, c32(23)), c32(127));

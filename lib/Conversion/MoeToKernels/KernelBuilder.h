@@ -63,6 +63,10 @@ public:
   mlir::Value fmul(mlir::Value a, mlir::Value b);
   mlir::Value fdiv(mlir::Value a, mlir::Value b);
   mlir::Value fmax(mlir::Value a, mlir::Value b);
+  /// |x| of an f32 by clearing its sign bit, not math.absf or llvm.fabs,
+  /// which the NVVM conversion turns into a libdevice call (__nv_fabsf)
+  /// that ptxas cannot resolve without libdevice linked in.
+  mlir::Value fabs(mlir::Value x);
   mlir::Value fgt(mlir::Value a, mlir::Value b);
   /// e^x as 2^(x·log2 e): exp2 lowers to one hardware instruction on NVPTX
   /// and AMDGPU without the vendors' device math libraries.

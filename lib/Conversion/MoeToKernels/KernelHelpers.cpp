@@ -44,6 +44,16 @@ Value moec::kernels::groupStart(KernelBuilder &b, Value offsets, Value e) {
       [&] { return b.loadIdx(offsets, {b.sub(e, b.idx(1))}); });
 }
 
+Value moec::kernels::blocksBefore(KernelBuilder &b, Value offsets, Value e,
+                                  int64_t group) {
+  return b.loop(b.idx(0), e, {b.idx(0)},
+                [&](Value before, ValueRange it) -> SmallVector<Value> {
+                  Value rows = b.sub(b.loadIdx(offsets, {before}),
+                                     groupStart(b, offsets, before));
+                  return {b.add(it[0], b.ceilDiv(rows, b.idx(group)))};
+                })[0];
+}
+
 Value moec::kernels::expertOfRow(KernelBuilder &b, Value offsets,
                                  Value numExperts, Value row) {
   return b.loop(b.idx(0), numExperts, {b.idx(0)},

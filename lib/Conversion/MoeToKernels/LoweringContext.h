@@ -137,6 +137,12 @@ mlir::LogicalResult launchPerItem(
 /// First row of group e (0 for e = 0, else offsets[e - 1]).
 mlir::Value groupStart(KernelBuilder &b, mlir::Value offsets, mlir::Value e);
 
+/// The `group`-row blocks of the groups before e: sum over e' < e of
+/// ceil(rows of e' / group), the first block of group e in moe.quantize's
+/// colwise scales (and its column / group in the transposed data).
+mlir::Value blocksBefore(KernelBuilder &b, mlir::Value offsets, mlir::Value e,
+                         int64_t group);
+
 /// The expert of grouped row `row`: the number of group ends <= row (so
 /// `numExperts` for a row past the last group).
 mlir::Value expertOfRow(KernelBuilder &b, mlir::Value offsets,

@@ -1910,9 +1910,9 @@ func.func @case204(%x: tensor<8x256xf8E4M3FN>, %w: tensor<4x256x512xf8E4M3FN>, %
 
 // -----
 
-// grouped_weight_grad takes no FP8
+// grouped_weight_grad takes FP8 only with scales (and transposed operands)
 func.func @case205(%x: tensor<8x16xf8E4M3FN>, %dy: tensor<8x32xf8E4M3FN>, %o: tensor<4xi32>) {
-  // expected-error @+1 {{operand 'lhs' must be a 2-D tensor of bf16, f16 or f32 values, got 'tensor<8x16xf8E4M3FN>'}}
+  // expected-error @+1 {{FP8 'lhs' and 'grad_out' require block scales and the transposed layout of moe.quantize {transpose}: scales(%lhs_scales, %grad_scales : ...)}}
   %dw = moe.grouped_weight_grad %x, %dy, %o : tensor<8x16xf8E4M3FN>, tensor<8x32xf8E4M3FN>, tensor<4xi32> -> tensor<4x16x32xf32>
   return
 }
@@ -2807,5 +2807,122 @@ func.func @plan_bucket_order(%x: tensor<8x16xbf16>) {
 func.func @plan_bulk_stores(%x: tensor<8x16xbf16>) {
   // expected-error @+1 {{wgmma plan with 'bulk_stores' needs producers = 128 (the warp-specialized weight gradient)}}
   %a = moe.swiglu %x {p = #moe.wgmma_plan<block_m = 128, block_n = 256, block_k = 64, stages = 4, band_m = 8, bulk_stores = true>} : tensor<8x16xbf16> -> tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+// quantize transpose is colwise only
+func.func @fp8_q_t_rowwise(%x: tensor<256x64xbf16>) {
+  // expected-error @+1 {{attribute 'transpose' is only used with axis = colwise (the FP8 weight gradient's layout)}}
+  %q, %s = moe.quantize %x group_size = 128 {transpose} : tensor<256x64xbf16> -> tensor<64x256xf8E4M3FN>, tensor<256x1xf32>
+  return
+}
+
+// -----
+
+// quantize transpose: data is [K, g * blocks] (dimension 0)
+func.func @fp8_q_t_dim0(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
+  // expected-error @+1 {{dimension 0 of result 'data' (transpose) is 256 but must equal the columns of operand 'input' (64)}}
+  %q, %s = moe.quantize %x offsets(%o : tensor<8xi32>) group_size = 128 {axis = #moe.axis<colwise>, transpose} : tensor<256x64xbf16> -> tensor<256x1152xf8E4M3FN>, tensor<9x64xf32>
+  return
+}
+
+// -----
+
+// quantize transpose: data is [K, g * blocks] (dimension 1)
+func.func @fp8_q_t_dim1(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
+  // expected-error @+1 {{dimension 1 of result 'data' (transpose) is 256 but must equal group_size * the scale rows (each expert padded to its blocks) (1152)}}
+  %q, %s = moe.quantize %x offsets(%o : tensor<8xi32>) group_size = 128 {axis = #moe.axis<colwise>, transpose} : tensor<256x64xbf16> -> tensor<64x256xf8E4M3FN>, tensor<9x64xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with FP8 scales does not gather
+func.func @fp8_w_gather(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x32xf32>, %slots: tensor<8xi32>) {
+  // expected-error @+1 {{operand 'gather_slots' is not taken with FP8 scales (quantize the permuted rows instead)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o gather(%slots : tensor<8xi32>) scales(%sx, %sd : tensor<2x64xf32>, tensor<2x32xf32>) {k = 2 : i64} : tensor<64x256xf8E4M3FN>, tensor<32x256xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with FP8 scales: no experts_in_columns
+func.func @fp8_w_cols(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x32xf32>) {
+  // expected-error @+1 {{attribute 'experts_in_columns' is not supported with FP8 scales}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<2x32xf32>) {experts_in_columns} : tensor<64x256xf8E4M3FN>, tensor<32x256xf8E4M3FN>, tensor<4xi32> -> tensor<64x4x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales: FP8 operands
+func.func @fp8_w_bf16(%x: tensor<64x256xbf16>, %dy: tensor<32x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x32xf32>) {
+  // expected-error @+1 {{operand 'lhs' must be a 2-D tensor of f8E4M3FN or f8E5M2 values (FP8 with scales), got 'tensor<64x256xbf16>'}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<2x32xf32>) : tensor<64x256xbf16>, tensor<32x256xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales: padded rows a multiple of 128
+func.func @fp8_w_p(%x: tensor<64x200xf8E4M3FN>, %dy: tensor<32x200xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x32xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'lhs' (transposed FP8 rows) must be a multiple of 128 (moe.quantize {transpose} pads each expert to its 128-row blocks), got 200}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<2x32xf32>) : tensor<64x200xf8E4M3FN>, tensor<32x200xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales: both operands share the padded rows
+func.func @fp8_w_gp(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x384xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x32xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'grad_out' (transposed) is 384 but must equal the padded rows of 'lhs' (256)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<2x32xf32>) : tensor<64x256xf8E4M3FN>, tensor<32x384xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales: one scale row per 128-row block
+func.func @fp8_w_sxrows(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<3x64xf32>, %sd: tensor<2x32xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'lhs_scales' is 3 but must equal the 128-row blocks of 'lhs' (its columns / 128) (2)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<3x64xf32>, tensor<2x32xf32>) : tensor<64x256xf8E4M3FN>, tensor<32x256xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales: lhs_scales [B, K]
+func.func @fp8_w_sxcols(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x32xf32>, %sd: tensor<2x32xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'lhs_scales' is 32 but must equal K, the rows of 'lhs' (64)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x32xf32>, tensor<2x32xf32>) : tensor<64x256xf8E4M3FN>, tensor<32x256xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales: grad_scales [B, N]
+func.func @fp8_w_sdcols(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x64xf32>) {
+  // expected-error @+1 {{dimension 1 of operand 'grad_scales' is 64 but must equal N, the rows of 'grad_out' (32)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<2x64xf32>) : tensor<64x256xf8E4M3FN>, tensor<32x256xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales: f32 scales
+func.func @fp8_w_sdtype(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x32xbf16>) {
+  // expected-error @+1 {{operand 'grad_scales' must be a 2-D tensor of f32 values, got 'tensor<2x32xbf16>'}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<2x32xbf16>) : tensor<64x256xf8E4M3FN>, tensor<32x256xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales and transpose_rhs: [E, N, K], N and K the operands' rows
+func.func @fp8_w_outk(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x32xf32>) {
+  // expected-error @+1 {{dimension 2 of result 'out' (transpose_rhs) is 32 but must equal K, the rows of 'lhs' (64)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<2x32xf32>) {transpose_rhs} : tensor<64x256xf8E4M3FN>, tensor<32x256xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
   return
 }

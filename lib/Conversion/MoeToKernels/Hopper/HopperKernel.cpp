@@ -79,7 +79,7 @@ void KernelEnv::carveSharedMemory() {
 Value KernelEnv::slicesOf(const TileState &t) {
   if (!plan.weightGrad())
     return b.idx(plan.kSlices());
-  return b.ceilDiv(t.reduceRows, b.idx(kBlockK));
+  return b.ceilDiv(t.reduceRows, b.idx(plan.sliceK()));
 }
 
 SmallVector<Value> KernelEnv::outIndices(const TileState &t, Value row,
@@ -363,7 +363,7 @@ void HopperKernel::consumerRole() {
           Value end = b.add(slices, count);
           // A weight-gradient tile of an expert without rows used no stage;
           // the scaled loop has released all of its own.
-          if (env.plan.weightGrad())
+          if (env.plan.weightGrad() && !env.plan.blockScales)
             b.ifThen(b.ult(b.idx(0), count),
                      [&] { mma.release(b.sub(end, b.idx(1))); });
           else if (!env.plan.blockScales)

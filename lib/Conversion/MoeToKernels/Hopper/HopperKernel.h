@@ -353,7 +353,8 @@ private:
   /// weight gradient's partial slices): then each arrives on the stage's
   /// full barrier.
   bool cpAsyncArrivals() const {
-    return !env.args.lhsMap || env.plan.lora() || env.plan.weightGrad();
+    return !env.args.lhsMap || env.plan.lora() ||
+           (env.plan.weightGrad() && !env.plan.fp8WeightGrad());
   }
   /// The weight gradient's slice kt with tensor maps: TMA while the slice
   /// is all the tile's rows, cp.async for a partial last one.
@@ -467,14 +468,19 @@ private:
   /// Where this thread's scales of tile `t` come from: the lhs scale row of
   /// each of its two fragment rows (and whether it has one: a row past the
   /// group or a padding slot gets scale 0), and the weight-scale block of
-  /// each of the plan's scale segments.
+  /// each of the plan's scale segments. The FP8 weight gradient: its two
+  /// rows and its column pairs' first columns (in range), and the expert's
+  /// first 128-row block.
   struct ScaleSources {
     llvm::SmallVector<mlir::Value, 2> rows, rowValid;
     llvm::SmallVector<mlir::Value, 2> blocks;
+    llvm::SmallVector<mlir::Value> columns;
+    mlir::Value firstBlock;
   };
   ScaleSources scaleSources(const TileState &t);
   /// The scales of slice `kt`: for fragment row h and segment s, entry
-  /// h * segments + s is the lhs row's scale times the weight block's.
+  /// h * segments + s is the lhs row's scale times the weight block's. The
+  /// FP8 weight gradient: the two rows' scales, then the columns'.
   llvm::SmallVector<mlir::Value> sliceScales(const TileState &t,
                                              const ScaleSources &from,
                                              mlir::Value kt);

@@ -51,7 +51,7 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
   // over [rows, K] and [rows, N] (ProducerPipeline::loadWeightGradSlice).
   // Not with a gathered operand: TMA for the other one alone ran
   // 0.91-1.03x cp.async for both on the H200 (bench/results/dw-tma-h200.md).
-  if (plan.warpSpecialized && plan.weightGrad()) {
+  if (plan.warpSpecialized && plan.weightGrad() && !plan.fp8WeightGrad()) {
     if (!v.gather) {
       addOptional(tensorMapOperand(ctx.host(), v.rhs, {kColumnBlock, kBlockK}),
                   pos.rhsMap);
@@ -63,7 +63,8 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
     int64_t rank = cast<MemRefType>(v.rhs.getType()).getRank();
     addOptional(tensorMapOperand(ctx.host(), v.rhs, plan.rhsBox(rank)),
                 pos.rhsMap);
-    // Rows in order: the lhs too, 128 rows by one slice of K.
+    // Rows in order: the lhs too, 128 rows by one slice of K. (The FP8
+    // weight gradient: [K, P] and [N, P] by 128 rows and one block.)
     if (!v.gather)
       addOptional(tensorMapOperand(ctx.host(), v.lhs, {plan.sliceK(), kBlockM}),
                   pos.lhsMap);
@@ -73,11 +74,14 @@ SmallVector<Value> launchOperands(LoweringContext &ctx,
 
 /// The rows the groups split (host index): the output's, or (weight
 /// gradient) those of the output gradient: B, or A with the operands
-/// swapped (B's rows may then be gathered tokens).
+/// swapped (B's rows may then be gathered tokens); the FP8 weight
+/// gradient's padded rows (the columns of its transposed operands).
 Value groupedRows(LoweringContext &ctx, const HopperOperands &v,
                   const HopperPlan &plan) {
   if (!plan.weightGrad())
     return ctx.sizes(v.out)[0];
+  if (plan.fp8WeightGrad())
+    return ctx.sizes(v.lhs)[1];
   return ctx.sizes(plan.layout.swappedOperands ? v.lhs : v.rhs)[0];
 }
 
@@ -306,9 +310,14 @@ LogicalResult lowerWeightGrad(moe::GroupedWeightGradOp op, moe::TileAttr tile,
   HopperOperands v;
   v.lhs = buffer(op.getLhs());
   v.rhs = buffer(op.getGradOut());
-  // The weight gradient of transposed weights: dy is A, x is B.
-  if (plans.base.layout.swappedOperands)
+  v.lhsScales = buffer(op.getLhsScales());
+  v.rhsScales = buffer(op.getGradScales());
+  // The weight gradient of transposed weights: dy is A, x is B (FP8: each
+  // with its scales).
+  if (plans.base.layout.swappedOperands) {
     std::swap(v.lhs, v.rhs);
+    std::swap(v.lhsScales, v.rhsScales);
+  }
   v.offsets = buffer(op.getOffsets());
   v.gather = buffer(op.getGatherSlots());
   v.accumulate = buffer(op.getAccumulate());

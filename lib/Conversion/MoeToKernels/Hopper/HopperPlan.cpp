@@ -85,8 +85,11 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
                 int64_t width, int64_t experts, moe::TileAttr tile,
                 const HopperLimits &limits, int64_t loraRows,
                 int64_t minBlockN) {
-  bool fp8 = isa<Float8E4M3FNType, Float8E5M2Type>(lhsElem);
-  if (lhsElem != rhsElem || !(lhsElem.isBF16() || lhsElem.isF16() || fp8))
+  auto isFp8 = [](Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); };
+  bool fp8 = isFp8(lhsElem);
+  // One type, or two FP8 formats (wgmma takes e4m3 x e5m2).
+  if ((lhsElem != rhsElem && !(fp8 && isFp8(rhsElem))) ||
+      !(lhsElem.isBF16() || lhsElem.isF16() || fp8))
     return std::nullopt;
   if (!(outElem.isBF16() || outElem.isF16() || outElem.isF32()))
     return std::nullopt;
@@ -98,11 +101,14 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
     return std::nullopt;
   plan.experts = experts;
   plan.k = k;
-  plan.elemType = fp8 ? (isa<Float8E4M3FNType>(lhsElem)
-                             ? NVVM::WGMMATypes::e4m3
-                             : NVVM::WGMMATypes::e5m2)
-                 : lhsElem.isBF16() ? NVVM::WGMMATypes::bf16
-                                    : NVVM::WGMMATypes::f16;
+  auto wgmmaType = [&](Type t) {
+    return isa<Float8E4M3FNType>(t)   ? NVVM::WGMMATypes::e4m3
+           : isa<Float8E5M2Type>(t)   ? NVVM::WGMMATypes::e5m2
+           : t.isBF16()               ? NVVM::WGMMATypes::bf16
+                                      : NVVM::WGMMATypes::f16;
+  };
+  plan.elemType = wgmmaType(lhsElem);
+  plan.rhsElemType = wgmmaType(rhsElem);
   plan.persistentBlocks = limits.smCount;
   plan.maxSharedBytes = limits.maxSharedBytes;
   // A tile of this kernel's form (m = 128, n = 64, 128 or 256, k = 64, 256
@@ -266,9 +272,50 @@ static bool specializedByDefault(moe::GroupedWeightGradOp op) {
          outType.getDimSize(outType.getRank() - 1) >= 256;
 }
 
+/// The FP8 weight gradient (scales): A and B as moe.quantize {transpose}
+/// wrote them, [K, P] and [N, P] (with transpose_rhs dy is A), read by
+/// the forward's FP8 kernel (K-major stages by TMA, slices promoted with
+/// their scales) over the weight gradient's tiles (expert, K tile, n-tile),
+/// each summing the expert's padded blocks. Never split (a tile's
+/// row_splits is rejected); bulk stores for a 16-bit output where they fit.
+static std::optional<HopperPlan> fp8WeightGradPlan(moe::GroupedWeightGradOp op,
+                                                   moe::TileAttr tile,
+                                                   const HopperLimits &limits) {
+  if (askedRowSplits(tile) > 1 || (isHopperTile(tile) && tile.getCluster() > 1))
+    return std::nullopt;
+  auto outType = cast<ShapedType>(op.getOut().getType());
+  bool swapped = op.getTransposeRhs();
+  auto a = cast<ShapedType>((swapped ? op.getGradOut() : op.getLhs()).getType());
+  auto b = cast<ShapedType>((swapped ? op.getLhs() : op.getGradOut()).getType());
+  // planFor's k is the output rows here (A's rows); its 16-byte rule is
+  // for copies along the reduction, which here runs over whole blocks.
+  int64_t rows = a.getDimSize(0);
+  if (ShapedType::isDynamic(rows))
+    return std::nullopt;
+  std::optional<HopperPlan> plan = planFor(
+      a.getElementType(), b.getElementType(), outType.getElementType(),
+      llvm::alignTo(rows, 16), outType.getDimSize(2),
+      cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits);
+  if (!plan)
+    return plan;
+  plan->k = rows;
+  plan->layout = {LhsLayout::PaddedRowsT, RhsLayout::PaddedRowsT};
+  plan->layout.swappedOperands = swapped;
+  if (outType.getElementType().getIntOrFloatBitWidth() == 16) {
+    HopperPlan bulk = *plan;
+    bulk.bulkStores = true;
+    if (fitStages(bulk) &&
+        (!tile || !tile.getStages() || bulk.stages == plan->stages))
+      *plan = bulk;
+  }
+  return plan;
+}
+
 std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedWeightGradOp op,
                                               moe::TileAttr tile,
                                               const HopperLimits &limits) {
+  if (op.getLhsScales())
+    return fp8WeightGradPlan(op, tile, limits);
   auto outType = cast<ShapedType>(op.getOut().getType());
   bool swapped = op.getTransposeRhs();
   auto a =
@@ -363,8 +410,9 @@ SmallVector<moe::TileBucketAttr>
 hopper::defaultBuckets(moe::GroupedWeightGradOp op, moe::TileAttr tile,
                        const HopperLimits &limits) {
   auto outType = cast<ShapedType>(op.getOut().getType());
-  // Measured at n = 256 only: not for narrower outputs.
+  // Measured at n = 256 only: not for narrower outputs, nor FP8.
   if (isHopperTile(tile) || op->hasAttr(moe::kTileBucketsAttrName) ||
+      op.getLhsScales() ||
       outType.getDimSize(outType.getRank() - 1) < 256)
     return {};
   // Rows in order with a 16-bit output: at every row count (groupedPlan).
@@ -535,12 +583,12 @@ std::optional<HopperPlan> hopper::hopperPlanFor(Operation *op,
       return std::nullopt;
     return plan;
   }
-  // Only moe.grouped_matmul takes FP8 block scales: FP8 operands of a
-  // weight gradient or a dense matmul have no wgmma kernel.
-  std::optional<HopperPlan> plan;
+  // FP8 operands of a weight gradient come with its scales (the verifier
+  // says so); those of a dense matmul have none, and no wgmma kernel.
   if (auto wgrad = dyn_cast<moe::GroupedWeightGradOp>(op))
-    plan = groupedPlan(wgrad, tile, limits);
-  else if (auto dense = dyn_cast<linalg::MatmulOp>(op))
+    return groupedPlan(wgrad, tile, limits);
+  std::optional<HopperPlan> plan;
+  if (auto dense = dyn_cast<linalg::MatmulOp>(op))
     plan = densePlan(dense, tile, limits);
   if (plan && plan->blockScales)
     return std::nullopt;
@@ -696,6 +744,12 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
   // n = 128 and block barriers past rank 64): the loops below filter.
   if (target != "sm_90a" ||
       !isa<moe::GroupedMatmulOp, moe::GroupedWeightGradOp>(op))
+    return {};
+  // Not the FP8 weight gradient yet: its operands' padded columns must
+  // hold the blocks of its offsets, which the tuner's random inputs (rows
+  // sized by one symbol) do not keep.
+  if (auto wgrad = dyn_cast<moe::GroupedWeightGradOp>(op);
+      wgrad && wgrad.getLhsScales())
     return {};
   std::optional<HopperPlan> chosen = hopperPlanFor(op, {});
   if (!chosen)

@@ -14,6 +14,7 @@
 
 #include "moec/Conversion/TargetInfo.h"
 #include "moec/Dialect/Moe/IR/MoeOps.h"
+#include "moec/Support/MoeShapes.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "llvm/ADT/SmallVector.h"
@@ -27,6 +28,9 @@ constexpr int64_t kBlockK = 64;    ///< K per stage of 16-bit operands: one 128-
 /// K per stage of FP8 operands: one 128-byte row, and one block of the
 /// 1x128 / 128x128 scales (each slice is promoted with its two scales).
 constexpr int64_t kFp8BlockK = 128;
+static_assert(kFp8BlockK == kFp8ScaleBlock && kBlockM == kFp8ScaleBlock,
+              "an FP8 slice is one scale block, and the FP8 weight "
+              "gradient's schedule counts each expert's blocks as m-tiles");
 /// Output columns per block of an output of at most that many columns.
 constexpr int64_t kNarrowBlockN = 64;
 constexpr int64_t kMaxLoraRank = 128; ///< largest fused LoRA rank
@@ -85,6 +89,12 @@ enum class LhsLayout {
   /// rows of a block. A stage holds 64 rows of the group as two 64-column
   /// blocks (one per MMA warpgroup), M-major: wgmma reads A transposed.
   GroupRowsT,
+  /// The FP8 weight gradient's A = X_eᵀ as moe.quantize {transpose} wrote
+  /// it, [K, P]: the expert's rows, padded to 128-row blocks, are
+  /// contiguous columns from 128 * (the blocks of the experts before it).
+  /// A stage holds 128 of its K rows by one block of those columns,
+  /// K-major as RowsK (FP8 wgmma reads K-major operands only), by TMA.
+  PaddedRowsT,
 };
 
 /// How the rhs (B) lies in global memory: what the producer copies from
@@ -102,6 +112,10 @@ enum class RhsLayout {
   /// row order, the expert's rows the reduction. Stages as ExpertKN, the
   /// group's rows in place of the K rows.
   GroupRowsN,
+  /// The FP8 weight gradient's B = dYᵀ, [N, P] in the layout of
+  /// LhsLayout::PaddedRowsT: stages as ExpertNK (the block's output
+  /// columns as rows, the expert's rows along them), by TMA.
+  PaddedRowsT,
 };
 
 /// The operand layouts of one kernel.
@@ -158,6 +172,9 @@ struct HopperPlan {
   /// each multicasts half of the weight tile to both.
   int64_t cluster = 1;
   mlir::NVVM::WGMMATypes elemType = mlir::NVVM::WGMMATypes::bf16;
+  /// B's type: elemType, or the other FP8 format (the FP8 weight gradient
+  /// of e4m3 activations and e5m2 gradients).
+  mlir::NVVM::WGMMATypes rhsElemType = mlir::NVVM::WGMMATypes::bf16;
   /// Bytes per operand element: 2 (bf16, f16) or 1 (FP8). A stage row is
   /// 128 bytes either way, so the stage layout, the copies and the wgmma
   /// descriptors are the same in bytes; only K per slice differs.
@@ -181,6 +198,13 @@ struct HopperPlan {
   int64_t scaleSegments() const {
     return swiglu ? 2 : std::max<int64_t>(1, blockN / kFp8BlockK);
   }
+  /// The FP8 weight gradient (PaddedRowsT operands, block scales): both
+  /// operands' slices come by TMA alone (the quantize padded every expert
+  /// to whole slices), and its scales are one per 128-row block of the
+  /// reduction and output row of A ([B, K]) or output column of B
+  /// ([B, N]), so a slice's partial sum (row, column) is multiplied by its
+  /// row's and its column's scale.
+  bool fp8WeightGrad() const { return layout.lhs == LhsLayout::PaddedRowsT; }
   OperandLayout layout;
   /// Blocks of the persistent grid (one per SM) and the dynamic shared
   /// memory a block may use: the target's (HopperLimits), set by planFor.
@@ -250,11 +274,17 @@ struct HopperPlan {
   }
   /// The weight gradient (moe.grouped_weight_grad): out [E, K, N], tiles over
   /// (expert, K tile, n-tile), each reducing over its expert's rows.
-  bool weightGrad() const { return layout.lhs == LhsLayout::GroupRowsT; }
+  bool weightGrad() const {
+    return layout.lhs == LhsLayout::GroupRowsT ||
+           layout.lhs == LhsLayout::PaddedRowsT;
+  }
   /// Output columns per block.
   int64_t outTileN() const { return swiglu ? blockN / 2 : blockN; }
   /// B stages that hold 64-column blocks of 64 rows, read N-major.
-  bool nMajorB() const { return layout.rhs != RhsLayout::ExpertNK; }
+  bool nMajorB() const {
+    return layout.rhs == RhsLayout::ExpertKN ||
+           layout.rhs == RhsLayout::GroupRowsN;
+  }
   /// B rows one TMA load brings (the rhs tensor map's box): all of them,
   /// or half (the gate or the up rows with SwiGLU, a block's half in a
   /// cluster of 2). With ExpertKN a box is one column block: 64 K rows of
@@ -285,6 +315,7 @@ struct HopperPlan {
   /// K slices of one tile (the weight gradient's depend on the expert's
   /// rows: HopperKernel's slicesOf).
   int64_t kSlices() const { return (k + sliceK() - 1) / sliceK(); }
+
 };
 
 /// The tile the kernel of `plan` is built with (the bundle records it).

@@ -38,6 +38,7 @@ static Value descriptor(KernelBuilder &b, Value address, bool nMajor = false) {
 static NVVM::MMALayout bLayout(RhsLayout layout) {
   switch (layout) {
   case RhsLayout::ExpertNK:
+  case RhsLayout::PaddedRowsT:
     return NVVM::MMALayout::col; // K-major
   case RhsLayout::ExpertKN:
   case RhsLayout::GroupRowsN:
@@ -51,6 +52,7 @@ static NVVM::MMALayout bLayout(RhsLayout layout) {
 static NVVM::MMALayout aLayout(LhsLayout layout) {
   switch (layout) {
   case LhsLayout::RowsK:
+  case LhsLayout::PaddedRowsT:
     return NVVM::MMALayout::row;
   case LhsLayout::GroupRowsT:
     return NVVM::MMALayout::col;
@@ -63,6 +65,7 @@ static NVVM::MMALayout aLayout(LhsLayout layout) {
 static int64_t bStepBytes(RhsLayout layout) {
   switch (layout) {
   case RhsLayout::ExpertNK:
+  case RhsLayout::PaddedRowsT:
     return 32;
   case RhsLayout::ExpertKN:
   case RhsLayout::GroupRowsN:
@@ -118,6 +121,7 @@ Value MmaLoop::sliceMma(Value current, Value slot, Value *down, bool fresh) {
   auto shape =
       NVVM::MMAShapeAttr::get(ctx, 64, env.plan.blockN, env.plan.mmaK());
   auto elem = NVVM::WGMMATypesAttr::get(ctx, env.plan.elemType);
+  auto elemB = NVVM::WGMMATypesAttr::get(ctx, env.plan.rhsElemType);
   auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
   auto one = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
   auto accumulate = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
@@ -140,7 +144,7 @@ Value MmaLoop::sliceMma(Value current, Value slot, Value *down, bool fresh) {
     Value descB = descriptor(b, b.add(bTile, b.idx(kk * bStepBytes(rhs))),
                              env.plan.nMajorB());
     current = NVVM::WgmmaMmaAsyncOp::create(
-        b, accType, current, descA, descB, shape, elem, elem, f32Type,
+        b, accType, current, descA, descB, shape, elem, elemB, f32Type,
         fresh && kk == 0 ? overwrite : accumulate, one, one, layoutA, layoutB,
         NVVM::MMAIntOverflowAttr());
     if (down) {
@@ -345,6 +349,23 @@ MmaLoop::ScaleSources MmaLoop::scaleSources(const TileState &t) {
   KernelBuilder &b = env.b;
   ScaleSources from;
   Value row0 = fragmentRow();
+  if (env.plan.fp8WeightGrad()) {
+    // Rows of A (K, or N with swapped operands) and the thread's column
+    // pairs of B, clamped in range (a partial sum past them is 0: TMA
+    // zero-filled its operand rows); the expert's first block.
+    for (int64_t h = 0; h < 2; ++h) {
+      Value inTile = b.add(row0, b.idx(8 * h));
+      Value row = b.add(t.rowStart, inTile);
+      from.rows.push_back(b.select(b.ult(inTile, t.rowCount), row, b.idx(0)));
+    }
+    Value pair = b.add(t.colStart, b.mul(b.rem(lane, b.idx(4)), b.idx(2)));
+    for (int64_t j = 0; j < env.plan.blockN / 8; ++j) {
+      Value c = b.add(pair, b.idx(8 * j));
+      from.columns.push_back(b.select(b.ult(c, env.outWidth), c, b.idx(0)));
+    }
+    from.firstBlock = b.div(t.reduceStart, b.idx(kFp8ScaleBlock));
+    return from;
+  }
   for (int64_t h = 0; h < 2; ++h) {
     Value inTile = b.add(row0, b.idx(8 * h));
     Value valid = b.ult(inTile, t.rowCount);
@@ -373,6 +394,17 @@ MmaLoop::ScaleSources MmaLoop::scaleSources(const TileState &t) {
 SmallVector<Value> MmaLoop::sliceScales(const TileState &t,
                                         const ScaleSources &from, Value kt) {
   KernelBuilder &b = env.b;
+  if (env.plan.fp8WeightGrad()) {
+    // Block b_e + kt: the two rows' scales, then each column pair's (8
+    // bytes: N is a multiple of 8, the pairs start at even columns).
+    Value block = b.add(from.firstBlock, kt);
+    SmallVector<Value> scales;
+    for (Value row : from.rows)
+      scales.push_back(b.loadF(env.args.lhsScales, {block, row}));
+    for (Value c : from.columns)
+      llvm::append_range(scales, b.loadVecF(env.args.rhsScales, {block, c}, 2));
+    return scales;
+  }
   SmallVector<Value> weights;
   for (Value block : from.blocks)
     weights.push_back(b.loadF(env.args.rhsScales, {t.group, block, kt}));
@@ -391,6 +423,24 @@ SmallVector<Value> MmaLoop::sliceScales(const TileState &t,
 // + q: its segment is that column's.
 Value MmaLoop::promote(Value acc, Value partial, ArrayRef<Value> scales) {
   KernelBuilder &b = env.b;
+  if (env.plan.fp8WeightGrad()) {
+    // sliceScales' rows, then column 2j + q's: the partial sum times both.
+    for (int64_t j = 0; j < env.plan.blockN / 8; ++j)
+      for (int64_t q = 0; q < 2; ++q) {
+        Value column = scales[2 + 2 * j + q];
+        for (int64_t h = 0; h < 2; ++h) {
+          int64_t i = 4 * j + 2 * h + q;
+          Value p =
+              LLVM::ExtractValueOp::create(b, partial, ArrayRef<int64_t>{i});
+          Value a = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{i});
+          acc = LLVM::InsertValueOp::create(
+              b, acc,
+              LLVM::FMAOp::create(b, b.fmul(p, column), scales[h], a),
+              ArrayRef<int64_t>{i});
+        }
+      }
+    return acc;
+  }
   const int64_t segments = env.plan.scaleSegments();
   const int64_t segmentWidth = env.plan.blockN / segments;
   for (int64_t j = 0; j < env.plan.blockN / 8; ++j)

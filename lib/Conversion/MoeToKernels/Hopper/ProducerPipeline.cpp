@@ -175,6 +175,8 @@ Value ProducerPipeline::lhsRowBytes(const TileState &t, int64_t i, Value kt) {
     return b.select(valid, b.add(b.mul(row, rowBytesK), b.mul(col, b.idx(2))),
                     invalid);
   }
+  case LhsLayout::PaddedRowsT:
+    llvm_unreachable("the FP8 weight gradient's operands come by TMA");
   case LhsLayout::RowsK:
     if (env.args.gather) {
       row = arith::IndexCastOp::create(b, b.getIndexType(), t.lhsRows[i]);
@@ -238,6 +240,8 @@ Value ProducerPipeline::rhsRowBytes(const TileState &t, int64_t i, Value kt) {
     bytes = b.mul(b.add(b.mul(row, env.rhsWidth), n), b.idx(2));
     break;
   }
+  case RhsLayout::PaddedRowsT:
+    llvm_unreachable("the FP8 weight gradient's operands come by TMA");
   case RhsLayout::GroupRowsN: {
     Value block = b.div(r, b.idx(kBlockK));
     Value row = sliceRow(t, i, kt, /*rhs=*/true, valid);
@@ -371,7 +375,8 @@ void ProducerPipeline::loadRhsByTma(const TileState &t, Value slot, Value k0,
   const int64_t rows = env.plan.rhsBoxRows();
   SmallVector<Value> coords;
   switch (env.plan.layout.rhs) {
-  case RhsLayout::ExpertNK: {
+  case RhsLayout::ExpertNK:
+  case RhsLayout::PaddedRowsT: { // [N, P]: output columns as rows
     Value row = env.plan.swiglu ? b.add(t.colStart, b.mul(l, env.outWidth))
                                 : b.add(t.colStart, b.mul(l, b.idx(rows)));
     coords = {k0, toI32(b, row)};
@@ -386,10 +391,11 @@ void ProducerPipeline::loadRhsByTma(const TileState &t, Value slot, Value k0,
   case RhsLayout::GroupRowsN:
     llvm_unreachable("the weight gradient's maps load in loadWeightGradSlice");
   }
-  // The expert: the outermost coordinate, or between N and K for [K, E, N].
+  // The expert: the outermost coordinate, or between N and K for [K, E, N]
+  // (the FP8 weight gradient's [N, P] has none: k0 is in its rows).
   if (env.plan.layout.expertsInColumns)
     coords.insert(coords.begin() + 1, toI32(b, t.group));
-  else if (env.args.offsets)
+  else if (env.args.offsets && !env.plan.fp8WeightGrad())
     coords.push_back(toI32(b, t.group));
   tmaLoad(env.args.rhsMap,
           b.add(env.stageB(slot), b.mul(l, b.idx(rows * kRowBytes))), coords,
@@ -415,7 +421,11 @@ void ProducerPipeline::loadByTma(const TileState &t, Value slot, Value kt,
   NVVM::MBarrierArriveExpectTxOp::create(
       b, Type(), full, b.i32(bytes), NVVM::MemScopeKind::CTA, false,
       Value());
-  Value k0 = toI32(b, b.mul(kt, b.idx(env.plan.sliceK())));
+  // The FP8 weight gradient's slices: the expert's padded blocks.
+  Value k0 = b.mul(kt, b.idx(env.plan.sliceK()));
+  if (env.plan.fp8WeightGrad())
+    k0 = b.add(t.reduceStart, k0);
+  k0 = toI32(b, k0);
   if (env.args.lhsMap)
     tmaLoad(env.args.lhsMap, env.stageA(slot),
             ValueRange{k0, toI32(b, t.rowStart)}, Value(), full);
@@ -521,7 +531,7 @@ Value ProducerPipeline::produceTile(const TileState &t, Value slices) {
   Value kt = kLoop.getInductionVar();
   Value n = b.add(slices, kt);
   waitRound(/*empty=*/true, n, /*previous=*/true);
-  if (env.plan.weightGrad() && env.args.rhsMap) {
+  if (env.plan.weightGrad() && env.args.rhsMap && !env.plan.fp8WeightGrad()) {
     loadWeightGradSlice(t, slotOf(n), kt);
   } else {
     loadStage(t, slotOf(n), kt);

@@ -101,12 +101,13 @@ void TileSchedule::scan() {
   nTiles = b.ceilDiv(env.outWidth, b.idx(env.plan.outTileN()));
   if (env.plan.weightGrad()) {
     // Every expert (or chunk with rows) has the same tiles: K tiles times
-    // n-tiles.
+    // n-tiles. The FP8 weight gradient scans its groups' 128-row blocks
+    // (their m-tiles: kBlockM is the scale block) for where each expert's
+    // blocks start in the padded operands.
     kTiles = b.idx((env.plan.k + kBlockM - 1) / kBlockM);
-    if (!chunks) {
-      tilesTotal = b.mul(b.idx(env.plan.experts), b.mul(kTiles, nTiles));
+    tilesTotal = b.mul(b.idx(env.plan.experts), b.mul(kTiles, nTiles));
+    if (!chunks && !env.plan.fp8WeightGrad())
       return;
-    }
   }
   int current = 0;
   for (int64_t d = 1; d < G; d *= 2) {
@@ -122,6 +123,8 @@ void TileSchedule::scan() {
     current = 1 - current;
   }
   tileEnds = env.tables[current];
+  if (env.plan.fp8WeightGrad())
+    return;
   if (chunks) {
     tilesTotal = b.mul(b.loadIdx(tileEnds, {b.idx(G - 1)}),
                        b.mul(kTiles, nTiles));
@@ -237,6 +240,15 @@ TileState TileSchedule::locateWeightGrad(Value tile) {
   t.colStart = b.mul(b.div(inBand, bandHeight), b.idx(env.plan.outTileN()));
   std::tie(t.reduceStart, t.reduceRows) =
       groupRows(b, env.groupStarts, t.group);
+  // FP8: the expert's columns in the padded operands start at 128 times
+  // the blocks before it (moe.quantize {transpose}).
+  if (env.plan.fp8WeightGrad())
+    t.reduceStart = b.mul(
+        b.ifElse(
+            b.eq(t.group, b.idx(0)), b.getIndexType(),
+            [&] { return b.idx(0); },
+            [&] { return b.loadIdx(tileEnds, {b.sub(t.group, b.idx(1))}); }),
+        b.idx(kFp8ScaleBlock));
   return t;
 }
 

@@ -108,7 +108,7 @@ LogicalResult scalar::emitQuantize(moe::QuantizeOp op, moe::TileAttr tile,
               c0, c1, {b.f32(0)},
               [&](Value c, ValueRange it) -> SmallVector<Value> {
                 return {b.fmax(it[0],
-                               math::AbsFOp::create(b, b.loadF(a[0], {r, c})))};
+                               b.fabs(b.loadF(a[0], {r, c})))};
               })[0];
           Value scale = groupScale(b, amax, fp8Max, pow2);
           b.storeF(scale, a[2], {r, grp});
@@ -119,14 +119,21 @@ LogicalResult scalar::emitQuantize(moe::QuantizeOp op, moe::TileAttr tile,
   }
 
   // Colwise: one thread per (scale block row, column); rows past the last
-  // group are zero and unused scale blocks hold 1.
+  // group are zero and unused scale blocks hold 1. Transposed, data [K,
+  // g * blocks] is zeroed first (the padding of each expert's last block),
+  // and row r of block `blk` goes to column g * blk + r - (block's first).
   int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0);
   SmallVector<Value> dataSizes = ctx.sizes(data);
+  bool transposed = op.getTranspose();
   if (failed(launchPerItem(
           ctx, "tail", h.mul(dataSizes[0], dataSizes[1]), tile, {offsets, data},
           [&](KernelBuilder &b, ValueRange a, Value id) {
             Value K = b.dim(a[1], 1);
             Value r = b.div(id, K), c = b.rem(id, K);
+            if (transposed) {
+              b.storeF(b.f32(0), a[1], {r, c});
+              return;
+            }
             Value end = b.loadIdx(a[0], {b.idx(experts - 1)});
             b.ifThen(b.ule(end, r), [&] { b.storeF(b.f32(0), a[1], {r, c}); });
           })))
@@ -141,12 +148,17 @@ LogicalResult scalar::emitQuantize(moe::QuantizeOp op, moe::TileAttr tile,
             rows[1], rows[2], {b.f32(0)},
             [&](Value r, ValueRange it) -> SmallVector<Value> {
               return {b.fmax(it[0],
-                             math::AbsFOp::create(b, b.loadF(a[0], {r, c})))};
+                             b.fabs(b.loadF(a[0], {r, c})))};
             })[0];
         Value scale = groupScale(b, amax, fp8Max, pow2);
         b.storeF(scale, a[2], {blk, c});
         b.loop(rows[1], rows[2], [&](Value r) {
-          b.storeF(b.fdiv(b.loadF(a[0], {r, c}), scale), a[1], {r, c});
+          Value q = b.fdiv(b.loadF(a[0], {r, c}), scale);
+          if (transposed)
+            b.storeF(q, a[1],
+                     {c, b.add(b.mul(blk, b.idx(g)), b.sub(r, rows[1]))});
+          else
+            b.storeF(q, a[1], {r, c});
         });
       });
 }

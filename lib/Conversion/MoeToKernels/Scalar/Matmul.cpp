@@ -10,6 +10,7 @@
 #include "ScalarKernels.h"
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
+#include "moec/Support/MoeShapes.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 
@@ -345,6 +346,12 @@ LogicalResult scalar::emitGroupedWeightGrad(moe::GroupedWeightGradOp op,
     intoAt = operands.size();
     operands.push_back(into);
   }
+  // FP8: lhs [K, P] and grad_out [N, P] transposed by moe.quantize
+  // {transpose}, scales [B, K] and [B, N] per 128-row block.
+  Value lhsScales = buffer(op.getLhsScales());
+  int scalesAt = operands.size();
+  if (lhsScales)
+    operands.append({lhsScales, buffer(op.getGradScales())});
   return launchPerItem(
       ctx, "", count, tile, operands,
       [&](KernelBuilder &b, ValueRange a, Value id) {
@@ -359,7 +366,29 @@ LogicalResult scalar::emitGroupedWeightGrad(moe::GroupedWeightGradOp op,
         Value n = transposed ? second : last;
         Value start = groupStart(b, a[2], e);
         Value end = b.loadIdx(a[2], {e});
-        Value acc = b.loop(
+        Value acc;
+        if (lhsScales) {
+          // Each block's products summed, then times its two scales.
+          const int64_t g = kFp8ScaleBlock;
+          Value rows = b.sub(end, start), first = blocksBefore(b, a[2], e, g);
+          acc = b.loop(
+              b.idx(0), b.ceilDiv(rows, b.idx(g)), {b.f32(0)},
+              [&](Value j, ValueRange it) -> SmallVector<Value> {
+                Value blk = b.add(first, j), p0 = b.mul(blk, b.idx(g));
+                Value p1 = b.add(p0, b.minIdx(b.idx(g),
+                                              b.sub(rows, b.mul(j, b.idx(g)))));
+                Value sum = b.loop(
+                    p0, p1, {b.f32(0)},
+                    [&](Value p, ValueRange in) -> SmallVector<Value> {
+                      return {b.fadd(in[0], b.fmul(b.loadF(a[0], {i, p}),
+                                                   b.loadF(a[1], {n, p})))};
+                    })[0];
+                Value scale = b.fmul(b.loadF(a[scalesAt], {blk, i}),
+                                     b.loadF(a[scalesAt + 1], {blk, n}));
+                return {b.fadd(it[0], b.fmul(sum, scale))};
+              })[0];
+        } else {
+          acc = b.loop(
             start, end, {b.f32(0)},
             [&](Value r, ValueRange it) -> SmallVector<Value> {
               Value x;
@@ -377,6 +406,7 @@ LogicalResult scalar::emitGroupedWeightGrad(moe::GroupedWeightGradOp op,
               }
               return {b.fadd(it[0], b.fmul(x, b.loadF(a[1], {r, n})))};
             })[0];
+        }
         // Added after the sum, as the wgmma kernel's epilogue does.
         if (intoAt >= 0)
           acc = b.fadd(acc, b.loadF(a[intoAt], {first, second, last}));

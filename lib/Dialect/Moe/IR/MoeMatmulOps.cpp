@@ -341,46 +341,125 @@ LogicalResult GroupedMatmulOp::verify() {
   return failure(failed(outCols) || failed(verifyOutput(m, *outCols)));
 }
 
+namespace {
+
+/// The FP8 weight gradient's operands (scales(...)): lhs [K, P] and
+/// grad_out [N, P] of FP8, transposed by moe.quantize {transpose}, with
+/// scales [B, K] and [B, N] of its 128-row blocks, P = 128 * B. Fills
+/// the reduction's K (rows of lhs) and N (rows of grad_out).
+LogicalResult verifyWeightGradScales(GroupedWeightGradOp op, int64_t &k,
+                                     int64_t &n) {
+  Operation *raw = op.getOperation();
+  if (bool(op.getLhsScales()) != bool(op.getGradScales()))
+    return op.emitOpError() << "operands 'lhs_scales' and 'grad_scales' must "
+                               "be given together";
+  const char *reason = "is not taken with FP8 scales (quantize the permuted "
+                       "rows instead)";
+  if (failed(rejectOperand(raw, op.getGatherSlots(), "gather_slots", reason)))
+    return failure();
+  if (op.getExpertsInColumns())
+    return op.emitOpError() << "attribute 'experts_in_columns' is not "
+                               "supported with FP8 scales";
+  const char *fp8 = "f8E4M3FN or f8E5M2 values (FP8 with scales)";
+  auto lhsType = expectTensor(raw, "operand 'lhs'", op.getLhs(), 2, isFP8, fp8);
+  auto gradType =
+      expectTensor(raw, "operand 'grad_out'", op.getGradOut(), 2, isFP8, fp8);
+  auto lhsScales = expectTensor(raw, "operand 'lhs_scales'", op.getLhsScales(),
+                                2, isF32, kF32);
+  auto gradScales = expectTensor(raw, "operand 'grad_scales'",
+                                 op.getGradScales(), 2, isF32, kF32);
+  if (failed(lhsType) || failed(gradType) || failed(lhsScales) ||
+      failed(gradScales))
+    return failure();
+  int64_t padded = lhsType->getDimSize(1);
+  if (!ShapedType::isDynamic(padded) && padded % kFp8ScaleBlock != 0)
+    return op.emitOpError()
+           << "dimension 1 of operand 'lhs' (transposed FP8 rows) must be a "
+              "multiple of "
+           << kFp8ScaleBlock << " (moe.quantize {transpose} pads each expert "
+                                "to its 128-row blocks), got "
+           << padded;
+  int64_t blocks =
+      ShapedType::isDynamic(padded) ? padded : padded / kFp8ScaleBlock;
+  k = lhsType->getDimSize(0);
+  n = gradType->getDimSize(0);
+  return failure(
+      failed(expectDim(raw, "operand 'grad_out' (transposed)", *gradType, 1,
+                       padded, "the padded rows of 'lhs'")) ||
+      failed(expectDim(raw, "operand 'lhs_scales'", *lhsScales, 0, blocks,
+                       "the 128-row blocks of 'lhs' (its columns / 128)")) ||
+      failed(expectDim(raw, "operand 'lhs_scales'", *lhsScales, 1, k,
+                       "K, the rows of 'lhs'")) ||
+      failed(expectDim(raw, "operand 'grad_scales'", *gradScales, 0, blocks,
+                       "the 128-row blocks of 'lhs' (its columns / 128)")) ||
+      failed(expectDim(raw, "operand 'grad_scales'", *gradScales, 1, n,
+                       "N, the rows of 'grad_out'")));
+}
+
+} // namespace
+
 LogicalResult GroupedWeightGradOp::verify() {
   Operation *op = getOperation();
-  auto lhsType =
-      expectTensor(op, "operand 'lhs'", getLhs(), 2, isWideFloat, kWideFloat);
-  if (failed(lhsType))
-    return failure();
   auto experts = expectOffsets(op, getOffsets());
   if (failed(experts))
-    return failure();
-  FailureOr<int64_t> rows = verifyGather(op, *lhsType, getGatherSlots(),
-                                         getK(), Value(), "'gather'");
-  if (failed(rows))
     return failure();
   if (getTransposeRhs() && getExpertsInColumns())
     return emitOpError() << "attributes 'experts_in_columns' and "
                             "'transpose_rhs' cannot be combined (the result "
                             "is [K, E, N] or [E, N, K])";
-  auto gradType = expectTensor(op, "operand 'grad_out'", getGradOut(), 2,
-                               isWideFloat, kWideFloat);
+  // K and N of the result: the columns of lhs and grad_out, or with FP8
+  // scales their rows (both transposed).
+  int64_t k, n;
+  if (getLhsScales() || getGradScales()) {
+    if (failed(verifyWeightGradScales(*this, k, n)) ||
+        failed(verifyGather(op, cast<RankedTensorType>(getLhs().getType()),
+                            Value(), getK(), Value(), "'gather'")))
+      return failure();
+  } else {
+    if (auto lhs = dyn_cast<RankedTensorType>(getLhs().getType());
+        lhs && isFP8(lhs.getElementType()))
+      return emitOpError() << "FP8 'lhs' and 'grad_out' require block scales "
+                              "and the transposed layout of moe.quantize "
+                              "{transpose}: scales(%lhs_scales, %grad_scales "
+                              ": ...)";
+    auto lhsType = expectTensor(op, "operand 'lhs'", getLhs(), 2, isWideFloat,
+                                kWideFloat);
+    if (failed(lhsType))
+      return failure();
+    FailureOr<int64_t> rows = verifyGather(op, *lhsType, getGatherSlots(),
+                                           getK(), Value(), "'gather'");
+    if (failed(rows))
+      return failure();
+    auto gradType = expectTensor(op, "operand 'grad_out'", getGradOut(), 2,
+                                 isWideFloat, kWideFloat);
+    if (failed(gradType) ||
+        failed(expectSameElementType(op, "operand 'grad_out'", *gradType,
+                                     "operand 'lhs'", *lhsType)) ||
+        failed(expectDim(op, "operand 'grad_out'", *gradType, 0, *rows,
+                         "the number of grouped rows")))
+      return failure();
+    k = lhsType->getDimSize(1);
+    n = gradType->getDimSize(1);
+  }
   auto outType =
       expectTensor(op, "result 'out'", getOut(), 3, isWideFloat, kWideFloat);
   // [E, K, N]; [K, E, N] with experts_in_columns; [E, N, K] with
   // transpose_rhs (the gradient of transposed weights).
   bool inColumns = getExpertsInColumns(), transposed = getTransposeRhs();
+  bool scaled = bool(getLhsScales());
   const char *outName = inColumns    ? "result 'out' (experts_in_columns)"
                         : transposed ? "result 'out' (transpose_rhs)"
                                      : "result 'out'";
-  if (failed(gradType) || failed(outType) ||
-      failed(expectSameElementType(op, "operand 'grad_out'", *gradType,
-                                   "operand 'lhs'", *lhsType)) ||
-      failed(expectDim(op, "operand 'grad_out'", *gradType, 0, *rows,
-                       "the number of grouped rows")) ||
+  if (failed(outType) ||
       failed(expectDim(op, outName, *outType, inColumns ? 1 : 0, *experts,
                        "the number of experts")) ||
       failed(expectDim(op, outName, *outType,
-                       inColumns ? 0 : (transposed ? 2 : 1),
-                       lhsType->getDimSize(1), "K, the columns of 'lhs'")) ||
-      failed(expectDim(op, outName, *outType, transposed ? 1 : 2,
-                       gradType->getDimSize(1),
-                       "N, the columns of 'grad_out'")))
+                       inColumns ? 0 : (transposed ? 2 : 1), k,
+                       scaled ? "K, the rows of 'lhs'"
+                              : "K, the columns of 'lhs'")) ||
+      failed(expectDim(op, outName, *outType, transposed ? 1 : 2, n,
+                       scaled ? "N, the rows of 'grad_out'"
+                              : "N, the columns of 'grad_out'")))
     return failure();
   // The gradient accumulated into: the result's type exactly (its layout).
   if (Value accumulate = getAccumulate();

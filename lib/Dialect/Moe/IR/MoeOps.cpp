@@ -571,10 +571,28 @@ LogicalResult QuantizeOp::verify() {
   if (failed(inputType) || failed(dataType) ||
       failed(expectPositive(op, "group_size", getGroupSize())))
     return failure();
-  for (unsigned dim = 0; dim < 2; ++dim)
-    if (failed(expectDim(op, "result 'data'", *dataType, dim,
-                         inputType->getDimSize(dim), "operand 'input'")))
+  if (getTranspose()) {
+    // [K, group_size * B]: each expert's rows as columns, padded to blocks.
+    if (getAxis() != QuantAxis::colwise)
+      return emitOpError() << "attribute 'transpose' is only used with axis "
+                              "= colwise (the FP8 weight gradient's layout)";
+    auto numExperts = expectOffsets(op, getOffsets());
+    if (failed(numExperts) ||
+        failed(expectDim(op, "result 'data' (transpose)", *dataType, 0,
+                         inputType->getDimSize(1),
+                         "the columns of operand 'input'")) ||
+        failed(expectDim(
+            op, "result 'data' (transpose)", *dataType, 1,
+            transposedQuantColumns(inputType->getDimSize(0), *numExperts,
+                                   getGroupSize()),
+            "group_size * the scale rows (each expert padded to its blocks)")))
       return failure();
+  } else {
+    for (unsigned dim = 0; dim < 2; ++dim)
+      if (failed(expectDim(op, "result 'data'", *dataType, dim,
+                           inputType->getDimSize(dim), "operand 'input'")))
+        return failure();
+  }
   return verifyFP8Scales(op, getAxis(), getGroupSize(), *inputType,
                          "result 'scales'", getScales(), getOffsets());
 }

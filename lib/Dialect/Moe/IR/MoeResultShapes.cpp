@@ -205,11 +205,13 @@ GroupedWeightGradOp::reifyResultShapes(OpBuilder &builder,
   // [E, K, N] ([K, E, N] with experts_in_columns, [E, N, K] with
   // transpose_rhs): K from the lhs, N from the grouped gradient.
   SizeBuilder s(builder, *this, shapes);
+  // With FP8 scales both operands are transposed: K and N are their rows.
   int64_t kDim = getExpertsInColumns() ? 0 : getTransposeRhs() ? 2 : 1;
   int64_t nDim = getTransposeRhs() ? 1 : 2;
+  int64_t sizeDim = getLhsScales() ? 0 : 1;
   s.fill(getOut(), [&](int64_t d) -> OpFoldResult {
-    return d == kDim   ? s.dim(getLhs(), 1)
-           : d == nDim ? s.dim(getGradOut(), 1)
+    return d == kDim   ? s.dim(getLhs(), sizeDim)
+           : d == nDim ? s.dim(getGradOut(), sizeDim)
                        : OpFoldResult();
   });
   return success();
@@ -275,7 +277,8 @@ QuantizeOp::reifyResultShapes(OpBuilder &builder,
                               ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);
   int64_t g = getGroupSize();
-  s.fill(getData(), [&](int64_t d) { return s.dim(getInput(), d); });
+  if (!getTranspose())
+    s.fill(getData(), [&](int64_t d) { return s.dim(getInput(), d); });
   if (getAxis() == QuantAxis::rowwise) {
     s.fill(getScales(), [&](int64_t d) {
       return d == 0 ? s.dim(getInput(), 0)
@@ -287,12 +290,18 @@ QuantizeOp::reifyResultShapes(OpBuilder &builder,
   // blocks (colwiseScaleRows).
   int64_t experts = cast<ShapedType>(getOffsets().getType()).getDimSize(0);
   OpFoldResult m = s.dim(getInput(), 0);
-  s.fill(getScales(), [&](int64_t d) -> OpFoldResult {
-    if (d != 0)
-      return s.dim(getInput(), 1);
+  auto blocks = [&] {
     return s.floorDiv(
         s.add(m, s.mul(s.min(s.constant(experts), m), s.constant(g - 1))),
         s.constant(g));
+  };
+  // Transposed: [K, g * blocks].
+  if (getTranspose())
+    s.fill(getData(), [&](int64_t d) -> OpFoldResult {
+      return d == 0 ? s.dim(getInput(), 1) : s.mul(blocks(), s.constant(g));
+    });
+  s.fill(getScales(), [&](int64_t d) -> OpFoldResult {
+    return d != 0 ? s.dim(getInput(), 1) : blocks();
   });
   return success();
 }

@@ -280,6 +280,7 @@ LogicalResult GradientBuilder::rule(GroupedMatmulOp op) {
     Value dW = create<GroupedWeightGradOp>(
         loc, rhsType, swap ? dY : P(lhs), swap ? P(lhs) : dY, offsets,
         slots ? P(slots) : Value(), /*accumulate=*/Value(),
+        /*lhs_scales=*/Value(), /*grad_scales=*/Value(),
         transposed && slots ? builder.getUnitAttr() : UnitAttr(),
         /*experts_in_columns=*/UnitAttr(), op.getKAttr());
     accumulate(rhs, dW);

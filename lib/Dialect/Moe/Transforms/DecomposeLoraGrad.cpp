@@ -139,6 +139,7 @@ void decompose(LoraGradOp op) {
       builder, loc,
       RankedTensorType::get({n, experts, rank}, gradBType.getElementType()), dy,
       u, offsets, /*gather_slots=*/Value(), /*accumulate=*/Value(),
+      /*lhs_scales=*/Value(), /*grad_scales=*/Value(),
       /*transpose_rhs=*/UnitAttr(), /*experts_in_columns=*/builder.getUnitAttr(),
       IntegerAttr());
   Value gradB = joinLast(builder, loc, db3, {{0}, {1, 2}});
@@ -150,6 +151,7 @@ void decompose(LoraGradOp op) {
       builder, loc,
       RankedTensorType::get({experts, rank, k}, gradAType.getElementType()),
       slots ? x : du, slots ? du : x, offsets, slots, /*accumulate=*/Value(),
+      /*lhs_scales=*/Value(), /*grad_scales=*/Value(),
       slots ? transposeRhs : UnitAttr(), /*experts_in_columns=*/UnitAttr(),
       slotsPerToken);
   Value gradA = joinLast(builder, loc, da3, {{0, 1}, {2}});

@@ -633,11 +633,30 @@ def Moe_GroupedWeightGradOp : Moe_Op<"grouped_weight_grad",
       into an f32 main gradient without a separate add). An expert with no
       rows then gets `%g`.
 
-    `lhs` and `grad_out` share one element type, bf16, f16 or f32 (FP8
-    operands with block scales will take a `scales(...)` group after
-    `gather`, checked as the forward's are); accumulation is f32; the
-    result is bf16, f16 or f32. With `gather`, `slots` must hold all `T*k`
-    slots of the `T` rows of `lhs`.
+    `lhs` and `grad_out` share one element type, bf16, f16 or f32;
+    accumulation is f32; the result is bf16, f16 or f32. With `gather`,
+    `slots` must hold all `T*k` slots of the `T` rows of `lhs`.
+
+    **FP8** (`scales(%xs, %gs : ...)`): Hopper's FP8 wgmma reads both
+    operands K-major only, and here the reduction runs over each expert's
+    rows, so both operands come transposed, as `moe.quantize ... {axis =
+    colwise, transpose}` with `group_size = 128` and these `offsets`
+    writes them: `lhs` is `[K, P]` and `grad_out` `[N, P]` (f8E4M3FN or
+    f8E5M2, each its own), expert `e`'s rows as columns from `128 *
+    b_e` on, where `b_e` is the number of 128-row blocks of the experts
+    before it (each expert's rows start at a block boundary, zero-padded
+    to the next: the quantize's fused pad, so no permute `align` is
+    needed); `xs` `[B, K]` and `gs` `[B, N]` (f32) hold one scale per
+    128-row block and column, block `b_e + j` covering the expert's rows
+    `128 j ..< 128 (j + 1)`, and `P = 128 * B`. Then
+
+    `out[e] = sum over rows i of e of (lhs[:, p_i] * xs[b_i, :])ᵀ · (grad_out[:, p_i] * gs[b_i, :])`
+
+    with each 128-row block's products accumulated, multiplied by its two
+    scales and added in f32. `gather` and `experts_in_columns` are not
+    taken with scales (quantize the permuted rows); `accumulate` and
+    `transpose_rhs` are. The kernel trusts that `P` and `B` hold the blocks
+    of `offsets` (they do when the quantize got the same `offsets`).
 
     Example (the weight gradient of the example of `moe.grouped_matmul`,
     before its SwiGLU):
@@ -646,6 +665,23 @@ def Moe_GroupedWeightGradOp : Moe_Op<"grouped_weight_grad",
     %dw = moe.grouped_weight_grad %x, %dh, %offsets
         gather(%slots : tensor<?xi32>) {k = 8 : i64, transpose_rhs}
         : tensor<?x2048xbf16>, tensor<?x1536xbf16>, tensor<128xi32>
+        -> tensor<128x1536x2048xbf16>
+    ```
+
+    The same in FP8, from the permuted rows `%rows` (`[M, 2048]`) and the
+    gradient `%dh` (`[M, 1536]`):
+
+    ```mlir
+    %xq, %xs = moe.quantize %rows offsets(%offsets : tensor<128xi32>)
+        group_size = 128 {axis = #moe.axis<colwise>, transpose}
+        : tensor<?x2048xbf16> -> tensor<2048x?xf8E4M3FN>, tensor<?x2048xf32>
+    %dq, %ds = moe.quantize %dh offsets(%offsets : tensor<128xi32>)
+        group_size = 128 {axis = #moe.axis<colwise>, transpose}
+        : tensor<?x1536xbf16> -> tensor<1536x?xf8E5M2>, tensor<?x1536xf32>
+    %dw = moe.grouped_weight_grad %xq, %dq, %offsets
+        scales(%xs, %ds : tensor<?x2048xf32>, tensor<?x1536xf32>)
+        {transpose_rhs}
+        : tensor<2048x?xf8E4M3FN>, tensor<1536x?xf8E5M2>, tensor<128xi32>
         -> tensor<128x1536x2048xbf16>
     ```
 
@@ -658,6 +694,8 @@ def Moe_GroupedWeightGradOp : Moe_Op<"grouped_weight_grad",
     AnyTensor:$offsets,
     Optional<AnyTensor>:$gather_slots,
     Optional<AnyTensor>:$accumulate,
+    Optional<AnyTensor>:$lhs_scales,
+    Optional<AnyTensor>:$grad_scales,
     UnitAttr:$transpose_rhs,
     UnitAttr:$experts_in_columns,
     OptionalAttr<I64Attr>:$k
@@ -667,6 +705,8 @@ def Moe_GroupedWeightGradOp : Moe_Op<"grouped_weight_grad",
     $lhs `,` $grad_out `,` $offsets
     (`gather` `(` $gather_slots^ `:` type($gather_slots) `)`)?
     (`accumulate` `(` $accumulate^ `:` type($accumulate) `)`)?
+    (`scales` `(` $lhs_scales^ `,` $grad_scales `:` type($lhs_scales) `,`
+                  type($grad_scales) `)`)?
     attr-dict `:` type($lhs) `,` type($grad_out) `,` type($offsets) `->`
     type($out)
   }];
@@ -811,6 +851,14 @@ def Moe_QuantizeOp : Moe_Op<"quantize", [Pure]> {
       `scales` is `[(M + min(E, M) * (group_size - 1)) / group_size, K]`, an upper
       bound on the block count; unused trailing rows are 1. Rows at or past
       `offsets[E-1]` belong to no group and quantize to 0.
+    * `axis = colwise` with `transpose`: the same groups and `scales`, and
+      `data` is written transposed and padded, `[K, group_size * B]` with
+      `B` the scale rows above: row `i` of expert `e` (the `j`-th of its
+      group) goes to column `group_size * b_e + j`, `b_e` being the blocks
+      of the experts before `e`, so each expert starts at a block boundary
+      and the columns up to the next expert's are 0. This is the layout the
+      FP8 `moe.grouped_weight_grad` reads (its reduction, each expert's
+      rows, contiguous: Hopper's FP8 wgmma takes K-major operands only).
 
     Example:
 
@@ -824,7 +872,8 @@ def Moe_QuantizeOp : Moe_Op<"quantize", [Pure]> {
     Optional<AnyTensor>:$offsets,
     I64Attr:$group_size,
     DefaultValuedAttr<Moe_QuantAxisAttr, "::moec::moe::QuantAxis::rowwise">:$axis,
-    UnitAttr:$pow2_scale
+    UnitAttr:$pow2_scale,
+    UnitAttr:$transpose
   );
   let results = (outs AnyTensor:$data, AnyTensor:$scales);
   let assemblyFormat = [{
