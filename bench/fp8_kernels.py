@@ -332,8 +332,8 @@ def main():
                 K, N = mode_shape(m, mode)
                 R = T * m["k"] + 16 * m["E"]
                 need = 2 * m["E"] * N * K * 3 + R * (K + N) * 12
-                if mode == "weight_grad":  # three outputs [E, N, K]
-                    need += m["E"] * N * K * 2 * 4
+                if mode == "weight_grad":  # three [E, N, K], float temps
+                    need = m["E"] * N * K * 2 * 3 + R * (K + N) * 16
                 if not fits(need, f"{key} {mode} T={T}"):
                     continue
                 if mode == "weight_grad":

@@ -56,3 +56,17 @@ func.func @gathered(%x: tensor<?x64xbf16>, %slots: tensor<?xi32>,
       : tensor<?x256xbf16>, tensor<8x64x256xbf16>, tensor<8xi32> -> tensor<?x64xbf16>
   return %y, %d, %e, %f : tensor<?x512xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>
 }
+
+// The FP8 weight gradient's key names its K and N (the rows of its
+// transposed operands) and its scales; its measured bucket is an FP8 tile.
+// CHECK-LABEL: func @fp8_weight_grad
+// CHECK: moe.grouped_weight_grad {{.*}}buckets = [#moe.wgmma_bucket<max_rows = 4096, plan = <block_m = 128, block_n = 64, block_k = 128, stages = 3, band_m = 8, producers = 128
+func.func @fp8_weight_grad(%x: tensor<256x?xf8E4M3FN>, %dy: tensor<128x?xf8E5M2>,
+                           %o: tensor<8xi32>, %sx: tensor<?x256xf32>,
+                           %sd: tensor<?x128xf32>) -> tensor<8x128x256xbf16> {
+  %g = moe.grouped_weight_grad %x, %dy, %o
+      scales(%sx, %sd : tensor<?x256xf32>, tensor<?x128xf32>) {transpose_rhs}
+      : tensor<256x?xf8E4M3FN>, tensor<128x?xf8E5M2>, tensor<8xi32>
+      -> tensor<8x128x256xbf16>
+  return %g : tensor<8x128x256xbf16>
+}

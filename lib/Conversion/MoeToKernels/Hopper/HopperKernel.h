@@ -81,7 +81,14 @@
 // up rows with SwiGLU) and adds them to the f32 accumulators, so the
 // reduced-precision FP8 accumulation never spans more than 128 of K. The
 // scales are read from global memory (they are small and stay in L2),
-// issued before the slice's stage is waited for.
+// issued before the slice's stage is waited for. The FP8 weight gradient
+// (LhsLayout::PaddedRowsT) reduces over each expert's rows, which FP8
+// wgmma needs K-major: moe.quantize {transpose} writes both operands as
+// [K, P] / [N, P] with every expert padded to whole 128-row blocks, so the
+// forward's TMA boxes and K-major stages load them unchanged (no cp.async,
+// no partial slice), the tile schedule's scan of the experts' blocks gives
+// each expert's first column, and a partial sum (row, column) is promoted
+// with its row's and its column's scale of the block.
 //
 // Epilogue in registers: bias, SwiGLU (the block's B rows are BN/2 gate
 // columns then the matching BN/2 up columns, so a thread holds both halves),
@@ -200,7 +207,9 @@ struct KernelEnv {
 ///
 /// The weight gradient's tile: rowStart / rowCount are its output rows
 /// within the expert (K columns of the lhs), reduceStart / reduceRows the
-/// expert's rows it sums over (null in the other kernels).
+/// expert's rows it sums over (null in the other kernels); in the FP8
+/// weight gradient reduceStart is the expert's first column of the padded
+/// operands (128 times its first block).
 struct TileState {
   mlir::Value group, rowStart, rowCount, colStart;
   mlir::Value reduceStart, reduceRows;

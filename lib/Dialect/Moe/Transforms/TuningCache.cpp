@@ -33,12 +33,16 @@ std::string weightGradKey(GroupedWeightGradOp wgrad) {
   auto out = cast<ShapedType>(wgrad.getOut().getType());
   int64_t experts =
       cast<ShapedType>(wgrad.getOffsets().getType()).getDimSize(0);
+  // FP8 with scales: both operands transposed, K and N their rows.
+  unsigned sizeDim = wgrad.getLhsScales() ? 0 : 1;
   std::string key;
   llvm::raw_string_ostream os(key);
   os << "grouped_matmul weight_grad " << lhs.getElementType() << "x"
      << grad.getElementType() << "->" << out.getElementType()
-     << " E=" << dimText(experts) << " K=" << dimText(lhs.getDimSize(1))
-     << " N=" << dimText(grad.getDimSize(1));
+     << " E=" << dimText(experts) << " K=" << dimText(lhs.getDimSize(sizeDim))
+     << " N=" << dimText(grad.getDimSize(sizeDim));
+  if (wgrad.getLhsScales())
+    os << " scales";
   if (wgrad.getExpertsInColumns())
     os << " out=KEN";
   else if (wgrad.getTransposeRhs())
