@@ -2868,7 +2868,7 @@ func.func @fp8_w_bf16(%x: tensor<64x256xbf16>, %dy: tensor<32x256xf8E4M3FN>, %o:
 
 // grouped_weight_grad with scales: padded rows a multiple of 128
 func.func @fp8_w_p(%x: tensor<64x200xf8E4M3FN>, %dy: tensor<32x200xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x32xf32>) {
-  // expected-error @+1 {{dimension 1 of operand 'lhs' (transposed FP8 rows) must be a multiple of 128 (moe.quantize {transpose} pads each expert to its 128-row blocks), got 200}}
+  // expected-error @+1 {{dimension 1 of operands 'lhs' and 'grad_out' (transposed FP8 rows) must be a multiple of 128 (moe.quantize {transpose} pads each expert to its 128-row blocks), got 200}}
   %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<2x32xf32>) : tensor<64x200xf8E4M3FN>, tensor<32x200xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
   return
 }
@@ -2924,5 +2924,32 @@ func.func @fp8_w_sdtype(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x256xf8E4M3FN
 func.func @fp8_w_outk(%x: tensor<64x256xf8E4M3FN>, %dy: tensor<32x256xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<2x32xf32>) {
   // expected-error @+1 {{dimension 2 of result 'out' (transpose_rhs) is 32 but must equal K, the rows of 'lhs' (64)}}
   %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<2x32xf32>) {transpose_rhs} : tensor<64x256xf8E4M3FN>, tensor<32x256xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// quantize transpose: colwise needs its offsets
+func.func @fp8_q_t_no_offsets(%x: tensor<256x64xbf16>) {
+  // expected-error @+1 {{axis = colwise requires operand 'offsets' (the expert groups)}}
+  %q, %s = moe.quantize %x group_size = 128 {axis = #moe.axis<colwise>, transpose} : tensor<256x64xbf16> -> tensor<64x256xf8E4M3FN>, tensor<2x64xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales: the padded rows are whole blocks (checked on grad_out where lhs's are dynamic)
+func.func @fp8_w_p_dynamic(%x: tensor<64x?xf8E4M3FN>, %dy: tensor<32x200xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<?x64xf32>, %sd: tensor<?x32xf32>) {
+  // expected-error @+1 {{dimension 1 of operands 'lhs' and 'grad_out' (transposed FP8 rows) must be a multiple of 128 (moe.quantize {transpose} pads each expert to its 128-row blocks), got 200}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<?x64xf32>, tensor<?x32xf32>) : tensor<64x?xf8E4M3FN>, tensor<32x200xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
+  return
+}
+
+// -----
+
+// grouped_weight_grad with scales: both scales have the same blocks (dynamic padded rows)
+func.func @fp8_w_blocks_dynamic(%x: tensor<64x?xf8E4M3FN>, %dy: tensor<32x?xf8E4M3FN>, %o: tensor<4xi32>, %sx: tensor<2x64xf32>, %sd: tensor<3x32xf32>) {
+  // expected-error @+1 {{dimension 0 of operand 'grad_scales' is 3 but must equal the 128-row blocks of 'lhs' (its columns / 128) (2)}}
+  %dw = moe.grouped_weight_grad %x, %dy, %o scales(%sx, %sd : tensor<2x64xf32>, tensor<3x32xf32>) : tensor<64x?xf8E4M3FN>, tensor<32x?xf8E4M3FN>, tensor<4xi32> -> tensor<4x64x32xf32>
   return
 }

@@ -183,13 +183,15 @@ struct HopperPlan {
   int64_t sliceK() const { return kRowBytes / elemBytes; }
   /// K of one wgmma instruction: 16, or 32 for FP8 (32 bytes either way).
   int64_t mmaK() const { return 32 / elemBytes; }
-  /// FP8 block scales (the forward and the input gradient): lhs scales
+  /// FP8 block scales. The forward and the input gradient: lhs scales
   /// [rows, ceil(K/128)] (1x128), rhs scales [E, ceil(N/128), ceil(K/128)]
   /// (128x128 of [E, N, K] weights). Each 128-deep slice is accumulated by
   /// wgmma into a fresh partial accumulator, then multiplied by its lhs
   /// row's and its weight block's scales and added to the f32
   /// accumulators (two-level accumulation: FP8 wgmma accumulates with
   /// reduced precision, the promotion keeps the error at bf16's level).
+  /// The weight gradient: one scale per 128-row block and row of A or
+  /// column of B ([B, K], [B, N]; fp8WeightGrad).
   bool blockScales = false;
   /// The weight-scale segments of a block's B rows: each lies inside one
   /// 128-row block of the weights (planFor checks), so a thread needs one

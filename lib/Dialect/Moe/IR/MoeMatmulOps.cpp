@@ -372,20 +372,23 @@ LogicalResult verifyWeightGradScales(GroupedWeightGradOp op, int64_t &k,
       failed(gradScales))
     return failure();
   int64_t padded = lhsType->getDimSize(1);
+  if (ShapedType::isDynamic(padded))
+    padded = gradType->getDimSize(1);
   if (!ShapedType::isDynamic(padded) && padded % kFp8ScaleBlock != 0)
     return op.emitOpError()
-           << "dimension 1 of operand 'lhs' (transposed FP8 rows) must be a "
-              "multiple of "
+           << "dimension 1 of operands 'lhs' and 'grad_out' (transposed FP8 "
+              "rows) must be a multiple of "
            << kFp8ScaleBlock << " (moe.quantize {transpose} pads each expert "
                                 "to its 128-row blocks), got "
            << padded;
   int64_t blocks =
-      ShapedType::isDynamic(padded) ? padded : padded / kFp8ScaleBlock;
+      ShapedType::isDynamic(padded) ? lhsScales->getDimSize(0)
+                                    : padded / kFp8ScaleBlock;
   k = lhsType->getDimSize(0);
   n = gradType->getDimSize(0);
   return failure(
       failed(expectDim(raw, "operand 'grad_out' (transposed)", *gradType, 1,
-                       padded, "the padded rows of 'lhs'")) ||
+                       lhsType->getDimSize(1), "the padded rows of 'lhs'")) ||
       failed(expectDim(raw, "operand 'lhs_scales'", *lhsScales, 0, blocks,
                        "the 128-row blocks of 'lhs' (its columns / 128)")) ||
       failed(expectDim(raw, "operand 'lhs_scales'", *lhsScales, 1, k,

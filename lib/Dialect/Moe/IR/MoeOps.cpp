@@ -576,6 +576,9 @@ LogicalResult QuantizeOp::verify() {
     if (getAxis() != QuantAxis::colwise)
       return emitOpError() << "attribute 'transpose' is only used with axis "
                               "= colwise (the FP8 weight gradient's layout)";
+    if (!getOffsets())
+      return emitOpError() << "axis = colwise requires operand 'offsets' "
+                              "(the expert groups)";
     auto numExperts = expectOffsets(op, getOffsets());
     if (failed(numExperts) ||
         failed(expectDim(op, "result 'data' (transpose)", *dataType, 0,

@@ -655,8 +655,10 @@ def Moe_GroupedWeightGradOp : Moe_Op<"grouped_weight_grad",
     with each 128-row block's products accumulated, multiplied by its two
     scales and added in f32. `gather` and `experts_in_columns` are not
     taken with scales (quantize the permuted rows); `accumulate` and
-    `transpose_rhs` are. The kernel trusts that `P` and `B` hold the blocks
-    of `offsets` (they do when the quantize got the same `offsets`).
+    `transpose_rhs` are. The kernels trust that `P` and `B` hold the
+    blocks of `offsets` and that the padding columns are 0 (both hold when
+    the quantize got the same `offsets`): the wgmma kernel sums whole
+    blocks.
 
     Example (the weight gradient of the example of `moe.grouped_matmul`,
     before its SwiGLU):
@@ -686,7 +688,7 @@ def Moe_GroupedWeightGradOp : Moe_Op<"grouped_weight_grad",
     ```
 
     Limits (verified): `1 <= k <= 64` when given; `offsets` of static length
-    `1 <= E <= 65536`.
+    `1 <= E <= 65536`; with scales, `P` a multiple of 128.
   }];
   let arguments = (ins
     AnyTensor:$lhs,
