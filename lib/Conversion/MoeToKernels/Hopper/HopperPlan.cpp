@@ -203,6 +203,20 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
   return plan;
 }
 
+/// The warp-specialized weight gradient with a 16-bit output stores by
+/// bulk copies where the staging tile fits beside 3 stages or more, and
+/// beside as many as the tile asks for when it sets them.
+static void preferBulkStores(HopperPlan &plan, moe::TileAttr tile,
+                             Type outElem) {
+  if (outElem.getIntOrFloatBitWidth() != 16)
+    return;
+  HopperPlan bulk = plan;
+  bulk.bulkStores = true;
+  if (fitStages(bulk) &&
+      (!tile || !tile.getStages() || bulk.stages == plan.stages))
+    plan = bulk;
+}
+
 /// The weight gradient out [E, K, N] = X_eᵀ · dY_e: block barriers at
 /// n = 256 (128 for narrower outputs) unless the tile says otherwise (with
 /// rows in order and a 16-bit output of 256 columns or more:
@@ -237,15 +251,8 @@ rowReductionPlan(ShapedType lhsType, Type rhsElem, Type outElem, int64_t width,
   if (!plan)
     return plan;
   plan->layout = {LhsLayout::GroupRowsT, RhsLayout::GroupRowsN};
-  // Bulk stores where the staging tile fits beside 3 stages or more, and
-  // beside as many as the tile asks for when it sets them.
-  if (plan->warpSpecialized && outElem.getIntOrFloatBitWidth() == 16) {
-    HopperPlan bulk = *plan;
-    bulk.bulkStores = true;
-    if (fitStages(bulk) &&
-        (!tile || !tile.getStages() || bulk.stages == plan->stages))
-      *plan = bulk;
-  }
+  if (plan->warpSpecialized)
+    preferBulkStores(*plan, tile, outElem);
   return plan;
 }
 
@@ -301,13 +308,7 @@ static std::optional<HopperPlan> fp8WeightGradPlan(moe::GroupedWeightGradOp op,
   plan->k = rows;
   plan->layout = {LhsLayout::PaddedRowsT, RhsLayout::PaddedRowsT};
   plan->layout.swappedOperands = swapped;
-  if (outType.getElementType().getIntOrFloatBitWidth() == 16) {
-    HopperPlan bulk = *plan;
-    bulk.bulkStores = true;
-    if (fitStages(bulk) &&
-        (!tile || !tile.getStages() || bulk.stages == plan->stages))
-      *plan = bulk;
-  }
+  preferBulkStores(*plan, tile, outType.getElementType());
   return plan;
 }
 
