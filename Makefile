@@ -6,7 +6,9 @@
 # For the edit-test loop: make check   build, then the lit + GoogleTest
 #               suites and the Python suite against the build tree (no
 #               package install, no sanitizers, no fuzzing)
-# As a Python package: pip install . (docs/python.md, "Installing").
+# As a Python package: pip install . (docs/python.md, "Installing"); make
+#               wheel writes the self-contained wheel to dist/ (make wheel
+#               PYTHON=python3.12: for another Python, in its own tree).
 # Other targets: build, configure, docs (regenerate docs/dialects/moe.md),
 # runtime-only (the MLIR-free build the GPU machine uses), sanitize (the
 # clang ASan + UBSan build with the fuzzers), fuzz (each fuzzer for
@@ -18,7 +20,7 @@ MLIR_DIR ?= /usr/lib/llvm-22/lib/cmake/mlir
 CMAKE_FLAGS ?=
 
 .PHONY: all deps configure build demo test check docs runtime-only sanitize \
-	fuzz clean
+	fuzz clean wheel
 
 all: build
 
@@ -42,6 +44,18 @@ test: build runtime-only sanitize
 
 check: build
 	@scripts/run-tests.sh check $(BUILD_DIR)
+
+# The wheel of the build tree (nothing compiles again), or of a tree of its
+# own for another Python (PYTHON=python3.12: configured by pip for it).
+PYTHON ?=
+ifeq ($(PYTHON),)
+wheel: build
+	scripts/make-wheel.sh $(BUILD_DIR) dist
+else
+wheel: deps
+	MOEC_WHEEL_PYTHON=$(PYTHON) scripts/make-wheel.sh \
+	  $(BUILD_DIR)-wheel-$(notdir $(PYTHON)) dist
+endif
 
 docs: configure
 	cmake --build $(BUILD_DIR) --target moec-doc

@@ -107,14 +107,17 @@ run_units() {
 # runtime or build (test_package.py checks an installed package, not the
 # build tree's); $3: 1 where torch and transformers must be there (their
 # tests then fail instead of skipping without them); $4: 1 where
-# matplotlib must be (the bench plot scripts' tests).
+# matplotlib must be (the bench plot scripts' tests); $5: a command that
+# runs pytest (without_llvm).
 run_pytest() {
   local python=$1 kind=$2 torch=${3:-0} plots=${4:-0} installed=$2
+  local wrapper=${5:-}
   [[ $kind == build ]] && installed=
   MOEC_TEST_INSTALLED="$installed" MOEC_TEST_EXPECT_CUDA=$cuda \
     MOEC_TEST_EXPECT_TORCH=$torch MOEC_TEST_EXPECT_MATPLOTLIB=$plots \
     MOEC_TEST_BUNDLE="$bundle" \
-    "$python" -m pytest -q -p no:cacheprovider python/tests 2>&1 | tee "$log"
+    $wrapper "$python" -m pytest -q -p no:cacheprovider python/tests 2>&1 |
+    tee "$log"
   local rc=${PIPESTATUS[0]}
   local line n
   line=$(grep -E '^[0-9]+ (passed|failed|skipped)|^=+ .*(passed|failed|error)' "$log" | tail -1)
@@ -153,31 +156,32 @@ if [[ $mode == test ]]; then
   stage "GoogleTest units ($runtime_build, runtime only)"
   run_units "$runtime_build/unittests/MoecUnitTests"
 
-  # A wheel built from an existing build tree by `pip wheel .`:
-  # scikit-build-core configures the tree make built, keeping make's
-  # settings (tests on; no Python hints, site-packages or FindPython
-  # backport, so the cache keeps the interpreter make found and gets no
-  # temporary paths), so nothing compiles again. The backend runs from a
-  # venv kept in the tree: scikit-build-core clears a build tree's CMake
-  # cache when its own location changes (a fresh venv each time would
-  # rebuild all). $1: the tree; the rest: environment for the build. Sets
-  # $wheel to the wheel's path.
+  # The wheel of build tree $1 (scripts/make-wheel.sh: `pip wheel .` in
+  # the tree make built, so nothing compiles again, then auditwheel repair;
+  # it fails where the wheel is over 60 MB); the rest: environment for the
+  # build. Sets $wheel to the wheel's path.
   build_wheel() {
-    local tree=$1 build_venv=$1/pip-build-venv
-    local wheels=$work/wheels-$(basename "$1")
+    local tree=$1
     shift
-    { [[ -x $build_venv/bin/python ]] || quiet python3 -m venv "$build_venv"; } &&
-      quiet "$build_venv/bin/python" -m pip install -q \
-        --disable-pip-version-check -r python/requirements-build.txt &&
-      quiet env "$@" "$build_venv/bin/python" -m pip wheel -q \
-        --disable-pip-version-check --no-build-isolation --no-deps \
-        -w "$wheels" \
-        --config-settings=build-dir="$tree" \
-        --config-settings=cmake.define.MOEC_BUILD_TESTS=ON \
-        --config-settings=cmake.python-hints=false \
-        --config-settings=search.site-packages=false \
-        --config-settings=backport.find-python=0 . &&
-      wheel=$(ls "$wheels"/moec-*.whl) && echo "wheel: $wheel"
+    quiet scripts/make-wheel.sh "$tree" "$work/wheels-$(basename "$tree")" \
+      "$@" && wheel=$(sed -n 's/^wheel: \(.*\.whl\) .*/\1/p' "$log") &&
+      echo "wheel: $(sed -n 's/^wheel: //p' "$log")"
+  }
+
+  # "$@" with /usr/lib/llvm-22 hidden (an empty directory mounted over it in
+  # a private mount namespace), as on a machine without LLVM; where that
+  # cannot be done (not root, no unshare), "$@" as it is, with a note.
+  without_llvm() {
+    if [[ -d /usr/lib/llvm-22 ]] && unshare -m true 2>/dev/null; then
+      local empty=$work/empty
+      mkdir -p "$empty"
+      unshare -m sh -c 'mount --bind "$0" /usr/lib/llvm-22 && exec "$@"' \
+        "$empty" "$@"
+    else
+      echo "run-tests: note: /usr/lib/llvm-22 not hidden (needs root and" \
+        "unshare); the suite runs with LLVM installed"
+      "$@"
+    fi
   }
 
   # A fresh venv $1 with the pinned test requirements and the wheel $2.
@@ -232,9 +236,10 @@ if [[ $mode == test ]]; then
   [[ -f $bundle ]] || quiet "$build/bin/moec" compile \
     test/Integration/ops.mlir -o "$bundle" --target sm_90a,host
   if [[ -n $full_ok ]]; then
-    stage "Python suite (installed package: full)"
+    # The wheel is self-contained: its suite runs where no LLVM is.
+    stage "Python suite (installed package: full; no LLVM installed)"
     run_pytest "$work/full/bin/python" full "${full_torch:-0}" \
-      "${full_plots:-0}"
+      "${full_plots:-0}" without_llvm
   fi
 
   # The runtime-only package as a GPU machine installs it

@@ -73,6 +73,9 @@ std::string findPtxas() {
   auto executable = [](const std::string &path) {
     return !path.empty() && llvm::sys::fs::can_execute(path);
   };
+  if (const char *explicitPath = std::getenv("MOEC_PTXAS"))
+    if (executable(explicitPath))
+      return explicitPath;
   if (const char *home = std::getenv("CUDA_HOME"))
     if (executable(std::string(home) + "/bin/ptxas"))
       return std::string(home) + "/bin/ptxas";
@@ -80,6 +83,26 @@ std::string findPtxas() {
     return *onPath;
   if (executable("/usr/local/cuda/bin/ptxas"))
     return "/usr/local/cuda/bin/ptxas";
+  return "";
+}
+
+std::string findLld() {
+  std::vector<std::string> paths;
+  if (const char *explicitPath = std::getenv("MOEC_LLD"))
+    paths.push_back(explicitPath);
+  if (const char *rocm = std::getenv("ROCM_PATH"))
+    paths.push_back(std::string(rocm) + "/llvm/bin/ld.lld");
+  // ROCm's or LLVM 22's before PATH: an older ld.lld on PATH (Debian 12
+  // ships 14) does not know code object v5.
+  paths.push_back("/opt/rocm/llvm/bin/ld.lld");
+  paths.push_back("/usr/lib/llvm-22/bin/ld.lld");
+  for (const std::string &path : paths)
+    if (llvm::sys::fs::can_execute(path))
+      return path;
+  for (const char *name : {"ld.lld-22", "ld.lld"})
+    if (auto found = llvm::sys::findProgramByName(name))
+      if (llvm::sys::fs::can_execute(*found))
+        return *found;
   return "";
 }
 
@@ -201,10 +224,12 @@ LogicalResult serializeNVVM(ModuleOp kernels, rt::Entry &entry,
     return success();
   }
   if (ptxas.empty()) {
-    result.notes.push_back("ptxas not found (looked in $CUDA_HOME/bin, PATH, "
-                           "/usr/local/cuda/bin): " + entry.name +
-                           " ships PTX for " + chip +
-                           ", which the CUDA driver compiles at load time");
+    result.notes.push_back(
+        "ptxas not found (looked at $MOEC_PTXAS, in $CUDA_HOME/bin, PATH, "
+        "/usr/local/cuda/bin and pip's nvidia-cuda-nvcc): " + entry.name +
+        " ships PTX for " + chip +
+        ", which the CUDA driver compiles at load time; install the CUDA "
+        "toolkit or `pip install nvidia-cuda-nvcc` for cubins");
     entry.binaryKind = rt::BinaryKind::Ptx;
     entry.binary.assign(ptx.begin(), ptx.end());
     return success();
@@ -280,23 +305,12 @@ LogicalResult serializeROCDL(ModuleOp kernels, rt::Entry &entry,
     return failure();
 
   // An HSACO is the object linked as a shared library.
-  // LLVM 22's lld first: an older ld.lld on PATH (Debian 12 ships 14) does
-  // not know code object v5.
-  std::string lld;
-  for (const char *candidate :
-       {"/usr/lib/llvm-22/bin/ld.lld", "ld.lld-22", "ld.lld"}) {
-    if (llvm::sys::fs::can_execute(candidate)) {
-      lld = candidate;
-      break;
-    }
-    if (auto found = llvm::sys::findProgramByName(candidate)) {
-      lld = *found;
-      break;
-    }
-  }
+  std::string lld = findLld();
   if (lld.empty())
-    return kernels.emitError("ld.lld not found: it links the AMDGPU object "
-                             "into an HSACO (Debian package lld-22)");
+    return kernels.emitError(
+        "ld.lld not found (looked at $MOEC_LLD, in $ROCM_PATH/llvm/bin, "
+        "/opt/rocm/llvm/bin, /usr/lib/llvm-22/bin and PATH): it links the "
+        "AMDGPU object into an HSACO; install ROCm or Debian's lld-22");
   SmallString<128> objPath, hsacoPath;
   llvm::sys::fs::createTemporaryFile("moec", "o", objPath);
   llvm::sys::fs::createTemporaryFile("moec", "hsaco", hsacoPath);
@@ -314,7 +328,8 @@ LogicalResult serializeROCDL(ModuleOp kernels, rt::Entry &entry,
   llvm::sys::fs::remove(hsacoPath);
   if (!ok)
     return kernels.emitError("ld.lld failed on ")
-           << entry.name << ": " << message;
+           << entry.name << " (" << lld << "; one older than LLVM 17 does "
+           << "not know code object v5: set MOEC_LLD): " << message;
   entry.binaryKind = rt::BinaryKind::Hsaco;
   return success();
 }
@@ -412,11 +427,21 @@ FailureOr<OwningOpRef<ModuleOp>> lowerToKernels(ModuleOp module,
   return kernels;
 }
 
+/// The LLVM backends moec emits for: NVPTX, AMDGPU and the host's. Named
+/// one by one, not InitializeAllTargets: where LLVM is linked statically (the
+/// wheel's _compiler) that would pull in all 23 backends.
 void initializeLLVMTargets() {
   static bool done = [] {
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+    LLVMInitializeAMDGPUTargetInfo();
+    LLVMInitializeAMDGPUTarget();
+    LLVMInitializeAMDGPUTargetMC();
+    LLVMInitializeAMDGPUAsmPrinter();
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
     return true;
   }();
   (void)done;

@@ -1,15 +1,18 @@
 //===- compiler.cc - moec._compiler: moe IR to bundles, from Python -------===//
 //
-// Part of moec. Links MLIR: parses and verifies moe-dialect modules the
-// Python tracer writes, prints them at each pipeline stage, compiles them to
-// bundle bytes, and runs host entries through the JIT (HostProgram). Every
-// MLIR diagnostic is collected and raised as CompileError with its source
-// location; the generic-form dump of the failing op that MLIR attaches to
-// each ("see current operation: ...") only with MOEC_DEBUG=1.
+// Part of moec. Carries MLIR and LLVM, linked statically (the wheel needs
+// no system LLVM), and the moec command line (cli_main). Parses and verifies
+// moe-dialect modules the Python tracer writes, prints them at each pipeline
+// stage, compiles them to bundle bytes, and runs host entries through the
+// JIT (HostProgram). Every MLIR diagnostic is collected and raised as
+// CompileError with its source location; the generic-form dump of the
+// failing op that MLIR attaches to each ("see current operation: ...") only
+// with MOEC_DEBUG=1.
 //
 //===----------------------------------------------------------------------===//
 
 #include "PyStatus.h"
+#include "moec/Cli/Cli.h"
 
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 #include "moec/Runtime/Executor.h"
@@ -156,6 +159,9 @@ PYBIND11_MODULE(_compiler, m) {
 
   m.def("version", [] { return std::string(MOEC_PRODUCER); });
   m.def("stages", [] { return moec::loweringStages(); });
+  m.def("find_ptxas", &moec::findPtxas,
+        "The ptxas the sm_* targets assemble with, or '' (then they ship "
+        "PTX): $MOEC_PTXAS, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin.");
   m.def(
       "verify",
       [](const std::string &text) {
@@ -238,6 +244,20 @@ PYBIND11_MODULE(_compiler, m) {
       "Compiles every function for every target: (bundle bytes, notes, "
       "[(entry and target, assembly)]). `sm_count` > 0: the SMs the GPU "
       "targets' persistent kernels fill.");
+
+  m.def(
+      "cli_main",
+      [](std::vector<std::string> argv) {
+        std::vector<char *> pointers;
+        for (std::string &arg : argv)
+          pointers.push_back(arg.data());
+        pointers.push_back(nullptr);
+        py::gil_scoped_release release;
+        return moec::cliMain(static_cast<int>(argv.size()), pointers.data());
+      },
+      py::arg("argv"),
+      "Runs the moec command line (argv[0] is the program's name) and "
+      "returns its exit code; the package's `moec` command.");
 
   py::class_<HostModule>(m, "HostModule")
       .def(py::init<const std::string &, const py::dict &>(), py::arg("text"),

@@ -4,12 +4,16 @@
 // projections have one key and are tuned once. Outputs 128 wide take
 // n = 128 only: 7 stages (the deepest that fits with 4 experts) and 6,
 // bands of 4, 8, 16; the kernel's own choice (6 stages, bands of 8) first.
-// RUN: moec tune %s -o %t.moecb | FileCheck %s --check-prefix=OUT
+// RUN: moec tune %s -o %t.moecb 2> %t.progress | FileCheck %s --check-prefix=OUT
+// RUN: FileCheck %s --check-prefix=PROGRESS < %t.progress
 // RUN: FileCheck %s --check-prefix=MANIFEST < %t.moecb.json
 // RUN: moec inspect %t.moecb | FileCheck %s --check-prefix=BUNDLE
 // RUN: not moec tune %s -o %t.host.moecb --target host 2>&1 | FileCheck %s --check-prefix=HOST
 // RUN: not moec tune %s -o %t.two.moecb --target sm_90a,host 2>&1 | FileCheck %s --check-prefix=TWO
 
+// PROGRESS: moec: [{{ *}}{{[0-9.]+}} s] building the tuning candidates for sm_90a
+// PROGRESS-NEXT: moec: [{{ *}}{{[0-9.]+}} s] compiling 2 ops' candidates for sm_90a
+// PROGRESS-NEXT: moec: [{{ *}}{{[0-9.]+}} s] compiled 12 candidate kernels
 // OUT: tuning 2 ops with 12 candidate kernels for sm_90a: wrote {{.*}}.moecb and {{.*}}.moecb.json
 // HOST: error: nothing to tune for host
 // TWO: moec: error: 'tune' takes one target, got 'sm_90a,host'

@@ -107,9 +107,15 @@ void registerTargetTranslations(mlir::DialectRegistry &registry);
 /// extension, the moe dialect and the target translations, all loaded.
 void loadCompilerDialects(mlir::MLIRContext &context);
 
-/// Where ptxas is, or empty: $CUDA_HOME/bin, then PATH, then
-/// /usr/local/cuda/bin.
+/// Where ptxas is, or empty: $MOEC_PTXAS, $CUDA_HOME/bin, PATH, then
+/// /usr/local/cuda/bin. The Python package sets MOEC_PTXAS to pip's
+/// nvidia-cuda-nvcc where none of the others has one (moec/compiler/_ptxas.py).
 std::string findPtxas();
+
+/// Where the ld.lld that links gfx942's HSACO is, or empty: $MOEC_LLD,
+/// $ROCM_PATH/llvm/bin, /opt/rocm/llvm/bin, /usr/lib/llvm-22/bin, then
+/// ld.lld-22 and ld.lld on PATH.
+std::string findLld();
 
 } // namespace moec
 

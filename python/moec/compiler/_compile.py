@@ -19,6 +19,7 @@ from .._version import __version__
 from ..language._ir import kernel_name, signature_specs, trace
 from ..runtime import Bundle, MoecError, _native
 from ..runtime._args import is_positive_int
+from . import _ptxas
 from . import cache as _cache
 from ._log import SLOW_COMPILE_S, logger
 from .cache import cache_dir
@@ -82,9 +83,9 @@ def compiler_fingerprint() -> str:
     whole compiler is linked into it): a rebuilt compiler gives new cache
     keys, while the same build under another path or with another mtime (a
     reinstall, another venv) keeps them. Read without importing the module,
-    so a cache hit never loads MLIR (hashing its 2 MB takes a few ms, once
-    per process). Not covered: the system's libMLIR / libLLVM, which the
-    module links dynamically; after upgrading them, moec.cache.clear()."""
+    so a cache hit never loads MLIR (hashing its 130 MB, MLIR and LLVM
+    linked in, takes about 0.1 s, once per process). Not covered: ptxas,
+    which assembles the cubins; after upgrading it, `moec cache clear`."""
     import importlib.util
     spec = importlib.util.find_spec("moec._compiler")
     if spec is None or not spec.origin:
@@ -222,8 +223,13 @@ def compile(source, target: Union[str, Sequence[str], None] = None,
 
     def compile_now():
         logger.debug("compiling %s for %s", what, ", ".join(targets))
-        return _native.compiler().compile(text, targets, tile_options,
-                                          keep_assembly, sm_count or 0)
+        compiler = _native.compiler()
+        _ptxas.use_pip_ptxas(compiler)
+        result = compiler.compile(text, targets, tile_options,
+                                  keep_assembly, sm_count or 0)
+        for note in result[1]:  # ptxas missing, or spilling registers
+            logger.warning("compiling %s: %s", what, note)
+        return result
     key = None
     if cache:
         cap = _cache.max_bytes()  # a malformed setting fails before a compile
