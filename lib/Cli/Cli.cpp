@@ -7,17 +7,18 @@
 //                [--tuning-cache CACHE.json] [--sm-count N] [--print-plan]
 //   moec tune in.mlir -o tune.moecb [--target sm_90a]
 //   moec inspect out.moecb [--params] [--source]
-//   moec run in.mlir [--entry NAME] [--sym T=64 ...] [--routing uniform|
-//                one-expert|half-experts] [--seed N] [--iters N]
+//   moec run in.mlir|out.moecb [--entry NAME] [--sym T=64 ...] [--routing
+//                uniform|one-expert|half-experts] [--seed N] [--iters N]
 //   moec cache list|size|clear|path   (the Python package's: moec/_cli.py)
 //
 // `tune` writes the autotuner's candidate kernels (a bundle) and their
 // manifest (tune.moecb.json) for `python3 -m moec.compiler.tune` on the GPU
-// machine, whose tuning cache `compile --tuning-cache` then reads (Target/Tuning.h).
-// `run` compiles for the host, executes the kernels in-process through
-// MLIR's ExecutionEngine on random inputs, checks every op against the
-// float64 reference and prints timing. On the GPU machine, `moec-runner`
-// (runtime only) does the same with a bundle and the CUDA driver.
+// machine, whose tuning cache `compile --tuning-cache` then reads
+// (Target/Tuning.h). `run` compiles for the host (or loads a bundle's host
+// object with ORC's LLJIT), executes the kernels in-process on random
+// inputs, checks every op against the float64 reference and prints timing.
+// On the GPU machine, `moec-runner` (runtime only) does the same with a
+// bundle and the CUDA driver.
 // `--entry` makes `compile` and `run` lower only the named functions (and
 // those they call).
 //
@@ -55,6 +56,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -99,10 +101,11 @@ const std::vector<Command> &commands() {
        {{"--params", "each launch's kernel parameters"},
         {"--source", "each entry's MLIR after fusion"}}},
       {"run",
-       "moec run IN.mlir [--entry NAME] [--sym T=64 ...] [--routing "
-       "uniform|one-expert|half-experts] [--seed N] [--iters N]",
-       "Compiles one function for the host, runs it on random inputs, "
-       "checks every op against the float64 reference and prints timing.",
+       "moec run IN.mlir|BUNDLE.moecb [--entry NAME] [--sym T=64 ...] "
+       "[--routing uniform|one-expert|half-experts] [--seed N] [--iters N]",
+       "Compiles one function for the host (or loads a bundle's host "
+       "entry), runs it on random inputs, checks every op against the "
+       "float64 reference and prints timing.",
        {{"--entry", "the function to run (needed when there are several)"},
         {"--sym", "NAME=COUNT for a dynamic size, e.g. T=64"},
         {"-T", "short for --sym T=COUNT"},
@@ -536,25 +539,76 @@ int inspect(const Args &args) {
 // run (host backend)
 //===----------------------------------------------------------------------===//
 
+/// Whether `path` starts with a bundle's magic (moec run takes both).
+bool isBundleFile(const std::string &path) {
+  char magic[8] = {};
+  std::FILE *file = std::fopen(path.c_str(), "rb");
+  if (!file)
+    return false;
+  size_t read = std::fread(magic, 1, sizeof(magic), file);
+  std::fclose(file);
+  return read == sizeof(magic) && std::memcmp(magic, "MOECBNDL", 8) == 0;
+}
+
+/// `run` on a bundle: its host entries' object, loaded (HostProgram::load).
+std::unique_ptr<moec::HostProgram> loadBundleForHost(const std::string &path) {
+  moec::rt::Bundle bundle;
+  if (moec::rt::Status status = moec::rt::readBundleFile(path, bundle);
+      !status) {
+    fail(status.toString());
+    return nullptr;
+  }
+  std::vector<moec::rt::Entry> hostEntries;
+  std::vector<std::string> targets;
+  for (moec::rt::Entry &entry : bundle.entries) {
+    if (entry.target == "host")
+      hostEntries.push_back(std::move(entry));
+    else if (!llvm::is_contained(targets, entry.target))
+      targets.push_back(entry.target);
+  }
+  if (hostEntries.empty()) {
+    fail(path + " has no host entries (its targets: " +
+         llvm::join(targets, ", ") +
+         "): `moec run` executes host entries; run GPU entries with "
+         "moec-runner on the GPU, or compile with --target host");
+    return nullptr;
+  }
+  progress("loading the host object of " + path);
+  std::string error;
+  std::unique_ptr<moec::HostProgram> program =
+      moec::HostProgram::load(std::move(hostEntries), error);
+  if (!program)
+    fail(error);
+  return program;
+}
+
 int run(const Args &args) {
   if (args.positional.size() != 1)
     return usage();
-  MLIRContext context;
-  moec::loadCompilerDialects(context);
-  OwningOpRef<ModuleOp> module = parseInput(context, args.positional[0]);
-  if (!module)
-    return 1;
   if (args.entry.find(',') != std::string::npos)
     return fail("'run' checks one function: give one name to '--entry'");
-  if (failed(keepEntries(*module, args)))
-    return 1;
-  std::string what = args.entry.empty() ? args.positional[0]
-                                         : "@" + args.entry;
-  progress("compiling " + what + " for the host");
-  auto program = moec::HostProgram::create(*module);
-  if (failed(program))
-    return fail("lowering for the host failed");
-  const std::vector<moec::rt::Entry> &entries = (*program)->entries();
+  const std::string &input = args.positional[0];
+  std::unique_ptr<moec::HostProgram> program;
+  if (isBundleFile(input)) {
+    program = loadBundleForHost(input);
+    if (!program)
+      return 1;
+  } else {
+    MLIRContext context;
+    moec::loadCompilerDialects(context);
+    OwningOpRef<ModuleOp> module = parseInput(context, input);
+    if (!module)
+      return 1;
+    if (failed(keepEntries(*module, args)))
+      return 1;
+    std::string what = args.entry.empty() ? input : "@" + args.entry;
+    progress("compiling " + what + " for the host");
+    auto created = moec::HostProgram::create(*module);
+    if (failed(created))
+      return fail("lowering for the host failed");
+    program = std::move(*created);
+  }
+  const std::vector<moec::rt::Entry> &entries = program->entries();
   const moec::rt::Entry *entry = nullptr;
   for (const moec::rt::Entry &e : entries)
     if (args.entry.empty() ? entries.size() == 1 : e.name == args.entry)
@@ -582,6 +636,7 @@ int run(const Args &args) {
       return fail("give the size '" + s.name + "' with --sym " + s.name +
                   "=N");
 
+  progress("making random inputs");
   moec::check::InputOptions inputOptions;
   inputOptions.seed = args.seed;
   if (!moec::check::parseRouting(args.routing, inputOptions.routing))
@@ -597,8 +652,8 @@ int run(const Args &args) {
   for (moec::check::HostArray &b : buffers)
     arrays.push_back({b.bytes.data(), b.elem, b.shape});
 
-  moec::HostProgram &launcher = **program;
-  progress("compiled; running @" + entry->name + ", " +
+  moec::HostProgram &launcher = *program;
+  progress("running @" + entry->name + ", " +
            llvm::Twine(args.iters) + " timed runs");
   std::vector<double> ms;
   for (int i = 0; i < args.iters; ++i) {

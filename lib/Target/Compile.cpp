@@ -7,6 +7,8 @@
 
 #include "moec/Target/Target.h"
 
+#include "moec/Target/HostJit.h"
+
 #include "EntryBuilder.h"
 
 #include "moec/Conversion/TargetInfo.h"
@@ -340,6 +342,8 @@ LogicalResult serializeHost(ModuleOp hostModule, std::vector<uint8_t> &object) {
       translateModuleToLLVMIR(hostModule, llvmContext, "moec_host");
   if (!llvmModule)
     return hostModule.emitError("LLVM IR translation failed (host)");
+  // The packed entry points `moec run BUNDLE` launches (HostProgram::load).
+  addPackedWrappers(*llvmModule);
   return emitMachineCode(*llvmModule, llvm::sys::getDefaultTargetTriple(),
                          llvm::sys::getHostCPUName(), "",
                          llvm::CodeGenFileType::ObjectFile, object,

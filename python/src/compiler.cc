@@ -125,6 +125,27 @@ public:
       session_->fail("lowering for the host failed");
   }
 
+  /// The host entries of a saved bundle, from their object (no MLIR).
+  static HostModule fromBundle(const py::bytes &bytes) {
+    std::string_view data = bytes;
+    moec::rt::Bundle bundle;
+    moec::throwIfError(moec::rt::readBundle(
+        reinterpret_cast<const uint8_t *>(data.data()), data.size(), bundle));
+    std::vector<moec::rt::Entry> hostEntries;
+    for (moec::rt::Entry &entry : bundle.entries)
+      if (entry.target == "host")
+        hostEntries.push_back(std::move(entry));
+    std::string error;
+    std::unique_ptr<moec::HostProgram> program;
+    {
+      py::gil_scoped_release release;
+      program = moec::HostProgram::load(std::move(hostEntries), error);
+    }
+    if (!program)
+      throw CompileError(error);
+    return HostModule(std::move(program));
+  }
+
   std::vector<std::string> entries() const {
     std::vector<std::string> names;
     for (const moec::rt::Entry &entry : program_->entries())
@@ -145,7 +166,10 @@ public:
   }
 
 private:
-  std::unique_ptr<Session> session_;
+  explicit HostModule(std::unique_ptr<moec::HostProgram> program)
+      : program_(std::move(program)) {}
+
+  std::unique_ptr<Session> session_; ///< null for a bundle's object
   std::unique_ptr<moec::HostProgram> program_;
 };
 
@@ -262,6 +286,8 @@ PYBIND11_MODULE(_compiler, m) {
   py::class_<HostModule>(m, "HostModule")
       .def(py::init<const std::string &, const py::dict &>(), py::arg("text"),
            py::arg("tile") = py::dict())
+      .def_static("from_bundle", &HostModule::fromBundle, py::arg("data"),
+                  "The host entries of bundle bytes, from their object.")
       .def_property_readonly("entries", &HostModule::entries)
       .def("run", &HostModule::run, py::arg("name"), py::arg("inputs"),
            py::arg("outputs"),

@@ -3,7 +3,9 @@
 // Part of moec. Lowers a module for the host (see Target.h), JIT-compiles it
 // with MLIR's ExecutionEngine and launches its kernels as a
 // rt::KernelLauncher, so the runtime's executor runs host entries exactly as
-// it runs CUDA ones. Used by `moec run` and the Python compiler module.
+// it runs CUDA ones. Or loads the host object of a bundle's entry (ORC's
+// LLJIT) and launches its kernels the same way. Used by `moec run` and the
+// Python compiler module.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,11 +21,18 @@
 #include <string>
 #include <vector>
 
-namespace mlir {
-class ExecutionEngine;
-} // namespace mlir
+namespace llvm {
+class Module;
+} // namespace llvm
 
 namespace moec {
+
+/// Adds `void _mlir_<f>(void **args)` for every function `f` defined in
+/// `module`: it calls `f` with the values args[i] point to (and stores a
+/// result through args[n]). The packed form MLIR's ExecutionEngine
+/// launches; host objects carry it, so that HostProgram::load launches
+/// their kernels the same way.
+void addPackedWrappers(llvm::Module &module);
 
 class HostProgram : public rt::KernelLauncher {
 public:
@@ -31,9 +40,13 @@ public:
   /// JIT-compiles it. Failures are reported as diagnostics.
   static mlir::FailureOr<std::unique_ptr<HostProgram>>
   create(mlir::ModuleOp module, const TileOverride &tile = {});
+  /// Loads the host object of `entries` (a bundle's entries for the host,
+  /// which share one object); on failure says why in `error`.
+  static std::unique_ptr<HostProgram> load(std::vector<rt::Entry> entries,
+                                           std::string &error);
   ~HostProgram() override;
 
-  /// One entry per function, without binaries.
+  /// One entry per function (from create: without binaries).
   const std::vector<rt::Entry> &entries() const { return entries_; }
   /// nullptr when there is no function `name`.
   const rt::Entry *find(const std::string &name) const;

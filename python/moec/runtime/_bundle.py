@@ -428,15 +428,25 @@ class Bundle:
         return self._cuda
 
     def _host_module(self, entry: Entry):
-        if self._module_text is None:
-            raise MoecError(
-                f"{entry.name} [host] comes from a saved bundle: the runtime "
-                f"cannot load host objects yet, so host entries run only "
-                f"from moec.compile(..., target='host') in this process")
+        # The bundle's host object, loaded (a saved bundle or a cache hit
+        # compiles nothing again); the module JIT-compiled only where the
+        # bundle has no object. Both need the full package's _compiler
+        # (LLVM's JIT).
         if "module" not in self._hosts:
-            compiler = _native.compiler()
-            self._hosts["module"] = compiler.HostModule(self._module_text,
-                                                        self._tile)
+            try:
+                compiler = _native.compiler()
+            except ImportError as error:
+                raise MoecError(
+                    f"{entry.name} [host]: host entries run through the "
+                    f"full package's compiler module (LLVM's JIT), and this "
+                    f"is the runtime-only package: install the full wheel, "
+                    f"or run a GPU entry ({error})") from None
+            if entry.binary_kind == "host-object" or self._module_text is None:
+                self._hosts["module"] = compiler.HostModule.from_bundle(
+                    self.to_bytes())
+            else:
+                self._hosts["module"] = compiler.HostModule(
+                    self._module_text, self._tile)
         return self._hosts["module"]
 
 
