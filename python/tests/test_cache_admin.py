@@ -144,3 +144,36 @@ def test_the_logger_is_moecs():
     logger = logging.getLogger("moec")
     assert logger is _compile.logger
     assert logger.level == logging.INFO  # MOEC_LOG unset: the default
+
+
+def test_the_log_names_the_functions_of_mlir_text():
+    # moec.torch compiles MLIR text: the log line names its functions
+    # (`compiled moe_block_fwd, moe_block_grad for sm_90a in ...`).
+    text = moec.ir(make_kernel(8))
+    assert _compile._describe(text, {}) == "act"
+    two = text + "\n" + text.replace("@act", "@other")
+    assert _compile._describe(two.replace("module {", "", 1), {}) in (
+        "act, other", "other, act")
+    assert _compile._describe("module {}", {}) == "an MLIR module"
+
+
+def test_compile_notes_are_warnings(monkeypatch, capsys):
+    # A note of a fresh compile (ptxas missing, so PTX shipped; or ptxas
+    # spilling registers) is logged at WARNING, not left in Bundle.notes
+    # alone. The compiler module is the real one; its notes are made up.
+    from moec.runtime import _native
+    real = _native.compiler()
+    data, _, _ = real.compile(moec.ir(make_kernel(8)), ["host"])
+
+    class NotingCompiler:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def compile(self, *args):
+            return data, ["ptxas not found (...): install it"], []
+
+    monkeypatch.setattr(_native, "compiler", lambda: NotingCompiler())
+    bundle = moec.compile(make_kernel(8), "host", cache=False)
+    assert bundle.notes == ["ptxas not found (...): install it"]
+    assert "moec: compiling act: ptxas not found (...): install it" in \
+        capsys.readouterr().err

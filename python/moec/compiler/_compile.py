@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -279,7 +280,9 @@ def _describe(source, arg_names: dict) -> str:
             isinstance(source, str) and source.endswith(".mlir")
             and "\n" not in source):
         return os.fspath(source)
-    return "an MLIR module"
+    # MLIR text (moec.torch's blocks): its public functions' names.
+    names = re.findall(r"func\.func @([\w$.]+)\(", str(source))
+    return ", ".join(names) if names else "an MLIR module"
 
 
 def _log_compile(what: str, targets: list, start: float, how: str) -> None:
