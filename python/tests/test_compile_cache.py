@@ -1,6 +1,7 @@
 """The on-disk compile cache, and AOT bundles."""
 
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -73,15 +74,39 @@ def test_sm_count(private_cache):
             moec.compile(text, "sm_90a", sm_count=bad)
 
 
-def test_cache_key_is_the_compiler_module_content():
+def test_cache_key_is_the_compiler_module_content(tmp_path):
     # Not its path or mtime: an installed package keeps its keys across
     # reinstalls of the same build, and any rebuilt compiler changes them.
+    # The module's GNU build ID (the linker's hash of it) where it has one,
+    # as readelf reads it; else a SHA-256 of its bytes.
     import hashlib
     import importlib.util
+    import shutil
+    from moec.compiler import _compile
     origin = importlib.util.find_spec("moec._compiler").origin
-    with open(origin, "rb") as file:
-        digest = hashlib.sha256(file.read()).hexdigest()
-    assert moec.compiler_fingerprint() == f"moec {moec.__version__} {digest}"
+    build_id = _compile.elf_build_id(origin)
+    if build_id is None:
+        with open(origin, "rb") as file:
+            digest = hashlib.sha256(file.read()).hexdigest()
+        assert moec.compiler_fingerprint() == \
+            f"moec {moec.__version__} {digest}"
+        return
+    assert moec.compiler_fingerprint() == \
+        f"moec {moec.__version__} build-id {build_id}"
+    assert len(build_id) >= 32
+    if shutil.which("readelf"):
+        notes = subprocess.run(["readelf", "-n", origin], capture_output=True,
+                               text=True, check=True).stdout
+        assert f"Build ID: {build_id}" in notes
+    # Files without one: not ELF, and ELF without the note.
+    (tmp_path / "text").write_text("not an ELF file")
+    assert _compile.elf_build_id(str(tmp_path / "text")) is None
+    stripped = tmp_path / "no-id.so"
+    shutil.copy(origin, stripped)
+    if shutil.which("objcopy") and subprocess.run(
+            ["objcopy", "--remove-section", ".note.gnu.build-id",
+             str(stripped)], capture_output=True).returncode == 0:
+        assert _compile.elf_build_id(str(stripped)) is None
 
 
 def test_corrupt_cache_entry_is_recompiled(private_cache):

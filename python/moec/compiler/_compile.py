@@ -80,22 +80,63 @@ def _tile_dict(tile) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
-    """The package version and a SHA-256 of the compiler module's bytes (our
-    whole compiler is linked into it): a rebuilt compiler gives new cache
-    keys, while the same build under another path or with another mtime (a
-    reinstall, another venv) keeps them. Read without importing the module,
-    so a cache hit never loads MLIR (hashing its 130 MB, MLIR and LLVM
-    linked in, takes about 0.1 s, once per process). Not covered: ptxas,
-    which assembles the cubins; after upgrading it, `moec cache clear`."""
+    """The package version and the compiler module's GNU build ID (the
+    linker's SHA-1 of the module, our whole compiler with MLIR and LLVM
+    linked in), else a SHA-256 of its bytes: a rebuilt compiler gives new
+    cache keys, while the same build under another path or with another
+    mtime (a reinstall, another venv) keeps them. Read without importing
+    the module, so a cache hit never loads MLIR; the build ID is a read of a
+    few bytes, where hashing the 130 MB module took 0.1-0.3 s. Not covered:
+    ptxas, which assembles the cubins; after upgrading it, `moec cache
+    clear`."""
     import importlib.util
     spec = importlib.util.find_spec("moec._compiler")
     if spec is None or not spec.origin:
         _native.compiler()  # raises the explanatory ImportError
+    build_id = elf_build_id(spec.origin)
+    if build_id:
+        return f"moec {__version__} build-id {build_id}"
     digest = hashlib.sha256()
     with open(spec.origin, "rb") as file:
         for chunk in iter(lambda: file.read(1 << 20), b""):
             digest.update(chunk)
     return f"moec {__version__} {digest.hexdigest()}"
+
+
+def elf_build_id(path: str) -> Optional[str]:
+    """The hex of a 64-bit little-endian ELF file's NT_GNU_BUILD_ID note
+    (its .note.gnu.build-id section), or None where it has none."""
+    import struct
+    with open(path, "rb") as file:
+        header = file.read(64)
+        if header[:6] != b"\x7fELF\x02\x01":  # ELF, 64-bit, little-endian
+            return None
+        shoff, = struct.unpack_from("<Q", header, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", header, 0x3A)
+        file.seek(shoff)
+        table = file.read(shentsize * shnum)
+        if len(table) < shentsize * shnum or shstrndx >= shnum:
+            return None
+
+        def section(i):  # (name offset, type, file offset, size)
+            name, kind, _, _, offset, size = struct.unpack_from(
+                "<IIQQQQ", table, i * shentsize)
+            return name, kind, offset, size
+        _, _, names_at, names_size = section(shstrndx)
+        file.seek(names_at)
+        names = file.read(names_size)
+        for i in range(shnum):
+            name, kind, offset, size = section(i)
+            if kind != 7 or not names[name:].startswith(
+                    b".note.gnu.build-id\0"):  # 7: SHT_NOTE
+                continue
+            file.seek(offset)
+            note = file.read(size)
+            namesz, descsz, note_type = struct.unpack_from("<III", note)
+            desc_at = 12 + (namesz + 3) // 4 * 4
+            if note_type == 3 and note[12:12 + namesz] == b"GNU\0":
+                return note[desc_at:desc_at + descsz].hex()
+    return None
 
 
 def target_for(device=None) -> str:
