@@ -149,6 +149,15 @@ std::unique_ptr<HostProgram> HostProgram::load(std::vector<rt::Entry> entries,
     error = "no host object to load";
     return nullptr;
   }
+  // A compile writes one object for all of a bundle's host entries.
+  for (const rt::Entry &entry : entries)
+    if (entry.binaryKind != rt::BinaryKind::HostObject ||
+        entry.binary != entries.front().binary) {
+      error = "host entries " + entries.front().name + " and " + entry.name +
+              " do not share one host object (bundles of separate compiles "
+              "merged?): load them separately";
+      return nullptr;
+    }
   initializeNativeTarget();
   auto fail = [&](llvm::Error e) -> std::unique_ptr<HostProgram> {
     error = "cannot load the host object: " + llvm::toString(std::move(e));
