@@ -26,7 +26,7 @@ unset PYTHONPATH
 elapsed() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
 {
 echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(nproc) cores, $(. /etc/os-release; echo $PRETTY_NAME), $(ldd --version | head -1)"
-echo "llvm installed: $(ls -d /usr/lib/llvm-* 2>/dev/null | tr '\n' ' ')none besides"
+echo "LLVM on the machine: $(ls -d /usr/lib/llvm-* 2>/dev/null | tr '\n' ' ')($(ls /usr/lib/llvm-*/lib/libMLIR* 2>/dev/null | wc -l) libMLIR files)"
 echo "wheel: $(basename "$wheel") $(stat -c %s "$wheel") bytes"
 python3 -m venv /tmp/venv
 system=$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
@@ -36,6 +36,8 @@ start=$(date +%s.%N)
 /tmp/venv/bin/pip install -q --no-deps --no-index --disable-pip-version-check "$wheel"
 echo "pip install: $(elapsed "$start") s"
 /tmp/venv/bin/python -c "import moec; print('moec', moec.__version__, 'from', moec.__file__, '| target_for(cuda):', moec.target_for('cuda'), '| compiler:', moec.has_compiler())"
+module=$(/tmp/venv/bin/python -c 'import importlib.util as u; print(u.find_spec("moec._compiler").origin)')
+echo "moec._compiler links: $(ldd "$module" | awk '{print $1}' | tr '\n' ' ')"
 /tmp/venv/bin/moec --help | head -2
 echo "ptxas: $(command -v ptxas)"
 } 2>&1 | tee "$out/setup.log"
