@@ -27,6 +27,9 @@ shift 2
 python=${MOEC_WHEEL_PYTHON:-python3}
 max_mb=${MOEC_WHEEL_MAX_MB:-60}
 cd "$(dirname "$0")/.."
+# The build backend runs from a venv kept in the tree: scikit-build-core
+# clears a tree's CMake cache when its own location changes (a fresh venv
+# each time would rebuild everything).
 build_venv=$tree/pip-build-venv
 raw=$tree/wheel-raw
 

@@ -172,14 +172,15 @@ if [[ $mode == test ]]; then
   # a private mount namespace), as on a machine without LLVM; where that
   # cannot be done (not root, no unshare), "$@" as it is, with a note.
   without_llvm() {
-    if [[ -d /usr/lib/llvm-22 ]] && unshare -m true 2>/dev/null; then
-      local empty=$work/empty
-      mkdir -p "$empty"
+    local empty=$work/empty
+    mkdir -p "$empty"
+    if [[ -d /usr/lib/llvm-22 ]] && unshare -m sh -c \
+        'mount --bind "$0" /usr/lib/llvm-22' "$empty" 2>/dev/null; then
       unshare -m sh -c 'mount --bind "$0" /usr/lib/llvm-22 && exec "$@"' \
         "$empty" "$@"
     else
-      echo "run-tests: note: /usr/lib/llvm-22 not hidden (needs root and" \
-        "unshare); the suite runs with LLVM installed"
+      echo "run-tests: note: /usr/lib/llvm-22 not hidden (needs root, unshare" \
+        "and mount); the suite runs with LLVM installed"
       "$@"
     fi
   }
