@@ -6,6 +6,7 @@ through moec._compiler.cli_main."""
 from __future__ import annotations
 
 import sys
+import time
 from typing import Optional, Sequence
 
 from .compiler import _ptxas, cache
@@ -25,12 +26,13 @@ evicting the least recently used entries).
 """
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+def _human(n: float) -> str:
+    """Bytes as B, KiB, MiB or GiB."""
+    units = ("B", "KiB", "MiB", "GiB")
+    unit = 0
+    while n >= 1024 and unit < len(units) - 1:
+        n, unit = n / 1024, unit + 1
+    return f"{n} B" if unit == 0 else f"{n:.1f} {units[unit]}"
 
 
 def cache_command(args: Sequence[str]) -> int:
@@ -44,7 +46,6 @@ def cache_command(args: Sequence[str]) -> int:
               f"{' '.join(rest)!r}", file=sys.stderr)
         return 2
     if action == "list":
-        import time
         entries = cache.list()
         for e in entries:
             used = time.strftime("%Y-%m-%d %H:%M:%S",
