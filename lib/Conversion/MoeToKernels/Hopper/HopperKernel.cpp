@@ -130,6 +130,11 @@ Value KernelEnv::stagingTile() {
                                 plan.loraUpBytes()));
 }
 
+Value KernelEnv::scaleStage(Value slot) {
+  return b.add(b.add(stagingTile(), b.idx(plan.stagingBytes())),
+               b.mul(slot, b.idx(plan.scaleStageBytes())));
+}
+
 Value KernelEnv::sharedView(Value address, Type elem, int64_t count) {
   auto workgroup =
       gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);

@@ -195,6 +195,9 @@ struct KernelEnv {
   mlir::Value loraBarrier(bool empty);
   /// Bulk stores: shared address of the staging tile, after the stages.
   mlir::Value stagingTile();
+  /// The FP8 weight gradient: shared address of stage `slot`'s scales
+  /// (HopperPlan::scaleStageBytes), after the staging tile.
+  mlir::Value scaleStage(mlir::Value slot);
   /// A view of `count` elements of `elem` at shared address `address`.
   mlir::Value sharedView(mlir::Value address, mlir::Type elem, int64_t count);
 };
@@ -359,12 +362,16 @@ public:
 private:
   /// Whether the producer threads copy into every stage with cp.async (a
   /// gathered lhs, operands without tensor maps, LoRA's A_e rows, the
-  /// weight gradient's partial slices): then each arrives on the stage's
-  /// full barrier.
+  /// weight gradient's partial slices, the FP8 weight gradient's scales):
+  /// then each arrives on the stage's full barrier.
   bool cpAsyncArrivals() const {
-    return !env.args.lhsMap || env.plan.lora() ||
-           (env.plan.weightGrad() && !env.plan.fp8WeightGrad());
+    return !env.args.lhsMap || env.plan.lora() || env.plan.weightGrad();
   }
+  /// The FP8 weight gradient: this thread's scales of slice kt into stage
+  /// `slot`'s scales (KernelEnv::scaleStage), one 4-byte cp.async each:
+  /// A row i's and B column i's for producer thread i, zeros past the
+  /// tile's rows and the output's columns.
+  void loadSliceScales(const TileState &t, mlir::Value slot, mlir::Value kt);
   /// The weight gradient's slice kt with tensor maps: TMA while the slice
   /// is all the tile's rows, cp.async for a partial last one.
   void loadWeightGradSlice(const TileState &t, mlir::Value slot,
@@ -477,19 +484,19 @@ private:
   /// Where this thread's scales of tile `t` come from: the lhs scale row of
   /// each of its two fragment rows (and whether it has one: a row past the
   /// group or a padding slot gets scale 0), and the weight-scale block of
-  /// each of the plan's scale segments. The FP8 weight gradient: its two
-  /// rows and its column pairs' first columns (in range), and the expert's
-  /// first 128-row block.
+  /// each of the plan's scale segments. The FP8 weight gradient: the byte
+  /// offsets in a stage's scales of its two rows and its column pairs'
+  /// first columns.
   struct ScaleSources {
     llvm::SmallVector<mlir::Value, 2> rows, rowValid;
     llvm::SmallVector<mlir::Value, 2> blocks;
     llvm::SmallVector<mlir::Value> columns;
-    mlir::Value firstBlock;
   };
   ScaleSources scaleSources(const TileState &t);
   /// The scales of slice `kt`: for fragment row h and segment s, entry
   /// h * segments + s is the lhs row's scale times the weight block's. The
-  /// FP8 weight gradient: the two rows' scales, then the columns'.
+  /// FP8 weight gradient: the two rows' scales, then the columns', from the
+  /// scales of stage `kt` (a slot, once the stage is full).
   llvm::SmallVector<mlir::Value> sliceScales(const TileState &t,
                                              const ScaleSources &from,
                                              mlir::Value kt);

@@ -269,10 +269,18 @@ struct HopperPlan {
   int64_t stagingBytes() const {
     return bulkStores ? kBlockM * stagingStride() * 2 : 0;
   }
+  /// The FP8 weight gradient's scales of a stage's slice, after the
+  /// staging tile: the 128 rows' of A, then the blockN columns' of B (f32),
+  /// copied by the producer with the slice (ncu on the H200: with each MMA
+  /// thread loading them from global memory, a third of its stall cycles
+  /// waited for those loads).
+  int64_t scaleStageBytes() const {
+    return fp8WeightGrad() ? (kBlockM + blockN) * 4 : 0;
+  }
   int64_t sharedBytes() const {
     // + 1024 to round the stages up to the swizzle's 1024-byte alignment.
     return tableBytes() + barrierBytes() + 1024 + stages * stageBytes() +
-           loraUpBytes() + stagingBytes();
+           loraUpBytes() + stagingBytes() + stages * scaleStageBytes();
   }
   /// The weight gradient (moe.grouped_weight_grad): out [E, K, N], tiles over
   /// (expert, K tile, n-tile), each reducing over its expert's rows.

@@ -350,20 +350,15 @@ MmaLoop::ScaleSources MmaLoop::scaleSources(const TileState &t) {
   ScaleSources from;
   Value row0 = fragmentRow();
   if (env.plan.fp8WeightGrad()) {
-    // Rows of A (K, or N with swapped operands) and the thread's column
-    // pairs of B, clamped in range (a partial sum past them is 0: TMA
-    // zero-filled its operand rows); the expert's first block.
-    for (int64_t h = 0; h < 2; ++h) {
-      Value inTile = b.add(row0, b.idx(8 * h));
-      Value row = b.add(t.rowStart, inTile);
-      from.rows.push_back(b.select(b.ult(inTile, t.rowCount), row, b.idx(0)));
-    }
-    Value pair = b.add(t.colStart, b.mul(b.rem(lane, b.idx(4)), b.idx(2)));
-    for (int64_t j = 0; j < env.plan.blockN / 8; ++j) {
-      Value c = b.add(pair, b.idx(8 * j));
-      from.columns.push_back(b.select(b.ult(c, env.outWidth), c, b.idx(0)));
-    }
-    from.firstBlock = b.div(t.reduceStart, b.idx(kFp8ScaleBlock));
+    // Where the stage's scales hold the thread's two rows of A and its
+    // column pairs' first columns of B (rows and columns past the tile were
+    // zero-filled, as TMA zero-filled their operand rows).
+    for (int64_t h = 0; h < 2; ++h)
+      from.rows.push_back(b.mul(b.add(row0, b.idx(8 * h)), b.idx(4)));
+    Value pair = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
+    for (int64_t j = 0; j < env.plan.blockN / 8; ++j)
+      from.columns.push_back(
+          b.mul(b.add(pair, b.idx(kBlockM + 8 * j)), b.idx(4)));
     return from;
   }
   for (int64_t h = 0; h < 2; ++h) {
@@ -395,14 +390,16 @@ SmallVector<Value> MmaLoop::sliceScales(const TileState &t,
                                         const ScaleSources &from, Value kt) {
   KernelBuilder &b = env.b;
   if (env.plan.fp8WeightGrad()) {
-    // Block b_e + kt: the two rows' scales, then each column pair's (8
-    // bytes: N is a multiple of 8, the pairs start at even columns).
-    Value block = b.add(from.firstBlock, kt);
+    // Stage kt's scales (`kt` is its slot here): the two rows', then each
+    // column pair's (8 bytes).
+    Value stage = env.sharedView(env.scaleStage(kt), b.getF32Type(),
+                                 env.plan.scaleStageBytes() / 4);
+    auto at = [&](Value bytes) { return b.div(bytes, b.idx(4)); };
     SmallVector<Value> scales;
     for (Value row : from.rows)
-      scales.push_back(b.loadF(env.args.lhsScales, {block, row}));
+      scales.push_back(b.loadF(stage, {at(row)}));
     for (Value c : from.columns)
-      llvm::append_range(scales, b.loadVecF(env.args.rhsScales, {block, c}, 2));
+      llvm::append_range(scales, b.loadVecF(stage, {at(c)}, 2));
     return scales;
   }
   SmallVector<Value> weights;
@@ -478,12 +475,20 @@ static Value fenceOperands(KernelBuilder &b, Value values) {
       .getResult(0);
 }
 
-// The slice's scales are loaded (global, mostly L2) before its stage is
-// waited for, and used once its wgmmas are done; the stage is released
-// before the promotion, so the producer refills it meanwhile. While one
-// MMA warpgroup promotes, the other's wgmmas keep the tensor cores busy.
+// The forward's and input gradient's scales are loaded (global, mostly
+// L2) before the slice's stage is waited for. (Loading them two slices
+// ahead, carried through the loop, ran 0.98-1.04x on the H200: ncu's
+// long-scoreboard stalls stayed as they were, so those are the waits for
+// the stages, not for the scales.) The weight gradient's 34 scales per
+// thread come with the stage, read once it is full: loaded from global
+// memory by every MMA thread in the slice that used them, a third of the
+// MMA warps' stall cycles waited for them, and taking them from the stage
+// ran 1.05-1.20x at the long reductions. The stage is released before the
+// promotion, so the producer refills it meanwhile; with the weight
+// gradient's scales in it, once the promotion has read them.
 Value MmaLoop::scaledLoop(const TileState &t, Value slices, Value count) {
   KernelBuilder &b = env.b;
+  const bool scalesInStage = env.plan.fp8WeightGrad();
   ScaleSources from = scaleSources(t);
   Value scratch = LLVM::UndefOp::create(b, accType);
   auto kLoop = accumulatorLoop(count, /*withU=*/false);
@@ -491,15 +496,25 @@ Value MmaLoop::scaledLoop(const TileState &t, Value slices, Value count) {
   b.setInsertionPointToStart(kLoop.getBody());
   Value kt = kLoop.getInductionVar();
   Value n = b.add(slices, kt);
-  SmallVector<Value> scales = sliceScales(t, from, kt);
+  SmallVector<Value> scales;
+  if (!scalesInStage)
+    scales = sliceScales(t, from, kt);
   producer.waitRound(/*empty=*/false, n, /*previous=*/false);
   fenceAsyncShared(b);
+  if (scalesInStage)
+    scales = sliceScales(t, from, producer.slotOf(n));
   Value partial =
       sliceMma(scratch, producer.slotOf(n), /*down=*/nullptr, /*fresh=*/true);
   NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
   partial = fenceOperands(b, partial);
-  release(n);
+  if (!scalesInStage)
+    release(n);
   Value acc = promote(kLoop.getRegionIterArgs()[0], partial, scales);
+  if (scalesInStage) {
+    // Every lane's reads of the stage's scales before lane 0 frees it.
+    NVVM::SyncWarpOp::create(b, b.i32(-1));
+    release(n);
+  }
   scf::YieldOp::create(b, acc);
   b.setInsertionPointAfter(kLoop);
   return kLoop.getResult(0);

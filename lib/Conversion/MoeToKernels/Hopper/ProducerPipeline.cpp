@@ -539,12 +539,42 @@ Value ProducerPipeline::produceTile(const TileState &t, Value slices) {
       b.ifThen(b.eq(env.thread, b.idx(0)), [&] {
         loadByTma(t, slotOf(n), kt, env.stageBarrier(false, slotOf(n)));
       });
+    if (env.plan.fp8WeightGrad())
+      loadSliceScales(t, slotOf(n), kt);
   }
   if (cpAsyncArrivals())
     NVVM::CpAsyncMBarrierArriveOp::create(
         b, env.stageBarrier(false, slotOf(n)), b.getBoolAttr(true));
   b.setInsertionPointAfter(kLoop);
   return b.add(slices, kSlices);
+}
+
+// The scales of 128-row block b_e + kt: [B, K] rows (of A) and [B, N]
+// columns (of B), f32. The MMA threads read them from the stage once it
+// is full, so their latency hides behind the stages in flight.
+void ProducerPipeline::loadSliceScales(const TileState &t, Value slot,
+                                       Value kt) {
+  KernelBuilder &b = env.b;
+  auto cacheAll = NVVM::LoadCacheModifierKindAttr::get(
+      b.getContext(), NVVM::LoadCacheModifierKind::CA);
+  Value block = b.add(b.div(t.reduceStart, b.idx(kFp8ScaleBlock)), kt);
+  Value i = env.thread;
+  auto copy = [&](Value dst, Value scales, Value index, Value valid) {
+    Value src = b.select(valid, b.elementAddress(scales, {block, index}),
+                         b.elementAddress(scales, {b.idx(0), b.idx(0)}));
+    NVVM::CpAsyncOp::create(
+        b, pointerAt(b, dst, 3), pointerAt(b, src, 1),
+        b.getI32IntegerAttr(4), cacheAll,
+        toI32(b, b.select(valid, b.idx(4), b.idx(0))));
+  };
+  Value stage = env.scaleStage(slot);
+  copy(b.add(stage, b.mul(i, b.idx(4))), env.args.lhsScales,
+       b.add(t.rowStart, i), b.ult(i, t.rowCount));
+  b.ifThen(b.ult(i, b.idx(env.plan.blockN)), [&] {
+    Value column = b.add(t.colStart, i);
+    copy(b.add(stage, b.mul(b.add(i, b.idx(kBlockM)), b.idx(4))),
+         env.args.rhsScales, column, b.ult(column, env.outWidth));
+  });
 }
 
 // Their arrivals are tied to the issuing thread: it must not exit first.
