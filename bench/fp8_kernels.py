@@ -26,7 +26,7 @@ tensorwise scales, fast accumulation) is measured in the same run.
   python3 bench/fp8_kernels.py --emit-mlir .device/fp8_kernels.mlir
   build/bin/moec compile .device/fp8_kernels.mlir -o .device/fp8_kernels.moecb --target sm_90a
   python3 bench/fp8_kernels.py .device/fp8_kernels.moecb --json bench/results/fp8-kernels-h200.json
-  python3 bench/fp8_kernels.py .device/fp8_kernels.moecb --modes weight_grad --json bench/results/fp8-weight-grad-h200.json
+  python3 bench/fp8_kernels.py .device/fp8_kernels.moecb --modes weight_grad --json ...  # one mode
 """
 
 import argparse

@@ -127,7 +127,35 @@ def main_grad_step(data):
         " moec's backward + main.add_(grad)"
 
 
+def fp8_kernels(data):
+    rows, peak = data[0]["rows"], data[0]["peak_tflops"]
+
+    def of(modes, model=None, min_t=0):
+        return [r for r in rows if r["mode"] in modes and r["T"] >= min_t
+                and (model is None or r["model"] == model)]
+
+    def summary(modes, target):
+        mine, big = of(modes), of(modes, "mixtral", 8192)
+        return (f"{span([r['vs_moec_bf16'] for r in mine])} moec's bf16 "
+                f"kernel and {span([r['vs_torch_fp8'] for r in mine])} "
+                f"torch._scaled_grouped_mm, "
+                f"{span([r['tflops']['moec_fp8'] for r in big], '{:.0f}', '')}"
+                f" TFLOP/s = "
+                f"{span([r['pct_peak']['moec_fp8'] for r in big], '{:.0f}', '')}"
+                f" % of the {peak:,.0f} TFLOP/s FP8 peak at Mixtral T >= 8192 "
+                f"(target {target} %)")
+
+    err = [r["err"]["moec_fp8"] for r in rows]
+    torch_err = [r["err"]["torch_fp8"] for r in rows]
+    return (f"forward and input gradient "
+            f"{summary(('forward', 'input_grad'), 80)}; weight gradient "
+            f"{summary(('weight_grad',), 70)}; error "
+            f"{span(err, '{:.2e}', '')} against torch's "
+            f"{span(torch_err, '{:.2e}', '')}")
+
+
 EXTRACT = {
+    "fp8_kernels": fp8_kernels,
     "grouped_gemm": grouped_gemm,
     "memory_bound": memory_bound,
     "training_kernels": training_kernels,

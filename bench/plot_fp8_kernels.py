@@ -6,8 +6,7 @@ targets drawn in (80 % of it for the forward and input gradient, 70 % for
 the weight gradient).
 
     python3 bench/plot_fp8_kernels.py bench/results/fp8-kernels-h200.json \
-        [bench/results/fp8-weight-grad-h200.json ...] \
-        bench/plots/fp8-kernels-h200.png
+        [MORE.json ...] bench/plots/fp8-kernels-h200.png
 
 Several JSON files (runs of some modes each) go into one figure, each
 mode's panel with the peak of the run it came from.
