@@ -55,6 +55,13 @@ for routing in one-expert half-experts; do
   done
 done
 run ops.moecb dequantize_nf4 - uniform --iters 5
+run ops.moecb quantize_blocks - uniform --iters 5
+for t in 1 37 1000; do
+  run ops.moecb fp8_block_weights $t uniform --iters 5
+done
+for routing in one-expert half-experts; do
+  run ops.moecb fp8_block_weights 300 $routing --iters 5
+done
 for entry in permute_fp8 unpermute_bf16 own_slot_map swiglu_vec quantize_rowwise_vec quantize_rowwise_warp \
              quantize_colwise_vec quantize_colwise_block dequantize_rowwise_vec; do
   for t in 1 45 3000; do

@@ -145,6 +145,8 @@ ref::QuantAxis axisAttr(const rt::RefOp &op) {
     return ref::QuantAxis::Rowwise;
   if (axis == "colwise")
     return ref::QuantAxis::Colwise;
+  if (axis == "blocks")
+    return ref::QuantAxis::Blocks;
   badEnum(op, "axis", axis);
 }
 

@@ -112,6 +112,47 @@ DTensor transposeByBlocks(const DTensor &data, const QuantizeOptions &options,
   return out;
 }
 
+/// moe.quantize {axis = blocks}: each g x g block of expert e's [N, K]
+/// shares one scale; transposed, data and scales are written [E, K, N] and
+/// [E, ceil(K/g), ceil(N/g)].
+QuantizeResult quantizeBlocks(const DTensor &input,
+                              const QuantizeOptions &options) {
+  expectRank(input, "input", 3);
+  if (options.offsets)
+    fail("'offsets' is only used with axis = colwise");
+  const int64_t g = options.groupSize;
+  const int64_t experts = input.dim(0), rows = input.dim(1),
+                cols = input.dim(2);
+  const int64_t blockRows = ceilDiv(rows, g), blockCols = ceilDiv(cols, g);
+  DTensor amax({experts, blockRows, blockCols});
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        double &m = amax.at(e, r / g, c / g);
+        m = std::max(m, std::fabs(input.at(e, r, c)));
+      }
+  const bool t = options.transpose;
+  QuantizeResult result{
+      DTensor({experts, t ? cols : rows, t ? rows : cols}),
+      DTensor({experts, t ? blockCols : blockRows, t ? blockRows : blockCols})};
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t br = 0; br < blockRows; ++br)
+      for (int64_t bc = 0; bc < blockCols; ++bc) {
+        double scale = groupScale(amax.at(e, br, bc), options);
+        (t ? result.scales.at(e, bc, br) : result.scales.at(e, br, bc)) =
+            scale;
+      }
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        double scale = t ? result.scales.at(e, c / g, r / g)
+                         : result.scales.at(e, r / g, c / g);
+        double q = roundToFP8(input.at(e, r, c) / scale, options.format);
+        (t ? result.data.at(e, c, r) : result.data.at(e, r, c)) = q;
+      }
+  return result;
+}
+
 } // namespace
 
 double fp8Max(FP8Format format) { return fp8Params(format).max; }
@@ -131,6 +172,10 @@ double roundToFP8(double value, FP8Format format) {
 }
 
 QuantizeResult quantize(const DTensor &input, const QuantizeOptions &options) {
+  if (options.groupSize < 1)
+    fail("'group_size' must be positive");
+  if (options.axis == QuantAxis::Blocks)
+    return quantizeBlocks(input, options);
   auto [scaleRows, scaleCols] = scaleShape(input, options);
   const int64_t rows = input.dim(0), cols = input.dim(1);
   DTensor amax({scaleRows, scaleCols});
@@ -157,6 +202,8 @@ DTensor dequantizeFP8(const DTensor &data, const DTensor &scales,
                       const QuantizeOptions &options) {
   if (options.transpose)
     fail("moe.dequantize does not read the transposed layout");
+  if (options.axis == QuantAxis::Blocks)
+    fail("moe.dequantize does not read axis = blocks");
   auto [scaleRows, scaleCols] = scaleShape(data, options);
   expectRank(scales, "scales", 2);
   expectDim(scales, "scales", 0, scaleRows, "the scale rows");

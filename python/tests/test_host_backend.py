@@ -99,6 +99,37 @@ def test_quantize_rowwise_round_trip(rng):
     assert rel_error(back, x) < 0.05  # e4m3 keeps 3 mantissa bits
 
 
+def test_quantize_weight_blocks_both_layouts(rng):
+    # [E, N, K] = [3, 20, 12] in 8 x 8 blocks: partial blocks along both.
+    @moec.kernel
+    def quant(w: moec.Tensor[3, 20, 12, "f32"]):
+        q, s = ops.quantize(w, group_size=8, axis="blocks")
+        qt, st = ops.quantize(w, group_size=8, axis="blocks", transpose=True)
+        return q, s, qt, st
+
+    w = rng.standard_normal((3, 20, 12)).astype(np.float32)
+    q, s, qt, st = quant(w)
+    assert q.shape == (3, 20, 12) and s.shape == (3, 3, 2)
+    assert qt.shape == (3, 12, 20) and st.shape == (3, 2, 3)
+    for e in range(3):
+        for br in range(3):
+            for bc in range(2):
+                block = w[e, 8 * br:8 * br + 8, 8 * bc:8 * bc + 8]
+                assert s[e, br, bc] == pytest.approx(
+                    np.abs(block).max() / 448.0, rel=1e-6)
+                assert st[e, bc, br] == s[e, br, bc]
+    np.testing.assert_array_equal(qt.astype(np.float32),
+                                  q.astype(np.float32).transpose(0, 2, 1))
+    scale = np.repeat(np.repeat(s, 8, axis=1), 8, axis=2)[:, :20, :12]
+    assert rel_error(q.astype(np.float64) * scale, w) < 0.05
+    with pytest.raises(ValueError, match="'x' must have rank 3"):
+        moec.kernel(lambda x: ops.quantize(x, axis="blocks"),
+                    signature={"x": moec.Tensor[20, 12, "f32"]}).ir("moe")
+    with pytest.raises(ValueError, match="'transpose' is for axis='colwise'"):
+        moec.kernel(lambda x: ops.quantize(x, transpose=True),
+                    signature={"x": moec.Tensor[20, 12, "f32"]}).ir("moe")
+
+
 def test_outputs_into_given_arrays(rng):
     @moec.kernel
     def act(x: moec.Tensor["T", 8, "f32"]):

@@ -38,6 +38,9 @@
 // RUN: moec run %s --entry dequantize_nf4 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_fp8 --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry gmm_fp8 --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_blocks --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_block_weights --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_block_weights --sym T=37 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
 // Softmax routing, renormalized; sort with alignment 4.
@@ -194,6 +197,52 @@ func.func @dequantize_nf4(%packed: tensor<4x6x8xui8>, %absmax: tensor<4x6xf32>,
 // FP8 (e4m3) gathered grouped matmul with 1x32 activation and 32x32 weight
 // block scales (scale_group = 32; K = 72 and N = 40 leave partial blocks),
 // rhs in the nn.Linear layout.
+// Expert weights in 128x128 blocks (N = 264 and K = 136 leave partial
+// blocks along both), as they are and transposed.
+func.func @quantize_blocks(%w: tensor<4x264x136xbf16>)
+    -> (tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>,
+        tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>) {
+  %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>}
+      : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>
+  %qt, %st = moe.quantize %w group_size = 128
+      {axis = #moe.axis<blocks>, transpose, pow2_scale}
+      : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>
+  return %q, %s, %qt, %st
+      : tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>,
+        tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>
+}
+
+// The FP8 forward and input gradient from bf16 operands: 1x128 activation
+// groups, the weights' 128x128 blocks as they are ([E, N, K], forward) and
+// transposed ([E, K, N], read as the input gradient's [E, N', K'] weights).
+func.func @fp8_block_weights(%x: tensor<?x136xbf16>, %dy: tensor<?x264xbf16>,
+                             %ids: tensor<?x2xi32>,
+                             %w: tensor<4x264x136xbf16>)
+    -> (tensor<?x264xbf16>, tensor<?x136xbf16>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 4
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<4xi32>
+  %xq, %xs = moe.quantize %x group_size = 128
+      : tensor<?x136xbf16> -> tensor<?x136xf8E4M3FN>, tensor<?x2xf32>
+  %wq, %ws = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>}
+      : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>
+  %y = moe.grouped_matmul %xq, %wq, %offsets gather(%slots : tensor<?xi32>)
+      scales(%xs, %ws : tensor<?x2xf32>, tensor<4x3x2xf32>)
+      {k = 2 : i64, transpose_rhs}
+      : tensor<?x136xf8E4M3FN>, tensor<4x264x136xf8E4M3FN>, tensor<4xi32>
+      -> tensor<?x264xbf16>
+  %dq, %ds = moe.quantize %dy group_size = 128
+      : tensor<?x264xbf16> -> tensor<?x264xf8E4M3FN>, tensor<?x3xf32>
+  %wt, %wts = moe.quantize %w group_size = 128
+      {axis = #moe.axis<blocks>, transpose}
+      : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+  %dx = moe.grouped_matmul %dq, %wt, %offsets gather(%slots : tensor<?xi32>)
+      scales(%ds, %wts : tensor<?x3xf32>, tensor<4x2x3xf32>)
+      {k = 2 : i64, transpose_rhs}
+      : tensor<?x264xf8E4M3FN>, tensor<4x136x264xf8E4M3FN>, tensor<4xi32>
+      -> tensor<?x136xbf16>
+  return %y, %dx : tensor<?x264xbf16>, tensor<?x136xbf16>
+}
+
 func.func @gmm_fp8(%x: tensor<?x72xf8E4M3FN>, %sx: tensor<?x3xf32>,
                    %ids: tensor<?x2xi32>, %w: tensor<8x40x72xf8E4M3FN>,
                    %sw: tensor<8x2x3xf32>) -> tensor<?x40xbf16> {

@@ -728,6 +728,49 @@ TEST(Reference, QuantizeColwiseBlocksStayInsideExperts) {
     EXPECT_NEAR(back.data[i], x.data[i], std::fabs(x.data[i]) * 0.0625 + 1e-12);
 }
 
+TEST(Reference, QuantizeBlocksOfExpertWeights) {
+  // 2 experts of [5, 3] in blocks of 2: 3 x 2 blocks each, the last row and
+  // column of blocks short. Transposed, the same values as [2, 3, 5] with
+  // [2, 2, 3] scales.
+  std::mt19937 rng(9);
+  DTensor w = randomTensor({2, 5, 3}, rng);
+  QuantizeOptions options;
+  options.axis = QuantAxis::Blocks;
+  options.groupSize = 2;
+  QuantizeResult q = quantize(w, options);
+  options.transpose = true;
+  QuantizeResult t = quantize(w, options);
+  ASSERT_EQ(q.scales.shape, (std::vector<int64_t>{2, 3, 2}));
+  ASSERT_EQ(t.data.shape, (std::vector<int64_t>{2, 3, 5}));
+  ASSERT_EQ(t.scales.shape, (std::vector<int64_t>{2, 2, 3}));
+  for (int64_t e = 0; e < 2; ++e)
+    for (int64_t br = 0; br < 3; ++br)
+      for (int64_t bc = 0; bc < 2; ++bc) {
+        double amax = 0;
+        for (int64_t r = 2 * br; r < std::min<int64_t>(2 * br + 2, 5); ++r)
+          for (int64_t c = 2 * bc; c < std::min<int64_t>(2 * bc + 2, 3); ++c)
+            amax = std::max(amax, std::fabs(w.at(e, r, c)));
+        EXPECT_DOUBLE_EQ(q.scales.at(e, br, bc), amax / 448.0);
+        EXPECT_EQ(t.scales.at(e, bc, br), q.scales.at(e, br, bc));
+      }
+  for (int64_t e = 0; e < 2; ++e)
+    for (int64_t r = 0; r < 5; ++r)
+      for (int64_t c = 0; c < 3; ++c) {
+        EXPECT_EQ(t.data.at(e, c, r), q.data.at(e, r, c));
+        double back = q.data.at(e, r, c) * q.scales.at(e, r / 2, c / 2);
+        EXPECT_NEAR(back, w.at(e, r, c), std::fabs(w.at(e, r, c)) * 0.0625);
+      }
+  options.transpose = false;
+  DTensor flat({10, 3});
+  EXPECT_THROW(quantize(flat, options), std::invalid_argument); // rank 3
+  ITensor offsets({2}, {2, 5});
+  options.offsets = &offsets;
+  EXPECT_THROW(quantize(w, options), std::invalid_argument);
+  options.offsets = nullptr;
+  EXPECT_THROW(dequantizeFP8(q.data, q.scales, options),
+               std::invalid_argument);
+}
+
 TEST(Reference, QuantizeRejectsOffsetsMisuse) {
   DTensor x({4, 4});
   ITensor offsets({2}, {2, 4});

@@ -231,7 +231,10 @@ DTensor swigluGrad(const DTensor &input, const DTensor &gradOutput,
 //===----------------------------------------------------------------------===//
 
 enum class FP8Format { E4M3FN, E5M2 };
-enum class QuantAxis { Rowwise, Colwise };
+/// Rowwise and Colwise: [M, K] in groups along a row or (per expert
+/// group) a column. Blocks: [E, N, K] expert weights in groupSize x
+/// groupSize blocks of each expert's matrix.
+enum class QuantAxis { Rowwise, Colwise, Blocks };
 
 /// Largest finite value: 448 (e4m3fn), 57344 (e5m2).
 double fp8Max(FP8Format format);
@@ -248,14 +251,16 @@ struct QuantizeOptions {
   const ITensor *offsets = nullptr; ///< required for colwise
   /// colwise: data written transposed, [K, groupSize * blocks], each
   /// expert's rows as columns from its first block's (moe.quantize
-  /// {transpose}).
+  /// {transpose}). blocks: each expert's matrix transposed, data [E, K, N]
+  /// and scales [E, ceil(K/g), ceil(N/g)].
   bool transpose = false;
 };
 
 struct QuantizeResult {
   DTensor data;   ///< [M, K] ([K, g * blocks] transposed), each value
                   ///< exactly representable in the format
-  DTensor scales; ///< rowwise [M, ceil(K/g)]; colwise [blocks bound, K]
+  DTensor scales; ///< rowwise [M, ceil(K/g)]; colwise [blocks bound, K];
+                  ///< blocks [E, ceil(N/g), ceil(K/g)]
 };
 
 /// moe.quantize.

@@ -425,6 +425,11 @@ def swiglu_grad(x, grad_output, *, layout: str = "halves",
     return out
 
 
+def _blocks_of(size: Dim, group: int) -> Dim:
+    """ceil(size / group): the groups along a dimension of `size`."""
+    return Sym() if isinstance(size, Sym) else -(-size // group)
+
+
 def _scale_rows_colwise(rows: Dim, experts: int, group: int) -> Dim:
     if isinstance(rows, Sym):
         return Sym()
@@ -432,41 +437,64 @@ def _scale_rows_colwise(rows: Dim, experts: int, group: int) -> Dim:
 
 
 def quantize(x, *, group_size: int = 128, dtype="f8E4M3FN",
-             axis: str = "rowwise", offsets=None, pow2_scale: bool = False):
-    """FP8 with per-group scales: returns (data [M, K], scales).
+             axis: str = "rowwise", offsets=None, pow2_scale: bool = False,
+             transpose: bool = False):
+    """FP8 with per-group scales: returns (data, scales).
 
     Row-wise scales are [M, ceil(K/g)]; column-wise ones (`axis="colwise"`,
     groups of g rows inside each expert group given by `offsets`) are
-    [(M + min(E, M)*(g-1)) / g, K].
+    [(M + min(E, M)*(g-1)) / g, K], and with `transpose=True` the data is
+    [K, g * those rows] (the FP8 weight gradient's operand layout).
+    `axis="blocks"` quantizes [E, N, K] expert weights in g x g blocks:
+    scales [E, ceil(N/g), ceil(K/g)]; with `transpose=True` data [E, K, N]
+    and scales [E, ceil(K/g), ceil(N/g)] (the FP8 input gradient's weights).
     """
     op = "quantize"
     x = check_value(x, "x", op)
-    _rank(x, 2, "x", op)
+    _choice(axis, "axis", op, ("rowwise", "colwise", "blocks"))
+    _rank(x, 3 if axis == "blocks" else 2, "x", op)
     _dtype_in(x, _dtypes.FLOATS, "x", op)
     group = _positive(group_size, "group_size", op)
     dtype = _dtypes.canonical(dtype, "dtype")
     if dtype not in _dtypes.FP8:
         raise ValueError(f"{op}: 'dtype' must be FP8 (f8E4M3FN or f8E5M2), "
                          f"got {dtype}")
-    _choice(axis, "axis", op, ("rowwise", "colwise"))
+    if transpose and axis == "rowwise":
+        raise ValueError(f"{op}: 'transpose' is for axis='colwise' (the "
+                         f"weight gradient's operands) or axis='blocks' "
+                         f"(expert weights)")
     attrs: dict = {}
     extra = ""
+    data_shape = x.shape
     if axis == "colwise":
         if offsets is None:
             raise ValueError(f"{op}: axis='colwise' needs 'offsets'")
         offsets = check_value(offsets, "offsets", op)
         extra = f" offsets({offsets.name} : {offsets.type})"
         attrs["axis"] = "#moe.axis<colwise>"
-        scale_shape = (_scale_rows_colwise(x.shape[0], offsets.shape[0],
-                                           group), x.shape[1])
+        blocks = _scale_rows_colwise(x.shape[0], offsets.shape[0], group)
+        scale_shape = (blocks, x.shape[1])
+        if transpose:
+            data_shape = (x.shape[1],
+                          Sym() if isinstance(blocks, Sym) else group * blocks)
     else:
         if offsets is not None:
             raise ValueError(f"{op}: 'offsets' is for axis='colwise' only")
-        scale_shape = (x.shape[0], -(-x.shape[1] // group))
+        if axis == "blocks":
+            attrs["axis"] = "#moe.axis<blocks>"
+            e, n, k = x.shape
+            if transpose:
+                n, k = k, n
+                data_shape = (e, n, k)
+            scale_shape = (e, _blocks_of(n, group), _blocks_of(k, group))
+        else:
+            scale_shape = (x.shape[0], _blocks_of(x.shape[1], group))
+    if transpose:
+        attrs["transpose"] = True
     if pow2_scale:
         attrs["pow2_scale"] = True
     b = current_builder()
-    data = b.fresh(x.shape, dtype)
+    data = b.fresh(data_shape, dtype)
     scales = b.fresh(scale_shape, "f32")
     b.emit(f"{data.name}, {scales.name} = moe.quantize {x.name}{extra} "
            f"group_size = {group}{_attr_dict(attrs)} : {x.type} -> "

@@ -1280,6 +1280,96 @@ func.func @case133(%x: tensor<256x64xbf16>, %o: tensor<8xi32>) {
 
 // -----
 
+// transpose is a colwise or blocks layout
+func.func @quantize_transpose_rowwise(%x: tensor<4x128xbf16>) {
+  // expected-error @+1 {{attribute 'transpose' is only used with axis = colwise (the FP8 weight gradient's layout) or axis = blocks (expert weights)}}
+  %q, %s = moe.quantize %x group_size = 128 {transpose} : tensor<4x128xbf16> -> tensor<128x4xf8E4M3FN>, tensor<4x1xf32>
+  return
+}
+
+// -----
+
+// blocks quantize [E, N, K] weights
+func.func @quantize_blocks_rank(%w: tensor<264x136xbf16>) {
+  // expected-error @+1 {{operand 'input' (axis = blocks) must be a 3-D tensor of bf16, f16 or f32 values, got 'tensor<264x136xbf16>'}}
+  %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<264x136xbf16> -> tensor<264x136xf8E4M3FN>, tensor<3x2xf32>
+  return
+}
+
+// -----
+
+// blocks take no expert groups
+func.func @quantize_blocks_offsets(%w: tensor<4x264x136xbf16>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{operand 'offsets' is only used with axis = colwise (axis = blocks quantizes each expert's whole matrix)}}
+  %q, %s = moe.quantize %w offsets(%o : tensor<4xi32>) group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>
+  return
+}
+
+// -----
+
+// blocks keep [E, N, K]
+func.func @quantize_blocks_data(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'data' is 136 but must equal N of operand 'input' (264)}}
+  %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E4M3FN>, tensor<4x3x2xf32>
+  return
+}
+
+// -----
+
+// transposed blocks write [E, K, N]
+func.func @quantize_blocks_transposed_data(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'data' (transpose) is 264 but must equal K of operand 'input' (136)}}
+  %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>, transpose} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x2x3xf32>
+  return
+}
+
+// -----
+
+// one scale per block of each expert
+func.func @quantize_blocks_scales(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{dimension 2 of result 'scales' is 1 but must equal ceil(K / group_size) (2)}}
+  %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x1xf32>
+  return
+}
+
+// -----
+
+// transposed blocks transpose their scales too
+func.func @quantize_blocks_transposed_scales(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'scales' is 3 but must equal ceil(K / group_size) (2)}}
+  %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>, transpose} : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E4M3FN>, tensor<4x3x2xf32>
+  return
+}
+
+// -----
+
+// blocks scales are [E, ., .] f32
+func.func @quantize_blocks_scale_rank(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{result 'scales' (axis = blocks) must be a 3-D tensor of f32 values, got 'tensor<12x2xf32>'}}
+  %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<12x2xf32>
+  return
+}
+
+// -----
+
+// the experts of the scales
+func.func @quantize_blocks_scale_experts(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{dimension 0 of result 'scales' is 2 but must equal the experts of operand 'input' (4)}}
+  %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<2x3x2xf32>
+  return
+}
+
+// -----
+
+// blocks are not dequantized
+func.func @dequantize_blocks(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
+  // expected-error @+1 {{axis = blocks (FP8 expert weight blocks) is not dequantized: moe.dequantize reads the rowwise and colwise layouts}}
+  %x = moe.dequantize %q, %s group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x128xf8E4M3FN>, tensor<4x1xf32> -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
 // dequantize group_size positive
 func.func @case134(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
   // expected-error @+1 {{attribute 'group_size' must be positive, got -2}}

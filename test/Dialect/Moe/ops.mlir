@@ -297,6 +297,19 @@ func.func @quantize_colwise(%x: tensor<256x64xbf16>, %offsets: tensor<8xi32>) ->
 
 // -----
 
+// Expert weights in 128x128 blocks, as they are and transposed (partial
+// blocks: 264 = 2 * 128 + 8, 136 = 128 + 8).
+// CHECK-LABEL: func @quantize_blocks
+func.func @quantize_blocks(%w: tensor<4x264x136xbf16>) -> (tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>) {
+  // CHECK: moe.quantize %{{.*}} group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>
+  %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>
+  // CHECK: moe.quantize %{{.*}} group_size = 128 {axis = #moe.axis<blocks>, transpose} : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>
+  %qt, %st = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>, transpose} : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>
+  return %q, %s, %qt, %st : tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func @dequantize_fp8
 func.func @dequantize_fp8(%q: tensor<?x2048xf8E4M3FN>, %s: tensor<?x16xf32>, %qc: tensor<256x64xf8E5M2>, %sc: tensor<9x64xf32>, %offsets: tensor<8xi32>) -> (tensor<?x2048xbf16>, tensor<256x64xf32>) {
   // CHECK: moe.dequantize %{{.*}}, %{{.*}} group_size = 128 : tensor<?x2048xf8E4M3FN>, tensor<?x16xf32> -> tensor<?x2048xbf16>

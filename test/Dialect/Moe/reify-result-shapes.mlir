@@ -113,6 +113,26 @@ func.func @colwise_scales(%x: tensor<?x64xbf16>, %offsets: tensor<8xi32>)
 
 // -----
 
+// Blocks of [E, N, K] weights, transposed: data [E, K, N], scales
+// [E, ceil(K/128), ceil(N/128)].
+// CHECK-LABEL: func.func @blocks_transposed
+// CHECK-SAME:    (%[[W:.*]]: tensor<?x?x136xbf16>)
+// CHECK-DAG:     %[[C128:.*]] = arith.constant 128 : index
+// CHECK-DAG:     %[[C1:.*]] = arith.constant 1 : index
+// CHECK:         %[[N:.*]] = tensor.dim %[[W]], %[[C1]]
+// CHECK:         %[[B:.*]] = arith.ceildivui %[[N]], %[[C128]]
+// CHECK:         return %[[B]]
+func.func @blocks_transposed(%w: tensor<?x?x136xbf16>) -> index {
+  %q, %s = moe.quantize %w group_size = 128
+      {axis = #moe.axis<blocks>, transpose}
+      : tensor<?x?x136xbf16> -> tensor<?x136x?xf8E4M3FN>, tensor<?x2x?xf32>
+  %c2 = arith.constant 2 : index
+  %n = tensor.dim %s, %c2 : tensor<?x2x?xf32>
+  return %n : index
+}
+
+// -----
+
 // The weight gradient: K from the lhs's columns, N from grad_out's;
 // transpose_rhs writes [E, N, K].
 // CHECK-LABEL: func.func @weight_grad_dims

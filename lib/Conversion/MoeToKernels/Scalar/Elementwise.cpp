@@ -95,6 +95,43 @@ LogicalResult scalar::emitQuantize(moe::QuantizeOp op, moe::TileAttr tile,
   SmallVector<Value> scaleSizes = ctx.sizes(scales);
   Value groups = h.mul(scaleSizes[0], scaleSizes[1]);
 
+  if (op.getAxis() == moe::QuantAxis::blocks) {
+    // One thread per scale: the amax of its g x g block of [E, N, K], then
+    // the block's data ([E, K, N] and transposed scales with transpose).
+    bool transposed = op.getTranspose();
+    return launchPerItem(
+        ctx, "blocks", h.mul(groups, scaleSizes[2]), tile, {in, data, scales},
+        [&](KernelBuilder &b, ValueRange a, Value id) {
+          Value rows = b.dim(a[0], 1), cols = b.dim(a[0], 2);
+          Value S1 = b.dim(a[2], 1), S2 = b.dim(a[2], 2);
+          Value e = b.div(id, b.mul(S1, S2));
+          Value s1 = b.rem(b.div(id, S2), S1), s2 = b.rem(id, S2);
+          Value br = transposed ? s2 : s1, bc = transposed ? s1 : s2;
+          Value r0 = b.mul(br, b.idx(g)), c0 = b.mul(bc, b.idx(g));
+          Value r1 = b.minIdx(b.add(r0, b.idx(g)), rows);
+          Value c1 = b.minIdx(b.add(c0, b.idx(g)), cols);
+          Value amax = b.loop(
+              r0, r1, {b.f32(0)},
+              [&](Value r, ValueRange outer) -> SmallVector<Value> {
+                return b.loop(
+                    c0, c1, {outer[0]},
+                    [&](Value c, ValueRange it) -> SmallVector<Value> {
+                      return {b.fmax(it[0],
+                                     b.fabs(b.loadF(a[0], {e, r, c})))};
+                    });
+              })[0];
+          Value scale = groupScale(b, amax, fp8Max, pow2);
+          b.storeF(scale, a[2], {e, s1, s2});
+          b.loop(r0, r1, [&](Value r) {
+            b.loop(c0, c1, [&](Value c) {
+              Value q = b.fdiv(b.loadF(a[0], {e, r, c}), scale);
+              b.storeF(q, a[1], transposed ? SmallVector<Value>{e, c, r}
+                                           : SmallVector<Value>{e, r, c});
+            });
+          });
+        });
+  }
+
   if (op.getAxis() == moe::QuantAxis::rowwise) {
     // One thread per (row, group): amax, scale, then the group's data.
     return launchPerItem(

@@ -433,9 +433,9 @@ LogicalResult emitQuantizeColwise(moe::QuantizeOp op, moe::TileAttr tile,
 
 bool vectorized::matchQuantize(moe::QuantizeOp op, moe::TileAttr,
                                const TargetInfo &) {
-  // The transposed layout (the FP8 weight gradient's) has only the scalar
-  // kernel so far.
-  if (op.getTranspose())
+  // The transposed layout (the FP8 weight gradient's) and the expert
+  // weights' blocks have only the scalar kernel so far.
+  if (op.getTranspose() || op.getAxis() == moe::QuantAxis::blocks)
     return false;
   return op.getAxis() == moe::QuantAxis::colwise ? colwiseWidth(op) != 0
                                                  : rowwiseWidth(op) != 0;

@@ -562,20 +562,69 @@ LogicalResult SwigluGradOp::verify() {
 // QuantizeOp / DequantizeOp
 //===----------------------------------------------------------------------===//
 
+/// moe.quantize {axis = blocks}: [E, N, K] expert weights in
+/// group_size x group_size blocks, written as they are or (transpose) as
+/// [E, K, N], with the scales in the same orientation as the data.
+static LogicalResult verifyQuantizeBlocks(QuantizeOp op) {
+  Operation *raw = op.getOperation();
+  if (failed(rejectOperand(raw, op.getOffsets(), "offsets",
+                           "is only used with axis = colwise (axis = blocks "
+                           "quantizes each expert's whole matrix)")))
+    return failure();
+  auto inputType = expectTensor(raw, "operand 'input' (axis = blocks)",
+                                op.getInput(), 3, isWideFloat, kWideFloat);
+  if (failed(inputType))
+    return failure();
+  auto dataType = expectTensor(raw, "result 'data' (axis = blocks)",
+                               op.getData(), 3, isFP8,
+                               "f8E4M3FN or f8E5M2 values");
+  if (failed(dataType))
+    return failure();
+  auto scalesType = expectTensor(raw, "result 'scales' (axis = blocks)",
+                                 op.getScales(), 3, isF32, kF32);
+  if (failed(scalesType))
+    return failure();
+  const int64_t g = op.getGroupSize();
+  const bool transposed = op.getTranspose();
+  // Data dimension d holds input dimension from[d]; the scales count its
+  // blocks along it.
+  const unsigned from[3] = {0, transposed ? 2u : 1u, transposed ? 1u : 2u};
+  const char *names[3] = {"the experts", transposed ? "K" : "N",
+                          transposed ? "N" : "K"};
+  for (unsigned d = 0; d < 3; ++d) {
+    int64_t size = inputType->getDimSize(from[d]);
+    std::string what = std::string(names[d]) + " of operand 'input'";
+    if (failed(expectDim(raw, transposed ? "result 'data' (transpose)"
+                                         : "result 'data'",
+                         *dataType, d, size, what)) ||
+        failed(expectDim(raw, "result 'scales'", *scalesType, d,
+                         d == 0 ? size : ceilDiv(size, g),
+                         d == 0 ? what
+                                : "ceil(" + std::string(names[d]) +
+                                      " / group_size)")))
+      return failure();
+  }
+  return success();
+}
+
 LogicalResult QuantizeOp::verify() {
   Operation *op = getOperation();
+  if (failed(expectPositive(op, "group_size", getGroupSize())))
+    return failure();
+  if (getAxis() == QuantAxis::blocks)
+    return verifyQuantizeBlocks(*this);
   auto inputType =
       expectTensor(op, "operand 'input'", getInput(), 2, isWideFloat, kWideFloat);
   auto dataType = expectTensor(op, "result 'data'", getData(), 2, isFP8,
                                "f8E4M3FN or f8E5M2 values");
-  if (failed(inputType) || failed(dataType) ||
-      failed(expectPositive(op, "group_size", getGroupSize())))
+  if (failed(inputType) || failed(dataType))
     return failure();
   if (getTranspose()) {
     // [K, group_size * B]: each expert's rows as columns, padded to blocks.
     if (getAxis() != QuantAxis::colwise)
       return emitOpError() << "attribute 'transpose' is only used with axis "
-                              "= colwise (the FP8 weight gradient's layout)";
+                              "= colwise (the FP8 weight gradient's layout) "
+                              "or axis = blocks (expert weights)";
     if (!getOffsets())
       return emitOpError() << "axis = colwise requires operand 'offsets' "
                               "(the expert groups)";
@@ -611,6 +660,10 @@ LogicalResult DequantizeOp::verify() {
   Type element = dataType.getElementType();
 
   if (isFP8(element)) {
+    if (getAxis() == QuantAxis::blocks)
+      return emitOpError() << "axis = blocks (FP8 expert weight blocks) is "
+                              "not dequantized: moe.dequantize reads the "
+                              "rowwise and colwise layouts";
     const char *reason = "is only used with packed NF4 'data' (ui8)";
     if (failed(rejectOperand(op, getCodebook(), "codebook", reason)) ||
         failed(rejectOperand(op, getExperts(), "experts", reason)))

@@ -277,6 +277,17 @@ QuantizeOp::reifyResultShapes(OpBuilder &builder,
                               ReifiedRankedShapedTypeDims &shapes) {
   SizeBuilder s(builder, *this, shapes);
   int64_t g = getGroupSize();
+  if (getAxis() == QuantAxis::blocks) {
+    // [E, N, K] (transposed: [E, K, N]) and its blocks along each.
+    auto from = [&](int64_t d) {
+      return s.dim(getInput(), d == 0 || !getTranspose() ? d : 3 - d);
+    };
+    s.fill(getData(), from);
+    s.fill(getScales(), [&](int64_t d) -> OpFoldResult {
+      return d == 0 ? from(d) : s.ceilDiv(from(d), s.constant(g));
+    });
+    return success();
+  }
   if (!getTranspose())
     s.fill(getData(), [&](int64_t d) { return s.dim(getInput(), d); });
   if (getAxis() == QuantAxis::rowwise) {

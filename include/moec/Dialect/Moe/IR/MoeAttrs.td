@@ -69,7 +69,10 @@ def Moe_QuantAxis : I32EnumAttr<"QuantAxis",
       I32EnumAttrCase<"rowwise", 0>,
       // A group is `group_size` consecutive rows of one column, inside one
       // expert group.
-      I32EnumAttrCase<"colwise", 1>
+      I32EnumAttrCase<"colwise", 1>,
+      // A group is a `group_size` x `group_size` block of one expert's
+      // matrix of [E, rows, columns] weights.
+      I32EnumAttrCase<"blocks", 2>
     ]> {
   let cppNamespace = "::moec::moe";
   let genSpecializedAttr = 0;

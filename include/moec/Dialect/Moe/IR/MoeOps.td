@@ -861,12 +861,27 @@ def Moe_QuantizeOp : Moe_Op<"quantize", [Pure]> {
       and the columns up to the next expert's are 0. This is the layout the
       FP8 `moe.grouped_weight_grad` reads (its reduction, each expert's
       rows, contiguous: Hopper's FP8 wgmma takes K-major operands only).
+    * `axis = blocks`: expert weights `[E, N, K]` (rank 3, no `offsets`); a
+      group is a `group_size` x `group_size` block of one expert's `[N, K]`
+      (the last ones along each dimension may be short), and `scales` is
+      `[E, ceil(N / group_size), ceil(K / group_size)]`: DeepSeek-V3's
+      128x128 weight blocks, the `scales` operand of an FP8
+      `moe.grouped_matmul` with `transpose_rhs`.
+    * `axis = blocks` with `transpose`: the same blocks, each expert's
+      matrix written transposed, `data` `[E, K, N]` and `scales`
+      `[E, ceil(K / group_size), ceil(N / group_size)]`: the K-major copy
+      the FP8 input gradient `dy · W_e` reads (as its `[E, N', K']` weights
+      with `transpose_rhs`), quantized from the same weights with the same
+      scales.
 
     Example:
 
     ```mlir
     %q, %s = moe.quantize %x group_size = 128
         : tensor<?x2048xbf16> -> tensor<?x2048xf8E4M3FN>, tensor<?x16xf32>
+    %wq, %ws = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>}
+        : tensor<128x1536x2048xbf16> -> tensor<128x1536x2048xf8E4M3FN>,
+          tensor<128x12x16xf32>
     ```
   }];
   let arguments = (ins
