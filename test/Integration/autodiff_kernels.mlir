@@ -37,6 +37,26 @@
 // RUN: moec-opt %s -moe-autodiff="func=gathered_nk save=inputs" -o %t.nk.mlir
 // RUN: moec run %t.nk.mlir --entry gathered_nk_grad --sym T=29 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %t.nk.mlir --entry gathered_nk_grad --sym T=29 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// The same gradient in FP8 (moe-fp8-recipe after moe-autodiff): every
+// expert matmul, of the forward it recomputes and of the backward, reads
+// e4m3 with DeepSeek-V3's block scales; the router's matmuls stay bf16.
+// Each op is checked against float64 on its own inputs; the end-to-end
+// comparison is informational, and there FP8's rounding turns the
+// kernels' last-bit differences into 1-2 % ones.
+// RUN: moec-opt %s -moe-autodiff="func=qwen3_layer save=inputs" -moe-fp8-recipe -o %t.fp8.mlir
+// RUN: FileCheck %s --check-prefix=FP8 < %t.fp8.mlir
+// RUN: moec run %t.fp8.mlir --entry qwen3_layer_grad --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %t.fp8.mlir --entry qwen3_layer_grad --sym T=45 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %t.fp8.mlir --entry qwen3_layer_grad --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// FP8-LABEL: func.func @qwen3_layer_grad
+// FP8-NOT: {{moe\.grouped_(matmul|weight_grad) .* : tensor<[?0-9x]+xbf16>}}
+// FP8: moe.quantize {{.*}} {axis = #moe.axis<blocks>, transpose}
+// FP8-NOT: {{moe\.grouped_(matmul|weight_grad) .* : tensor<[?0-9x]+xbf16>}}
+// FP8: moe.quantize {{.*}} {axis = #moe.axis<colwise>, transpose}
+// FP8-NOT: {{moe\.grouped_(matmul|weight_grad) .* : tensor<[?0-9x]+xbf16>}}
+// FP8: moe.grouped_weight_grad {{.*}} scales(
+// FP8-NOT: {{moe\.grouped_(matmul|weight_grad) .* : tensor<[?0-9x]+xbf16>}}
+// FP8: return
 // RUN: moec run %s --entry router_grad_softmax --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry router_grad_mixtral --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry router_grad_sigmoid --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS

@@ -326,6 +326,60 @@ def MoeDecomposeLoraGradPass : Pass<"moe-decompose-lora-grad"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def MoeFp8RecipePass : Pass<"moe-fp8-recipe"> {
+  let summary = "Rewrites bf16 grouped matmuls and weight gradients to FP8 "
+                "with DeepSeek-V3's block scales";
+  let description = [{
+    The blockwise FP8 recipe of DeepSeek-V3 (e4m3 everywhere, 1x128
+    activation groups, 128x128 weight blocks), applied to a layer's expert
+    matmuls: run it on a forward, or on the backward `moe-autodiff`
+    derives. Each 16- or 32-bit op it takes keeps its result type (bf16 or
+    f32 accumulation stays where it was):
+
+    * `moe.grouped_matmul`: the lhs (the token matrix when gathered) is
+      quantized in 1x128 groups along K, the weights in 128x128 blocks,
+      and the op reads both as FP8 with `scales(...)`. `[E, N, K]` weights
+      (`transpose_rhs`) are quantized as they are; `[E, K, N]` ones (the
+      input gradient `dy · W_e` of a forward with `[E, N, K]` weights) as
+      their transposed K-major copy (`moe.quantize {axis = blocks,
+      transpose}`), and the op gets `transpose_rhs`: Hopper's FP8 wgmma
+      reads both operands K-major only.
+    * `moe.grouped_weight_grad`: the lhs rows (a gathered lhs permuted
+      first by `moe.permute`) and the output gradient are quantized in
+      128-row blocks of each expert, written transposed (`moe.quantize
+      {axis = colwise, transpose}`), the layout the FP8 weight gradient
+      reads.
+
+    Left in their precision, each with a remark that says why: matmuls
+    with a fused LoRA adapter, a bias or `experts_in_columns` weights, and
+    operands that are not bf16, f16 or f32. Dense `linalg.matmul`s (the
+    router) are not touched. Each quantize is its own op here, next to its
+    consumer: a weight quantized for two matmuls is quantized twice, and
+    nothing moves into the producer of the data yet.
+
+    ```mlir
+    %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+        {k = 2 : i64, transpose_rhs}
+        : tensor<?x2048xbf16>, tensor<128x1536x2048xbf16>, tensor<128xi32>
+        -> tensor<?x1536xbf16>
+    // becomes
+    %xq, %xs = moe.quantize %x group_size = 128
+        : tensor<?x2048xbf16> -> tensor<?x2048xf8E4M3FN>, tensor<?x16xf32>
+    %wq, %ws = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>}
+        : tensor<128x1536x2048xbf16> -> tensor<128x1536x2048xf8E4M3FN>,
+          tensor<128x12x16xf32>
+    %y = moe.grouped_matmul %xq, %wq, %offsets gather(%slots : tensor<?xi32>)
+        scales(%xs, %ws : tensor<?x16xf32>, tensor<128x12x16xf32>)
+        {k = 2 : i64, transpose_rhs} : ...
+    ```
+  }];
+  let options = [
+    Option<"recipe", "recipe", "std::string", /*default=*/"\"blockwise\"",
+           "the FP8 recipe: blockwise (the only one so far)">
+  ];
+  let dependentDialects = ["::moec::moe::MoeDialect"];
+}
+
 def MoeAutodiffPass : Pass<"moe-autodiff", "mlir::ModuleOp"> {
   let summary = "Derives the backward (vector-Jacobian product) of a function "
                 "of moe ops";

@@ -1,0 +1,196 @@
+//===- Fp8Recipe.cpp - bf16 grouped matmuls to FP8 with block scales ------===//
+//
+// Part of moec. The `moe-fp8-recipe` pass: DeepSeek-V3's blockwise FP8
+// recipe applied to a layer's expert matmuls (forward or backward, as
+// moe-autodiff derives it). Every 16- or 32-bit grouped matmul and weight
+// gradient it can take gets its operands quantized to e4m3 by moe.quantize
+// and the FP8 op with their scales; the result keeps its type.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moec/Dialect/Moe/IR/MoeOps.h"
+#include "moec/Dialect/Moe/Transforms/Passes.h"
+#include "moec/Support/MoeShapes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+namespace moec::moe {
+#define GEN_PASS_DEF_MOEFP8RECIPEPASS
+#include "moec/Dialect/Moe/Transforms/Passes.h.inc"
+} // namespace moec::moe
+
+using namespace mlir;
+using namespace moec;
+using namespace moec::moe;
+
+namespace {
+
+/// The recipe's block: 1x128 activation groups, 128x128 weight blocks and
+/// 128-row blocks of the weight gradient's reduction (one wgmma slice).
+constexpr int64_t kBlock = kFp8ScaleBlock;
+
+bool isWideFloat(Value value) {
+  Type elem = cast<ShapedType>(value.getType()).getElementType();
+  return elem.isBF16() || elem.isF16() || elem.isF32();
+}
+
+int64_t blocksOf(int64_t size) {
+  return ShapedType::isDynamic(size) ? ShapedType::kDynamic
+                                     : ceilDiv(size, kBlock);
+}
+
+struct Quantized {
+  Value data, scales;
+};
+
+/// `x` [L, K] in 1x128 groups: data [L, K], scales [L, ceil(K/128)].
+Quantized quantizeRows(OpBuilder &b, Location loc, Value x, Type fp8) {
+  auto type = cast<RankedTensorType>(x.getType());
+  auto data = RankedTensorType::get(type.getShape(), fp8);
+  auto scales = RankedTensorType::get(
+      {type.getDimSize(0), blocksOf(type.getDimSize(1))}, b.getF32Type());
+  auto op = QuantizeOp::create(b, loc, data, scales, x, Value(), kBlock);
+  return {op.getData(), op.getScales()};
+}
+
+/// Expert weights in 128x128 blocks: [E, N, K] as they are, or (from
+/// [E, K, N], `transpose`) the K-major [E, N, K] copy FP8 wgmma reads.
+Quantized quantizeWeights(OpBuilder &b, Location loc, Value w, Type fp8,
+                          bool transpose) {
+  auto type = cast<RankedTensorType>(w.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  if (transpose)
+    std::swap(shape[1], shape[2]);
+  auto data = RankedTensorType::get(shape, fp8);
+  auto scales = RankedTensorType::get(
+      {shape[0], blocksOf(shape[1]), blocksOf(shape[2])}, b.getF32Type());
+  auto op = QuantizeOp::create(b, loc, data, scales, w, Value(), kBlock,
+                               QuantAxis::blocks, /*pow2_scale=*/false,
+                               transpose);
+  return {op.getData(), op.getScales()};
+}
+
+/// Grouped rows [M, C] in 128-row blocks of each expert, written
+/// transposed: data [C, 128 * B], scales [B, C] (the FP8 weight
+/// gradient's operands).
+Quantized quantizeReduction(OpBuilder &b, Location loc, Value rows,
+                            Value offsets, Type fp8) {
+  auto type = cast<RankedTensorType>(rows.getType());
+  int64_t experts = cast<ShapedType>(offsets.getType()).getDimSize(0);
+  int64_t m = type.getDimSize(0), c = type.getDimSize(1);
+  auto data = RankedTensorType::get(
+      {c, transposedQuantColumns(m, experts, kBlock)}, fp8);
+  auto scales = RankedTensorType::get(
+      {colwiseScaleRows(m, experts, kBlock), c}, b.getF32Type());
+  auto op = QuantizeOp::create(b, loc, data, scales, rows, offsets, kBlock,
+                               QuantAxis::colwise, /*pow2_scale=*/false,
+                               /*transpose=*/true);
+  return {op.getData(), op.getScales()};
+}
+
+/// Why `op` stays as it is, or null where the recipe takes it (an op
+/// already in FP8 is not asked).
+const char *keptReason(GroupedMatmulOp op) {
+  if (!isWideFloat(op.getLhs()) || !isWideFloat(op.getRhs()))
+    return "operands are not bf16, f16 or f32";
+  if (op.getLoraA())
+    return "a fused LoRA adapter (the FP8 kernels take none)";
+  if (op.getExpertsInColumns())
+    return "experts_in_columns weights";
+  if (op.getBias())
+    return "a bias";
+  return nullptr;
+}
+
+const char *keptReason(GroupedWeightGradOp op) {
+  if (!isWideFloat(op.getLhs()) || !isWideFloat(op.getGradOut()))
+    return "operands are not bf16, f16 or f32";
+  if (op.getExpertsInColumns())
+    return "experts_in_columns (a LoRA adapter's gradient)";
+  return nullptr;
+}
+
+/// y = x · W_e: the rows and the weights quantized, read as FP8 with
+/// their scales; [E, K, N] weights (an input gradient's) go K-major.
+void rewrite(GroupedMatmulOp op, Type fp8) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Quantized x = quantizeRows(b, loc, op.getLhs(), fp8);
+  Quantized w =
+      quantizeWeights(b, loc, op.getRhs(), fp8, !op.getTransposeRhs());
+  op.getLhsMutable().assign(x.data);
+  op.getRhsMutable().assign(w.data);
+  op.getLhsScalesMutable().assign(x.scales);
+  op.getRhsScalesMutable().assign(w.scales);
+  op.setTransposeRhs(true);
+  op.setScaleGroup(kBlock);
+}
+
+/// Σ xᵀ · dy per expert: both operands' grouped rows (a gathered lhs
+/// permuted first) quantized in 128-row blocks of each expert, transposed.
+void rewrite(GroupedWeightGradOp op, Type fp8) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value rows = op.getLhs();
+  if (Value slots = op.getGatherSlots()) {
+    auto tokens = cast<RankedTensorType>(rows.getType());
+    auto rowsType = RankedTensorType::get(
+        {cast<ShapedType>(slots.getType()).getDimSize(0),
+         tokens.getDimSize(1)},
+        tokens.getElementType());
+    rows = PermuteOp::create(b, loc, rowsType, Type(), Type(), rows, slots,
+                             op.getOffsets(), Value(), Value(),
+                             op.getK().value_or(1), Value())
+               .getRows();
+    op.getGatherSlotsMutable().clear();
+    op.removeKAttr();
+  }
+  Quantized x = quantizeReduction(b, loc, rows, op.getOffsets(), fp8);
+  Quantized dy = quantizeReduction(b, loc, op.getGradOut(), op.getOffsets(),
+                                   fp8);
+  op.getLhsMutable().assign(x.data);
+  op.getGradOutMutable().assign(dy.data);
+  op.getLhsScalesMutable().assign(x.scales);
+  op.getGradScalesMutable().assign(dy.scales);
+}
+
+struct MoeFp8RecipePass
+    : moec::moe::impl::MoeFp8RecipePassBase<MoeFp8RecipePass> {
+  using MoeFp8RecipePassBase::MoeFp8RecipePassBase;
+
+  void runOnOperation() override {
+    if (recipe != "blockwise") {
+      getOperation()->emitError()
+          << "moe-fp8-recipe: unknown recipe '" << recipe
+          << "' (the one there is: blockwise, DeepSeek-V3's 1x128 / "
+             "128x128 block scales)";
+      return signalPassFailure();
+    }
+    Type fp8 = Float8E4M3FNType::get(&getContext());
+    getOperation()->walk([&](Operation *op) {
+      if (auto matmul = dyn_cast<GroupedMatmulOp>(op)) {
+        if (matmul.getLhsScales())
+          return;
+        if (const char *why = keptReason(matmul))
+          return report(op, why);
+        rewrite(matmul, fp8);
+      } else if (auto grad = dyn_cast<GroupedWeightGradOp>(op)) {
+        if (grad.getLhsScales())
+          return;
+        if (const char *why = keptReason(grad))
+          return report(op, why);
+        rewrite(grad, fp8);
+      }
+    });
+  }
+
+  /// A matmul the recipe leaves in its own precision says why (a remark:
+  /// the layer still compiles and runs).
+  void report(Operation *op, const char *why) {
+    op->emitRemark() << "moe-fp8-recipe keeps this op in its precision: "
+                     << why;
+  }
+};
+
+} // namespace

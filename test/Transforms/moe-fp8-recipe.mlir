@@ -1,0 +1,82 @@
+// RUN: moec-opt %s -split-input-file -moe-fp8-recipe -verify-diagnostics | FileCheck %s
+// RUN: not moec-opt %s -split-input-file -moe-fp8-recipe="recipe=tensorwise" 2>&1 | FileCheck %s --check-prefix=RECIPE
+// RECIPE: moe-fp8-recipe: unknown recipe 'tensorwise' (the one there is: blockwise, DeepSeek-V3's 1x128 / 128x128 block scales)
+
+// The forward of a gathered gate_up with SwiGLU: the tokens in 1x128
+// groups, the [E, N, K] weights in 128x128 blocks (264 and 136 leave
+// partial blocks), the epilogue and the result type kept.
+// CHECK-LABEL: func.func @forward
+// CHECK-SAME:    (%[[X:.*]]: tensor<?x136xbf16>, %[[W:.*]]: tensor<4x264x136xbf16>, %[[SLOTS:.*]]: tensor<?xi32>, %[[OFFS:.*]]: tensor<4xi32>)
+// CHECK:         %[[XQ:.*]], %[[XS:.*]] = moe.quantize %[[X]] group_size = 128 : tensor<?x136xbf16> -> tensor<?x136xf8E4M3FN>, tensor<?x2xf32>
+// CHECK:         %[[WQ:.*]], %[[WS:.*]] = moe.quantize %[[W]] group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>
+// CHECK:         moe.grouped_matmul %[[XQ]], %[[WQ]], %[[OFFS]] gather(%[[SLOTS]] : tensor<?xi32>) scales(%[[XS]], %[[WS]] : tensor<?x2xf32>, tensor<4x3x2xf32>) {activation = #moe.activation<swiglu>, k = 2 : i64, transpose_rhs} : tensor<?x136xf8E4M3FN>, tensor<4x264x136xf8E4M3FN>, tensor<4xi32> -> tensor<?x132xbf16>
+func.func @forward(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
+                   %slots: tensor<?xi32>, %offsets: tensor<4xi32>)
+    -> tensor<?x132xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      {k = 2 : i64, transpose_rhs, activation = #moe.activation<swiglu>}
+      : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x132xbf16>
+  return %y : tensor<?x132xbf16>
+}
+
+// -----
+
+// The backward as moe-autodiff derives it: the input gradient reads the
+// [E, N, K] weights as [E, K, N] (no transpose_rhs), so it gets their
+// transposed K-major copy and transpose_rhs; the weight gradient of a
+// gathered lhs permutes the tokens first, then both operands go to the
+// transposed 128-row blocks of each expert. The f32 gradient with
+// accumulate keeps its type and its accumulator.
+// CHECK-LABEL: func.func @backward
+// CHECK-SAME:    (%[[X:.*]]: tensor<?x136xbf16>, %[[W:.*]]: tensor<4x264x136xbf16>, %[[DY:.*]]: tensor<?x264xbf16>, %[[SLOTS:.*]]: tensor<?xi32>, %[[OFFS:.*]]: tensor<4xi32>, %[[MAIN:.*]]: tensor<4x264x136xf32>)
+// CHECK:         %[[DQ:.*]], %[[DS:.*]] = moe.quantize %[[DY]] group_size = 128 : tensor<?x264xbf16> -> tensor<?x264xf8E4M3FN>, tensor<?x3xf32>
+// CHECK:         %[[WT:.*]], %[[WTS:.*]] = moe.quantize %[[W]] group_size = 128 {axis = #moe.axis<blocks>, transpose} : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+// CHECK:         moe.grouped_matmul %[[DQ]], %[[WT]], %[[OFFS]] scales(%[[DS]], %[[WTS]] : tensor<?x3xf32>, tensor<4x2x3xf32>) {transpose_rhs} : tensor<?x264xf8E4M3FN>, tensor<4x136x264xf8E4M3FN>, tensor<4xi32> -> tensor<?x136xbf16>
+// CHECK:         %[[ROWS:.*]] = moe.permute %[[X]], %[[SLOTS]], %[[OFFS]] k = 2 : tensor<?x136xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x136xbf16>
+// CHECK:         %[[XQ:.*]], %[[XS:.*]] = moe.quantize %[[ROWS]] offsets(%[[OFFS]] : tensor<4xi32>) group_size = 128 {axis = #moe.axis<colwise>, transpose} : tensor<?x136xbf16> -> tensor<136x?xf8E4M3FN>, tensor<?x136xf32>
+// CHECK:         %[[GQ:.*]], %[[GS:.*]] = moe.quantize %[[DY]] offsets(%[[OFFS]] : tensor<4xi32>) group_size = 128 {axis = #moe.axis<colwise>, transpose} : tensor<?x264xbf16> -> tensor<264x?xf8E4M3FN>, tensor<?x264xf32>
+// CHECK:         moe.grouped_weight_grad %[[XQ]], %[[GQ]], %[[OFFS]] accumulate(%[[MAIN]] : tensor<4x264x136xf32>) scales(%[[XS]], %[[GS]] : tensor<?x136xf32>, tensor<?x264xf32>) {transpose_rhs} : tensor<136x?xf8E4M3FN>, tensor<264x?xf8E4M3FN>, tensor<4xi32> -> tensor<4x264x136xf32>
+// CHECK-NOT:     gather
+func.func @backward(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
+                    %dy: tensor<?x264xbf16>, %slots: tensor<?xi32>,
+                    %offsets: tensor<4xi32>, %main: tensor<4x264x136xf32>)
+    -> (tensor<?x136xbf16>, tensor<4x264x136xf32>) {
+  %dx = moe.grouped_matmul %dy, %w, %offsets
+      : tensor<?x264xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x136xbf16>
+  %dw = moe.grouped_weight_grad %x, %dy, %offsets gather(%slots : tensor<?xi32>)
+      accumulate(%main : tensor<4x264x136xf32>) {k = 2 : i64, transpose_rhs}
+      : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<4xi32>
+      -> tensor<4x264x136xf32>
+  return %dx, %dw : tensor<?x136xbf16>, tensor<4x264x136xf32>
+}
+
+// -----
+
+// What stays in its precision says why; an op already in FP8 is left
+// alone without a word.
+// CHECK-LABEL: func.func @kept
+// CHECK-NOT:     moe.quantize
+func.func @kept(%x: tensor<?x16xbf16>, %w: tensor<4x12x16xbf16>,
+                %offsets: tensor<4xi32>, %a: tensor<8x16xbf16>,
+                %b: tensor<12x8xbf16>, %bias: tensor<4x12xbf16>,
+                %xq: tensor<?x16xf8E4M3FN>, %sx: tensor<?x1xf32>,
+                %wq: tensor<4x12x16xf8E4M3FN>, %sw: tensor<4x1x1xf32>)
+    -> (tensor<?x12xbf16>, tensor<?x12xbf16>, tensor<?x12xbf16>,
+        tensor<16x4x12xbf16>) {
+  // expected-remark @+1 {{moe-fp8-recipe keeps this op in its precision: a fused LoRA adapter (the FP8 kernels take none)}}
+  %l = moe.grouped_matmul %x, %w, %offsets lora(%a, %b : tensor<8x16xbf16>, tensor<12x8xbf16>)
+      {transpose_rhs} : tensor<?x16xbf16>, tensor<4x12x16xbf16>, tensor<4xi32> -> tensor<?x12xbf16>
+  // expected-remark @+1 {{moe-fp8-recipe keeps this op in its precision: a bias}}
+  %c = moe.grouped_matmul %x, %w, %offsets bias(%bias : tensor<4x12xbf16>)
+      {transpose_rhs} : tensor<?x16xbf16>, tensor<4x12x16xbf16>, tensor<4xi32> -> tensor<?x12xbf16>
+  %f = moe.grouped_matmul %xq, %wq, %offsets scales(%sx, %sw : tensor<?x1xf32>, tensor<4x1x1xf32>)
+      {transpose_rhs, scale_group = 16 : i64}
+      : tensor<?x16xf8E4M3FN>, tensor<4x12x16xf8E4M3FN>, tensor<4xi32> -> tensor<?x12xbf16>
+  // expected-remark @+1 {{moe-fp8-recipe keeps this op in its precision: experts_in_columns (a LoRA adapter's gradient)}}
+  %g = moe.grouped_weight_grad %x, %l, %offsets {experts_in_columns}
+      : tensor<?x16xbf16>, tensor<?x12xbf16>, tensor<4xi32> -> tensor<16x4x12xbf16>
+  return %l, %c, %f, %g : tensor<?x12xbf16>, tensor<?x12xbf16>, tensor<?x12xbf16>,
+      tensor<16x4x12xbf16>
+}
