@@ -239,6 +239,28 @@ PYBIND11_MODULE(_compiler, m) {
       "(`accumulate`: the arguments whose gradients add to given f32 main "
       "gradients).");
   m.def(
+      "fp8_recipe",
+      [](const std::string &text, const std::string &recipe) {
+        Session session(text, "<moec module>");
+        moec::moe::MoeFp8RecipePassOptions options;
+        options.recipe = recipe;
+        PassManager pm(&session.context);
+        pm.addPass(moec::moe::createMoeFp8RecipePass(options));
+        bool ok;
+        {
+          py::gil_scoped_release release;
+          ok = succeeded(pm.run(*session.module));
+        }
+        if (!ok)
+          session.fail("moe-fp8-recipe failed");
+        // On success the diagnostics are the pass's remarks: the ops it
+        // left in their precision, and why.
+        return py::make_tuple(print(*session.module), session.diagnostics);
+      },
+      py::arg("text"), py::arg("recipe"),
+      "Runs moe-fp8-recipe: (the module with its expert matmuls in FP8, "
+      "the remarks on the ops left in their precision).");
+  m.def(
       "compile",
       [](const std::string &text, const std::vector<std::string> &targets,
          const py::dict &tile, bool keepAssembly, int64_t smCount) {

@@ -7,6 +7,8 @@ element), for each save policy, in f32 and bf16, with the edge cases: one
 token (most experts empty), every token on one expert.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -98,6 +100,35 @@ def test_block_gradient_bf16(order):
     for name, g, w in zip(grad.wrt, got, want):
         assert g.dtype == BF16
         assert rel_error(g, w) < 1e-2, name
+
+
+def test_block_gradient_fp8():
+    # moe-fp8-recipe on the forward and the derived backward: every expert
+    # matmul in e4m3 with block scales, against the float64 gradient of the
+    # bf16 inputs. e4m3 keeps 3 mantissa bits (relative rounding up to
+    # 2^-4 per operand), so the bound is FP8's, not bf16's 1e-2; the bf16
+    # kernel's own error on the same inputs is the floor it is compared to.
+    rng = np.random.default_rng(5)
+    args = [a.astype(BF16) for a in _layer_inputs(rng, 9)]
+    kernel = moe_kernel(H, I, E, K, dtype="bf16")
+    fp8, bf16 = kernel.grad(fp8="blockwise"), kernel.grad()
+    grouped = re.findall(r"moe\.grouped_(?:matmul|weight_grad) .*", fp8.module)
+    assert grouped and all("scales(" in op for op in grouped)
+    assert "f8E4M3FN" in fp8.ir("moe") and "f8E4M3FN" not in bf16.module
+    dy = _random(rng, 9, H).astype(BF16)
+    want = _reference_gradient(args, reference.f64(dy))
+    (y, ), saved = fp8.forward(*args)
+    ref_y, _ = reference.moe_block(*[reference.f64(a) for a in args], K)
+    assert rel_error(y, ref_y) < 0.1
+    got = fp8.backward(args, saved, (dy,))
+    (_, ), bf16_saved = bf16.forward(*args)
+    floor = bf16.backward(args, bf16_saved, (dy,))
+    for name, g, b, w in zip(fp8.wrt, got, floor, want):
+        assert g.dtype == BF16 and g.shape == w.shape
+        assert rel_error(g, w) < 0.1, name
+        assert rel_error(g, w) > rel_error(b, w), name  # FP8 really ran
+    with pytest.raises(ValueError, match="'fp8': expected one of blockwise"):
+        kernel.grad(fp8="tensorwise")
 
 
 def test_wrt_and_saved_values():

@@ -9,9 +9,12 @@ from typing import Optional, Sequence, Union
 from ..runtime import Bundle, _native
 from ..runtime._args import describe
 from ._compile import compile, ir, target_for
+from ._log import logger
 
 #: What the forward keeps for the backward (moe-autodiff's `save` option).
 SAVE_POLICIES = ("all", "matmuls", "inputs")
+#: FP8 recipes of moe-fp8-recipe (Kernel.grad's `fp8`).
+FP8_RECIPES = ("blockwise",)
 
 
 def grad_attr(module: str, backward_name: str, attr: str) -> list:
@@ -57,10 +60,18 @@ class Gradient:
     and updated in place (gradient accumulation over micro-batches,
     Megatron-style `main_grad`): the add is the matmul's epilogue, no
     separate pass over the gradient.
+
+    `fp8="blockwise"`: the forward and the backward run their expert
+    matmuls in FP8 (compiler pass moe-fp8-recipe, DeepSeek-V3's recipe:
+    e4m3, 1x128 activation groups, 128x128 weight blocks, the weight
+    gradient over 128-row blocks of each expert); the router, the combine
+    and every result keep their precision. Matmuls the recipe does not
+    take (a fused LoRA adapter, a bias) stay as they are, logged at INFO.
     """
 
     def __init__(self, kernel, wrt: Optional[Sequence[str]] = None,
-                 save: str = "all", accumulate: Sequence[str] = ()):
+                 save: str = "all", accumulate: Sequence[str] = (),
+                 fp8: Optional[str] = None):
         names = kernel.arg_names
 
         def indices_of(what, given):
@@ -79,8 +90,13 @@ class Gradient:
         if save not in SAVE_POLICIES:
             raise ValueError(f"'save': expected one of "
                              f"{', '.join(SAVE_POLICIES)}, got {save!r}")
+        if fp8 is not None and fp8 not in FP8_RECIPES:
+            raise ValueError(f"'fp8': expected one of "
+                             f"{', '.join(FP8_RECIPES)} (or None for the "
+                             f"kernel's own precision), got {fp8!r}")
         self.kernel = kernel
         self.save = save
+        self.fp8 = fp8
         self._wrt_indices = indices
         self._accumulate_indices = sorted(set(indices_of("accumulate",
                                                          accumulate)))
@@ -106,9 +122,17 @@ class Gradient:
     def module(self) -> str:
         """The kernel's module with `f_fwd` and `f_grad` added (MLIR text)."""
         if self._module is None:
-            self._module = _native.compiler().autodiff(
+            module = _native.compiler().autodiff(
                 self.kernel.module, self.kernel.name, self._wrt_indices,
                 self.save, self._accumulate_indices)
+            if self.fp8:
+                module, remarks = _native.compiler().fp8_recipe(module,
+                                                                self.fp8)
+                for line in remarks.splitlines():
+                    if "remark:" in line:
+                        logger.info("%s: %s", self.kernel.name,
+                                    line.split("remark:", 1)[1].strip())
+            self._module = module
         return self._module
 
     def _grad_attr(self, attr: str) -> list:

@@ -65,9 +65,10 @@ class Kernel:
         return compile(self, target, tile, **kwargs)
 
     def grad(self, wrt: Optional[Sequence[str]] = None, save: str = "all",
-             accumulate: Sequence[str] = ()) -> Gradient:
+             accumulate: Sequence[str] = (),
+             fp8: Optional[str] = None) -> Gradient:
         """The backward of this kernel (moec.Gradient): see its docstring."""
-        return Gradient(self, wrt, save, accumulate)
+        return Gradient(self, wrt, save, accumulate, fp8)
 
     def __call__(self, *args, **kwargs):
         device = "cpu"
