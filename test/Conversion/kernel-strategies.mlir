@@ -80,3 +80,32 @@ module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152
     return %w, %ids : tensor<?x4xf32>, tensor<?x4xi32>
   }
 }
+
+// -----
+
+// warp, moe.quantize {axis = blocks, transpose}: a block of 8 warps per
+// 128x128 block of the weights, each thread's 8 chunks (8 bf16) loaded
+// once, the amax over the warp (shuffles) and the 8 warps (workgroup
+// memory), then the FP8 data through a 128x128 workgroup tile and out as
+// [E, K, N] rows, 16 bytes a store.
+// CHECK-LABEL: gpu.func @weights_k0_quantize_blocks_warp(
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-COUNT-8: vector.load %arg0{{.*}} : memref<4x272x136xbf16>, vector<8xbf16>
+// CHECK: gpu.shuffle xor
+// CHECK: gpu.barrier
+// CHECK: memref.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] : memref<4x2x3xf32>
+// CHECK: gpu.barrier
+// CHECK: vector.store %{{.*}}, %arg1{{.*}} : memref<4x136x272xf8E4M3FN>, vector<16xf8E4M3FN>
+// CHECK: gpu.launch_func  @weights_kernels::@weights_k0_quantize_blocks_warp
+// CHECK-SAME: blocks in (%{{.*}}, %{{.*}}, %{{.*}}) threads in (%{{.*}}, %{{.*}}, %{{.*}}) dynamic_shared_memory_size %c16416_i32
+module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152>} {
+  func.func @weights(%w: tensor<4x272x136xbf16>)
+      -> (tensor<4x136x272xf8E4M3FN>, tensor<4x2x3xf32>) {
+    %q, %s = moe.quantize %w group_size = 128
+        {axis = #moe.axis<blocks>, transpose,
+         moe.kernel = #moe.kernel<strategy = warp,
+             tile = <m = 1, n = 1, k = 1, threads = 256>>}
+        : tensor<4x272x136xbf16> -> tensor<4x136x272xf8E4M3FN>, tensor<4x2x3xf32>
+    return %q, %s : tensor<4x136x272xf8E4M3FN>, tensor<4x2x3xf32>
+  }
+}

@@ -51,11 +51,15 @@ int64_t rowwiseWarpWidth(moe::QuantizeOp op, moe::TileAttr tile) {
 
 bool warp::matchQuantize(moe::QuantizeOp op, moe::TileAttr tile,
                          const TargetInfo &target) {
+  if (op.getAxis() == moe::QuantAxis::blocks)
+    return matchQuantizeBlocks(op, tile, target);
   return target.hasWarpShuffles() && rowwiseWarpWidth(op, tile) != 0;
 }
 
 LogicalResult warp::emitQuantize(moe::QuantizeOp op, moe::TileAttr tile,
                                  BufferMap buffer, LoweringContext &ctx) {
+  if (op.getAxis() == moe::QuantAxis::blocks)
+    return emitQuantizeBlocks(op, buffer, ctx);
   Value in = buffer(op.getInput()), data = buffer(op.getData());
   Value scales = buffer(op.getScales());
   int64_t group = op.getGroupSize();

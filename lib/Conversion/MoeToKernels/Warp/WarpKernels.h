@@ -20,8 +20,13 @@ namespace moec::kernels::warp {
 MOEC_DECLARE_KERNEL_PATTERN(moe::RouterTopKOp, RouterTopK)
 // SortByExpert.cpp
 MOEC_DECLARE_KERNEL_PATTERN(moe::SortByExpertOp, SortByExpert)
-// QuantizeRowwise.cpp
+// QuantizeRowwise.cpp: row-wise groups, and the blocks of expert weights
+// (QuantizeBlocks.cpp) through the two below.
 MOEC_DECLARE_KERNEL_PATTERN(moe::QuantizeOp, Quantize)
+bool matchQuantizeBlocks(moe::QuantizeOp op, moe::TileAttr tile,
+                         const TargetInfo &target);
+mlir::LogicalResult emitQuantizeBlocks(moe::QuantizeOp op, BufferMap buffer,
+                                       LoweringContext &ctx);
 
 } // namespace moec::kernels::warp
 
