@@ -16,9 +16,19 @@ inputs, same run; full fine-tuning and LoRA.
         -o .device/step/training_step.mlir
     build/bin/moec compile .device/step/training_step.mlir \\
         -o .device/step/training_step.moecb --target sm_90a
+    # FP8 (--fp8-bundle): the full fine-tuning layers' forward and backward
+    # with moe-fp8-recipe, one more bundle
+    build/bin/moec-opt bench/kernels/training_step.mlir \\
+        -moe-autodiff=func=layer_qwen3 | build/bin/moec-opt \\
+        -moe-autodiff=func=layer_mixtral | build/bin/moec-opt \\
+        -moe-autodiff=func=layer_dsv3 -moe-fp8-recipe \\
+        -o .device/step/training_step_fp8.mlir
+    build/bin/moec compile .device/step/training_step_fp8.mlir \\
+        -o .device/step/training_step_fp8.moecb --target sm_90a
     # on the GPU (runtime-only moec package and torch):
     PYTHONPATH=/tmp/rt/python_packages python3 bench/training_step.py \\
-        .device/step/training_step.moecb --json $OUT/training_step.json
+        .device/step/training_step.moecb --json $OUT/training_step.json \\
+        [--fp8-bundle .device/step/training_step_fp8.moecb --ranks 0]
 
 Layers (bf16 weights and activations):
   qwen3   Qwen3-30B-A3B: E128 H2048 I768 top-8, softmax, renormalized
@@ -37,6 +47,12 @@ argsort, index_select gather, torch._grouped_mm gate_up, silu * mul,
 torch._grouped_mm down (with LoRA: plus s * _grouped_mm(_grouped_mm(rows,
 A_eᵀ), B_eᵀ) on each projection), weighted index_add_ combine in f32, then
 backward() from the same output gradient.
+
+With --fp8-bundle, each full fine-tuning row also runs the same entries
+compiled after moe-fp8-recipe (moec_fp8: DeepSeek-V3's blockwise FP8 on
+every expert matmul, the router and the combine in bf16) on the same
+inputs: its time, peak memory and gradient error, and fp8_vs_bf16 (moec
+bf16 ms / moec FP8 ms). The quantizations are separate kernels there.
 
 Correctness (--check, on by default at the smallest T): moec's gradients
 against a float64 reference of the same math (per-expert loops in f64
@@ -167,7 +183,7 @@ LORA_GRADS = ("dx", "d_gate_up_A", "d_gate_up_B", "d_down_A", "d_down_B")
 
 
 def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
-            reference, profile=False, rank=0):
+            reference, profile=False, rank=0, fp8_bundle=None):
     """One (model, T, rank) row: errors, then the time and peak memory of a
     step of moec and of torch. rank 0: full fine-tuning; else LoRA of that
     rank on both expert projections, base weights and router frozen."""
@@ -186,10 +202,20 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     row = dict(model=key, T=T, mode=f"lora{rank}" if rank else "full")
     run_moec = moec_step_fn(bundle, layer_name(key, rank), inputs, dy)
     grads, outs = run_moec()
+    # FP8: the same entries after moe-fp8-recipe (full fine-tuning only:
+    # the recipe keeps LoRA's matmuls in bf16).
+    run_fp8 = (moec_step_fn(fp8_bundle, layer_name(key, rank), inputs, dy)
+               if fp8_bundle is not None and not rank else None)
     if reference:
         ref = reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy,
                               outs[3], adapters)  # y, logits, weights, ids
         row["err"] = {n: rel_err(g, r) for n, g, r in zip(names, grads, ref)}
+        if run_fp8:
+            # The router runs in bf16 in both: the same ids, the same ref.
+            fp8_grads, _ = run_fp8()
+            row["err_fp8"] = {n: rel_err(g, r)
+                              for n, g, r in zip(names, fp8_grads, ref)}
+            del fp8_grads
         del ref
     scratch = max(scratch_bytes(bundle, f"{layer_name(key, rank)}_fwd",
                                 inputs),
@@ -206,6 +232,8 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     run_torch = torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy,
                               adapters)
     runs = [("moec", run_moec), ("torch", run_torch)]
+    if run_fp8:
+        runs.append(("moec_fp8", run_fp8))
     try:
         torch_grads = run_torch()
         row["err_torch_vs_moec"] = {
@@ -214,7 +242,7 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
         del torch_grads
     except torch.cuda.OutOfMemoryError as error:
         row["torch"] = dict(error=f"out of memory: {str(error)[:160]}")
-        runs = runs[:1]
+        runs = [r for r in runs if r[0] != "torch"]
     del kept
     R = T * k
     forward = 2 * T * H * E + 2 * R * H * 2 * I + 2 * R * I * H
@@ -235,10 +263,19 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        fn()
+        result = fn()
         torch.cuda.synchronize()
         mem = torch.cuda.max_memory_allocated() + (
             scratch if name == "moec" else 0)
+        if name == "moec_fp8":
+            fp8_outs = list(result[1][1:])
+            mem += max(
+                scratch_bytes(fp8_bundle, f"{layer_name(key, rank)}_fwd",
+                              inputs),
+                scratch_bytes(fp8_bundle, f"{layer_name(key, rank)}_grad",
+                              inputs + fp8_outs + [dy]))
+            del fp8_outs
+        del result
         row[name] = dict(ms=ms, tflops=flops / ms / 1e9,
                          pct_peak=100 * flops / ms / 1e9 / peak,
                          peak_gb=mem / 1e9)
@@ -248,8 +285,12 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     row["moec"]["scratch_gb"] = scratch / 1e9
     if "ms" in row["torch"]:
         row["ratio"] = row["torch"]["ms"] / row["moec"]["ms"]
+    if "moec_fp8" in row:
+        row["fp8_vs_bf16"] = row["moec"]["ms"] / row["moec_fp8"]["ms"]
     if profile:
         row["moec_kernels"] = kernel_profile(run_moec)
+        if run_fp8:
+            row["moec_fp8_kernels"] = kernel_profile(run_fp8)
     return row
 
 
@@ -265,6 +306,9 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--profile", action="store_true",
                         help="also list moec's kernels by GPU time")
+    parser.add_argument("--fp8-bundle",
+                        help="the layers compiled after moe-fp8-recipe: "
+                             "FP8 rows next to moec bf16 (full fine-tuning)")
     args = parser.parse_args()
     if args.emit_mlir:
         emit_mlir(args.emit_mlir)
@@ -273,6 +317,7 @@ def main():
     import moec
 
     bundle = moec.load(args.bundle)
+    fp8_bundle = moec.load(args.fp8_bundle) if args.fp8_bundle else None
     gen = torch.Generator(device="cuda").manual_seed(0)
     flush = make_flush()
     device, _, peak = report_peak(args.iters, flush, gen)
@@ -289,7 +334,7 @@ def main():
             try:
                 row = measure(bundle, key, m, T, weights, bias, gen, flush,
                               peak, args.iters, reference, args.profile,
-                              rank)
+                              rank, fp8_bundle)
             except torch.cuda.OutOfMemoryError as error:
                 row = dict(model=key, T=T, mode=f"lora{rank}" if rank
                            else "full",
@@ -319,6 +364,14 @@ def main():
         print(f"{r['model']:8} {r['T']:6d} {r['mode']:>7} {r['moec']['ms']:8.3f} "
               f"{torch_ms} {ratio} {r['moec']['pct_peak']:6.1f} "
               f"{r['moec']['peak_gb']:8.2f} {torch_gb}  {err:.2e}")
+        if "moec_fp8" in r:
+            f = r["moec_fp8"]
+            fp8_err = (max(r["err_fp8"].values()) if "err_fp8" in r
+                       else float("nan"))
+            print(f"{'':8} {'':6} {'fp8':>7} {f['ms']:8.3f} "
+                  f"{'':9} {r['fp8_vs_bf16']:6.2f} {f['pct_peak']:6.1f} "
+                  f"{f['peak_gb']:8.2f} {'':9}  {fp8_err:.2e}  "
+                  f"(ratio: moec bf16 / moec fp8)")
     if args.json:
         write_json(args.json, dict(device=device, peak_tflops=peak, rows=rows))
 

@@ -337,3 +337,50 @@ def test_training_step_layer_on_host(routing, rank):
         t.requires_grad_(False)
     for n, g, t in zip(names, grads, torch_grads):
         assert rel_err(g, t) < 3e-2, n
+
+
+@pytest.mark.parametrize("routing", ["softmax", "deepseek"])
+def test_training_step_fp8_layer_on_host(routing):
+    # The FP8 rows' module (--fp8-bundle): the layer's backward after
+    # moe-fp8-recipe, against the script's float64 reference with FP8's
+    # bound (e4m3: 3 mantissa bits), and worse than the bf16 step's error
+    # on the same inputs (the FP8 matmuls ran).
+    import os
+    import sys
+    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
+        pytest.importorskip("torch")
+    import torch
+
+    import moec
+    from moec.runtime import _native
+    sys.path.insert(0, str(BENCH))
+    try:
+        import training_step as ts
+        from common import layer_mlir, layer_name, rel_err
+    finally:
+        sys.path.remove(str(BENCH))
+    m = TINY_LAYERS[routing]
+    E, H, I, T = m["E"], m["H"], m["I"], 24
+    name = layer_name("tiny", 0)
+    module = _native.compiler().autodiff(layer_mlir("tiny", m, 0), name,
+                                         [0, 1, 2, 3], "all")
+    fp8_module, _ = _native.compiler().fp8_recipe(module, "blockwise")
+    assert "f8E4M3FN" in fp8_module
+    bf16, fp8 = moec.compile(module, "host"), moec.compile(fp8_module, "host")
+    gen = torch.Generator().manual_seed(7 + len(routing))
+
+    def randn(*shape, scale=0.2):
+        return (torch.randn(*shape, generator=gen) * scale).to(torch.bfloat16)
+    x, dy = randn(T, H, scale=1.0), randn(T, H, scale=1.0)
+    weights = [randn(E, H), randn(E, 2 * I, H), randn(E, H, I)]
+    bias = (torch.randn(E, generator=gen) * 0.01
+            if routing == "deepseek" else None)
+    inputs = [x, *weights] + ([bias] if bias is not None else [])
+    grads, outs = ts.moec_step_fn(fp8, name, inputs, dy)()
+    floor, bf16_outs = ts.moec_step_fn(bf16, name, inputs, dy)()
+    assert torch.equal(outs[3], bf16_outs[3])  # the router stays bf16
+    ref = ts.reference_grads(m, x, *weights, bias, dy, outs[3])
+    for n, g, b, r in zip(ts.GRADS, grads, floor, ref):
+        assert g.shape == r.shape and g.dtype == torch.bfloat16, n
+        assert rel_err(g, r) < 0.1, n
+        assert rel_err(g, r) > rel_err(b, r), n
