@@ -109,3 +109,31 @@ module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152
     return %q, %s : tensor<4x136x272xf8E4M3FN>, tensor<4x2x3xf32>
   }
 }
+
+// -----
+
+// vector, moe.quantize {axis = colwise, transpose} (the FP8 weight
+// gradient's operands) on a cp.async target: the column-wise block kernel
+// (a 128-row scale block of 256 columns in workgroup memory, the column
+// amaxes through the warps' table), each thread then writing its column of
+// the block as 128 bytes of a [K, 128 * B] row, 16 at a time (zeros past
+// the expert's rows, and for unused blocks). No zeroing kernel before it.
+// CHECK-LABEL: gpu.func @operand_k0_quantize_block_ends(
+// CHECK-NOT: gpu.func @operand_k{{.*}}_quantize_tail
+// CHECK-LABEL: gpu.func @operand_k1_quantize_colwise_block(
+// CHECK: nvvm.cp.async.shared.global
+// CHECK: gpu.barrier
+// CHECK: vector.store %{{.*}}, %arg2{{.*}} : memref<?x256xf32>, vector<8xf32>
+// CHECK-COUNT-8: vector.store %{{.*}}, %arg1{{.*}} : memref<256x?xf8E4M3FN>, vector<16xf8E4M3FN>
+// CHECK-NOT: quantize_tail
+module attributes {moe.target = #moe.target<kind = "nvvm", chip = "sm_90a", shared_memory = 232448>} {
+  func.func @operand(%x: tensor<?x256xbf16>, %offsets: tensor<8xi32>)
+      -> (tensor<256x?xf8E4M3FN>, tensor<?x256xf32>) {
+    %q, %s = moe.quantize %x offsets(%offsets : tensor<8xi32>) group_size = 128
+        {axis = #moe.axis<colwise>, transpose,
+         moe.kernel = #moe.kernel<strategy = vector,
+             tile = <m = 1, n = 1, k = 1, threads = 256>>}
+        : tensor<?x256xbf16> -> tensor<256x?xf8E4M3FN>, tensor<?x256xf32>
+    return %q, %s : tensor<256x?xf8E4M3FN>, tensor<?x256xf32>
+  }
+}

@@ -4,8 +4,11 @@
 // the scaling, one thread per (row, group). Column-wise groups with warp
 // shuffles hold a 128-row scale block in a block of 8 warps (workgroup
 // memory, barriers); elsewhere they are read straight down the columns
-// twice, the second time from L2. (Row-wise groups with warp shuffles take
-// the warp kernel of Warp/QuantizeRowwise.cpp where it applies.)
+// twice, the second time from L2. The transposed layout (the FP8 weight
+// gradient's operands) leaves the block kernel's workgroup tile a column
+// per thread (cp.async targets; elsewhere the scalar kernel). (Row-wise
+// groups with warp shuffles take the warp kernel of Warp/QuantizeRowwise.cpp
+// where it applies.)
 //
 //===----------------------------------------------------------------------===//
 
@@ -128,7 +131,13 @@ struct ColwiseBlockShape {
   int64_t elemBytes, partialBytes;
   double fp8Max;
   bool pow2, async;
+  /// moe.quantize {transpose}: the data goes out as [K, group * blocks]
+  /// rows from the workgroup tile (async only), one column per thread.
+  bool transposed;
 };
+
+/// Rows per store of the transposed data: 16 FP8 bytes.
+constexpr int64_t kTransposedChunk = 16;
 
 /// The rows one thread of a column-wise block reads: their indices (past
 /// the block's last row: that row again), whether each is in the block, and
@@ -199,12 +208,45 @@ exchangeColwiseScales(KernelBuilder &b, const ColwiseBlockShape &s,
   return {scale, inverse};
 }
 
+/// Thread t's column of the block's tile (every 8-warp amax is in
+/// `partials` by now, and every thread's copies in the tile), as row
+/// `column` of the transposed data from column group * blk on: the block's
+/// `count` rows scaled, zeros past them, 16 bytes a store. Thread t takes
+/// tile column t, so a warp reads 32 neighbouring columns of one row.
+void storeTransposedBlock(KernelBuilder &b, ValueRange a,
+                          const ColwiseBlockShape &s, Value partials,
+                          Value dataTile, Value blk, Value count, Value t,
+                          Value colTile) {
+  Value column = b.add(b.mul(colTile, b.idx(s.tileCols)), t);
+  auto chunk = VectorType::get({kTransposedChunk}, b.getF32Type());
+  b.ifThen(b.land(b.ult(t, b.idx(s.tileCols)), b.ult(column, b.idx(s.cols))),
+           [&] {
+             Value amax = b.loadF(partials, {b.idx(0), t});
+             for (int64_t w = 1; w < kColwiseWarps; ++w)
+               amax = b.fmax(amax, b.loadF(partials, {b.idx(w), t}));
+             Value inverse =
+                 b.fdiv(b.f32(1), groupScale(b, amax, s.fp8Max, s.pow2));
+             for (int64_t r0 = 0; r0 < s.group; r0 += kTransposedChunk) {
+               SmallVector<Value> q;
+               for (int64_t r = r0; r < r0 + kTransposedChunk; ++r)
+                 q.push_back(b.select(
+                     b.ult(b.idx(r), count),
+                     b.fmul(b.loadF(dataTile, {b.idx(r), t}), inverse),
+                     b.f32(0)));
+               b.storeVecF32(vector::FromElementsOp::create(b, chunk, q),
+                             a[1],
+                             {column, b.add(b.mul(blk, b.idx(s.group)),
+                                            b.idx(r0))});
+             }
+           });
+}
+
 /// A used scale block (expert e's block blk): amax, scales, scaled data.
 void emitColwiseScaleBlock(KernelBuilder &b, ValueRange a,
                            const ColwiseBlockShape &s, Value smem,
                            Value partials, Value dataTile, Value e, Value blk,
                            Value lane, Value rowThread, Value c,
-                           Value colActive) {
+                           Value colActive, Value thread, Value colTile) {
   auto f32x = VectorType::get({s.width}, b.getF32Type());
   auto [first, last] = scaleBlockRows(b, a[3], a[4], e, blk, s.group);
   // Every block holds at least one row; rows past `last` read row last-1
@@ -230,6 +272,11 @@ void emitColwiseScaleBlock(KernelBuilder &b, ValueRange a,
       exchangeColwiseScales(b, s, amaxBits, partials, rowThread, local);
   b.ifThen(b.land(colActive, b.eq(rowThread, b.idx(0))),
            [&, scale = scale] { b.storeVecF(scale, a[2], {blk, c}); });
+  if (s.transposed) {
+    storeTransposedBlock(b, a, s, partials, dataTile, blk, count, thread,
+                         colTile);
+    return;
+  }
   Value inverseVec = vector::FromElementsOp::create(b, f32x, inverse);
   for (int64_t i = 0; i < s.steps; ++i)
     b.ifThen(b.land(colActive, chunks.inBlock[i]), [&] {
@@ -273,6 +320,7 @@ LogicalResult emitColwiseBlocks(moe::QuantizeOp op, Value blockEnds,
   // the H200 56-65% -> 89-99% of copy bandwidth at DeepSeek-V3 shapes.
   // Elsewhere each thread keeps its chunks in registers.
   s.async = ctx.target().hasAsyncCopy();
+  s.transposed = op.getTranspose();
   s.elemBytes = s.inType.getIntOrFloatBitWidth() / 8;
   s.partialBytes = warps * s.tileCols * 4;
   int64_t tileBytes = s.async ? s.group * s.tileCols * s.elemBytes : 0;
@@ -302,15 +350,24 @@ LogicalResult emitColwiseBlocks(moe::QuantizeOp op, Value blockEnds,
         Value used = b.ult(e, b.idx(s.experts));
         b.ifThen(used, [&] {
           emitColwiseScaleBlock(b, a, s, smem, partials, dataTile, e, blk,
-                                lane, rowThread, c, colActive);
+                                lane, rowThread, c, colActive, thread,
+                                b.rem(block, b.idx(s.colTiles)));
         });
-        // Unused trailing blocks hold scale 1.
+        // Unused trailing blocks hold scale 1 (and, transposed, zeros:
+        // the blocks cover the whole [K, group * blocks] data, so no other
+        // kernel zeroes it).
         b.ifThen(b.land(b.land(b.eq(e, b.idx(s.experts)), colActive),
                         b.eq(rowThread, b.idx(0))),
                  [&] {
                    SmallVector<Value> ones(s.width, b.f32(1));
                    b.storeVecF(ones, a[2], {blk, c});
                  });
+        if (s.transposed)
+          b.ifThen(b.eq(e, b.idx(s.experts)), [&] {
+            storeTransposedBlock(b, a, s, partials, dataTile, blk,
+                                 b.idx(0), thread,
+                                 b.rem(block, b.idx(s.colTiles)));
+          });
       },
       /*dynamicSharedBytes=*/s.partialBytes + tileBytes);
 }
@@ -336,10 +393,11 @@ LogicalResult emitQuantizeColwise(moe::QuantizeOp op, moe::TileAttr tile,
     return failure();
 
   // Rows at or past the last group end quantize to 0: one thread per row,
-  // which leaves at once unless its row is one of them.
+  // which leaves at once unless its row is one of them. (The transposed
+  // layout has no such rows: the block kernel writes all of it.)
   int64_t tailWidth = KernelBuilder::vectorWidth(fp8);
   bool tailVector = *cols % tailWidth == 0;
-  if (failed(launchPerItem(
+  if (!op.getTranspose() && failed(launchPerItem(
           ctx, "tail", ctx.sizes(data)[0], tile, {offsets, data},
           [&](KernelBuilder &b, ValueRange a, Value r) {
             Value end = b.loadIdx(a[0], {b.idx(experts - 1)});
@@ -358,7 +416,8 @@ LogicalResult emitQuantizeColwise(moe::QuantizeOp op, moe::TileAttr tile,
     return failure();
 
   SmallVector<Value> scaleSizes = ctx.sizes(scales);
-  if (ctx.target().hasWarpShuffles() && colwiseBlocksApply(op))
+  if (op.getTranspose() ||
+      (ctx.target().hasWarpShuffles() && colwiseBlocksApply(op)))
     return emitColwiseBlocks(op, blockEnds, buffer, ctx);
   return launchPerItem(
       ctx, "colwise_vec", h.mul(scaleSizes[0], h.idx(pairs)), tile,
@@ -432,11 +491,17 @@ LogicalResult emitQuantizeColwise(moe::QuantizeOp op, moe::TileAttr tile,
 } // namespace
 
 bool vectorized::matchQuantize(moe::QuantizeOp op, moe::TileAttr,
-                               const TargetInfo &) {
-  // The transposed layout (the FP8 weight gradient's) and the expert
-  // weights' blocks have only the scalar kernel so far.
-  if (op.getTranspose() || op.getAxis() == moe::QuantAxis::blocks)
+                               const TargetInfo &target) {
+  // The expert weights' blocks have the warp kernel (QuantizeBlocks.cpp)
+  // and the scalar one; the transposed layout (the FP8 weight gradient's)
+  // only the column-wise block kernel, which writes it from its workgroup
+  // tile (cp.async targets).
+  if (op.getAxis() == moe::QuantAxis::blocks)
     return false;
+  if (op.getTranspose())
+    return target.hasWarpShuffles() && target.hasAsyncCopy() &&
+           colwiseWidth(op) != 0 && colwiseBlocksApply(op) &&
+           op.getGroupSize() % kTransposedChunk == 0;
   return op.getAxis() == moe::QuantAxis::colwise ? colwiseWidth(op) != 0
                                                  : rowwiseWidth(op) != 0;
 }
