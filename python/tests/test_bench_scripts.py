@@ -271,6 +271,23 @@ TINY_LAYERS = {
 }
 
 
+def _training_step_modules():
+    """torch (skipping where make test did not install it), and
+    bench/training_step.py and bench/common.py as modules."""
+    import os
+    import sys
+    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
+        pytest.importorskip("torch")
+    import torch
+    sys.path.insert(0, str(BENCH))
+    try:
+        import common
+        import training_step
+    finally:
+        sys.path.remove(str(BENCH))
+    return torch, training_step, common
+
+
 @pytest.mark.parametrize("routing,rank", [("softmax", 0), ("softmax", 4),
                                           ("deepseek", 8)])
 def test_training_step_layer_on_host(routing, rank):
@@ -279,20 +296,12 @@ def test_training_step_layer_on_host(routing, rank):
     # script's own float64 reference and its torch autograd step: the
     # checks the GPU run makes, at a tiny shape, so that a wrong argument
     # order or reference shows here first.
-    import os
-    import sys
-    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
-        pytest.importorskip("torch")
-    import torch
-
+    torch, ts, common = _training_step_modules()
     import moec
     from moec.runtime import _native
-    sys.path.insert(0, str(BENCH))
-    try:
-        import training_step as ts
-        from common import layer_mlir, layer_name, rel_err, route, torch_step_fn
-    finally:
-        sys.path.remove(str(BENCH))
+    layer_mlir, layer_name, rel_err = (common.layer_mlir, common.layer_name,
+                                       common.rel_err)
+    route, torch_step_fn = common.route, common.torch_step_fn
     m = TINY_LAYERS[routing]
     E, H, I, T = m["E"], m["H"], m["I"], 24
     name = layer_name("tiny", rank)
@@ -345,20 +354,11 @@ def test_training_step_fp8_layer_on_host(routing):
     # moe-fp8-recipe, against the script's float64 reference with FP8's
     # bound (e4m3: 3 mantissa bits), and worse than the bf16 step's error
     # on the same inputs (the FP8 matmuls ran).
-    import os
-    import sys
-    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
-        pytest.importorskip("torch")
-    import torch
-
+    torch, ts, common = _training_step_modules()
     import moec
     from moec.runtime import _native
-    sys.path.insert(0, str(BENCH))
-    try:
-        import training_step as ts
-        from common import layer_mlir, layer_name, rel_err
-    finally:
-        sys.path.remove(str(BENCH))
+    layer_mlir, layer_name, rel_err = (common.layer_mlir, common.layer_name,
+                                       common.rel_err)
     m = TINY_LAYERS[routing]
     E, H, I, T = m["E"], m["H"], m["I"], 24
     name = layer_name("tiny", 0)
