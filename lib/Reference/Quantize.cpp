@@ -118,6 +118,8 @@ DTensor transposeByBlocks(const DTensor &data, const QuantizeOptions &options,
 QuantizeResult quantizeBlocks(const DTensor &input,
                               const QuantizeOptions &options) {
   expectRank(input, "input", 3);
+  if (options.groupSize < 1)
+    fail("'group_size' must be positive");
   if (options.offsets)
     fail("'offsets' is only used with axis = colwise");
   const int64_t g = options.groupSize;
@@ -172,8 +174,6 @@ double roundToFP8(double value, FP8Format format) {
 }
 
 QuantizeResult quantize(const DTensor &input, const QuantizeOptions &options) {
-  if (options.groupSize < 1)
-    fail("'group_size' must be positive");
   if (options.axis == QuantAxis::Blocks)
     return quantizeBlocks(input, options);
   auto [scaleRows, scaleCols] = scaleShape(input, options);

@@ -80,6 +80,21 @@ struct Session {
     throw CompileError(what + (diagnostics.empty() ? "" : ":\n") +
                        diagnostics);
   }
+
+  /// Runs `pass` on the module without the GIL; a failure raises, naming
+  /// the pass.
+  void run(std::unique_ptr<Pass> pass) {
+    std::string name = pass->getArgument().str();
+    PassManager pm(&context);
+    pm.addPass(std::move(pass));
+    bool ok;
+    {
+      py::gil_scoped_release release;
+      ok = succeeded(pm.run(*module));
+    }
+    if (!ok)
+      fail(name + " failed");
+  }
 };
 
 moec::TileOverride toTile(const py::dict &tile) {
@@ -222,15 +237,7 @@ PYBIND11_MODULE(_compiler, m) {
         options.wrt.assign(wrt.begin(), wrt.end());
         options.save = save;
         options.accumulate.assign(accumulate.begin(), accumulate.end());
-        PassManager pm(&session.context);
-        pm.addPass(moec::moe::createMoeAutodiffPass(options));
-        bool ok;
-        {
-          py::gil_scoped_release release;
-          ok = succeeded(pm.run(*session.module));
-        }
-        if (!ok)
-          session.fail("moe-autodiff failed");
+        session.run(moec::moe::createMoeAutodiffPass(options));
         return print(*session.module);
       },
       py::arg("text"), py::arg("func"), py::arg("wrt"), py::arg("save"),
@@ -244,15 +251,7 @@ PYBIND11_MODULE(_compiler, m) {
         Session session(text, "<moec module>");
         moec::moe::MoeFp8RecipePassOptions options;
         options.recipe = recipe;
-        PassManager pm(&session.context);
-        pm.addPass(moec::moe::createMoeFp8RecipePass(options));
-        bool ok;
-        {
-          py::gil_scoped_release release;
-          ok = succeeded(pm.run(*session.module));
-        }
-        if (!ok)
-          session.fail("moe-fp8-recipe failed");
+        session.run(moec::moe::createMoeFp8RecipePass(options));
         // On success the diagnostics are the pass's remarks: the ops it
         // left in their precision, and why.
         return py::make_tuple(print(*session.module), session.diagnostics);

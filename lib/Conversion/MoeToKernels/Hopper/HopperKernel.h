@@ -484,8 +484,8 @@ private:
   /// Where this thread's scales of tile `t` come from: the lhs scale row of
   /// each of its two fragment rows (and whether it has one: a row past the
   /// group or a padding slot gets scale 0), and the weight-scale block of
-  /// each of the plan's scale segments. The FP8 weight gradient: the byte
-  /// offsets in a stage's scales of its two rows and its column pairs'
+  /// each of the plan's scale segments. The FP8 weight gradient: where (f32
+  /// elements) a stage's scales hold its two rows and its column pairs'
   /// first columns.
   struct ScaleSources {
     llvm::SmallVector<mlir::Value, 2> rows, rowValid;

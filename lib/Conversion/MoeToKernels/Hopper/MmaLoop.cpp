@@ -350,15 +350,15 @@ MmaLoop::ScaleSources MmaLoop::scaleSources(const TileState &t) {
   ScaleSources from;
   Value row0 = fragmentRow();
   if (env.plan.fp8WeightGrad()) {
-    // Where the stage's scales hold the thread's two rows of A and its
-    // column pairs' first columns of B (rows and columns past the tile were
-    // zero-filled, as TMA zero-filled their operand rows).
+    // Where (f32 elements) the stage's scales hold the thread's two rows
+    // of A and its column pairs' first columns of B, after the 128 rows'
+    // (rows and columns past the tile were zero-filled, as TMA zero-filled
+    // their operand rows).
     for (int64_t h = 0; h < 2; ++h)
-      from.rows.push_back(b.mul(b.add(row0, b.idx(8 * h)), b.idx(4)));
+      from.rows.push_back(b.add(row0, b.idx(8 * h)));
     Value pair = b.mul(b.rem(lane, b.idx(4)), b.idx(2));
     for (int64_t j = 0; j < env.plan.blockN / 8; ++j)
-      from.columns.push_back(
-          b.mul(b.add(pair, b.idx(kBlockM + 8 * j)), b.idx(4)));
+      from.columns.push_back(b.add(pair, b.idx(kBlockM + 8 * j)));
     return from;
   }
   for (int64_t h = 0; h < 2; ++h) {
@@ -394,12 +394,11 @@ SmallVector<Value> MmaLoop::sliceScales(const TileState &t,
     // column pair's (8 bytes).
     Value stage = env.sharedView(env.scaleStage(kt), b.getF32Type(),
                                  env.plan.scaleStageBytes() / 4);
-    auto at = [&](Value bytes) { return b.div(bytes, b.idx(4)); };
     SmallVector<Value> scales;
     for (Value row : from.rows)
-      scales.push_back(b.loadF(stage, {at(row)}));
+      scales.push_back(b.loadF(stage, {row}));
     for (Value c : from.columns)
-      llvm::append_range(scales, b.loadVecF(stage, {at(c)}, 2));
+      llvm::append_range(scales, b.loadVecF(stage, {c}, 2));
     return scales;
   }
   SmallVector<Value> weights;
