@@ -21,6 +21,13 @@ kernels add each micro-batch's gradient to `.main_grad` in f32, where the
 torch model adds bf16 `.grad`s; the optimizer step takes the sum as the
 experts' `.grad`.
 
+`--fp8` trains a third model, a copy whose moec blocks run their expert
+matmuls in FP8 (replace_moe_blocks(fp8="blockwise"): DeepSeek-V3's
+blockwise recipe, forward and backward) from the same weights on the same
+batches, and compares its loss with the bf16 moec run's: `--check` then
+also asks the average loss of the last quarter of the steps to be within
+2 % of bf16's.
+
 Needs torch, transformers and moec (`pip install .`, or
 PYTHONPATH=build/python_packages after `make`); on the GPU machine without
 the compiler, the moec side needs precompiled bundles (docs/python.md).
@@ -108,6 +115,9 @@ def main():
     parser.add_argument("--main-grad", action="store_true",
                         help="the moec experts accumulate into f32 "
                              "main gradients")
+    parser.add_argument("--fp8", action="store_true",
+                        help="also train the moec model with FP8 expert "
+                             "matmuls and compare it with bf16")
     parser.add_argument("--small", action="store_true",
                         help="a tiny model (the CPU test)")
     parser.add_argument("--check", action="store_true",
@@ -123,27 +133,34 @@ def main():
     with torch.device(args.device):
         torch_model = transformers.AutoModelForCausalLM.from_config(
             config, dtype=dtype)
-    moec_model = copy.deepcopy(torch_model)
-    swapped = moec.torch.replace_moe_blocks(moec_model,
-                                            main_grad=args.main_grad)
+    models = {"torch": torch_model}
+    for name, fp8 in (("moec", None), ("moec fp8", "blockwise")):
+        if fp8 and not args.fp8:
+            continue
+        models[name] = copy.deepcopy(torch_model)
+        swapped = moec.torch.replace_moe_blocks(
+            models[name], main_grad=args.main_grad, fp8=fp8)
     print(f"{len(swapped)} MoE blocks on moec; {config.num_experts} experts, "
           f"top-{config.num_experts_per_tok}, hidden {config.hidden_size}, "
-          f"device {args.device}")
+          f"device {args.device}" + (" (and in FP8)" if args.fp8 else ""))
 
     results = {}
-    for name, model in (("torch", torch_model), ("moec", moec_model)):
+    for name, model in models.items():
         batches = bigram_batches(config.vocab_size, args.batch, args.seq,
                                  args.steps, args.device)
         results[name] = train(model, batches, args.lr, args.micro_batches)
-    (torch_losses, torch_tps), (moec_losses, moec_tps) = (
-        results["torch"], results["moec"])
-    print(f"{'step':>5} {'torch loss':>11} {'moec loss':>10}")
-    for step in range(0, args.steps, max(1, args.steps // 10)):
-        print(f"{step:5d} {torch_losses[step]:11.4f} {moec_losses[step]:10.4f}")
-    print(f"final {torch_losses[-1]:11.4f} {moec_losses[-1]:10.4f}")
+    losses = {name: r[0] for name, r in results.items()}
+    print(f"{'step':>5}" + "".join(f" {name + ' loss':>13}"
+                                   for name in losses))
+    for step in list(range(0, args.steps, max(1, args.steps // 10))) + [-1]:
+        print(f"{step if step >= 0 else 'final':>5}" + "".join(
+            f" {curve[step]:13.4f}" for curve in losses.values()))
+    torch_tps, moec_tps = results["torch"][1], results["moec"][1]
     if torch_tps and moec_tps:
-        print(f"tokens/s: torch {torch_tps:,.0f}, moec {moec_tps:,.0f} "
-              f"({moec_tps / torch_tps:.2f}x)")
+        print("tokens/s: " + ", ".join(
+            f"{name} {r[1]:,.0f} ({r[1] / torch_tps:.2f}x)"
+            for name, r in results.items()))
+    torch_losses, moec_losses = losses["torch"], losses["moec"]
     # bf16 training of two implementations drifts apart slowly: compare the
     # averages of the last quarter of the curves.
     tail = max(1, args.steps // 4)
@@ -159,7 +176,14 @@ def main():
     print(f"loss fell: {fell} ({moec_losses[0]:.3f} -> {moec_tail:.3f}); "
           f"tracks torch within 5 % (first steps 1 %): {tracks} "
           f"({torch_tail:.3f})")
-    if args.check and not (fell and tracks):
+    fp8_tracks = True
+    if args.fp8:
+        fp8_tail = sum(losses["moec fp8"][-tail:]) / tail
+        fp8_tracks = abs(fp8_tail - moec_tail) <= 0.02 * moec_tail
+        print(f"fp8 tracks bf16 within 2 %: {fp8_tracks} ({fp8_tail:.3f} "
+              f"against {moec_tail:.3f}, "
+              f"{100 * (fp8_tail / moec_tail - 1):+.2f} %)")
+    if args.check and not (fell and tracks and fp8_tracks):
         raise SystemExit(1)
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence, Union
 
-from .compiler import Gradient, Kernel, SAVE_POLICIES, compile
+from .compiler import Gradient, Kernel, SAVE_POLICIES, check_fp8, compile
 from .compiler._compile import _tile_dict
 from .language import Tensor, ops
 from .language._dtypes import FLOATS, canonical
 from .runtime import Bundle
 
 __all__ = ["LORA_ARGS", "MAIN_GRAD_ARGS", "MoEConfig", "MoEConfigFields",
-           "ROUTINGS", "check_main_grad", "moe_kernel"]
+           "ROUTINGS", "check_main_grad", "entry_runs_fp8", "moe_kernel"]
 
 ROUTINGS = ("softmax_then_topk", "topk_then_softmax")
 #: The adapters' kernel arguments (moe_kernel's, with lora_rank), in order.
@@ -58,7 +58,10 @@ class MoEConfig:
     projections, scaled by `lora_alpha / r` (default alpha: r). Training:
     `save` (what the forward keeps for the backward: "all", "matmuls" or
     "inputs") and `main_grad` (the expert weights' gradients add to f32
-    `.main_grad`). `tile`: matmul tile fields replacing the cost model's
+    `.main_grad`). `fp8="blockwise"`: the expert matmuls of the forward and
+    the backward run in FP8 (Kernel.grad's `fp8`, compiler pass
+    moe-fp8-recipe: e4m3 with 1x128 activation and 128x128 weight block
+    scales); the router, the combine and the results keep `dtype`. `tile`: matmul tile fields replacing the cost model's
     ({"m", "n", "k", "threads"}; stored as sorted pairs, so the config is
     hashable).
 
@@ -82,6 +85,7 @@ class MoEConfig:
     lora_alpha: Optional[float] = None
     save: str = "all"
     main_grad: bool = False
+    fp8: Optional[str] = None
     tile: Optional[tuple] = None
 
     def __post_init__(self):
@@ -117,6 +121,13 @@ class MoEConfig:
             raise ValueError("'main_grad': a LoRA block trains its adapters "
                              "only, whose gradients do not accumulate into "
                              "main gradients (use main_grad=False)")
+        check_fp8(self.fp8)
+        if self.fp8 and self.lora_rank:
+            raise ValueError(
+                "'fp8': the FP8 recipe keeps a fused LoRA adapter's matmuls "
+                "in their precision, and a LoRA block is all such matmuls: "
+                "train LoRA in bf16 (fp8=None), or fine-tune fully with "
+                "fp8 (lora_rank=0)")
         tile = self.tile
         if tile is not None and not isinstance(tile, dict):
             tile = dict(tile) if isinstance(tile, (tuple, list)) else tile
@@ -217,8 +228,15 @@ class MoEConfig:
                 ("scaling_factor", self.scaling_factor))
 
     def kernel(self) -> Kernel:
-        """The forward kernel of a block of this config (moe_kernel's)."""
+        """The forward kernel of a block of this config (moe_kernel's), as
+        traced: in `dtype` (forward_source applies `fp8`)."""
         return _kernel(self, self.lora_scaling)
+
+    def forward_source(self, kernel: Optional[Kernel] = None):
+        """What compiles to the inference entry moe_block: `kernel` (default:
+        self.kernel()), or with `fp8` kernel.fp8(fp8)."""
+        kernel = kernel or self.kernel()
+        return kernel.fp8(self.fp8) if self.fp8 else kernel
 
     def gradient(self, kernel: Optional[Kernel] = None) -> Gradient:
         """The derived forward-with-saves and backward of a block of this
@@ -230,7 +248,7 @@ class MoEConfig:
         wrt = ["x", *LORA_ARGS] if self.lora_rank else None
         return kernel.grad(wrt=wrt, save=self.save,
                            accumulate=MAIN_GRAD_ARGS if self.main_grad
-                           else ())
+                           else (), fp8=self.fp8)
 
     def compile(self, target: Union[str, Sequence[str], None] = None,
                 training: bool = True, **kwargs) -> Bundle:
@@ -240,7 +258,8 @@ class MoEConfig:
         moec.compile's (default: this process's device, moec.target_for()).
         `kwargs`: as moec.compile's (the config's tile is used)."""
         kernel = self.kernel()
-        source = self.gradient(kernel) if training else kernel
+        source = (self.gradient(kernel) if training
+                  else self.forward_source(kernel))
         return compile(source, target, self.tile_dict, **kwargs)
 
     def check_bundle(self, bundle: Bundle, target: Optional[str] = None,
@@ -255,8 +274,9 @@ class MoEConfig:
         gradients it needs. `target` None: the MoE block entries the bundle
         has, for each of its targets, their inputs only (as a bundle is
         given, before the device is known). `fix`: what the message tells
-        the user to do. Not seen in a bundle's signatures, so not checked:
-        routing, norm_topk_prob, lora_alpha, tile."""
+        the user to do. FP8 or not is checked from the entries' ops. Not
+        seen in a bundle's signatures, so not checked: routing,
+        norm_topk_prob, lora_alpha, tile."""
         targets = [target] if target is not None else bundle.targets
         have = ", ".join(f"{e.name} [{e.target}]" for e in bundle.entries)
         names = ["moe_block"] + (["moe_block_fwd", "moe_block_grad"]
@@ -283,6 +303,7 @@ class MoEConfig:
                         f"(it has: {have}): {fix.replace('(path)', _for(t))}")
                 entry = found[0]
                 self._check_inputs(entry, specs, fix)
+                self._check_fp8(entry, fix)
                 if name == "moe_block_grad" and training:
                     self._check_backward(entry, fix)
 
@@ -317,6 +338,16 @@ class MoEConfig:
                     f"{self.num_experts}, lora_rank={self.lora_rank}, "
                     f"dtype={self.dtype}): {fix}")
 
+    def _check_fp8(self, entry, fix: str) -> None:
+        """The entry's expert matmuls are FP8 exactly when the config has
+        `fp8` (the recipe's quantizes are in its ops)."""
+        quantizes = entry_runs_fp8(entry)
+        if quantizes != bool(self.fp8):
+            raise ValueError(
+                f"'bundle': its {entry.name} [{entry.target}] runs its "
+                f"expert matmuls {'in FP8' if quantizes else 'in ' + self.dtype}"
+                f", the block has fp8={self.fp8!r}: {fix}")
+
     def _check_backward(self, backward, fix: str) -> None:
         """moe_block_grad has the config's main gradients and returns the
         gradients it needs (of x and the weights; with LoRA, of x and the
@@ -338,6 +369,12 @@ class MoEConfig:
         """Whether the router is softmax scoring without groups or bias
         (the one moec.torch.MoE's kernel has)."""
         return self.router == MoEConfig(1, 1, 1, 1).router
+
+
+def entry_runs_fp8(entry) -> bool:
+    """Whether a compiled entry quantizes to FP8 (moe-fp8-recipe's output,
+    as Kernel.fp8 and Kernel.grad(fp8=...) compile)."""
+    return any(op["name"] == "moe.quantize" for op in entry.ref_ops)
 
 
 def moe_kernel(hidden_size: int, intermediate_size: int, num_experts: int,
@@ -418,4 +455,5 @@ class MoEConfigFields:
     routing = property(lambda self: self.config.routing)
     save = property(lambda self: self.config.save)
     main_grad = property(lambda self: self.config.main_grad)
+    fp8 = property(lambda self: self.config.fp8)
     tile = property(lambda self: self.config.tile_dict)

@@ -74,6 +74,21 @@ def test_finetune_example_main_grad(capsys, monkeypatch):
     assert "loss fell: True" in out and "(first steps 1 %): True" in out
 
 
+def test_finetune_example_fp8(capsys, monkeypatch):
+    # --fp8: a third model whose moec blocks train in FP8; its loss stays
+    # within 2 % of the bf16 moec model's (--check).
+    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+    monkeypatch.setattr(sys, "argv", [
+        "finetune_moe.py", "--device", "cpu", "--steps", "40", "--batch", "4",
+        "--seq", "64", "--small", "--check", "--fp8"])
+    runpy.run_path(os.path.join(EXAMPLES, "finetune_moe.py"),
+                   run_name="__main__")
+    out = capsys.readouterr().out
+    assert "moec fp8 loss" in out and "fp8 tracks bf16 within 2 %: True" in out
+
+
 def test_finetune_lora_example(capsys, monkeypatch):
     # LoRA fine-tuning of a tiny Qwen3-MoE-shaped model (base weights
     # frozen, adapters on the experts) on moec next to the same math in

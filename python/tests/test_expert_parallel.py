@@ -252,6 +252,41 @@ def test_main_grad(tmp_path, world, chunks, dedup):
                     assert torch.equal(main, want), (rank, name)
 
 
+def _fp8_rank(case, rank):
+    block = moec.torch.MoE(H, I, E, K, dtype=case["dtype"], fp8="blockwise")
+    block.load_state_dict(case["weights"])
+    ep = moec.ep.ExpertParallelMoE.from_moe(block)
+    assert ep.fp8 == "blockwise"
+    return train_rank(ep, case, rank)
+
+
+def test_fp8(tmp_path):
+    # ExpertParallelMoE(fp8="blockwise") (from an FP8 block) over two ranks
+    # against the single-process FP8 block on all ranks' tokens: each row's
+    # arithmetic is the same, so bitwise (the router's gradient, summed
+    # over the ranks, within 1e-6), with a rank of one token.
+    world, tokens = 2, [13, 1]
+    case = make_case(world, tokens, torch.float32, seed=31)
+    block = moec.torch.MoE(H, I, E, K, fp8="blockwise", dtype=torch.float32)
+    block.load_state_dict(case["weights"])
+    x = case["x"].clone().requires_grad_()
+    y = block(x)
+    y.backward(case["dy"])
+    # FP8 really ran: the output is e4m3's few per cent from the f32 one.
+    assert 1e-3 < rel(y, case["y"]) < 0.1
+    results = spawn(tmp_path, world, _fp8_rank, case)
+    first = 0
+    for rank, got in enumerate(results):
+        rows = slice(first, first + tokens[rank])
+        first = rows.stop
+        experts = slice(*got["experts"])
+        assert torch.equal(got["y"], y.detach()[rows]), rank
+        assert torch.equal(got["grad_x"], x.grad[rows]), rank
+        assert torch.equal(got["w_gate_up"], block.w_gate_up.grad[experts])
+        assert torch.equal(got["w_down"], block.w_down.grad[experts])
+        assert rel(got["gate"], block.gate.weight.grad) < 1e-6, rank
+
+
 DEEPSEEK = dict(scoring="sigmoid", selection_bias=True, num_groups=4,
                 topk_groups=2, scaling_factor=2.5)
 
@@ -518,6 +553,17 @@ def test_errors(tmp_path):
                                              "ep_experts_6"):
             moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
                                       expert_chunks=(2, 6), bundle=plain)
+        # FP8: a known recipe, and a bundle whose experts run it.
+        with pytest.raises(ValueError, match="'fp8': expected one of "
+                                             "blockwise"):
+            moec.ep.ExpertParallelMoE(H, I, E, K, fp8="rowwise")
+        fp8 = moec.ep.ExpertParallelMoE(H, I, E, K, fp8="blockwise",
+                                        bundle=plain)
+        with pytest.raises(ValueError, match=r"'bundle': its ep_experts "
+                           r"\[host\] runs the expert matmuls unquantized, "
+                           r"the layer has fp8='blockwise': compile "
+                           r"ep_module\(..., fp8='blockwise'\)"):
+            fp8(torch.randn(3, H, dtype=torch.bfloat16))
         with pytest.raises(ValueError, match="'expert_chunks' and 'chunks'"):
             moec.ep.ExpertParallelMoE(H, I, E, K, transport="copy_engine",
                                       expert_chunks=2, chunks=2)

@@ -8,9 +8,11 @@ moec.compiler.tune`)."""
 from . import cache
 from ._compile import (TARGETS, cache_dir, compile, compiler_fingerprint, ir,
                        target_for)
-from ._grad import SAVE_POLICIES, Gradient, grad_attr
-from ._kernel import Kernel, kernel
+from ._grad import (FP8_RECIPES, SAVE_POLICIES, Gradient, check_fp8,
+                    fp8_recipe, grad_attr)
+from ._kernel import Fp8Kernel, Kernel, kernel
 
-__all__ = ["SAVE_POLICIES", "TARGETS", "Gradient", "Kernel", "cache",
-           "cache_dir", "compile", "compiler_fingerprint", "grad_attr", "ir",
-           "kernel", "target_for"]
+__all__ = ["FP8_RECIPES", "SAVE_POLICIES", "TARGETS", "Fp8Kernel", "Gradient",
+           "Kernel", "cache", "cache_dir", "check_fp8", "compile",
+           "compiler_fingerprint", "fp8_recipe", "grad_attr", "ir", "kernel",
+           "target_for"]

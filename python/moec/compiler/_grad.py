@@ -17,6 +17,26 @@ SAVE_POLICIES = ("all", "matmuls", "inputs")
 FP8_RECIPES = ("blockwise",)
 
 
+def check_fp8(fp8: Optional[str]) -> None:
+    """ValueError unless `fp8` is None or one of FP8_RECIPES."""
+    if fp8 is not None and fp8 not in FP8_RECIPES:
+        raise ValueError(f"'fp8': expected one of {', '.join(FP8_RECIPES)} "
+                         f"(or None for the kernel's own precision), got "
+                         f"{fp8!r}")
+
+
+def fp8_recipe(module: str, recipe: str, name: str) -> str:
+    """`module` (MLIR text) after the compiler pass moe-fp8-recipe with
+    `recipe`: its expert matmuls in FP8. The matmuls it keeps in their
+    precision are logged at INFO, under `name`."""
+    check_fp8(recipe)
+    module, remarks = _native.compiler().fp8_recipe(module, recipe)
+    for line in remarks.splitlines():
+        if "remark:" in line:
+            logger.info("%s: %s", name, line.split("remark:", 1)[1].strip())
+    return module
+
+
 def grad_attr(module: str, backward_name: str, attr: str) -> list:
     """An array attribute (moe.wrt, moe.saved_results) of the signature of
     the backward function `backward_name` in `module` (moe-autodiff's
@@ -90,10 +110,7 @@ class Gradient:
         if save not in SAVE_POLICIES:
             raise ValueError(f"'save': expected one of "
                              f"{', '.join(SAVE_POLICIES)}, got {save!r}")
-        if fp8 is not None and fp8 not in FP8_RECIPES:
-            raise ValueError(f"'fp8': expected one of "
-                             f"{', '.join(FP8_RECIPES)} (or None for the "
-                             f"kernel's own precision), got {fp8!r}")
+        check_fp8(fp8)
         self.kernel = kernel
         self.save = save
         self.fp8 = fp8
@@ -126,12 +143,7 @@ class Gradient:
                 self.kernel.module, self.kernel.name, self._wrt_indices,
                 self.save, self._accumulate_indices)
             if self.fp8:
-                module, remarks = _native.compiler().fp8_recipe(module,
-                                                                self.fp8)
-                for line in remarks.splitlines():
-                    if "remark:" in line:
-                        logger.info("%s: %s", self.kernel.name,
-                                    line.split("remark:", 1)[1].strip())
+                module = fp8_recipe(module, self.fp8, self.kernel.name)
             self._module = module
         return self._module
 

@@ -10,7 +10,7 @@ from ..language._ir import kernel_name, signature_specs, trace
 from ..runtime import Bundle
 from ..runtime._args import describe
 from ._compile import compile, ir, target_for
-from ._grad import Gradient
+from ._grad import Gradient, check_fp8, fp8_recipe
 
 
 class Kernel:
@@ -70,6 +70,12 @@ class Kernel:
         """The backward of this kernel (moec.Gradient): see its docstring."""
         return Gradient(self, wrt, save, accumulate, fp8)
 
+    def fp8(self, recipe: str = "blockwise") -> "Fp8Kernel":
+        """This kernel with its expert matmuls in FP8 (the compiler pass
+        moe-fp8-recipe, as Kernel.grad(fp8=recipe) runs it on the forward
+        and the backward): compile it as the kernel."""
+        return Fp8Kernel(self, recipe)
+
     def __call__(self, *args, **kwargs):
         device = "cpu"
         for value, name in zip(args, self.specs):
@@ -84,6 +90,40 @@ class Kernel:
     def __repr__(self) -> str:
         params = ", ".join(f"{n}: {s}" for n, s in self.specs.items())
         return f"<moec kernel {self.name}({params})>"
+
+
+class Fp8Kernel:
+    """A Kernel after the FP8 recipe `recipe` (Kernel.fp8): the same
+    function and arguments, its expert matmuls on e4m3 operands with block
+    scales. Compiles (moec.compile, .compile) and prints (.ir) as a
+    Kernel; its backward is Kernel.grad(fp8=recipe)."""
+
+    def __init__(self, kernel: Kernel, recipe: str):
+        check_fp8(recipe)
+        self.kernel = kernel
+        self.recipe = recipe
+        self._module: Optional[str] = None
+
+    name = property(lambda self: self.kernel.name)
+    arg_names = property(lambda self: self.kernel.arg_names)
+    entry_arg_names = property(lambda self: self.kernel.entry_arg_names)
+
+    @property
+    def module(self) -> str:
+        if self._module is None:
+            self._module = fp8_recipe(self.kernel.module, self.recipe,
+                                      self.name)
+        return self._module
+
+    def ir(self, stage: str = "moe", tile: Optional[dict] = None) -> str:
+        return ir(self.module, stage, tile)
+
+    def compile(self, target: Union[str, Sequence[str], None] = None,
+                tile: Optional[dict] = None, **kwargs) -> Bundle:
+        return compile(self, target, tile, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<moec kernel {self.name} in FP8 ({self.recipe})>"
 
 
 def kernel(fn: Optional[Callable] = None, *, name: Optional[str] = None,

@@ -128,6 +128,11 @@ class ExpertParallelMoE(MoEConfigFields, nn.Module):
     sum is rounded to the dtype before it travels). Not with `chunks` or
     `expert_chunks`. A given bundle must come from `ep_module(...,
     dedup=True)`.
+
+    `fp8="blockwise"`: as moec.torch.MoE's, the experts' matmuls of the
+    forward and the backward run in FP8 (the rows travel in `dtype`; FP8
+    dispatch over the exchange is not built). A given bundle must come
+    from `ep_module(..., fp8="blockwise")`.
     """
 
     def __init__(self, hidden_size: Optional[int] = None,
@@ -572,6 +577,7 @@ class ExpertParallelMoE(MoEConfigFields, nn.Module):
                 f"{self.world_size}, routing={self.routing}, transport="
                 f"{self.transport}"
                 + (", main_grad=True" if self.main_grad else "")
+                + (f", fp8={self.fp8}" if self.fp8 else "")
                 + (", dedup=True" if self.dedup else ""))
 
 
@@ -586,8 +592,8 @@ def ep_module(hidden_size: Optional[int] = None,
     compile ahead of time:
     `moec.compile(ep_module(...), "sm_90a").save(path)`, then
     `ExpertParallelMoE(..., bundle=moec.load(path))` with the same
-    configuration (a moec.MoEConfig, or its fields as keywords; `main_grad`
-    and `dedup` included) over `world_size` ranks."""
+    configuration (a moec.MoEConfig, or its fields as keywords; `main_grad`,
+    `fp8` and `dedup` included) over `world_size` ranks."""
     config = MoEConfig.of(config, (hidden_size, intermediate_size,
                                    num_experts, top_k), **options)
     if isinstance(expert_chunks, list):

@@ -8,10 +8,11 @@ from typing import Optional
 
 import torch
 
-from ..compiler import Kernel, compile as _compile, grad_attr, target_for
+from ..compiler import (Kernel, compile as _compile, fp8_recipe, grad_attr,
+                        target_for)
 from ..language import Tensor, ops
 from ..language._dtypes import canonical
-from ..layers import MoEConfig, check_main_grad
+from ..layers import MoEConfig, check_main_grad, entry_runs_fp8
 from ..runtime import Entry, _native
 from ..runtime._args import is_positive_int
 
@@ -249,6 +250,7 @@ class _Program:
             expert_chunks=expert_chunks, dedup=dedup, **dict(config.router))}
         self.save, self.tile = config.save, config.tile_dict
         self.sm_count, self.main_grad = sm_count, config.main_grad
+        self.fp8 = config.fp8
         self._given = bundle
         self._module: Optional[str] = None
         self._bundles: dict = {}
@@ -271,6 +273,8 @@ class _Program:
                               else [])
                 text = compiler.autodiff(text, name, wrt, self.save,
                                          accumulate)
+            if self.fp8:  # the experts' matmuls, forward and backward
+                text = fp8_recipe(text, self.fp8, "moec.ep")
             self._module = text
         return self._module
 
@@ -282,6 +286,14 @@ class _Program:
         if given is not None and any(e.name == name and e.target == target
                                      for e in given.entries):
             entry = given.entry(name, target)
+            # Every ep_experts* kernel has the expert matmuls.
+            if (name.startswith("ep_experts")
+                    and entry_runs_fp8(entry) != bool(self.fp8)):
+                raise ValueError(
+                    f"'bundle': its {name} [{target}] runs the expert "
+                    f"matmuls {'in FP8' if not self.fp8 else 'unquantized'}"
+                    f", the layer has fp8={self.fp8!r}: compile "
+                    f"ep_module(..., fp8={self.fp8!r})")
             if name in [n + "_grad" for n in EXPERT_KERNELS]:
                 check_main_grad(entry, name, MAIN_GRAD_WEIGHTS[0],
                                 self.main_grad,

@@ -80,8 +80,8 @@ class _Launcher:
         if self.given is not None:
             return self._given_for(target, False).entry("moe_block", target)
         if self.bundle is None or target not in self.bundle.targets:
-            self.bundle = _compile(self.kernel(), target,
-                                   self.config.tile_dict)
+            self.bundle = _compile(self.config.forward_source(self.kernel()),
+                                   target, self.config.tile_dict)
         return self.bundle.entry("moe_block", target)
 
     def gradient(self) -> Gradient:
@@ -93,7 +93,8 @@ class _Launcher:
     def compile(self, target, training: bool) -> Bundle:
         """The entries a block of this configuration looks for (moe_block;
         with `training`, moe_block_fwd and moe_block_grad)."""
-        source = self.gradient() if training else self.kernel()
+        source = (self.gradient() if training
+                  else self.config.forward_source(self.kernel()))
         return _compile(source, target, self.config.tile_dict)
 
     def train_entries(self, device: torch.device) -> tuple:
@@ -293,7 +294,7 @@ class MoE(MoEConfigFields, nn.Module):
     `config=`, or its fields as arguments (`MoE(2048, 768, 128, 8,
     routing=..., dtype=..., lora_rank=...)`: hidden_size,
     intermediate_size, num_experts, top_k, norm_topk_prob, routing, dtype,
-    tile, save, lora_rank, lora_alpha, main_grad), or both (the arguments
+    tile, save, lora_rank, lora_alpha, main_grad, fp8), or both (the arguments
     replace the config's fields). `device`: where the parameters go.
 
     `routing="softmax_then_topk"` with `norm_topk_prob` is Qwen3 (and
@@ -326,6 +327,16 @@ class MoE(MoEConfigFields, nn.Module):
     gradient buffer) inside the weight-gradient kernels, and leaves their
     `.grad` None; x's and the router's gradients go to `.grad` as usual.
     The optimizer step reads `.main_grad`; `zero_main_grad()` clears them.
+
+    FP8 training: `fp8="blockwise"` runs the expert matmuls of the forward
+    and the backward in FP8 (e4m3; DeepSeek-V3's recipe, compiler pass
+    moe-fp8-recipe, docs/training.md): the activations in 1x128 groups and
+    the expert weights in 128x128 blocks, each quantized by a kernel of
+    the step, the weight gradients over 128-row blocks of each expert. The
+    router, SwiGLU, the combine and every result and gradient keep the
+    block's dtype; the parameters stay as they are (f32 master weights
+    under autocast to bf16, or bf16). Full fine-tuning only (not with
+    `lora_rank`: the recipe leaves LoRA's fused matmuls in bf16).
     """
 
     def __init__(self, hidden_size: Optional[int] = None,
@@ -505,7 +516,8 @@ class MoE(MoEConfigFields, nn.Module):
                 f"{self.norm_topk_prob}"
                 + (f", lora_rank={self.lora_rank}, lora_scaling="
                    f"{self.lora_scaling}" if self.lora_rank else "")
-                + (", main_grad=True" if self.main_grad else ""))
+                + (", main_grad=True" if self.main_grad else "")
+                + (f", fp8={self.fp8}" if self.fp8 else ""))
 
 
 def main_grads_of(block: nn.Module) -> list:
