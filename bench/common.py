@@ -91,6 +91,95 @@ def group_ends(flat_ids, E):
     return torch.cumsum(counts, 0).int()
 
 
+# ---------------------------------------------------------------------------
+# torch's FP8 recipe (torchao's rowwise composition around
+# torch._scaled_grouped_mm), the baseline of the FP8 benchmarks
+# ---------------------------------------------------------------------------
+
+FP8_MAX = 448.0   # e4m3's largest finite value
+TORCH_FP8_ALIGN = 16  # rows per group torch's FP8 grouped GEMM needs
+
+
+def quantize_rowwise(a, dim):
+    """torch's rowwise recipe: e4m3 of a with one scale per slice along
+    every dimension but `dim` (amax over `dim`)."""
+    amax = a.float().abs().amax(dim=dim, keepdim=True).clamp(min=1e-12)
+    scale = amax / FP8_MAX
+    return (a.float() / scale).to(torch.float8_e4m3fn), scale
+
+
+def per_group_colwise(a, ends):
+    """torch's recipe for the weight gradient (torchao's per-group
+    column-wise scales): e4m3 of a [R, C] with one scale per expert and
+    column, and the scales [E * C] (expert-major). Rows past the last
+    group end (a padded buffer's tail, which torch._scaled_grouped_mm
+    leaves unwritten) count as zeros of the last expert."""
+    E = ends.numel()
+    rows = torch.arange(a.shape[0], device=a.device)
+    group = torch.searchsorted(ends.long(), rows, right=True).clamp(max=E - 1)
+    a = torch.where((rows < ends[-1])[:, None], a, 0)
+    amax = torch.zeros(E, a.shape[1], device=a.device).scatter_reduce_(
+        0, group[:, None].expand(-1, a.shape[1]), a.float().abs(), "amax")
+    scale = (amax / FP8_MAX).clamp(min=1e-12)
+    q = (a.float() / scale[group]).to(torch.float8_e4m3fn)
+    return q, scale.reshape(-1).contiguous()
+
+
+def aligned_rows(flat_sorted, E, align=TORCH_FP8_ALIGN):
+    """Where each expert-sorted row goes when every expert's group is
+    padded to `align` rows: (index [R], group ends [E] int32, rows of the
+    padded buffer). The buffer is sized for the worst case, R + E *
+    (align - 1), so that nothing waits for the counts on the host."""
+    R = flat_sorted.numel()
+    counts = torch.zeros(E, dtype=torch.int64, device=flat_sorted.device)
+    counts.scatter_add_(0, flat_sorted, torch.ones_like(flat_sorted))
+    padded = (counts + align - 1) // align * align
+    starts = torch.cumsum(counts, 0) - counts
+    padded_starts = torch.cumsum(padded, 0) - padded
+    rank = torch.arange(R, device=flat_sorted.device) - starts[flat_sorted]
+    index = padded_starts[flat_sorted] + rank
+    return index, torch.cumsum(padded, 0).int(), R + E * (align - 1)
+
+
+class TorchFp8GroupedLinear(torch.autograd.Function if torch is not None
+                            else object):
+    """y [R, N] = rows [R, K] . W_e^T per group (W [E, N, K]) in e4m3 as
+    torchao's rowwise recipe composes it: the forward's rows and weights
+    rowwise, the input gradient's dy rowwise and W along N, the weight
+    gradient's dy and rows with per-group column-wise scales; every
+    quantization a few torch ops, every matmul torch._scaled_grouped_mm
+    (groups `ends`, each a multiple of 16 rows)."""
+
+    @staticmethod
+    def forward(ctx, rows, w, ends):
+        E, N, _ = w.shape
+        xq, sx = quantize_rowwise(rows, 1)
+        wq, sw = quantize_rowwise(w, 2)
+        ctx.save_for_backward(rows, w, ends)
+        return torch._scaled_grouped_mm(
+            xq, wq.transpose(-2, -1), sx.view(-1), sw.view(E, N), offs=ends,
+            out_dtype=BF16)
+
+    @staticmethod
+    def backward(ctx, dy):
+        rows, w, ends = ctx.saved_tensors
+        E, _, K = w.shape
+        dy = dy.contiguous()
+        dq, sd = quantize_rowwise(dy, 1)
+        # dx = dy . W_e: W quantized along N, read as [E, N, K] column-major.
+        wq, sw = quantize_rowwise(w.transpose(1, 2), 2)
+        dx = torch._scaled_grouped_mm(
+            dq, wq.contiguous().transpose(-2, -1), sd.view(-1),
+            sw.view(E, K), offs=ends, out_dtype=BF16)
+        # dW_e = dy_e^T . rows_e: 2d x 2d, the groups along the rows.
+        dgq, sdg = per_group_colwise(dy, ends)
+        xgq, sxg = per_group_colwise(rows, ends)
+        dw = torch._scaled_grouped_mm(
+            dgq.t().contiguous(), xgq.t().contiguous().t(), sdg, sxg,
+            offs=ends, out_dtype=BF16)
+        return dx, dw, None
+
+
 def random_routing(T, E, k, gen):
     """slots [T*k] (slot = t*k + j, stably sorted by expert) and offsets
     [E] (cumulative group ends), from the top-k of random logits."""
@@ -694,10 +783,15 @@ def expert_views(adapters, E):
     return views
 
 
-def torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy, adapters=()):
+def torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy, adapters=(),
+                  fp8=False):
     """One forward + backward of the layer in torch autograd (bf16); with
     `adapters`, LoRA on both expert projections (the base weights frozen:
-    the gradients of x and the adapters)."""
+    the gradients of x and the adapters). `fp8` (full fine-tuning): the
+    expert matmuls in torch's FP8 composition (TorchFp8GroupedLinear), each
+    expert's rows padded to 16 in a buffer as torchao pads them."""
+    if fp8 and adapters:
+        raise ValueError("torch_step_fn: fp8 is full fine-tuning only")
     T, H = x.shape
     E, k = m["E"], m["k"]
     params = (x, *adapters) if adapters else (x, gate_w, w_gate_up, w_down)
@@ -724,10 +818,19 @@ def torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy, adapters=()):
         offsets = group_ends(flat, E)
         token = slots // k
         a = x.index_select(0, token)
-        g = project(a, w_gate_up, gu_lora, offsets)
+        if fp8:
+            index, ends, padded_rows = aligned_rows(flat[slots], E)
+            a = a.new_zeros(padded_rows, H).index_copy(0, index, a)
+            g = TorchFp8GroupedLinear.apply(a, w_gate_up, ends)
+        else:
+            g = project(a, w_gate_up, gu_lora, offsets)
         half = g.shape[1] // 2
         act = F.silu(g[:, :half]) * g[:, half:]
-        d = project(act, w_down, down_lora, offsets)
+        if fp8:
+            d = TorchFp8GroupedLinear.apply(act, w_down, ends).index_select(
+                0, index)
+        else:
+            d = project(act, w_down, down_lora, offsets)
         scaled = d.float() * weights.flatten().index_select(0, slots)[:, None]
         y = torch.zeros(T, H, dtype=torch.float32, device=x.device)
         y = y.index_add(0, token, scaled).to(torch.bfloat16)

@@ -33,14 +33,14 @@ import argparse
 import math
 import sys
 
-from common import (MODELS, fits, free_bytes, ints, make_flush, models,
+from common import (FP8_MAX, MODELS, fits, free_bytes, ints, make_flush,
+                    models, per_group_colwise, quantize_rowwise,
                     random_weights, rel_err, timed, torch, write_json, BF16)
 
 MODEL_KEYS = ("qwen3", "mixtral", "dsv3", "qwen35", "olmoe")
 MODES = ("forward", "input_grad", "weight_grad")
 FP8 = "f8E4M3FN"
 BLOCK = 128
-FP8_MAX = 448.0
 
 
 def mode_shape(m, mode):
@@ -144,14 +144,6 @@ def quantize_blocks(w):
     return q.to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
 
 
-def quantize_rowwise(a, dim):
-    """torch's rowwise recipe: e4m3 of a with one scale per slice along
-    every dimension but `dim` (amax over `dim`)."""
-    amax = a.float().abs().amax(dim=dim, keepdim=True).clamp(min=1e-12)
-    scale = amax / FP8_MAX
-    return (a.float() / scale).to(torch.float8_e4m3fn), scale
-
-
 def aligned_offsets(T, E, k, gen, align=16):
     """Cumulative group ends of random top-k routing, each group rounded
     up to `align` rows (int32, on the GPU), and the total rows."""
@@ -172,20 +164,6 @@ def reference(x, w, ends):
             out[start:end] = x[start:end].double() @ w[e].double().t()
         start = end
     return out
-
-
-def per_group_colwise(a, ends):
-    """torch's recipe for the weight gradient (torchao's per-group
-    column-wise scales): e4m3 of a [R, C] with one scale per expert and
-    column, and the scales [E * C] (expert-major)."""
-    E = ends.numel()
-    counts = torch.diff(ends.long(), prepend=ends.new_zeros(1).long())
-    group = torch.repeat_interleave(torch.arange(E, device="cuda"), counts)
-    amax = torch.zeros(E, a.shape[1], device="cuda").scatter_reduce_(
-        0, group[:, None].expand(-1, a.shape[1]), a.float().abs(), "amax")
-    scale = (amax / FP8_MAX).clamp(min=1e-12)
-    q = (a.float() / scale[group]).to(torch.float8_e4m3fn)
-    return q, scale.reshape(-1).contiguous()
 
 
 def weight_grad_errors(outs, x, dy, ends):

@@ -53,6 +53,13 @@ compiled after moe-fp8-recipe (moec_fp8: DeepSeek-V3's blockwise FP8 on
 every expert matmul, the router and the combine in bf16) on the same
 inputs: its time, peak memory and gradient error, and fp8_vs_bf16 (moec
 bf16 ms / moec FP8 ms). The quantizations are separate kernels there.
+Beside it runs torch's FP8 composition (torch_fp8, common.py's
+TorchFp8GroupedLinear: torchao's rowwise recipe around
+torch._scaled_grouped_mm, quantized by torch ops, each expert's rows
+padded to 16) on the same inputs: fp8_vs_torch_fp8 is torch FP8 ms / moec
+FP8 ms, err_torch_fp8 its gradient error (against the float64 reference
+with moec's routing: torch's own bf16 router may break a near tie the
+other way).
 
 Correctness (--check, on by default at the smallest T): moec's gradients
 against a float64 reference of the same math (per-expert loops in f64
@@ -182,6 +189,30 @@ GRADS = ("dx", "d_gate_w", "d_w_gate_up", "d_w_down")
 LORA_GRADS = ("dx", "d_gate_up_A", "d_gate_up_B", "d_down_A", "d_down_B")
 
 
+def fp8_errors(run_fp8, run_torch_fp8, ref, names, leaves) -> dict:
+    """err_fp8 and err_torch_fp8: each FP8 step's gradients against the
+    float64 reference `ref` (moec's routing). The router runs in bf16 in
+    moec's FP8 step as in its bf16 one: the same ids. torch routes by its
+    own bf16 logits: a near tie may pick another expert than moec's ids
+    (its error includes that)."""
+    import torch
+    fp8_grads, _ = run_fp8()
+    errs = {"err_fp8": {n: rel_err(g, r)
+                        for n, g, r in zip(names, fp8_grads, ref)}}
+    del fp8_grads
+    for t in leaves:
+        t.requires_grad_()
+    try:
+        errs["err_torch_fp8"] = {n: rel_err(g, r) for n, g, r in zip(
+            names, run_torch_fp8(), ref)}
+    except torch.cuda.OutOfMemoryError:
+        pass  # its timing reports the OOM
+    for t in leaves:
+        t.grad = None
+        t.requires_grad_(False)
+    return errs
+
+
 def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
             reference, profile=False, rank=0, fp8_bundle=None):
     """One (model, T, rank) row: errors, then the time and peak memory of a
@@ -206,16 +237,16 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     # the recipe keeps LoRA's matmuls in bf16).
     run_fp8 = (moec_step_fn(fp8_bundle, layer_name(key, rank), inputs, dy)
                if fp8_bundle is not None and not rank else None)
+    # torch's FP8 composition (torchao's rowwise recipe) beside moec FP8.
+    run_torch_fp8 = (torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy,
+                                   fp8=True) if run_fp8 else None)
     if reference:
         ref = reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy,
                               outs[3], adapters)  # y, logits, weights, ids
         row["err"] = {n: rel_err(g, r) for n, g, r in zip(names, grads, ref)}
         if run_fp8:
-            # The router runs in bf16 in both: the same ids, the same ref.
-            fp8_grads, _ = run_fp8()
-            row["err_fp8"] = {n: rel_err(g, r)
-                              for n, g, r in zip(names, fp8_grads, ref)}
-            del fp8_grads
+            row.update(fp8_errors(run_fp8, run_torch_fp8, ref, names,
+                                  (x, gate_w, w_gate_up, w_down)))
         del ref
     scratch = max(scratch_bytes(bundle, f"{layer_name(key, rank)}_fwd",
                                 inputs),
@@ -233,7 +264,7 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
                               adapters)
     runs = [("moec", run_moec), ("torch", run_torch)]
     if run_fp8:
-        runs.append(("moec_fp8", run_fp8))
+        runs += [("moec_fp8", run_fp8), ("torch_fp8", run_torch_fp8)]
     try:
         torch_grads = run_torch()
         row["err_torch_vs_moec"] = {
@@ -257,7 +288,13 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
         for t in leaves:
             t.grad = None
         torch.cuda.empty_cache()
-        ms = timed(fn, iters, flush)
+        try:
+            ms = timed(fn, iters, flush)
+        except torch.cuda.OutOfMemoryError as error:
+            if name != "torch_fp8":
+                raise
+            row[name] = dict(error=f"out of memory: {str(error)[:160]}")
+            continue
         for t in leaves:
             t.grad = None
         torch.cuda.synchronize()
@@ -287,6 +324,9 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
         row["ratio"] = row["torch"]["ms"] / row["moec"]["ms"]
     if "moec_fp8" in row:
         row["fp8_vs_bf16"] = row["moec"]["ms"] / row["moec_fp8"]["ms"]
+        if "ms" in row.get("torch_fp8", {}):
+            row["fp8_vs_torch_fp8"] = (row["torch_fp8"]["ms"] /
+                                       row["moec_fp8"]["ms"])
     if profile:
         row["moec_kernels"] = kernel_profile(run_moec)
         if run_fp8:
@@ -368,10 +408,17 @@ def main():
             f = r["moec_fp8"]
             fp8_err = (max(r["err_fp8"].values()) if "err_fp8" in r
                        else float("nan"))
+            tf = r.get("torch_fp8", {})
+            tf_ms = f"{tf['ms']:9.3f}" if "ms" in tf else f"{'OOM':>9}"
+            tf_gb = f"{tf['peak_gb']:9.2f}" if "ms" in tf else f"{'OOM':>9}"
+            tf_err = (max(r["err_torch_fp8"].values())
+                      if "err_torch_fp8" in r else float("nan"))
+            vs = (f", {r['fp8_vs_torch_fp8']:.2f}x torch FP8"
+                  if "fp8_vs_torch_fp8" in r else "")
             print(f"{'':8} {'':6} {'fp8':>7} {f['ms']:8.3f} "
-                  f"{'':9} {r['fp8_vs_bf16']:6.2f} {f['pct_peak']:6.1f} "
-                  f"{f['peak_gb']:8.2f} {'':9}  {fp8_err:.2e}  "
-                  f"(ratio: moec bf16 / moec fp8)")
+                  f"{tf_ms} {r['fp8_vs_bf16']:6.2f} {f['pct_peak']:6.1f} "
+                  f"{f['peak_gb']:8.2f} {tf_gb}  {fp8_err:.2e} (torch FP8 "
+                  f"{tf_err:.2e})  (ratio: moec bf16 / moec fp8{vs})")
     if args.json:
         write_json(args.json, dict(device=device, peak_tflops=peak, rows=rows))
 

@@ -36,6 +36,9 @@ def prepare(bundles: str) -> None:
         # With the derived forward and backward (moe_block_fwd/_grad), so
         # that the block also trains from this bundle.
         "qwen3_moe_block": moe_kernel(2048, 768, 128, 8).grad().module,
+        # The same block in FP8 (moec.torch.MoE(fp8="blockwise")'s).
+        "qwen3_moe_block_fp8": moe_kernel(2048, 768, 128, 8).grad(
+            fp8="blockwise").module,
         "mixtral_small_block": moe_kernel(
             64, 32, 8, 2, routing="topk_then_softmax"),
         "ops": os.path.join(ROOT, "test", "Integration", "ops.mlir"),
@@ -91,12 +94,14 @@ def torch_moe_block(x, gate_w, w_gate_up, w_down, k, norm_topk_prob=True,
     return out
 
 
-def check_moe_module(bundles: str, tokens: int = 512) -> float:
-    """moec.torch.MoE at the Qwen3-30B-A3B shape vs the plain torch block."""
+def qwen3_block(bundles: str, name: str = "qwen3_moe_block",
+                **options):
+    """moec.torch.MoE at the Qwen3-30B-A3B shape from bundle `name`, with
+    the same seeded weights every call."""
     torch.manual_seed(1)
     block = moec.torch.MoE(2048, 768, 128, 8, device="cuda",
                            bundle=moec.load(os.path.join(
-                               bundles, "qwen3_moe_block.moecb")))
+                               bundles, name + ".moecb")), **options)
     # Initialized like a trained router: logits of order 1 (unscaled randn
     # gives logits of ±45, whose bf16 rounding in the torch block reorders
     # near-tied experts).
@@ -108,29 +113,15 @@ def check_moe_module(bundles: str, tokens: int = 512) -> float:
             hf_like[f"experts.{e}.{name}.weight"] = (
                 torch.randn(shape, device="cuda") / shape[1] ** 0.5).bfloat16()
     block.load_hf_state_dict(hf_like)
-    x = torch.randn(2, tokens // 2, 2048, device="cuda").bfloat16()
-    with torch.no_grad():
-        y = block(x)
-    ref = torch_moe_block(x.reshape(-1, 2048), block.gate.weight,
-                          block.w_gate_up, block.w_down, 8).reshape(x.shape)
-    err = rel(y, ref)
-    weights = (x.reshape(-1, 2048), block.gate.weight, block.w_gate_up,
-               block.w_down)
-    bf16_router = torch_moe_block(*weights, 8, router_dtype=torch.bfloat16)
-    exact = torch_moe_block(*(t.double() for t in weights), 8,
-                            router_dtype=torch.float64)
-    print(f"moec.torch.MoE Qwen3-30B-A3B T={tokens} vs torch block (bf16, "
-          f"f32 router): rel error {err:.2e}")
-    print(f"  vs float64: moec {rel(y, exact.reshape(x.shape)):.2e}, torch "
-          f"block {rel(ref, exact.reshape(x.shape)):.2e}, torch block with a "
-          f"bf16 router (transformers) {rel(bf16_router, exact):.2e}")
-    assert y.shape == x.shape and y.dtype == torch.bfloat16
-    assert err <= 1e-2, err
+    return block
 
-    # Training: the derived backward's gradients against float64 autograd of
-    # the same block with moec's routing (a near tie may go either way).
-    xg = x.reshape(-1, 2048).clone().requires_grad_(True)
-    dy = torch.randn_like(xg)
+
+def qwen3_gradient_errors(block, x: torch.Tensor, dy: torch.Tensor) -> list:
+    """‖g − ref‖/‖ref‖ of the gradients of x, gate, w_gate_up and w_down of
+    a Qwen3-shaped block against float64 autograd of the same block with
+    moec's routing (a near tie may go either way)."""
+    block.zero_grad()
+    xg = x.detach().clone().requires_grad_(True)
     block(xg).backward(dy)
     ids = torch.ops.moec.moe_block_train(
         xg.detach(), block.gate.weight.detach(), block.w_gate_up.detach(),
@@ -150,11 +141,83 @@ def check_moe_module(bundles: str, tokens: int = 512) -> float:
     (out * dy.double()).sum().backward()
     grads = (xg.grad, block.gate.weight.grad, block.w_gate_up.grad,
              block.w_down.grad)
-    errs = [rel(g, t.grad) for g, t in zip(grads, leaves)]
+    return [rel(g, t.grad) for g, t in zip(grads, leaves)]
+
+
+def check_moe_module(bundles: str, tokens: int = 512) -> float:
+    """moec.torch.MoE at the Qwen3-30B-A3B shape vs the plain torch block."""
+    block = qwen3_block(bundles)
+    x = torch.randn(2, tokens // 2, 2048, device="cuda").bfloat16()
+    with torch.no_grad():
+        y = block(x)
+    ref = torch_moe_block(x.reshape(-1, 2048), block.gate.weight,
+                          block.w_gate_up, block.w_down, 8).reshape(x.shape)
+    err = rel(y, ref)
+    weights = (x.reshape(-1, 2048), block.gate.weight, block.w_gate_up,
+               block.w_down)
+    bf16_router = torch_moe_block(*weights, 8, router_dtype=torch.bfloat16)
+    exact = torch_moe_block(*(t.double() for t in weights), 8,
+                            router_dtype=torch.float64)
+    print(f"moec.torch.MoE Qwen3-30B-A3B T={tokens} vs torch block (bf16, "
+          f"f32 router): rel error {err:.2e}")
+    print(f"  vs float64: moec {rel(y, exact.reshape(x.shape)):.2e}, torch "
+          f"block {rel(ref, exact.reshape(x.shape)):.2e}, torch block with a "
+          f"bf16 router (transformers) {rel(bf16_router, exact):.2e}")
+    assert y.shape == x.shape and y.dtype == torch.bfloat16
+    assert err <= 1e-2, err
+
+    # Training: the derived backward's gradients against float64 autograd.
+    x2 = x.reshape(-1, 2048)
+    errs = qwen3_gradient_errors(block, x2, torch.randn_like(x2))
     print("  training: gradients of x, gate, w_gate_up, w_down vs float64: "
           + ", ".join(f"{e:.2e}" for e in errs))
     assert max(errs) <= 1e-2, errs
     return max(err, *errs)
+
+
+def check_fp8_moe_module(bundles: str) -> float:
+    """moec.torch.MoE(fp8="blockwise") at the Qwen3-30B-A3B shape: its
+    output and gradients against float64 next to the bf16 block's on the
+    same inputs; T = 1, all tokens to one expert, T = 0."""
+    bf16 = qwen3_block(bundles)
+    fp8 = qwen3_block(bundles, "qwen3_moe_block_fp8", fp8="blockwise")
+    worst = 0.0
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for tokens, one_expert in ((512, False), (4096, False), (1, False),
+                               (300, True)):
+        x = torch.randn(tokens, 2048, device="cuda", generator=gen)
+        if one_expert:  # expert 5's router row dominates every token
+            x = x.abs()
+            for block in (bf16, fp8):
+                with torch.no_grad():
+                    block.gate.weight[5] += 8.0 / (0.8 * 2048)
+        x = x.bfloat16()
+        dy = torch.randn(tokens, 2048, device="cuda",
+                         generator=gen).bfloat16()
+        with torch.no_grad():
+            y = {name: b(x) for name, b in (("bf16", bf16), ("fp8", fp8))}
+            exact = torch_moe_block(*(t.double() for t in (
+                x, bf16.gate.weight, bf16.w_gate_up, bf16.w_down)), 8,
+                router_dtype=torch.float64)
+        out = {name: rel(v, exact) for name, v in y.items()}
+        grads = {name: qwen3_gradient_errors(b, x, dy)
+                 for name, b in (("bf16", bf16), ("fp8", fp8))}
+        print(f"moec.torch.MoE(fp8='blockwise') Qwen3-30B-A3B T={tokens}"
+              f"{' (all to expert 5)' if one_expert else ''} vs float64: "
+              f"output FP8 {out['fp8']:.2e} (bf16 {out['bf16']:.2e}); "
+              f"gradients x, gate, w_gate_up, w_down FP8 "
+              + ", ".join(f"{e:.2e}" for e in grads["fp8"]) + " (bf16 "
+              + ", ".join(f"{e:.2e}" for e in grads["bf16"]) + ")")
+        # e4m3 keeps 3 mantissa bits; one token's router gradient is a
+        # difference of products (twice the others' error on the host).
+        assert out["fp8"] <= 0.1, out
+        tol = [0.1, 0.2 if tokens == 1 else 0.1, 0.1, 0.1]
+        assert all(e <= t for e, t in zip(grads["fp8"], tol)), grads
+        worst = max(worst, out["fp8"], *grads["fp8"])
+    with torch.no_grad():
+        assert fp8(torch.empty(0, 2048, device="cuda",
+                               dtype=torch.bfloat16)).shape == (0, 2048)
+    return worst
 
 
 def check_mixtral_names_and_routing(bundles: str) -> float:
@@ -486,7 +549,7 @@ def main(bundles: str) -> int:
     print(f"device: {torch.cuda.get_device_name()}, moec "
           f"{moec.__version__}, compiler here: {moec.has_compiler()}")
     failures = 0
-    for check in (check_aot_layer, check_moe_module,
+    for check in (check_aot_layer, check_moe_module, check_fp8_moe_module,
                   check_mixtral_names_and_routing, check_cuda_array_interface,
                   check_cuda_graph, check_validation, check_determinism,
                   check_empty_and_single_token, check_nan_confined):

@@ -384,3 +384,32 @@ def test_training_step_fp8_layer_on_host(routing):
         assert g.shape == r.shape and g.dtype == torch.bfloat16, n
         assert rel_err(g, r) < 0.1, n
         assert rel_err(g, r) > rel_err(b, r), n
+
+
+def test_torch_fp8_composition_padding_and_scales():
+    # The pieces of training_step's torch FP8 baseline that run on the
+    # host (torch._scaled_grouped_mm needs a Hopper GPU): each expert's
+    # sorted rows land in its 16-row aligned group, and the per-group
+    # column-wise scales take each group's amax with the buffer's
+    # unwritten tail as zeros.
+    torch, _, common = _training_step_modules()
+    E = 4
+    # Sorted expert ids: expert 0 has 3 rows, 1 none, 2 has 17, 3 one.
+    flat = torch.tensor([0] * 3 + [2] * 17 + [3])
+    index, ends, rows = common.aligned_rows(flat, E)
+    assert ends.tolist() == [16, 16, 48, 64] and rows == 21 + 4 * 15
+    assert index.tolist() == [0, 1, 2] + list(range(16, 33)) + [48]
+    a = torch.zeros(rows, 3)
+    a[index] = torch.arange(1, 22, dtype=torch.float32)[:, None] * \
+        torch.tensor([1.0, -2.0, 0.5])
+    a[64:] = float("nan")  # past the last group end: never written
+    q, scale = common.per_group_colwise(a, ends)
+    amax = torch.tensor([[3.0, 6.0, 1.5], [0.0] * 3, [20.0, 40.0, 10.0],
+                         [21.0, 42.0, 10.5]])
+    want = (amax / common.FP8_MAX).clamp(min=1e-12).reshape(-1)
+    assert torch.allclose(scale, want)
+    assert not q[:64].float().isnan().any()
+    # Each row dequantizes to itself within e4m3's rounding.
+    group = torch.searchsorted(ends.long(), torch.arange(64), right=True)
+    back = q[:64].float() * scale.view(E, 3)[group]
+    assert torch.allclose(back, a[:64], rtol=0.07, atol=0)

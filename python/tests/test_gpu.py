@@ -23,6 +23,10 @@ def test_moe_module_matches_torch(checks):
     assert checks.check_moe_module(BUNDLES) <= 1e-2
 
 
+def test_fp8_moe_module_against_float64(checks):
+    assert checks.check_fp8_moe_module(BUNDLES) <= 0.1
+
+
 def test_mixtral_names_and_routing(checks):
     assert checks.check_mixtral_names_and_routing(BUNDLES) < 1e-2
 

@@ -86,16 +86,22 @@ module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152
 // warp, moe.quantize {axis = blocks, transpose}: a block of 8 warps per
 // 128x128 block of the weights, each thread's 8 chunks (8 bf16) loaded
 // once, the amax over the warp (shuffles) and the 8 warps (workgroup
-// memory), then the FP8 data through a 128x128 workgroup tile and out as
-// [E, K, N] rows, 16 bytes a store.
+// memory), then the FP8 data through a 128x128 workgroup tile: each
+// thread's run of 8 rows of a column goes in as one 8-byte store at a
+// swizzled place (8 of them), and the [E, K, N] rows leave 8 bytes a store.
 // CHECK-LABEL: gpu.func @weights_k0_quantize_blocks_warp(
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-COUNT-8: vector.load %arg0{{.*}} : memref<4x272x136xbf16>, vector<8xbf16>
 // CHECK: gpu.shuffle xor
 // CHECK: gpu.barrier
 // CHECK: memref.store %{{.*}}, %arg2[%{{.*}}, %{{.*}}, %{{.*}}] : memref<4x2x3xf32>
+// CHECK: arith.xori
+// CHECK-COUNT-8: vector.store %{{.*}} : memref<128x128xf8E4M3FN, #gpu.address_space<workgroup>>, vector<8xf8E4M3FN>
+// CHECK-NOT: memref.store {{.*}}workgroup
 // CHECK: gpu.barrier
-// CHECK: vector.store %{{.*}}, %arg1{{.*}} : memref<4x136x272xf8E4M3FN>, vector<16xf8E4M3FN>
+// CHECK: arith.xori
+// CHECK: vector.load %{{.*}} : memref<128x128xf8E4M3FN, #gpu.address_space<workgroup>>, vector<8xf8E4M3FN>
+// CHECK: vector.store %{{.*}}, %arg1{{.*}} : memref<4x136x272xf8E4M3FN>, vector<8xf8E4M3FN>
 // CHECK: gpu.launch_func  @weights_kernels::@weights_k0_quantize_blocks_warp
 // CHECK-SAME: blocks in (%{{.*}}, %{{.*}}, %{{.*}}) threads in (%{{.*}}, %{{.*}}, %{{.*}}) dynamic_shared_memory_size %c16416_i32
 module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152>} {

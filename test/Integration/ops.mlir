@@ -199,7 +199,8 @@ func.func @dequantize_nf4(%packed: tensor<4x6x8xui8>, %absmax: tensor<4x6xf32>,
 // rhs in the nn.Linear layout.
 // Expert weights in 128x128 blocks (N = 264 and K = 136 leave partial
 // blocks along both), as they are and transposed; on GPUs the warp kernel
-// (transposed: N a multiple of 16, 272), else the scalar one (264).
+// (transposed: N a multiple of each thread's run of rows, 8 for bf16 and 16
+// for f32), on the host the scalar one.
 func.func @quantize_blocks(%w: tensor<4x264x136xbf16>,
                            %v: tensor<3x272x136xf32>)
     -> (tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>,

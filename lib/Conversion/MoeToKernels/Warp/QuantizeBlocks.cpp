@@ -4,8 +4,10 @@
 // block of [E, N, K] weights. Each thread keeps its chunks of the block in
 // registers (one read of the weights); the amax meets over the warp
 // (shuffles) and the 8 warps (workgroup memory). The data goes out as it
-// came, or (transpose) through a g x g FP8 tile in workgroup memory, so
-// that the [E, K, N] rows are written 16 bytes at a time.
+// came, or (transpose) through a g x g FP8 tile in workgroup memory: each
+// thread reads consecutive rows, so that it holds a run of each column and
+// writes it to the tile as one vector (XOR-swizzled, so that the threads
+// of a warp hit different banks), and the [E, K, N] rows leave in runs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,13 +27,11 @@ using namespace moec::kernels;
 namespace {
 
 constexpr int64_t kThreads = 256, kWarps = kThreads / 32;
-/// Bytes per store of the transposed data.
-constexpr int64_t kStoreBytes = 16;
-
 /// The block kernel's sizes, or nullopt where it does not apply: static
 /// N and K, K a multiple of the vector width, g x g blocks that 256
 /// threads cover in whole rows of chunks (at most 16 chunks each), and
-/// for the transposed layout N a multiple of 16 (whole 16-byte stores).
+/// for the transposed layout N a multiple of the run each thread holds
+/// (`steps` rows: whole runs in and out of the tile).
 struct BlocksShape {
   Type inType;
   int64_t group, width, rows, cols, lanesPerRow, rowsPerStep, steps;
@@ -61,7 +61,7 @@ std::optional<BlocksShape> blocksShape(moe::QuantizeOp op) {
     return std::nullopt;
   s.steps = s.group / s.rowsPerStep;
   s.transposed = op.getTranspose();
-  if (s.transposed && (s.rows % kStoreBytes || s.group % kStoreBytes))
+  if (s.transposed && s.rows % s.steps)
     return std::nullopt;
   s.fp8Max = fp8MaxOf(elementType(op.getData()));
   s.pow2 = op.getPow2Scale();
@@ -111,8 +111,16 @@ LogicalResult warp::emitQuantizeBlocks(moe::QuantizeOp op, BufferMap buffer,
             {s.width}, b.getIntegerType(s.inType.getIntOrFloatBitWidth()));
         Value amaxBits = b.zeroVec(bitsType);
         SmallVector<Value> x, rows, valid;
+        // Thread t reads rows t, t + rowsPerStep, ... of the block, or
+        // (transposed) the run rowThread * steps + i: a warp's loads cover
+        // whole rows either way.
+        auto rowInBlock = [&](int64_t i) {
+          return s.transposed
+                     ? b.add(b.mul(rowThread, b.idx(s.steps)), b.idx(i))
+                     : b.add(b.idx(i * s.rowsPerStep), rowThread);
+        };
         for (int64_t i = 0; i < s.steps; ++i) {
-          Value inBlock = b.add(b.idx(i * s.rowsPerStep), rowThread);
+          Value inBlock = rowInBlock(i);
           Value r = b.add(b.mul(br, b.idx(g)), inBlock);
           valid.push_back(b.land(colActive, b.ult(r, b.idx(s.rows))));
           rows.push_back(b.minIdx(r, b.idx(s.rows - 1)));
@@ -139,46 +147,59 @@ LogicalResult warp::emitQuantizeBlocks(moe::QuantizeOp op, BufferMap buffer,
         auto f32x = VectorType::get({s.width}, b.getF32Type());
         Value inverse =
             vector::BroadcastOp::create(b, f32x, b.fdiv(b.f32(1), scale));
-        auto scaled = [&](int64_t i) {
-          Value y = s.inType.isF32() ? x[i]
-                                     : arith::ExtFOp::create(b, f32x, x[i]);
-          return arith::MulFOp::create(b, y, inverse).getResult();
-        };
+        SmallVector<Value> y;
+        for (int64_t i = 0; i < s.steps; ++i) {
+          Value wide = s.inType.isF32()
+                           ? x[i]
+                           : arith::ExtFOp::create(b, f32x, x[i]);
+          y.push_back(arith::MulFOp::create(b, wide, inverse));
+        }
         if (!s.transposed) {
           for (int64_t i = 0; i < s.steps; ++i)
-            b.ifThen(valid[i], [&] {
-              b.storeVecF32(scaled(i), a[1], {e, rows[i], c});
-            });
+            b.ifThen(valid[i],
+                     [&] { b.storeVecF32(y[i], a[1], {e, rows[i], c}); });
           return;
         }
-        // Transposed: element (r, c + j) of the block goes to tile row
-        // local + j, column r (both within the block), then each tile row
-        // (a row of the [E, K, N] data) leaves in 16-byte pieces.
-        Value fp8Tile =
-            workgroupArray(b, smem, {g, g}, fp8, partialBytes);
-        for (int64_t i = 0; i < s.steps; ++i) {
-          Value y = scaled(i);
-          Value r = b.add(b.idx(i * s.rowsPerStep), rowThread);
-          for (int64_t j = 0; j < s.width; ++j)
-            b.storeF(vector::ExtractOp::create(b, y, ArrayRef<int64_t>{j}),
-                     fp8Tile, {b.add(local, b.idx(j)), r});
+        // Transposed: tile row local + j (column c + j of the block) takes
+        // this thread's run of column j, rows rowThread * steps + [0,
+        // steps), as one vector. The tile row's runs sit XOR-swizzled by
+        // the row's lane (local / width): the 16 lanes of a half-warp,
+        // whose tile rows share banks, write different banks.
+        Value fp8Tile = workgroupArray(b, smem, {g, g}, fp8, partialBytes);
+        const int64_t runs = s.rowsPerStep;  // runs per tile row
+        const bool pow2 = llvm::isPowerOf2_64(runs);
+        auto swizzled = [&](Value run, Value tileRow) {
+          if (!pow2)
+            return run;
+          Value lanePart = b.rem(b.div(tileRow, b.idx(s.width)), b.idx(runs));
+          return Value(arith::XOrIOp::create(b, run, lanePart));
+        };
+        for (int64_t j = 0; j < s.width; ++j) {
+          SmallVector<Value> column;
+          for (int64_t i = 0; i < s.steps; ++i)
+            column.push_back(
+                vector::ExtractOp::create(b, y[i], ArrayRef<int64_t>{j}));
+          Value tileRow = b.add(local, b.idx(j));
+          b.storeVecF(column, fp8Tile,
+                      {tileRow, b.mul(swizzled(rowThread, tileRow),
+                                      b.idx(s.steps))});
         }
         gpu::BarrierOp::create(b);
-        const int64_t piecesPerRow = g / kStoreBytes;
-        const int64_t tileRowsPerPass = kThreads / piecesPerRow;
-        Value piece = b.mul(b.rem(thread, b.idx(piecesPerRow)),
-                            b.idx(kStoreBytes));
-        Value n = b.add(b.mul(br, b.idx(g)), piece);
+        // Each tile row (a row of the [E, K, N] data) leaves run by run:
+        // thread t takes run t % runs of tile rows t / runs + passes.
+        const int64_t tileRowsPerPass = kThreads / runs;
+        Value run = b.rem(thread, b.idx(runs));
+        Value n = b.add(b.mul(br, b.idx(g)), b.mul(run, b.idx(s.steps)));
         for (int64_t pass = 0; pass * tileRowsPerPass < g; ++pass) {
           Value tileRow = b.add(b.idx(pass * tileRowsPerPass),
-                                b.div(thread, b.idx(piecesPerRow)));
+                                b.div(thread, b.idx(runs)));
           Value k = b.add(b.mul(bc, b.idx(g)), tileRow);
           b.ifThen(b.land(b.ult(tileRow, b.idx(g)),
                           b.land(b.ult(k, b.idx(s.cols)),
                                  b.ult(n, b.idx(s.rows)))),
                    [&] {
-                     b.storeVec(b.loadVec(fp8Tile, {tileRow, piece},
-                                          kStoreBytes),
+                     Value at = b.mul(swizzled(run, tileRow), b.idx(s.steps));
+                     b.storeVec(b.loadVec(fp8Tile, {tileRow, at}, s.steps),
                                 a[1], {e, k, n});
                    });
         }
