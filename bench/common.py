@@ -118,8 +118,10 @@ def per_group_colwise(a, ends):
     rows = torch.arange(a.shape[0], device=a.device)
     group = torch.searchsorted(ends.long(), rows, right=True).clamp(max=E - 1)
     a = torch.where((rows < ends[-1])[:, None], a, 0)
-    amax = torch.zeros(E, a.shape[1], device=a.device).scatter_reduce_(
-        0, group[:, None].expand(-1, a.shape[1]), a.float().abs(), "amax")
+    # The rows are sorted by group: one segmented max (no atomics).
+    offsets = torch.cat([ends.new_zeros(1), ends]).long()
+    amax = torch.segment_reduce(a.float().abs(), "max", offsets=offsets,
+                                axis=0, initial=0)
     scale = (amax / FP8_MAX).clamp(min=1e-12)
     q = (a.float() / scale[group]).to(torch.float8_e4m3fn)
     return q, scale.reshape(-1).contiguous()
@@ -129,7 +131,9 @@ def aligned_rows(flat_sorted, E, align=TORCH_FP8_ALIGN):
     """Where each expert-sorted row goes when every expert's group is
     padded to `align` rows: (index [R], group ends [E] int32, rows of the
     padded buffer). The buffer is sized for the worst case, R + E *
-    (align - 1), so that nothing waits for the counts on the host."""
+    (align - 1), so that nothing waits for the counts on the host, and
+    rounded up to `align` (FP8 rows of it are a stride of the weight
+    gradient's operands, which must be a multiple of 16 bytes)."""
     R = flat_sorted.numel()
     counts = torch.zeros(E, dtype=torch.int64, device=flat_sorted.device)
     counts.scatter_add_(0, flat_sorted, torch.ones_like(flat_sorted))
@@ -138,7 +142,8 @@ def aligned_rows(flat_sorted, E, align=TORCH_FP8_ALIGN):
     padded_starts = torch.cumsum(padded, 0) - padded
     rank = torch.arange(R, device=flat_sorted.device) - starts[flat_sorted]
     index = padded_starts[flat_sorted] + rank
-    return index, torch.cumsum(padded, 0).int(), R + E * (align - 1)
+    rows = -(-(R + E * (align - 1)) // align) * align
+    return index, torch.cumsum(padded, 0).int(), rows
 
 
 class TorchFp8GroupedLinear(torch.autograd.Function if torch is not None

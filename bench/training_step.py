@@ -328,6 +328,8 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
             row["fp8_vs_torch_fp8"] = (row["torch_fp8"]["ms"] /
                                        row["moec_fp8"]["ms"])
     if profile:
+        # moec allocates outside torch: give it torch's cached blocks.
+        torch.cuda.empty_cache()
         row["moec_kernels"] = kernel_profile(run_moec)
         if run_fp8:
             row["moec_fp8_kernels"] = kernel_profile(run_fp8)
@@ -375,7 +377,12 @@ def main():
                 row = measure(bundle, key, m, T, weights, bias, gen, flush,
                               peak, args.iters, reference, args.profile,
                               rank, fp8_bundle)
-            except torch.cuda.OutOfMemoryError as error:
+            except (torch.cuda.OutOfMemoryError, moec.MoecError) as error:
+                # moec's own allocations fail as a MoecError naming
+                # CUDA_ERROR_OUT_OF_MEMORY; other moec errors propagate.
+                if (isinstance(error, moec.MoecError)
+                        and "OUT_OF_MEMORY" not in str(error)):
+                    raise
                 row = dict(model=key, T=T, mode=f"lora{rank}" if rank
                            else "full",
                            error=f"out of memory: {str(error)[:160]}")
