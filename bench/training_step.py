@@ -78,7 +78,6 @@ allocate outside torch (the larger of the two entries').
 
 import argparse
 import json
-import math
 
 from common import (BF16, LORA_SCALING, kernel_profile, layer_mlir,
                     layer_name, layer_weights, make_flush, models,
@@ -167,22 +166,15 @@ def moec_step_fn(bundle, name, args, dy):
     return step
 
 
-DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "f8E4M3FN": 1,
-               "f8E5M2": 1, "ui8": 1}
-
 
 def scratch_bytes(bundle, name, inputs):
-    """Bytes of the buffers entry `name` allocates outside torch (its
-    scratch), for these inputs."""
+    """Bytes of the scratch entry `name` allocates outside torch (one
+    allocation; temps not live together share bytes), for these inputs."""
     entry = bundle.entry(name)
     native = bundle._native
-    info = native.entry(entry._index)
     symbols = native.bind_symbols(entry._index,
                                   [list(t.shape) for t in inputs])
-    shapes = native.buffer_shapes(entry._index, list(symbols))
-    return sum(math.prod(shape) * DTYPE_BYTES.get(b["dtype"], 4)
-               for shape, b in zip(shapes, info["buffers"])
-               if b["role"] not in ("input", "output"))
+    return native.scratch_bytes(entry._index, list(symbols))
 
 
 GRADS = ("dx", "d_gate_w", "d_w_gate_up", "d_w_down")
@@ -328,12 +320,19 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
             row["fp8_vs_torch_fp8"] = (row["torch_fp8"]["ms"] /
                                        row["moec_fp8"]["ms"])
     if profile:
-        # moec allocates outside torch: give it torch's cached blocks.
-        torch.cuda.empty_cache()
-        row["moec_kernels"] = kernel_profile(run_moec)
-        if run_fp8:
-            row["moec_fp8_kernels"] = kernel_profile(run_fp8)
+        row.update(profiles(run_moec, run_fp8))
     return row
+
+
+def profiles(run_moec, run_fp8) -> dict:
+    """moec_kernels (and with FP8, moec_fp8_kernels): each step's largest
+    kernels by GPU time."""
+    import torch
+    torch.cuda.empty_cache()  # moec allocates outside torch's cache
+    out = {"moec_kernels": kernel_profile(run_moec)}
+    if run_fp8:
+        out["moec_fp8_kernels"] = kernel_profile(run_fp8)
+    return out
 
 
 def main():

@@ -263,6 +263,80 @@ static Status bindViews(const Entry &entry,
   return Status::ok();
 }
 
+Status planScratch(const Entry &entry,
+                   const std::vector<std::vector<int64_t>> &shapes,
+                   ScratchPlan &plan) {
+  constexpr size_t kAlign = 256;
+  const size_t n = entry.buffers.size();
+  if (shapes.size() != n)
+    return invalidArg("entry " + quoted(entry.name) + " has " +
+                      std::to_string(n) + " buffers, got " +
+                      std::to_string(shapes.size()) + " shapes");
+  // Live range [first, last] step of each buffer with bytes of its own (a
+  // view's uses count for its source); never used: first > last.
+  std::vector<size_t> first(n, SIZE_MAX), last(n, 0);
+  for (size_t step = 0; step < entry.steps.size(); ++step)
+    for (const ParamDesc &p : entry.steps[step].params) {
+      if (p.kind == ParamDesc::Kind::Scalar || p.buffer >= n)
+        continue;
+      size_t b = p.buffer;
+      if (entry.buffers[b].role == BufferRole::View &&
+          entry.buffers[b].source < n)
+        b = entry.buffers[b].source;
+      first[b] = std::min(first[b], step);
+      last[b] = std::max(last[b], step);
+    }
+  struct Temp {
+    size_t index, bytes;
+  };
+  std::vector<Temp> temps;
+  for (size_t i = 0; i < n; ++i) {
+    if (entry.buffers[i].role != BufferRole::Temp)
+      continue;
+    size_t bytes = 0;
+    if (Status s = arrayBytes(entry.buffers[i].elem, shapes[i], bytes); !s)
+      return invalidArg(describe("buffer", i, entry.buffers[i]) + ": " +
+                        s.message());
+    if (bytes > SIZE_MAX - kAlign)
+      return invalidArg(describe("buffer", i, entry.buffers[i]) + ": " +
+                        std::to_string(bytes) + " bytes");
+    temps.push_back({i, (bytes + kAlign - 1) / kAlign * kAlign});
+  }
+  std::stable_sort(temps.begin(), temps.end(), [](const Temp &a,
+                                                  const Temp &b) {
+    return a.bytes > b.bytes;
+  });
+  auto live = [&](size_t a, size_t b) {
+    return first[a] <= last[a] && first[b] <= last[b] &&
+           first[a] <= last[b] && first[b] <= last[a];
+  };
+  plan.offsets.assign(n, 0);
+  plan.bytes = 0;
+  std::vector<std::pair<size_t, size_t>> taken; // [begin, end) live with it
+  for (size_t t = 0; t < temps.size(); ++t) {
+    const Temp &temp = temps[t];
+    taken.clear();
+    for (size_t u = 0; u < t; ++u)
+      if (live(temp.index, temps[u].index)) {
+        size_t begin = plan.offsets[temps[u].index];
+        taken.emplace_back(begin, begin + temps[u].bytes);
+      }
+    std::sort(taken.begin(), taken.end());
+    size_t offset = 0;
+    for (const auto &[begin, end] : taken) {
+      if (offset + temp.bytes <= begin)
+        break;
+      offset = std::max(offset, end);
+    }
+    if (offset > SIZE_MAX - temp.bytes)
+      return invalidArg("entry " + quoted(entry.name) +
+                        ": scratch exceeds the address space");
+    plan.offsets[temp.index] = offset;
+    plan.bytes = std::max(plan.bytes, offset + temp.bytes);
+  }
+  return Status::ok();
+}
+
 Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
                 const std::vector<ArrayRef> &outputs,
                 KernelLauncher &launcher) {
@@ -279,9 +353,9 @@ Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
                       std::to_string(numOutputs) + " outputs, got " +
                       std::to_string(outputs.size()));
 
-  // Bind the caller's arrays; note the scratch buffers to allocate.
+  // Bind the caller's arrays; the scratch buffers go where planScratch
+  // puts them.
   std::vector<void *> addresses(entry.buffers.size(), nullptr);
-  std::vector<std::pair<size_t, size_t>> temps; // (buffer, bytes)
   size_t nextInput = 0, nextOutput = 0;
   for (size_t i = 0; i < entry.buffers.size(); ++i) {
     const BufferDesc &b = entry.buffers[i];
@@ -305,12 +379,7 @@ Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
       addresses[i] = outputs[k].data;
       break;
     }
-    case BufferRole::Temp:
-      if (Status s = arrayBytes(b.elem, shapes[i], bytes); !s)
-        return invalidArg(describe("buffer", i, b) + ": " + s.message());
-      if (bytes != 0)
-        temps.emplace_back(i, bytes);
-      break;
+    case BufferRole::Temp: // placed below
     case BufferRole::View: // bound below, once every source has an address
       break;
     }
@@ -323,16 +392,22 @@ Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
   // reading it (moec run and moec-runner check each entry with its temps
   // filled with 0xFF bytes). Clearing was a memset of every temp per call
   // (90 us for the Qwen3 layer's 370 MB of grouped rows at T=8192).
+  ScratchPlan plan;
+  if (Status s = planScratch(entry, shapes, plan); !s)
+    return s;
   TempGuard guard(launcher);
-  for (const auto &[index, bytes] : temps) {
-    void *ptr = nullptr;
-    Status s = launcher.allocate(bytes, &ptr);
+  if (plan.bytes != 0) {
+    void *arena = nullptr;
+    Status s = launcher.allocate(plan.bytes, &arena);
     if (!s)
-      return Status(s.code(), describe("buffer", index, entry.buffers[index]) +
-                                  ": allocating " + std::to_string(bytes) +
-                                  " bytes: " + s.message());
-    guard.hold(ptr);
-    addresses[index] = ptr;
+      return Status(s.code(), "entry " + quoted(entry.name) +
+                                  ": allocating its scratch (" +
+                                  std::to_string(plan.bytes) +
+                                  " bytes): " + s.message());
+    guard.hold(arena);
+    for (size_t i = 0; i < entry.buffers.size(); ++i)
+      if (entry.buffers[i].role == BufferRole::Temp)
+        addresses[i] = static_cast<char *>(arena) + plan.offsets[i];
   }
   if (Status s = bindViews(entry, shapes, addresses); !s)
     return s;

@@ -275,7 +275,21 @@ PYBIND11_MODULE(_runtime, m) {
             return shapes;
           },
           py::arg("index"), py::arg("symbols"),
-          "The shape of every buffer of the entry for the given symbols.");
+          "The shape of every buffer of the entry for the given symbols.")
+      .def(
+          "scratch_bytes",
+          [](const rt::Bundle &b, size_t index,
+             const std::vector<int64_t> &symbols) {
+            const rt::Entry &entry = entryAt(b, index);
+            std::vector<std::vector<int64_t>> shapes;
+            throwIfError(rt::bufferShapes(entry, symbols, shapes));
+            rt::ScratchPlan plan;
+            throwIfError(rt::planScratch(entry, shapes, plan));
+            return plan.bytes;
+          },
+          py::arg("index"), py::arg("symbols"),
+          "Bytes of the one scratch allocation a call of the entry makes "
+          "for the given symbols (temps not live together share bytes).");
 
   m.def("describe_dlpack", &describeDLPack, py::arg("capsule"),
         "Pointer, device, dtype, shape and strides of a DLPack capsule.");

@@ -218,10 +218,11 @@ TEST(ExecutorTest, RunEntry) {
   ASSERT_EQ(launcher.launches.size(), 3u);
   EXPECT_EQ(launcher.launches[1],
             std::make_pair(std::string("scale"), uint64_t(1)));
-  // Two scratch buffers of 20 floats (not cleared: the kernels write them
+  // Two scratch buffers of 20 floats, both live in step 1, in one
+  // allocation of two 256-byte slots (not cleared: the kernels write them
   // first, and the result above is right over garbage), then released.
-  EXPECT_EQ(launcher.sizes, (std::vector<size_t>{80, 80}));
-  EXPECT_EQ(launcher.releases, 2u);
+  EXPECT_EQ(launcher.sizes, (std::vector<size_t>{512}));
+  EXPECT_EQ(launcher.releases, 1u);
   EXPECT_TRUE(launcher.live.empty());
 
   // Grids follow the symbols: 100 tokens -> 400 elements -> 7 blocks of 64.
@@ -316,8 +317,8 @@ TEST(ExecutorTest, LaunchErrorReleasesTemps) {
   EXPECT_EQ(s.code(), ErrorCode::DeviceError);
   EXPECT_EQ(s.message(), "step 1 ('fail'): kernel crashed");
   EXPECT_EQ(launcher.launches.size(), 2u); // nothing after the failure
-  EXPECT_EQ(launcher.allocations, 2u);
-  EXPECT_EQ(launcher.releases, 2u);
+  EXPECT_EQ(launcher.allocations, 1u);
+  EXPECT_EQ(launcher.releases, 1u);
   EXPECT_TRUE(launcher.live.empty());
 }
 
@@ -350,22 +351,102 @@ TEST(ExecutorTest, GridErrorReleasesTemps) {
   EXPECT_TRUE(contains(s.message(), "step 2 ('add_one'): grid: expression "
                                     "'s0 5 -'"))
       << s.message();
-  EXPECT_EQ(launcher.releases, 2u);
+  EXPECT_EQ(launcher.releases, 1u);
   EXPECT_TRUE(launcher.live.empty());
 }
 
-TEST(ExecutorTest, AllocationFailureReleasesEarlierTemps) {
+TEST(ExecutorTest, AllocationFailureNamesTheEntryAndLaunchesNothing) {
   Entry e = makeEntry();
   Arrays a(3);
   HostLauncher launcher;
-  launcher.failAllocation = 1;
+  launcher.failAllocation = 0;
   Status s = runEntry(e, a.inputs, a.outputs, launcher);
   EXPECT_EQ(s.code(), ErrorCode::DeviceError);
-  EXPECT_EQ(s.message(), "buffer 4 ('u'): allocating 48 bytes: out of memory");
-  EXPECT_EQ(launcher.allocations, 1u);
-  EXPECT_EQ(launcher.releases, 1u);
+  EXPECT_EQ(s.message(), "entry 'f': allocating its scratch (512 bytes): out "
+                         "of memory");
+  EXPECT_EQ(launcher.allocations, 0u);
   EXPECT_TRUE(launcher.live.empty());
   EXPECT_TRUE(launcher.launches.empty());
+}
+
+/// An entry of `temps` scratch buffers of `floats[i]` floats, step i
+/// writing temp i from temp i - 1 (the input for i = 0) and the last step
+/// writing the output: each temp lives in two consecutive steps.
+Entry makeChainEntry(const std::vector<int> &floats) {
+  Entry e;
+  e.name = "chain";
+  e.target = "host";
+  e.binaryKind = BinaryKind::HostObject;
+  e.symbols = {{"T", 0, 0}};
+  e.buffers = {buffer("x", BufferRole::Input, ElemType::F32, {"s0"}),
+               buffer("y", BufferRole::Output, ElemType::F32, {"s0"})};
+  for (size_t i = 0; i < floats.size(); ++i)
+    e.buffers.push_back(buffer(("t" + std::to_string(i)).c_str(),
+                               BufferRole::Temp, ElemType::F32,
+                               {std::to_string(floats[i])}));
+  uint32_t prev = 0;
+  for (size_t i = 0; i < floats.size(); ++i) {
+    e.steps.push_back(step("add_one", "1", {bufferParam(prev),
+                                            bufferParam(2 + i),
+                                            scalarParam("1")}));
+    prev = 2 + i;
+  }
+  e.steps.push_back(step("add_one", "1",
+                         {bufferParam(prev), bufferParam(1), scalarParam("1")}));
+  return e;
+}
+
+// Temps whose live ranges do not overlap share bytes: in a chain only
+// neighbours are live together. The largest go first: t0 [steps 0, 1] at
+// 0, t2 [2, 3] at 0 too (never live with t0), then t1 [1, 2] and t3
+// [3, 4] beside them at 512.
+TEST(ExecutorTest, ScratchPlanSharesBytesOfTempsNotLiveTogether) {
+  Entry e = makeChainEntry({100, 60, 100, 20});
+  std::vector<std::vector<int64_t>> shapes;
+  ASSERT_TRUE(bufferShapes(e, {1}, shapes).isOk());
+  ScratchPlan plan;
+  ASSERT_TRUE(planScratch(e, shapes, plan).isOk());
+  // 400, 240, 400, 80 bytes -> slots of 512, 256, 512, 256.
+  EXPECT_EQ(plan.offsets[2], 0u);   // t0
+  EXPECT_EQ(plan.offsets[4], 0u);   // t2
+  EXPECT_EQ(plan.offsets[3], 512u); // t1
+  EXPECT_EQ(plan.offsets[5], 512u); // t3
+  EXPECT_EQ(plan.bytes, 768u);      // the four separately: 1536
+  for (size_t a = 2; a < 6; ++a)
+    for (size_t b = a + 1; b < 6; ++b)
+      if (b == a + 1) // neighbours are live together: disjoint bytes
+        EXPECT_TRUE(plan.offsets[a] >= plan.offsets[b] + 256 ||
+                    plan.offsets[b] >= plan.offsets[a] + 256)
+            << a << " " << b;
+}
+
+// Running through the plan: each temp is written before it is read, so the
+// chain's result is right although the temps reuse each other's bytes.
+TEST(ExecutorTest, ChainRunsInOneSharedArena) {
+  Entry e = makeChainEntry({1, 1, 1, 1, 1});
+  std::vector<float> x = {2}, y = {-1};
+  HostLauncher launcher;
+  Status s = runEntry(e, {{x.data(), ElemType::F32, {1}}},
+                      {{y.data(), ElemType::F32, {1}}}, launcher);
+  ASSERT_TRUE(s.isOk()) << s.toString();
+  EXPECT_EQ(y[0], 2 + 6);
+  EXPECT_EQ(launcher.sizes, (std::vector<size_t>{512})); // two slots
+}
+
+// A view's uses keep its source alive.
+TEST(ExecutorTest, ScratchPlanCountsViewsForTheirSource) {
+  Entry e = makeChainEntry({4, 4, 4});
+  BufferDesc view = buffer("v", BufferRole::View, ElemType::F32, {"4"});
+  view.source = 2; // t0, written in step 0 and read in step 1
+  e.buffers.push_back(view);
+  e.steps[2].params.push_back(bufferParam(5)); // and read again in step 2
+  std::vector<std::vector<int64_t>> shapes;
+  ASSERT_TRUE(bufferShapes(e, {1}, shapes).isOk());
+  ScratchPlan plan;
+  ASSERT_TRUE(planScratch(e, shapes, plan).isOk());
+  // t0 now lives in steps 0-2, with t1 [1, 2] and t2 [2, 3]: three slots.
+  EXPECT_EQ(plan.bytes, 768u);
+  EXPECT_NE(plan.offsets[2], plan.offsets[4]);
 }
 
 TEST(ExecutorTest, PrepareErrorStopsEarly) {
@@ -426,8 +507,9 @@ TEST(ExecutorTest, ViewUsesItsSourceBytes) {
   Status s = runEntry(e, a.inputs, a.outputs, launcher);
   ASSERT_TRUE(s.isOk()) << s.toString();
   a.expectEntryResult();
-  // Only t and u are allocated: the view has no bytes of its own.
-  EXPECT_EQ(launcher.sizes, (std::vector<size_t>{80, 80}));
+  // Only t and u have slots (live together in step 1): the view has no
+  // bytes of its own.
+  EXPECT_EQ(launcher.sizes, (std::vector<size_t>{512}));
   EXPECT_TRUE(launcher.live.empty());
 
   // With every buffer given, the view's own array is left alone.

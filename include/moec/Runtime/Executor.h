@@ -70,13 +70,31 @@ Status bindSymbols(const Entry &entry, const std::vector<ArrayRef> &inputs,
 Status bufferShapes(const Entry &entry, const std::vector<int64_t> &symbols,
                     std::vector<std::vector<int64_t>> &shapes);
 
+/// Where one call's scratch goes: every Temp buffer at `offsets[i]` (256-
+/// byte aligned; 0 for other buffers) of one allocation of `bytes`. Temps
+/// whose live ranges do not overlap share bytes: a temp lives from the
+/// first to the last launch step that reads or writes it or a view of it,
+/// and the steps run one after another in order (one stream), each writing
+/// the scratch it reads before reading it.
+struct ScratchPlan {
+  size_t bytes = 0;
+  std::vector<size_t> offsets;
+};
+
+/// The scratch plan of the entry for its buffers' `shapes` (bufferShapes):
+/// the largest temps first, each at the lowest offset free of the temps
+/// already placed that are live with it.
+Status planScratch(const Entry &entry,
+                   const std::vector<std::vector<int64_t>> &shapes,
+                   ScratchPlan &plan);
+
 /// Runs the entry. `inputs` and `outputs` follow the order of the entry's
 /// Input and Output buffers; each must have the expected element type and
 /// shape (the message names the argument otherwise). Outputs are written in
-/// full. Scratch (Temp) buffers are allocated through the launcher, not
-/// cleared (every kernel writes the scratch it reads), and released before
-/// returning, on errors too. A View buffer takes its source's address (its
-/// byte size must be the source's).
+/// full. Scratch (Temp) buffers are placed by planScratch in one allocation
+/// through the launcher, not cleared (every kernel writes the scratch it
+/// reads), and released before returning, on errors too. A View buffer
+/// takes its source's address (its byte size must be the source's).
 Status runEntry(const Entry &entry, const std::vector<ArrayRef> &inputs,
                 const std::vector<ArrayRef> &outputs,
                 KernelLauncher &launcher);
