@@ -155,6 +155,7 @@ def test_run_all_gpu_options_exist(script):
 PLOTS = {
     "plot_expert_parallel": "expert-parallel-h100x2.json",
     "plot_fp8_kernels": "fp8-kernels-h200.json",
+    "plot_fp8_training_step": "fp8-training-step-h200.json",
     "plot_lora_kernels": "lora-kernels-h200.json",
     "plot_memory_bound": "memory-bound-h200.json",
     "plot_training_kernels": "training-kernels-h200.json",
