@@ -154,8 +154,29 @@ def fp8_kernels(data):
             f"{span(torch_err, '{:.2e}', '')}")
 
 
+def fp8_training_step(data):
+    """moec FP8's step against moec bf16 and torch's FP8 composition, per
+    model and T; gradient error and peak memory next to bf16's."""
+    rows = [r for r in data[0]["rows"] if "moec_fp8" in r]
+    parts = []
+    for r in rows:
+        vs = (f", {r['fp8_vs_torch_fp8']:.1f}x torch FP8"
+              if "fp8_vs_torch_fp8" in r else ", torch FP8 out of memory")
+        parts.append(f"{name(r['model'])} T={r['T']} "
+                     f"{r['fp8_vs_bf16']:.2f}x bf16{vs}")
+    err = [v for r in rows if "err_fp8" in r for v in r["err_fp8"].values()]
+    bf16_err = [v for r in rows if "err_fp8" in r
+                for v in r["err"].values()]
+    memory = [r["moec_fp8"]["peak_gb"] / r["moec"]["peak_gb"] for r in rows]
+    return (f"FP8 step {'; '.join(parts)}; gradients "
+            f"{span(err, '{:.1e}', '')} from float64 (bf16 "
+            f"{span(bf16_err, '{:.1e}', '')}); peak memory "
+            f"{span(memory)} bf16's")
+
+
 EXTRACT = {
     "fp8_kernels": fp8_kernels,
+    "fp8_training_step": fp8_training_step,
     "grouped_gemm": grouped_gemm,
     "memory_bound": memory_bound,
     "training_kernels": training_kernels,
