@@ -61,9 +61,9 @@ class MoEConfig:
     `.main_grad`). `fp8="blockwise"`: the expert matmuls of the forward and
     the backward run in FP8 (Kernel.grad's `fp8`, compiler pass
     moe-fp8-recipe: e4m3 with 1x128 activation and 128x128 weight block
-    scales); the router, the combine and the results keep `dtype`. `tile`: matmul tile fields replacing the cost model's
-    ({"m", "n", "k", "threads"}; stored as sorted pairs, so the config is
-    hashable).
+    scales); the router, the combine and the results keep `dtype`.
+    `tile`: matmul tile fields replacing the cost model's ({"m", "n", "k",
+    "threads"}; stored as sorted pairs, so the config is hashable).
 
         config = moec.MoEConfig(2048, 768, 128, 8, lora_rank=16)
         block = moec.torch.MoE(config=config)
@@ -343,10 +343,11 @@ class MoEConfig:
         `fp8` (the recipe's quantizes are in its ops)."""
         quantizes = entry_runs_fp8(entry)
         if quantizes != bool(self.fp8):
+            runs = "FP8" if quantizes else self.dtype
             raise ValueError(
                 f"'bundle': its {entry.name} [{entry.target}] runs its "
-                f"expert matmuls {'in FP8' if quantizes else 'in ' + self.dtype}"
-                f", the block has fp8={self.fp8!r}: {fix}")
+                f"expert matmuls in {runs}, the block has fp8={self.fp8!r}: "
+                f"{fix}")
 
     def _check_backward(self, backward, fix: str) -> None:
         """moe_block_grad has the config's main gradients and returns the
