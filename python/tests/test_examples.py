@@ -43,49 +43,39 @@ def test_moe_layer_example_empty_batch_returns_zero_rows(monkeypatch):
     assert y.shape == (0, H) and y.dtype == bf16
 
 
-def test_finetune_example(capsys, monkeypatch):
-    # Training a tiny Qwen3-MoE-shaped model with its MoE blocks on moec,
-    # next to plain torch: the loss falls and the curves track (--check).
+def run_finetune_moe(capsys, monkeypatch, steps: int, *extra) -> str:
+    """examples/finetune_moe.py at the CPU size with --check and `extra`
+    arguments: what it printed."""
     if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
         pytest.importorskip("torch")
         pytest.importorskip("transformers")
     monkeypatch.setattr(sys, "argv", [
-        "finetune_moe.py", "--device", "cpu", "--steps", "40", "--batch", "4",
-        "--seq", "64", "--small", "--check"])
+        "finetune_moe.py", "--device", "cpu", "--steps", str(steps),
+        "--batch", "4", "--seq", "64", "--small", "--check", *extra])
     runpy.run_path(os.path.join(EXAMPLES, "finetune_moe.py"),
                    run_name="__main__")
-    out = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_finetune_example(capsys, monkeypatch):
+    # Training a tiny Qwen3-MoE-shaped model with its MoE blocks on moec,
+    # next to plain torch: the loss falls and the curves track (--check).
+    out = run_finetune_moe(capsys, monkeypatch, 40)
     assert "loss fell: True" in out and "(first steps 1 %): True" in out
 
 
 def test_finetune_example_main_grad(capsys, monkeypatch):
     # The same with two micro-batches per step, the moec experts' gradients
     # accumulated into f32 main gradients by the kernels.
-    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
-        pytest.importorskip("torch")
-        pytest.importorskip("transformers")
-    monkeypatch.setattr(sys, "argv", [
-        "finetune_moe.py", "--device", "cpu", "--steps", "30", "--batch", "4",
-        "--seq", "64", "--small", "--check", "--micro-batches", "2",
-        "--main-grad"])
-    runpy.run_path(os.path.join(EXAMPLES, "finetune_moe.py"),
-                   run_name="__main__")
-    out = capsys.readouterr().out
+    out = run_finetune_moe(capsys, monkeypatch, 30, "--micro-batches", "2",
+                           "--main-grad")
     assert "loss fell: True" in out and "(first steps 1 %): True" in out
 
 
 def test_finetune_example_fp8(capsys, monkeypatch):
     # --fp8: a third model whose moec blocks train in FP8; its loss stays
     # within 2 % of the bf16 moec model's (--check).
-    if os.environ.get("MOEC_TEST_EXPECT_TORCH") != "1":
-        pytest.importorskip("torch")
-        pytest.importorskip("transformers")
-    monkeypatch.setattr(sys, "argv", [
-        "finetune_moe.py", "--device", "cpu", "--steps", "40", "--batch", "4",
-        "--seq", "64", "--small", "--check", "--fp8"])
-    runpy.run_path(os.path.join(EXAMPLES, "finetune_moe.py"),
-                   run_name="__main__")
-    out = capsys.readouterr().out
+    out = run_finetune_moe(capsys, monkeypatch, 40, "--fp8")
     assert "moec fp8 loss" in out and "fp8 tracks bf16 within 2 %: True" in out
 
 

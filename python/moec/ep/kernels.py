@@ -255,6 +255,7 @@ class _Program:
         self._module: Optional[str] = None
         self._bundles: dict = {}
         self._saved: dict = {}
+        self._checked: set = set()  # (entry, target) of the given bundle
 
     @property
     def module(self) -> str:
@@ -286,24 +287,31 @@ class _Program:
         if given is not None and any(e.name == name and e.target == target
                                      for e in given.entries):
             entry = given.entry(name, target)
-            # Every ep_experts* kernel has the expert matmuls.
-            if (name.startswith("ep_experts")
-                    and entry_runs_fp8(entry) != bool(self.fp8)):
-                raise ValueError(
-                    f"'bundle': its {name} [{target}] runs the expert "
-                    f"matmuls {'in FP8' if not self.fp8 else 'unquantized'}"
-                    f", the layer has fp8={self.fp8!r}: compile "
-                    f"ep_module(..., fp8={self.fp8!r})")
-            if name in [n + "_grad" for n in EXPERT_KERNELS]:
-                check_main_grad(entry, name, MAIN_GRAD_WEIGHTS[0],
-                                self.main_grad,
-                                f"compile ep_module(..., "
-                                f"main_grad={self.main_grad})")
+            if (name, target) not in self._checked:
+                self._check_given(entry, name, target)
+                self._checked.add((name, target))
             return entry
         if target not in self._bundles:
             self._bundles[target] = _compile(self.module, target, self.tile,
                                              sm_count=self.sm_count)
         return self._bundles[target].entry(name, target)
+
+    def _check_given(self, entry: Entry, name: str, target: str) -> None:
+        """A given bundle's entry has the layer's FP8 and main gradients
+        (checked once per entry: forward calls look entries up again)."""
+        # Every ep_experts* kernel has the expert matmuls.
+        if (name.startswith("ep_experts")
+                and entry_runs_fp8(entry) != bool(self.fp8)):
+            raise ValueError(
+                f"'bundle': its {name} [{target}] runs the expert "
+                f"matmuls {'in FP8' if not self.fp8 else 'unquantized'}"
+                f", the layer has fp8={self.fp8!r}: compile "
+                f"ep_module(..., fp8={self.fp8!r})")
+        if name in [n + "_grad" for n in EXPERT_KERNELS]:
+            check_main_grad(entry, name, MAIN_GRAD_WEIGHTS[0],
+                            self.main_grad,
+                            f"compile ep_module(..., "
+                            f"main_grad={self.main_grad})")
 
     def saved_results(self, name: str, device: torch.device) -> list:
         """Which `name_fwd` results `name_grad` takes (from the compiled
