@@ -162,8 +162,10 @@ def fp8_training_step(data):
     for r in rows:
         vs = (f", {r['fp8_vs_torch_fp8']:.1f}x torch FP8"
               if "fp8_vs_torch_fp8" in r else ", torch FP8 out of memory")
+        once = (f" ({r['fp8_cached_vs_bf16']:.2f}x with the weights "
+                f"quantized once)" if "fp8_cached_vs_bf16" in r else "")
         parts.append(f"{name(r['model'])} T={r['T']} "
-                     f"{r['fp8_vs_bf16']:.2f}x bf16{vs}")
+                     f"{r['fp8_vs_bf16']:.2f}x bf16{once}{vs}")
     err = [v for r in rows if "err_fp8" in r for v in r["err_fp8"].values()]
     bf16_err = [v for r in rows if "err_fp8" in r
                 for v in r["err"].values()]

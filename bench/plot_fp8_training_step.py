@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Plots bench/training_step.py's JSON with FP8 rows (--fp8-bundle): the
-layer's forward + backward time of moec bf16, moec FP8, torch bf16 and
-torch's FP8 composition per (model, T), and each step's peak memory.
+layer's forward + backward time of moec bf16, moec FP8 (the weights
+quantized in the step, and where the JSON has it, quantized once:
+moec_fp8_cached), torch bf16 and torch's FP8 composition per (model, T),
+and each step's peak memory.
 
     python3 bench/plot_fp8_training_step.py \
         bench/results/fp8-training-step-h200.json \
@@ -14,6 +16,7 @@ from common import pyplot, read_json
 plt = pyplot()
 
 SERIES = (("moec", "moec bf16"), ("moec_fp8", "moec FP8 (moe-fp8-recipe)"),
+          ("moec_fp8_cached", "moec FP8, weights quantized once"),
           ("torch", "torch bf16 (torch._grouped_mm)"),
           ("torch_fp8", "torch FP8 (rowwise, torch._scaled_grouped_mm)"))
 
@@ -24,10 +27,11 @@ def main():
     rows = [r for r in data["rows"] if "moec_fp8" in r]
     labels = [f"{r['model']}\nT={r['T']}" for r in rows]
     xs = range(len(rows))
-    fig, (ax_ms, ax_gb) = plt.subplots(1, 2, figsize=(13, 4.8))
-    width = 0.2
-    for i, (key, label) in enumerate(SERIES):
-        offset = (i - 1.5) * width
+    fig, (ax_ms, ax_gb) = plt.subplots(1, 2, figsize=(14, 5))
+    series = [(k, label) for k, label in SERIES if any(k in r for r in rows)]
+    width = 0.8 / len(series)
+    for i, (key, label) in enumerate(series):
+        offset = (i - (len(series) - 1) / 2) * width
         ms = [r.get(key, {}).get("ms", 0.0) for r in rows]
         gb = [r.get(key, {}).get("peak_gb", 0.0) for r in rows]
         ax_ms.bar([x + offset for x in xs], ms, width, label=label)
@@ -43,6 +47,8 @@ def main():
     for x, r in zip(xs, rows):
         top = max(r[k]["ms"] for k, _ in SERIES if "ms" in r.get(k, {}))
         note = f"FP8 {r['fp8_vs_bf16']:.2f}x bf16"
+        if "fp8_cached_vs_bf16" in r:
+            note += f"\n(once: {r['fp8_cached_vs_bf16']:.2f}x)"
         if "fp8_vs_torch_fp8" in r:
             note += f"\n{r['fp8_vs_torch_fp8']:.1f}x torch FP8"
         ax_ms.text(x, top * 1.08, note, ha="center", fontsize=7)

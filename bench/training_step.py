@@ -21,7 +21,7 @@ inputs, same run; full fine-tuning and LoRA.
     build/bin/moec-opt bench/kernels/training_step.mlir \\
         -moe-autodiff=func=layer_qwen3 | build/bin/moec-opt \\
         -moe-autodiff=func=layer_mixtral | build/bin/moec-opt \\
-        -moe-autodiff=func=layer_dsv3 -moe-fp8-recipe \\
+        -moe-autodiff=func=layer_dsv3 -moe-fp8-recipe=weights=arguments \\
         -o .device/step/training_step_fp8.mlir
     build/bin/moec compile .device/step/training_step_fp8.mlir \\
         -o .device/step/training_step_fp8.moecb --target sm_90a
@@ -53,6 +53,10 @@ compiled after moe-fp8-recipe (moec_fp8: DeepSeek-V3's blockwise FP8 on
 every expert matmul, the router and the combine in bf16) on the same
 inputs: its time, peak memory and gradient error, and fp8_vs_bf16 (moec
 bf16 ms / moec FP8 ms). The quantizations are separate kernels there.
+With weights=arguments (the entries take the weights' FP8 copies, made by
+the _fp8_weights entries) moec_fp8 runs those entries in the step, and
+moec_fp8_cached makes the copies once, before the timing (gradient
+accumulation's later micro-batches, frozen weights; fp8_cached_vs_bf16).
 Beside it runs torch's FP8 composition (torch_fp8, common.py's
 TorchFp8GroupedLinear: torchao's rowwise recipe around
 torch._scaled_grouped_mm, quantized by torch ops, each expert's rows
@@ -150,19 +154,41 @@ def reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy, ids,
     return [t.grad for t in leaves]
 
 
-def moec_step_fn(bundle, name, args, dy):
+def moec_step_fn(bundle, name, args, dy, cached=False):
     """{name}_fwd then {name}_grad on the saved values: (the gradients, the
-    forward's outputs)."""
+    forward's outputs). A bundle compiled with moe-fp8-recipe
+    weights=arguments has {name}_fwd_fp8_weights and _grad_fp8_weights:
+    the step runs them first (the weights quantized in every step, as with
+    one micro-batch per optimizer step), or with `cached` on its first call
+    only (the later micro-batches of gradient accumulation, or frozen
+    weights)."""
+    from moec.compiler._grad import fp8_weights_entry, quantize_weights
     fwd = bundle.entry(f"{name}_fwd")
     grad = bundle.entry(f"{name}_grad")
+    quantizers = [fp8_weights_entry(bundle, e.name, e.target)
+                  for e in (fwd, grad)]
     # Views without autograd (DLPack exports no tensor that requires grad;
     # torch's step differentiates the same storage).
     args = [t.detach() for t in args]
+    names = [b.name for b in fwd.inputs]
+
+    def copies(i):
+        """The copies entry i (0: fwd, 1: grad) takes."""
+        if made:
+            return made[i]
+        q = quantizers[i]
+        return quantize_weights(q, names, args) if q else ()
+    made = []  # cached: both entries' copies, made on the first call
 
     def step():
-        outs = fwd(*args, check_values=False)
+        if cached and not made:
+            made.extend([copies(0), copies(1)])
+        # Made per entry, each freed after it: the lifetimes the inline
+        # quantizes have in the entries' scratch.
+        outs = fwd(*args, *copies(0), check_values=False)
         # save=all: every saved value is a result after y (none is y).
-        return grad(*args, *outs[1:], dy, check_values=False), outs
+        return grad(*args, *outs[1:], dy, *copies(1),
+                    check_values=False), outs
     return step
 
 
@@ -172,13 +198,21 @@ def scratch_bytes(bundle, name, inputs):
     allocation; temps not live together share bytes), for these inputs."""
     entry = bundle.entry(name)
     native = bundle._native
-    symbols = native.bind_symbols(entry._index,
-                                  [list(t.shape) for t in inputs])
+    # The weights' FP8 copies an entry may take after `inputs` (static).
+    shapes = [list(t.shape) for t in inputs] + [
+        [int(d) for d in b.dims] for b in entry.inputs[len(inputs):]]
+    symbols = native.bind_symbols(entry._index, shapes)
     return native.scratch_bytes(entry._index, list(symbols))
 
 
 GRADS = ("dx", "d_gate_w", "d_w_gate_up", "d_w_down")
 LORA_GRADS = ("dx", "d_gate_up_A", "d_gate_up_B", "d_down_A", "d_down_B")
+
+
+def takes_fp8_weights(bundle, name) -> bool:
+    """Whether the bundle's {name}_fwd takes its weights' FP8 copies
+    (moe-fp8-recipe weights=arguments)."""
+    return any(e.name == f"{name}_fwd_fp8_weights" for e in bundle.entries)
 
 
 def fp8_errors(run_fp8, run_torch_fp8, ref, names, leaves) -> dict:
@@ -229,6 +263,12 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     # the recipe keeps LoRA's matmuls in bf16).
     run_fp8 = (moec_step_fn(fp8_bundle, layer_name(key, rank), inputs, dy)
                if fp8_bundle is not None and not rank else None)
+    # Its weights quantized once, outside the step (where the bundle takes
+    # them as arguments): gradient accumulation's later micro-batches.
+    run_fp8_cached = (moec_step_fn(fp8_bundle, layer_name(key, rank), inputs,
+                                   dy, cached=True)
+                      if run_fp8 and takes_fp8_weights(
+                          fp8_bundle, layer_name(key, rank)) else None)
     # torch's FP8 composition (torchao's rowwise recipe) beside moec FP8.
     run_torch_fp8 = (torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy,
                                    fp8=True) if run_fp8 else None)
@@ -257,6 +297,8 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     runs = [("moec", run_moec), ("torch", run_torch)]
     if run_fp8:
         runs += [("moec_fp8", run_fp8), ("torch_fp8", run_torch_fp8)]
+    if run_fp8_cached:
+        runs.append(("moec_fp8_cached", run_fp8_cached))
     try:
         torch_grads = run_torch()
         row["err_torch_vs_moec"] = {
@@ -296,7 +338,7 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
         torch.cuda.synchronize()
         mem = torch.cuda.max_memory_allocated() + (
             scratch if name == "moec" else 0)
-        if name == "moec_fp8":
+        if name.startswith("moec_fp8"):
             fp8_outs = list(result[1][1:])
             mem += max(
                 scratch_bytes(fp8_bundle, f"{layer_name(key, rank)}_fwd",
@@ -312,16 +354,23 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
         t.grad = None
         t.requires_grad_(False)
     row["moec"]["scratch_gb"] = scratch / 1e9
-    if "ms" in row["torch"]:
-        row["ratio"] = row["torch"]["ms"] / row["moec"]["ms"]
-    if "moec_fp8" in row:
-        row["fp8_vs_bf16"] = row["moec"]["ms"] / row["moec_fp8"]["ms"]
-        if "ms" in row.get("torch_fp8", {}):
-            row["fp8_vs_torch_fp8"] = (row["torch_fp8"]["ms"] /
-                                       row["moec_fp8"]["ms"])
+    add_ratios(row)
     if profile:
         row.update(profiles(run_moec, run_fp8))
     return row
+
+
+def add_ratios(row: dict) -> None:
+    """ratio (torch / moec), fp8_vs_bf16, fp8_cached_vs_bf16 (moec bf16 /
+    each FP8 step) and fp8_vs_torch_fp8, where both sides ran."""
+    def ms(name):
+        return row.get(name, {}).get("ms")
+    for key, num, den in (("ratio", "torch", "moec"),
+                          ("fp8_vs_bf16", "moec", "moec_fp8"),
+                          ("fp8_cached_vs_bf16", "moec", "moec_fp8_cached"),
+                          ("fp8_vs_torch_fp8", "torch_fp8", "moec_fp8")):
+        if ms(num) and ms(den):
+            row[key] = ms(num) / ms(den)
 
 
 def profiles(run_moec, run_fp8) -> dict:
@@ -425,6 +474,12 @@ def main():
                   f"{tf_ms} {r['fp8_vs_bf16']:6.2f} {f['pct_peak']:6.1f} "
                   f"{f['peak_gb']:8.2f} {tf_gb}  {fp8_err:.2e} (torch FP8 "
                   f"{tf_err:.2e})  (ratio: moec bf16 / moec fp8{vs})")
+        if "moec_fp8_cached" in r:
+            c = r["moec_fp8_cached"]
+            print(f"{'':8} {'':6} {'fp8 w':>7} {c['ms']:8.3f} {'':9} "
+                  f"{r['fp8_cached_vs_bf16']:6.2f} {c['pct_peak']:6.1f} "
+                  f"{c['peak_gb']:8.2f} {'':9}  (the weights' FP8 copies "
+                  f"made once, outside the step)")
     if args.json:
         write_json(args.json, dict(device=device, peak_tflops=peak, rows=rows))
 

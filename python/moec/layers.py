@@ -10,6 +10,7 @@ from typing import Optional, Sequence, Union
 
 from .compiler import Gradient, Kernel, SAVE_POLICIES, check_fp8, compile
 from .compiler._compile import _tile_dict
+from .compiler._grad import fp8_weights_entry
 from .language import Tensor, ops
 from .language._dtypes import FLOATS, canonical
 from .runtime import Bundle
@@ -22,6 +23,10 @@ ROUTINGS = ("softmax_then_topk", "topk_then_softmax")
 LORA_ARGS = ("gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b")
 #: The weights whose gradients add to `.main_grad` with main_grad=True.
 MAIN_GRAD_ARGS = ("w_gate_up", "w_down")
+#: How a block's FP8 entries get their weights' FP8 copies: as arguments
+#: (moe-fp8-recipe weights=arguments), made by `<entry>_fp8_weights` once
+#: per weight version (moec.torch's cache), not on every call.
+BLOCK_FP8_WEIGHTS = "arguments"
 
 
 def _is_int(value) -> bool:
@@ -236,7 +241,8 @@ class MoEConfig:
         """What compiles to the inference entry moe_block: `kernel` (default:
         self.kernel()), or with `fp8` kernel.fp8(fp8)."""
         kernel = kernel or self.kernel()
-        return kernel.fp8(self.fp8) if self.fp8 else kernel
+        return (kernel.fp8(self.fp8, BLOCK_FP8_WEIGHTS) if self.fp8
+                else kernel)
 
     def gradient(self, kernel: Optional[Kernel] = None) -> Gradient:
         """The derived forward-with-saves and backward of a block of this
@@ -248,7 +254,8 @@ class MoEConfig:
         wrt = ["x", *LORA_ARGS] if self.lora_rank else None
         return kernel.grad(wrt=wrt, save=self.save,
                            accumulate=MAIN_GRAD_ARGS if self.main_grad
-                           else (), fp8=self.fp8)
+                           else (), fp8=self.fp8,
+                           fp8_weights=BLOCK_FP8_WEIGHTS)
 
     def compile(self, target: Union[str, Sequence[str], None] = None,
                 training: bool = True, **kwargs) -> Bundle:
@@ -302,14 +309,18 @@ class MoEConfig:
                         f"'bundle': it has no {name} for target {t!r}{why} "
                         f"(it has: {have}): {fix.replace('(path)', _for(t))}")
                 entry = found[0]
-                self._check_inputs(entry, specs, fix)
+                quantizer = fp8_weights_entry(bundle, name, t)
+                self._check_inputs(entry, specs, fix, len(quantizer.outputs)
+                                   if quantizer else 0)
                 self._check_fp8(entry, fix)
                 if name == "moe_block_grad" and training:
                     self._check_backward(entry, fix)
 
-    def _check_inputs(self, entry, specs: list, fix: str) -> None:
+    def _check_inputs(self, entry, specs: list, fix: str,
+                      fp8_copies: int = 0) -> None:
         """The entry's first inputs are the block's (x, the weights, the
-        adapters), of its sizes and dtype."""
+        adapters), of its sizes and dtype; `fp8_copies` more follow where
+        the bundle makes the FP8 weight copies the entry takes."""
         adapters = [b.name for b in entry.inputs if b.name in LORA_ARGS]
         if bool(adapters) != bool(self.lora_rank):
             raise ValueError(
@@ -319,7 +330,7 @@ class MoEConfig:
                    f"no LoRA adapters, the block has "
                    f"lora_rank={self.lora_rank}")
                 + f": {fix}")
-        count = len(entry.inputs)
+        count = len(entry.inputs) - fp8_copies
         if count < len(specs) or (entry.name != "moe_block_grad"
                                   and count != len(specs)):
             raise ValueError(

@@ -247,18 +247,21 @@ PYBIND11_MODULE(_compiler, m) {
       "gradients).");
   m.def(
       "fp8_recipe",
-      [](const std::string &text, const std::string &recipe) {
+      [](const std::string &text, const std::string &recipe,
+         const std::string &weights) {
         Session session(text, "<moec module>");
         moec::moe::MoeFp8RecipePassOptions options;
         options.recipe = recipe;
+        options.weights = weights;
         session.run(moec::moe::createMoeFp8RecipePass(options));
         // On success the diagnostics are the pass's remarks: the ops it
         // left in their precision, and why.
         return py::make_tuple(print(*session.module), session.diagnostics);
       },
-      py::arg("text"), py::arg("recipe"),
+      py::arg("text"), py::arg("recipe"), py::arg("weights") = "inline",
       "Runs moe-fp8-recipe: (the module with its expert matmuls in FP8, "
-      "the remarks on the ops left in their precision).");
+      "the remarks on the ops left in their precision). `weights`: inline "
+      "or arguments (the pass's option).");
   m.def(
       "compile",
       [](const std::string &text, const std::vector<std::string> &targets,

@@ -385,6 +385,17 @@ def test_training_step_fp8_layer_on_host(routing):
         assert g.shape == r.shape and g.dtype == torch.bfloat16, n
         assert rel_err(g, r) < 0.1, n
         assert rel_err(g, r) > rel_err(b, r), n
+    # weights=arguments (moec_fp8 and moec_fp8_cached): the weights' FP8
+    # copies made in the step or once give the inline step's gradients.
+    args_module, _ = _native.compiler().fp8_recipe(module, "blockwise",
+                                                   "arguments")
+    as_args = moec.compile(args_module, "host")
+    assert ts.takes_fp8_weights(as_args, name)
+    assert not ts.takes_fp8_weights(fp8, name)
+    cached = ts.moec_step_fn(as_args, name, inputs, dy, cached=True)
+    for step in (ts.moec_step_fn(as_args, name, inputs, dy), cached, cached):
+        got, _ = step()
+        assert all(torch.equal(g, w) for g, w in zip(got, grads))
 
 
 def test_torch_fp8_composition_padding_and_scales():

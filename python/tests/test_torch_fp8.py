@@ -208,3 +208,128 @@ def test_fp8_errors_name_the_argument():
         moec.torch.MoE(H, I, E, K, fp8="blockwise", lora_rank=4)
     with pytest.raises(ValueError, match=r"'fp8'"):
         moec.MoEConfig(H, I, E, K, fp8=True)
+
+
+class CountingQuantizer:
+    """A `<entry>_fp8_weights` entry that counts its calls."""
+
+    def __init__(self, entry):
+        self.entry, self.calls = entry, 0
+
+    def __getattr__(self, name):
+        return getattr(self.entry, name)
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.entry(*args)
+
+
+def counting(block):
+    """The block's launcher with every FP8 weight quantizer counted (made
+    on a first call), and that launcher's cache emptied."""
+    from moec.torch._moe import _LAUNCHERS
+    launcher = _LAUNCHERS[block._launcher]
+    launcher.fp8_cache.clear()
+    launcher._quantizers = {
+        key: q if q is None or isinstance(q, CountingQuantizer)
+        else CountingQuantizer(q)
+        for key, q in launcher._quantizers.items()}
+    return launcher
+
+
+def calls(launcher) -> int:
+    return sum(q.calls for q in launcher._quantizers.values()
+               if q is not None)
+
+
+def test_fp8_weights_are_quantized_once_per_version():
+    """The FP8 weight copies are made once while the weights stay as they
+    are (inference, gradient accumulation), again after an in-place update
+    (an optimizer step) and after clear_fp8_weights(); the results equal a
+    fresh quantization's bitwise."""
+    block = fp8_block(seed=7, dtype=torch.bfloat16)
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(40, H, generator=gen).bfloat16()
+    dy = torch.randn(40, H, generator=gen).bfloat16()
+    with torch.no_grad():
+        first = block(x)      # compiles; the quantizers now exist
+    gradients(block, x, dy)   # the training entries' too
+    launcher = counting(block)
+    with torch.no_grad():
+        y = block(x)
+        assert calls(launcher) == 1  # one quantizer: moe_block's
+        assert torch.equal(block(x), y) and calls(launcher) == 1
+    assert torch.equal(y, first)
+    # Training: the forward's copies once, the backward's (transposed) once,
+    # then two more micro-batches quantize nothing.
+    grads = [gradients(block, x, dy) for _ in range(3)]
+    assert calls(launcher) == 3
+    for g in grads[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(g, grads[0]))
+    # An optimizer step (in place, seen by the version counter).
+    with torch.no_grad():
+        block.w_down.mul_(0.5)
+        block.w_gate_up.add_(0.01)
+    with torch.no_grad():
+        z = block(x)
+    assert calls(launcher) == 4 and not torch.equal(z, y)
+    fresh = fp8_block(seed=7, dtype=torch.bfloat16)
+    fresh.load_state_dict(block.state_dict())
+    with torch.no_grad():
+        assert torch.equal(fresh(x), z)
+    # A write through .data is not seen until clear_fp8_weights().
+    with torch.no_grad():
+        before = block(x)
+    block.w_down.data.mul_(2.0)
+    moec.torch.clear_fp8_weights()
+    with torch.no_grad():
+        after = block(x)
+    assert calls(launcher) == 6 and not torch.equal(after, before)
+    # A freed weight takes its copies with it.
+    size = len(launcher.fp8_cache)
+    del block, fresh
+    import gc
+    gc.collect()
+    assert len(launcher.fp8_cache) < size
+
+
+def test_gradient_fp8_weights_as_arguments():
+    """Kernel.grad(fp8=..., fp8_weights="arguments"): quantize_weights makes
+    the copies forward and backward take; given or made on the spot, the
+    results are the same bitwise. Wrong counts, a gradient without them
+    and an unknown `which` are errors naming the argument."""
+    block = fp8_block(seed=3)
+    config = block.config
+    kernel = config.kernel()
+    grad = kernel.grad(fp8="blockwise", fp8_weights="arguments")
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(50, H, generator=gen)
+    dy = torch.randn(50, H, generator=gen)
+    args = (x, block.gate.weight.detach(), block.w_gate_up.detach(),
+            block.w_down.detach())
+    fwd_w = grad.quantize_weights(args, "forward")
+    bwd_w = grad.quantize_weights(args, "backward")
+    assert len(fwd_w) == len(bwd_w) == 4   # data and scales, two weights
+    assert fwd_w[0].shape == block.w_gate_up.shape
+    assert bwd_w[0].shape == (E, H, 2 * I)  # the transposed copy
+    outs, saved = grad.forward(*args, fp8_weights=fwd_w)
+    outs2, saved2 = grad.forward(*args)
+    assert all(torch.equal(a, b) for a, b in zip(outs + saved,
+                                                 outs2 + saved2))
+    d = grad.backward(args, saved, (dy,), fp8_weights=bwd_w)
+    d2 = grad.backward(args, saved, (dy,))
+    assert all(torch.equal(a, b) for a, b in zip(d, d2))
+    # Inline: the same numbers, no copies to pass.
+    inline = kernel.grad(fp8="blockwise")
+    assert inline.quantize_weights(args, "forward") == ()
+    outs3, _ = inline.forward(*args)
+    assert torch.equal(outs3[0], outs[0])
+    with pytest.raises(ValueError, match="'fp8_weights': .* takes 4 "):
+        grad.forward(*args, fp8_weights=fwd_w[:2])
+    with pytest.raises(ValueError, match="quantizes its own weights"):
+        inline.forward(*args, fp8_weights=fwd_w)
+    with pytest.raises(ValueError, match="'which': expected forward"):
+        grad.quantize_weights(args, "grad")
+    with pytest.raises(ValueError, match="'fp8_weights': expected one of "
+                                         "inline, arguments"):
+        kernel.grad(fp8="blockwise", fp8_weights="cached")

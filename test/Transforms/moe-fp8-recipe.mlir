@@ -1,6 +1,10 @@
 // RUN: moec-opt %s -split-input-file -moe-fp8-recipe -verify-diagnostics | FileCheck %s
 // RUN: not moec-opt %s -split-input-file -moe-fp8-recipe="recipe=tensorwise" 2>&1 | FileCheck %s --check-prefix=RECIPE
 // RECIPE: moe-fp8-recipe: unknown recipe 'tensorwise' (the one there is: blockwise, DeepSeek-V3's 1x128 / 128x128 block scales)
+// RUN: not moec-opt %s -split-input-file -moe-fp8-recipe="weights=arguments" 2>/dev/null | FileCheck %s --check-prefix=ARGS
+// RUN: not moec-opt %s -split-input-file -moe-fp8-recipe="weights=arguments" 2>&1 >/dev/null | FileCheck %s --check-prefix=CLASH
+// RUN: not moec-opt %s -split-input-file -moe-fp8-recipe="weights=cached" 2>&1 | FileCheck %s --check-prefix=WEIGHTS
+// WEIGHTS: moe-fp8-recipe: unknown weights 'cached' (inline: each function quantizes its weights; arguments: it takes their FP8 copies, made by @<function>_fp8_weights)
 
 // The forward of a gathered gate_up with SwiGLU: the tokens in 1x128
 // groups, the [E, N, K] weights in 128x128 blocks (264 and 136 leave
@@ -79,4 +83,65 @@ func.func @kept(%x: tensor<?x16xbf16>, %w: tensor<4x12x16xbf16>,
       : tensor<?x16xbf16>, tensor<?x12xbf16>, tensor<4xi32> -> tensor<16x4x12xbf16>
   return %l, %c, %f, %g : tensor<?x12xbf16>, tensor<?x12xbf16>, tensor<?x12xbf16>,
       tensor<16x4x12xbf16>
+}
+
+// -----
+
+// weights=arguments: the forward and the input gradient of one weight in
+// one function. Each layout is quantized once, however many matmuls read
+// it: the copies become arguments after the function's own (named after
+// the weight, `moe.fp8_weight_of` its index), and @both_fp8_weights makes
+// them from the weights, plain copy first. The activations' quantizes stay.
+// (Without the option the function quantizes its weights itself.)
+// CHECK-LABEL: func.func @both
+// CHECK:         moe.quantize %{{.*}} group_size = 128 {axis = #moe.axis<blocks>}
+// ARGS-LABEL: func.func @both
+// ARGS-SAME:    (%[[X:.*]]: tensor<?x136xbf16> {moe.name = "x"}, %{{.*}}: tensor<4x264x136xbf16> {moe.name = "w"}, %[[DY:.*]]: tensor<?x264xbf16> {moe.name = "dy"}, %[[OFFS:.*]]: tensor<4xi32> {moe.name = "offsets"},
+// ARGS-SAME:     %[[WQ:.*]]: tensor<4x264x136xf8E4M3FN> {moe.fp8_weight_of = 1 : i64, moe.name = "w_fp8"}, %[[WS:.*]]: tensor<4x3x2xf32> {moe.fp8_weight_of = 1 : i64, moe.name = "w_fp8_scales"},
+// ARGS-SAME:     %[[WT:.*]]: tensor<4x136x264xf8E4M3FN> {moe.fp8_weight_of = 1 : i64, moe.name = "w_fp8t"}, %[[WTS:.*]]: tensor<4x2x3xf32> {moe.fp8_weight_of = 1 : i64, moe.name = "w_fp8t_scales"})
+// ARGS-NOT:      axis = #moe.axis<blocks>
+// ARGS:          %[[XQ:.*]], %[[XS:.*]] = moe.quantize %[[X]] group_size = 128
+// ARGS:          moe.grouped_matmul %[[XQ]], %[[WQ]], %[[OFFS]] scales(%[[XS]], %[[WS]] : tensor<?x2xf32>, tensor<4x3x2xf32>) {transpose_rhs}
+// ARGS:          %[[X2Q:.*]], %[[X2S:.*]] = moe.quantize %[[X]] group_size = 128
+// ARGS:          moe.grouped_matmul %[[X2Q]], %[[WQ]], %[[OFFS]] scales(%[[X2S]], %[[WS]]
+// ARGS:          %[[DQ:.*]], %[[DS:.*]] = moe.quantize %[[DY]] group_size = 128
+// ARGS:          moe.grouped_matmul %[[DQ]], %[[WT]], %[[OFFS]] scales(%[[DS]], %[[WTS]] : tensor<?x3xf32>, tensor<4x2x3xf32>) {transpose_rhs}
+// ARGS-NOT:      axis = #moe.axis<blocks>
+// ARGS:        }
+// ARGS-LABEL: func.func @both_fp8_weights
+// ARGS-SAME:    (%[[W:.*]]: tensor<4x264x136xbf16> {moe.name = "w"}) -> (tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>)
+// ARGS:          %[[Q:.*]], %[[S:.*]] = moe.quantize %[[W]] group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>
+// ARGS:          %[[TQ:.*]], %[[TS:.*]] = moe.quantize %[[W]] group_size = 128 {axis = #moe.axis<blocks>, transpose} : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+// ARGS:          return %[[Q]], %[[S]], %[[TQ]], %[[TS]]
+func.func @both(%x: tensor<?x136xbf16> {moe.name = "x"},
+                %w: tensor<4x264x136xbf16> {moe.name = "w"},
+                %dy: tensor<?x264xbf16> {moe.name = "dy"},
+                %offsets: tensor<4xi32> {moe.name = "offsets"})
+    -> (tensor<?x264xbf16>, tensor<?x264xbf16>, tensor<?x136xbf16>) {
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}
+      : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x264xbf16>
+  %y2 = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}
+      : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x264xbf16>
+  %dx = moe.grouped_matmul %dy, %w, %offsets
+      : tensor<?x264xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x136xbf16>
+  return %y, %y2, %dx : tensor<?x264xbf16>, tensor<?x264xbf16>, tensor<?x136xbf16>
+}
+
+// -----
+
+// The function weights=arguments would add exists already.
+// CHECK-LABEL: func.func @taken
+// CLASH: error: moe-fp8-recipe: weights=arguments adds @taken_fp8_weights, and the module has one already
+func.func @taken(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
+                 %offsets: tensor<4xi32>) -> tensor<?x264xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}
+      : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x264xbf16>
+  return %y : tensor<?x264xbf16>
+}
+func.func @taken_fp8_weights() {
+  return
 }

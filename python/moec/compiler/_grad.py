@@ -15,6 +15,10 @@ from ._log import logger
 SAVE_POLICIES = ("all", "matmuls", "inputs")
 #: FP8 recipes of moe-fp8-recipe (Kernel.grad's `fp8`).
 FP8_RECIPES = ("blockwise",)
+#: Where an FP8 entry's weight copies come from (moe-fp8-recipe's
+#: `weights`): "inline", quantized by the entry on every call; "arguments",
+#: passed in, made by the entry `<name>_fp8_weights`.
+FP8_WEIGHTS = ("inline", "arguments")
 
 
 def check_fp8(fp8: Optional[str]) -> None:
@@ -25,12 +29,21 @@ def check_fp8(fp8: Optional[str]) -> None:
                          f"{fp8!r}")
 
 
-def fp8_recipe(module: str, recipe: str, name: str) -> str:
+def check_fp8_weights(weights: str) -> None:
+    """ValueError unless `weights` is one of FP8_WEIGHTS."""
+    if weights not in FP8_WEIGHTS:
+        raise ValueError(f"'fp8_weights': expected one of "
+                         f"{', '.join(FP8_WEIGHTS)}, got {weights!r}")
+
+
+def fp8_recipe(module: str, recipe: str, name: str,
+               weights: str = "inline") -> str:
     """`module` (MLIR text) after the compiler pass moe-fp8-recipe with
-    `recipe`: its expert matmuls in FP8. The matmuls it keeps in their
-    precision are logged at INFO, under `name`."""
+    `recipe`: its expert matmuls in FP8; `weights` as FP8_WEIGHTS says. The
+    matmuls it keeps in their precision are logged at INFO, under `name`."""
     check_fp8(recipe)
-    module, remarks = _native.compiler().fp8_recipe(module, recipe)
+    check_fp8_weights(weights)
+    module, remarks = _native.compiler().fp8_recipe(module, recipe, weights)
     for line in remarks.splitlines():
         if "remark:" in line:
             logger.info("%s: %s", name, line.split("remark:", 1)[1].strip())
@@ -55,6 +68,57 @@ def grad_attr(module: str, backward_name: str, attr: str) -> list:
 
 def _as_tuple(value) -> tuple:
     return value if isinstance(value, tuple) else (value,)
+
+
+def fp8_weights_entry(bundle: Bundle, name: str, target: str):
+    """The entry `<name>_fp8_weights` that makes the FP8 weight copies the
+    entry `name` takes (moe-fp8-recipe weights=arguments), or None where
+    `name` quantizes its own weights (or runs none in FP8)."""
+    wanted = name + "_fp8_weights"
+    for entry in bundle.entries:
+        if entry.name == wanted and entry.target == target:
+            return entry
+    return None
+
+
+def quantize_weights(quantizer, arg_names: Sequence[str],
+                     args: Sequence) -> tuple:
+    """Runs `quantizer` (a `<name>_fp8_weights` entry) on the weights
+    among `args` (named `arg_names`) it takes: their FP8 copies and scales,
+    in the order the entry `<name>` takes them after its own arguments."""
+    index = {name: i for i, name in enumerate(arg_names)}
+    missing = [b.name for b in quantizer.inputs if b.name not in index]
+    if missing:
+        raise ValueError(f"{quantizer.name} takes {', '.join(missing)}, "
+                         f"which are not among the arguments "
+                         f"({', '.join(arg_names)})")
+    return _as_tuple(quantizer(*(args[index[b.name]]
+                                 for b in quantizer.inputs)))
+
+
+def fp8_weight_inputs(bundle: Bundle, name: str, target: str,
+                      arg_names: Sequence[str], args: Sequence,
+                      given: Optional[Sequence]) -> tuple:
+    """What the entry `name` takes after its own inputs: with
+    weights=arguments the FP8 weight copies `given` (checked), or made now
+    from `args` when None; nothing for an entry that quantizes its own."""
+    quantizer = fp8_weights_entry(bundle, name, target)
+    if quantizer is None:
+        if given is not None:
+            raise ValueError(f"'fp8_weights': {name} quantizes its own "
+                             f"weights (compiled with fp8_weights='inline' "
+                             f"or without fp8): pass none")
+        return ()
+    if given is None:
+        return quantize_weights(quantizer, arg_names, args)
+    given = tuple(given)
+    if len(given) != len(quantizer.outputs):
+        raise ValueError(f"'fp8_weights': {name} takes "
+                         f"{len(quantizer.outputs)} (the results of "
+                         f"{quantizer.name}: "
+                         f"{', '.join(b.name for b in quantizer.outputs)}), "
+                         f"got {len(given)}")
+    return given
 
 
 class Gradient:
@@ -87,11 +151,18 @@ class Gradient:
     gradient over 128-row blocks of each expert); the router, the combine
     and every result keep their precision. Matmuls the recipe does not
     take (a fused LoRA adapter, a bias) stay as they are, logged at INFO.
+    `fp8_weights="arguments"`: the expert weights' FP8 copies are not made
+    inside f_fwd and f_grad but passed in, so that they are made once per
+    weight update (gradient accumulation's later micro-batches, frozen
+    weights): `quantize_weights(args, "forward")` (or "backward": the
+    transposed copies the input gradients read) makes them, and
+    `forward(*args, fp8_weights=...)` / `backward(..., fp8_weights=...)`
+    take them (made on the spot when not given).
     """
 
     def __init__(self, kernel, wrt: Optional[Sequence[str]] = None,
                  save: str = "all", accumulate: Sequence[str] = (),
-                 fp8: Optional[str] = None):
+                 fp8: Optional[str] = None, fp8_weights: str = "inline"):
         names = kernel.arg_names
 
         def indices_of(what, given):
@@ -111,9 +182,11 @@ class Gradient:
             raise ValueError(f"'save': expected one of "
                              f"{', '.join(SAVE_POLICIES)}, got {save!r}")
         check_fp8(fp8)
+        check_fp8_weights(fp8_weights)
         self.kernel = kernel
         self.save = save
         self.fp8 = fp8
+        self.fp8_weights = fp8_weights
         self._wrt_indices = indices
         self._accumulate_indices = sorted(set(indices_of("accumulate",
                                                          accumulate)))
@@ -143,7 +216,8 @@ class Gradient:
                 self.kernel.module, self.kernel.name, self._wrt_indices,
                 self.save, self._accumulate_indices)
             if self.fp8:
-                module = fp8_recipe(module, self.fp8, self.kernel.name)
+                module = fp8_recipe(module, self.fp8, self.kernel.name,
+                                    self.fp8_weights)
             self._module = module
         return self._module
 
@@ -195,21 +269,47 @@ class Gradient:
             self._bundles[target] = self.compile(target)
         return self._bundles[target], target
 
-    def forward(self, *args) -> tuple:
-        """Runs `f_fwd`: (f's results, the saved values), both tuples."""
+    def quantize_weights(self, args: Sequence, which: str = "forward"
+                         ) -> tuple:
+        """With fp8_weights="arguments": the FP8 copies of the weights among
+        `args` (f's arguments) that `forward` (`which`="forward") or
+        `backward` ("backward") takes; () for a gradient without them.
+        Reuse them while the weights do not change."""
+        if which not in ("forward", "backward"):
+            raise ValueError(f"'which': expected forward or backward, got "
+                             f"{which!r}")
         self._check_args(args)
         bundle, target = self._bundle_for(args[0])
-        out = _as_tuple(bundle.entry(self.forward_name, target)(*args))
+        name = self.forward_name if which == "forward" else self.backward_name
+        quantizer = fp8_weights_entry(bundle, name, target)
+        if quantizer is None:
+            return ()
+        return quantize_weights(quantizer, self.kernel.arg_names, args)
+
+    def forward(self, *args, fp8_weights: Optional[Sequence] = None
+                ) -> tuple:
+        """Runs `f_fwd`: (f's results, the saved values), both tuples.
+        `fp8_weights`: quantize_weights(args, "forward")'s copies (with
+        fp8_weights="arguments"; made here when None)."""
+        self._check_args(args)
+        bundle, target = self._bundle_for(args[0])
+        extra = fp8_weight_inputs(bundle, self.forward_name, target,
+                                  self.kernel.arg_names, args, fp8_weights)
+        out = _as_tuple(bundle.entry(self.forward_name, target)(*args,
+                                                                *extra))
         count = len(bundle.entry(self.kernel.name, target).outputs)
         return out[:count], tuple(out[i] for i in self.saved_results)
 
     def backward(self, args: Sequence, saved: Sequence,
-                 grad_outputs: Sequence, main_grads: Sequence = ()) -> tuple:
+                 grad_outputs: Sequence, main_grads: Sequence = (),
+                 fp8_weights: Optional[Sequence] = None) -> tuple:
         """Runs `f_grad`: the gradients of the `wrt` arguments, in order.
         `grad_outputs`: one gradient per floating-point result of f.
         `main_grads`: with `accumulate`, one f32 array per accumulated
         argument (its shape), which receives main + gradient in place and is
-        returned in that argument's place."""
+        returned in that argument's place. `fp8_weights`:
+        quantize_weights(args, "backward")'s copies (with
+        fp8_weights="arguments"; made here when None)."""
         self._check_args(args)
         if len(saved) != len(self.saved_results):
             raise ValueError(f"'saved': expected the {len(self.saved_results)}"
@@ -223,8 +323,10 @@ class Gradient:
                              f"{len(main_grads)}")
         bundle, target = self._bundle_for(args[0])
         entry = bundle.entry(self.backward_name, target)
+        extra = fp8_weight_inputs(bundle, self.backward_name, target,
+                                  self.kernel.arg_names, args, fp8_weights)
         expected = (len(entry.inputs) - len(args) - len(saved) -
-                    len(main_grads))
+                    len(main_grads) - len(extra))
         if len(grad_outputs) != expected:
             raise ValueError(f"'grad_outputs': {self.kernel.name} has "
                              f"{expected} floating-point results, got "
@@ -236,7 +338,7 @@ class Gradient:
             mains = dict(zip(accumulated, main_grads))
             out = [mains.get(name) for name in self.wrt]
         return _as_tuple(entry(*args, *saved, *grad_outputs, *main_grads,
-                               out=out))
+                               *extra, out=out))
 
     def __repr__(self) -> str:
         extra = (f", accumulate={', '.join(self.accumulate)}"

@@ -10,7 +10,7 @@ from ..language._ir import kernel_name, signature_specs, trace
 from ..runtime import Bundle
 from ..runtime._args import describe
 from ._compile import compile, ir, target_for
-from ._grad import Gradient, check_fp8, fp8_recipe
+from ._grad import Gradient, check_fp8, check_fp8_weights, fp8_recipe
 
 
 class Kernel:
@@ -66,15 +66,19 @@ class Kernel:
 
     def grad(self, wrt: Optional[Sequence[str]] = None, save: str = "all",
              accumulate: Sequence[str] = (),
-             fp8: Optional[str] = None) -> Gradient:
+             fp8: Optional[str] = None,
+             fp8_weights: str = "inline") -> Gradient:
         """The backward of this kernel (moec.Gradient): see its docstring."""
-        return Gradient(self, wrt, save, accumulate, fp8)
+        return Gradient(self, wrt, save, accumulate, fp8, fp8_weights)
 
-    def fp8(self, recipe: str = "blockwise") -> "Fp8Kernel":
+    def fp8(self, recipe: str = "blockwise",
+            weights: str = "inline") -> "Fp8Kernel":
         """This kernel with its expert matmuls in FP8 (the compiler pass
         moe-fp8-recipe, as Kernel.grad(fp8=recipe) runs it on the forward
-        and the backward): compile it as the kernel."""
-        return Fp8Kernel(self, recipe)
+        and the backward): compile it as the kernel. `weights="arguments"`:
+        the entry takes its weights' FP8 copies after its own arguments,
+        made by the entry `<name>_fp8_weights` (once per weight update)."""
+        return Fp8Kernel(self, recipe, weights)
 
     def __call__(self, *args, **kwargs):
         device = "cpu"
@@ -98,10 +102,12 @@ class Fp8Kernel:
     scales. Compiles (moec.compile, .compile) and prints (.ir) as a
     Kernel; its backward is Kernel.grad(fp8=recipe)."""
 
-    def __init__(self, kernel: Kernel, recipe: str):
+    def __init__(self, kernel: Kernel, recipe: str, weights: str = "inline"):
         check_fp8(recipe)
+        check_fp8_weights(weights)
         self.kernel = kernel
         self.recipe = recipe
+        self.weights = weights
         self._module: Optional[str] = None
 
     name = property(lambda self: self.kernel.name)
@@ -112,7 +118,7 @@ class Fp8Kernel:
     def module(self) -> str:
         if self._module is None:
             self._module = fp8_recipe(self.kernel.module, self.recipe,
-                                      self.name)
+                                      self.name, self.weights)
         return self._module
 
     def ir(self, stage: str = "moe", tile: Optional[dict] = None) -> str:

@@ -125,6 +125,11 @@ class Entry:
             values.append(int(infos[position].shape[dim]))
         return values
 
+    @property
+    def bundle(self) -> "Bundle":
+        """The bundle this entry is one of."""
+        return self._bundle
+
     def shapes(self, symbols: Sequence[int]) -> list:
         """Shapes of (inputs + outputs) for the given symbol values."""
         all_shapes = self._bundle._native.buffer_shapes(self._index,

@@ -5,10 +5,11 @@ backward, LoRA, main gradients) and the transformers / peft helpers
 `peft_adapter_state_dict`)."""
 
 from ..layers import LORA_ARGS, MAIN_GRAD_ARGS, MoEConfig
-from ._moe import MoE, load_hf_experts, main_grads_of, zero_main_grads
+from ._moe import (MoE, clear_fp8_weights, load_hf_experts, main_grads_of,
+                   zero_main_grads)
 from .hf import (HFMoE, load_peft_adapter, peft_adapter_state_dict,
                  replace_moe_blocks)
 
 __all__ = ["HFMoE", "LORA_ARGS", "MAIN_GRAD_ARGS", "MoE", "MoEConfig",
-           "load_hf_experts", "load_peft_adapter", "main_grads_of",
+           "clear_fp8_weights", "load_hf_experts", "load_peft_adapter", "main_grads_of",
            "peft_adapter_state_dict", "replace_moe_blocks", "zero_main_grads"]

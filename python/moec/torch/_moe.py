@@ -39,9 +39,11 @@ import torch
 from torch import nn
 
 from ..compiler import Gradient, Kernel, compile as _compile, target_for
+from ..compiler._grad import fp8_weights_entry
 from ..language._dtypes import canonical, to_torch
 from ..layers import LORA_ARGS, MAIN_GRAD_ARGS, MoEConfig, MoEConfigFields
 from ..runtime import Bundle, Entry
+from ._fp8_cache import Fp8WeightCache
 
 
 class _Launcher:
@@ -60,6 +62,9 @@ class _Launcher:
         self._gradient: Optional[Gradient] = None
         self._train_bundle: Optional[Bundle] = None
         self._checked: set = set()  # (target, training) of the given bundle
+        # FP8 entries: (name, target) -> its `<name>_fp8_weights` or None.
+        self._quantizers: dict = {}
+        self.fp8_cache = Fp8WeightCache()
 
     def kernel(self) -> Kernel:
         if self._kernel is None:
@@ -83,6 +88,21 @@ class _Launcher:
             self.bundle = _compile(self.config.forward_source(self.kernel()),
                                    target, self.config.tile_dict)
         return self.bundle.entry("moe_block", target)
+
+    def run(self, entry: Entry, *args, out=None):
+        """`entry` on `args`, then the FP8 weight copies it takes (made once
+        per weight version: Fp8WeightCache), if it takes them."""
+        key = (entry.name, entry.target)
+        if key not in self._quantizers:
+            self._quantizers[key] = fp8_weights_entry(entry.bundle,
+                                                      entry.name, entry.target)
+        quantizer = self._quantizers[key]
+        if quantizer is None:
+            return entry(*args, out=out)
+        names = [b.name for b in entry.inputs]
+        weights = [args[names.index(b.name)] for b in quantizer.inputs]
+        return entry(*args, *self.fp8_cache.copies(quantizer, weights),
+                     out=out)
 
     def gradient(self) -> Gradient:
         """The derived forward-with-saves and backward (MoEConfig.gradient)."""
@@ -164,8 +184,9 @@ def _moe_block(x: torch.Tensor, gate_w: torch.Tensor, w_gate_up: torch.Tensor,
                launcher: int) -> torch.Tensor:
     """The block's forward on tokens x [T, H] (contiguous); `adapters`: the
     four LoRA tensors (LORA_ARGS) of a LoRA block, else empty."""
-    return _LAUNCHERS[launcher].entry(x.device)(x, gate_w, w_gate_up, w_down,
-                                                *adapters)
+    launcher_ = _LAUNCHERS[launcher]
+    return launcher_.run(launcher_.entry(x.device), x, gate_w, w_gate_up,
+                         w_down, *adapters)
 
 
 @_moe_block.register_fake
@@ -184,7 +205,7 @@ def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
     else empty) is not read here; the backward updates it."""
     launcher_ = _LAUNCHERS[launcher]
     fwd, _ = launcher_.train_entries(x.device)
-    outs = fwd(x, gate_w, w_gate_up, w_down, *adapters)
+    outs = launcher_.run(fwd, x, gate_w, w_gate_up, w_down, *adapters)
     # An entry with one result (save="inputs": y alone) returns it bare.
     return list(outs) if isinstance(outs, tuple) else [outs]
 
@@ -204,9 +225,10 @@ def _moe_block_backward(
     """moe_block_grad on the inputs, the saved values and the output's
     gradient: the gradients of x and the three weights, or with LoRA of x
     and the four adapters."""
-    _, backward = _LAUNCHERS[launcher].train_entries(x.device)
-    grads = backward(x, gate_w, w_gate_up, w_down, *adapters, *saved,
-                     grad.contiguous())
+    launcher_ = _LAUNCHERS[launcher]
+    _, backward = launcher_.train_entries(x.device)
+    grads = launcher_.run(backward, x, gate_w, w_gate_up, w_down, *adapters,
+                          *saved, grad.contiguous())
     return list(grads)
 
 
@@ -229,12 +251,13 @@ def _moe_block_backward_main_grad(
         launcher: int) -> tuple[torch.Tensor, torch.Tensor]:
     """main_grad=True's backward: adds the expert weights' gradients to
     their f32 main gradients in place; returns x's and the router's."""
-    _, backward = _LAUNCHERS[launcher].train_entries(x.device)
+    launcher_ = _LAUNCHERS[launcher]
+    _, backward = launcher_.train_entries(x.device)
     # The kernel reads each main gradient's element before it writes the
     # sum there: the main gradients are their own outputs.
     mains = (main_grad_gate_up, main_grad_down)
-    grads = backward(x, gate_w, w_gate_up, w_down, *saved, grad.contiguous(),
-                     *mains, out=[None, None, *mains])
+    grads = launcher_.run(backward, x, gate_w, w_gate_up, w_down, *saved,
+                          grad.contiguous(), *mains, out=[None, None, *mains])
     return grads[0], grads[1]
 
 
@@ -287,6 +310,14 @@ _moe_block.register_autograd(_no_backward,
                              setup_context=lambda ctx, inputs, output: None)
 
 
+def clear_fp8_weights() -> None:
+    """Drops the FP8 weight copies every FP8 block keeps (made again on the
+    next call): after writing weights through `.data`, which their version
+    counter does not see, or to free their memory."""
+    for launcher in _LAUNCHERS:
+        launcher.fp8_cache.clear()
+
+
 class MoE(MoEConfigFields, nn.Module):
     """A sparse MoE block whose forward runs moec kernels.
 
@@ -336,7 +367,16 @@ class MoE(MoEConfigFields, nn.Module):
     router, SwiGLU, the combine and every result and gradient keep the
     block's dtype; the parameters stay as they are (f32 master weights
     under autocast to bf16, or bf16). Full fine-tuning only (not with
-    `lora_rank`: the recipe leaves LoRA's fused matmuls in bf16).
+    `lora_rank`: the recipe leaves LoRA's fused matmuls in bf16). The
+    expert weights' FP8 copies (the forward's, and the transposed ones of
+    the input gradients) are kept while the weights stay the same tensors
+    with the same version counter, and made again after an in-place
+    update (an optimizer step): eval, inference and gradient
+    accumulation's later micro-batches quantize no weight. They take half
+    the bf16 weights' bytes per layout; moec.torch.clear_fp8_weights()
+    drops them (needed after writes through `.data`, which the version
+    counter does not see). Under autocast the kernels' weights are casts
+    made on every call: those are quantized on every call.
     """
 
     def __init__(self, hidden_size: Optional[int] = None,

@@ -4,7 +4,10 @@
 // recipe applied to a layer's expert matmuls (forward or backward, as
 // moe-autodiff derives it). Every 16- or 32-bit grouped matmul and weight
 // gradient it can take gets its operands quantized to e4m3 by moe.quantize
-// and the FP8 op with their scales; the result keeps its type.
+// and the FP8 op with their scales; the result keeps its type. With
+// `weights=arguments` the functions take their weights' FP8 copies as
+// arguments instead, and `@<f>_fp8_weights` makes them (quantized once per
+// weight update by the caller, not on every call).
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,8 +15,12 @@
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 #include "moec/Support/MoeShapes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include "llvm/ADT/MapVector.h"
 
 namespace moec::moe {
 #define GEN_PASS_DEF_MOEFP8RECIPEPASS
@@ -155,6 +162,108 @@ void rewrite(GroupedWeightGradOp op, Type fp8) {
   op.getGradScalesMutable().assign(dy.scales);
 }
 
+constexpr llvm::StringLiteral kNameAttr = "moe.name";
+constexpr llvm::StringLiteral kWeightOfAttr = "moe.fp8_weight_of";
+
+/// A function argument's name for messages and entry inputs: its moe.name,
+/// else "arg<i>".
+std::string argName(func::FuncOp f, unsigned index) {
+  if (auto name = f.getArgAttrOfType<StringAttr>(index, kNameAttr))
+    return name.str();
+  return "arg" + std::to_string(index);
+}
+
+/// `weights=arguments`: each weight quantize of one of `f`'s arguments (one
+/// per argument and layout) becomes two arguments appended to `f`, the data
+/// `<w>_fp8` (`<w>_fp8t` for the transposed copy) and its `_scales`, each
+/// with `moe.fp8_weight_of` = the weight's argument index. `@<f>_fp8_weights`
+/// takes those weights (in argument order) and returns the appended
+/// arguments' values, in their order. Functions quantizing no argument are
+/// left as they are.
+LogicalResult hoistWeightQuantizes(func::FuncOp f) {
+  if (f.isDeclaration())
+    return success();
+  // (argument, 1 if transposed) -> the quantizes of that copy.
+  using Copy = std::pair<unsigned, unsigned>;
+  llvm::MapVector<Copy, SmallVector<QuantizeOp>> copies;
+  f.walk([&](QuantizeOp op) {
+    auto arg = dyn_cast<BlockArgument>(op.getInput());
+    if (op.getAxis() == QuantAxis::blocks && arg &&
+        arg.getOwner() == &f.getBody().front())
+      copies[{arg.getArgNumber(), op.getTranspose() ? 1u : 0u}].push_back(op);
+  });
+  if (copies.empty())
+    return success();
+  // Argument order, the plain copy before the transposed one.
+  SmallVector<Copy> order;
+  for (auto &entry : copies)
+    order.push_back(entry.first);
+  llvm::sort(order);
+
+  MLIRContext *ctx = f.getContext();
+  std::string name = (f.getSymName() + "_fp8_weights").str();
+  auto module = f->getParentOfType<ModuleOp>();
+  if (!module)
+    return f.emitError("moe-fp8-recipe: weights=arguments needs the "
+                       "function in a module (it adds @")
+           << name << ")";
+  if (SymbolTable::lookupSymbolIn(module, name))
+    return f.emitError("moe-fp8-recipe: weights=arguments adds @")
+           << name << ", and the module has one already";
+
+  // The quantizing function: the weights in, their FP8 copies out.
+  SmallVector<unsigned> weights;
+  for (auto [index, transpose] : order)
+    if (weights.empty() || weights.back() != index)
+      weights.push_back(index);
+  SmallVector<Type> inputs;
+  for (unsigned index : weights)
+    inputs.push_back(f.getArgument(index).getType());
+  OpBuilder b(ctx);
+  b.setInsertionPointAfter(f);
+  auto quantizer = func::FuncOp::create(b, f.getLoc(), name,
+                                        FunctionType::get(ctx, inputs, {}));
+  Block *body = quantizer.addEntryBlock();
+  b.setInsertionPointToStart(body);
+  SmallVector<Value> results;
+  for (auto [index, transpose] : order) {
+    QuantizeOp first = copies[{index, transpose}].front();
+    Value weight = body->getArgument(llvm::find(weights, index) -
+                                     weights.begin());
+    auto copy = cast<QuantizeOp>(b.clone(*first));
+    copy.getInputMutable().assign(weight);
+    results.append({copy.getData(), copy.getScales()});
+  }
+  func::ReturnOp::create(b, f.getLoc(), results);
+  quantizer.setType(FunctionType::get(ctx, inputs, ValueRange(results).getTypes()));
+  for (auto [i, index] : llvm::enumerate(weights))
+    quantizer.setArgAttr(i, kNameAttr, StringAttr::get(ctx, argName(f, index)));
+
+  // The function takes the copies as arguments.
+  Block &entry = f.getBody().front();
+  for (auto [index, transpose] : order) {
+    std::string base = argName(f, index) + (transpose ? "_fp8t" : "_fp8");
+    QuantizeOp first = copies[{index, transpose}].front();
+    unsigned at = f.getNumArguments();
+    for (auto [value, suffix] :
+         {std::pair<Value, const char *>{first.getData(), ""},
+          {first.getScales(), "_scales"}}) {
+      NamedAttribute attrs[] = {
+          b.getNamedAttr(kNameAttr, StringAttr::get(ctx, base + suffix)),
+          b.getNamedAttr(kWeightOfAttr, b.getI64IntegerAttr(index))};
+      if (failed(f.insertArgument(f.getNumArguments(), value.getType(),
+                                  b.getDictionaryAttr(attrs), f.getLoc())))
+        return failure();
+    }
+    for (QuantizeOp op : copies[{index, transpose}]) {
+      op.getData().replaceAllUsesWith(entry.getArgument(at));
+      op.getScales().replaceAllUsesWith(entry.getArgument(at + 1));
+      op.erase();
+    }
+  }
+  return success();
+}
+
 struct MoeFp8RecipePass
     : moec::moe::impl::MoeFp8RecipePassBase<MoeFp8RecipePass> {
   using MoeFp8RecipePassBase::MoeFp8RecipePassBase;
@@ -165,6 +274,13 @@ struct MoeFp8RecipePass
           << "moe-fp8-recipe: unknown recipe '" << recipe
           << "' (the one there is: blockwise, DeepSeek-V3's 1x128 / "
              "128x128 block scales)";
+      return signalPassFailure();
+    }
+    if (weights != "inline" && weights != "arguments") {
+      getOperation()->emitError()
+          << "moe-fp8-recipe: unknown weights '" << weights
+          << "' (inline: each function quantizes its weights; arguments: "
+             "it takes their FP8 copies, made by @<function>_fp8_weights)";
       return signalPassFailure();
     }
     Type fp8 = Float8E4M3FNType::get(&getContext());
@@ -183,6 +299,13 @@ struct MoeFp8RecipePass
         rewrite(grad, fp8);
       }
     });
+    if (weights != "arguments")
+      return;
+    SmallVector<func::FuncOp> functions;
+    getOperation()->walk([&](func::FuncOp f) { functions.push_back(f); });
+    for (func::FuncOp f : functions)
+      if (failed(hoistWeightQuantizes(f)))
+        return signalPassFailure();
   }
 
   /// A matmul the recipe leaves in its own precision says why (a remark:

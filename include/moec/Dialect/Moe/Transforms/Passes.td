@@ -354,8 +354,20 @@ def MoeFp8RecipePass : Pass<"moe-fp8-recipe"> {
     with a fused LoRA adapter, a bias or `experts_in_columns` weights, and
     operands that are not bf16, f16 or f32. Dense `linalg.matmul`s (the
     router) are not touched. Each quantize is its own op here, next to its
-    consumer: a weight quantized for two matmuls is quantized twice, and
-    nothing moves into the producer of the data yet.
+    consumer: an activation quantized for two matmuls is quantized twice,
+    and nothing moves into the producer of the data yet.
+
+    `weights=arguments` takes the weights' quantization out of the
+    functions, so that a caller quantizes a weight once per update
+    (an optimizer step) rather than on every call. In each function, the
+    weight quantizes of one argument `%w` (one per layout) become two
+    arguments appended to the function: `%w`'s FP8 copy (`moe.name`
+    `<w>_fp8`, or `<w>_fp8t` for the transposed copy) and its scales
+    (`<w>_fp8_scales`, `<w>_fp8t_scales`), each with `moe.fp8_weight_of`
+    = `%w`'s argument index. A new function `@<f>_fp8_weights` takes those
+    weights, in argument order, and returns the appended arguments' values
+    in their order. Functions that quantize no argument are left as they
+    are.
 
     ```mlir
     %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
@@ -375,7 +387,11 @@ def MoeFp8RecipePass : Pass<"moe-fp8-recipe"> {
   }];
   let options = [
     Option<"recipe", "recipe", "std::string", /*default=*/"\"blockwise\"",
-           "the FP8 recipe: blockwise (the only one so far)">
+           "the FP8 recipe: blockwise (the only one so far)">,
+    Option<"weights", "weights", "std::string", /*default=*/"\"inline\"",
+           "inline: each function quantizes the weights it reads; "
+           "arguments: it takes their FP8 copies as arguments, made by "
+           "@<function>_fp8_weights">
   ];
   let dependentDialects = ["::moec::moe::MoeDialect"];
 }
