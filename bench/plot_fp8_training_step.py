@@ -8,6 +8,9 @@ and each step's peak memory.
     python3 bench/plot_fp8_training_step.py \
         bench/results/fp8-training-step-h200.json \
         bench/plots/fp8-training-step-h200.png
+    python3 bench/plot_fp8_training_step.py \
+        bench/results/fp8-lora-step-h200.json \
+        bench/plots/fp8-lora-step-h200.png
 """
 import sys
 
@@ -57,7 +60,10 @@ def main():
     ax_ms.set_xticks(list(xs), labels, fontsize=8)
     ax_ms.set_ylim(top=ax_ms.get_ylim()[1] * 2.5)
     ax_ms.legend(fontsize=7, loc="upper left")
-    ax_ms.set_title("MoE layer training step, full fine-tuning")
+    lora = [r["mode"] for r in rows if r["mode"] != "full"]
+    ax_ms.set_title("MoE layer training step, " + (
+        f"LoRA r = {lora[0][4:]} on a frozen FP8 base" if lora
+        else "full fine-tuning"))
     ax_gb.set_ylabel("peak GB (torch's allocations + moec's scratch)")
     ax_gb.set_xticks(list(xs), labels, fontsize=8)
     ax_gb.set_title(data["device"])

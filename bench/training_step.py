@@ -16,19 +16,24 @@ inputs, same run; full fine-tuning and LoRA.
         -o .device/step/training_step.mlir
     build/bin/moec compile .device/step/training_step.mlir \\
         -o .device/step/training_step.moecb --target sm_90a
-    # FP8 (--fp8-bundle): the full fine-tuning layers' forward and backward
-    # with moe-fp8-recipe, one more bundle
+    # FP8 (--fp8-bundle): the same forwards and backwards after
+    # moe-fp8-recipe, one more bundle
     build/bin/moec-opt bench/kernels/training_step.mlir \\
         -moe-autodiff=func=layer_qwen3 | build/bin/moec-opt \\
         -moe-autodiff=func=layer_mixtral | build/bin/moec-opt \\
-        -moe-autodiff=func=layer_dsv3 -moe-fp8-recipe=weights=arguments \\
+        -moe-autodiff=func=layer_dsv3 | build/bin/moec-opt \\
+        '-moe-autodiff=func=layer_qwen3_lora16 wrt=0,4,5,6,7' | \\
+        build/bin/moec-opt \\
+        '-moe-autodiff=func=layer_mixtral_lora16 wrt=0,4,5,6,7' | \\
+        build/bin/moec-opt '-moe-autodiff=func=layer_dsv3_lora16 wrt=0,4,5,6,7' \\
+        -moe-fp8-recipe=weights=arguments \\
         -o .device/step/training_step_fp8.mlir
     build/bin/moec compile .device/step/training_step_fp8.mlir \\
         -o .device/step/training_step_fp8.moecb --target sm_90a
     # on the GPU (runtime-only moec package and torch):
     PYTHONPATH=/tmp/rt/python_packages python3 bench/training_step.py \\
         .device/step/training_step.moecb --json $OUT/training_step.json \\
-        [--fp8-bundle .device/step/training_step_fp8.moecb --ranks 0]
+        [--fp8-bundle .device/step/training_step_fp8.moecb]
 
 Layers (bf16 weights and activations):
   qwen3   Qwen3-30B-A3B: E128 H2048 I768 top-8, softmax, renormalized
@@ -48,17 +53,18 @@ torch._grouped_mm down (with LoRA: plus s * _grouped_mm(_grouped_mm(rows,
 A_eᵀ), B_eᵀ) on each projection), weighted index_add_ combine in f32, then
 backward() from the same output gradient.
 
-With --fp8-bundle, each full fine-tuning row also runs the same entries
-compiled after moe-fp8-recipe (moec_fp8: DeepSeek-V3's blockwise FP8 on
-every expert matmul, the router and the combine in bf16) on the same
-inputs: its time, peak memory and gradient error, and fp8_vs_bf16 (moec
+With --fp8-bundle, each row whose entries it has also runs them compiled
+after moe-fp8-recipe (moec_fp8: DeepSeek-V3's blockwise FP8 on every
+expert matmul, the router and the combine in bf16; with LoRA the frozen
+base matmuls in FP8, the adapters' products split off in bf16) on the
+same inputs: its time, peak memory and gradient error, and fp8_vs_bf16 (moec
 bf16 ms / moec FP8 ms). The quantizations are separate kernels there.
 With weights=arguments (the entries take the weights' FP8 copies, made by
 the _fp8_weights entries) moec_fp8 runs those entries in the step, and
 moec_fp8_cached makes the copies once, before the timing (gradient
 accumulation's later micro-batches, frozen weights; fp8_cached_vs_bf16).
-Beside it runs torch's FP8 composition (torch_fp8, common.py's
-TorchFp8GroupedLinear: torchao's rowwise recipe around
+Beside it (full fine-tuning) runs torch's FP8 composition (torch_fp8,
+common.py's TorchFp8GroupedLinear: torchao's rowwise recipe around
 torch._scaled_grouped_mm, quantized by torch ops, each expert's rows
 padded to 16) on the same inputs: fp8_vs_torch_fp8 is torch FP8 ms / moec
 FP8 ms, err_torch_fp8 its gradient error (against the float64 reference
@@ -226,6 +232,8 @@ def fp8_errors(run_fp8, run_torch_fp8, ref, names, leaves) -> dict:
     errs = {"err_fp8": {n: rel_err(g, r)
                         for n, g, r in zip(names, fp8_grads, ref)}}
     del fp8_grads
+    if run_torch_fp8 is None:
+        return errs
     for t in leaves:
         t.requires_grad_()
     try:
@@ -237,6 +245,30 @@ def fp8_errors(run_fp8, run_torch_fp8, ref, names, leaves) -> dict:
         t.grad = None
         t.requires_grad_(False)
     return errs
+
+
+def fp8_runs(fp8_bundle, m, name, rank, inputs, dy, bias) -> tuple:
+    """(moec FP8, moec FP8 with the weights quantized once, torch's FP8
+    composition) step functions, None where they do not run."""
+    x, gate_w, w_gate_up, w_down = inputs[:4]
+    # FP8: the same entries after moe-fp8-recipe (LoRA: its frozen base in
+    # FP8, the adapters' products in bf16), where the bundle has them.
+    run_fp8 = (moec_step_fn(fp8_bundle, name, inputs, dy)
+               if fp8_bundle is not None and any(
+                   e.name == f"{name}_fwd"
+                   for e in fp8_bundle.entries) else None)
+    # Its weights quantized once, outside the step (where the bundle takes
+    # them as arguments): gradient accumulation's later micro-batches.
+    run_fp8_cached = (moec_step_fn(fp8_bundle, name, inputs,
+                                   dy, cached=True)
+                      if run_fp8 and takes_fp8_weights(
+                          fp8_bundle, name) else None)
+    # torch's FP8 composition (torchao's rowwise recipe) beside moec FP8
+    # (full fine-tuning: it has no LoRA form).
+    run_torch_fp8 = (torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy,
+                                   fp8=True) if run_fp8 and not rank
+                     else None)
+    return run_fp8, run_fp8_cached, run_torch_fp8
 
 
 def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
@@ -259,19 +291,8 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     row = dict(model=key, T=T, mode=f"lora{rank}" if rank else "full")
     run_moec = moec_step_fn(bundle, layer_name(key, rank), inputs, dy)
     grads, outs = run_moec()
-    # FP8: the same entries after moe-fp8-recipe (full fine-tuning only:
-    # the recipe keeps LoRA's matmuls in bf16).
-    run_fp8 = (moec_step_fn(fp8_bundle, layer_name(key, rank), inputs, dy)
-               if fp8_bundle is not None and not rank else None)
-    # Its weights quantized once, outside the step (where the bundle takes
-    # them as arguments): gradient accumulation's later micro-batches.
-    run_fp8_cached = (moec_step_fn(fp8_bundle, layer_name(key, rank), inputs,
-                                   dy, cached=True)
-                      if run_fp8 and takes_fp8_weights(
-                          fp8_bundle, layer_name(key, rank)) else None)
-    # torch's FP8 composition (torchao's rowwise recipe) beside moec FP8.
-    run_torch_fp8 = (torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy,
-                                   fp8=True) if run_fp8 else None)
+    run_fp8, run_fp8_cached, run_torch_fp8 = fp8_runs(
+        fp8_bundle, m, layer_name(key, rank), rank, inputs, dy, bias)
     if reference:
         ref = reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy,
                               outs[3], adapters)  # y, logits, weights, ids
@@ -295,8 +316,8 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     run_torch = torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy,
                               adapters)
     runs = [("moec", run_moec), ("torch", run_torch)]
-    if run_fp8:
-        runs += [("moec_fp8", run_fp8), ("torch_fp8", run_torch_fp8)]
+    runs += [(n, f) for n, f in (("moec_fp8", run_fp8),
+                                 ("torch_fp8", run_torch_fp8)) if f]
     if run_fp8_cached:
         runs.append(("moec_fp8_cached", run_fp8_cached))
     try:
@@ -464,8 +485,10 @@ def main():
             fp8_err = (max(r["err_fp8"].values()) if "err_fp8" in r
                        else float("nan"))
             tf = r.get("torch_fp8", {})
-            tf_ms = f"{tf['ms']:9.3f}" if "ms" in tf else f"{'OOM':>9}"
-            tf_gb = f"{tf['peak_gb']:9.2f}" if "ms" in tf else f"{'OOM':>9}"
+            missing = "OOM" if tf else "-"  # not run for LoRA
+            tf_ms = f"{tf['ms']:9.3f}" if "ms" in tf else f"{missing:>9}"
+            tf_gb = (f"{tf['peak_gb']:9.2f}" if "ms" in tf
+                     else f"{missing:>9}")
             tf_err = (max(r["err_torch_fp8"].values())
                       if "err_torch_fp8" in r else float("nan"))
             vs = (f", {r['fp8_vs_torch_fp8']:.2f}x torch FP8"

@@ -66,7 +66,9 @@ class MoEConfig:
     `.main_grad`). `fp8="blockwise"`: the expert matmuls of the forward and
     the backward run in FP8 (Kernel.grad's `fp8`, compiler pass
     moe-fp8-recipe: e4m3 with 1x128 activation and 128x128 weight block
-    scales); the router, the combine and the results keep `dtype`.
+    scales); the router, the combine and the results keep `dtype`. With
+    LoRA the frozen base matmuls run in FP8 and the adapters' products in
+    `dtype`.
     `tile`: matmul tile fields replacing the cost model's ({"m", "n", "k",
     "threads"}; stored as sorted pairs, so the config is hashable).
 
@@ -127,12 +129,6 @@ class MoEConfig:
                              "only, whose gradients do not accumulate into "
                              "main gradients (use main_grad=False)")
         check_fp8(self.fp8)
-        if self.fp8 and self.lora_rank:
-            raise ValueError(
-                "'fp8': the FP8 recipe keeps a fused LoRA adapter's matmuls "
-                "in their precision, and a LoRA block is all such matmuls: "
-                "train LoRA in bf16 (fp8=None), or fine-tune fully with "
-                "fp8 (lora_rank=0)")
         tile = self.tile
         if tile is not None and not isinstance(tile, dict):
             tile = dict(tile) if isinstance(tile, (tuple, list)) else tile

@@ -168,3 +168,30 @@ func.func @kept(%x: tensor<?x64xbf16>) -> tensor<?x32xbf16> {
       : tensor<?x64xbf16> -> tensor<?x32xbf16>
   return %y : tensor<?x32xbf16>
 }
+
+// -----
+
+// linalg.add (gradients summed, a LoRA term added to its FP8 base): a
+// thread per 16-byte chunk where the rows split into chunks, on every
+// target; per element otherwise (36 bf16 columns).
+// NVVM-LABEL: func.func @add
+// NVVM: linalg.add {{.*}}moe.kernel = #moe.kernel<strategy = vector, tile = <m = 1, n = 1, k = 1, threads = 256>>
+// NVVM: linalg.add {{.*}}moe.kernel = #moe.kernel<strategy = scalar,
+// HOST: linalg.add {{.*}}strategy = vector
+// HOST: linalg.add {{.*}}strategy = scalar
+// LOWERED: gpu.func @add_k0_add_vec
+// LOWERED: gpu.func @add_k1_add(
+func.func @add(%a: tensor<?x264xbf16>, %b: tensor<?x264xbf16>,
+               %c: tensor<?x36xbf16>, %d: tensor<?x36xbf16>)
+    -> (tensor<?x264xbf16>, tensor<?x36xbf16>) {
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %a, %c0 : tensor<?x264xbf16>
+  %e0 = tensor.empty(%m) : tensor<?x264xbf16>
+  %s0 = linalg.add ins(%a, %b : tensor<?x264xbf16>, tensor<?x264xbf16>)
+      outs(%e0 : tensor<?x264xbf16>) -> tensor<?x264xbf16>
+  %n = tensor.dim %c, %c0 : tensor<?x36xbf16>
+  %e1 = tensor.empty(%n) : tensor<?x36xbf16>
+  %s1 = linalg.add ins(%c, %d : tensor<?x36xbf16>, tensor<?x36xbf16>)
+      outs(%e1 : tensor<?x36xbf16>) -> tensor<?x36xbf16>
+  return %s0, %s1 : tensor<?x264xbf16>, tensor<?x36xbf16>
+}

@@ -66,11 +66,13 @@ func.func @kept(%x: tensor<?x16xbf16>, %w: tensor<4x12x16xbf16>,
                 %offsets: tensor<4xi32>, %a: tensor<8x16xbf16>,
                 %b: tensor<12x8xbf16>, %bias: tensor<4x12xbf16>,
                 %xq: tensor<?x16xf8E4M3FN>, %sx: tensor<?x1xf32>,
-                %wq: tensor<4x12x16xf8E4M3FN>, %sw: tensor<4x1x1xf32>)
+                %wq: tensor<4x12x16xf8E4M3FN>, %sw: tensor<4x1x1xf32>,
+                %rs: tensor<?xf32>)
     -> (tensor<?x12xbf16>, tensor<?x12xbf16>, tensor<?x12xbf16>,
         tensor<16x4x12xbf16>) {
-  // expected-remark @+1 {{moe-fp8-recipe keeps this op in its precision: a fused LoRA adapter (the FP8 kernels take none)}}
+  // expected-remark @+1 {{moe-fp8-recipe keeps this op in its precision: a fused LoRA adapter under an epilogue (activation, row scale or scatter), which would apply to the base product alone once the adapter is split off}}
   %l = moe.grouped_matmul %x, %w, %offsets lora(%a, %b : tensor<8x16xbf16>, tensor<12x8xbf16>)
+      row_scale(%rs : tensor<?xf32>)
       {transpose_rhs} : tensor<?x16xbf16>, tensor<4x12x16xbf16>, tensor<4xi32> -> tensor<?x12xbf16>
   // expected-remark @+1 {{moe-fp8-recipe keeps this op in its precision: a bias}}
   %c = moe.grouped_matmul %x, %w, %offsets bias(%bias : tensor<4x12xbf16>)
@@ -83,6 +85,46 @@ func.func @kept(%x: tensor<?x16xbf16>, %w: tensor<4x12x16xbf16>,
       : tensor<?x16xbf16>, tensor<?x12xbf16>, tensor<4xi32> -> tensor<16x4x12xbf16>
   return %l, %c, %f, %g : tensor<?x12xbf16>, tensor<?x12xbf16>, tensor<?x12xbf16>,
       tensor<16x4x12xbf16>
+}
+
+// -----
+
+// LoRA on an FP8 base: the adapter's term is split off as two narrow
+// grouped matmuls in bf16 (s as the row scale of the r-wide product, B
+// transposed to [E, r, N]; the input gradient's transpose_lora reads B
+// [K, E*r] in place as experts_in_columns and A as [E, r, N]) and added to
+// the FP8 base matmul, which keeps no adapter.
+// CHECK-LABEL: func.func @lora
+// CHECK-SAME:    (%[[X:.*]]: tensor<?x136xbf16>, %[[W:.*]]: tensor<4x264x136xbf16>, %[[OFFS:.*]]: tensor<4xi32>, %[[A:.*]]: tensor<32x136xbf16>, %[[B:.*]]: tensor<264x32xbf16>, %[[DY:.*]]: tensor<?x264xbf16>)
+// CHECK:         %[[S:.*]] = linalg.fill ins(%{{.*}} : f32) outs(%{{.*}} : tensor<?xf32>)
+// CHECK:         %[[A3:.*]] = tensor.expand_shape %[[A]] {{\[\[}}0, 1], [2]] output_shape [4, 8, 136]
+// CHECK:         %[[U:.*]] = moe.grouped_matmul %[[X]], %[[A3]], %[[OFFS]] row_scale(%[[S]] : tensor<?xf32>) {transpose_rhs} : tensor<?x136xbf16>, tensor<4x8x136xbf16>, tensor<4xi32> -> tensor<?x8xbf16>
+// CHECK:         %[[BT:.*]] = linalg.transpose ins(%[[B]] : tensor<264x32xbf16>)
+// CHECK:         %[[BT3:.*]] = tensor.expand_shape %[[BT]] {{\[\[}}0, 1], [2]] output_shape [4, 8, 264]
+// CHECK:         %[[UP:.*]] = moe.grouped_matmul %[[U]], %[[BT3]], %[[OFFS]] : tensor<?x8xbf16>, tensor<4x8x264xbf16>, tensor<4xi32> -> tensor<?x264xbf16>
+// CHECK:         %[[XQ:.*]], %[[XS:.*]] = moe.quantize %[[X]] group_size = 128
+// CHECK:         %[[WQ:.*]], %[[WS:.*]] = moe.quantize %[[W]] group_size = 128 {axis = #moe.axis<blocks>}
+// CHECK:         %[[BASE:.*]] = moe.grouped_matmul %[[XQ]], %[[WQ]], %[[OFFS]] scales(%[[XS]], %[[WS]] : tensor<?x2xf32>, tensor<4x3x2xf32>) {transpose_rhs} : tensor<?x136xf8E4M3FN>
+// CHECK:         %[[Y:.*]] = linalg.add ins(%[[BASE]], %[[UP]] : tensor<?x264xbf16>, tensor<?x264xbf16>)
+// CHECK:         %[[B3:.*]] = tensor.expand_shape %[[B]] {{\[\[}}0], [1, 2]] output_shape [264, 4, 8]
+// CHECK:         %[[DU:.*]] = moe.grouped_matmul %[[DY]], %[[B3]], %[[OFFS]] row_scale(%{{.*}} : tensor<?xf32>) {experts_in_columns} : tensor<?x264xbf16>, tensor<264x4x8xbf16>, tensor<4xi32> -> tensor<?x8xbf16>
+// CHECK:         %[[A3B:.*]] = tensor.expand_shape %[[A]] {{\[\[}}0, 1], [2]] output_shape [4, 8, 136]
+// CHECK:         %[[DOWN:.*]] = moe.grouped_matmul %[[DU]], %[[A3B]], %[[OFFS]] : tensor<?x8xbf16>, tensor<4x8x136xbf16>, tensor<4xi32> -> tensor<?x136xbf16>
+// CHECK:         %[[DBASE:.*]] = moe.grouped_matmul %{{.*}}, %{{.*}}, %[[OFFS]] scales(%{{.*}}, %{{.*}} : tensor<?x3xf32>, tensor<4x2x3xf32>) {transpose_rhs} : tensor<?x264xf8E4M3FN>, tensor<4x136x264xf8E4M3FN>
+// CHECK:         %[[DX:.*]] = linalg.add ins(%[[DBASE]], %[[DOWN]] : tensor<?x136xbf16>, tensor<?x136xbf16>)
+// CHECK-NOT:     lora(
+// CHECK:         return %[[Y]], %[[DX]]
+func.func @lora(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
+                %offsets: tensor<4xi32>, %a: tensor<32x136xbf16>,
+                %b: tensor<264x32xbf16>, %dy: tensor<?x264xbf16>)
+    -> (tensor<?x264xbf16>, tensor<?x136xbf16>) {
+  %y = moe.grouped_matmul %x, %w, %offsets lora(%a, %b : tensor<32x136xbf16>, tensor<264x32xbf16>)
+      {transpose_rhs, lora_scaling = 2.0 : f32}
+      : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32> -> tensor<?x264xbf16>
+  %dx = moe.grouped_matmul %dy, %w, %offsets lora(%a, %b : tensor<32x136xbf16>, tensor<264x32xbf16>)
+      {transpose_lora, lora_scaling = 2.0 : f32}
+      : tensor<?x264xbf16>, tensor<4x264x136xbf16>, tensor<4xi32> -> tensor<?x136xbf16>
+  return %y, %dx : tensor<?x264xbf16>, tensor<?x136xbf16>
 }
 
 // -----

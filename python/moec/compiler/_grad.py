@@ -149,8 +149,10 @@ class Gradient:
     matmuls in FP8 (compiler pass moe-fp8-recipe, DeepSeek-V3's recipe:
     e4m3, 1x128 activation groups, 128x128 weight blocks, the weight
     gradient over 128-row blocks of each expert); the router, the combine
-    and every result keep their precision. Matmuls the recipe does not
-    take (a fused LoRA adapter, a bias) stay as they are, logged at INFO.
+    and every result keep their precision. A fused LoRA adapter's term is
+    split off its matmul and stays in its precision (the base runs in
+    FP8); matmuls the recipe does not take (a bias) stay as they are,
+    logged at INFO.
     `fp8_weights="arguments"`: the expert weights' FP8 copies are not made
     inside f_fwd and f_grad but passed in, so that they are made once per
     weight update (gradient accumulation's later micro-batches, frozen

@@ -366,8 +366,9 @@ class MoE(MoEConfigFields, nn.Module):
     the step, the weight gradients over 128-row blocks of each expert. The
     router, SwiGLU, the combine and every result and gradient keep the
     block's dtype; the parameters stay as they are (f32 master weights
-    under autocast to bf16, or bf16). Full fine-tuning only (not with
-    `lora_rank`: the recipe leaves LoRA's fused matmuls in bf16). The
+    under autocast to bf16, or bf16). With `lora_rank` the frozen base
+    matmuls run in FP8 and the adapters' products in the block's dtype
+    (the recipe splits them off the base). The
     expert weights' FP8 copies (the forward's, and the transposed ones of
     the input gradients) are kept while the weights stay the same tensors
     with the same version counter, and made again after an in-place

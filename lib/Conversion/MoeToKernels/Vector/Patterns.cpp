@@ -24,4 +24,5 @@ void kernels::populateVectorKernelPatterns(KernelPatternSet &patterns,
   patterns.add<moe::DequantizeOp>(vector, emitDequantize, matchDequantize);
   patterns.add<mlir::linalg::TransposeOp>(vector, emitTranspose,
                                           matchTranspose);
+  patterns.add<mlir::linalg::AddOp>(vector, emitAdd, matchAdd);
 }

@@ -18,6 +18,8 @@
 
 namespace moec::kernels::vectorized {
 
+// Add.cpp
+MOEC_DECLARE_KERNEL_PATTERN(mlir::linalg::AddOp, Add)
 // Permute.cpp
 MOEC_DECLARE_KERNEL_PATTERN(moe::PermuteOp, Permute)
 MOEC_DECLARE_KERNEL_PATTERN(moe::UnpermuteOp, Unpermute)

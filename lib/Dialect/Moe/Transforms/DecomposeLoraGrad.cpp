@@ -11,6 +11,8 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 
+#include "Transposed.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -54,17 +56,7 @@ bool decomposable(LoraGradOp op) {
   return rank >= 8 && rank % 8 == 0;
 }
 
-/// [E*r, X] <-> [E, r, X] (the first two dimensions split or joined).
-Value splitRows(OpBuilder &builder, Location loc, Value value,
-                int64_t experts) {
-  auto type = cast<RankedTensorType>(value.getType());
-  auto result = RankedTensorType::get(
-      {experts, type.getDimSize(0) / experts, type.getDimSize(1)},
-      type.getElementType());
-  return tensor::ExpandShapeOp::create(
-      builder, loc, result, value, ArrayRef<ReassociationIndices>{{0, 1}, {2}});
-}
-
+/// [E, r, X] -> [E*r, X] and the like (dimensions joined by `groups`).
 Value joinLast(OpBuilder &builder, Location loc, Value value,
                ArrayRef<ReassociationIndices> groups) {
   auto type = cast<RankedTensorType>(value.getType());
@@ -115,7 +107,7 @@ void decompose(LoraGradOp op) {
 
   // u = x · A_eᵀ: A [E*r, K] is [E, r, K] (transpose_rhs), x as the
   // forward read it (gathered by slot).
-  Value a3 = splitRows(builder, loc, op.getLoraA(), experts);
+  Value a3 = splitExpertRows(builder, loc, op.getLoraA(), experts);
   Value u = GroupedMatmulOp::create(
       builder, loc, narrow, x, a3, offsets, slots, Value(), Value(), Value(),
       scale, Value(), Value(), Value(), Value(), Value(), Value(), transposeRhs,

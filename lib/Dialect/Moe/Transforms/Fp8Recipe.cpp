@@ -15,7 +15,11 @@
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 #include "moec/Support/MoeShapes.h"
 
+#include "Transposed.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/SymbolTable.h"
@@ -101,8 +105,12 @@ Quantized quantizeReduction(OpBuilder &b, Location loc, Value rows,
 const char *keptReason(GroupedMatmulOp op) {
   if (!isWideFloat(op.getLhs()) || !isWideFloat(op.getRhs()))
     return "operands are not bf16, f16 or f32";
-  if (op.getLoraA())
-    return "a fused LoRA adapter (the FP8 kernels take none)";
+  if (op.getLoraA() &&
+      (op.getActivation() != Activation::none || op.getRowScale() ||
+       op.getScatterSlots()))
+    return "a fused LoRA adapter under an epilogue (activation, row scale "
+           "or scatter), which would apply to the base product alone "
+           "once the adapter is split off";
   if (op.getExpertsInColumns())
     return "experts_in_columns weights";
   if (op.getBias())
@@ -118,9 +126,88 @@ const char *keptReason(GroupedWeightGradOp op) {
   return nullptr;
 }
 
+/// A fused LoRA adapter's term of `op` as its own grouped matmuls in the
+/// op's precision (the FP8 kernels fuse no adapter), from `op`'s operands:
+/// `s·(x·A_eᵀ)·B_eᵀ`, or with transpose_lora `s·(x·B_e)·A_e`. s is a row
+/// scale of the narrow product; rows are gathered as `op` gathers them.
+Value loraTerm(OpBuilder &b, Location loc, GroupedMatmulOp op) {
+  MLIRContext *ctx = op.getContext();
+  auto outType = cast<RankedTensorType>(op.getOut().getType());
+  Type elem = outType.getElementType();
+  Value offsets = op.getOffsets(), slots = op.getGatherSlots();
+  int64_t experts = cast<ShapedType>(offsets.getType()).getDimSize(0);
+  int64_t rank = cast<ShapedType>(op.getLoraA().getType()).getDimSize(0) /
+                 experts;
+  auto none = ActivationAttr::get(ctx, Activation::none);
+  FloatAttr one = b.getF32FloatAttr(1.0f);
+  IntegerAttr slotsPerToken = slots ? op.getKAttr() : IntegerAttr();
+  Value rows = slots ? tensor::DimOp::create(b, loc, slots, 0)
+                     : tensor::DimOp::create(b, loc, op.getLhs(), 0);
+  Value scaling = arith::ConstantOp::create(b, loc, op.getLoraScalingAttr());
+  Value empty = tensor::EmptyOp::create(b, loc, ArrayRef<OpFoldResult>{rows},
+                                        b.getF32Type());
+  Value scale = linalg::FillOp::create(b, loc, scaling, empty).getResult(0);
+  auto narrow = RankedTensorType::get({outType.getDimSize(0), rank}, elem);
+  Value down, up;
+  if (!op.getTransposeLora()) {
+    // u = s·x·A_eᵀ (A [E*r, K] as [E, r, K]), then u·B_eᵀ (Bᵀ as [E, r, N]).
+    down = GroupedMatmulOp::create(
+        b, loc, narrow, op.getLhs(), splitExpertRows(b, loc, op.getLoraA(),
+                                                     experts),
+        offsets, slots, Value(), Value(), Value(), scale, Value(), Value(),
+        Value(), Value(), Value(), Value(), b.getUnitAttr(), slotsPerToken,
+        one, none);
+    up = splitExpertRows(b, loc, transposed(b, loc, op.getLoraB(), {1, 0}),
+                         experts);
+  } else {
+    // du = s·x·B_e (B [K, E*r] as [K, E, r]: experts_in_columns), then
+    // du·A_e (A [E*r, N] as [E, r, N]).
+    auto bType = cast<RankedTensorType>(op.getLoraB().getType());
+    Value b3 = tensor::ExpandShapeOp::create(
+        b, loc,
+        RankedTensorType::get({bType.getDimSize(0), experts, rank}, elem),
+        op.getLoraB(), ArrayRef<ReassociationIndices>{{0}, {1, 2}});
+    auto du = GroupedMatmulOp::create(
+        b, loc, narrow, op.getLhs(), b3, offsets, slots, Value(), Value(),
+        Value(), scale, Value(), Value(), Value(), Value(), Value(), Value(),
+        UnitAttr(), slotsPerToken, one, none);
+    du.setExpertsInColumns(true);
+    down = du;
+    up = splitExpertRows(b, loc, op.getLoraA(), experts);
+  }
+  return GroupedMatmulOp::create(b, loc, outType, down, up, offsets, Value(),
+                                 Value(), Value(), Value(), Value(), Value(),
+                                 Value(), Value(), Value(), Value(), Value(),
+                                 UnitAttr(), IntegerAttr(), one, none);
+}
+
+/// A LoRA matmul `x·W_e + term` as the base matmul plus the term (loraTerm)
+/// added after it: the base is then the recipe's (its W frozen in LoRA
+/// fine-tuning, so quantized once with weights=arguments).
+void splitLora(GroupedMatmulOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value term = loraTerm(b, loc, op);
+  op.getLoraAMutable().clear();
+  op.getLoraBMutable().clear();
+  op.setLoraScaling(llvm::APFloat(1.0f));
+  op.removeTransposeLoraAttr();
+  b.setInsertionPointAfter(op);
+  // The term's sizes (the output's; op's would be read by dims of op).
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, term);
+  auto init = tensor::EmptyOp::create(
+      b, loc, sizes, cast<ShapedType>(op.getOut().getType()).getElementType());
+  auto sum = linalg::AddOp::create(b, loc, ValueRange{op.getOut(), term},
+                                   ValueRange{init});
+  op.getOut().replaceAllUsesExcept(sum.getResult(0), sum);
+}
+
 /// y = x · W_e: the rows and the weights quantized, read as FP8 with
-/// their scales; [E, K, N] weights (an input gradient's) go K-major.
+/// their scales; [E, K, N] weights (an input gradient's) go K-major; a
+/// fused LoRA adapter's term split off first (splitLora).
 void rewrite(GroupedMatmulOp op, Type fp8) {
+  if (op.getLoraA())
+    splitLora(op);
   OpBuilder b(op);
   Location loc = op.getLoc();
   Quantized x = quantizeRows(b, loc, op.getLhs(), fp8);

@@ -1,8 +1,8 @@
-//===- Transposed.h - A tensor transposed into a new tensor.empty ---------===//
+//===- Transposed.h - Adapters transposed or split by expert --------------===//
 //
 // Part of moec. Shared by the LoRA rewrites (moe-transpose-lora-adapters,
-// moe-decompose-lora-grad), which put adapters and their gradients in the
-// layouts the grouped matmul reads and writes.
+// moe-decompose-lora-grad, moe-fp8-recipe), which put adapters and their
+// gradients in the layouts the grouped matmul reads and writes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,6 +30,19 @@ inline mlir::Value transposed(mlir::OpBuilder &builder, mlir::Location loc,
   return mlir::linalg::TransposeOp::create(builder, loc, value, init,
                                            permutation)
       .getResult()[0];
+}
+
+/// [E*r, X] as [E, r, X] (a LoRA adapter's rows split by expert).
+inline mlir::Value splitExpertRows(mlir::OpBuilder &builder,
+                                   mlir::Location loc, mlir::Value value,
+                                   int64_t experts) {
+  auto type = llvm::cast<mlir::RankedTensorType>(value.getType());
+  auto result = mlir::RankedTensorType::get(
+      {experts, type.getDimSize(0) / experts, type.getDimSize(1)},
+      type.getElementType());
+  return mlir::tensor::ExpandShapeOp::create(
+      builder, loc, result, value,
+      llvm::ArrayRef<mlir::ReassociationIndices>{{0, 1}, {2}});
 }
 
 } // namespace moec::moe

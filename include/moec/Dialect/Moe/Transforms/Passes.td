@@ -350,9 +350,16 @@ def MoeFp8RecipePass : Pass<"moe-fp8-recipe"> {
       {axis = colwise, transpose}`), the layout the FP8 weight gradient
       reads.
 
+    * A `moe.grouped_matmul` with a fused LoRA adapter (LoRA on a frozen
+      FP8 base): the adapter's term is split off as two narrow grouped
+      matmuls in the op's precision, `u = s·x·A_eᵀ` (s as a row scale)
+      then `u·B_eᵀ` (with `transpose_lora`, `s·x·B_e` then `·A_e`), added
+      to the base matmul by `linalg.add`; the base becomes FP8 as above.
+
     Left in their precision, each with a remark that says why: matmuls
-    with a fused LoRA adapter, a bias or `experts_in_columns` weights, and
-    operands that are not bf16, f16 or f32. Dense `linalg.matmul`s (the
+    with a bias or `experts_in_columns` weights, a LoRA adapter under an
+    activation, row scale or scatter (the split would leave the epilogue
+    on the base alone), and operands that are not bf16, f16 or f32. Dense `linalg.matmul`s (the
     router) are not touched. Each quantize is its own op here, next to its
     consumer: an activation quantized for two matmuls is quantized twice,
     and nothing moves into the producer of the data yet.
