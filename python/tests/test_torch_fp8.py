@@ -241,10 +241,11 @@ def calls(launcher) -> int:
 
 
 def test_fp8_weights_are_quantized_once_per_version():
-    """The FP8 weight copies are made once while the weights stay as they
-    are (inference, gradient accumulation), again after an in-place update
-    (an optimizer step) and after clear_fp8_weights(); the results equal a
-    fresh quantization's bitwise."""
+    """Weights that train are quantized on every call and keep no copies.
+    Frozen ones (requires_grad False) are quantized once while they stay
+    as they are (inference, training x over several micro-batches), again
+    after an in-place change and after clear_fp8_weights(); the results
+    equal a fresh quantization's bitwise."""
     block = fp8_block(seed=7, dtype=torch.bfloat16)
     gen = torch.Generator().manual_seed(8)
     x = torch.randn(40, H, generator=gen).bfloat16()
@@ -254,35 +255,40 @@ def test_fp8_weights_are_quantized_once_per_version():
     gradients(block, x, dy)   # the training entries' too
     launcher = counting(block)
     with torch.no_grad():
+        assert torch.equal(block(x), first) and torch.equal(block(x), first)
+    assert calls(launcher) == 2 and len(launcher.fp8_cache) == 0
+    # Frozen: once for the inference forward...
+    block.requires_grad_(False)
+    with torch.no_grad():
         y = block(x)
-        assert calls(launcher) == 1  # one quantizer: moe_block's
-        assert torch.equal(block(x), y) and calls(launcher) == 1
+        assert torch.equal(block(x), y) and calls(launcher) == 3
     assert torch.equal(y, first)
-    # Training: the forward's copies once, the backward's (transposed) once,
-    # then two more micro-batches quantize nothing.
-    grads = [gradients(block, x, dy) for _ in range(3)]
-    assert calls(launcher) == 3
-    for g in grads[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(g, grads[0]))
-    # An optimizer step (in place, seen by the version counter).
+
+    def dx():
+        xg = x.clone().requires_grad_()
+        block(xg).backward(dy)
+        return xg.grad
+    # ...and once each for the training forward's and the backward's
+    # (transposed) copies over three micro-batches.
+    grads = [dx() for _ in range(3)]
+    assert calls(launcher) == 5
+    assert all(torch.equal(g, grads[0]) for g in grads[1:])
+    # An in-place change, seen by the version counter.
     with torch.no_grad():
         block.w_down.mul_(0.5)
         block.w_gate_up.add_(0.01)
-    with torch.no_grad():
         z = block(x)
-    assert calls(launcher) == 4 and not torch.equal(z, y)
+    assert calls(launcher) == 6 and not torch.equal(z, y)
     fresh = fp8_block(seed=7, dtype=torch.bfloat16)
     fresh.load_state_dict(block.state_dict())
     with torch.no_grad():
         assert torch.equal(fresh(x), z)
     # A write through .data is not seen until clear_fp8_weights().
-    with torch.no_grad():
-        before = block(x)
     block.w_down.data.mul_(2.0)
     moec.torch.clear_fp8_weights()
     with torch.no_grad():
         after = block(x)
-    assert calls(launcher) == 6 and not torch.equal(after, before)
+    assert calls(launcher) == 8 and not torch.equal(after, z)
     # A freed weight takes its copies with it.
     size = len(launcher.fp8_cache)
     del block, fresh

@@ -2,10 +2,12 @@
 
 A block compiled with `fp8` takes its weights' FP8 copies as arguments
 (moe-fp8-recipe weights=arguments); the entry `<name>_fp8_weights` makes
-them. Fp8WeightCache keeps them while the weights stay as they are, so a
-weight is quantized once per update (an optimizer step, load_state_dict),
-not on every call: eval and inference, frozen weights, and gradient
-accumulation's later micro-batches reuse them.
+them. Fp8WeightCache keeps the copies of frozen weights (requires_grad
+False: LoRA's base, a model frozen for inference) while they stay as they
+are, so such a weight is quantized once per change, not on every call.
+Weights that train are quantized on every call: their copies would stay
+allocated between steps (half the bf16 bytes per layout, for every layer)
+and be stale after each optimizer step anyway.
 
 A weight's copies are made again when its storage, its view of it or its
 version counter changes (every in-place write that autograd sees:
@@ -36,10 +38,12 @@ class Fp8WeightCache:
         self._copies: dict = {}
 
     def copies(self, quantizer, weights: Sequence[torch.Tensor]) -> tuple:
-        """`quantizer(*weights)` (a tuple), from the cache while every
-        weight is the same view of the same live storage, at the same
-        version."""
-        if weights[0].is_cuda and torch.cuda.is_current_stream_capturing():
+        """`quantizer(*weights)` (a tuple): for frozen weights from the
+        cache while every weight is the same view of the same live storage,
+        at the same version."""
+        if (any(w.requires_grad for w in weights) or
+                (weights[0].is_cuda and
+                 torch.cuda.is_current_stream_capturing())):
             return _as_tuple(quantizer(*weights))
         try:
             versions = tuple(w._version for w in weights)

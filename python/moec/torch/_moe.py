@@ -368,16 +368,15 @@ class MoE(MoEConfigFields, nn.Module):
     block's dtype; the parameters stay as they are (f32 master weights
     under autocast to bf16, or bf16). With `lora_rank` the frozen base
     matmuls run in FP8 and the adapters' products in the block's dtype
-    (the recipe splits them off the base). The
-    expert weights' FP8 copies (the forward's, and the transposed ones of
-    the input gradients) are kept while the weights stay the same tensors
-    with the same version counter, and made again after an in-place
-    update (an optimizer step): eval, inference and gradient
-    accumulation's later micro-batches quantize no weight. They take half
-    the bf16 weights' bytes per layout; moec.torch.clear_fp8_weights()
-    drops them (needed after writes through `.data`, which the version
-    counter does not see). Under autocast the kernels' weights are casts
-    made on every call: those are quantized on every call.
+    (the recipe splits them off the base). Frozen expert weights
+    (requires_grad False: the LoRA base, or a block frozen for inference)
+    keep their FP8 copies (the forward's, and the transposed ones of the
+    input gradients) while they stay the same storage with the same
+    version counter, and get new ones after an in-place change: they are
+    quantized once, not on every call. The copies take half the bf16
+    weights' bytes per layout; moec.torch.clear_fp8_weights() drops them
+    (needed after writes through `.data`, which the version counter does
+    not see). Weights that train are quantized on every call.
     """
 
     def __init__(self, hidden_size: Optional[int] = None,
