@@ -24,8 +24,8 @@ LORA_ARGS = ("gate_up_lora_a", "gate_up_lora_b", "down_lora_a", "down_lora_b")
 #: The weights whose gradients add to `.main_grad` with main_grad=True.
 MAIN_GRAD_ARGS = ("w_gate_up", "w_down")
 #: How a block's FP8 entries get their weights' FP8 copies: as arguments
-#: (moe-fp8-recipe weights=arguments), made by `<entry>_fp8_weights` once
-#: per weight version (moec.torch's cache), not on every call.
+#: (moe-fp8-recipe weights=arguments), made by `<entry>_fp8_weights`; for
+#: frozen weights once per version (moec.torch's cache), not every call.
 BLOCK_FP8_WEIGHTS = "arguments"
 
 
