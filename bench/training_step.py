@@ -218,7 +218,9 @@ LORA_GRADS = ("dx", "d_gate_up_A", "d_gate_up_B", "d_down_A", "d_down_B")
 def takes_fp8_weights(bundle, name) -> bool:
     """Whether the bundle's {name}_fwd takes its weights' FP8 copies
     (moe-fp8-recipe weights=arguments)."""
-    return any(e.name == f"{name}_fwd_fp8_weights" for e in bundle.entries)
+    from moec.compiler._grad import fp8_weights_entry
+    fwd = bundle.entry(f"{name}_fwd")
+    return fp8_weights_entry(bundle, fwd.name, fwd.target) is not None
 
 
 def fp8_errors(run_fp8, run_torch_fp8, ref, names, leaves) -> dict:

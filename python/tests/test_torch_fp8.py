@@ -229,15 +229,16 @@ def counting(block):
     launcher = _LAUNCHERS[block._launcher]
     launcher.fp8_cache.clear()
     launcher._quantizers = {
-        key: q if q is None else CountingQuantizer(
-            q.entry if isinstance(q, CountingQuantizer) else q)
-        for key, q in launcher._quantizers.items()}
+        key: found and (CountingQuantizer(
+            q.entry if isinstance(q, CountingQuantizer) else q), positions)
+        for key, found in launcher._quantizers.items()
+        for q, positions in [found or (None, None)]}
     return launcher
 
 
 def calls(launcher) -> int:
-    return sum(q.calls for q in launcher._quantizers.values()
-               if q is not None)
+    return sum(found[0].calls for found in launcher._quantizers.values()
+               if found is not None)
 
 
 def test_fp8_weights_are_quantized_once_per_version():

@@ -62,7 +62,9 @@ class _Launcher:
         self._gradient: Optional[Gradient] = None
         self._train_bundle: Optional[Bundle] = None
         self._checked: set = set()  # (target, training) of the given bundle
-        # FP8 entries: (name, target) -> its `<name>_fp8_weights` or None.
+        # FP8 entries: (name, target) -> (its `<name>_fp8_weights`, the
+        # positions of that entry's weights among the entry's inputs), or
+        # None for an entry that takes no FP8 copies.
         self._quantizers: dict = {}
         self.fp8_cache = Fp8WeightCache()
 
@@ -90,19 +92,21 @@ class _Launcher:
         return self.bundle.entry("moe_block", target)
 
     def run(self, entry: Entry, *args, out=None):
-        """`entry` on `args`, then the FP8 weight copies it takes (made once
-        per weight version: Fp8WeightCache), if it takes them."""
+        """`entry` on `args`, then the FP8 weight copies it takes, if it
+        takes them (frozen weights' from Fp8WeightCache)."""
         key = (entry.name, entry.target)
         if key not in self._quantizers:
-            self._quantizers[key] = fp8_weights_entry(entry.bundle,
-                                                      entry.name, entry.target)
-        quantizer = self._quantizers[key]
-        if quantizer is None:
+            quantizer = fp8_weights_entry(entry.bundle, entry.name,
+                                          entry.target)
+            names = [b.name for b in entry.inputs]
+            self._quantizers[key] = quantizer and (
+                quantizer, [names.index(b.name) for b in quantizer.inputs])
+        found = self._quantizers[key]
+        if found is None:
             return entry(*args, out=out)
-        names = [b.name for b in entry.inputs]
-        weights = [args[names.index(b.name)] for b in quantizer.inputs]
-        return entry(*args, *self.fp8_cache.copies(quantizer, weights),
-                     out=out)
+        quantizer, positions = found
+        copies = self.fp8_cache.copies(quantizer, [args[i] for i in positions])
+        return entry(*args, *copies, out=out)
 
     def gradient(self) -> Gradient:
         """The derived forward-with-saves and backward (MoEConfig.gradient)."""
