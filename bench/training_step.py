@@ -160,6 +160,14 @@ def reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy, ids,
     return [t.grad for t in leaves]
 
 
+def saved_order(bundle, name):
+    """Which {name}_fwd results {name}_grad takes, in its order (after
+    moe-fp8-recipe some are saved quantized, returned last)."""
+    from moec.compiler._grad import grad_attr
+    grad = bundle.entry(f"{name}_grad")
+    return grad_attr(grad.source, grad.name, "moe.saved_results")
+
+
 def moec_step_fn(bundle, name, args, dy, cached=False):
     """{name}_fwd then {name}_grad on the saved values: (the gradients, the
     forward's outputs). A bundle compiled with moe-fp8-recipe
@@ -171,6 +179,7 @@ def moec_step_fn(bundle, name, args, dy, cached=False):
     from moec.compiler._grad import fp8_weights_entry, quantize_weights
     fwd = bundle.entry(f"{name}_fwd")
     grad = bundle.entry(f"{name}_grad")
+    saved = saved_order(bundle, name)
     quantizers = [fp8_weights_entry(bundle, e.name, e.target)
                   for e in (fwd, grad)]
     # Views without autograd (DLPack exports no tensor that requires grad;
@@ -192,8 +201,7 @@ def moec_step_fn(bundle, name, args, dy, cached=False):
         # Made per entry, each freed after it: the lifetimes the inline
         # quantizes have in the entries' scratch.
         outs = fwd(*args, *copies(0), check_values=False)
-        # save=all: every saved value is a result after y (none is y).
-        return grad(*args, *outs[1:], dy, *copies(1),
+        return grad(*args, *(outs[i] for i in saved), dy, *copies(1),
                     check_values=False), outs
     return step
 
@@ -306,7 +314,8 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     scratch = max(scratch_bytes(bundle, f"{layer_name(key, rank)}_fwd",
                                 inputs),
                   scratch_bytes(bundle, f"{layer_name(key, rank)}_grad",
-                                inputs + list(outs[1:]) + [dy]))
+                                inputs + [outs[i] for i in saved_order(
+                                    bundle, layer_name(key, rank))] + [dy]))
     # Kept for the comparison with torch: the small gradients and the first
     # experts' (DeepSeek-V3's full weight gradients take 22.5 GB a copy).
     kept = (list(grads) if rank else
@@ -362,7 +371,8 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
         mem = torch.cuda.max_memory_allocated() + (
             scratch if name == "moec" else 0)
         if name.startswith("moec_fp8"):
-            fp8_outs = list(result[1][1:])
+            fp8_outs = [result[1][i] for i in saved_order(
+                fp8_bundle, layer_name(key, rank))]
             mem += max(
                 scratch_bytes(fp8_bundle, f"{layer_name(key, rank)}_fwd",
                               inputs),

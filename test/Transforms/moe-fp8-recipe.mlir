@@ -187,3 +187,57 @@ func.func @taken(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
 func.func @taken_fp8_weights() {
   return
 }
+
+// -----
+
+// A forward and backward as moe-autodiff derives them. The saved SwiGLU
+// output %h is read by the backward only through the weight gradient's
+// column-wise quantize: @saved_fwd quantizes it where it is made and saves
+// the FP8 data and scales in its place (no bf16 copy kept between the two
+// calls), and moe.saved_results names them. The gate_up output %g, which
+// the SwiGLU gradient reads in bf16, stays saved as it is.
+// CHECK-LABEL: func.func @saved_fwd
+// CHECK-SAME:    -> (tensor<?x264xbf16>, tensor<?x272xbf16>, tensor<136x?xf8E4M3FN>, tensor<?x136xf32>)
+// CHECK:         %[[H:.*]] = moe.swiglu
+// CHECK-NEXT:    %[[HQ:.*]], %[[HS:.*]] = moe.quantize %[[H]] offsets(%{{.*}} : tensor<4xi32>) group_size = 128 {axis = #moe.axis<colwise>, transpose} : tensor<?x136xbf16> -> tensor<136x?xf8E4M3FN>, tensor<?x136xf32>
+// CHECK:         return %{{.*}}, %{{.*}}, %[[HQ]], %[[HS]] :
+// CHECK-LABEL: func.func @saved_grad
+// CHECK-SAME:    %[[G:[^:]*]]: tensor<?x272xbf16> {moe.name = "saved0", moe.sym = "rows"}, %[[HQ:[^:]*]]: tensor<136x?xf8E4M3FN> {moe.name = "saved1"}, %[[HS:[^:]*]]: tensor<?x136xf32> {moe.name = "saved2", moe.sym = "rows_blocks0"}, %{{[^:]*}}: tensor<?x264xbf16> {moe.name = "grad_result0"
+// CHECK-SAME:    moe.saved_results = array<i64: 1, 2, 3>
+// CHECK:         moe.swiglu_grad %[[G]]
+// CHECK:         moe.grouped_weight_grad %[[HQ]], %{{.*}}, %{{.*}} scales(%[[HS]], %{{.*}} : tensor<?x136xf32>, tensor<?x264xf32>)
+func.func @saved(%g: tensor<?x272xbf16>, %w: tensor<4x264x136xbf16>,
+                 %offsets: tensor<4xi32>) -> tensor<?x264xbf16> {
+  %h = moe.swiglu %g : tensor<?x272xbf16> -> tensor<?x136xbf16>
+  %y = moe.grouped_matmul %h, %w, %offsets {transpose_rhs}
+      : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x264xbf16>
+  return %y : tensor<?x264xbf16>
+}
+func.func @saved_fwd(%g: tensor<?x272xbf16>, %w: tensor<4x264x136xbf16>,
+                     %offsets: tensor<4xi32>)
+    -> (tensor<?x264xbf16>, tensor<?x272xbf16>, tensor<?x136xbf16>) {
+  %h = moe.swiglu %g : tensor<?x272xbf16> -> tensor<?x136xbf16>
+  %y = moe.grouped_matmul %h, %w, %offsets {transpose_rhs}
+      : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x264xbf16>
+  return %y, %g, %h : tensor<?x264xbf16>, tensor<?x272xbf16>, tensor<?x136xbf16>
+}
+func.func @saved_grad(%g0: tensor<?x272xbf16>, %w: tensor<4x264x136xbf16>,
+                      %offsets: tensor<4xi32>,
+                      %g: tensor<?x272xbf16> {moe.name = "saved0", moe.sym = "rows"},
+                      %h: tensor<?x136xbf16> {moe.name = "saved1", moe.sym = "rows"},
+                      %dy: tensor<?x264xbf16> {moe.name = "grad_result0", moe.sym = "rows"})
+    -> (tensor<?x272xbf16>, tensor<4x264x136xbf16>)
+    attributes {moe.grad_of = "saved", moe.saved_results = array<i64: 1, 2>,
+                moe.wrt = array<i64: 0, 1>} {
+  %dh = moe.grouped_matmul %dy, %w, %offsets
+      : tensor<?x264xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x136xbf16>
+  %dg = moe.swiglu_grad %g, %dh
+      : tensor<?x272xbf16>, tensor<?x136xbf16> -> tensor<?x272xbf16>
+  %dw = moe.grouped_weight_grad %h, %dy, %offsets {transpose_rhs}
+      : tensor<?x136xbf16>, tensor<?x264xbf16>, tensor<4xi32>
+      -> tensor<4x264x136xbf16>
+  return %dg, %dw : tensor<?x272xbf16>, tensor<4x264x136xbf16>
+}

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from ..compiler import Gradient, Kernel, compile as _compile, target_for
-from ..compiler._grad import fp8_weights_entry
+from ..compiler._grad import fp8_weights_entry, grad_attr
 from ..language._dtypes import canonical, to_torch
 from ..layers import LORA_ARGS, MAIN_GRAD_ARGS, MoEConfig, MoEConfigFields
 from ..runtime import Bundle, Entry
@@ -66,6 +66,7 @@ class _Launcher:
         # positions of that entry's weights among the entry's inputs), or
         # None for an entry that takes no FP8 copies.
         self._quantizers: dict = {}
+        self._train_results: dict = {}  # target -> train_results
         self.fp8_cache = Fp8WeightCache()
 
     def kernel(self) -> Kernel:
@@ -133,9 +134,25 @@ class _Launcher:
         return (bundle.entry("moe_block_fwd", target),
                 bundle.entry("moe_block_grad", target))
 
+    def train_results(self, device: torch.device) -> list:
+        """Which moe_block_fwd results moe_block_train returns: y, then
+        those moe_block_grad takes, in its order (moe.saved_results; an FP8
+        block saves some values quantized, after the others)."""
+        fwd, grad = self.train_entries(device)
+        if fwd.target not in self._train_results:
+            try:
+                saved = grad_attr(grad.source, grad.name,
+                                  "moe.saved_results")
+            except ValueError:
+                # A bundle without its source: saved in result order, as
+                # every bf16 block saves them.
+                saved = list(range(1, len(fwd.outputs)))
+            self._train_results[fwd.target] = [0] + saved
+        return self._train_results[fwd.target]
+
     def saved_specs(self, x: torch.Tensor) -> list:
-        """(shape, dtype) of moe_block_fwd's results for tokens x: y, then
-        what the save policy keeps (docs/training.md), as the compiled
+        """(shape, dtype) of moe_block_train's results for tokens x: y,
+        then what the save policy keeps (docs/training.md), as the compiled
         entry sizes them (the fake implementation's)."""
         fwd, _ = self.train_entries(x.device)
         if fwd.symbols != ["T"]:
@@ -144,8 +161,8 @@ class _Launcher:
                 f"{fwd.symbols}, expected the token count T alone (a bundle "
                 f"compiled from another module?)")
         shapes = fwd.shapes([x.shape[0]])[len(fwd.inputs):]
-        return [(tuple(shape), _DTYPES[out.dtype])
-                for shape, out in zip(shapes, fwd.outputs)]
+        return [(tuple(shapes[i]), to_torch(fwd.outputs[i].dtype))
+                for i in self.train_results(x.device)]
 
 
 def _bundle_dtype(bundle: Bundle) -> Optional[str]:
@@ -161,10 +178,6 @@ def _bundle_fix(config: MoEConfig) -> str:
     return (f"write it with block.save_bundle(path) from a block of this "
             f"configuration (kernels of dtype={to_torch(config.dtype)}), or "
             f"drop bundle= to compile the kernels here")
-
-
-_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
-           "i32": torch.int32}
 
 
 # The custom op reaches its launcher through an int argument (an op takes no
@@ -211,7 +224,8 @@ def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
     fwd, _ = launcher_.train_entries(x.device)
     outs = launcher_.run(fwd, x, gate_w, w_gate_up, w_down, *adapters)
     # An entry with one result (save="inputs": y alone) returns it bare.
-    return list(outs) if isinstance(outs, tuple) else [outs]
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return [outs[i] for i in launcher_.train_results(x.device)]
 
 
 @_moe_block_train.register_fake

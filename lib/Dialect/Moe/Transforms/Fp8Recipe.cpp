@@ -7,7 +7,9 @@
 // and the FP8 op with their scales; the result keeps its type. With
 // `weights=arguments` the functions take their weights' FP8 copies as
 // arguments instead, and `@<f>_fp8_weights` makes them (quantized once per
-// weight update by the caller, not on every call).
+// weight update by the caller, not on every call). A value moe-autodiff
+// saves for the backward, which reads it only through quantizes, is saved
+// quantized (saveQuantizedActivations).
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +23,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/SymbolTable.h"
 
@@ -351,6 +354,159 @@ LogicalResult hoistWeightQuantizes(func::FuncOp f) {
   return success();
 }
 
+constexpr llvm::StringLiteral kGradOfAttr = "moe.grad_of";
+constexpr llvm::StringLiteral kSavedResultsAttr = "moe.saved_results";
+constexpr llvm::StringLiteral kSymAttr = "moe.sym";
+
+/// The later of two values' definitions in `block` (an argument counts as
+/// the block's start), for an op that reads both.
+Operation *laterDefinition(Block &block, Value a, Value b) {
+  Operation *defA = a ? a.getDefiningOp() : nullptr;
+  Operation *defB = b ? b.getDefiningOp() : nullptr;
+  if (!defA || (defB && defA->isBeforeInBlock(defB)))
+    return defB;
+  return defA;
+}
+
+/// A value moe-autodiff saves for `grad` that the backward reads only
+/// through moe.quantize (after the recipe: the weight gradients' rows and
+/// SwiGLU output, quantized column-wise) is saved quantized instead:
+/// `@f_fwd` quantizes it where it is made and returns the FP8 data and
+/// scales, which replace it among `grad`'s saved arguments (and in
+/// `moe.saved_results`). The bf16 value is then no longer kept between the
+/// two calls, unless it is one of `@f`'s results: half the bytes saved.
+/// The quantize's other operand (offsets) must be one the forward has.
+void saveQuantizedActivations(func::FuncOp grad) {
+  auto base = grad->getAttrOfType<StringAttr>(kGradOfAttr);
+  auto savedAttr = grad->getAttrOfType<DenseI64ArrayAttr>(kSavedResultsAttr);
+  auto module = grad->getParentOfType<ModuleOp>();
+  if (!base || !savedAttr || !module || grad.isDeclaration())
+    return;
+  auto fwd = SymbolTable::lookupSymbolIn(module, (base.str() + "_fwd"));
+  auto fwdFunc = dyn_cast_or_null<func::FuncOp>(fwd);
+  if (!fwdFunc || fwdFunc.isDeclaration())
+    return;
+  unsigned firstSaved = fwdFunc.getNumArguments();
+  SmallVector<int64_t> saved(savedAttr.asArrayRef());
+  if (grad.getNumArguments() < firstSaved + saved.size())
+    return;
+  Block &fwdBody = fwdFunc.getBody().front();
+  Block &entry = grad.getBody().front();
+  auto ret = cast<func::ReturnOp>(fwdBody.getTerminator());
+  SmallVector<Value> fwdResults(ret.getOperands());
+  // The forward's twin of one of grad's arguments (a forward argument or a
+  // saved value), or null.
+  auto forwardOf = [&](Value v) -> Value {
+    auto arg = dyn_cast_or_null<BlockArgument>(v);
+    if (!arg || arg.getOwner() != &entry)
+      return {};
+    unsigned i = arg.getArgNumber();
+    if (i < firstSaved)
+      return fwdFunc.getArgument(i);
+    if (i - firstSaved < saved.size())
+      return fwdResults[saved[i - firstSaved]];
+    return {};
+  };
+
+  MLIRContext *ctx = grad.getContext();
+  unsigned numBlockSymbols = 0;
+  SmallVector<SmallVector<int64_t>> newSaved;
+  for (int64_t index : saved)
+    newSaved.push_back({index});
+  // From the last saved argument on, so that earlier ones keep their index.
+  for (unsigned n = saved.size(); n-- > 0;) {
+    BlockArgument arg = entry.getArgument(firstSaved + n);
+    SmallVector<QuantizeOp> quantizes;
+    bool onlyQuantized = !arg.use_empty();
+    for (Operation *user : arg.getUsers()) {
+      auto q = dyn_cast<QuantizeOp>(user);
+      if (!q || q.getInput() != arg || (q.getOffsets() &&
+                                        !forwardOf(q.getOffsets())))
+        onlyQuantized = false;
+      else if (!llvm::is_contained(quantizes, q))
+        quantizes.push_back(q);
+    }
+    if (!onlyQuantized)
+      continue;
+    auto sym = grad.getArgAttrOfType<StringAttr>(firstSaved + n, kSymAttr);
+    newSaved[n].clear();
+    unsigned at = firstSaved + n + 1;
+    for (QuantizeOp q : quantizes) {
+      Value input = fwdResults[saved[n]];
+      Value offsets = forwardOf(q.getOffsets());
+      OpBuilder b(ctx);
+      if (Operation *after = laterDefinition(fwdBody, input, offsets))
+        b.setInsertionPointAfter(after);
+      else
+        b.setInsertionPointToStart(&fwdBody);
+      IRMapping map;
+      map.map(arg, input);
+      if (offsets)
+        map.map(q.getOffsets(), offsets);
+      auto copy = cast<QuantizeOp>(b.clone(*q, map));
+      for (Value result : {copy.getData(), copy.getScales()}) {
+        newSaved[n].push_back(fwdResults.size());
+        fwdResults.push_back(result);
+      }
+      // Leading rows keep the saved value's symbol; column-wise scales'
+      // rows (128-row blocks of each expert) get one of their own.
+      auto dataType = cast<RankedTensorType>(copy.getData().getType());
+      auto scalesType = cast<RankedTensorType>(copy.getScales().getType());
+      std::string rows = sym ? sym.str() : "T";
+      StringAttr blocks = StringAttr::get(
+          ctx, rows + "_blocks" + std::to_string(numBlockSymbols++));
+      SmallVector<NamedAttribute> dataAttrs, scalesAttrs;
+      if (sym && dataType.isDynamicDim(0) && !q.getTranspose())
+        dataAttrs.push_back(b.getNamedAttr(kSymAttr, sym));
+      if (scalesType.isDynamicDim(0))
+        scalesAttrs.push_back(b.getNamedAttr(
+            kSymAttr, q.getAxis() == QuantAxis::colwise
+                          ? blocks
+                          : StringAttr::get(ctx, rows)));
+      (void)grad.insertArgument(at, dataType, b.getDictionaryAttr(dataAttrs),
+                                q.getLoc());
+      (void)grad.insertArgument(at + 1, scalesType,
+                                b.getDictionaryAttr(scalesAttrs), q.getLoc());
+      q.getData().replaceAllUsesWith(entry.getArgument(at));
+      q.getScales().replaceAllUsesWith(entry.getArgument(at + 1));
+      q.erase();
+      at += 2;
+    }
+    (void)grad.eraseArgument(firstSaved + n);
+  }
+
+  // The forward returns @f's results, then what grad reads: results that
+  // were saved for grad alone and are not read any more go.
+  unsigned numResults = fwdResults.size();
+  if (auto f = dyn_cast_or_null<func::FuncOp>(
+          SymbolTable::lookupSymbolIn(module, base)))
+    numResults = f.getNumResults();
+  llvm::SmallDenseSet<int64_t> read;
+  for (auto &indices : newSaved)
+    read.insert(indices.begin(), indices.end());
+  SmallVector<Value> kept;
+  SmallVector<int64_t> newIndex(fwdResults.size(), -1);
+  for (auto [i, value] : llvm::enumerate(fwdResults))
+    if (i < numResults || read.contains(i)) {
+      newIndex[i] = kept.size();
+      kept.push_back(value);
+    }
+  SmallVector<int64_t> savedResults;
+  for (auto &indices : newSaved)
+    for (int64_t i : indices)
+      savedResults.push_back(newIndex[i]);
+  OpBuilder b(ret);
+  func::ReturnOp::create(b, ret.getLoc(), kept);
+  ret.erase();
+  fwdFunc.setType(FunctionType::get(ctx, fwdFunc.getArgumentTypes(),
+                                    ValueRange(kept).getTypes()));
+  grad->setAttr(kSavedResultsAttr,
+                DenseI64ArrayAttr::get(ctx, savedResults));
+  for (unsigned i = 0; i < savedResults.size(); ++i)
+    grad.setArgAttr(firstSaved + i, kNameAttr,
+                    StringAttr::get(ctx, "saved" + std::to_string(i)));
+}
+
 struct MoeFp8RecipePass
     : moec::moe::impl::MoeFp8RecipePassBase<MoeFp8RecipePass> {
   using MoeFp8RecipePassBase::MoeFp8RecipePassBase;
@@ -386,9 +542,13 @@ struct MoeFp8RecipePass
         rewrite(grad, fp8);
       }
     });
+    SmallVector<func::FuncOp> functions;
+    getOperation()->walk([&](func::FuncOp f) { functions.push_back(f); });
+    for (func::FuncOp f : functions)
+      saveQuantizedActivations(f);
     if (weights != "arguments")
       return;
-    SmallVector<func::FuncOp> functions;
+    functions.clear();
     getOperation()->walk([&](func::FuncOp f) { functions.push_back(f); });
     for (func::FuncOp f : functions)
       if (failed(hoistWeightQuantizes(f)))

@@ -361,8 +361,17 @@ def MoeFp8RecipePass : Pass<"moe-fp8-recipe"> {
     activation, row scale or scatter (the split would leave the epilogue
     on the base alone), and operands that are not bf16, f16 or f32. Dense `linalg.matmul`s (the
     router) are not touched. Each quantize is its own op here, next to its
-    consumer: an activation quantized for two matmuls is quantized twice,
-    and nothing moves into the producer of the data yet.
+    consumer: an activation quantized for two matmuls is quantized twice.
+
+    A forward and backward pair as `moe-autodiff` derives it (`@f_fwd`,
+    and `@f_grad` with `moe.grad_of` and `moe.saved_results`): a saved
+    value that the backward reads only through quantizes (the weight
+    gradients' rows and SwiGLU output, column-wise) is saved quantized.
+    `@f_fwd` quantizes it right where it is made and returns the FP8 data
+    and scales after its other results; they replace the value among
+    `@f_grad`'s saved arguments (`moe.saved_results` names them), and the
+    bf16 value is no longer returned unless it is one of `@f`'s results:
+    half its bytes are kept between the two calls.
 
     `weights=arguments` takes the weights' quantization out of the
     functions, so that a caller quantizes a weight once per update
