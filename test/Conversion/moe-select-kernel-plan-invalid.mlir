@@ -114,21 +114,23 @@ func.func @dense_buckets(%a: tensor<?x256xbf16>, %b: tensor<256x512xbf16>)
 
 // -----
 
-// FP8's partial sums double the accumulators: block_n = 256 does not fit.
-func.func @fp8_wide(%x: tensor<?x256xf8E4M3FN>, %sx: tensor<?x2xf32>,
-                    %w: tensor<8x512x256xf8E4M3FN>, %sw: tensor<8x4x2xf32>,
-                    %offsets: tensor<8xi32>) -> tensor<?x512xbf16> {
-  // expected-error @+1 {{the kernel has no such block, warp roles or cluster for the op's types, sizes and attributes on this target (e.g. block_k is 64 for 16-bit operands, 128 for FP8, which also needs producers and block_n <= 128;}}
+// FP8 SwiGLU at block_n = 256: a block's 128 up rows would start at 192
+// past its gate rows, inside a 128-row weight-scale block.
+func.func @fp8_wide_swiglu(%x: tensor<?x256xf8E4M3FN>, %sx: tensor<?x2xf32>,
+                           %w: tensor<8x384x256xf8E4M3FN>, %sw: tensor<8x3x2xf32>,
+                           %offsets: tensor<8xi32>) -> tensor<?x192xbf16> {
+  // expected-error @+1 {{the kernel has no such block, warp roles or cluster for the op's types, sizes and attributes on this target (e.g. block_k is 64 for 16-bit operands, 128 for FP8, which also needs producers, and block_n <= 128 for its weight gradient and a SwiGLU whose up rows start inside a 128-row scale block;}}
   %y = moe.grouped_matmul %x, %w, %offsets
-      scales(%sx, %sw : tensor<?x2xf32>, tensor<8x4x2xf32>) {transpose_rhs,
+      scales(%sx, %sw : tensor<?x2xf32>, tensor<8x3x2xf32>) {transpose_rhs,
+      activation = #moe.activation<swiglu>,
       moe.kernel = #moe.kernel<strategy = sm90_wgmma,
           tile = <m = 16, n = 16, k = 32, threads = 256>,
           plan = <block_m = 128, block_n = 256, block_k = 128, stages = 4,
-                  band_m = 8, producers = 128, mma_registers = 216,
-                  producer_registers = 72>>}
-      : tensor<?x256xf8E4M3FN>, tensor<8x512x256xf8E4M3FN>, tensor<8xi32>
-      -> tensor<?x512xbf16>
-  return %y : tensor<?x512xbf16>
+                  band_m = 8, producers = 128, mma_registers = 232,
+                  producer_registers = 40>>}
+      : tensor<?x256xf8E4M3FN>, tensor<8x384x256xf8E4M3FN>, tensor<8xi32>
+      -> tensor<?x192xbf16>
+  return %y : tensor<?x192xbf16>
 }
 
 // -----

@@ -16,13 +16,17 @@
 // RUN: moec run %s --entry fp8_rows_row_scale --sym T=40 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_e5m2_narrow --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_cl_gather --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_gather_n128 --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_n256_swiglu --sym T=30 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_n256_rows --sym T=40 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_wgrad_t --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_wgrad_t --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_wgrad_acc --sym T=300 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_wgrad_narrow --sym T=40 --iters 1 | FileCheck %s --check-prefix=PASS
 // PASS: {{^PASS$}}
 
-// Gathered rows (k = 2) by cp.async, weights by TMA.
+// Gathered rows (k = 2) by cp.async, weights by TMA; n = 256 (264
+// columns: the second n-tile holds 8, its second half none).
 func.func @fp8_gather(%x: tensor<?x528xf8E4M3FN>, %sx: tensor<?x5xf32>,
                       %ids: tensor<?x2xi32>, %w: tensor<8x264x528xf8E4M3FN>,
                       %sw: tensor<8x3x5xf32>) -> tensor<?x264xbf16> {
@@ -97,6 +101,58 @@ func.func @fp8_cl_gather(%x: tensor<?x528xf8E4M3FN>, %sx: tensor<?x5xf32>,
       : tensor<?x528xf8E4M3FN>, tensor<8x264x528xf8E4M3FN>, tensor<8xi32>
       -> tensor<?x264xbf16>
   return %y : tensor<?x264xbf16>
+}
+
+// The gathered rows of @fp8_gather at n = 128 (its default is n = 256,
+// each slice as two 128-column halves: HopperPlan::partialN).
+func.func @fp8_gather_n128(%x: tensor<?x528xf8E4M3FN>, %sx: tensor<?x5xf32>,
+                           %ids: tensor<?x2xi32>,
+                           %w: tensor<8x264x528xf8E4M3FN>,
+                           %sw: tensor<8x3x5xf32>) -> tensor<?x264xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      scales(%sx, %sw : tensor<?x5xf32>, tensor<8x3x5xf32>)
+      {k = 2 : i64, transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 128, k = 128, threads = 384,
+                            producers = 128>}
+      : tensor<?x528xf8E4M3FN>, tensor<8x264x528xf8E4M3FN>, tensor<8xi32>
+      -> tensor<?x264xbf16>
+  return %y : tensor<?x264xbf16>
+}
+
+func.func @fp8_n256_swiglu(%x: tensor<?x256xf8E4M3FN>, %sx: tensor<?x2xf32>,
+                           %ids: tensor<?x2xi32>,
+                           %w: tensor<8x512x256xf8E4M3FN>,
+                           %sw: tensor<8x4x2xf32>) -> tensor<?x256xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      scales(%sx, %sw : tensor<?x2xf32>, tensor<8x4x2xf32>)
+      {k = 2 : i64, transpose_rhs, activation = #moe.activation<swiglu>,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 128, threads = 384,
+                            producers = 128>}
+      : tensor<?x256xf8E4M3FN>, tensor<8x512x256xf8E4M3FN>, tensor<8xi32>
+      -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
+}
+
+// Rows in order (TMA for both operands) at n = 256, more slices than
+// stages, 392 columns (the second n-tile's second half 8 wide).
+func.func @fp8_n256_rows(%x: tensor<?x1104xf8E4M3FN>, %sx: tensor<?x9xf32>,
+                         %ids: tensor<?x1xi32>,
+                         %w: tensor<16x392x1104xf8E4M3FN>,
+                         %sw: tensor<16x4x9xf32>) -> tensor<?x392xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 16
+      : tensor<?x1xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<16xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets
+      scales(%sx, %sw : tensor<?x9xf32>, tensor<16x4x9xf32>)
+      {transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 128, threads = 384,
+                            producers = 128>}
+      : tensor<?x1104xf8E4M3FN>, tensor<16x392x1104xf8E4M3FN>, tensor<16xi32>
+      -> tensor<?x392xbf16>
+  return %y : tensor<?x392xbf16>
 }
 
 // dW of [E, N, K] weights (transpose_rhs: dy is A, x is B), e4m3 x e5m2,

@@ -461,6 +461,8 @@ public:
 
   mlir::Value mathThread, warpgroup, lane, warp, zeroF;
   mlir::Type accType, loraAccType;
+  /// FP8's partial accumulators: HopperPlan::partialN columns.
+  mlir::Type partialType;
 
 private:
   mlir::scf::ForOp accumulatorLoop(mlir::Value count, bool withU);
@@ -480,7 +482,8 @@ private:
   /// The wgmmas of the K slice in stage `slot` added to `current`; with
   /// `down` (LoRA) also x · A_eᵀ added to *down.
   mlir::Value sliceMma(mlir::Value current, mlir::Value slot,
-                       mlir::Value *down = nullptr, bool fresh = false);
+                       mlir::Value *down = nullptr, bool fresh = false,
+                       int64_t half = -1);
   /// Where this thread's scales of tile `t` come from: the lhs scale row of
   /// each of its two fragment rows (and whether it has one: a row past the
   /// group or a padding slot gets scale 0), and the weight-scale block of
@@ -500,9 +503,10 @@ private:
   llvm::SmallVector<mlir::Value> sliceScales(const TileState &t,
                                              const ScaleSources &from,
                                              mlir::Value kt);
-  /// `acc` + `partial` * its scale, element by element.
+  /// `acc` + `partial` * its scale, element by element; `partial` holds
+  /// the partialN columns from tile column `first` on.
   mlir::Value promote(mlir::Value acc, mlir::Value partial,
-                      llvm::ArrayRef<mlir::Value> scales);
+                      llvm::ArrayRef<mlir::Value> scales, int64_t first = 0);
 
   KernelEnv &env;
   ProducerPipeline &producer;

@@ -84,7 +84,7 @@ std::optional<HopperPlan>
 hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
                 int64_t width, int64_t experts, moe::TileAttr tile,
                 const HopperLimits &limits, int64_t loraRows,
-                int64_t minBlockN) {
+                int64_t minBlockN, int64_t maxBlockN) {
   auto isFp8 = [](Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); };
   bool fp8 = isFp8(lhsElem);
   // One type, or two FP8 formats (wgmma takes e4m3 x e5m2).
@@ -123,8 +123,9 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
   // n = 128 (geomeans 1.05-1.08), and dA + dB at the warp-specialized
   // n = 64 0.92-0.99x the block-barrier one
   // (bench/results/lora-grad-narrow-h200.md).
-  plan.blockN =
-      defaultBlockN(width, loraRows == 0 && minBlockN <= kNarrowBlockN);
+  plan.blockN = std::min(
+      defaultBlockN(width, loraRows == 0 && minBlockN <= kNarrowBlockN),
+      maxBlockN);
   // n = 256 gets the warp-specialized kernel with TMA for the weights (and
   // for the lhs when its rows are in order). On the H200 it was faster than
   // the block-barrier kernel at every bench/grouped_gemm.py shape with
@@ -149,28 +150,30 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
   // share holds an n = 256 tile's accumulators (and U's past rank 32), the
   // producer keeps the rest.
   plan.mmaRegisters =
-      loraRows > 32 ? kWideLoraConsumerRegisters : kConsumerRegisters;
+      loraRows > 32 ? kWideConsumerRegisters : kConsumerRegisters;
   plan.producerRegisters =
       (kBlockRegisters - kThreads * plan.mmaRegisters) / kProducerThreads;
-  // FP8 (block scales): the warp-specialized kernel, n = 128 at most.
-  // Each slice's wgmmas go to partial accumulators that are promoted into
-  // the f32 ones, so an MMA thread holds blockN registers of each: 256 of
-  // an n = 256 tile would not fit in the 232 a thread can get. The
+  // FP8 (block scales): the warp-specialized kernel, n = 256 from 256
+  // columns as for 16-bit operands. Each slice's wgmmas go to partial
+  // accumulators that are promoted into the f32 ones, 128 columns at a
+  // time (HopperPlan::partialN). On the H200 n = 256 ran 1.02-1.15x as
+  // fast as n = 128 at Qwen3-30B-A3B, Mixtral-8x7B and DeepSeek-V3
+  // forward and input gradient, T = 8192 and 32768, except DeepSeek-V3's
+  // forward at T = 32768 (0.95x; bench/results/fp8-kernels-h200.md). The
   // producer's TMA loads keep the MMA warpgroups free for the promotion.
   // 4 stages: on the H200 (Qwen3-30B-A3B, Mixtral-8x7B and DeepSeek-V3
   // forward at T = 8192, same call) 1.02-1.18x as fast as 6, the depth that
   // fits (0.488 -> 0.471, 4.011 -> 3.925, 5.813 -> 4.917 ms).
   if (fp8) {
     plan.blockScales = true;
-    plan.blockN = std::min<int64_t>(plan.blockN, 128);
     plan.warpSpecialized = true;
     plan.stages = kFp8DefaultStages;
     if (loraRows > 0)
       return std::nullopt;
   }
   if (isHopperTile(tile)) {
-    if (tile.getK() != plan.sliceK() ||
-        (fp8 && (tile.getN() > 128 || tile.getProducers() == 0)))
+    if (tile.getK() != plan.sliceK() || tile.getN() > maxBlockN ||
+        (fp8 && tile.getProducers() == 0))
       return std::nullopt;
     plan.blockN = tile.getN();
     plan.warpSpecialized = tile.getProducers() != 0;
@@ -187,6 +190,11 @@ hopper::planFor(Type lhsElem, Type rhsElem, Type outElem, int64_t k,
     if (plan.blockN == kNarrowBlockN &&
         (loraRows > 0 || plan.cluster > 1 || minBlockN > kNarrowBlockN))
       return std::nullopt;
+  }
+  if (fp8 && plan.blockN > 128) {
+    plan.mmaRegisters = kWideConsumerRegisters;
+    plan.producerRegisters =
+        (kBlockRegisters - kThreads * plan.mmaRegisters) / kProducerThreads;
   }
   // The persistent grid needs a whole cluster of SMs (fewer would launch
   // no blocks at all).
@@ -302,7 +310,11 @@ static std::optional<HopperPlan> fp8WeightGradPlan(moe::GroupedWeightGradOp op,
   std::optional<HopperPlan> plan = planFor(
       a.getElementType(), b.getElementType(), outType.getElementType(),
       llvm::alignTo(rows, 16), outType.getDimSize(2),
-      cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits);
+      cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits,
+      /*loraRows=*/0, /*minBlockN=*/kNarrowBlockN,
+      // n <= 128: its promotion scales each column on its own (34 scales a
+      // thread and slice at n = 128), not by 128-column halves.
+      /*maxBlockN=*/128);
   if (!plan)
     return plan;
   plan->k = rows;
@@ -462,7 +474,13 @@ std::optional<HopperPlan> hopper::groupedPlan(moe::GroupedMatmulOp op,
       limits, /*loraRows=*/(*loraRank + 15) / 16 * 16,
       /*minBlockN=*/swigluGrad || op.getActivation() == moe::Activation::swiglu
           ? 128
-          : kNarrowBlockN);
+          : kNarrowBlockN,
+      // FP8 SwiGLU at n = 256: a block's 128 up rows start at `width` past
+      // its gate rows and must lie in one weight-scale block as they do.
+      /*maxBlockN=*/op.getLhsScales() &&
+              op.getActivation() == moe::Activation::swiglu && width % 128
+          ? 128
+          : 256);
   // FP8 SwiGLU: the up rows of a block start at `width` past the gate
   // rows, and must lie in one 128-row weight-scale block as the gate rows
   // do (HopperPlan::scaleSegments).
@@ -681,8 +699,9 @@ static FailureOr<HopperPlan> followOne(Operation *op, moe::WgmmaPlanAttr attr,
     return fail() << "the kernel has no such block, warp roles or cluster "
                      "for the op's types, sizes and attributes on this "
                      "target (e.g. block_k is 64 for 16-bit operands, 128 "
-                     "for FP8, which also needs producers and block_n <= "
-                     "128; block_n = 64 takes no LoRA, SwiGLU or "
+                     "for FP8, which also needs producers, and block_n <= "
+                     "128 for its weight gradient and a SwiGLU whose up "
+                     "rows start inside a 128-row scale block; block_n = 64 takes no LoRA, SwiGLU or "
                      "cluster; LoRA past rank 64 needs block_n = 128 and no "
                      "producers; a cluster needs as many SMs; 3 stages must fit in "
                      "shared memory)";
@@ -785,7 +804,7 @@ SmallVector<moe::TileAttr> moec::tuningCandidates(Operation *op,
   // shape).
   for (int64_t n : widths)
     for (int64_t producers : {int64_t(0), kProducerThreads}) {
-      // (FP8 has only the warp-specialized kernel, at n <= 128.)
+      // (FP8 has only the warp-specialized kernel.)
       if (producers && n == 128 && !chosen->blockScales)
         continue;
       int64_t threads = producers ? kSpecializedThreads : kThreads;

@@ -49,8 +49,10 @@ constexpr int64_t kBlockRegisters = 168 * kSpecializedThreads;
 constexpr int64_t kConsumerRegisters = 216;
 /// With a LoRA rank past 32, U's accumulators (R/2 registers) on top: at
 /// 216, ptxas spilled 36-76 bytes in every r = 64 bench kernel, at 232
-/// (the producer keeps 40, which its copies fit in) 4 bytes in one.
-constexpr int64_t kWideLoraConsumerRegisters = 232;
+/// (the producer keeps 40, which its copies fit in) 4 bytes in one. FP8 at
+/// n = 256 (128 accumulators and 64 partials): 72-108 bytes spilled at
+/// 216 in test/Integration/fp8_matmul.mlir's kernels.
+constexpr int64_t kWideConsumerRegisters = 232;
 constexpr int64_t kRowBytes = 128; ///< bytes of a 64-element 16-bit row
 constexpr int64_t kChunksPerRow = kRowBytes / 16;
 /// Columns of one column block of an N-major (ExpertKN) B stage: the 64
@@ -200,6 +202,12 @@ struct HopperPlan {
   int64_t scaleSegments() const {
     return swiglu ? 2 : std::max<int64_t>(1, blockN / kFp8BlockK);
   }
+  /// Columns of one slice's partial accumulators (block scales). An FP8
+  /// block of n = 256 runs each slice as two 128-column halves, each
+  /// promoted into its half of the f32 accumulators before the next is
+  /// issued: a thread holds 128 + 64 registers of them, where one n = 256
+  /// partial set would need 128 + 128 (a thread gets 232 at most).
+  int64_t partialN() const { return std::min<int64_t>(blockN, kFp8BlockK); }
   /// The FP8 weight gradient (PaddedRowsT operands, block scales): both
   /// operands' slices come by TMA alone (the quantize padded every expert
   /// to whole slices), and its scales are one per 128-row block of the
@@ -369,13 +377,16 @@ bool isHopperTile(moe::TileAttr tile);
 
 /// The plan for lhs [.., k] and output width `width` of 16-bit operands, or
 /// nullopt where the kernel does not apply. `minBlockN` (128 for SwiGLU's
-/// gate and up pairs) keeps narrow outputs off n = 64.
+/// gate and up pairs) keeps narrow outputs off n = 64; `maxBlockN` (128
+/// where the FP8 scales allow no wider block) bounds the default and the
+/// tiles taken.
 std::optional<HopperPlan> planFor(mlir::Type lhsElem, mlir::Type rhsElem,
                                   mlir::Type outElem, int64_t k, int64_t width,
                                   int64_t experts, moe::TileAttr tile,
                                   const HopperLimits &limits = {},
                                   int64_t loraRows = 0,
-                                  int64_t minBlockN = kNarrowBlockN);
+                                  int64_t minBlockN = kNarrowBlockN,
+                                  int64_t maxBlockN = 256);
 
 /// The plan of the wgmma kernel for `op` with `tile`, or nullopt where the
 /// kernel does not apply.

@@ -85,6 +85,9 @@ void MmaLoop::placeThreads() {
   warp = b.rem(b.div(env.thread, b.idx(32)), b.idx(4));
   accType = LLVM::LLVMStructType::getLiteral(
       b.getContext(), SmallVector<Type>(env.plan.blockN / 2, b.getF32Type()));
+  partialType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(),
+      SmallVector<Type>(env.plan.partialN() / 2, b.getF32Type()));
   // U = x · A_eᵀ: m64nR accumulators, R / 2 a thread.
   if (env.plan.lora())
     loraAccType = LLVM::LLVMStructType::getLiteral(
@@ -115,11 +118,16 @@ scf::ForOp MmaLoop::accumulatorLoop(Value count, bool withU) {
 // the accumulators `current`.
 // `fresh`: the first wgmma overwrites `current` (scale-d = 0), as FP8's
 // partial accumulators start each slice at zero.
-Value MmaLoop::sliceMma(Value current, Value slot, Value *down, bool fresh) {
+// `half` (FP8 partials, HopperPlan::partialN): only B's rows from
+// half * partialN on, into partialType.
+Value MmaLoop::sliceMma(Value current, Value slot, Value *down, bool fresh,
+                        int64_t half) {
   KernelBuilder &b = env.b;
   MLIRContext *ctx = b.getContext();
-  auto shape =
-      NVVM::MMAShapeAttr::get(ctx, 64, env.plan.blockN, env.plan.mmaK());
+  const bool halves = half >= 0;
+  const int64_t n = halves ? env.plan.partialN() : env.plan.blockN;
+  Type resultType = halves ? partialType : accType;
+  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, n, env.plan.mmaK());
   auto elem = NVVM::WGMMATypesAttr::get(ctx, env.plan.elemType);
   auto elemB = NVVM::WGMMATypesAttr::get(ctx, env.plan.rhsElemType);
   auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
@@ -133,7 +141,10 @@ Value MmaLoop::sliceMma(Value current, Value slot, Value *down, bool fresh) {
   // block, both 64 x 128 bytes on.
   Value aTile =
       b.add(env.stageA(slot), b.mul(warpgroup, b.idx(64 * kRowBytes)));
+  // K-major B (every FP8 layout): row r of the tile is kRowBytes at r.
   Value bTile = env.stageB(slot);
+  if (halves)
+    bTile = b.add(bTile, b.idx(half * n * kRowBytes));
   bool mMajorA = env.plan.layout.lhs == LhsLayout::GroupRowsT;
   int64_t aStep = mMajorA ? 16 * kRowBytes : 32;
   NVVM::WgmmaFenceAlignedOp::create(b);
@@ -144,7 +155,7 @@ Value MmaLoop::sliceMma(Value current, Value slot, Value *down, bool fresh) {
     Value descB = descriptor(b, b.add(bTile, b.idx(kk * bStepBytes(rhs))),
                              env.plan.nMajorB());
     current = NVVM::WgmmaMmaAsyncOp::create(
-        b, accType, current, descA, descB, shape, elem, elemB, f32Type,
+        b, resultType, current, descA, descB, shape, elem, elemB, f32Type,
         fresh && kk == 0 ? overwrite : accumulate, one, one, layoutA, layoutB,
         NVVM::MMAIntOverflowAttr());
     if (down) {
@@ -416,10 +427,13 @@ SmallVector<Value> MmaLoop::sliceScales(const TileState &t,
 }
 
 // Accumulator 4j + 2h + q is fragment row h, tile column 8j + 2(lane % 4)
-// + q: its segment is that column's.
-Value MmaLoop::promote(Value acc, Value partial, ArrayRef<Value> scales) {
+// + q: its segment is that column's. Partial i of the half at tile column
+// `first` is accumulator i + first / 2.
+Value MmaLoop::promote(Value acc, Value partial, ArrayRef<Value> scales,
+                       int64_t first) {
   KernelBuilder &b = env.b;
   if (env.plan.fp8WeightGrad()) {
+    assert(first == 0 && "the FP8 weight gradient has no halves");
     // sliceScales' rows, then column 2j + q's: the partial sum times both.
     for (int64_t j = 0; j < env.plan.blockN / 8; ++j)
       for (int64_t q = 0; q < 2; ++q) {
@@ -439,15 +453,15 @@ Value MmaLoop::promote(Value acc, Value partial, ArrayRef<Value> scales) {
   }
   const int64_t segments = env.plan.scaleSegments();
   const int64_t segmentWidth = env.plan.blockN / segments;
-  for (int64_t j = 0; j < env.plan.blockN / 8; ++j)
+  for (int64_t j = 0; j < env.plan.partialN() / 8; ++j)
     for (int64_t h = 0; h < 2; ++h)
       for (int64_t q = 0; q < 2; ++q) {
-        int64_t i = 4 * j + 2 * h + q;
+        int64_t i = 4 * j + 2 * h + q, at = i + first / 2;
         Value p = LLVM::ExtractValueOp::create(b, partial, ArrayRef<int64_t>{i});
-        Value a = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{i});
-        Value scale = scales[h * segments + (8 * j) / segmentWidth];
+        Value a = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{at});
+        Value scale = scales[h * segments + (first + 8 * j) / segmentWidth];
         acc = LLVM::InsertValueOp::create(
-            b, acc, LLVM::FMAOp::create(b, p, scale, a), ArrayRef<int64_t>{i});
+            b, acc, LLVM::FMAOp::create(b, p, scale, a), ArrayRef<int64_t>{at});
       }
   return acc;
 }
@@ -489,7 +503,7 @@ Value MmaLoop::scaledLoop(const TileState &t, Value slices, Value count) {
   KernelBuilder &b = env.b;
   const bool scalesInStage = env.plan.fp8WeightGrad();
   ScaleSources from = scaleSources(t);
-  Value scratch = LLVM::UndefOp::create(b, accType);
+  Value scratch = LLVM::UndefOp::create(b, partialType);
   auto kLoop = accumulatorLoop(count, /*withU=*/false);
   OpBuilder::InsertionGuard inner(b);
   b.setInsertionPointToStart(kLoop.getBody());
@@ -502,13 +516,20 @@ Value MmaLoop::scaledLoop(const TileState &t, Value slices, Value count) {
   fenceAsyncShared(b);
   if (scalesInStage)
     scales = sliceScales(t, from, producer.slotOf(n));
-  Value partial =
-      sliceMma(scratch, producer.slotOf(n), /*down=*/nullptr, /*fresh=*/true);
-  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
-  partial = fenceOperands(b, partial);
-  if (!scalesInStage)
-    release(n);
-  Value acc = promote(kLoop.getRegionIterArgs()[0], partial, scales);
+  // One partial set, 128 columns at a time: a half's promotion has read
+  // the partials before the next half's wgmmas overwrite them.
+  Value acc = kLoop.getRegionIterArgs()[0];
+  const int64_t halves = env.plan.blockN / env.plan.partialN();
+  for (int64_t half = 0; half < halves; ++half) {
+    Value partial = sliceMma(scratch, producer.slotOf(n), /*down=*/nullptr,
+                             /*fresh=*/true, halves > 1 ? half : -1);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, b.getI64IntegerAttr(0));
+    partial = fenceOperands(b, partial);
+    if (!scalesInStage && half == halves - 1)
+      release(n);
+    acc = promote(acc, partial, scales, half * env.plan.partialN());
+    scratch = partial;
+  }
   if (scalesInStage) {
     // Every lane's reads of the stage's scales before lane 0 frees it.
     NVVM::SyncWarpOp::create(b, b.i32(-1));
