@@ -504,9 +504,15 @@ private:
                                              const ScaleSources &from,
                                              mlir::Value kt);
   /// `acc` + `partial` * its scale, element by element; `partial` holds
-  /// the partialN columns from tile column `first` on.
+  /// the partialN columns from tile column `first` on. The FP8 weight
+  /// gradient at n = 256: `scales` has the rows' alone, and the columns'
+  /// are read from the slice's scales `stage` where `from` says.
   mlir::Value promote(mlir::Value acc, mlir::Value partial,
-                      llvm::ArrayRef<mlir::Value> scales, int64_t first = 0);
+                      llvm::ArrayRef<mlir::Value> scales, int64_t first = 0,
+                      const ScaleSources *from = nullptr,
+                      mlir::Value stage = {});
+  /// The FP8 weight gradient: the scales of stage `slot` as f32 elements.
+  mlir::Value scaleStageView(mlir::Value slot);
 
   KernelEnv &env;
   ProducerPipeline &producer;

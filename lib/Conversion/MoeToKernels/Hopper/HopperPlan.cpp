@@ -310,11 +310,7 @@ static std::optional<HopperPlan> fp8WeightGradPlan(moe::GroupedWeightGradOp op,
   std::optional<HopperPlan> plan = planFor(
       a.getElementType(), b.getElementType(), outType.getElementType(),
       llvm::alignTo(rows, 16), outType.getDimSize(2),
-      cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits,
-      /*loraRows=*/0, /*minBlockN=*/kNarrowBlockN,
-      // n <= 128: its promotion scales each column on its own (34 scales a
-      // thread and slice at n = 128), not by 128-column halves.
-      /*maxBlockN=*/128);
+      cast<ShapedType>(op.getOffsets().getType()).getDimSize(0), tile, limits);
   if (!plan)
     return plan;
   plan->k = rows;

@@ -397,19 +397,26 @@ MmaLoop::ScaleSources MmaLoop::scaleSources(const TileState &t) {
   return from;
 }
 
+Value MmaLoop::scaleStageView(Value slot) {
+  return env.sharedView(env.scaleStage(slot), env.b.getF32Type(),
+                        env.plan.scaleStageBytes() / 4);
+}
+
 SmallVector<Value> MmaLoop::sliceScales(const TileState &t,
                                         const ScaleSources &from, Value kt) {
   KernelBuilder &b = env.b;
   if (env.plan.fp8WeightGrad()) {
     // Stage kt's scales (`kt` is its slot here): the two rows', then each
-    // column pair's (8 bytes).
-    Value stage = env.sharedView(env.scaleStage(kt), b.getF32Type(),
-                                 env.plan.scaleStageBytes() / 4);
+    // column pair's (8 bytes). At n = 256 the rows' only: promote reads
+    // each column pair as it needs it (64 registers of them would not fit
+    // beside the accumulators and partials).
+    Value stage = scaleStageView(kt);
     SmallVector<Value> scales;
     for (Value row : from.rows)
       scales.push_back(b.loadF(stage, {row}));
-    for (Value c : from.columns)
-      llvm::append_range(scales, b.loadVecF(stage, {c}, 2));
+    if (env.plan.blockN == env.plan.partialN())
+      for (Value c : from.columns)
+        llvm::append_range(scales, b.loadVecF(stage, {c}, 2));
     return scales;
   }
   SmallVector<Value> weights;
@@ -430,25 +437,29 @@ SmallVector<Value> MmaLoop::sliceScales(const TileState &t,
 // + q: its segment is that column's. Partial i of the half at tile column
 // `first` is accumulator i + first / 2.
 Value MmaLoop::promote(Value acc, Value partial, ArrayRef<Value> scales,
-                       int64_t first) {
+                       int64_t first, const ScaleSources *from, Value stage) {
   KernelBuilder &b = env.b;
   if (env.plan.fp8WeightGrad()) {
-    assert(first == 0 && "the FP8 weight gradient has no halves");
-    // sliceScales' rows, then column 2j + q's: the partial sum times both.
-    for (int64_t j = 0; j < env.plan.blockN / 8; ++j)
-      for (int64_t q = 0; q < 2; ++q) {
-        Value column = scales[2 + 2 * j + q];
+    // sliceScales' rows, then column 2j + q's (from `scales`, or read from
+    // the slice's `stage` here): the partial sum times both.
+    for (int64_t j = 0; j < env.plan.partialN() / 8; ++j) {
+      int64_t column = first / 8 + j;
+      SmallVector<Value> pair =
+          scales.size() > 2
+              ? SmallVector<Value>(scales.slice(2 + 2 * column, 2))
+              : b.loadVecF(stage, {from->columns[column]}, 2);
+      for (int64_t q = 0; q < 2; ++q)
         for (int64_t h = 0; h < 2; ++h) {
-          int64_t i = 4 * j + 2 * h + q;
+          int64_t i = 4 * j + 2 * h + q, at = i + first / 2;
           Value p =
               LLVM::ExtractValueOp::create(b, partial, ArrayRef<int64_t>{i});
-          Value a = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{i});
+          Value a =
+              LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{at});
           acc = LLVM::InsertValueOp::create(
-              b, acc,
-              LLVM::FMAOp::create(b, b.fmul(p, column), scales[h], a),
-              ArrayRef<int64_t>{i});
+              b, acc, LLVM::FMAOp::create(b, b.fmul(p, pair[q]), scales[h], a),
+              ArrayRef<int64_t>{at});
         }
-      }
+    }
     return acc;
   }
   const int64_t segments = env.plan.scaleSegments();
@@ -527,7 +538,8 @@ Value MmaLoop::scaledLoop(const TileState &t, Value slices, Value count) {
     partial = fenceOperands(b, partial);
     if (!scalesInStage && half == halves - 1)
       release(n);
-    acc = promote(acc, partial, scales, half * env.plan.partialN());
+    acc = promote(acc, partial, scales, half * env.plan.partialN(), &from,
+                  scalesInStage ? scaleStageView(producer.slotOf(n)) : Value());
     scratch = partial;
   }
   if (scalesInStage) {

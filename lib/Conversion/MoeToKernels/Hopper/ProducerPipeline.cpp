@@ -570,11 +570,14 @@ void ProducerPipeline::loadSliceScales(const TileState &t, Value slot,
   Value stage = env.scaleStage(slot);
   copy(b.add(stage, b.mul(i, b.idx(4))), env.args.lhsScales,
        b.add(t.rowStart, i), b.ult(i, t.rowCount));
-  b.ifThen(b.ult(i, b.idx(env.plan.blockN)), [&] {
-    Value column = b.add(t.colStart, i);
-    copy(b.add(stage, b.mul(b.add(i, b.idx(kBlockM)), b.idx(4))),
-         env.args.rhsScales, column, b.ult(column, env.outWidth));
-  });
+  // Columns i, i + 128, .. of the tile.
+  for (int64_t first = 0; first < env.plan.blockN; first += kProducerThreads)
+    b.ifThen(b.ult(i, b.idx(env.plan.blockN - first)), [&] {
+      Value inTile = b.add(i, b.idx(first));
+      Value column = b.add(t.colStart, inTile);
+      copy(b.add(stage, b.mul(b.add(inTile, b.idx(kBlockM)), b.idx(4))),
+           env.args.rhsScales, column, b.ult(column, env.outWidth));
+    });
 }
 
 // Their arrivals are tied to the issuing thread: it must not exit first.
