@@ -146,6 +146,39 @@ def test_fp8_save_policies_give_the_same_gradients(save):
         assert torch.equal(g, w), name
 
 
+def test_fp8_saves_the_weight_gradients_operands_in_fp8():
+    # moe-fp8-recipe: the permuted rows [T*k, H] and the SwiGLU output
+    # [T*k, I], which the backward reads only as the weight gradients' FP8
+    # operands, are saved quantized (data [H | I, padded rows] e4m3 and
+    # their scales) instead of in the block's dtype. Each expert's rows are
+    # padded to 128-row blocks (up to 127 * E rows more): fewer bytes than
+    # bf16 once T*k > 127 * E.
+    from moec.torch._moe import _LAUNCHERS
+    blocks = (fp8_block(dtype=torch.bfloat16),
+              moec.torch.MoE(H, I, E, K, dtype=torch.bfloat16))
+
+    def saved(block, tokens):
+        x = torch.empty(tokens, H, dtype=torch.bfloat16)
+        return _LAUNCHERS[block._launcher].saved_specs(x)[1:]
+
+    def nbytes(specs):
+        return sum(torch.Size(s).numel() * torch.empty((), dtype=d)
+                   .element_size() for s, d in specs)
+
+    for tokens in (37, 600):
+        fp8, wide = (saved(b, tokens) for b in blocks)
+        shapes = [[s for s, _ in specs] for specs in (fp8, wide)]
+        # [T*k, H]: the rows, and the down projection's output (unpermute's
+        # weights gradient reads it), which stays.
+        rows, swiglu = (tokens * K, H), (tokens * K, I)
+        assert shapes[1].count(rows) == 2 and shapes[0].count(rows) == 1
+        assert swiglu in shapes[1] and swiglu not in shapes[0]
+        data = [s for s, d in fp8 if d == torch.float8_e4m3fn]
+        assert [s[0] for s in data] == [H, I]  # the transposed copies
+        saving = nbytes(wide) - nbytes(fp8)
+        assert saving > 0 if tokens * K > 127 * E else saving < 0
+
+
 def test_fp8_main_grad_accumulates():
     block = fp8_block(seed=11, main_grad=True)
     plain = fp8_block(seed=11)

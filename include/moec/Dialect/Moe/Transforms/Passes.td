@@ -370,8 +370,11 @@ def MoeFp8RecipePass : Pass<"moe-fp8-recipe"> {
     `@f_fwd` quantizes it right where it is made and returns the FP8 data
     and scales after its other results; they replace the value among
     `@f_grad`'s saved arguments (`moe.saved_results` names them), and the
-    bf16 value is no longer returned unless it is one of `@f`'s results:
-    half its bytes are kept between the two calls.
+    bf16 value is no longer returned unless it is one of `@f`'s results.
+    The column-wise data pads each expert's rows to 128-row blocks (up to
+    127 rows more per expert): it holds fewer bytes than bf16 rows once
+    the rows outnumber 127 per expert (T*k > 127 * E), about half as many
+    when they far outnumber them.
 
     `weights=arguments` takes the weights' quantization out of the
     functions, so that a caller quantizes a weight once per update
