@@ -128,11 +128,11 @@ done
 # order by TMA, e5m2 at block_n = 64, a cluster of 2; T = 1, one expert,
 # half the experts empty, and T = 3000 (many tiles per block).
 # n = 256 blocks, each slice as two 128-column halves (fp8_gather, and
-# fp8_n256_*), and n = 128 (fp8_gather_n128).
+# fp8_n256_*, fp8_cl_n256 in a cluster of 2), and n = 128 (fp8_gather_n128).
 # The FP8 weight gradient (fp8_wgrad_*): transposed, padded operands by
 # TMA, per-block row and column scales.
 for entry in fp8_gather fp8_swiglu_gather fp8_rows_row_scale fp8_e5m2_narrow \
-             fp8_cl_gather fp8_gather_n128 fp8_n256_swiglu fp8_n256_rows \
+             fp8_cl_gather fp8_cl_n256 fp8_gather_n128 fp8_n256_swiglu fp8_n256_rows \
              fp8_wgrad_t fp8_wgrad_acc fp8_wgrad_narrow; do
   for t in 1 45 3000; do
     run fp8.moecb $entry $t uniform --iters 5

@@ -16,6 +16,7 @@
 // RUN: moec run %s --entry fp8_rows_row_scale --sym T=40 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_e5m2_narrow --sym T=37 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_cl_gather --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry fp8_cl_n256 --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_gather_n128 --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_n256_swiglu --sym T=30 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry fp8_n256_rows --sym T=40 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
@@ -97,6 +98,23 @@ func.func @fp8_cl_gather(%x: tensor<?x528xf8E4M3FN>, %sx: tensor<?x5xf32>,
       scales(%sx, %sw : tensor<?x5xf32>, tensor<8x3x5xf32>)
       {k = 2 : i64, transpose_rhs,
        moe.tile = #moe.tile<m = 128, n = 128, k = 128, threads = 384,
+                            producers = 128, cluster = 2>}
+      : tensor<?x528xf8E4M3FN>, tensor<8x264x528xf8E4M3FN>, tensor<8xi32>
+      -> tensor<?x264xbf16>
+  return %y : tensor<?x264xbf16>
+}
+
+// A cluster of 2 at n = 256 (each block multicasts half of the 256-row
+// weight tile to both, each half-slice's wgmmas reading its 128 rows).
+func.func @fp8_cl_n256(%x: tensor<?x528xf8E4M3FN>, %sx: tensor<?x5xf32>,
+                       %ids: tensor<?x2xi32>, %w: tensor<8x264x528xf8E4M3FN>,
+                       %sw: tensor<8x3x5xf32>) -> tensor<?x264xbf16> {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
+      scales(%sx, %sw : tensor<?x5xf32>, tensor<8x3x5xf32>)
+      {k = 2 : i64, transpose_rhs,
+       moe.tile = #moe.tile<m = 128, n = 256, k = 128, threads = 384,
                             producers = 128, cluster = 2>}
       : tensor<?x528xf8E4M3FN>, tensor<8x264x528xf8E4M3FN>, tensor<8xi32>
       -> tensor<?x264xbf16>
