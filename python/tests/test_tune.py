@@ -34,14 +34,18 @@ def test_manifest_is_checked(tmp_path):
         tune.load_manifest(write(tmp_path, "bad.json", {"ops": []}))
     with pytest.raises(tune.TuneError, match="manifest '.*broken.json'"):
         tune.load_manifest(write(tmp_path, "broken.json", "{"))
-    # LoRA adapters are filled (random, like the weights); FP8 scales not.
+    # LoRA adapters are filled (random, like the weights), FP8 block scales
+    # too (positive); a role the kernel does not have is not.
     lora = json.loads(json.dumps(MANIFEST))
     lora["ops"][0]["args"] += ["lora_a", "lora_b"]
     assert tune.load_manifest(write(tmp_path, "lora.json", lora)) == lora
     fp8 = json.loads(json.dumps(MANIFEST))
-    fp8["ops"][0]["args"].append("lhs_scales")
-    with pytest.raises(tune.TuneError, match="cannot fill: lhs_scales"):
-        tune.load_manifest(write(tmp_path, "fp8.json", fp8))
+    fp8["ops"][0]["args"] += ["lhs_scales", "rhs_scales"]
+    assert tune.load_manifest(write(tmp_path, "fp8.json", fp8)) == fp8
+    unknown = json.loads(json.dumps(MANIFEST))
+    unknown["ops"][0]["args"].append("weight_scales")
+    with pytest.raises(tune.TuneError, match="cannot fill: weight_scales"):
+        tune.load_manifest(write(tmp_path, "unknown.json", unknown))
     no_default = json.loads(json.dumps(MANIFEST))
     no_default["ops"][0]["candidates"].reverse()
     with pytest.raises(tune.TuneError, match="first candidate must be the default"):

@@ -48,7 +48,7 @@ CHECK_TOLERANCE = 1e-2
 KNOWN_ROLES = ("lhs", "rhs", "grad_out", "offsets", "gather_slots", "bias",
                "lora_a",
                "lora_b", "row_scale", "scatter_slots", "scatter_weights",
-               "activation_input", "accumulate")
+               "activation_input", "accumulate", "lhs_scales", "rhs_scales")
 
 
 class TuneError(ValueError):
@@ -204,10 +204,13 @@ def make_inputs(entry, roles: Sequence[str], k: int, rows: int, gen,
             x = slots
         elif role == "offsets":
             x = offsets
-        elif role == "row_scale":
+        elif role in ("row_scale", "lhs_scales", "rhs_scales"):
+            # Positive scales (FP8's: one per block of the operand).
             x = torch.rand(shape, device="cuda", generator=gen) + 0.5
         elif role in ("rhs", "lora_a", "lora_b"):
-            x = torch.randn(shape, device="cuda", dtype=dtype,
+            # (FP8 weights: drawn in f32, torch draws no FP8 directly.)
+            wide = torch.float32 if buffer.dtype in _dtypes.FP8 else dtype
+            x = torch.randn(shape, device="cuda", dtype=wide,
                             generator=gen).mul_(0.02)
         else:  # lhs, bias, scatter_weights, activation_input, accumulate
             x = torch.randn(shape, device="cuda", dtype=torch.float32,
