@@ -163,9 +163,8 @@ def reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy, ids,
 def saved_order(bundle, name):
     """Which {name}_fwd results {name}_grad takes, in its order (after
     moe-fp8-recipe some are saved quantized, returned last)."""
-    from moec.compiler._grad import grad_attr
-    grad = bundle.entry(f"{name}_grad")
-    return grad_attr(grad.source, grad.name, "moe.saved_results")
+    from moec.compiler._grad import saved_results_of
+    return saved_results_of(bundle.entry(f"{name}_grad"))
 
 
 def moec_step_fn(bundle, name, args, dy, cached=False):

@@ -66,6 +66,13 @@ def grad_attr(module: str, backward_name: str, attr: str) -> list:
         else []
 
 
+def saved_results_of(grad_entry) -> list:
+    """For each saved argument of the compiled backward `grad_entry` (a
+    runtime Entry), the index of the forward result holding it (its
+    moe.saved_results, from the bundle's source)."""
+    return grad_attr(grad_entry.source, grad_entry.name, "moe.saved_results")
+
+
 def _as_tuple(value) -> tuple:
     return value if isinstance(value, tuple) else (value,)
 

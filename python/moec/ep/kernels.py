@@ -8,8 +8,8 @@ from typing import Optional
 
 import torch
 
-from ..compiler import (Kernel, compile as _compile, fp8_recipe, grad_attr,
-                        target_for)
+from ..compiler import Kernel, compile as _compile, fp8_recipe, target_for
+from ..compiler._grad import saved_results_of
 from ..language import Tensor, ops
 from ..language._dtypes import canonical
 from ..layers import MoEConfig, check_main_grad, entry_runs_fp8
@@ -318,9 +318,8 @@ class _Program:
         entry, so a bundle-only machine knows it too)."""
         key = (name, device.type)
         if key not in self._saved:
-            grad = self.entry(name + "_grad", device)
-            self._saved[key] = grad_attr(grad.source, grad.name,
-                                         "moe.saved_results")
+            self._saved[key] = saved_results_of(
+                self.entry(name + "_grad", device))
         return self._saved[key]
 
 

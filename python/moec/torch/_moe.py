@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from ..compiler import Gradient, Kernel, compile as _compile, target_for
-from ..compiler._grad import fp8_weights_entry, grad_attr
+from ..compiler._grad import fp8_weights_entry, saved_results_of
 from ..language._dtypes import canonical, to_torch
 from ..layers import LORA_ARGS, MAIN_GRAD_ARGS, MoEConfig, MoEConfigFields
 from ..runtime import Bundle, Entry
@@ -141,8 +141,7 @@ class _Launcher:
         fwd, grad = self.train_entries(device)
         if fwd.target not in self._train_results:
             try:
-                saved = grad_attr(grad.source, grad.name,
-                                  "moe.saved_results")
+                saved = saved_results_of(grad)
             except ValueError:
                 # A bundle without its source: saved in result order, as
                 # every bf16 block saves them.

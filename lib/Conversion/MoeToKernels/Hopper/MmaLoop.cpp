@@ -525,8 +525,11 @@ Value MmaLoop::scaledLoop(const TileState &t, Value slices, Value count) {
     scales = sliceScales(t, from, kt);
   producer.waitRound(/*empty=*/false, n, /*previous=*/false);
   fenceAsyncShared(b);
-  if (scalesInStage)
+  Value stage;
+  if (scalesInStage) {
     scales = sliceScales(t, from, producer.slotOf(n));
+    stage = scaleStageView(producer.slotOf(n));
+  }
   // One partial set, 128 columns at a time: a half's promotion has read
   // the partials before the next half's wgmmas overwrite them.
   Value acc = kLoop.getRegionIterArgs()[0];
@@ -539,7 +542,7 @@ Value MmaLoop::scaledLoop(const TileState &t, Value slices, Value count) {
     if (!scalesInStage && half == halves - 1)
       release(n);
     acc = promote(acc, partial, scales, half * env.plan.partialN(), &from,
-                  scalesInStage ? scaleStageView(producer.slotOf(n)) : Value());
+                  stage);
     scratch = partial;
   }
   if (scalesInStage) {

@@ -13,6 +13,7 @@
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 
+#include "AutodiffAttrs.h"
 #include "AutodiffRowSymbols.h"
 #include "FusionPatterns.h"
 
@@ -34,15 +35,9 @@ namespace moec::moe {
 using namespace mlir;
 using namespace moec::moe;
 using moec::moe::autodiff::RowSymbols;
+using namespace moec::moe::autodiff;
 
 namespace {
-
-constexpr llvm::StringLiteral kWrtAttr = "moe.wrt";
-constexpr llvm::StringLiteral kGradOfAttr = "moe.grad_of";
-constexpr llvm::StringLiteral kSavedResultsAttr = "moe.saved_results";
-constexpr llvm::StringLiteral kSymAttr = "moe.sym";
-constexpr llvm::StringLiteral kNameAttr = "moe.name";
-constexpr llvm::StringLiteral kAccumulatedAttr = "moe.accumulated";
 
 enum class SavePolicy { All, Matmuls, Inputs };
 

@@ -17,6 +17,7 @@
 #include "moec/Dialect/Moe/Transforms/Passes.h"
 #include "moec/Support/MoeShapes.h"
 
+#include "AutodiffAttrs.h"
 #include "Transposed.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -37,6 +38,7 @@ namespace moec::moe {
 using namespace mlir;
 using namespace moec;
 using namespace moec::moe;
+using namespace moec::moe::autodiff;
 
 namespace {
 
@@ -252,7 +254,6 @@ void rewrite(GroupedWeightGradOp op, Type fp8) {
   op.getGradScalesMutable().assign(dy.scales);
 }
 
-constexpr llvm::StringLiteral kNameAttr = "moe.name";
 constexpr llvm::StringLiteral kWeightOfAttr = "moe.fp8_weight_of";
 
 /// A function argument's name for messages and entry inputs: its moe.name,
@@ -353,10 +354,6 @@ LogicalResult hoistWeightQuantizes(func::FuncOp f) {
   }
   return success();
 }
-
-constexpr llvm::StringLiteral kGradOfAttr = "moe.grad_of";
-constexpr llvm::StringLiteral kSavedResultsAttr = "moe.saved_results";
-constexpr llvm::StringLiteral kSymAttr = "moe.sym";
 
 /// The later of two values' definitions in `block` (an argument counts as
 /// the block's start), for an op that reads both.
