@@ -46,7 +46,7 @@ FP8_MAX = 448.0
 # repeat_interleave by a tensor), so it cannot be captured into a graph.
 # Not even tried: with the failed captures, the bench ran out of memory at
 # DeepSeek-V3 T=32768 with 130 GB reserved and unallocated, and not since.
-HOST_SYNC_IN_TORCH = {"routing", "quantize col"}
+HOST_SYNC_IN_TORCH = {"routing", "quantize col", "quantize col T"}
 
 
 # ---------------------------------------------------------------------------
@@ -124,6 +124,25 @@ def torch_quantize_col(x, offsets):
     data = torch.zeros(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     data[:n] = (x[:n].float() / scale[blk]).to(torch.float8_e4m3fn)
     return data, scale
+
+
+def torch_quantize_col_t(x, offsets, g=128):
+    """torch_quantize_col written transposed and padded, [H, g * blocks]:
+    each expert's rows from a block boundary on (the FP8 weight gradient's
+    operand layout, moe.quantize {colwise, transpose})."""
+    data, scale = torch_quantize_col(x, offsets)
+    blk, blocks = colwise_blocks(offsets, x.shape[0], g)
+    n = blk.numel()
+    E = offsets.numel()
+    counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long())
+    start = offsets.long() - counts
+    expert = torch.repeat_interleave(torch.arange(E, device=x.device), counts)
+    local = torch.arange(n, device=x.device) - start[expert]
+    column = blk * g + local % g
+    out = torch.zeros(x.shape[1], g * blocks, dtype=data.dtype,
+                      device=x.device)
+    out[:, column] = data[:n].t()
+    return out, scale
 
 
 def torch_dequantize_row(d, s):
@@ -300,6 +319,22 @@ def quantize_cases(bundle, key, T, x, rows, routed):
                                         check_values=False),
            lambda: torch_quantize_col(rows, offsets), check_qcol,
            R * H * 2 + R * H + blocks * H * 4 + E * 4)
+
+    qcolt = bundle.entry(f"quantize_colt_{key}")
+    t_out = (torch.empty(H, 128 * blocks, dtype=torch.float8_e4m3fn,
+                         device=dev),
+             torch.empty(blocks, H, device=dev))
+
+    def check_qcolt():
+        qcolt(rows, offsets, out=t_out, check_values=False)
+        d, s = torch_quantize_col_t(rows, offsets)
+        used = int(blk.max().item()) + 1
+        return max(rel_err(t_out[1][:used], s[:used]),
+                   rel_err(t_out[0].float(), d.float()))
+    yield ("quantize col T", lambda: qcolt(rows, offsets, out=t_out,
+                                           check_values=False),
+           lambda: torch_quantize_col_t(rows, offsets), check_qcolt,
+           R * H * 2 + 128 * blocks * H + blocks * H * 4 + E * 4)
 
     dq = bundle.entry(f"dequantize_row_{key}")
     d8, s8 = torch_quantize_row(x)

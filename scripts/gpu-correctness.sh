@@ -63,13 +63,13 @@ for routing in one-expert half-experts; do
   run ops.moecb fp8_block_weights 300 $routing --iters 5
 done
 for entry in permute_fp8 unpermute_bf16 own_slot_map swiglu_vec quantize_rowwise_vec quantize_rowwise_warp \
-             quantize_colwise_vec quantize_colwise_block dequantize_rowwise_vec; do
+             quantize_colwise_vec quantize_colwise_block quantize_colwise_transposed dequantize_rowwise_vec; do
   for t in 1 45 3000; do
     run vector.moecb $entry $t uniform --iters 5
   done
 done
 for routing in one-expert half-experts; do
-  for entry in permute_fp8 unpermute_bf16 own_slot_map quantize_colwise_vec quantize_colwise_block; do
+  for entry in permute_fp8 unpermute_bf16 own_slot_map quantize_colwise_vec quantize_colwise_block quantize_colwise_transposed; do
     run vector.moecb $entry 300 $routing --iters 5
   done
 done

@@ -72,6 +72,15 @@ func.func @quantize_col_qwen3(%x: tensor<?x2048xbf16>, %offsets: tensor<128xi32>
       : tensor<?x2048xbf16> -> tensor<?x2048xf8E4M3FN>, tensor<?x2048xf32>
   return %d, %s : tensor<?x2048xf8E4M3FN>, tensor<?x2048xf32>
 }
+// The FP8 weight gradient's operand layout: transposed, each expert
+// from a 128-row block boundary.
+func.func @quantize_colt_qwen3(%x: tensor<?x2048xbf16>, %offsets: tensor<128xi32>)
+    -> (tensor<2048x?xf8E4M3FN>, tensor<?x2048xf32>) {
+  %d, %s = moe.quantize %x offsets(%offsets : tensor<128xi32>) group_size = 128
+      {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x2048xbf16> -> tensor<2048x?xf8E4M3FN>, tensor<?x2048xf32>
+  return %d, %s : tensor<2048x?xf8E4M3FN>, tensor<?x2048xf32>
+}
 func.func @dequantize_row_qwen3(%d: tensor<?x2048xf8E4M3FN>, %s: tensor<?x16xf32>)
     -> tensor<?x2048xbf16> {
   %y = moe.dequantize %d, %s group_size = 128
@@ -158,6 +167,15 @@ func.func @quantize_col_dsv3(%x: tensor<?x7168xbf16>, %offsets: tensor<256xi32>)
       {axis = #moe.axis<colwise>}
       : tensor<?x7168xbf16> -> tensor<?x7168xf8E4M3FN>, tensor<?x7168xf32>
   return %d, %s : tensor<?x7168xf8E4M3FN>, tensor<?x7168xf32>
+}
+// The FP8 weight gradient's operand layout: transposed, each expert
+// from a 128-row block boundary.
+func.func @quantize_colt_dsv3(%x: tensor<?x7168xbf16>, %offsets: tensor<256xi32>)
+    -> (tensor<7168x?xf8E4M3FN>, tensor<?x7168xf32>) {
+  %d, %s = moe.quantize %x offsets(%offsets : tensor<256xi32>) group_size = 128
+      {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x7168xbf16> -> tensor<7168x?xf8E4M3FN>, tensor<?x7168xf32>
+  return %d, %s : tensor<7168x?xf8E4M3FN>, tensor<?x7168xf32>
 }
 func.func @dequantize_row_dsv3(%d: tensor<?x7168xf8E4M3FN>, %s: tensor<?x56xf32>)
     -> tensor<?x7168xbf16> {

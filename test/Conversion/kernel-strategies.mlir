@@ -120,17 +120,30 @@ module attributes {moe.target = #moe.target<kind = "nvvm", shared_memory = 49152
 
 // vector, moe.quantize {axis = colwise, transpose} (the FP8 weight
 // gradient's operands) on a cp.async target: the column-wise block kernel
-// (a 128-row scale block of 256 columns in workgroup memory, the column
-// amaxes through the warps' table), each thread then writing its column of
-// the block as 128 bytes of a [K, 128 * B] row, 16 at a time (zeros past
-// the expert's rows, and for unused blocks). No zeroing kernel before it.
+// (a 128-row scale block of 256 columns copied into a workgroup tile whose
+// 16-byte chunks are XOR-swizzled by run of 16 rows, and nothing else in
+// workgroup memory), each thread then reading a run of 16 rows of 8
+// columns (16-byte loads), the column amaxes meeting over the 8 lanes of
+// a chunk (three xor shuffles per column), and writing each of its 8
+// columns as 16 bytes of a [K, 128 * B] row (zeros past the expert's rows,
+// and for unused blocks). No zeroing kernel before it.
 // CHECK-LABEL: gpu.func @operand_k0_quantize_block_ends(
 // CHECK-NOT: gpu.func @operand_k{{.*}}_quantize_tail
 // CHECK-LABEL: gpu.func @operand_k1_quantize_colwise_block(
+// CHECK: memref.view {{.*}} to memref<128x256xbf16, #gpu.address_space<workgroup>>
+// CHECK-NOT: address_space<workgroup>>{{.*}}f32
+// CHECK: arith.xori
 // CHECK: nvvm.cp.async.shared.global
 // CHECK: gpu.barrier
+// CHECK-NOT: gpu.barrier
+// CHECK-COUNT-16: vector.load %{{.*}} : memref<128x256xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// CHECK: gpu.shuffle  xor %{{.*}}, %c1_i32
+// CHECK: gpu.shuffle  xor %{{.*}}, %c2_i32
+// CHECK: gpu.shuffle  xor %{{.*}}, %c4_i32
 // CHECK: vector.store %{{.*}}, %arg2{{.*}} : memref<?x256xf32>, vector<8xf32>
 // CHECK-COUNT-8: vector.store %{{.*}}, %arg1{{.*}} : memref<256x?xf8E4M3FN>, vector<16xf8E4M3FN>
+// CHECK-NOT: gpu.barrier
+// CHECK: gpu.return
 // CHECK-NOT: quantize_tail
 module attributes {moe.target = #moe.target<kind = "nvvm", chip = "sm_90a", shared_memory = 232448>} {
   func.func @operand(%x: tensor<?x256xbf16>, %offsets: tensor<8xi32>)

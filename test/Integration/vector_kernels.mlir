@@ -24,6 +24,10 @@
 // RUN: moec run %s --entry quantize_colwise_vec --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry quantize_colwise_block --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry quantize_colwise_block --sym T=70 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_colwise_transposed --sym T=1 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_colwise_transposed --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_colwise_transposed --sym T=70 --routing one-expert --iters 1 | FileCheck %s --check-prefix=PASS
+// RUN: moec run %s --entry quantize_colwise_transposed --sym T=45 --routing half-experts --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dequantize_rowwise_vec --sym T=45 --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry dequantize_nf4_vec --iters 1 | FileCheck %s --check-prefix=PASS
 // RUN: moec run %s --entry transpose_tiles_batched --iters 1 | FileCheck %s --check-prefix=PASS
@@ -162,6 +166,40 @@ func.func @quantize_colwise_block(%x: tensor<?x200xbf16>, %xf: tensor<?x100xf32>
       : tensor<?x100xf32> -> tensor<?x100xf8E5M2>, tensor<?x100xf32>
   return %d, %s, %y, %df, %sf : tensor<?x200xf8E4M3FN>, tensor<?x200xf32>,
       tensor<?x200xbf16>, tensor<?x100xf8E5M2>, tensor<?x100xf32>
+}
+
+// The transposed column-wise layout (the FP8 weight gradient's operands)
+// with the GPU block kernel, each expert's rows padded to whole groups:
+// 128-row groups of 264 bf16 columns (a whole tile of 256 and a partial
+// one: 8 runs of 16 rows per column), 32-row groups of 100 f32 columns to
+// e5m2 with power-of-two scales (2 runs), and 16-row groups of 200 bf16
+// columns (1 run).
+func.func @quantize_colwise_transposed(%x: tensor<?x264xbf16>,
+                                       %xf: tensor<?x100xf32>,
+                                       %xs: tensor<?x200xbf16>,
+                                       %ids: tensor<?x2xi32>)
+    -> (tensor<264x?xf8E4M3FN>, tensor<?x264xf32>, tensor<100x?xf8E5M2>,
+        tensor<?x100xf32>, tensor<200x?xf8E4M3FN>, tensor<?x200xf32>) {
+  %sorted, %slots, %offsets = moe.sort_by_expert %ids experts = 8
+      : tensor<?x2xi32> -> tensor<?xi32>, tensor<?xi32>, tensor<8xi32>
+  %rows = moe.permute %x, %slots, %offsets k = 2
+      : tensor<?x264xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x264xbf16>
+  %d, %s = moe.quantize %rows offsets(%offsets : tensor<8xi32>) group_size = 128
+      {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x264xbf16> -> tensor<264x?xf8E4M3FN>, tensor<?x264xf32>
+  %rf = moe.permute %xf, %slots, %offsets k = 2
+      : tensor<?x100xf32>, tensor<?xi32>, tensor<8xi32> -> tensor<?x100xf32>
+  %df, %sf = moe.quantize %rf offsets(%offsets : tensor<8xi32>) group_size = 32
+      {axis = #moe.axis<colwise>, transpose, pow2_scale}
+      : tensor<?x100xf32> -> tensor<100x?xf8E5M2>, tensor<?x100xf32>
+  %rs = moe.permute %xs, %slots, %offsets k = 2
+      : tensor<?x200xbf16>, tensor<?xi32>, tensor<8xi32> -> tensor<?x200xbf16>
+  %ds, %ss = moe.quantize %rs offsets(%offsets : tensor<8xi32>) group_size = 16
+      {axis = #moe.axis<colwise>, transpose}
+      : tensor<?x200xbf16> -> tensor<200x?xf8E4M3FN>, tensor<?x200xf32>
+  return %d, %s, %df, %sf, %ds, %ss : tensor<264x?xf8E4M3FN>, tensor<?x264xf32>,
+      tensor<100x?xf8E5M2>, tensor<?x100xf32>, tensor<200x?xf8E4M3FN>,
+      tensor<?x200xf32>
 }
 
 // Row-wise FP8 dequantization, 1x32 groups, to f32.

@@ -5,8 +5,9 @@
 // shuffles hold a 128-row scale block in a block of 8 warps (workgroup
 // memory, barriers); elsewhere they are read straight down the columns
 // twice, the second time from L2. The transposed layout (the FP8 weight
-// gradient's operands) leaves the block kernel's workgroup tile a column
-// per thread (cp.async targets; elsewhere the scalar kernel). (Row-wise
+// gradient's operands) leaves the block kernel's workgroup tile in runs of
+// 16 rows of a column per thread, whole 128-byte rows per warp store
+// (cp.async targets; elsewhere the scalar kernel). (Row-wise
 // groups with warp shuffles take the warp kernel of Warp/QuantizeRowwise.cpp
 // where it applies.)
 //
@@ -14,6 +15,8 @@
 
 #include "VectorCommon.h"
 #include "VectorKernels.h"
+
+#include "../Warp/WarpOps.h"
 
 #include "moec/Dialect/Moe/IR/MoeOps.h"
 
@@ -139,6 +142,15 @@ struct ColwiseBlockShape {
 /// Rows per store of the transposed data: 16 FP8 bytes.
 constexpr int64_t kTransposedChunk = 16;
 
+/// Where the transposed kernel keeps 16-byte chunk `chunk` of tile row
+/// `row`: XOR-swizzled by the row's run of kTransposedChunk rows (mod 8),
+/// so that the 8 lanes reading one chunk index down 8 runs hit 8 different
+/// 16-byte bank groups.
+Value transposedChunk(KernelBuilder &b, Value chunk, Value row) {
+  Value run = b.rem(b.div(row, b.idx(kTransposedChunk)), b.idx(8));
+  return arith::XOrIOp::create(b, chunk, run);
+}
+
 /// The rows one thread of a column-wise block reads: their indices (past
 /// the block's last row: that row again), whether each is in the block, and
 /// its chunks (in registers, or in workgroup memory at `tileRows` when
@@ -153,7 +165,7 @@ struct ColwiseChunks {
 ColwiseChunks loadColwiseChunks(KernelBuilder &b, const ColwiseBlockShape &s,
                                 Value in, Value smem, Value first,
                                 Value count, Value lastRow, Value rowThread,
-                                Value c, Value local) {
+                                Value c, Value local, Value lane) {
   ColwiseChunks chunks;
   Value inBase = addressOf(b, in);
   Value tileBase = b.add(addressOf(b, smem), b.idx(s.partialBytes));
@@ -171,8 +183,13 @@ ColwiseChunks loadColwiseChunks(KernelBuilder &b, const ColwiseBlockShape &s,
     Value src = b.add(
         inBase, b.mul(b.add(b.mul(chunks.rows.back(), b.idx(s.cols)), c),
                       b.idx(s.elemBytes)));
+    // Transposed: the tile's chunk `lane` of row r sits at lane ^ run(r)
+    // (transposedChunk).
+    Value at = s.transposed ? b.mul(transposedChunk(b, lane, offset),
+                                    b.idx(s.width))
+                            : local;
     Value dst = b.add(
-        tileBase, b.mul(b.add(b.mul(offset, b.idx(s.tileCols)), local),
+        tileBase, b.mul(b.add(b.mul(offset, b.idx(s.tileCols)), at),
                         b.idx(s.elemBytes)));
     NVVM::CpAsyncOp::create(b, pointerAt(b, dst, 3), pointerAt(b, src, 1),
                             b.getI32IntegerAttr(16), cacheGlobal, b.i32(16));
@@ -208,37 +225,73 @@ exchangeColwiseScales(KernelBuilder &b, const ColwiseBlockShape &s,
   return {scale, inverse};
 }
 
-/// Thread t's column of the block's tile (every 8-warp amax is in
-/// `partials` by now, and every thread's copies in the tile), as row
-/// `column` of the transposed data from column group * blk on: the block's
-/// `count` rows scaled, zeros past them, 16 bytes a store. Thread t takes
-/// tile column t, so a warp reads 32 neighbouring columns of one row.
+/// moe.quantize {colwise, transpose}: scale block `blk` of `count` rows
+/// (0 for an unused block: scale 1, zeros) and tile column tile
+/// `colTile`, its rows copied into `dataTile` (every thread's copies
+/// visible). Thread t takes 16-byte chunk 4 * warp + lane / 8 of the tile
+/// columns and run lane % 8 of 16 rows (runs past the block's group
+/// idle): it holds the run in registers, the column amaxes meet over the 8
+/// lanes of its chunk by shuffles, and each of its columns leaves as one
+/// 16-byte store, so that a warp writes 4 whole 128-byte rows of the
+/// [K, group * blocks] data per store (the column-per-thread version wrote
+/// 32 half sectors, at about 2 TB/s on the H200).
 void storeTransposedBlock(KernelBuilder &b, ValueRange a,
-                          const ColwiseBlockShape &s, Value partials,
-                          Value dataTile, Value blk, Value count, Value t,
+                          const ColwiseBlockShape &s, Value dataTile,
+                          Value blk, Value count, Value thread,
                           Value colTile) {
-  Value column = b.add(b.mul(colTile, b.idx(s.tileCols)), t);
-  auto chunk = VectorType::get({kTransposedChunk}, b.getF32Type());
-  b.ifThen(b.land(b.ult(t, b.idx(s.tileCols)), b.ult(column, b.idx(s.cols))),
-           [&] {
-             Value amax = b.loadF(partials, {b.idx(0), t});
-             for (int64_t w = 1; w < kColwiseWarps; ++w)
-               amax = b.fmax(amax, b.loadF(partials, {b.idx(w), t}));
-             Value inverse =
-                 b.fdiv(b.f32(1), groupScale(b, amax, s.fp8Max, s.pow2));
-             for (int64_t r0 = 0; r0 < s.group; r0 += kTransposedChunk) {
-               SmallVector<Value> q;
-               for (int64_t r = r0; r < r0 + kTransposedChunk; ++r)
-                 q.push_back(b.select(
-                     b.ult(b.idx(r), count),
-                     b.fmul(b.loadF(dataTile, {b.idx(r), t}), inverse),
-                     b.f32(0)));
-               b.storeVecF32(vector::FromElementsOp::create(b, chunk, q),
-                             a[1],
-                             {column, b.add(b.mul(blk, b.idx(s.group)),
-                                            b.idx(r0))});
-             }
-           });
+  constexpr int64_t runsPerChunk = 8;
+  const int64_t runs = s.group / kTransposedChunk;
+  Value lane = b.rem(thread, b.idx(32));
+  Value chunk = b.add(b.mul(b.div(thread, b.idx(32)), b.idx(32 / runsPerChunk)),
+                      b.div(lane, b.idx(runsPerChunk)));
+  Value run = b.rem(lane, b.idx(runsPerChunk));
+  Value active = b.ult(run, b.idx(runs));
+  // Idle runs read run 0's rows (in the tile) and count as zero.
+  Value firstRow = b.select(active, b.mul(run, b.idx(kTransposedChunk)),
+                            b.idx(0));
+  Value column = b.add(b.mul(colTile, b.idx(s.tileCols)),
+                       b.mul(chunk, b.idx(s.width)));
+  auto bitsType = VectorType::get(
+      {s.width}, b.getIntegerType(s.inType.getIntOrFloatBitWidth()));
+  Value at = b.mul(transposedChunk(b, chunk, firstRow), b.idx(s.width));
+  SmallVector<Value> x, valid;
+  Value amaxBits = b.zeroVec(bitsType);
+  for (int64_t i = 0; i < kTransposedChunk; ++i) {
+    Value row = b.add(firstRow, b.idx(i));
+    x.push_back(b.loadVec(dataTile, {row, at}, s.width));
+    valid.push_back(b.land(active, b.ult(row, count)));
+    amaxBits = arith::MaxUIOp::create(
+        b, amaxBits,
+        b.select(valid.back(), magnitudeBits(b, x.back()),
+                 b.zeroVec(bitsType)));
+  }
+  SmallVector<Value> scale, inverse;
+  for (int64_t j = 0; j < s.width; ++j) {
+    Value amax = magnitudeToF32(b, amaxBits, j, s.inType);
+    for (int64_t mask = 1; mask < runsPerChunk; mask *= 2)
+      amax = b.fmax(amax, warp::shuffleXor(b, amax, mask));
+    scale.push_back(groupScale(b, amax, s.fp8Max, s.pow2));
+    inverse.push_back(b.fdiv(b.f32(1), scale.back()));
+  }
+  // Columns come in whole chunks (K % width == 0).
+  Value columnActive = b.ult(column, b.idx(s.cols));
+  b.ifThen(b.land(columnActive, b.eq(run, b.idx(0))),
+           [&] { b.storeVecF(scale, a[2], {blk, column}); });
+  auto runType = VectorType::get({kTransposedChunk}, b.getF32Type());
+  Value dataColumn = b.add(b.mul(blk, b.idx(s.group)), firstRow);
+  b.ifThen(b.land(columnActive, active), [&] {
+    for (int64_t j = 0; j < s.width; ++j) {
+      SmallVector<Value> q;
+      for (int64_t i = 0; i < kTransposedChunk; ++i) {
+        Value xi = vector::ExtractOp::create(b, x[i], ArrayRef<int64_t>{j});
+        if (!s.inType.isF32())
+          xi = arith::ExtFOp::create(b, b.getF32Type(), xi);
+        q.push_back(b.select(valid[i], b.fmul(xi, inverse[j]), b.f32(0)));
+      }
+      b.storeVecF32(vector::FromElementsOp::create(b, runType, q), a[1],
+                    {b.add(column, b.idx(j)), dataColumn});
+    }
+  });
 }
 
 /// A used scale block (expert e's block blk): amax, scales, scaled data.
@@ -246,7 +299,7 @@ void emitColwiseScaleBlock(KernelBuilder &b, ValueRange a,
                            const ColwiseBlockShape &s, Value smem,
                            Value partials, Value dataTile, Value e, Value blk,
                            Value lane, Value rowThread, Value c,
-                           Value colActive, Value thread, Value colTile) {
+                           Value colActive) {
   auto f32x = VectorType::get({s.width}, b.getF32Type());
   auto [first, last] = scaleBlockRows(b, a[3], a[4], e, blk, s.group);
   // Every block holds at least one row; rows past `last` read row last-1
@@ -257,7 +310,7 @@ void emitColwiseScaleBlock(KernelBuilder &b, ValueRange a,
   Value amaxBits = b.zeroVec(bitsType);
   Value local = b.mul(lane, b.idx(s.width));
   ColwiseChunks chunks = loadColwiseChunks(b, s, a[0], smem, first, count,
-                                           lastRow, rowThread, c, local);
+                                           lastRow, rowThread, c, local, lane);
   // A thread reads back only the chunks it copied itself.
   auto chunkAt = [&](int64_t i) {
     return s.async ? b.loadVec(dataTile, {chunks.tileRows[i], local}, s.width)
@@ -272,11 +325,6 @@ void emitColwiseScaleBlock(KernelBuilder &b, ValueRange a,
       exchangeColwiseScales(b, s, amaxBits, partials, rowThread, local);
   b.ifThen(b.land(colActive, b.eq(rowThread, b.idx(0))),
            [&, scale = scale] { b.storeVecF(scale, a[2], {blk, c}); });
-  if (s.transposed) {
-    storeTransposedBlock(b, a, s, partials, dataTile, blk, count, thread,
-                         colTile);
-    return;
-  }
   Value inverseVec = vector::FromElementsOp::create(b, f32x, inverse);
   for (int64_t i = 0; i < s.steps; ++i)
     b.ifThen(b.land(colActive, chunks.inBlock[i]), [&] {
@@ -293,7 +341,8 @@ void emitColwiseScaleBlock(KernelBuilder &b, ValueRange a,
 /// rows together, and the block's input is read once (the per-thread kernel
 /// below reads it twice): into workgroup memory by cp.async on NVVM, into
 /// registers elsewhere. The warps' column amaxes meet in a workgroup-memory
-/// table.
+/// table; the transposed layout's (cp.async targets) over each chunk's
+/// lanes (storeTransposedBlock).
 LogicalResult emitColwiseBlocks(moe::QuantizeOp op, Value blockEnds,
                                 BufferMap buffer, LoweringContext &ctx) {
   Value in = buffer(op.getInput()), data = buffer(op.getData());
@@ -322,14 +371,12 @@ LogicalResult emitColwiseBlocks(moe::QuantizeOp op, Value blockEnds,
   s.async = ctx.target().hasAsyncCopy();
   s.transposed = op.getTranspose();
   s.elemBytes = s.inType.getIntOrFloatBitWidth() / 8;
-  s.partialBytes = warps * s.tileCols * 4;
+  s.partialBytes = s.transposed ? 0 : warps * s.tileCols * 4;
   int64_t tileBytes = s.async ? s.group * s.tileCols * s.elemBytes : 0;
   return ctx.launch(
       "colwise_block", grid, tile, {in, data, scales, offsets, blockEnds},
       [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
         Value smem = workgroupBytes(b);
-        Value partials =
-            workgroupArray(b, smem, {warps, s.tileCols}, b.getF32Type());
         Value dataTile;
         if (s.async)
           dataTile = workgroupArray(b, smem, {s.group, s.tileCols}, s.inType,
@@ -348,26 +395,37 @@ LogicalResult emitColwiseBlocks(moe::QuantizeOp op, Value blockEnds,
         // barrier below is reached by all threads or none).
         Value e = firstGreater(b, a[4], s.experts, blk);
         Value used = b.ult(e, b.idx(s.experts));
+        if (s.transposed) {
+          // An unused trailing block counts no rows: scale 1 and zeros (the
+          // blocks cover the whole [K, group * blocks] data, so no other
+          // kernel zeroes it).
+          auto [first, last] = scaleBlockRows(
+              b, a[3], a[4], b.minIdx(e, b.idx(s.experts - 1)), blk, s.group);
+          Value count = b.select(used, b.sub(last, first), b.idx(0));
+          b.ifThen(used, [&, first = first, last = last] {
+            loadColwiseChunks(b, s, a[0], smem, first, count,
+                              b.sub(last, b.idx(1)), rowThread, c,
+                              b.mul(lane, b.idx(s.width)), lane);
+          });
+          // Every thread's copies, for the other threads' reads.
+          gpu::BarrierOp::create(b);
+          storeTransposedBlock(b, a, s, dataTile, blk, count, thread,
+                               b.rem(block, b.idx(s.colTiles)));
+          return;
+        }
+        Value partials =
+            workgroupArray(b, smem, {warps, s.tileCols}, b.getF32Type());
         b.ifThen(used, [&] {
           emitColwiseScaleBlock(b, a, s, smem, partials, dataTile, e, blk,
-                                lane, rowThread, c, colActive, thread,
-                                b.rem(block, b.idx(s.colTiles)));
+                                lane, rowThread, c, colActive);
         });
-        // Unused trailing blocks hold scale 1 (and, transposed, zeros:
-        // the blocks cover the whole [K, group * blocks] data, so no other
-        // kernel zeroes it).
+        // Unused trailing blocks hold scale 1.
         b.ifThen(b.land(b.land(b.eq(e, b.idx(s.experts)), colActive),
                         b.eq(rowThread, b.idx(0))),
                  [&] {
                    SmallVector<Value> ones(s.width, b.f32(1));
                    b.storeVecF(ones, a[2], {blk, c});
                  });
-        if (s.transposed)
-          b.ifThen(b.eq(e, b.idx(s.experts)), [&] {
-            storeTransposedBlock(b, a, s, partials, dataTile, blk,
-                                 b.idx(0), thread,
-                                 b.rem(block, b.idx(s.colTiles)));
-          });
       },
       /*dynamicSharedBytes=*/s.partialBytes + tileBytes);
 }
