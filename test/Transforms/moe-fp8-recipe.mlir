@@ -1,4 +1,5 @@
 // RUN: moec-opt %s -split-input-file -moe-fp8-recipe -verify-diagnostics | FileCheck %s
+// RUN: moec-opt %s -split-input-file -moe-fp8-recipe -moe-fuse-permute -verify-diagnostics | FileCheck %s --check-prefix=FUSED
 // RUN: not moec-opt %s -split-input-file -moe-fp8-recipe="recipe=tensorwise" 2>&1 | FileCheck %s --check-prefix=RECIPE
 // RECIPE: moe-fp8-recipe: unknown recipe 'tensorwise' (the one there is: blockwise, DeepSeek-V3's 1x128 / 128x128 block scales)
 // RUN: not moec-opt %s -split-input-file -moe-fp8-recipe="weights=arguments" 2>/dev/null | FileCheck %s --check-prefix=ARGS
@@ -22,6 +23,41 @@ func.func @forward(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
       : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
       -> tensor<?x132xbf16>
   return %y : tensor<?x132xbf16>
+}
+
+// -----
+
+// Permuted rows that a forward matmul reads and the weight gradient saves
+// (a full fine-tune's gate_up): the matmul's operand is quantized as
+// tokens, before the permute (T rows, not T*k), and the FP8 rows travel
+// with their scales; the bf16 rows stay for their other reader.
+// moe-fuse-permute then folds that permute into the matmul's gather, so
+// no quantize of the permuted rows is left and no FP8 copy of them is
+// written.
+// CHECK-LABEL: func.func @permuted
+// CHECK-SAME:    (%[[X:.*]]: tensor<?x136xbf16>, %[[W:.*]]: tensor<4x264x136xbf16>, %[[SLOTS:.*]]: tensor<?xi32>, %[[OFFS:.*]]: tensor<4xi32>)
+// CHECK:         %[[ROWS:.*]] = moe.permute %[[X]], %[[SLOTS]], %[[OFFS]] k = 2 : tensor<?x136xbf16>
+// CHECK:         %[[XQ:.*]], %[[XS:.*]] = moe.quantize %[[X]] group_size = 128 : tensor<?x136xbf16> -> tensor<?x136xf8E4M3FN>, tensor<?x2xf32>
+// CHECK:         %[[RQ:.*]], %[[RS:.*]] = moe.permute %[[XQ]], %[[SLOTS]], %[[OFFS]] k = 2 scales(%[[XS]] : tensor<?x2xf32> -> tensor<?x2xf32>) : tensor<?x136xf8E4M3FN>, tensor<?xi32>, tensor<4xi32> -> tensor<?x136xf8E4M3FN>
+// CHECK:         moe.grouped_matmul %[[RQ]], %{{.*}}, %[[OFFS]] scales(%[[RS]], %{{.*}} : tensor<?x2xf32>, tensor<4x3x2xf32>) {transpose_rhs}
+// CHECK:         return %{{.*}}, %[[ROWS]]
+// FUSED-LABEL: func.func @permuted
+// FUSED-SAME:    (%[[X:.*]]: tensor<?x136xbf16>, %[[W:.*]]: tensor<4x264x136xbf16>, %[[SLOTS:.*]]: tensor<?xi32>, %[[OFFS:.*]]: tensor<4xi32>)
+// FUSED:         %[[ROWS:.*]] = moe.permute %[[X]], %[[SLOTS]], %[[OFFS]] k = 2 : tensor<?x136xbf16>
+// FUSED:         %[[XQ:.*]], %[[XS:.*]] = moe.quantize %[[X]] group_size = 128 :
+// FUSED-NOT:     moe.permute
+// FUSED:         moe.grouped_matmul %[[XQ]], %{{.*}}, %[[OFFS]] gather(%[[SLOTS]] : tensor<?xi32>) scales(%[[XS]], %{{.*}} : tensor<?x2xf32>, tensor<4x3x2xf32>) {k = 2 : i64, transpose_rhs}
+// FUSED-NOT:     moe.quantize
+// FUSED:         return %{{.*}}, %[[ROWS]]
+func.func @permuted(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
+                    %slots: tensor<?xi32>, %offsets: tensor<4xi32>)
+    -> (tensor<?x264xbf16>, tensor<?x136xbf16>) {
+  %rows = moe.permute %x, %slots, %offsets k = 2
+      : tensor<?x136xbf16>, tensor<?xi32>, tensor<4xi32> -> tensor<?x136xbf16>
+  %y = moe.grouped_matmul %rows, %w, %offsets {transpose_rhs}
+      : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x264xbf16>
+  return %y, %rows : tensor<?x264xbf16>, tensor<?x136xbf16>
 }
 
 // -----

@@ -104,14 +104,30 @@ func.func @no_fuse_probs(%x: tensor<4x16xbf16>, %w: tensor<4x16x32xbf16>, %slots
 
 // -----
 
-// Not fused: the permute carries quantization scales.
-// CHECK-LABEL: func @no_fuse_scales
-func.func @no_fuse_scales(%x: tensor<4x128xf8E4M3FN>, %sx: tensor<4x1xf32>, %w: tensor<4x128x128xf8E4M3FN>, %sw: tensor<4x1x1xf32>, %slots: tensor<8xi32>, %o: tensor<4xi32>) -> tensor<8x128xbf16> {
-  // CHECK: %[[ROWS:.*]], %[[SCALES:.*]] = moe.permute
-  // CHECK: moe.grouped_matmul %[[ROWS]], %{{.*}}, %{{.*}} scales(%[[SCALES]], %{{.*}} :
+// Fused: FP8 token rows permuted with their scales, which the matmul reads
+// as its lhs scales (moe-fp8-recipe's form): the matmul gathers the FP8
+// tokens and takes the tokens' scales.
+// CHECK-LABEL: func @fuse_token_scales
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<4x128xf8E4M3FN>, %[[SX:[^:]*]]: tensor<4x1xf32>, %[[W:[^:]*]]: tensor<4x128x128xf8E4M3FN>, %[[SW:[^:]*]]: tensor<4x1x1xf32>, %[[S:[^:]*]]: tensor<8xi32>, %[[O:[^:]*]]: tensor<4xi32>)
+func.func @fuse_token_scales(%x: tensor<4x128xf8E4M3FN>, %sx: tensor<4x1xf32>, %w: tensor<4x128x128xf8E4M3FN>, %sw: tensor<4x1x1xf32>, %slots: tensor<8xi32>, %o: tensor<4xi32>) -> tensor<8x128xbf16> {
+  // CHECK-NOT: moe.permute
+  // CHECK: moe.grouped_matmul %[[X]], %[[W]], %[[O]] gather(%[[S]] : tensor<8xi32>) scales(%[[SX]], %[[SW]] : tensor<4x1xf32>, tensor<4x1x1xf32>) {k = 2 : i64} : tensor<4x128xf8E4M3FN>,
   %rows, %scales = moe.permute %x, %slots, %o k = 2 scales(%sx : tensor<4x1xf32> -> tensor<8x1xf32>) : tensor<4x128xf8E4M3FN>, tensor<8xi32>, tensor<4xi32> -> tensor<8x128xf8E4M3FN>
   %y = moe.grouped_matmul %rows, %w, %o scales(%scales, %sw : tensor<8x1xf32>, tensor<4x1x1xf32>) : tensor<8x128xf8E4M3FN>, tensor<4x128x128xf8E4M3FN>, tensor<4xi32> -> tensor<8x128xbf16>
   return %y : tensor<8x128xbf16>
+}
+
+// -----
+
+// Not fused: the permute carries scales that the matmul does not read (its
+// lhs scales are per permuted row, from elsewhere).
+// CHECK-LABEL: func @no_fuse_other_scales
+func.func @no_fuse_other_scales(%x: tensor<4x128xf8E4M3FN>, %sx: tensor<4x1xf32>, %sr: tensor<8x1xf32>, %w: tensor<4x128x128xf8E4M3FN>, %sw: tensor<4x1x1xf32>, %slots: tensor<8xi32>, %o: tensor<4xi32>) -> (tensor<8x128xbf16>, tensor<8x1xf32>) {
+  // CHECK: %[[ROWS:.*]], %[[SCALES:.*]] = moe.permute
+  // CHECK: moe.grouped_matmul %[[ROWS]], %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}} :
+  %rows, %scales = moe.permute %x, %slots, %o k = 2 scales(%sx : tensor<4x1xf32> -> tensor<8x1xf32>) : tensor<4x128xf8E4M3FN>, tensor<8xi32>, tensor<4xi32> -> tensor<8x128xf8E4M3FN>
+  %y = moe.grouped_matmul %rows, %w, %o scales(%sr, %sw : tensor<8x1xf32>, tensor<4x1x1xf32>) : tensor<8x128xf8E4M3FN>, tensor<4x128x128xf8E4M3FN>, tensor<4xi32> -> tensor<8x128xbf16>
+  return %y, %scales : tensor<8x128xbf16>, tensor<8x1xf32>
 }
 
 // -----

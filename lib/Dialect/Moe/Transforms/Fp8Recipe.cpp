@@ -207,15 +207,38 @@ void splitLora(GroupedMatmulOp op) {
   op.getOut().replaceAllUsesExcept(sum.getResult(0), sum);
 }
 
-/// y = x · W_e: the rows and the weights quantized, read as FP8 with
-/// their scales; [E, K, N] weights (an input gradient's) go K-major; a
-/// fused LoRA adapter's term split off first (splitLora).
+/// The lhs `rows` in 1x128 groups. Rows a moe.permute makes (without
+/// passengers) are quantized as tokens before it, and the FP8 rows and
+/// their scales permuted: the same values (a row's groups are its token's),
+/// a quantize over T token rows instead of T*k, and a permute that
+/// moe-fuse-permute folds into the matmul's gather.
+Quantized quantizeLhs(OpBuilder &b, Location loc, Value rows, Type fp8) {
+  auto permute = rows.getDefiningOp<PermuteOp>();
+  if (!permute || permute.getProbs() || permute.getScales() ||
+      !isWideFloat(permute.getTokens()))
+    return quantizeRows(b, loc, rows, fp8);
+  Quantized tokens = quantizeRows(b, loc, permute.getTokens(), fp8);
+  auto rowsType = cast<RankedTensorType>(rows.getType());
+  auto tokenScales = cast<RankedTensorType>(tokens.scales.getType());
+  auto moved = PermuteOp::create(
+      b, loc, RankedTensorType::get(rowsType.getShape(), fp8), Type(),
+      RankedTensorType::get(
+          {rowsType.getDimSize(0), tokenScales.getDimSize(1)},
+          tokenScales.getElementType()),
+      tokens.data, permute.getSlots(), permute.getOffsets(), Value(),
+      tokens.scales, permute.getK(), permute.getPositions());
+  return {moved.getRows(), moved.getPermutedScales()};
+}
+
+/// y = x · W_e: the rows (quantizeLhs) and the weights quantized, read as
+/// FP8 with their scales; [E, K, N] weights (an input gradient's) go
+/// K-major; a fused LoRA adapter's term split off first (splitLora).
 void rewrite(GroupedMatmulOp op, Type fp8) {
   if (op.getLoraA())
     splitLora(op);
   OpBuilder b(op);
   Location loc = op.getLoc();
-  Quantized x = quantizeRows(b, loc, op.getLhs(), fp8);
+  Quantized x = quantizeLhs(b, loc, op.getLhs(), fp8);
   Quantized w =
       quantizeWeights(b, loc, op.getRhs(), fp8, !op.getTransposeRhs());
   op.getLhsMutable().assign(x.data);

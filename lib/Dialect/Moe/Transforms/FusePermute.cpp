@@ -55,15 +55,18 @@ struct FusePermuteIntoMatmul : OpRewritePattern<GroupedMatmulOp> {
     auto permute = matmul.getLhs().getDefiningOp<PermuteOp>();
     if (!permute)
       return rewriter.notifyMatchFailure(matmul, "lhs is not a moe.permute");
-    // The passengers would be left without their permute.
-    if (permute.getProbs() || permute.getScales())
+    // The passengers would be left without their permute; but FP8 rows'
+    // scales permuted with them are what a gathered matmul reads per token.
+    bool tokenScales = permute.getScales() && matmul.getLhsScales() &&
+                       matmul.getLhsScales() == permute.getPermutedScales();
+    if (permute.getProbs() || (permute.getScales() && !tokenScales))
       return rewriter.notifyMatchFailure(matmul,
                                          "permute carries probs or scales");
     if (matmul.getGatherSlots())
       return rewriter.notifyMatchFailure(matmul, "matmul already gathers");
-    // FP8 lhs scales are per permuted row; a gathered lhs needs them per
-    // token.
-    if (matmul.getLhsScales())
+    // Other FP8 lhs scales are per permuted row; a gathered lhs needs them
+    // per token.
+    if (matmul.getLhsScales() && !tokenScales)
       return rewriter.notifyMatchFailure(matmul, "matmul has lhs scales");
     // Other offsets would group the rows differently from the permute's
     // padding.
@@ -85,6 +88,10 @@ struct FusePermuteIntoMatmul : OpRewritePattern<GroupedMatmulOp> {
     }
 
     gatherLhs(rewriter, matmul, permute.getTokens(), permute.getSlots(), k);
+    if (tokenScales)
+      rewriter.modifyOpInPlace(matmul, [&] {
+        matmul.getLhsScalesMutable().assign(permute.getScales());
+      });
     if (permute->use_empty())
       rewriter.eraseOp(permute);
     return success();

@@ -33,12 +33,18 @@ def MoeFusePermutePass : Pass<"moe-fuse-permute"> {
     `moe.tile`, ...) is kept. The permute is erased once it has no users;
     its other users keep it.
 
-    Left unfused: permutes carrying `probs(...)` or `scales(...)` (the
-    passengers would need a permute of their own), weight gradients
-    (`moe.grouped_weight_grad`), matmuls that already gather, matmuls with FP8
-    block scales (their `lhs_scales` are per permuted row, a gathered
-    matmul needs them per token), a permute with different `offsets`, and
-    a matmul whose `scatter` uses another `k` or another token count.
+    FP8 rows permuted with their `scales(...)`, when the matmul's
+    `lhs_scales` are those permuted scales (as moe-fp8-recipe permutes
+    quantized tokens), fuse too: the matmul gathers the FP8 tokens and
+    reads the tokens' scales, per token as a gathered lhs takes them.
+
+    Left unfused: permutes carrying `probs(...)`, or `scales(...)` that are
+    not the matmul's `lhs_scales` (the passengers would need a permute of
+    their own), weight gradients (`moe.grouped_weight_grad`), matmuls that
+    already gather, matmuls with other FP8 block scales (per permuted row,
+    where a gathered matmul needs them per token), a permute with
+    different `offsets`, and a matmul whose `scatter` uses another `k` or
+    another token count.
 
     The backward's counterpart: the row gradients of `moe.unpermute_grad`
     (`g_i = w_i * dy[t_i]`, the routing weight times the token's gradient)
@@ -338,7 +344,12 @@ def MoeFp8RecipePass : Pass<"moe-fp8-recipe"> {
 
     * `moe.grouped_matmul`: the lhs (the token matrix when gathered) is
       quantized in 1x128 groups along K, the weights in 128x128 blocks,
-      and the op reads both as FP8 with `scales(...)`. `[E, N, K]` weights
+      and the op reads both as FP8 with `scales(...)`. An lhs that a
+      `moe.permute` (without probs or scales) makes is quantized as
+      tokens, before the permute, and the FP8 rows are permuted with their
+      scales (TransformerEngine's permute straight to FP8): the same
+      values, T token rows quantized instead of T*k, and a permute that
+      `moe-fuse-permute` folds into the matmul's gather. `[E, N, K]` weights
       (`transpose_rhs`) are quantized as they are; `[E, K, N]` ones (the
       input gradient `dy · W_e` of a forward with `[E, N, K]` weights) as
       their transposed K-major copy (`moe.quantize {axis = blocks,
