@@ -17,15 +17,23 @@
 # With GPU_CHECK_ONLY=REGEX only the runs of entries matching the bash
 # regular expression, with GPU_CHECK_SKIP=REGEX all but those (the whole
 # script takes over 9 minutes: one REGEX as ONLY in one run and as SKIP in
-# another covers it in two).
+# another covers it in two). An entry whose bundle DIR lacks is reported
+# ABSENT (not run) and fails the script, with the bundles listed at the end.
 set -uo pipefail
 runner=$1 dir=$2
 only=${GPU_CHECK_ONLY:-} skip=${GPU_CHECK_SKIP:-}
-fail=0
+fail=0 absent=""
 run() {  # entry T routing [extra args]
   local bundle=$1 entry=$2 t=$3 routing=$4; shift 4
   [[ -n $only && ! $entry =~ $only ]] && return 0
   [[ -n $skip && $entry =~ $skip ]] && return 0
+  if [[ ! -f $dir/$bundle ]]; then
+    printf '| %-20s | %6s | %-12s | %-10s | %-9s | %s |\n' "$entry" "$t" \
+      "$routing" - - ABSENT
+    [[ " $absent " == *" $bundle "* ]] || absent="$absent $bundle"
+    fail=1
+    return 0
+  fi
   local out
   local sym=(--sym T="$t"); [[ $t == - ]] && sym=()
   out=$("$runner" "$dir/$bundle" --entry "$entry" "${sym[@]}" \
@@ -276,4 +284,5 @@ done
 run qwen3.moecb qwen3_moe_layer 1 uniform --iters 5
 run qwen3.moecb qwen3_moe_layer 256 uniform --iters 5 --no-end-to-end
 run qwen3.moecb qwen3_moe_layer 256 one-expert --iters 5 --no-end-to-end
+[[ -n $absent ]] && echo "not in $dir (compile them as the header says):$absent" >&2
 exit $fail
