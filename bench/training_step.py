@@ -60,8 +60,11 @@ base matmuls in FP8, the adapters' products split off in bf16) on the
 same inputs: its time, peak memory and gradient error, and fp8_vs_bf16 (moec
 bf16 ms / moec FP8 ms). The quantizations are separate kernels there.
 With weights=arguments (the entries take the weights' FP8 copies, made by
-the _fp8_weights entries) moec_fp8 runs those entries in the step, and
-moec_fp8_cached makes the copies once, before the timing (gradient
+the _fp8_weights entries) moec_fp8 makes them in the step, with
+_fwd_grad_fp8_weights where the bundle has it (both entries' copies from one
+read of each weight, before the forward), moec_fp8_separate with the two
+entries' own quantizers, each just before its entry (fp8_separate_vs_bf16),
+and moec_fp8_cached makes the copies once, before the timing (gradient
 accumulation's later micro-batches, frozen weights; fp8_cached_vs_bf16).
 Beside it (full fine-tuning) runs torch's FP8 composition (torch_fp8,
 common.py's TorchFp8GroupedLinear: torchao's rowwise recipe around
@@ -167,20 +170,25 @@ def saved_order(bundle, name):
     return saved_results_of(bundle.entry(f"{name}_grad"))
 
 
-def moec_step_fn(bundle, name, args, dy, cached=False):
+def moec_step_fn(bundle, name, args, dy, cached=False, separate=False):
     """{name}_fwd then {name}_grad on the saved values: (the gradients, the
     forward's outputs). A bundle compiled with moe-fp8-recipe
-    weights=arguments has {name}_fwd_fp8_weights and _grad_fp8_weights:
-    the step runs them first (the weights quantized in every step, as with
-    one micro-batch per optimizer step), or with `cached` on its first call
-    only (the later micro-batches of gradient accumulation, or frozen
-    weights)."""
-    from moec.compiler._grad import fp8_weights_entry, quantize_weights
+    weights=arguments has {name}_fwd_fp8_weights and _grad_fp8_weights,
+    and {name}_fwd_grad_fp8_weights making both sets from one read of each
+    weight: the step runs it first (the weights quantized in every step,
+    as with one micro-batch per optimizer step), or with `cached` on its
+    first call only (the later micro-batches of gradient accumulation, or
+    frozen weights). `separate`: the two entries instead, each just before
+    its entry (the copies' lifetimes the inline quantizes have)."""
+    from moec.compiler._grad import (fp8_weights_entry, quantize_weights,
+                                     step_fp8_weights_entry)
     fwd = bundle.entry(f"{name}_fwd")
     grad = bundle.entry(f"{name}_grad")
     saved = saved_order(bundle, name)
     quantizers = [fp8_weights_entry(bundle, e.name, e.target)
                   for e in (fwd, grad)]
+    both = None if separate else step_fp8_weights_entry(bundle, name,
+                                                         fwd.target)
     # Views without autograd (DLPack exports no tensor that requires grad;
     # torch's step differentiates the same storage).
     args = [t.detach() for t in args]
@@ -194,9 +202,22 @@ def moec_step_fn(bundle, name, args, dy, cached=False):
         return quantize_weights(q, names, args) if q else ()
     made = []  # cached: both entries' copies, made on the first call
 
+    def both_copies():
+        """Both entries' copies: from one call of the step quantizer."""
+        made_now = quantize_weights(both, names, args)
+        count = len(quantizers[0].outputs)
+        return made_now[:count], made_now[count:]
+
     def step():
         if cached and not made:
-            made.extend([copies(0), copies(1)])
+            made.extend(both_copies() if both else [copies(0), copies(1)])
+        if both and not made:
+            # Both sets before the forward (the backward's held through it).
+            forward_copies, backward_copies = both_copies()
+            outs = fwd(*args, *forward_copies, check_values=False)
+            del forward_copies
+            return grad(*args, *(outs[i] for i in saved), dy,
+                        *backward_copies, check_values=False), outs
         # Made per entry, each freed after it: the lifetimes the inline
         # quantizes have in the entries' scratch.
         outs = fwd(*args, *copies(0), check_values=False)
@@ -258,7 +279,8 @@ def fp8_errors(run_fp8, run_torch_fp8, ref, names, leaves) -> dict:
 
 def fp8_runs(fp8_bundle, m, name, rank, inputs, dy, bias) -> tuple:
     """(moec FP8, moec FP8 with the weights quantized once, torch's FP8
-    composition) step functions, None where they do not run."""
+    composition, moec FP8 with each entry's own weight quantizer) step
+    functions, None where they do not run."""
     x, gate_w, w_gate_up, w_down = inputs[:4]
     # FP8: the same entries after moe-fp8-recipe (LoRA: its frozen base in
     # FP8, the adapters' products in bf16), where the bundle has them.
@@ -272,12 +294,21 @@ def fp8_runs(fp8_bundle, m, name, rank, inputs, dy, bias) -> tuple:
                                    dy, cached=True)
                       if run_fp8 and takes_fp8_weights(
                           fp8_bundle, name) else None)
+    # The same with the forward's and the backward's copies made by their
+    # own quantizers (each weight read twice), where the bundle has both.
+    from moec.compiler._grad import step_fp8_weights_entry
+    run_fp8_separate = (moec_step_fn(fp8_bundle, name, inputs, dy,
+                                     separate=True)
+                        if run_fp8_cached and step_fp8_weights_entry(
+                            fp8_bundle, name,
+                            fp8_bundle.entry(f"{name}_fwd").target)
+                        else None)
     # torch's FP8 composition (torchao's rowwise recipe) beside moec FP8
     # (full fine-tuning: it has no LoRA form).
     run_torch_fp8 = (torch_step_fn(m, x, gate_w, w_gate_up, w_down, bias, dy,
                                    fp8=True) if run_fp8 and not rank
                      else None)
-    return run_fp8, run_fp8_cached, run_torch_fp8
+    return run_fp8, run_fp8_cached, run_torch_fp8, run_fp8_separate
 
 
 def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
@@ -300,7 +331,7 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
     row = dict(model=key, T=T, mode=f"lora{rank}" if rank else "full")
     run_moec = moec_step_fn(bundle, layer_name(key, rank), inputs, dy)
     grads, outs = run_moec()
-    run_fp8, run_fp8_cached, run_torch_fp8 = fp8_runs(
+    run_fp8, run_fp8_cached, run_torch_fp8, run_fp8_separate = fp8_runs(
         fp8_bundle, m, layer_name(key, rank), rank, inputs, dy, bias)
     if reference:
         ref = reference_grads(m, x, gate_w, w_gate_up, w_down, bias, dy,
@@ -330,6 +361,8 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
                                  ("torch_fp8", run_torch_fp8)) if f]
     if run_fp8_cached:
         runs.append(("moec_fp8_cached", run_fp8_cached))
+    if run_fp8_separate:
+        runs.append(("moec_fp8_separate", run_fp8_separate))
     try:
         torch_grads = run_torch()
         row["err_torch_vs_moec"] = {
@@ -393,13 +426,16 @@ def measure(bundle, key, m, T, weights, bias, gen, flush, peak, iters,
 
 
 def add_ratios(row: dict) -> None:
-    """ratio (torch / moec), fp8_vs_bf16, fp8_cached_vs_bf16 (moec bf16 /
-    each FP8 step) and fp8_vs_torch_fp8, where both sides ran."""
+    """ratio (torch / moec), fp8_vs_bf16, fp8_cached_vs_bf16,
+    fp8_separate_vs_bf16 (moec bf16 / each FP8 step) and fp8_vs_torch_fp8,
+    where both sides ran."""
     def ms(name):
         return row.get(name, {}).get("ms")
     for key, num, den in (("ratio", "torch", "moec"),
                           ("fp8_vs_bf16", "moec", "moec_fp8"),
                           ("fp8_cached_vs_bf16", "moec", "moec_fp8_cached"),
+                          ("fp8_separate_vs_bf16", "moec",
+                           "moec_fp8_separate"),
                           ("fp8_vs_torch_fp8", "torch_fp8", "moec_fp8")):
         if ms(num) and ms(den):
             row[key] = ms(num) / ms(den)

@@ -80,6 +80,10 @@ public:
   rt::ElemType operandElem(const char *name) const {
     return in_.entry->buffers[in_.op->operands[slot(name)]].elem;
   }
+  /// Whether the op has result `name` (an optional one may be absent).
+  bool hasResult(const char *name) const {
+    return resultNamed(*in_.op, name) >= 0;
+  }
   /// Type of result `name`; f32 when the result is absent.
   rt::ElemType resultElem(const char *name) const {
     int32_t b = resultNamed(*in_.op, name);
@@ -357,7 +361,16 @@ NamedResults evalQuantize(const rt::RefOp &op, const Operands &x) {
   o.offsets = offsets ? &*offsets : nullptr;
   o.transpose = boolAttr(op, "transpose");
   ref::QuantizeResult r = ref::quantize(x.required("input"), o);
-  return {{"data", std::move(r.data)}, {"scales", std::move(r.scales)}};
+  NamedResults out{{"data", std::move(r.data)},
+                   {"scales", std::move(r.scales)}};
+  if (x.hasResult("transposed_data")) {
+    // Both weight layouts: the second is the transpose form's.
+    o.transpose = true;
+    ref::QuantizeResult t = ref::quantize(x.required("input"), o);
+    out.push_back({"transposed_data", std::move(t.data)});
+    out.push_back({"transposed_scales", std::move(t.scales)});
+  }
+  return out;
 }
 
 NamedResults evalDequantize(const rt::RefOp &op, const Operands &x) {

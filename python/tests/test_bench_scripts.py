@@ -392,8 +392,16 @@ def test_training_step_fp8_layer_on_host(routing):
     as_args = moec.compile(args_module, "host")
     assert ts.takes_fp8_weights(as_args, name)
     assert not ts.takes_fp8_weights(fp8, name)
+    # The step makes both entries' copies by one quantizer
+    # (_fwd_grad_fp8_weights, each weight read once); `separate` by the
+    # entries' own two.
+    from moec.compiler._grad import step_fp8_weights_entry
+    assert step_fp8_weights_entry(as_args, name, "host") is not None
+    assert step_fp8_weights_entry(fp8, name, "host") is None
     cached = ts.moec_step_fn(as_args, name, inputs, dy, cached=True)
-    for step in (ts.moec_step_fn(as_args, name, inputs, dy), cached, cached):
+    for step in (ts.moec_step_fn(as_args, name, inputs, dy),
+                 ts.moec_step_fn(as_args, name, inputs, dy, separate=True),
+                 cached, cached):
         got, _ = step()
         assert all(torch.equal(g, w) for g, w in zip(got, grads))
 

@@ -357,16 +357,27 @@ def test_gradient_fp8_weights_as_arguments():
     d = grad.backward(args, saved, (dy,), fp8_weights=bwd_w)
     d2 = grad.backward(args, saved, (dy,))
     assert all(torch.equal(a, b) for a, b in zip(d, d2))
+    # "both": the two sets from one entry, which reads each weight once
+    # for both layouts; bitwise the two quantizers' copies.
+    both_fwd, both_bwd = grad.quantize_weights(args, "both")
+    assert len(both_fwd) == len(fwd_w) and len(both_bwd) == len(bwd_w)
+
+    def bits(t):
+        return t.view(torch.uint8) if t.element_size() == 1 else t
+    assert all(torch.equal(bits(a), bits(b)) for a, b in zip(
+        both_fwd + both_bwd, fwd_w + bwd_w))
     # Inline: the same numbers, no copies to pass.
     inline = kernel.grad(fp8="blockwise")
     assert inline.quantize_weights(args, "forward") == ()
+    assert inline.quantize_weights(args, "both") == ((), ())
     outs3, _ = inline.forward(*args)
     assert torch.equal(outs3[0], outs[0])
     with pytest.raises(ValueError, match="'fp8_weights': .* takes 4 "):
         grad.forward(*args, fp8_weights=fwd_w[:2])
     with pytest.raises(ValueError, match="quantizes its own weights"):
         inline.forward(*args, fp8_weights=fwd_w)
-    with pytest.raises(ValueError, match="'which': expected forward"):
+    with pytest.raises(ValueError, match="'which': expected forward, "
+                                         "backward or both"):
         grad.quantize_weights(args, "grad")
     with pytest.raises(ValueError, match="'fp8_weights': expected one of "
                                          "inline, arguments"):

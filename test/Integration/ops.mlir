@@ -198,14 +198,19 @@ func.func @dequantize_nf4(%packed: tensor<4x6x8xui8>, %absmax: tensor<4x6xf32>,
 // block scales (scale_group = 32; K = 72 and N = 40 leave partial blocks),
 // rhs in the nn.Linear layout.
 // Expert weights in 128x128 blocks (N = 264 and K = 136 leave partial
-// blocks along both), as they are and transposed; on GPUs the warp kernel
-// (transposed: N a multiple of each thread's run of rows, 8 for bf16 and 16
-// for f32), on the host the scalar one.
+// blocks along both), as they are, transposed, and both layouts from one
+// read; on GPUs the warp kernel (transposed and both: N a multiple of each
+// thread's run of rows, 8 for bf16 and 16 for f32), on the host the scalar
+// one.
 func.func @quantize_blocks(%w: tensor<4x264x136xbf16>,
                            %v: tensor<3x272x136xf32>)
     -> (tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>,
         tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>,
-        tensor<3x136x272xf8E4M3FN>, tensor<3x2x3xf32>) {
+        tensor<3x136x272xf8E4M3FN>, tensor<3x2x3xf32>,
+        tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>,
+        tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>,
+        tensor<3x272x136xf8E5M2>, tensor<3x3x2xf32>,
+        tensor<3x136x272xf8E5M2>, tensor<3x2x3xf32>) {
   %q, %s = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>}
       : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>
   %qt, %st = moe.quantize %w group_size = 128
@@ -214,10 +219,22 @@ func.func @quantize_blocks(%w: tensor<4x264x136xbf16>,
   %vt, %vs = moe.quantize %v group_size = 128
       {axis = #moe.axis<blocks>, transpose}
       : tensor<3x272x136xf32> -> tensor<3x136x272xf8E4M3FN>, tensor<3x2x3xf32>
-  return %q, %s, %qt, %st, %vt, %vs
+  %bq, %bs, %bt, %bts = moe.quantize %w group_size = 128
+      {axis = #moe.axis<blocks>}
+      : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>,
+        tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+  %cq, %cs, %ct, %cts = moe.quantize %v group_size = 128
+      {axis = #moe.axis<blocks>, pow2_scale}
+      : tensor<3x272x136xf32> -> tensor<3x272x136xf8E5M2>, tensor<3x3x2xf32>,
+        tensor<3x136x272xf8E5M2>, tensor<3x2x3xf32>
+  return %q, %s, %qt, %st, %vt, %vs, %bq, %bs, %bt, %bts, %cq, %cs, %ct, %cts
       : tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>,
         tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>,
-        tensor<3x136x272xf8E4M3FN>, tensor<3x2x3xf32>
+        tensor<3x136x272xf8E4M3FN>, tensor<3x2x3xf32>,
+        tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>,
+        tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>,
+        tensor<3x272x136xf8E5M2>, tensor<3x3x2xf32>,
+        tensor<3x136x272xf8E5M2>, tensor<3x2x3xf32>
 }
 
 // The FP8 forward and input gradient from bf16 operands: 1x128 activation

@@ -169,7 +169,8 @@ func.func @lora(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
 // one function. Each layout is quantized once, however many matmuls read
 // it: the copies become arguments after the function's own (named after
 // the weight, `moe.fp8_weight_of` its index), and @both_fp8_weights makes
-// them from the weights, plain copy first. The activations' quantizes stay.
+// them from the weights, plain copy first, both layouts by one quantize
+// (one read of the weights). The activations' quantizes stay.
 // (Without the option the function quantizes its weights itself.)
 // CHECK-LABEL: func.func @both
 // CHECK:         moe.quantize %{{.*}} group_size = 128 {axis = #moe.axis<blocks>}
@@ -188,9 +189,8 @@ func.func @lora(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
 // ARGS:        }
 // ARGS-LABEL: func.func @both_fp8_weights
 // ARGS-SAME:    (%[[W:.*]]: tensor<4x264x136xbf16> {moe.name = "w"}) -> (tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>)
-// ARGS:          %[[Q:.*]], %[[S:.*]] = moe.quantize %[[W]] group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>
-// ARGS:          %[[TQ:.*]], %[[TS:.*]] = moe.quantize %[[W]] group_size = 128 {axis = #moe.axis<blocks>, transpose} : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
-// ARGS:          return %[[Q]], %[[S]], %[[TQ]], %[[TS]]
+// ARGS:          %[[Q:[^,]*]], %[[S:[^,]*]], %[[TQ:[^,]*]], %[[TS:[^,]*]] = moe.quantize %[[W]] group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+// ARGS-NEXT:     return %[[Q]], %[[S]], %[[TQ]], %[[TS]]
 func.func @both(%x: tensor<?x136xbf16> {moe.name = "x"},
                 %w: tensor<4x264x136xbf16> {moe.name = "w"},
                 %dy: tensor<?x264xbf16> {moe.name = "dy"},
@@ -242,6 +242,18 @@ func.func @taken_fp8_weights() {
 // CHECK-SAME:    moe.saved_results = array<i64: 1, 2, 3>
 // CHECK:         moe.swiglu_grad %[[G]]
 // CHECK:         moe.grouped_weight_grad %[[HQ]], %{{.*}}, %{{.*}} scales(%[[HS]], %{{.*}} : tensor<?x136xf32>, tensor<?x264xf32>)
+// With weights=arguments @saved_fwd takes the plain copy of %w and
+// @saved_grad the transposed one, each from its own quantizer; for a step
+// that runs both, @saved_fwd_grad_fp8_weights makes the two copies (in
+// that order) by one quantize writing both layouts.
+// ARGS-LABEL: func.func @saved_fwd_fp8_weights
+// ARGS-SAME:    -> (tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>)
+// ARGS-LABEL: func.func @saved_grad_fp8_weights
+// ARGS-SAME:    -> (tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>)
+// ARGS-LABEL: func.func @saved_fwd_grad_fp8_weights
+// ARGS-SAME:    (%[[W:.*]]: tensor<4x264x136xbf16> {moe.name = "arg1"}) -> (tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>)
+// ARGS-NEXT:     %[[Q:[^,]*]], %[[S:[^,]*]], %[[TQ:[^,]*]], %[[TS:[^,]*]] = moe.quantize %[[W]] group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+// ARGS-NEXT:     return %[[Q]], %[[S]], %[[TQ]], %[[TS]]
 func.func @saved(%g: tensor<?x272xbf16>, %w: tensor<4x264x136xbf16>,
                  %offsets: tensor<4xi32>) -> tensor<?x264xbf16> {
   %h = moe.swiglu %g : tensor<?x272xbf16> -> tensor<?x136xbf16>

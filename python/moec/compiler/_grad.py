@@ -88,6 +88,15 @@ def fp8_weights_entry(bundle: Bundle, name: str, target: str):
     return None
 
 
+def step_fp8_weights_entry(bundle: Bundle, name: str, target: str):
+    """The entry `<name>_fwd_grad_fp8_weights` (moe-fp8-recipe
+    weights=arguments on a gradient pair whose forward and backward both
+    take copies): the copies `<name>_fwd` takes, then those `<name>_grad`
+    takes, in one call that reads each weight once for both its layouts.
+    None where the bundle has no such entry."""
+    return fp8_weights_entry(bundle, name + "_fwd_grad", target)
+
+
 def quantize_weights(quantizer, arg_names: Sequence[str],
                      args: Sequence) -> tuple:
     """Runs `quantizer` (a `<name>_fp8_weights` entry) on the weights
@@ -164,7 +173,8 @@ class Gradient:
     inside f_fwd and f_grad but passed in, so that they are made once per
     weight update (gradient accumulation's later micro-batches, frozen
     weights): `quantize_weights(args, "forward")` (or "backward": the
-    transposed copies the input gradients read) makes them, and
+    transposed copies the input gradients read; "both": the two sets from
+    one read of each weight, for a step that runs both) makes them, and
     `forward(*args, fp8_weights=...)` / `backward(..., fp8_weights=...)`
     take them (made on the spot when not given).
     """
@@ -283,12 +293,25 @@ class Gradient:
         """With fp8_weights="arguments": the FP8 copies of the weights among
         `args` (f's arguments) that `forward` (`which`="forward") or
         `backward` ("backward") takes; () for a gradient without them.
+        `which`="both": (forward's copies, backward's copies), made by one
+        entry that reads each weight once for both its layouts (the plain
+        copy the forward reads and the transposed one of the input
+        gradients): 4 bytes moved per bf16 weight element instead of 6.
         Reuse them while the weights do not change."""
-        if which not in ("forward", "backward"):
-            raise ValueError(f"'which': expected forward or backward, got "
-                             f"{which!r}")
+        if which not in ("forward", "backward", "both"):
+            raise ValueError(f"'which': expected forward, backward or both, "
+                             f"got {which!r}")
         self._check_args(args)
         bundle, target = self._bundle_for(args[0])
+        if which == "both":
+            step = step_fp8_weights_entry(bundle, self.kernel.name, target)
+            if step is None:
+                return (self.quantize_weights(args, "forward"),
+                        self.quantize_weights(args, "backward"))
+            copies = quantize_weights(step, self.kernel.arg_names, args)
+            forward = fp8_weights_entry(bundle, self.forward_name, target)
+            count = len(forward.outputs)
+            return copies[:count], copies[count:]
         name = self.forward_name if which == "forward" else self.backward_name
         quantizer = fp8_weights_entry(bundle, name, target)
         if quantizer is None:

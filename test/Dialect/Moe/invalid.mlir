@@ -1361,6 +1361,51 @@ func.func @quantize_blocks_scale_experts(%w: tensor<4x264x136xbf16>) {
 
 // -----
 
+// both layouts: the transposed data is [E, K, N]
+func.func @quantize_both_transposed_data(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'transposed_data' is 264 but must equal K of operand 'input' (136)}}
+  %q, %s, %t, %ts = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x264x136xf8E4M3FN>, tensor<4x2x3xf32>
+  return
+}
+
+// -----
+
+// both layouts: the transposed scales are [E, ceil(K/g), ceil(N/g)]
+func.func @quantize_both_transposed_scales(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{dimension 1 of result 'transposed_scales' is 3 but must equal ceil(K / group_size) (2)}}
+  %q, %s, %t, %ts = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x3x2xf32>
+  return
+}
+
+// -----
+
+// both layouts in one FP8 format
+func.func @quantize_both_formats(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{result 'transposed_data' must have the element type of result 'data' ('f8E4M3FN'), got 'f8E5M2'}}
+  %q, %s, %t, %ts = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E5M2>, tensor<4x2x3xf32>
+  return
+}
+
+// -----
+
+// both layouts: data is the plain one
+func.func @quantize_both_transpose(%w: tensor<4x264x136xbf16>) {
+  // expected-error @+1 {{with results 'transposed_data' and 'transposed_scales' writes the plain layout to 'data' and the transposed one to them: drop attribute 'transpose'}}
+  %q, %s, %t, %ts = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>, transpose} : tensor<4x264x136xbf16> -> tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+  return
+}
+
+// -----
+
+// the second layout is the expert weights'
+func.func @quantize_both_rowwise(%x: tensor<8x256xbf16>) {
+  // expected-error @+1 {{results 'transposed_data' and 'transposed_scales' are only used with axis = blocks (the expert weights' second layout)}}
+  %q, %s, %t, %ts = moe.quantize %x group_size = 128 : tensor<8x256xbf16> -> tensor<8x256xf8E4M3FN>, tensor<8x2xf32>, tensor<256x8xf8E4M3FN>, tensor<2x8xf32>
+  return
+}
+
+// -----
+
 // blocks are not dequantized
 func.func @dequantize_blocks(%q: tensor<4x128xf8E4M3FN>, %s: tensor<4x1xf32>) {
   // expected-error @+1 {{axis = blocks (FP8 expert weight blocks) is not dequantized: moe.dequantize reads the rowwise and colwise layouts}}

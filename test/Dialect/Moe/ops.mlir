@@ -310,6 +310,17 @@ func.func @quantize_blocks(%w: tensor<4x264x136xbf16>) -> (tensor<4x264x136xf8E4
 
 // -----
 
+// Both layouts from one read: the plain data and scales, then the
+// transposed ones.
+// CHECK-LABEL: func @quantize_blocks_both
+func.func @quantize_blocks_both(%w: tensor<4x264x136xbf16>) -> (tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>) {
+  // CHECK: %data, %scales, %transposed_data, %transposed_scales = moe.quantize %{{.*}} group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+  %q, %s, %t, %ts = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>} : tensor<4x264x136xbf16> -> tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+  return %q, %s, %t, %ts : tensor<4x264x136xf8E4M3FN>, tensor<4x3x2xf32>, tensor<4x136x264xf8E4M3FN>, tensor<4x2x3xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func @dequantize_fp8
 func.func @dequantize_fp8(%q: tensor<?x2048xf8E4M3FN>, %s: tensor<?x16xf32>, %qc: tensor<256x64xf8E5M2>, %sc: tensor<9x64xf32>, %offsets: tensor<8xi32>) -> (tensor<?x2048xbf16>, tensor<256x64xf32>) {
   // CHECK: moe.dequantize %{{.*}}, %{{.*}} group_size = 128 : tensor<?x2048xf8E4M3FN>, tensor<?x16xf32> -> tensor<?x2048xbf16>

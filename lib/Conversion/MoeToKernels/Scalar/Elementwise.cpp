@@ -97,10 +97,15 @@ LogicalResult scalar::emitQuantize(moe::QuantizeOp op, moe::TileAttr tile,
 
   if (op.getAxis() == moe::QuantAxis::blocks) {
     // One thread per scale: the amax of its g x g block of [E, N, K], then
-    // the block's data ([E, K, N] and transposed scales with transpose).
-    bool transposed = op.getTranspose();
+    // the block's data ([E, K, N] and transposed scales with transpose;
+    // both layouts with transposed_data).
+    bool transposed = op.getTranspose(), both = op.writesBothLayouts();
+    SmallVector<Value> args{in, data, scales};
+    if (both)
+      args.append({buffer(op.getTransposedData()),
+                   buffer(op.getTransposedScales())});
     return launchPerItem(
-        ctx, "blocks", h.mul(groups, scaleSizes[2]), tile, {in, data, scales},
+        ctx, "blocks", h.mul(groups, scaleSizes[2]), tile, args,
         [&](KernelBuilder &b, ValueRange a, Value id) {
           Value rows = b.dim(a[0], 1), cols = b.dim(a[0], 2);
           Value S1 = b.dim(a[2], 1), S2 = b.dim(a[2], 2);
@@ -122,11 +127,15 @@ LogicalResult scalar::emitQuantize(moe::QuantizeOp op, moe::TileAttr tile,
               })[0];
           Value scale = groupScale(b, amax, fp8Max, pow2);
           b.storeF(scale, a[2], {e, s1, s2});
+          if (both)
+            b.storeF(scale, a[4], {e, s2, s1});
           b.loop(r0, r1, [&](Value r) {
             b.loop(c0, c1, [&](Value c) {
               Value q = b.fdiv(b.loadF(a[0], {e, r, c}), scale);
               b.storeF(q, a[1], transposed ? SmallVector<Value>{e, c, r}
                                            : SmallVector<Value>{e, r, c});
+              if (both)
+                b.storeF(q, a[3], {e, c, r});
             });
           });
         });

@@ -8,6 +8,8 @@
 // thread reads consecutive rows, so that it holds a run of each column and
 // writes it to the tile as one vector (XOR-swizzled, so that the threads
 // of a warp hit different banks), and the [E, K, N] rows leave in runs.
+// With both layouts (transposed_data) the thread also writes its rows as
+// they came: both copies from the one read.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,7 +38,9 @@ struct BlocksShape {
   Type inType;
   int64_t group, width, rows, cols, lanesPerRow, rowsPerStep, steps;
   double fp8Max;
-  bool pow2, transposed;
+  /// transposed: the [E, K, N] layout is written (through the tile); plain:
+  /// the [E, N, K] one too (both layouts).
+  bool pow2, transposed, plainToo;
 };
 
 std::optional<BlocksShape> blocksShape(moe::QuantizeOp op) {
@@ -60,7 +64,8 @@ std::optional<BlocksShape> blocksShape(moe::QuantizeOp op) {
   if (s.group % s.rowsPerStep || s.group / s.rowsPerStep > 16)
     return std::nullopt;
   s.steps = s.group / s.rowsPerStep;
-  s.transposed = op.getTranspose();
+  s.plainToo = op.writesBothLayouts();
+  s.transposed = op.getTranspose() || s.plainToo;
   if (s.transposed && s.rows % s.steps)
     return std::nullopt;
   s.fp8Max = fp8MaxOf(elementType(op.getData()));
@@ -80,6 +85,10 @@ LogicalResult warp::emitQuantizeBlocks(moe::QuantizeOp op, BufferMap buffer,
   const BlocksShape s = *blocksShape(op);
   Value in = buffer(op.getInput()), data = buffer(op.getData());
   Value scales = buffer(op.getScales());
+  SmallVector<Value> operands{in, data, scales};
+  if (s.plainToo)
+    operands.append({buffer(op.getTransposedData()),
+                     buffer(op.getTransposedScales())});
   const int64_t g = s.group;
   const int64_t blockRows = (s.rows + g - 1) / g;
   const int64_t blockCols = (s.cols + g - 1) / g;
@@ -90,7 +99,7 @@ LogicalResult warp::emitQuantizeBlocks(moe::QuantizeOp op, BufferMap buffer,
   const int64_t tileBytes = s.transposed ? g * g : 0;
   Type fp8 = elementType(data);
   return ctx.launch(
-      "blocks_warp", grid, tile, {in, data, scales},
+      "blocks_warp", grid, tile, operands,
       [&](KernelBuilder &b, ValueRange a, Value block, Value thread) {
         Value smem = workgroupBytes(b);
         Value partials = workgroupArray(b, smem, {kWarps}, b.getF32Type());
@@ -140,9 +149,16 @@ LogicalResult warp::emitQuantizeBlocks(moe::QuantizeOp op, BufferMap buffer,
         for (int64_t w = 0; w < kWarps; ++w)
           amax = b.fmax(amax, b.loadF(partials, {b.idx(w)}));
         Value scale = groupScale(b, amax, s.fp8Max, s.pow2);
+        // The [E, K, N] copy's data and scales: a[1], a[2] (transpose) or
+        // a[3], a[4] (both layouts, a[1], a[2] the plain ones).
+        Value plainData = a[1], plainScales = a[2];
+        Value tData = s.plainToo ? a[3] : a[1];
+        Value tScales = s.plainToo ? a[4] : a[2];
         b.ifThen(b.eq(thread, b.idx(0)), [&] {
-          b.storeF(scale, a[2], s.transposed ? SmallVector<Value>{e, bc, br}
-                                             : SmallVector<Value>{e, br, bc});
+          if (!s.transposed || s.plainToo)
+            b.storeF(scale, plainScales, {e, br, bc});
+          if (s.transposed)
+            b.storeF(scale, tScales, {e, bc, br});
         });
         auto f32x = VectorType::get({s.width}, b.getF32Type());
         Value inverse =
@@ -154,12 +170,13 @@ LogicalResult warp::emitQuantizeBlocks(moe::QuantizeOp op, BufferMap buffer,
                            : arith::ExtFOp::create(b, f32x, x[i]);
           y.push_back(arith::MulFOp::create(b, wide, inverse));
         }
-        if (!s.transposed) {
+        if (!s.transposed || s.plainToo)
           for (int64_t i = 0; i < s.steps; ++i)
-            b.ifThen(valid[i],
-                     [&] { b.storeVecF32(y[i], a[1], {e, rows[i], c}); });
+            b.ifThen(valid[i], [&] {
+              b.storeVecF32(y[i], plainData, {e, rows[i], c});
+            });
+        if (!s.transposed)
           return;
-        }
         // Transposed: tile row local + j (column c + j of the block) takes
         // this thread's run of column j, rows rowThread * steps + [0,
         // steps), as one vector. The tile row's runs sit XOR-swizzled by
@@ -200,7 +217,7 @@ LogicalResult warp::emitQuantizeBlocks(moe::QuantizeOp op, BufferMap buffer,
                    [&] {
                      Value at = b.mul(swizzled(run, tileRow), b.idx(s.steps));
                      b.storeVec(b.loadVec(fp8Tile, {tileRow, at}, s.steps),
-                                a[1], {e, k, n});
+                                tData, {e, k, n});
                    });
         }
       },

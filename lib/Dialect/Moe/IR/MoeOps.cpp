@@ -564,7 +564,8 @@ LogicalResult SwigluGradOp::verify() {
 
 /// moe.quantize {axis = blocks}: [E, N, K] expert weights in
 /// group_size x group_size blocks, written as they are or (transpose) as
-/// [E, K, N], with the scales in the same orientation as the data.
+/// [E, K, N], with the scales in the same orientation as the data; with
+/// transposed_data / transposed_scales, both.
 static LogicalResult verifyQuantizeBlocks(QuantizeOp op) {
   Operation *raw = op.getOperation();
   if (failed(rejectOperand(raw, op.getOffsets(), "offsets",
@@ -575,35 +576,68 @@ static LogicalResult verifyQuantizeBlocks(QuantizeOp op) {
                                 op.getInput(), 3, isWideFloat, kWideFloat);
   if (failed(inputType))
     return failure();
-  auto dataType = expectTensor(raw, "result 'data' (axis = blocks)",
-                               op.getData(), 3, isFP8,
-                               "f8E4M3FN or f8E5M2 values");
-  if (failed(dataType))
-    return failure();
-  auto scalesType = expectTensor(raw, "result 'scales' (axis = blocks)",
-                                 op.getScales(), 3, isF32, kF32);
-  if (failed(scalesType))
-    return failure();
+  if (!op.getTransposedData() != !op.getTransposedScales())
+    return op.emitOpError()
+           << "takes results 'transposed_data' and 'transposed_scales' "
+              "together (the second layout's data and scales), got one";
+  if (op.writesBothLayouts() && op.getTranspose())
+    return op.emitOpError()
+           << "with results 'transposed_data' and 'transposed_scales' "
+              "writes the plain layout to 'data' and the transposed one to "
+              "them: drop attribute 'transpose'";
   const int64_t g = op.getGroupSize();
-  const bool transposed = op.getTranspose();
-  // Data dimension d holds input dimension from[d]; the scales count its
-  // blocks along it.
-  const unsigned from[3] = {0, transposed ? 2u : 1u, transposed ? 1u : 2u};
-  const char *names[3] = {"the experts", transposed ? "K" : "N",
-                          transposed ? "N" : "K"};
-  for (unsigned d = 0; d < 3; ++d) {
-    int64_t size = inputType->getDimSize(from[d]);
-    std::string what = std::string(names[d]) + " of operand 'input'";
-    if (failed(expectDim(raw, transposed ? "result 'data' (transpose)"
-                                         : "result 'data'",
-                         *dataType, d, size, what)) ||
-        failed(expectDim(raw, "result 'scales'", *scalesType, d,
-                         d == 0 ? size : ceilDiv(size, g),
-                         d == 0 ? what
-                                : "ceil(" + std::string(names[d]) +
-                                      " / group_size)")))
+  // One layout's data and scales: data dimension d holds input dimension
+  // from[d], and the scales count its blocks along it.
+  auto verifyLayout = [&](const char *dataName, const char *scalesName,
+                          Value data, Value scales,
+                          bool transposed) -> LogicalResult {
+    std::string dataWhat = std::string("result '") + dataName + "'";
+    std::string scalesWhat = std::string("result '") + scalesName + "'";
+    auto dataType = expectTensor(raw, dataWhat + " (axis = blocks)",
+                                 data, 3, isFP8, "f8E4M3FN or f8E5M2 values");
+    if (failed(dataType))
       return failure();
-  }
+    auto scalesType =
+        expectTensor(raw, scalesWhat + " (axis = blocks)", scales,
+                     3, isF32, kF32);
+    if (failed(scalesType))
+      return failure();
+    const unsigned from[3] = {0, transposed ? 2u : 1u, transposed ? 1u : 2u};
+    const char *names[3] = {"the experts", transposed ? "K" : "N",
+                            transposed ? "N" : "K"};
+    std::string dataLabel =
+        dataWhat + (transposed && data == op.getData() ? " (transpose)" : "");
+    for (unsigned d = 0; d < 3; ++d) {
+      int64_t size = inputType->getDimSize(from[d]);
+      std::string what = std::string(names[d]) + " of operand 'input'";
+      if (failed(expectDim(raw, dataLabel, *dataType, d, size,
+                           what)) ||
+          failed(expectDim(raw, scalesWhat, *scalesType, d,
+                           d == 0 ? size : ceilDiv(size, g),
+                           d == 0 ? what
+                                  : "ceil(" + std::string(names[d]) +
+                                        " / group_size)")))
+        return failure();
+    }
+    return success();
+  };
+  if (failed(verifyLayout("data", "scales", op.getData(), op.getScales(),
+                          op.getTranspose())))
+    return failure();
+  if (!op.writesBothLayouts())
+    return success();
+  if (failed(verifyLayout("transposed_data", "transposed_scales",
+                          op.getTransposedData(), op.getTransposedScales(),
+                          /*transposed=*/true)))
+    return failure();
+  Type fp8 = cast<ShapedType>(op.getData().getType()).getElementType();
+  Type other =
+      cast<ShapedType>(op.getTransposedData().getType()).getElementType();
+  if (other != fp8)
+    return op.emitOpError()
+           << "result 'transposed_data' must have the element type of "
+              "result 'data' ("
+           << fp8 << "), got " << other;
   return success();
 }
 
@@ -613,6 +647,10 @@ LogicalResult QuantizeOp::verify() {
     return failure();
   if (getAxis() == QuantAxis::blocks)
     return verifyQuantizeBlocks(*this);
+  if (getTransposedData() || getTransposedScales())
+    return emitOpError() << "results 'transposed_data' and "
+                            "'transposed_scales' are only used with axis = "
+                            "blocks (the expert weights' second layout)";
   auto inputType =
       expectTensor(op, "operand 'input'", getInput(), 2, isWideFloat, kWideFloat);
   auto dataType = expectTensor(op, "result 'data'", getData(), 2, isFP8,

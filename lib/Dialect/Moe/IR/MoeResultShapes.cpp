@@ -286,6 +286,16 @@ QuantizeOp::reifyResultShapes(OpBuilder &builder,
     s.fill(getScales(), [&](int64_t d) -> OpFoldResult {
       return d == 0 ? from(d) : s.ceilDiv(from(d), s.constant(g));
     });
+    if (writesBothLayouts()) {
+      // The second layout: always [E, K, N].
+      auto fromT = [&](int64_t d) {
+        return s.dim(getInput(), d == 0 ? d : 3 - d);
+      };
+      s.fill(getTransposedData(), fromT);
+      s.fill(getTransposedScales(), [&](int64_t d) -> OpFoldResult {
+        return d == 0 ? fromT(d) : s.ceilDiv(fromT(d), s.constant(g));
+      });
+    }
     return success();
   }
   if (!getTranspose())

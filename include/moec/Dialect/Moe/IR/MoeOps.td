@@ -833,7 +833,7 @@ def Moe_SwigluGradOp : Moe_Op<"swiglu_grad", [Pure]> {
 // Quantization
 //===----------------------------------------------------------------------===//
 
-def Moe_QuantizeOp : Moe_Op<"quantize", [Pure]> {
+def Moe_QuantizeOp : Moe_Op<"quantize", [Pure, AttrSizedResultSegments]> {
   let summary = "Quantizes to FP8 with per-group scales";
   let description = [{
     Quantizes `input` `[M, K]` (bf16, f16 or f32) to `data` `[M, K]` of type
@@ -873,6 +873,12 @@ def Moe_QuantizeOp : Moe_Op<"quantize", [Pure]> {
       the FP8 input gradient `dy · W_e` reads (as its `[E, N', K']` weights
       with `transpose_rhs`), quantized from the same weights with the same
       scales.
+    * `axis = blocks` with the results `transposed_data` and
+      `transposed_scales` (both or neither; without `transpose`): both
+      layouts from one read of the weights. `data` and `scales` are the
+      plain form's, the two others the `transpose` form's, bit for bit
+      (the same blocks and scales): the forward's and the input gradient's
+      copies of one weight update.
 
     Example:
 
@@ -882,6 +888,11 @@ def Moe_QuantizeOp : Moe_Op<"quantize", [Pure]> {
     %wq, %ws = moe.quantize %w group_size = 128 {axis = #moe.axis<blocks>}
         : tensor<128x1536x2048xbf16> -> tensor<128x1536x2048xf8E4M3FN>,
           tensor<128x12x16xf32>
+    %p, %ps, %t, %ts = moe.quantize %w group_size = 128
+        {axis = #moe.axis<blocks>}
+        : tensor<128x1536x2048xbf16> -> tensor<128x1536x2048xf8E4M3FN>,
+          tensor<128x12x16xf32>, tensor<128x2048x1536xf8E4M3FN>,
+          tensor<128x16x12xf32>
     ```
   }];
   let arguments = (ins
@@ -892,11 +903,19 @@ def Moe_QuantizeOp : Moe_Op<"quantize", [Pure]> {
     UnitAttr:$pow2_scale,
     UnitAttr:$transpose
   );
-  let results = (outs AnyTensor:$data, AnyTensor:$scales);
+  let results = (outs AnyTensor:$data, AnyTensor:$scales,
+                      Optional<AnyTensor>:$transposed_data,
+                      Optional<AnyTensor>:$transposed_scales);
   let assemblyFormat = [{
     $input (`offsets` `(` $offsets^ `:` type($offsets) `)`)?
     `group_size` `=` $group_size attr-dict `:` type($input) `->` type($data)
     `,` type($scales)
+    (`,` type($transposed_data)^ `,` type($transposed_scales))?
+  }];
+  let extraClassDeclaration = [{
+    /// Whether this quantize writes both weight layouts (the
+    /// transposed_data / transposed_scales results).
+    bool writesBothLayouts() { return getTransposedData() != nullptr; }
   }];
   let hasVerifier = 1;
 }

@@ -397,7 +397,12 @@ def MoeFp8RecipePass : Pass<"moe-fp8-recipe"> {
     = `%w`'s argument index. A new function `@<f>_fp8_weights` takes those
     weights, in argument order, and returns the appended arguments' values
     in their order. Functions that quantize no argument are left as they
-    are.
+    are. For a moe-autodiff pair whose two functions both take copies,
+    `@<f>_fwd_grad_fp8_weights` makes both sets in one call (the results
+    of `@<f>_fwd_fp8_weights`, then those of `@<f>_grad_fp8_weights`): a
+    weight the forward takes plain and the backward transposed is read
+    once, by a `moe.quantize` writing both layouts, for the step that
+    runs both on the same weights.
 
     ```mlir
     %y = moe.grouped_matmul %x, %w, %offsets gather(%slots : tensor<?xi32>)
