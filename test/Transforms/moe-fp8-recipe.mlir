@@ -226,6 +226,33 @@ func.func @taken_fp8_weights() {
 
 // -----
 
+// The same for the step's quantizer of a moe-autodiff pair.
+// CHECK-LABEL: func.func @pair_fwd
+// CLASH: error: moe-fp8-recipe: weights=arguments adds @pair_fwd_grad_fp8_weights, and the module has one already
+func.func @pair_fwd(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
+                    %offsets: tensor<4xi32>) -> tensor<?x264xbf16> {
+  %y = moe.grouped_matmul %x, %w, %offsets {transpose_rhs}
+      : tensor<?x136xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x264xbf16>
+  return %y : tensor<?x264xbf16>
+}
+func.func @pair_grad(%x: tensor<?x136xbf16>, %w: tensor<4x264x136xbf16>,
+                     %offsets: tensor<4xi32>,
+                     %dy: tensor<?x264xbf16> {moe.name = "grad_result0"})
+    -> tensor<?x136xbf16>
+    attributes {moe.grad_of = "pair", moe.saved_results = array<i64>,
+                moe.wrt = array<i64: 0>} {
+  %dx = moe.grouped_matmul %dy, %w, %offsets
+      : tensor<?x264xbf16>, tensor<4x264x136xbf16>, tensor<4xi32>
+      -> tensor<?x136xbf16>
+  return %dx : tensor<?x136xbf16>
+}
+func.func @pair_fwd_grad_fp8_weights() {
+  return
+}
+
+// -----
+
 // A forward and backward as moe-autodiff derives them. The saved SwiGLU
 // output %h is read by the backward only through the weight gradient's
 // column-wise quantize: @saved_fwd quantizes it where it is made and saves
