@@ -180,8 +180,8 @@ def moec_step_fn(bundle, name, args, dy, cached=False, separate=False):
     first call only (the later micro-batches of gradient accumulation, or
     frozen weights). `separate`: the two entries instead, each just before
     its entry (the copies' lifetimes the inline quantizes have)."""
-    from moec.compiler._grad import (fp8_weights_entry, quantize_weights,
-                                     step_fp8_weights_entry)
+    from moec.compiler._grad import (fp8_weights_entry, quantize_step_weights,
+                                     quantize_weights, step_fp8_weights_entry)
     fwd = bundle.entry(f"{name}_fwd")
     grad = bundle.entry(f"{name}_grad")
     saved = saved_order(bundle, name)
@@ -204,9 +204,7 @@ def moec_step_fn(bundle, name, args, dy, cached=False, separate=False):
 
     def both_copies():
         """Both entries' copies: from one call of the step quantizer."""
-        made_now = quantize_weights(both, names, args)
-        count = len(quantizers[0].outputs)
-        return made_now[:count], made_now[count:]
+        return quantize_step_weights(both, quantizers[0], names, args)
 
     def step():
         if cached and not made:

@@ -97,6 +97,16 @@ def step_fp8_weights_entry(bundle: Bundle, name: str, target: str):
     return fp8_weights_entry(bundle, name + "_fwd_grad", target)
 
 
+def quantize_step_weights(step, forward_quantizer, arg_names: Sequence[str],
+                          args: Sequence) -> tuple:
+    """Runs `step` (a `<name>_fwd_grad_fp8_weights` entry) on the weights
+    among `args`: (the copies `<name>_fwd` takes, those `<name>_grad`
+    takes), split after `forward_quantizer`'s results."""
+    copies = quantize_weights(step, arg_names, args)
+    count = len(forward_quantizer.outputs)
+    return copies[:count], copies[count:]
+
+
 def quantize_weights(quantizer, arg_names: Sequence[str],
                      args: Sequence) -> tuple:
     """Runs `quantizer` (a `<name>_fp8_weights` entry) on the weights
@@ -308,10 +318,9 @@ class Gradient:
             if step is None:
                 return (self.quantize_weights(args, "forward"),
                         self.quantize_weights(args, "backward"))
-            copies = quantize_weights(step, self.kernel.arg_names, args)
-            forward = fp8_weights_entry(bundle, self.forward_name, target)
-            count = len(forward.outputs)
-            return copies[:count], copies[count:]
+            return quantize_step_weights(
+                step, fp8_weights_entry(bundle, self.forward_name, target),
+                self.kernel.arg_names, args)
         name = self.forward_name if which == "forward" else self.backward_name
         quantizer = fp8_weights_entry(bundle, name, target)
         if quantizer is None:

@@ -280,15 +280,6 @@ void rewrite(GroupedWeightGradOp op, Type fp8) {
 
 constexpr llvm::StringLiteral kWeightOfAttr = "moe.fp8_weight_of";
 
-/// The same quantize of the same value (one kernel makes both results).
-bool sameQuantize(QuantizeOp a, QuantizeOp b) {
-  return a.getInput() == b.getInput() && a.getOffsets() == b.getOffsets() &&
-         a.getGroupSize() == b.getGroupSize() && a.getAxis() == b.getAxis() &&
-         a.getPow2Scale() == b.getPow2Scale() &&
-         a.getTranspose() == b.getTranspose() &&
-         a->getResultTypes() == b->getResultTypes();
-}
-
 /// Whether `plain` and `transposed` are the two layouts of one weight's
 /// blocks: one moe.quantize can write both.
 bool layoutPair(QuantizeOp plain, QuantizeOp transposed) {
@@ -312,8 +303,11 @@ void mergeWeightQuantizes(Block &body) {
   OpBuilder b(body.getParentOp()->getContext());
   SmallVector<QuantizeOp> quantizes;
   for (auto op : llvm::make_early_inc_range(body.getOps<QuantizeOp>())) {
-    auto same = llvm::find_if(
-        quantizes, [&](QuantizeOp q) { return sameQuantize(q, op); });
+    // The same quantize of the same value: one kernel makes both results.
+    auto same = llvm::find_if(quantizes, [&](QuantizeOp q) {
+      return OperationEquivalence::isEquivalentTo(
+          q, op, OperationEquivalence::IgnoreLocations);
+    });
     if (same != quantizes.end()) {
       op->replaceAllUsesWith((*same)->getResults());
       op.erase();
