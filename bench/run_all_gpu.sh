@@ -46,6 +46,7 @@ small_wgrad|python3 bench/small_wgrad.py $D/small_wgrad.moecb --models qwen3 --t
 training_step|python3 bench/training_step.py $D/training_step.moecb --models qwen3 --tokens 2048 --ranks 0,16 --iters 3 --json $J/training_step.json
 main_grad_step|python3 bench/main_grad_step.py $D/main_grad_step.moecb --models qwen3 --tokens 1,2048 --iters 3 --json $J/main_grad_step.json
 fp8_kernels|python3 bench/fp8_kernels.py $D/fp8_kernels.moecb --models qwen3 --tokens 2048 --iters 3 --json $J/fp8_kernels.json
+fp8_accumulation|python3 bench/fp8_accumulation.py --bundles $D/acc --models qwen3 --tokens 2048 --micro-batches 2 --steps 2 --json $J/fp8_accumulation.json
 entry_overhead|python3 bench/entry_overhead.py $D/memory_bound.moecb --entry swiglu_qwen3 --sym T=16384 --calls 20 --repeats 1
 expert_parallel|NCCL_NVLS_ENABLE=0 torchrun --nproc_per_node 2 bench/expert_parallel.py $D/ep --models qwen3 --tokens 2048 --iters 3 --json $J/expert_parallel.json
 EOF
@@ -96,6 +97,10 @@ print(layer + layer.replace('@layer_qwen3(', '@layer_qwen3_mg('))
   [[ -x $python ]] || python=python3
   PYTHONPATH="$PWD/$build/python_packages${PYTHONPATH:+:$PYTHONPATH}" \
     "$python" bench/expert_parallel.py "$dir/ep" --emit-bundles --world 2 \
+    --models qwen3
+  # moec.torch.MoE's Qwen3 bundles, bf16 and FP8 (fp8_accumulation.py).
+  PYTHONPATH="$PWD/$build/python_packages${PYTHONPATH:+:$PYTHONPATH}" \
+    "$python" bench/fp8_accumulation.py --emit-bundles "$dir/acc" \
     --models qwen3
   rm -f "$dir"/*.mlir
   set +e

@@ -68,7 +68,10 @@ class MoEConfig:
     moe-fp8-recipe: e4m3 with 1x128 activation and 128x128 weight block
     scales); the router, the combine and the results keep `dtype`. With
     LoRA the frozen base matmuls run in FP8 and the adapters' products in
-    `dtype`.
+    `dtype`. `keep_fp8_weights=True` (with `fp8`, moec.torch.MoE): weights
+    that train keep their FP8 copies too, until they change (the optimizer
+    step), so gradient accumulation's later micro-batches quantize nothing;
+    frozen weights always keep theirs.
     `tile`: matmul tile fields replacing the cost model's ({"m", "n", "k",
     "threads"}; stored as sorted pairs, so the config is hashable).
 
@@ -93,6 +96,7 @@ class MoEConfig:
     save: str = "all"
     main_grad: bool = False
     fp8: Optional[str] = None
+    keep_fp8_weights: bool = False
     tile: Optional[tuple] = None
 
     def __post_init__(self):
@@ -129,6 +133,13 @@ class MoEConfig:
                              "only, whose gradients do not accumulate into "
                              "main gradients (use main_grad=False)")
         check_fp8(self.fp8)
+        if not isinstance(self.keep_fp8_weights, bool):
+            raise ValueError(f"'keep_fp8_weights': expected a bool, got "
+                             f"{self.keep_fp8_weights!r}")
+        if self.keep_fp8_weights and not self.fp8:
+            raise ValueError("'keep_fp8_weights': the block keeps FP8 "
+                             "weight copies only with fp8='blockwise' "
+                             "(pass it, or keep_fp8_weights=False)")
         tile = self.tile
         if tile is not None and not isinstance(tile, dict):
             tile = dict(tile) if isinstance(tile, (tuple, list)) else tile
@@ -464,4 +475,5 @@ class MoEConfigFields:
     save = property(lambda self: self.config.save)
     main_grad = property(lambda self: self.config.main_grad)
     fp8 = property(lambda self: self.config.fp8)
+    keep_fp8_weights = property(lambda self: self.config.keep_fp8_weights)
     tile = property(lambda self: self.config.tile_dict)

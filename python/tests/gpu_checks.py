@@ -125,7 +125,7 @@ def qwen3_gradient_errors(block, x: torch.Tensor, dy: torch.Tensor) -> list:
     block(xg).backward(dy)
     ids = torch.ops.moec.moe_block_train(
         xg.detach(), block.gate.weight.detach(), block.w_gate_up.detach(),
-        block.w_down.detach(), [], [], block._launcher)[3].long()
+        block.w_down.detach(), [], [], block._launcher, [])[3].long()
     leaves = [t.detach().double().requires_grad_() for t in
               (xg, block.gate.weight, block.w_gate_up, block.w_down)]
     xd, gate_w, w_gate_up, w_down = leaves

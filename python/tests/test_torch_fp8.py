@@ -255,23 +255,30 @@ class CountingQuantizer:
         return self.entry(*args)
 
 
-def counting(block):
-    """The block's launcher with every FP8 weight quantizer counted from
-    zero (those made by a first call), and that launcher's cache emptied."""
+def counting(block, dtype=None):
+    """The block's launcher (of the kernels of `dtype`: under autocast)
+    with every FP8 weight quantizer (each entry's and the training
+    forward's step quantizer) counted from zero (those made by a first
+    call), and that launcher's cache emptied."""
     from moec.torch._moe import _LAUNCHERS
-    launcher = _LAUNCHERS[block._launcher]
+    launcher = _LAUNCHERS[block._launcher if dtype is None
+                          else block._launcher_for(dtype)]
     launcher.fp8_cache.clear()
+
+    def counted(q):
+        return q and CountingQuantizer(
+            q.entry if isinstance(q, CountingQuantizer) else q)
     launcher._quantizers = {
-        key: found and (CountingQuantizer(
-            q.entry if isinstance(q, CountingQuantizer) else q), positions)
-        for key, found in launcher._quantizers.items()
-        for q, positions in [found or (None, None)]}
+        key: found and found._replace(quantizer=counted(found.quantizer),
+                                      step=counted(found.step))
+        for key, found in launcher._quantizers.items()}
     return launcher
 
 
 def calls(launcher) -> int:
-    return sum(found[0].calls for found in launcher._quantizers.values()
-               if found is not None)
+    return sum(q.calls for found in launcher._quantizers.values()
+               if found is not None for q in (found.quantizer, found.step)
+               if q is not None)
 
 
 def test_fp8_weights_are_quantized_once_per_version():
@@ -302,17 +309,18 @@ def test_fp8_weights_are_quantized_once_per_version():
         xg = x.clone().requires_grad_()
         block(xg).backward(dy)
         return xg.grad
-    # ...and once each for the training forward's and the backward's
-    # (transposed) copies over three micro-batches.
+    # ...and once for the training forward's and the backward's
+    # (transposed) copies over three micro-batches: one call of the step
+    # quantizer makes both (one read of the weights).
     grads = [dx() for _ in range(3)]
-    assert calls(launcher) == 5
+    assert calls(launcher) == 4
     assert all(torch.equal(g, grads[0]) for g in grads[1:])
     # An in-place change, seen by the version counter.
     with torch.no_grad():
         block.w_down.mul_(0.5)
         block.w_gate_up.add_(0.01)
         z = block(x)
-    assert calls(launcher) == 6 and not torch.equal(z, y)
+    assert calls(launcher) == 5 and not torch.equal(z, y)
     fresh = fp8_block(seed=7, dtype=torch.bfloat16)
     fresh.load_state_dict(block.state_dict())
     with torch.no_grad():
@@ -322,13 +330,107 @@ def test_fp8_weights_are_quantized_once_per_version():
     moec.torch.clear_fp8_weights()
     with torch.no_grad():
         after = block(x)
-    assert calls(launcher) == 8 and not torch.equal(after, z)
+    assert calls(launcher) == 7 and not torch.equal(after, z)
     # A freed weight takes its copies with it.
     size = len(launcher.fp8_cache)
     del block, fresh
     import gc
     gc.collect()
     assert len(launcher.fp8_cache) < size
+
+
+def test_keep_fp8_weights_over_micro_batches():
+    """keep_fp8_weights=True: weights that train keep their FP8 copies too.
+    Over three micro-batches of gradient accumulation the forward's and the
+    backward's copies are made once (one step quantizer call), again after
+    the optimizer step; every gradient equals bitwise that of a block
+    without it, which quantizes on every call."""
+    kept = fp8_block(seed=21, dtype=torch.bfloat16, keep_fp8_weights=True)
+    plain = fp8_block(seed=21, dtype=torch.bfloat16)
+    assert kept.keep_fp8_weights and not plain.keep_fp8_weights
+    assert "keep_fp8_weights" not in repr(plain)
+    assert "keep_fp8_weights=True" in repr(kept)
+    gen = torch.Generator().manual_seed(22)
+    xs = torch.randn(3, 40, H, generator=gen).bfloat16()
+    dy = torch.randn(40, H, generator=gen).bfloat16()
+    for b in (kept, plain):
+        gradients(b, xs[0], dy)  # compiles; the quantizers now exist
+    launcher, others = counting(kept), counting(plain)
+    optimizers = [torch.optim.SGD(b.parameters(), lr=0.1)
+                  for b in (kept, plain)]
+    for step in range(2):
+        for b, opt in zip((kept, plain), optimizers):
+            opt.zero_grad()
+            for x in xs:
+                b(x).backward(dy)
+        assert calls(launcher) == step + 1, step
+        assert calls(others) == 6 * (step + 1), step
+        for name in NAMES[1:]:
+            p = "gate.weight" if name == "gate" else name
+            assert torch.equal(kept.get_parameter(p).grad,
+                               plain.get_parameter(p).grad), (step, name)
+        for opt in optimizers:
+            opt.step()  # a new version of every weight: new copies
+    assert len(launcher.fp8_cache) == 2  # the forward's and the backward's
+    assert len(others.fp8_cache) == 0
+
+
+def test_fp8_copies_follow_the_parameters_under_autocast():
+    """Under autocast the kernels take a new bf16 cast of each f32
+    parameter on every call; the kept copies follow the parameter: made
+    once over micro-batches with keep_fp8_weights=True, and once for a
+    frozen block (the LoRA base under autocast) without it."""
+    gen = torch.Generator().manual_seed(23)
+    x = torch.randn(35, H, generator=gen)
+    dy = torch.randn(35, H, generator=gen)
+
+    def step(block):
+        xg = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = block(xg)
+        y.float().backward(dy)
+        return [xg.grad] + [p.grad for p in (block.gate.weight,
+                                             block.w_gate_up, block.w_down)]
+
+    kept = fp8_block(seed=24, keep_fp8_weights=True)
+    plain = fp8_block(seed=24)
+    for b in (kept, plain):
+        step(b)  # compiles the bf16 kernels
+    launcher = counting(kept, torch.bfloat16)
+    kept.zero_grad()
+    plain.zero_grad()
+    for _ in range(3):
+        want, got = step(plain), step(kept)
+    assert calls(launcher) == 1
+    for name, g, w in zip(NAMES, got, want):
+        assert g.dtype == torch.float32 and torch.equal(g, w), name
+    with torch.no_grad():
+        kept.w_down.mul_(0.5)  # the f32 parameter's version moves
+    step(kept)
+    assert calls(launcher) == 2
+    frozen = fp8_block(seed=25, lora_rank=4)
+
+    def lora_step():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            frozen(x.clone().requires_grad_()).float().backward(dy)
+    lora_step()
+    launcher = counting(frozen, torch.bfloat16)
+    for _ in range(3):
+        lora_step()
+    assert calls(launcher) == 1
+
+
+def test_keep_fp8_weights_errors():
+    with pytest.raises(ValueError, match=r"'keep_fp8_weights': the block "
+                       r"keeps FP8 weight copies only with fp8='blockwise'"):
+        moec.torch.MoE(H, I, E, K, keep_fp8_weights=True)
+    with pytest.raises(ValueError, match=r"'keep_fp8_weights': expected a "
+                       r"bool, got 1"):
+        moec.MoEConfig(H, I, E, K, fp8="blockwise", keep_fp8_weights=1)
+    from moec.ep import ExpertParallelMoE
+    with pytest.raises(ValueError, match=r"'keep_fp8_weights': "
+                       r"ExpertParallelMoE's entries quantize"):
+        ExpertParallelMoE(H, I, E, K, fp8="blockwise", keep_fp8_weights=True)
 
 
 def test_gradient_fp8_weights_as_arguments():
@@ -419,4 +521,5 @@ def test_fp8_lora_frozen_base_against_float64(tokens):
         with torch.no_grad():
             for a in block.adapters():
                 a.add_(0.01)
-    assert calls(launcher) == 2  # the forward's copies and the backward's
+    # The forward's copies and the backward's, from one step quantizer call.
+    assert calls(launcher) == 1

@@ -126,7 +126,7 @@ def test_main_grad_ops_opcheck_and_compile():
     block = main_grad_block(torch.float32, seed=5)
     x = torch.randn(11, 40, requires_grad=True)
     args = (x, block.gate.weight, block.w_gate_up, block.w_down, [],
-            block.main_grads(), block._launcher)
+            block.main_grads(), block._launcher, [])
     torch.library.opcheck(torch.ops.moec.moe_block_train.default, args,
                           test_utils=("test_schema", "test_faketensor",
                                       "test_autograd_registration"))
@@ -134,7 +134,7 @@ def test_main_grad_ops_opcheck_and_compile():
         a.detach() if isinstance(a, torch.Tensor) else a for a in args])
     backward_args = (torch.randn(11, 40), x.detach(), block.gate.weight.detach(),
                      block.w_gate_up.detach(), block.w_down.detach(),
-                     list(outs[1:]), *block.main_grads(), block._launcher)
+                     list(outs[1:]), *block.main_grads(), block._launcher, [])
     torch.library.opcheck(torch.ops.moec.moe_block_backward_main_grad.default,
                           backward_args,
                           test_utils=("test_schema", "test_faketensor"))

@@ -189,7 +189,7 @@ def test_custom_op_opcheck():
     block = make_block(40, 20, dtype=torch.float32)
     x = torch.randn(11, 40)
     args = (x, block.gate.weight.detach(), block.w_gate_up.detach(),
-            block.w_down.detach(), [], block._launcher)
+            block.w_down.detach(), [], block._launcher, [])
     torch.library.opcheck(torch.ops.moec.moe_block.default, args,
                           test_utils=("test_schema", "test_faketensor",
                                       "test_autograd_registration"))

@@ -65,7 +65,7 @@ def kernel_ids(block, tokens):
     outs = torch.ops.moec.moe_block_train(
         tokens.detach(), block.gate.weight.detach(),
         block.w_gate_up.detach(), block.w_down.detach(),
-        [a.detach() for a in block.adapters()], [], block._launcher)
+        [a.detach() for a in block.adapters()], [], block._launcher, [])
     return outs[3]
 
 
@@ -146,7 +146,7 @@ def test_training_ops_opcheck():
     block = make_block(40, 20, dtype=torch.float32)
     x = torch.randn(11, 40, requires_grad=True)
     args = (x, block.gate.weight, block.w_gate_up, block.w_down, [], [],
-            block._launcher)
+            block._launcher, [])
     torch.library.opcheck(torch.ops.moec.moe_block_train.default, args,
                           test_utils=("test_schema", "test_faketensor",
                                       "test_autograd_registration",
@@ -366,7 +366,7 @@ def test_lora_training_ops_opcheck():
     block = lora_block(torch.float32, 3)
     x = torch.randn(11, 40, requires_grad=True)
     args = (x, block.gate.weight, block.w_gate_up, block.w_down,
-            list(block.adapters()), [], block._launcher)
+            list(block.adapters()), [], block._launcher, [])
     torch.library.opcheck(torch.ops.moec.moe_block_train.default, args,
                           test_utils=("test_schema", "test_faketensor",
                                       "test_autograd_registration",

@@ -149,6 +149,11 @@ class ExpertParallelMoE(MoEConfigFields, nn.Module):
         if config.lora_rank:
             raise ValueError("'lora_rank': ExpertParallelMoE has no LoRA "
                              "adapters (use moec.torch.MoE, or lora_rank=0)")
+        if config.keep_fp8_weights:
+            raise ValueError("'keep_fp8_weights': ExpertParallelMoE's "
+                             "entries quantize their own weights on every "
+                             "call (use moec.torch.MoE, or "
+                             "keep_fp8_weights=False)")
         self.config = config
         self._join(group)
         self._check_pipelining(chunks, sm_count, transport, expert_chunks,

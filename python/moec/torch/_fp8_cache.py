@@ -1,20 +1,23 @@
-"""FP8 copies of expert weights, made once per weight version.
+"""FP8 copies of expert weights, kept while the weights stay as they are.
 
 A block compiled with `fp8` takes its weights' FP8 copies as arguments
 (moe-fp8-recipe weights=arguments); the entry `<name>_fp8_weights` makes
 them. Fp8WeightCache keeps the copies of frozen weights (requires_grad
-False: LoRA's base, a model frozen for inference) while they stay as they
-are, so such a weight is quantized once per change, not on every call.
-Weights that train are quantized on every call: their copies would stay
-allocated between steps (half the bf16 bytes per layout, for every layer)
-and be stale after each optimizer step anyway.
+False: LoRA's base, a model frozen for inference) and, with
+`keep_fp8_weights=True`, of weights that train, so such a weight is
+quantized once per change, not on every call. Without it, weights that
+train are quantized on every call: their copies would stay allocated
+between steps (half the bf16 bytes per layout, for every layer), and a
+model with one micro-batch per optimizer step would gain nothing.
 
-A weight's copies are made again when its storage, its view of it or its
-version counter changes (every in-place write that autograd sees:
-optimizers, `copy_` under no_grad). Writes through `.data` are not seen: call
-moec.torch.clear_fp8_weights() after them. While a CUDA graph is being
-captured the copies are made inside the graph (its replays quantize the
-weights as they then are), and weights without a version counter
+Each copy follows a key tensor: the weight itself, or under autocast the
+parameter it was cast from (a new cast every call would never be found).
+A weight's copies are made again when its key's storage, its view of it
+or its version counter changes (every in-place write that autograd sees:
+optimizers, `copy_` under no_grad). Writes through `.data` are not seen:
+call moec.torch.clear_fp8_weights() after them. While a CUDA graph is
+being captured the copies are made inside the graph (its replays quantize
+the weights as they then are), and keys without a version counter
 (inference-mode tensors) are quantized on every call.
 """
 
@@ -26,44 +29,62 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 
+def keepable(weights: Sequence[tuple], keep_training: bool) -> bool:
+    """Whether copies of `weights` ((weight, key) pairs) may be kept: their
+    keys have version counters, no CUDA graph is being captured, and they
+    are frozen or `keep_training` (keep_fp8_weights) is set."""
+    if not keep_training and any(w.requires_grad or k.requires_grad
+                                 for w, k in weights):
+        return False
+    if weights[0][0].is_cuda and torch.cuda.is_current_stream_capturing():
+        return False
+    try:
+        for _, k in weights:
+            k._version
+    except RuntimeError:  # an inference tensor: no version counter
+        return False
+    return True
+
+
 class Fp8WeightCache:
-    """{(quantizer, the weights' storages and views): their FP8 copies},
-    each valid while every storage lives and every weight keeps its
-    version. Keyed by storage, not by tensor object, so that views and
-    detach()es of a weight (which share its version counter) find it;
-    a weak reference to each storage keeps its address from being reused
-    while the entry exists."""
+    """{(quantizer, the keys' storages and views): the FP8 copies}, each
+    valid while every key's storage lives and keeps its version. Keyed by
+    storage, not by tensor object, so that views and detach()es of a weight
+    (which share its version counter) find it; a weak reference to each
+    storage keeps its address from being reused while the entry exists."""
 
     def __init__(self):
         self._copies: dict = {}
 
-    def copies(self, quantizer, weights: Sequence[torch.Tensor]) -> tuple:
-        """`quantizer(*weights)` (a tuple): for frozen weights from the
-        cache while every weight is the same view of the same live storage,
-        at the same version."""
-        if (any(w.requires_grad for w in weights) or
-                (weights[0].is_cuda and
-                 torch.cuda.is_current_stream_capturing())):
-            return _as_tuple(quantizer(*weights))
-        try:
-            versions = tuple(w._version for w in weights)
-        except RuntimeError:  # an inference tensor: no version counter
-            return _as_tuple(quantizer(*weights))
-        key = (quantizer.name, quantizer.target, tuple(
-            (w.untyped_storage()._cdata, w.storage_offset(), tuple(w.shape),
-             w.stride(), w.dtype) for w in weights))
+    @staticmethod
+    def _key(quantizer, weights: Sequence[tuple]) -> tuple:
+        return (quantizer.name, quantizer.target, tuple(
+            (k.untyped_storage()._cdata, k.storage_offset(), tuple(k.shape),
+             k.stride(), k.dtype, w.dtype) for w, k in weights))
+
+    def find(self, quantizer, weights: Sequence[tuple]):
+        """The kept copies `quantizer` made of `weights` ((weight, key)
+        pairs, keepable) while their keys still are as they were, else
+        None (stale copies are freed here, before new ones are made)."""
+        key = self._key(quantizer, weights)
         found = self._copies.pop(key, None)
-        if found is not None:
-            refs, seen, copies = found
-            if seen == versions and not any(r.expired() for r in refs):
-                self._copies[key] = found
-                return copies
-            del found, copies  # stale: freed before the new copies are made
+        if found is None:
+            return None
+        refs, seen, copies = found
+        if (seen == tuple(k._version for _, k in weights)
+                and not any(r.expired() for r in refs)):
+            self._copies[key] = found
+            return copies
+        return None
+
+    def store(self, quantizer, weights: Sequence[tuple], copies: tuple
+              ) -> None:
+        """Keeps `copies`, made by `quantizer` from `weights` as they are
+        now."""
         self._drop_expired()
-        copies = _as_tuple(quantizer(*weights))
-        refs = tuple(StorageWeakRef(w.untyped_storage()) for w in weights)
-        self._copies[key] = (refs, versions, copies)
-        return copies
+        refs = tuple(StorageWeakRef(k.untyped_storage()) for _, k in weights)
+        self._copies[self._key(quantizer, weights)] = (
+            refs, tuple(k._version for _, k in weights), copies)
 
     def _drop_expired(self) -> None:
         """Frees the copies of weights whose storage is gone."""
@@ -77,7 +98,3 @@ class Fp8WeightCache:
     def __len__(self) -> int:
         self._drop_expired()
         return len(self._copies)
-
-
-def _as_tuple(value) -> tuple:
-    return value if isinstance(value, tuple) else (value,)

@@ -33,17 +33,29 @@ Qwen3-MoE, Mixtral or OLMoE model for MoE blocks (moec.torch.hf).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
 
 from ..compiler import Gradient, Kernel, compile as _compile, target_for
-from ..compiler._grad import fp8_weights_entry, saved_results_of
+from ..compiler._grad import (fp8_weights_entry, quantize_step_weights,
+                               quantize_weights, saved_results_of,
+                               step_fp8_weights_entry)
 from ..language._dtypes import canonical, to_torch
 from ..layers import LORA_ARGS, MAIN_GRAD_ARGS, MoEConfig, MoEConfigFields
 from ..runtime import Bundle, Entry
-from ._fp8_cache import Fp8WeightCache
+from ._fp8_cache import Fp8WeightCache, keepable
+
+
+class _Fp8Inputs(NamedTuple):
+    """How an entry that takes FP8 weight copies gets them."""
+    quantizer: Entry  # `<entry>_fp8_weights`
+    # A training forward's `<f>_fwd_grad_fp8_weights` (the bundle's step
+    # quantizer), which also makes `partner`'s copies (the backward's,
+    # `<f>_grad_fp8_weights`) from the same read; None otherwise.
+    step: Optional[Entry]
+    partner: Optional[Entry]
 
 
 class _Launcher:
@@ -62,9 +74,8 @@ class _Launcher:
         self._gradient: Optional[Gradient] = None
         self._train_bundle: Optional[Bundle] = None
         self._checked: set = set()  # (target, training) of the given bundle
-        # FP8 entries: (name, target) -> (its `<name>_fp8_weights`, the
-        # positions of that entry's weights among the entry's inputs), or
-        # None for an entry that takes no FP8 copies.
+        # (name, target) -> the entry's _Fp8Inputs, or None for an entry
+        # that takes no FP8 copies.
         self._quantizers: dict = {}
         self._train_results: dict = {}  # target -> train_results
         self.fp8_cache = Fp8WeightCache()
@@ -92,22 +103,74 @@ class _Launcher:
                                    target, self.config.tile_dict)
         return self.bundle.entry("moe_block", target)
 
-    def run(self, entry: Entry, *args, out=None):
-        """`entry` on `args`, then the FP8 weight copies it takes, if it
-        takes them (frozen weights' from Fp8WeightCache)."""
+    def _fp8_inputs(self, entry: Entry) -> Optional[_Fp8Inputs]:
+        """How `entry` gets its FP8 weight copies, or None if it takes
+        none (looked up once per entry)."""
         key = (entry.name, entry.target)
         if key not in self._quantizers:
             quantizer = fp8_weights_entry(entry.bundle, entry.name,
                                           entry.target)
-            names = [b.name for b in entry.inputs]
-            self._quantizers[key] = quantizer and (
-                quantizer, [names.index(b.name) for b in quantizer.inputs])
-        found = self._quantizers[key]
+            step = partner = None
+            if quantizer is not None and entry.name.endswith("_fwd"):
+                # A training forward: its backward's copies come from the
+                # same read of the weights (moe-fp8-recipe's step quantizer).
+                base = entry.name[:-len("_fwd")]
+                step = step_fp8_weights_entry(entry.bundle, base,
+                                              entry.target)
+                partner = step and fp8_weights_entry(
+                    entry.bundle, base + "_grad", entry.target)
+            self._quantizers[key] = quantizer and _Fp8Inputs(
+                quantizer, step, partner if step else None)
+        return self._quantizers[key]
+
+    def run(self, entry: Entry, *args, weight_keys=None, out=None):
+        """`entry` on `args`, then the FP8 weight copies it takes, if it
+        takes them. `weight_keys`: what args[1:4] (the router and expert
+        weights) are keyed by in Fp8WeightCache (the parameters they were
+        cast from under autocast); None or empty: args themselves."""
+        found = self._fp8_inputs(entry)
         if found is None:
             return entry(*args, out=out)
-        quantizer, positions = found
-        copies = self.fp8_cache.copies(quantizer, [args[i] for i in positions])
+        names = [b.name for b in entry.inputs]
+        keys = list(weight_keys or ())
+
+        def pairs(quantizer) -> list:
+            """(weight, key) of each weight `quantizer` takes."""
+            out = []
+            for b in quantizer.inputs:
+                i = names.index(b.name)
+                out.append((args[i], keys[i - 1] if 0 < i <= len(keys)
+                            else args[i]))
+            return out
+
+        weights = pairs(found.quantizer)
+        keep = self.config.keep_fp8_weights
+        cache = self.fp8_cache
+        if not keepable(weights, keep):
+            copies = quantize_weights(found.quantizer, names, args)
+        else:
+            copies = cache.find(found.quantizer, weights)
+            if copies is None:
+                copies = self._make_kept_copies(found, names, args, pairs,
+                                                keep)
         return entry(*args, *copies, out=out)
+
+    def _make_kept_copies(self, found: _Fp8Inputs, names: list, args,
+                          pairs, keep: bool) -> tuple:
+        """The copies found.quantizer makes, kept; for a training forward
+        with the backward's copies, made in the same read and kept too."""
+        cache = self.fp8_cache
+        weights = pairs(found.quantizer)
+        partner = found.partner and pairs(found.partner)
+        if partner and keepable(partner, keep):
+            cache.find(found.partner, partner)  # frees stale copies first
+            copies, later = quantize_step_weights(
+                found.step, found.quantizer, names, args)
+            cache.store(found.partner, partner, later)
+        else:
+            copies = quantize_weights(found.quantizer, names, args)
+        cache.store(found.quantizer, weights, copies)
+        return copies
 
     def gradient(self) -> Gradient:
         """The derived forward-with-saves and backward (MoEConfig.gradient)."""
@@ -197,16 +260,19 @@ def _launcher_index(config: MoEConfig, bundle: Optional[Bundle]) -> int:
 @torch.library.custom_op("moec::moe_block", mutates_args=())
 def _moe_block(x: torch.Tensor, gate_w: torch.Tensor, w_gate_up: torch.Tensor,
                w_down: torch.Tensor, adapters: list[torch.Tensor],
-               launcher: int) -> torch.Tensor:
+               launcher: int, weight_keys: list[torch.Tensor]) -> torch.Tensor:
     """The block's forward on tokens x [T, H] (contiguous); `adapters`: the
-    four LoRA tensors (LORA_ARGS) of a LoRA block, else empty."""
+    four LoRA tensors (LORA_ARGS) of a LoRA block, else empty;
+    `weight_keys` (FP8 blocks, else empty): the parameters gate_w,
+    w_gate_up and w_down were cast from, whose versions the kept FP8
+    copies follow (not read)."""
     launcher_ = _LAUNCHERS[launcher]
     return launcher_.run(launcher_.entry(x.device), x, gate_w, w_gate_up,
-                         w_down, *adapters)
+                         w_down, *adapters, weight_keys=weight_keys)
 
 
 @_moe_block.register_fake
-def _(x, gate_w, w_gate_up, w_down, adapters, launcher):
+def _(x, gate_w, w_gate_up, w_down, adapters, launcher, weight_keys):
     return torch.empty_like(x)
 
 
@@ -215,20 +281,24 @@ def _moe_block_train(x: torch.Tensor, gate_w: torch.Tensor,
                      w_gate_up: torch.Tensor, w_down: torch.Tensor,
                      adapters: list[torch.Tensor],
                      main_grads: list[torch.Tensor],
-                     launcher: int) -> list[torch.Tensor]:
+                     launcher: int, weight_keys: list[torch.Tensor]
+                     ) -> list[torch.Tensor]:
     """The block's forward for training: [y, *what the backward reads].
     `main_grads` (main_grad=True: the expert weights' f32 main gradients,
-    else empty) is not read here; the backward updates it."""
+    else empty) is not read here; the backward updates it. `weight_keys`:
+    as moe_block's."""
     launcher_ = _LAUNCHERS[launcher]
     fwd, _ = launcher_.train_entries(x.device)
-    outs = launcher_.run(fwd, x, gate_w, w_gate_up, w_down, *adapters)
+    outs = launcher_.run(fwd, x, gate_w, w_gate_up, w_down, *adapters,
+                         weight_keys=weight_keys)
     # An entry with one result (save="inputs": y alone) returns it bare.
     outs = outs if isinstance(outs, tuple) else (outs,)
     return [outs[i] for i in launcher_.train_results(x.device)]
 
 
 @_moe_block_train.register_fake
-def _(x, gate_w, w_gate_up, w_down, adapters, main_grads, launcher):
+def _(x, gate_w, w_gate_up, w_down, adapters, main_grads, launcher,
+      weight_keys):
     return [x.new_empty(shape, dtype=dtype)
             for shape, dtype in _LAUNCHERS[launcher].saved_specs(x)]
 
@@ -238,19 +308,21 @@ def _moe_block_backward(
         grad: torch.Tensor, x: torch.Tensor, gate_w: torch.Tensor,
         w_gate_up: torch.Tensor, w_down: torch.Tensor,
         adapters: list[torch.Tensor], saved: list[torch.Tensor],
-        launcher: int) -> list[torch.Tensor]:
+        launcher: int, weight_keys: list[torch.Tensor]
+) -> list[torch.Tensor]:
     """moe_block_grad on the inputs, the saved values and the output's
     gradient: the gradients of x and the three weights, or with LoRA of x
-    and the four adapters."""
+    and the four adapters. `weight_keys`: as moe_block's."""
     launcher_ = _LAUNCHERS[launcher]
     _, backward = launcher_.train_entries(x.device)
     grads = launcher_.run(backward, x, gate_w, w_gate_up, w_down, *adapters,
-                          *saved, grad.contiguous())
+                          *saved, grad.contiguous(), weight_keys=weight_keys)
     return list(grads)
 
 
 @_moe_block_backward.register_fake
-def _(grad, x, gate_w, w_gate_up, w_down, adapters, saved, launcher):
+def _(grad, x, gate_w, w_gate_up, w_down, adapters, saved, launcher,
+      weight_keys):
     inputs = [x] + (list(adapters) if adapters else [gate_w, w_gate_up,
                                                      w_down])
     return [torch.empty_like(t) for t in inputs]
@@ -264,28 +336,32 @@ def _moe_block_backward_main_grad(
         grad: torch.Tensor, x: torch.Tensor, gate_w: torch.Tensor,
         w_gate_up: torch.Tensor, w_down: torch.Tensor,
         saved: list[torch.Tensor], main_grad_gate_up: torch.Tensor,
-        main_grad_down: torch.Tensor,
-        launcher: int) -> tuple[torch.Tensor, torch.Tensor]:
+        main_grad_down: torch.Tensor, launcher: int,
+        weight_keys: list[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """main_grad=True's backward: adds the expert weights' gradients to
-    their f32 main gradients in place; returns x's and the router's."""
+    their f32 main gradients in place; returns x's and the router's.
+    `weight_keys`: as moe_block's."""
     launcher_ = _LAUNCHERS[launcher]
     _, backward = launcher_.train_entries(x.device)
     # The kernel reads each main gradient's element before it writes the
     # sum there: the main gradients are their own outputs.
     mains = (main_grad_gate_up, main_grad_down)
     grads = launcher_.run(backward, x, gate_w, w_gate_up, w_down, *saved,
-                          grad.contiguous(), *mains, out=[None, None, *mains])
+                          grad.contiguous(), *mains, out=[None, None, *mains],
+                          weight_keys=weight_keys)
     return grads[0], grads[1]
 
 
 @_moe_block_backward_main_grad.register_fake
 def _(grad, x, gate_w, w_gate_up, w_down, saved, main_grad_gate_up,
-      main_grad_down, launcher):
+      main_grad_down, launcher, weight_keys):
     return torch.empty_like(x), torch.empty_like(gate_w)
 
 
 def _setup_context(ctx, inputs, output):
-    x, gate_w, w_gate_up, w_down, adapters, main_grads, launcher = inputs
+    (x, gate_w, w_gate_up, w_down, adapters, main_grads, launcher,
+     weight_keys) = inputs
     ctx.mark_non_differentiable(*output[1:])
     ctx.save_for_backward(x, gate_w, w_gate_up, w_down, *adapters,
                           *output[1:])
@@ -293,6 +369,8 @@ def _setup_context(ctx, inputs, output):
     # Not saved tensors: the backward of another micro-batch may update
     # them in between (a saved tensor's version check would fail).
     ctx.main_grads = list(main_grads)
+    # Not read by the kernels: what the FP8 copies' cache keys on.
+    ctx.weight_keys = list(weight_keys)
     ctx.launcher = launcher
 
 
@@ -303,15 +381,17 @@ def _backward(ctx, grads):
         # The expert weights' gradients go into their main gradients.
         dx, d_gate = torch.ops.moec.moe_block_backward_main_grad(
             grads[0], x, gate_w, w_gate_up, w_down, saved, *ctx.main_grads,
-            ctx.launcher)
+            ctx.launcher, ctx.weight_keys)
         return (dx, d_gate, None, None, [], [None] * len(ctx.main_grads),
-                None)
+                None, [None] * len(ctx.weight_keys))
     out = torch.ops.moec.moe_block_backward(
-        grads[0], x, gate_w, w_gate_up, w_down, adapters, saved, ctx.launcher)
+        grads[0], x, gate_w, w_gate_up, w_down, adapters, saved, ctx.launcher,
+        ctx.weight_keys)
     if adapters:
         # LoRA: the router and base weights are frozen (MoE.forward checks).
-        return out[0], None, None, None, list(out[1:]), [], None
-    return (*out, [], [], None)
+        return (out[0], None, None, None, list(out[1:]), [], None,
+                [None] * len(ctx.weight_keys))
+    return (*out, [], [], None, [None] * len(ctx.weight_keys))
 
 
 _moe_block_train.register_autograd(_backward, setup_context=_setup_context)
@@ -342,8 +422,9 @@ class MoE(MoEConfigFields, nn.Module):
     `config=`, or its fields as arguments (`MoE(2048, 768, 128, 8,
     routing=..., dtype=..., lora_rank=...)`: hidden_size,
     intermediate_size, num_experts, top_k, norm_topk_prob, routing, dtype,
-    tile, save, lora_rank, lora_alpha, main_grad, fp8), or both (the arguments
-    replace the config's fields). `device`: where the parameters go.
+    tile, save, lora_rank, lora_alpha, main_grad, fp8, keep_fp8_weights), or
+    both (the arguments replace the config's fields). `device`: where the
+    parameters go.
 
     `routing="softmax_then_topk"` with `norm_topk_prob` is Qwen3 (and
     Qwen3.5, OLMoE without renormalization); `routing="topk_then_softmax"`
@@ -389,11 +470,15 @@ class MoE(MoEConfigFields, nn.Module):
     (requires_grad False: the LoRA base, or a block frozen for inference)
     keep their FP8 copies (the forward's, and the transposed ones of the
     input gradients) while they stay the same storage with the same
-    version counter, and get new ones after an in-place change: they are
-    quantized once, not on every call. The copies take half the bf16
-    weights' bytes per layout; moec.torch.clear_fp8_weights() drops them
-    (needed after writes through `.data`, which the version counter does
-    not see). Weights that train are quantized on every call.
+    version counter (under autocast: the f32 parameter's), and get new
+    ones after an in-place change: they are quantized once, not on every
+    call. The copies take half the bf16 weights' bytes per layout;
+    moec.torch.clear_fp8_weights() drops them (needed after writes through
+    `.data`, which the version counter does not see). Weights that train
+    are quantized on every call, unless `keep_fp8_weights=True`: then
+    they keep their copies as frozen ones do, until the optimizer step
+    changes them, so gradient accumulation's later micro-batches quantize
+    no weight (the same gradients, bitwise).
     """
 
     def __init__(self, hidden_size: Optional[int] = None,
@@ -533,6 +618,9 @@ class MoE(MoEConfigFields, nn.Module):
             raise ValueError(f"'x': expected last dimension {self.hidden_size}"
                              f", got shape {list(x.shape)}")
         weights = (self.gate.weight, self.w_gate_up, self.w_down)
+        # The FP8 copies follow the parameters (a cast below is new on
+        # every call).
+        keys = list(weights) if self.fp8 else []
         adapters = self.adapters()
         for name, w in zip(("gate.weight", "w_gate_up", "w_down"), weights):
             if adapters and w.requires_grad and torch.is_grad_enabled():
@@ -561,9 +649,10 @@ class MoE(MoEConfigFields, nn.Module):
                 w.requires_grad for w in weights + tuple(adapters))):
             main_grads = self.main_grads() if self.main_grad else []
             y = torch.ops.moec.moe_block_train(tokens, *weights, adapters,
-                                               main_grads, launcher)[0]
+                                               main_grads, launcher, keys)[0]
         else:
-            y = torch.ops.moec.moe_block(tokens, *weights, adapters, launcher)
+            y = torch.ops.moec.moe_block(tokens, *weights, adapters, launcher,
+                                         keys)
         return y.reshape(x.shape)
 
     def extra_repr(self) -> str:
@@ -574,7 +663,9 @@ class MoE(MoEConfigFields, nn.Module):
                 + (f", lora_rank={self.lora_rank}, lora_scaling="
                    f"{self.lora_scaling}" if self.lora_rank else "")
                 + (", main_grad=True" if self.main_grad else "")
-                + (f", fp8={self.fp8}" if self.fp8 else ""))
+                + (f", fp8={self.fp8}" if self.fp8 else "")
+                + (", keep_fp8_weights=True" if self.keep_fp8_weights
+                   else ""))
 
 
 def main_grads_of(block: nn.Module) -> list:

@@ -81,7 +81,7 @@ class HFMoE(MoE):
     def __init__(self, block: nn.Module, routing: str, name: str = "block",
                  bundle=None, **options):
         """`options`: the MoEConfig fields a model does not fix (tile,
-        save, lora_rank, lora_alpha, main_grad, fp8)."""
+        save, lora_rank, lora_alpha, main_grad, fp8, keep_fp8_weights)."""
         nn.Module.__init__(self)
         gate, experts = block.gate, block.experts
         extra = sorted(set(dict(block.named_children())) - {"gate", "experts"})
@@ -142,17 +142,18 @@ class HFMoE(MoE):
 def replace_moe_blocks(model: nn.Module, *, bundle=None, tile=None,
                        save: str = "all", lora_rank: int = 0,
                        lora_alpha=None, main_grad: bool = False,
-                       fp8=None) -> list:
+                       fp8=None, keep_fp8_weights: bool = False) -> list:
     """Replaces every Qwen3-MoE, Mixtral and OLMoE sparse MoE block of
     `model` (a transformers model, or any module holding such blocks) by an
     HFMoE holding the same parameters, with the block's routing (Qwen3 and
     OLMoE: softmax then top-k, renormalized when the config's
     norm_topk_prob is set; Mixtral: top-k then softmax). Returns the
     qualified names of the replaced modules. `bundle`, `tile`, `save`,
-    `lora_rank`, `lora_alpha`, `main_grad` and `fp8` are passed to every
-    block (see moec.torch.MoE: with `lora_rank` each block gains LoRA
-    adapters on its experts and freezes its router and base experts; the
-    rest of the model is left as it is, so freeze it for LoRA fine-tuning).
+    `lora_rank`, `lora_alpha`, `main_grad`, `fp8` and `keep_fp8_weights`
+    are passed to every block (see moec.torch.MoE: with `lora_rank` each
+    block gains LoRA adapters on its experts and freezes its router and
+    base experts; the rest of the model is left as it is, so freeze it for
+    LoRA fine-tuning).
     Raises ValueError, naming the block, for blocks moec cannot compute
     (shared experts, an activation other than SiLU, mixed dtypes), and when
     there is no block to replace.
@@ -177,7 +178,8 @@ def replace_moe_blocks(model: nn.Module, *, bundle=None, tile=None,
         swaps.append((name, HFMoE(block, routing, name, bundle, tile=tile,
                                   save=save, lora_rank=lora_rank,
                                   lora_alpha=lora_alpha,
-                                  main_grad=main_grad, fp8=fp8)))
+                                  main_grad=main_grad, fp8=fp8,
+                                  keep_fp8_weights=keep_fp8_weights)))
     for name, new in swaps:
         parent, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent), attr, new)
