@@ -26,7 +26,10 @@ matmuls in FP8 (replace_moe_blocks(fp8="blockwise"): DeepSeek-V3's
 blockwise recipe, forward and backward) from the same weights on the same
 batches, and compares its loss with the bf16 moec run's: `--check` then
 also asks the average loss of the last quarter of the steps to be within
-2 % of bf16's.
+2 % of bf16's. `--keep-fp8-weights` (with `--fp8`) lets its blocks keep their
+weights' FP8 copies until the optimizer step changes them
+(replace_moe_blocks(keep_fp8_weights=True)): with `--micro-batches N` the
+later micro-batches of a step quantize no weight, for the same losses.
 
 Needs torch, transformers and moec (`pip install .`, or
 PYTHONPATH=build/python_packages after `make`); on the GPU machine without
@@ -118,12 +121,17 @@ def main():
     parser.add_argument("--fp8", action="store_true",
                         help="also train the moec model with FP8 expert "
                              "matmuls and compare it with bf16")
+    parser.add_argument("--keep-fp8-weights", action="store_true",
+                        help="with --fp8: keep the weights' FP8 copies "
+                             "between the micro-batches of a step")
     parser.add_argument("--small", action="store_true",
                         help="a tiny model (the CPU test)")
     parser.add_argument("--check", action="store_true",
                         help="exit non-zero unless the loss fell and the "
                              "curves track")
     args = parser.parse_args()
+    if args.keep_fp8_weights and not args.fp8:
+        parser.error("--keep-fp8-weights: only with --fp8")
 
     config = make_config(args.small or args.device == "cpu")
     torch.manual_seed(0)
@@ -139,7 +147,8 @@ def main():
             continue
         models[name] = copy.deepcopy(torch_model)
         swapped = moec.torch.replace_moe_blocks(
-            models[name], main_grad=args.main_grad, fp8=fp8)
+            models[name], main_grad=args.main_grad, fp8=fp8,
+            keep_fp8_weights=bool(fp8) and args.keep_fp8_weights)
     print(f"{len(swapped)} MoE blocks on moec; {config.num_experts} experts, "
           f"top-{config.num_experts_per_tok}, hidden {config.hidden_size}, "
           f"device {args.device}" + (" (and in FP8)" if args.fp8 else ""))

@@ -79,6 +79,22 @@ def test_finetune_example_fp8(capsys, monkeypatch):
     assert "moec fp8 loss" in out and "fp8 tracks bf16 within 2 %: True" in out
 
 
+def test_finetune_example_fp8_kept_weights(capsys, monkeypatch):
+    # --keep-fp8-weights over two micro-batches: the FP8 model's blocks
+    # quantize their weights once per optimizer step (test_torch_fp8.py
+    # checks that the gradients are those of quantizing on every call) and
+    # train as the FP8 model does.
+    out = run_finetune_moe(capsys, monkeypatch, 30, "--fp8",
+                           "--micro-batches", "2", "--keep-fp8-weights")
+    assert "fp8 tracks bf16 within 2 %: True" in out
+    monkeypatch.setattr(sys, "argv", [
+        "finetune_moe.py", "--keep-fp8-weights"])
+    with pytest.raises(SystemExit):
+        runpy.run_path(os.path.join(EXAMPLES, "finetune_moe.py"),
+                       run_name="__main__")
+    assert "--keep-fp8-weights: only with --fp8" in capsys.readouterr().err
+
+
 def test_finetune_lora_example(capsys, monkeypatch):
     # LoRA fine-tuning of a tiny Qwen3-MoE-shaped model (base weights
     # frozen, adapters on the experts) on moec next to the same math in
