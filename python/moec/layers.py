@@ -69,9 +69,9 @@ class MoEConfig:
     scales); the router, the combine and the results keep `dtype`. With
     LoRA the frozen base matmuls run in FP8 and the adapters' products in
     `dtype`. `keep_fp8_weights=True` (with `fp8`, moec.torch.MoE): weights
-    that train keep their FP8 copies too, until they change (the optimizer
-    step), so gradient accumulation's later micro-batches quantize nothing;
-    frozen weights always keep theirs.
+    that train keep their FP8 copies too, until they change or the next
+    torch.optim step, so gradient accumulation's later micro-batches
+    quantize nothing; frozen weights always keep theirs.
     `tile`: matmul tile fields replacing the cost model's ({"m", "n", "k",
     "threads"}; stored as sorted pairs, so the config is hashable).
 

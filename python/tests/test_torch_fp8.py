@@ -369,10 +369,41 @@ def test_keep_fp8_weights_over_micro_batches():
             p = "gate.weight" if name == "gate" else name
             assert torch.equal(kept.get_parameter(p).grad,
                                plain.get_parameter(p).grad), (step, name)
+        # The forward's and the backward's copies, kept until the step.
+        assert len(launcher.fp8_cache) == 2 and len(others.fp8_cache) == 0
         for opt in optimizers:
             opt.step()  # a new version of every weight: new copies
-    assert len(launcher.fp8_cache) == 2  # the forward's and the backward's
-    assert len(others.fp8_cache) == 0
+        assert len(launcher.fp8_cache) == 0  # freed before the step
+
+
+def test_kept_fp8_weights_go_at_an_optimizer_step():
+    """Kept copies of weights that train are dropped before any torch.optim
+    step, also where the weights changed without their version counter
+    seeing it (a write through .data); frozen weights keep theirs."""
+    kept = fp8_block(seed=26, dtype=torch.bfloat16, keep_fp8_weights=True)
+    frozen = fp8_block(seed=27, dtype=torch.bfloat16).requires_grad_(False)
+    x = torch.randn(30, H, generator=torch.Generator().manual_seed(28))
+    x = x.bfloat16()
+    dy = torch.ones_like(x)
+    for b in (kept, frozen):
+        gradients(b, x, dy)
+    launcher, still = counting(kept), counting(frozen)
+    gradients(kept, x, dy)
+    with torch.no_grad():
+        frozen(x)
+    before = gradients(kept, x, dy)[0]  # dx: it reads w_down's copies
+    assert calls(launcher) == 1 and calls(still) == 1
+    kept.w_down.data.mul_(2.0)  # not seen by the version counter
+    other = torch.nn.Parameter(torch.zeros(3))
+    other.grad = torch.ones(3)
+    torch.optim.SGD([other], lr=0.1).step()  # an unrelated optimizer
+    assert len(launcher.fp8_cache) == 0 and len(still.fp8_cache) == 1
+    after = gradients(kept, x, dy)[0]
+    assert calls(launcher) == 2  # quantized again: the doubled w_down
+    assert not torch.equal(after, before)
+    with torch.no_grad():
+        frozen(x)
+    assert calls(still) == 1
 
 
 def test_fp8_copies_follow_the_parameters_under_autocast():

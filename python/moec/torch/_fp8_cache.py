@@ -15,18 +15,42 @@ parameter it was cast from (a new cast every call would never be found).
 A weight's copies are made again when its key's storage, its view of it
 or its version counter changes (every in-place write that autograd sees:
 optimizers, `copy_` under no_grad). Writes through `.data` are not seen:
-call moec.torch.clear_fp8_weights() after them. While a CUDA graph is
-being captured the copies are made inside the graph (its replays quantize
-the weights as they then are), and keys without a version counter
+call moec.torch.clear_fp8_weights() after them. Copies of weights that
+train are also dropped before every torch.optim optimizer step (a global
+step pre-hook, registered when the first is kept): they live from the
+first micro-batch after an update to the next update, also where an
+update reaches the weights without their version counter seeing it (a
+wrapper that gathers updated shards into the same storage), and their
+memory is free for the optimizer's step. While a CUDA graph is being
+captured the copies are made inside the graph (its replays quantize the
+weights as they then are), and keys without a version counter
 (inference-mode tensors) are quantized on every call.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Sequence
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+_CACHES = weakref.WeakSet()  # every Fp8WeightCache, for the step hook
+_STEP_HOOK = None
+
+
+def _drop_training_copies(optimizer, args, kwargs) -> None:
+    """The optimizer step pre-hook: the weights that train are about to
+    change, so their kept copies go (and their memory with them)."""
+    for cache in list(_CACHES):
+        cache.drop_training()
+
+
+def _watch_optimizer_steps() -> None:
+    global _STEP_HOOK
+    if _STEP_HOOK is None:
+        _STEP_HOOK = register_optimizer_step_pre_hook(_drop_training_copies)
 
 
 def keepable(weights: Sequence[tuple], keep_training: bool) -> bool:
@@ -55,6 +79,7 @@ class Fp8WeightCache:
 
     def __init__(self):
         self._copies: dict = {}
+        _CACHES.add(self)
 
     @staticmethod
     def _key(quantizer, weights: Sequence[tuple]) -> tuple:
@@ -70,7 +95,7 @@ class Fp8WeightCache:
         found = self._copies.pop(key, None)
         if found is None:
             return None
-        refs, seen, copies = found
+        refs, seen, copies, _ = found
         if (seen == tuple(k._version for _, k in weights)
                 and not any(r.expired() for r in refs)):
             self._copies[key] = found
@@ -83,12 +108,20 @@ class Fp8WeightCache:
         now."""
         self._drop_expired()
         refs = tuple(StorageWeakRef(k.untyped_storage()) for _, k in weights)
+        trains = any(w.requires_grad or k.requires_grad for w, k in weights)
         self._copies[self._key(quantizer, weights)] = (
-            refs, tuple(k._version for _, k in weights), copies)
+            refs, tuple(k._version for _, k in weights), copies, trains)
+        if trains:
+            _watch_optimizer_steps()
+
+    def drop_training(self) -> None:
+        """Frees the copies of weights that train (keep_fp8_weights)."""
+        for key in [k for k, entry in self._copies.items() if entry[3]]:
+            del self._copies[key]
 
     def _drop_expired(self) -> None:
         """Frees the copies of weights whose storage is gone."""
-        for key in [k for k, (refs, _, _) in self._copies.items()
+        for key in [k for k, (refs, *_) in self._copies.items()
                     if any(r.expired() for r in refs)]:
             del self._copies[key]
 

@@ -476,9 +476,10 @@ class MoE(MoEConfigFields, nn.Module):
     moec.torch.clear_fp8_weights() drops them (needed after writes through
     `.data`, which the version counter does not see). Weights that train
     are quantized on every call, unless `keep_fp8_weights=True`: then
-    they keep their copies as frozen ones do, until the optimizer step
-    changes them, so gradient accumulation's later micro-batches quantize
-    no weight (the same gradients, bitwise).
+    they keep their copies as frozen ones do, until they change or the
+    next torch.optim step (the copies are dropped before it), so gradient
+    accumulation's later micro-batches quantize no weight (the same
+    gradients, bitwise).
     """
 
     def __init__(self, hidden_size: Optional[int] = None,
