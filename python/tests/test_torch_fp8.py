@@ -194,9 +194,10 @@ def test_fp8_main_grad_accumulates():
         assert rel(main, getattr(plain, name).grad) < 1e-5, name
 
 
-def test_fp8_torch_compile_fullgraph():
+@pytest.mark.parametrize("keep", [False, True])
+def test_fp8_torch_compile_fullgraph(keep):
     torch._dynamo.reset()
-    block = fp8_block(seed=13)
+    block = fp8_block(seed=13, keep_fp8_weights=keep)
     proj = torch.nn.Linear(H, H)
 
     def model(x):
