@@ -459,10 +459,11 @@ def test_keep_fp8_weights_errors():
     with pytest.raises(ValueError, match=r"'keep_fp8_weights': expected a "
                        r"bool, got 1"):
         moec.MoEConfig(H, I, E, K, fp8="blockwise", keep_fp8_weights=1)
-    from moec.ep import ExpertParallelMoE
-    with pytest.raises(ValueError, match=r"'keep_fp8_weights': "
-                       r"ExpertParallelMoE's entries quantize"):
-        ExpertParallelMoE(H, I, E, K, fp8="blockwise", keep_fp8_weights=True)
+    from moec.ep import ExpertParallelMoE, ep_module
+    for make in (ExpertParallelMoE, ep_module):
+        with pytest.raises(ValueError, match=r"'keep_fp8_weights': "
+                           r"ExpertParallelMoE's entries quantize"):
+            make(H, I, E, K, fp8="blockwise", keep_fp8_weights=True)
 
 
 def test_gradient_fp8_weights_as_arguments():

@@ -149,11 +149,7 @@ class ExpertParallelMoE(MoEConfigFields, nn.Module):
         if config.lora_rank:
             raise ValueError("'lora_rank': ExpertParallelMoE has no LoRA "
                              "adapters (use moec.torch.MoE, or lora_rank=0)")
-        if config.keep_fp8_weights:
-            raise ValueError("'keep_fp8_weights': ExpertParallelMoE's "
-                             "entries quantize their own weights on every "
-                             "call (use moec.torch.MoE, or "
-                             "keep_fp8_weights=False)")
+        _check_no_kept_fp8_weights(config)
         self.config = config
         self._join(group)
         self._check_pipelining(chunks, sm_count, transport, expert_chunks,
@@ -586,6 +582,13 @@ class ExpertParallelMoE(MoEConfigFields, nn.Module):
                 + (", dedup=True" if self.dedup else ""))
 
 
+def _check_no_kept_fp8_weights(config: MoEConfig) -> None:
+    if config.keep_fp8_weights:
+        raise ValueError("'keep_fp8_weights': ExpertParallelMoE's entries "
+                         "quantize their own weights on every call (use "
+                         "moec.torch.MoE, or keep_fp8_weights=False)")
+
+
 def ep_module(hidden_size: Optional[int] = None,
               intermediate_size: Optional[int] = None,
               num_experts: Optional[int] = None,
@@ -601,6 +604,7 @@ def ep_module(hidden_size: Optional[int] = None,
     `fp8` and `dedup` included) over `world_size` ranks."""
     config = MoEConfig.of(config, (hidden_size, intermediate_size,
                                    num_experts, top_k), **options)
+    _check_no_kept_fp8_weights(config)
     if isinstance(expert_chunks, list):
         expert_chunks = tuple(expert_chunks)
     return _Program(config, world_size, expert_chunks, bool(dedup)).module
