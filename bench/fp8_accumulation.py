@@ -85,6 +85,12 @@ def init_weights(block, seed):
                                 generator=gen) / fan_in ** 0.5)
 
 
+def weight_grads(params, main_grad) -> list:
+    """The weights' gradients: with main_grad the experts' f32 sums."""
+    return [params[0].grad] + [p.main_grad if main_grad else p.grad
+                               for p in params[1:]]
+
+
 def run_variant(m, key, variant, main_grad, bundles, T, micro, steps, seed):
     """({first_ms, later_ms, step_ms, peak_gb, finite}, the gradients on
     the host) of one block."""
@@ -99,11 +105,6 @@ def run_variant(m, key, variant, main_grad, bundles, T, micro, steps, seed):
     dys = [torch.randn(x.shape, device="cuda", dtype=x.dtype, generator=gen)
            for x in xs]
     params = [block.gate.weight, block.w_gate_up, block.w_down]
-
-    def grads():
-        """The weights' gradients: with main_grad the experts' f32 sums."""
-        return [params[0].grad] + [
-            p.main_grad if main_grad else p.grad for p in params[1:]]
     times = [[] for _ in range(micro)]
     events = [(torch.cuda.Event(enable_timing=True),
                torch.cuda.Event(enable_timing=True)) for _ in range(micro)]
@@ -127,7 +128,8 @@ def run_variant(m, key, variant, main_grad, bundles, T, micro, steps, seed):
                 times[i].append(start.elapsed_time(end))
         if step < 1 + steps:  # the last step's gradients are compared
             with torch.no_grad():
-                for p, g in zip(params, grads()):  # 1 % of the norm
+                # 1 % of each weight's norm.
+                for p, g in zip(params, weight_grads(params, main_grad)):
                     p.sub_(g, alpha=float(1e-2 * torch.linalg.vector_norm(p)
                                           / torch.linalg.vector_norm(g)))
     peak = torch.cuda.max_memory_allocated() / 1e9
@@ -137,9 +139,10 @@ def run_variant(m, key, variant, main_grad, bundles, T, micro, steps, seed):
     row = dict(first_ms=first, later_ms=later,
                step_ms=statistics.median(sum(ts) for ts in zip(*times)),
                peak_gb=peak)
-    row["finite"] = all_finite(grads())
+    grads = weight_grads(params, main_grad)
+    row["finite"] = all_finite(grads)
     # On the host: a DeepSeek-V3 block's gradients take 22.6 GB.
-    host = [g.cpu() for g in grads()] if variant != "bf16" else None
+    host = [g.cpu() for g in grads] if variant != "bf16" else None
     del block, xs, dys, params, grads
     torch.cuda.empty_cache()
     return row, host
