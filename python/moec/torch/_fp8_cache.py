@@ -30,7 +30,7 @@ weights as they then are), and keys without a version counter
 from __future__ import annotations
 
 import weakref
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -70,6 +70,15 @@ def keepable(weights: Sequence[tuple], keep_training: bool) -> bool:
     return True
 
 
+class _Kept(NamedTuple):
+    """One entry of Fp8WeightCache."""
+    refs: tuple      # a weak reference to each key's storage
+    versions: tuple  # each key's version when the copies were made
+    copies: tuple
+    trains: bool     # a weight that trains (keep_fp8_weights): dropped at
+                     # the next optimizer step
+
+
 class Fp8WeightCache:
     """{(quantizer, the keys' storages and views): the FP8 copies}, each
     valid while every key's storage lives and keeps its version. Keyed by
@@ -95,11 +104,10 @@ class Fp8WeightCache:
         found = self._copies.pop(key, None)
         if found is None:
             return None
-        refs, seen, copies, _ = found
-        if (seen == tuple(k._version for _, k in weights)
-                and not any(r.expired() for r in refs)):
+        if (found.versions == tuple(k._version for _, k in weights)
+                and not any(r.expired() for r in found.refs)):
             self._copies[key] = found
-            return copies
+            return found.copies
         return None
 
     def store(self, quantizer, weights: Sequence[tuple], copies: tuple
@@ -109,20 +117,20 @@ class Fp8WeightCache:
         self._drop_expired()
         refs = tuple(StorageWeakRef(k.untyped_storage()) for _, k in weights)
         trains = any(w.requires_grad or k.requires_grad for w, k in weights)
-        self._copies[self._key(quantizer, weights)] = (
+        self._copies[self._key(quantizer, weights)] = _Kept(
             refs, tuple(k._version for _, k in weights), copies, trains)
         if trains:
             _watch_optimizer_steps()
 
     def drop_training(self) -> None:
         """Frees the copies of weights that train (keep_fp8_weights)."""
-        for key in [k for k, entry in self._copies.items() if entry[3]]:
+        for key in [k for k, kept in self._copies.items() if kept.trains]:
             del self._copies[key]
 
     def _drop_expired(self) -> None:
         """Frees the copies of weights whose storage is gone."""
-        for key in [k for k, (refs, *_) in self._copies.items()
-                    if any(r.expired() for r in refs)]:
+        for key in [k for k, kept in self._copies.items()
+                    if any(r.expired() for r in kept.refs)]:
             del self._copies[key]
 
     def clear(self) -> None:

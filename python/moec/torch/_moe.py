@@ -43,7 +43,7 @@ from ..compiler._grad import (fp8_weights_entry, quantize_step_weights,
                                quantize_weights, saved_results_of,
                                step_fp8_weights_entry)
 from ..language._dtypes import canonical, to_torch
-from ..layers import LORA_ARGS, MAIN_GRAD_ARGS, MoEConfig, MoEConfigFields
+from ..layers import MAIN_GRAD_ARGS, MoEConfig, MoEConfigFields
 from ..runtime import Bundle, Entry
 from ._fp8_cache import Fp8WeightCache, keepable
 
@@ -56,6 +56,11 @@ class _Fp8Inputs(NamedTuple):
     # `<f>_grad_fp8_weights`) from the same read; None otherwise.
     step: Optional[Entry]
     partner: Optional[Entry]
+    names: tuple  # the entry's input names (the quantizers take theirs)
+    # Where the quantizer's and the partner's weights are among the entry's
+    # inputs.
+    positions: tuple
+    partner_positions: tuple
 
 
 class _Launcher:
@@ -119,8 +124,15 @@ class _Launcher:
                                               entry.target)
                 partner = step and fp8_weights_entry(
                     entry.bundle, base + "_grad", entry.target)
+            partner = partner if step else None
+            names = tuple(b.name for b in entry.inputs)
+
+            def positions(q) -> tuple:
+                return tuple(names.index(b.name) for b in q.inputs) if q \
+                    else ()
             self._quantizers[key] = quantizer and _Fp8Inputs(
-                quantizer, step, partner if step else None)
+                quantizer, step, partner, names, positions(quantizer),
+                positions(partner))
         return self._quantizers[key]
 
     def run(self, entry: Entry, *args, weight_keys=None, out=None):
@@ -131,44 +143,38 @@ class _Launcher:
         found = self._fp8_inputs(entry)
         if found is None:
             return entry(*args, out=out)
-        names = [b.name for b in entry.inputs]
-        keys = list(weight_keys or ())
+        keys = weight_keys or ()
 
-        def pairs(quantizer) -> list:
-            """(weight, key) of each weight `quantizer` takes."""
-            out = []
-            for b in quantizer.inputs:
-                i = names.index(b.name)
-                out.append((args[i], keys[i - 1] if 0 < i <= len(keys)
-                            else args[i]))
-            return out
+        def pairs(positions) -> list:
+            """(weight, key) of each weight at `positions` among args."""
+            return [(args[i], keys[i - 1] if 0 < i <= len(keys) else args[i])
+                    for i in positions]
 
-        weights = pairs(found.quantizer)
+        weights = pairs(found.positions)
         keep = self.config.keep_fp8_weights
-        cache = self.fp8_cache
         if not keepable(weights, keep):
-            copies = quantize_weights(found.quantizer, names, args)
+            copies = quantize_weights(found.quantizer, found.names, args)
         else:
-            copies = cache.find(found.quantizer, weights)
+            copies = self.fp8_cache.find(found.quantizer, weights)
             if copies is None:
-                copies = self._make_kept_copies(found, names, args, pairs,
-                                                keep)
+                copies = self._make_kept_copies(
+                    found, args, weights, pairs(found.partner_positions),
+                    keep)
         return entry(*args, *copies, out=out)
 
-    def _make_kept_copies(self, found: _Fp8Inputs, names: list, args,
-                          pairs, keep: bool) -> tuple:
-        """The copies found.quantizer makes, kept; for a training forward
-        with the backward's copies, made in the same read and kept too."""
+    def _make_kept_copies(self, found: _Fp8Inputs, args, weights: list,
+                          partner: list, keep: bool) -> tuple:
+        """The copies found.quantizer makes of `weights`, kept; for a
+        training forward with the backward's (of `partner`), made in the
+        same read and kept too."""
         cache = self.fp8_cache
-        weights = pairs(found.quantizer)
-        partner = found.partner and pairs(found.partner)
         if partner and keepable(partner, keep):
             cache.find(found.partner, partner)  # frees stale copies first
             copies, later = quantize_step_weights(
-                found.step, found.quantizer, names, args)
+                found.step, found.quantizer, found.names, args)
             cache.store(found.partner, partner, later)
         else:
-            copies = quantize_weights(found.quantizer, names, args)
+            copies = quantize_weights(found.quantizer, found.names, args)
         cache.store(found.quantizer, weights, copies)
         return copies
 
